@@ -1,0 +1,32 @@
+# Every third-party dependency is found here, from Debian packages (deps/debian-packages.txt).
+find_package(Threads REQUIRED)
+find_package(OpenSSL 3 REQUIRED)
+find_package(nlohmann_json 3 REQUIRED)
+find_package(Protobuf REQUIRED)
+find_package(PkgConfig REQUIRED)
+
+pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
+pkg_check_modules(LZ4 REQUIRED IMPORTED_TARGET liblz4)
+pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+add_library(zstd INTERFACE)
+target_link_libraries(zstd INTERFACE PkgConfig::ZSTD)
+add_library(lz4 INTERFACE)
+target_link_libraries(lz4 INTERFACE PkgConfig::LZ4)
+add_library(xxhash INTERFACE)
+target_link_libraries(xxhash INTERFACE PkgConfig::XXHASH)
+
+# Standalone asio (header only) with coroutines.
+find_path(ASIO_INCLUDE_DIR asio.hpp REQUIRED)
+add_library(asio INTERFACE)
+target_include_directories(asio SYSTEM INTERFACE ${ASIO_INCLUDE_DIR})
+target_compile_definitions(asio INTERFACE ASIO_STANDALONE ASIO_NO_DEPRECATED)
+target_link_libraries(asio INTERFACE Threads::Threads)
+
+find_package(CLI11 REQUIRED)
+
+if(WC_BUILD_TESTS OR WC_BUILD_BENCH)
+  find_package(GTest REQUIRED)
+endif()
+if(WC_BUILD_BENCH)
+  find_package(benchmark REQUIRED)
+endif()

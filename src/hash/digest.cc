@@ -1,0 +1,107 @@
+#include "hash/digest.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <xxhash.h>
+
+#include <cstring>
+
+namespace weightcast {
+
+std::string_view HashAlgorithmName(HashAlgorithm algorithm) {
+  switch (algorithm) {
+    case HashAlgorithm::kSha256: return "sha256";
+    case HashAlgorithm::kXxh3_128: return "xxh3-128";
+  }
+  return "unknown";
+}
+
+Result<HashAlgorithm> ParseHashAlgorithm(std::string_view name) {
+  if (name == "sha256") return HashAlgorithm::kSha256;
+  if (name == "xxh3-128" || name == "xxh3") return HashAlgorithm::kXxh3_128;
+  return InvalidArgument("unknown hash algorithm '" + std::string(name) +
+                         "' (expected sha256 or xxh3-128)");
+}
+
+namespace {
+
+Digest FromXxh128(XXH128_hash_t h) {
+  Digest d{};
+  XXH128_canonical_t canon;
+  XXH128_canonicalFromHash(&canon, h);
+  std::memcpy(d.data(), canon.digest, sizeof canon.digest);
+  return d;
+}
+
+}  // namespace
+
+Digest Sha256(std::span<const uint8_t> data) {
+  Digest d{};
+  unsigned int len = 0;
+  EVP_Digest(data.data(), data.size(), d.data(), &len, EVP_sha256(), nullptr);
+  return d;
+}
+
+Digest HashBytes(HashAlgorithm algorithm, std::span<const uint8_t> data) {
+  if (algorithm == HashAlgorithm::kXxh3_128) return FromXxh128(XXH3_128bits(data.data(), data.size()));
+  return Sha256(data);
+}
+
+struct Hasher::State {
+  HashAlgorithm algorithm;
+  EVP_MD_CTX* sha = nullptr;
+  XXH3_state_t* xxh = nullptr;
+};
+
+Hasher::Hasher(HashAlgorithm algorithm) : state_(std::make_unique<State>()) {
+  state_->algorithm = algorithm;
+  if (algorithm == HashAlgorithm::kXxh3_128) {
+    state_->xxh = XXH3_createState();
+    XXH3_128bits_reset(state_->xxh);
+  } else {
+    state_->sha = EVP_MD_CTX_new();
+    EVP_DigestInit_ex(state_->sha, EVP_sha256(), nullptr);
+  }
+}
+
+Hasher::~Hasher() {
+  if (state_->sha != nullptr) EVP_MD_CTX_free(state_->sha);
+  if (state_->xxh != nullptr) XXH3_freeState(state_->xxh);
+}
+
+void Hasher::Update(std::span<const uint8_t> data) {
+  if (state_->xxh != nullptr) {
+    XXH3_128bits_update(state_->xxh, data.data(), data.size());
+  } else {
+    EVP_DigestUpdate(state_->sha, data.data(), data.size());
+  }
+}
+
+Digest Hasher::Finish() {
+  if (state_->xxh != nullptr) {
+    Digest d = FromXxh128(XXH3_128bits_digest(state_->xxh));
+    XXH3_128bits_reset(state_->xxh);
+    return d;
+  }
+  Digest d{};
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(state_->sha, d.data(), &len);
+  EVP_DigestInit_ex(state_->sha, EVP_sha256(), nullptr);
+  return d;
+}
+
+Digest HmacSha256(std::span<const uint8_t> key, std::span<const uint8_t> data) {
+  Digest d{};
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), data.data(), data.size(), d.data(),
+       &len);
+  return d;
+}
+
+bool ConstantTimeEqual(std::span<const uint8_t> a, std::span<const uint8_t> b) {
+  if (a.size() != b.size()) return false;
+  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+}  // namespace weightcast

@@ -1,0 +1,55 @@
+// File helpers over POSIX: read-only mappings, bounded reads, durable atomic writes.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include <weightcast/status.h>
+
+namespace weightcast {
+
+// A read-only mmap of a whole file. Move-only; unmaps on destruction. An empty file maps to an
+// empty span. Thread-safe to read from many threads once opened.
+class MappedFile {
+ public:
+  static Result<MappedFile> Open(const std::filesystem::path& path);
+
+  MappedFile() = default;
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&& other) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  ~MappedFile();
+
+  std::span<const uint8_t> bytes() const { return {data_, size_}; }
+  uint64_t size() const { return size_; }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  const uint8_t* data_ = nullptr;
+  uint64_t size_ = 0;
+  std::filesystem::path path_;
+};
+
+// Reads a whole file, refusing files larger than `max_bytes`.
+Result<std::string> ReadFileToString(const std::filesystem::path& path,
+                                     uint64_t max_bytes = 64ull << 20);
+
+// Reads exactly `out.size()` bytes at `offset` (pread loop). Short files give kCorrupt.
+Status ReadExactAt(int fd, uint64_t offset, std::span<uint8_t> out, std::string_view what);
+
+// Writes all of `data` to fd (write loop, EINTR-safe).
+Status WriteAll(int fd, std::span<const uint8_t> data, std::string_view what);
+
+// Writes `data` to `path` so that readers see the old content or the new, never a mix, and the
+// new content survives a crash once this returns: write to a temporary file beside it, fsync,
+// rename over `path`, fsync the directory.
+Status WriteFileAtomic(const std::filesystem::path& path, std::string_view data);
+
+// fsyncs a file or a directory by path.
+Status FsyncPath(const std::filesystem::path& path);
+
+}  // namespace weightcast

@@ -1,0 +1,88 @@
+#include "util/text.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+
+namespace weightcast {
+
+std::string ToHex(std::span<const uint8_t> bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (uint8_t b : bytes) {
+    out.push_back(kDigits[b >> 4]);
+    out.push_back(kDigits[b & 15]);
+  }
+  return out;
+}
+
+Result<std::vector<uint8_t>> FromHex(std::string_view hex) {
+  if (hex.size() % 2 != 0) return InvalidArgument("hex string has odd length");
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::vector<uint8_t> out(hex.size() / 2);
+  for (size_t i = 0; i < out.size(); ++i) {
+    int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return InvalidArgument("not a hex digit in '" + std::string(hex) + "'");
+    out[i] = static_cast<uint8_t>(hi << 4 | lo);
+  }
+  return out;
+}
+
+std::string FormatBytes(uint64_t bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  double v = static_cast<double>(bytes);
+  int unit = 0;
+  while (v >= 1024 && unit < 5) {
+    v /= 1024;
+    ++unit;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f %s", v, kUnits[unit]);
+  return buf;
+}
+
+Result<uint64_t> ParseSize(std::string_view text) {
+  auto bad = [&](std::string_view why) {
+    return InvalidArgument("size '" + std::string(text) + "': " + std::string(why) +
+                           " (examples: 4096, 4MiB, 1.5GB, 10k)");
+  };
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'))
+    ++i;
+  if (i == 0) return bad("does not start with a number");
+  std::string number(text.substr(0, i));
+  if (number.find('.') != number.rfind('.')) return bad("more than one decimal point");
+  double value = 0;
+  try {
+    value = std::stod(number);
+  } catch (...) {
+    return bad("not a number");
+  }
+  std::string unit;
+  for (char c : text.substr(i)) {
+    if (c != ' ') unit.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  }
+  double mult = 1;
+  if (unit.empty() || unit == "b") mult = 1;
+  else if (unit == "k" || unit == "kib") mult = 1024.0;
+  else if (unit == "m" || unit == "mib") mult = 1024.0 * 1024;
+  else if (unit == "g" || unit == "gib") mult = 1024.0 * 1024 * 1024;
+  else if (unit == "t" || unit == "tib") mult = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "kb") mult = 1e3;
+  else if (unit == "mb") mult = 1e6;
+  else if (unit == "gb") mult = 1e9;
+  else if (unit == "tb") mult = 1e12;
+  else return bad("unknown unit '" + unit + "'");
+  double bytes = value * mult;
+  if (!std::isfinite(bytes) || bytes >= 1.8e19) return bad("too large");
+  return static_cast<uint64_t>(std::llround(bytes));
+}
+
+}  // namespace weightcast

@@ -1,0 +1,24 @@
+// Small text helpers: hex, human-readable sizes and durations, size parsing for flags.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <weightcast/status.h>
+
+namespace weightcast {
+
+std::string ToHex(std::span<const uint8_t> bytes);
+Result<std::vector<uint8_t>> FromHex(std::string_view hex);
+
+// "1.50 GiB", "512 B".
+std::string FormatBytes(uint64_t bytes);
+
+// Parses "4194304", "4MiB", "4M" (binary), "1.5GB" (decimal), "10k". Rejects negatives,
+// garbage and overflow with a message naming the input.
+Result<uint64_t> ParseSize(std::string_view text);
+
+}  // namespace weightcast
