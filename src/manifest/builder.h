@@ -1,0 +1,57 @@
+// Building, serializing and validating manifests.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <weightcast/status.h>
+#include <weightcast/types.h>
+
+#include "format/safetensors.h"
+#include "manifest/manifest.h"
+
+namespace weightcast {
+
+// Default chunk size; see docs/BENCHMARKS.md for the measurement behind it.
+inline constexpr uint64_t kDefaultChunkSize = 8ull << 20;
+inline constexpr uint64_t kMinChunkSize = 64ull << 10;
+inline constexpr uint64_t kMaxChunkSize = 256ull << 20;
+
+struct BuildOptions {
+  uint64_t chunk_size = kDefaultChunkSize;
+  HashAlgorithm algorithm = HashAlgorithm::kSha256;
+  size_t threads = 0;  // 0: one per core
+};
+
+// Builds the manifest of a checkpoint: streams every file (mmap), hashing chunks on a thread pool,
+// and computes the root. Memory is bounded by the pool, not the checkpoint size.
+Result<Manifest> BuildManifest(const Checkpoint& checkpoint, std::string channel, Version version,
+                               const BuildOptions& options = {});
+
+// Hashes the chunks of the flat byte space formed by `files` under `root` (used by BuildManifest
+// and by store verification). Fails if a file's size differs from its entry.
+Result<std::vector<Digest>> HashChunks(const std::filesystem::path& root,
+                                       const std::vector<ManifestFile>& files,
+                                       uint64_t chunk_size, HashAlgorithm algorithm,
+                                       size_t threads = 0);
+
+// The root hash: SHA-256 over the canonical encoding of the version's content (files, tensors,
+// chunk size, hash algorithm, chunk hashes). Channel, version number and delta section are not
+// part of it: the same bytes have the same identity however they travel.
+Digest ComputeRoot(const Manifest& manifest);
+
+// Checks internal consistency: offsets contiguous, tensors inside their files, chunk count
+// matching total size and chunk size, sizes bounded, root matching ComputeRoot.
+Status ValidateManifest(const Manifest& manifest);
+
+// Protobuf encoding (docs/manifest_format.md). Parse bounds every size, then validates.
+std::string SerializeManifest(const Manifest& manifest);
+Result<Manifest> ParseManifest(std::span<const uint8_t> bytes);
+
+Status WriteManifestFile(const std::filesystem::path& path, const Manifest& manifest);
+Result<Manifest> ReadManifestFile(const std::filesystem::path& path);
+
+}  // namespace weightcast
