@@ -1,0 +1,424 @@
+#include "codec/chunk_codec.h"
+
+#include <lz4.h>
+#include <zstd.h>
+
+#include <climits>
+#include <cstring>
+#include <string>
+
+#include "util/text.h"
+
+namespace weightcast::codec {
+
+struct CodecScratch::State {
+  ZSTD_CCtx* cctx = nullptr;
+  ZSTD_DCtx* dctx = nullptr;
+  std::vector<uint8_t> stream;  // transformed bytes before coding / after decoding
+  std::vector<uint8_t> result;  // decoded chunk, hashed before it is copied out
+  ~State() {
+    ZSTD_freeCCtx(cctx);
+    ZSTD_freeDCtx(dctx);
+  }
+};
+
+struct ScratchAccess {
+  static CodecScratch::State& Get(CodecScratch& s) { return *s.state_; }
+};
+
+CodecScratch::CodecScratch() : state_(std::make_unique<State>()) {
+  state_->cctx = ZSTD_createCCtx();
+  state_->dctx = ZSTD_createDCtx();
+}
+CodecScratch::~CodecScratch() = default;
+
+namespace {
+
+constexpr uint8_t kMagic[4] = {'W', 'C', 'D', 'P'};
+
+void Put64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+void Put32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+uint64_t Get64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
+  return v;
+}
+uint32_t Get32(const uint8_t* p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(p[i]) << (8 * i);
+  return v;
+}
+
+// Writes the header (fixed part + segments) at the start of `payload`, which must be empty.
+void WriteHeader(const PayloadHeader& h, std::vector<uint8_t>& payload) {
+  payload.assign(kPayloadFixedHeaderSize, 0);
+  uint8_t* p = payload.data();
+  std::memcpy(p, kMagic, 4);
+  p[4] = kPayloadFormatVersion;
+  p[5] = static_cast<uint8_t>(h.encoding);
+  p[6] = static_cast<uint8_t>(h.transform);
+  p[7] = static_cast<uint8_t>(h.coder);
+  p[8] = static_cast<uint8_t>(h.hash_algorithm);
+  Put32(p + 12, static_cast<uint32_t>(h.segments.size()));
+  Put64(p + 16, h.chunk_size);
+  Put64(p + 24, h.stream_size);
+  std::memcpy(p + 32, h.base_hash.data(), 32);
+  std::memcpy(p + 64, h.target_hash.data(), 32);
+  for (const Segment& s : h.segments) {
+    PutVarint(s.size, payload);
+    payload.push_back(s.width);
+  }
+}
+
+bool UsesWideElements(std::span<const Segment> segments) {
+  for (const Segment& s : segments) {
+    if (s.width > 1) return true;
+  }
+  return false;
+}
+
+// Appends `stream` coded with the chosen coder to `payload`; falls back to storing it when the
+// coder does not shrink it. Returns the coder used.
+Result<Coder> AppendCoded(std::span<const uint8_t> stream, const ChunkEncodeOptions& options,
+                          CodecScratch::State& st, std::vector<uint8_t>& payload) {
+  const size_t at = payload.size();
+  if (options.coder == Coder::kZstd && !stream.empty()) {
+    const size_t bound = ZSTD_compressBound(stream.size());
+    payload.resize(at + bound);
+    const size_t n = ZSTD_compressCCtx(st.cctx, payload.data() + at, bound, stream.data(),
+                                       stream.size(), options.zstd_level);
+    if (ZSTD_isError(n)) return Internal(std::string("zstd: ") + ZSTD_getErrorName(n));
+    if (n < stream.size()) {
+      payload.resize(at + n);
+      return Coder::kZstd;
+    }
+  } else if (options.coder == Coder::kLz4 && !stream.empty()) {
+    if (stream.size() > static_cast<size_t>(LZ4_MAX_INPUT_SIZE)) {
+      return InvalidArgument("chunk too large for lz4");
+    }
+    const int bound = LZ4_compressBound(static_cast<int>(stream.size()));
+    payload.resize(at + static_cast<size_t>(bound));
+    const int n = LZ4_compress_default(reinterpret_cast<const char*>(stream.data()),
+                                       reinterpret_cast<char*>(payload.data() + at),
+                                       static_cast<int>(stream.size()), bound);
+    if (n <= 0) return Internal("lz4 compression failed");
+    if (static_cast<size_t>(n) < stream.size()) {
+      payload.resize(at + static_cast<size_t>(n));
+      return Coder::kLz4;
+    }
+  }
+  payload.resize(at);
+  payload.insert(payload.end(), stream.begin(), stream.end());
+  return Coder::kStored;
+}
+
+// Builds a complete payload: header + coded stream. The coder field is patched after coding.
+Result<EncodedChunk> Assemble(PayloadHeader header, std::span<const uint8_t> stream,
+                              const ChunkEncodeOptions& options, CodecScratch::State& st) {
+  EncodedChunk out;
+  header.stream_size = stream.size();
+  WriteHeader(header, out.payload);
+  ASSIGN_OR_RETURN(Coder coder, AppendCoded(stream, options, st, out.payload));
+  out.payload[7] = static_cast<uint8_t>(coder);
+  out.encoding = header.encoding;
+  out.transform = header.transform;
+  out.coder = coder;
+  return out;
+}
+
+Result<EncodedChunk> EncodeFull(const HashedChunk& target, std::span<const Segment> segments,
+                                const ChunkEncodeOptions& options, CodecScratch::State& st) {
+  PayloadHeader h;
+  h.encoding = ChunkEncoding::kFull;
+  h.hash_algorithm = target.algorithm();
+  h.chunk_size = target.bytes().size();
+  h.target_hash = target.hash();
+  if (UsesWideElements(segments)) {
+    h.transform = Transform::kPlanes;
+    h.segments.assign(segments.begin(), segments.end());
+    st.stream.resize(target.bytes().size());
+    PlanesForward(target.bytes(), {}, segments, st.stream);
+    return Assemble(std::move(h), st.stream, options, st);
+  }
+  h.transform = Transform::kNone;
+  return Assemble(std::move(h), target.bytes(), options, st);
+}
+
+Result<EncodedChunk> EncodeXor(const HashedChunk& base, const HashedChunk& target,
+                               std::span<const Segment> segments, const ChunkEncodeOptions& options,
+                               CodecScratch::State& st) {
+  const uint64_t size = target.bytes().size();
+  Transform transform = options.xor_transform;
+  if (transform == Transform::kNone) {
+    uint64_t elements = 0;
+    for (const Segment& s : segments) elements += (s.size + s.width - 1) / s.width;
+    const uint64_t changed = CountChangedElements(target.bytes(), base.bytes(), segments);
+    transform =
+        static_cast<double>(changed) <= options.sparse_max_changed * static_cast<double>(elements)
+            ? Transform::kSparse
+            : Transform::kPlanes;
+  }
+  PayloadHeader h;
+  h.encoding = ChunkEncoding::kXor;
+  h.transform = transform;
+  h.hash_algorithm = target.algorithm();
+  h.chunk_size = size;
+  h.base_hash = base.hash();
+  h.target_hash = target.hash();
+  h.segments.assign(segments.begin(), segments.end());
+  st.stream.clear();
+  if (transform == Transform::kSparse) {
+    SparseForward(target.bytes(), base.bytes(), segments, st.stream);
+  } else {
+    st.stream.resize(size);
+    PlanesForward(target.bytes(), base.bytes(), segments, st.stream);
+  }
+  return Assemble(std::move(h), st.stream, options, st);
+}
+
+Status CheckSegmentsArg(std::span<const Segment> segments, uint64_t size) {
+  Status s = ValidateSegments(segments, size);
+  if (!s.ok()) return InvalidArgument("segments do not describe the chunk: " + s.message());
+  return Status::Ok();
+}
+
+}  // namespace
+
+HashedChunk HashedChunk::Compute(std::span<const uint8_t> bytes, HashAlgorithm algorithm) {
+  return HashedChunk(bytes, HashBytes(algorithm, bytes), algorithm);
+}
+
+HashedChunk HashedChunk::FromVerifiedManifest(std::span<const uint8_t> bytes, const Digest& hash,
+                                              HashAlgorithm algorithm) {
+  return HashedChunk(bytes, hash, algorithm);
+}
+
+Result<PayloadHeader> ParsePayloadHeader(std::span<const uint8_t> payload) {
+  if (payload.size() < kPayloadFixedHeaderSize) {
+    return Corrupt("delta payload of " + std::to_string(payload.size()) +
+                   " bytes is shorter than its header");
+  }
+  const uint8_t* p = payload.data();
+  if (std::memcmp(p, kMagic, 4) != 0) return Corrupt("delta payload: bad magic");
+  if (p[4] != kPayloadFormatVersion) {
+    return Corrupt("delta payload: unsupported format version " + std::to_string(p[4]));
+  }
+  PayloadHeader h;
+  if (p[5] != static_cast<uint8_t>(ChunkEncoding::kFull) &&
+      p[5] != static_cast<uint8_t>(ChunkEncoding::kXor)) {
+    return Corrupt("delta payload: bad encoding " + std::to_string(p[5]));
+  }
+  h.encoding = static_cast<ChunkEncoding>(p[5]);
+  if (p[6] > static_cast<uint8_t>(Transform::kSparse)) {
+    return Corrupt("delta payload: bad transform " + std::to_string(p[6]));
+  }
+  h.transform = static_cast<Transform>(p[6]);
+  if (p[7] > static_cast<uint8_t>(Coder::kLz4)) {
+    return Corrupt("delta payload: bad coder " + std::to_string(p[7]));
+  }
+  h.coder = static_cast<Coder>(p[7]);
+  if (p[8] != static_cast<uint8_t>(HashAlgorithm::kSha256) &&
+      p[8] != static_cast<uint8_t>(HashAlgorithm::kXxh3_128)) {
+    return Corrupt("delta payload: bad hash algorithm " + std::to_string(p[8]));
+  }
+  h.hash_algorithm = static_cast<HashAlgorithm>(p[8]);
+  if (p[9] != 0 || p[10] != 0 || p[11] != 0) return Corrupt("delta payload: reserved bytes set");
+  const uint32_t segment_count = Get32(p + 12);
+  h.chunk_size = Get64(p + 16);
+  h.stream_size = Get64(p + 24);
+  std::memcpy(h.base_hash.data(), p + 32, 32);
+  std::memcpy(h.target_hash.data(), p + 64, 32);
+  if (h.chunk_size > kMaxPayloadChunkSize) {
+    return Corrupt("delta payload: chunk size " + std::to_string(h.chunk_size) +
+                   " exceeds the limit");
+  }
+  if (h.transform == Transform::kSparse && h.encoding != ChunkEncoding::kXor) {
+    return Corrupt("delta payload: sparse transform on a full chunk");
+  }
+  if ((h.transform == Transform::kNone) != (segment_count == 0) && h.chunk_size != 0) {
+    return Corrupt("delta payload: segment count does not match the transform");
+  }
+  if (segment_count > kMaxSegments || segment_count > h.chunk_size) {
+    return Corrupt("delta payload: " + std::to_string(segment_count) + " segments");
+  }
+  size_t pos = kPayloadFixedHeaderSize;
+  h.segments.reserve(segment_count);
+  for (uint32_t i = 0; i < segment_count; ++i) {
+    ASSIGN_OR_RETURN(uint64_t size, GetVarint(payload, &pos));
+    if (pos >= payload.size()) return Corrupt("delta payload: truncated segment list");
+    h.segments.push_back({size, payload[pos++]});
+  }
+  if (h.transform != Transform::kNone) {
+    RETURN_IF_ERROR(ValidateSegments(h.segments, h.chunk_size).WithContext("delta payload"));
+  }
+  // The sparse stream holds at most a count per segment, a gap and the value of every element,
+  // and the tails; anything longer is a lie that would make us allocate for nothing.
+  const uint64_t max_stream =
+      h.transform == Transform::kSparse ? 2 * h.chunk_size + 10ull * segment_count : h.chunk_size;
+  if (h.transform == Transform::kSparse ? h.stream_size > max_stream
+                                        : h.stream_size != h.chunk_size) {
+    return Corrupt("delta payload: stream size " + std::to_string(h.stream_size) +
+                   " does not fit a chunk of " + std::to_string(h.chunk_size));
+  }
+  h.body_offset = pos;
+  if (h.coder == Coder::kStored && payload.size() - pos != h.stream_size) {
+    return Corrupt("delta payload: stored body of " + std::to_string(payload.size() - pos) +
+                   " bytes, header says " + std::to_string(h.stream_size));
+  }
+  return h;
+}
+
+Result<EncodedChunk> EncodeChunk(const HashedChunk& base, const HashedChunk& target,
+                                 std::span<const Segment> segments,
+                                 const ChunkEncodeOptions& options, CodecScratch& scratch) {
+  if (base.algorithm() != target.algorithm()) {
+    return InvalidArgument("base and target chunks are hashed with different algorithms");
+  }
+  RETURN_IF_ERROR(CheckSegmentsArg(segments, target.bytes().size()));
+  CodecScratch::State& st = ScratchAccess::Get(scratch);
+  const uint64_t size = target.bytes().size();
+  if (base.bytes().size() == size && base.hash() == target.hash()) {
+    return EncodedChunk{ChunkEncoding::kSame, Transform::kNone, Coder::kStored, {}};
+  }
+  if (base.bytes().size() != size || size == 0) return EncodeFull(target, segments, options, st);
+  ASSIGN_OR_RETURN(EncodedChunk best, EncodeXor(base, target, segments, options, st));
+  if (static_cast<double>(best.payload.size()) >
+      options.try_full_above * static_cast<double>(size)) {
+    ASSIGN_OR_RETURN(EncodedChunk full, EncodeFull(target, segments, options, st));
+    if (full.payload.size() < best.payload.size()) best = std::move(full);
+  }
+  return best;
+}
+
+Result<EncodedChunk> EncodeFullChunk(const HashedChunk& target, std::span<const Segment> segments,
+                                     const ChunkEncodeOptions& options, CodecScratch& scratch) {
+  RETURN_IF_ERROR(CheckSegmentsArg(segments, target.bytes().size()));
+  return EncodeFull(target, segments, options, ScratchAccess::Get(scratch));
+}
+
+Status DecodeChunk(std::span<const uint8_t> payload, const HashedChunk& base,
+                   const Digest* expected_target, std::span<uint8_t> out, CodecScratch& scratch) {
+  ASSIGN_OR_RETURN(PayloadHeader h, ParsePayloadHeader(payload));
+  const bool is_xor = h.encoding == ChunkEncoding::kXor;
+  if (h.hash_algorithm != base.algorithm()) {
+    const std::string m = "delta payload hashed with " +
+                          std::string(HashAlgorithmName(h.hash_algorithm)) + ", we hold " +
+                          std::string(HashAlgorithmName(base.algorithm()));
+    return is_xor ? FailedPrecondition(m) : Corrupt(m);
+  }
+  if (expected_target != nullptr && *expected_target != h.target_hash) {
+    return Corrupt("delta payload produces chunk " + ToHex(h.target_hash) +
+                   ", the manifest lists " + ToHex(*expected_target));
+  }
+  if (out.size() != h.chunk_size) {
+    return Corrupt("delta payload is for a chunk of " + std::to_string(h.chunk_size) +
+                   " bytes, the output holds " + std::to_string(out.size()));
+  }
+  if (is_xor) {
+    if (base.bytes().size() != h.chunk_size || base.hash() != h.base_hash) {
+      return FailedPrecondition("delta payload applies to base chunk " + ToHex(h.base_hash) +
+                                ", we hold " + ToHex(base.hash()) + " (" +
+                                std::to_string(base.bytes().size()) + " bytes)");
+    }
+  }
+  CodecScratch::State& st = ScratchAccess::Get(scratch);
+  const std::span<const uint8_t> body = payload.subspan(h.body_offset);
+  std::span<const uint8_t> stream;
+  switch (h.coder) {
+    case Coder::kStored:
+      stream = body;
+      break;
+    case Coder::kZstd: {
+      st.stream.resize(h.stream_size);
+      const size_t n = ZSTD_decompressDCtx(st.dctx, st.stream.data(), st.stream.size(), body.data(),
+                                           body.size());
+      if (ZSTD_isError(n)) {
+        return Corrupt(std::string("delta payload: zstd: ") + ZSTD_getErrorName(n));
+      }
+      if (n != h.stream_size) return Corrupt("delta payload: zstd stream has the wrong length");
+      stream = st.stream;
+      break;
+    }
+    case Coder::kLz4: {
+      if (body.size() > static_cast<size_t>(INT_MAX) || h.stream_size > INT_MAX) {
+        return Corrupt("delta payload: lz4 body too large");
+      }
+      st.stream.resize(h.stream_size);
+      const int n = LZ4_decompress_safe(
+          reinterpret_cast<const char*>(body.data()), reinterpret_cast<char*>(st.stream.data()),
+          static_cast<int>(body.size()), static_cast<int>(st.stream.size()));
+      if (n < 0 || static_cast<uint64_t>(n) != h.stream_size) {
+        return Corrupt("delta payload: lz4 stream is corrupt or has the wrong length");
+      }
+      stream = st.stream;
+      break;
+    }
+  }
+  st.result.resize(h.chunk_size);
+  const std::span<uint8_t> result(st.result);
+  const std::span<const uint8_t> xor_base = is_xor ? base.bytes() : std::span<const uint8_t>{};
+  switch (h.transform) {
+    case Transform::kNone:
+      if (stream.size() != h.chunk_size) return Corrupt("delta payload: stream length");
+      if (is_xor) {
+        for (uint64_t i = 0; i < h.chunk_size; ++i) result[i] = stream[i] ^ xor_base[i];
+      } else if (h.chunk_size != 0) {
+        std::memcpy(result.data(), stream.data(), h.chunk_size);
+      }
+      break;
+    case Transform::kPlanes:
+      RETURN_IF_ERROR(PlanesInverse(stream, xor_base, h.segments, result));
+      break;
+    case Transform::kSparse:
+      RETURN_IF_ERROR(SparseInverse(stream, xor_base, h.segments, result));
+      break;
+  }
+  const Digest got = HashBytes(h.hash_algorithm, result);
+  if (got != h.target_hash) {
+    return Corrupt("delta payload decodes to " + ToHex(got) + ", expected " + ToHex(h.target_hash));
+  }
+  if (h.chunk_size != 0) std::memcpy(out.data(), result.data(), h.chunk_size);
+  return Status::Ok();
+}
+
+std::string_view TransformName(Transform transform) {
+  switch (transform) {
+    case Transform::kNone:
+      return "none";
+    case Transform::kPlanes:
+      return "planes";
+    case Transform::kSparse:
+      return "sparse";
+  }
+  return "?";
+}
+
+std::string_view CoderName(Coder coder) {
+  switch (coder) {
+    case Coder::kStored:
+      return "stored";
+    case Coder::kZstd:
+      return "zstd";
+    case Coder::kLz4:
+      return "lz4";
+  }
+  return "?";
+}
+
+std::string_view EncodingName(ChunkEncoding encoding) {
+  switch (encoding) {
+    case ChunkEncoding::kFull:
+      return "full";
+    case ChunkEncoding::kSame:
+      return "same";
+    case ChunkEncoding::kXor:
+      return "xor";
+  }
+  return "?";
+}
+
+}  // namespace weightcast::codec

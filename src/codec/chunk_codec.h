@@ -1,0 +1,139 @@
+// Encoding one chunk of a version against the same chunk of a base version, and decoding it back.
+//
+// A payload is self-describing (docs/delta_format.md): a fixed header names the encoding, the
+// transform and coder chosen for this chunk, the hash algorithm, the chunk length, the hash of
+// the base chunk it applies to and the hash of the chunk it produces, then the segments (element
+// widths) the transform used, then the coded stream. The decoder needs nothing else.
+//
+// Safety contract of decoding: a payload applies only onto the base it names, and only a result
+// that hashes to the declared target ever reaches the caller's buffer. The base is passed as a
+// HashedChunk, whose hash was either computed from its bytes or vouched for by a verified
+// manifest, so the base check cannot be skipped. Any failure leaves `out` untouched and returns
+// kFailedPrecondition (wrong base: fetch the chunk `full` instead) or kCorrupt (bad payload).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include <weightcast/status.h>
+
+#include "codec/transform.h"
+#include "hash/digest.h"
+#include "manifest/manifest.h"
+
+namespace weightcast::codec {
+
+enum class Transform : uint8_t {
+  kNone = 0,    // the stream is the bytes themselves
+  kPlanes = 1,  // byte planes per segment
+  kSparse = 2,  // changed-element gaps + byte-plane values (xor only)
+};
+
+enum class Coder : uint8_t {
+  kStored = 0,  // no entropy coder (the stream did not shrink)
+  kZstd = 1,
+  kLz4 = 2,
+};
+
+inline constexpr uint8_t kPayloadFormatVersion = 1;
+inline constexpr size_t kPayloadFixedHeaderSize = 96;
+// Bounds what a payload may ask the decoder to allocate.
+inline constexpr uint64_t kMaxPayloadChunkSize = 256ull << 20;
+
+struct PayloadHeader {
+  ChunkEncoding encoding = ChunkEncoding::kFull;
+  Transform transform = Transform::kNone;
+  Coder coder = Coder::kStored;
+  HashAlgorithm hash_algorithm = HashAlgorithm::kSha256;
+  uint64_t chunk_size = 0;
+  uint64_t stream_size = 0;  // length of the transformed stream, before the coder
+  Digest base_hash{};        // zero for kFull
+  Digest target_hash{};
+  std::vector<Segment> segments;  // empty when transform is kNone
+  size_t body_offset = 0;         // where the coded stream starts in the payload
+};
+
+// Parses and bounds-checks a payload header. Never reads outside `payload`.
+Result<PayloadHeader> ParsePayloadHeader(std::span<const uint8_t> payload);
+
+// Bytes of a chunk together with their hash. Construct it by hashing the bytes, or from a hash
+// that a verified manifest vouches for (the store checked these bytes against it when it wrote
+// them). Does not own the bytes; they must outlive the HashedChunk.
+class HashedChunk {
+ public:
+  static HashedChunk Compute(std::span<const uint8_t> bytes, HashAlgorithm algorithm);
+  static HashedChunk FromVerifiedManifest(std::span<const uint8_t> bytes, const Digest& hash,
+                                          HashAlgorithm algorithm);
+
+  std::span<const uint8_t> bytes() const { return bytes_; }
+  const Digest& hash() const { return hash_; }
+  HashAlgorithm algorithm() const { return algorithm_; }
+
+ private:
+  HashedChunk(std::span<const uint8_t> bytes, const Digest& hash, HashAlgorithm algorithm)
+      : bytes_(bytes), hash_(hash), algorithm_(algorithm) {}
+  std::span<const uint8_t> bytes_;
+  Digest hash_{};
+  HashAlgorithm algorithm_ = HashAlgorithm::kSha256;
+};
+
+struct ChunkEncodeOptions {
+  Coder coder = Coder::kZstd;
+  int zstd_level = 1;
+  // Transform for xor chunks; kNone means choose: sparse when few elements changed, else planes.
+  Transform xor_transform = Transform::kNone;
+  // A changed-element fraction at or below which xor chunks use the sparse form.
+  double sparse_max_changed = 0.25;
+  // Also compress the chunk `full` and keep it when smaller. Skipped (it costs a full
+  // compression) when the xor payload is already below this fraction of the chunk.
+  double try_full_above = 0.5;
+};
+
+// Reusable per-thread buffers and coder contexts. Not thread-safe; one per worker.
+class CodecScratch {
+ public:
+  CodecScratch();
+  ~CodecScratch();
+  CodecScratch(const CodecScratch&) = delete;
+  CodecScratch& operator=(const CodecScratch&) = delete;
+
+  struct State;  // defined in chunk_codec.cc
+
+ private:
+  friend struct ScratchAccess;
+  std::unique_ptr<State> state_;
+};
+
+struct EncodedChunk {
+  ChunkEncoding encoding = ChunkEncoding::kSame;
+  Transform transform = Transform::kNone;
+  Coder coder = Coder::kStored;
+  std::vector<uint8_t> payload;  // empty for kSame
+};
+
+// Encodes `target` against `base` as kSame (equal hashes: nothing to send), kXor or kFull,
+// whichever is smallest. `segments` describe the element widths of the target chunk; they must
+// cover it exactly (kInvalidArgument otherwise). A base of another length, or an empty base
+// (none exists), gives kFull. Both hashes must use the same algorithm.
+Result<EncodedChunk> EncodeChunk(const HashedChunk& base, const HashedChunk& target,
+                                 std::span<const Segment> segments,
+                                 const ChunkEncodeOptions& options, CodecScratch& scratch);
+
+// Encodes `target` as kFull alone (no base), e.g. for a receiver that has no usable base.
+Result<EncodedChunk> EncodeFullChunk(const HashedChunk& target, std::span<const Segment> segments,
+                                     const ChunkEncodeOptions& options, CodecScratch& scratch);
+
+// Decodes a kXor or kFull payload into `out` (exactly the chunk length). For kXor the payload's
+// base hash must equal base.hash() (kFailedPrecondition otherwise); kFull ignores the base. The
+// result is hashed and must equal the payload's target hash and, when given, `expected_target`
+// (the hash the receiver's manifest lists). On any error `out` is not written.
+Status DecodeChunk(std::span<const uint8_t> payload, const HashedChunk& base,
+                   const Digest* expected_target, std::span<uint8_t> out, CodecScratch& scratch);
+
+std::string_view TransformName(Transform transform);
+std::string_view CoderName(Coder coder);
+std::string_view EncodingName(ChunkEncoding encoding);
+
+}  // namespace weightcast::codec

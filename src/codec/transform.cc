@@ -1,0 +1,431 @@
+#include "codec/transform.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <string>
+
+namespace weightcast::codec {
+namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "byte planes index element bytes by shifting a little-endian load");
+
+template <int W>
+struct Word;
+template <>
+struct Word<1> {
+  using T = uint8_t;
+};
+template <>
+struct Word<2> {
+  using T = uint16_t;
+};
+template <>
+struct Word<4> {
+  using T = uint32_t;
+};
+template <>
+struct Word<8> {
+  using T = uint64_t;
+};
+
+template <int W>
+inline typename Word<W>::T Load(const uint8_t* p) {
+  typename Word<W>::T v;
+  std::memcpy(&v, p, W);
+  return v;
+}
+
+inline uint64_t Load64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+
+// Fast varint read for the hot loop: `end` bounds the read; returns false on truncation/overlong.
+inline bool ReadVarint(const uint8_t* data, size_t size, size_t* pos, uint64_t* value) {
+  uint64_t result = 0;
+  for (int shift = 0; shift < 70; shift += 7) {
+    if (*pos >= size) return false;
+    const uint8_t byte = data[(*pos)++];
+    if (shift == 63 && byte > 1) return false;  // would overflow 64 bits
+    result |= static_cast<uint64_t>(byte & 0x7f) << shift;
+    if ((byte & 0x80) == 0) {
+      *value = result;
+      return true;
+    }
+  }
+  return false;
+}
+
+template <int W, bool kXor>
+void PlanesForwardSeg(const uint8_t* t, const uint8_t* b, uint64_t n, uint8_t* out) {
+  if constexpr (W == 1) {
+    for (uint64_t i = 0; i < n; ++i) out[i] = kXor ? (t[i] ^ b[i]) : t[i];
+  } else {
+    for (uint64_t i = 0; i < n; ++i) {
+      auto v = Load<W>(t + i * W);
+      if constexpr (kXor) v ^= Load<W>(b + i * W);
+      for (int k = 0; k < W; ++k) out[k * n + i] = static_cast<uint8_t>(v >> (8 * k));
+    }
+  }
+}
+
+template <int W, bool kXor>
+void PlanesInverseSeg(const uint8_t* in, const uint8_t* b, uint64_t n, uint8_t* out) {
+  if constexpr (W == 1) {
+    for (uint64_t i = 0; i < n; ++i) out[i] = kXor ? (in[i] ^ b[i]) : in[i];
+  } else {
+    using T = typename Word<W>::T;
+    for (uint64_t i = 0; i < n; ++i) {
+      T v = 0;
+      for (int k = 0; k < W; ++k) v |= static_cast<T>(static_cast<T>(in[k * n + i]) << (8 * k));
+      if constexpr (kXor) v ^= Load<W>(b + i * W);
+      std::memcpy(out + i * W, &v, W);
+    }
+  }
+}
+
+template <bool kXor>
+void PlanesForwardDispatch(int w, const uint8_t* t, const uint8_t* b, uint64_t n, uint8_t* out) {
+  switch (w) {
+    case 1:
+      PlanesForwardSeg<1, kXor>(t, b, n, out);
+      break;
+    case 2:
+      PlanesForwardSeg<2, kXor>(t, b, n, out);
+      break;
+    case 4:
+      PlanesForwardSeg<4, kXor>(t, b, n, out);
+      break;
+    default:
+      PlanesForwardSeg<8, kXor>(t, b, n, out);
+      break;
+  }
+}
+
+template <bool kXor>
+void PlanesInverseDispatch(int w, const uint8_t* in, const uint8_t* b, uint64_t n, uint8_t* out) {
+  switch (w) {
+    case 1:
+      PlanesInverseSeg<1, kXor>(in, b, n, out);
+      break;
+    case 2:
+      PlanesInverseSeg<2, kXor>(in, b, n, out);
+      break;
+    case 4:
+      PlanesInverseSeg<4, kXor>(in, b, n, out);
+      break;
+    default:
+      PlanesInverseSeg<8, kXor>(in, b, n, out);
+      break;
+  }
+}
+
+// Calls fn(i) for every element index i in [0, n) where t and b differ, in increasing order.
+// Skips equal 32-byte blocks with word compares, which is where a sparse chunk spends its time.
+template <int W, typename Fn>
+void ForEachChanged(const uint8_t* t, const uint8_t* b, uint64_t n, Fn&& fn) {
+  constexpr uint64_t kPerWord = 8 / W;
+  const uint64_t bytes = n * W;
+  uint64_t pos = 0;
+  while (pos + 32 <= bytes) {
+    const uint64_t x = (Load64(t + pos) ^ Load64(b + pos)) |
+                       (Load64(t + pos + 8) ^ Load64(b + pos + 8)) |
+                       (Load64(t + pos + 16) ^ Load64(b + pos + 16)) |
+                       (Load64(t + pos + 24) ^ Load64(b + pos + 24));
+    if (x != 0) {
+      for (uint64_t w = pos; w < pos + 32; w += 8) {
+        uint64_t d = Load64(t + w) ^ Load64(b + w);
+        if (d == 0) continue;
+        for (uint64_t e = 0; e < kPerWord; ++e) {
+          if ((d >> (8 * W * e)) & (W == 8 ? ~0ull : ((1ull << (8 * W)) - 1))) {
+            fn(w / W + e);
+          }
+        }
+      }
+    }
+    pos += 32;
+  }
+  for (uint64_t i = pos / W; i < n; ++i) {
+    if (std::memcmp(t + i * W, b + i * W, W) != 0) fn(i);
+  }
+}
+
+template <int W>
+void SparseForwardSeg(const uint8_t* t, const uint8_t* b, uint64_t n, std::vector<uint8_t>& out,
+                      std::vector<uint8_t>& gaps, std::vector<uint8_t>& values) {
+  gaps.clear();
+  values.clear();
+  uint64_t next = 0;
+  uint64_t count = 0;
+  ForEachChanged<W>(t, b, n, [&](uint64_t i) {
+    PutVarint(i - next, gaps);
+    next = i + 1;
+    ++count;
+    const auto v = Load<W>(t + i * W) ^ Load<W>(b + i * W);
+    const size_t at = values.size();
+    values.resize(at + W);
+    std::memcpy(values.data() + at, &v, W);
+  });
+  PutVarint(count, out);
+  out.insert(out.end(), gaps.begin(), gaps.end());
+  const size_t at = out.size();
+  out.resize(at + count * W);
+  uint8_t* planes = out.data() + at;
+  for (uint64_t j = 0; j < count; ++j) {
+    for (int k = 0; k < W; ++k) planes[k * count + j] = values[j * W + k];
+  }
+}
+
+}  // namespace
+
+uint8_t ElementWidth(DType dtype) {
+  switch (dtype) {
+    case DType::kU16:
+    case DType::kI16:
+    case DType::kF16:
+    case DType::kBF16:
+      return 2;
+    case DType::kU32:
+    case DType::kI32:
+    case DType::kF32:
+      return 4;
+    case DType::kU64:
+    case DType::kI64:
+    case DType::kF64:
+      return 8;
+    default:
+      return 1;  // 8-bit and sub-byte dtypes, bool
+  }
+}
+
+std::vector<Segment> SegmentsForRange(std::span<const ManifestTensor* const> tensors,
+                                      ByteRange range) {
+  std::vector<Segment> out;
+  auto add = [&out](uint64_t size, uint8_t width) {
+    if (size == 0) return;
+    // Merging keeps the element phase only when the earlier segment ends on an element boundary.
+    if (!out.empty() && out.back().width == width && out.back().size % width == 0) {
+      out.back().size += size;
+    } else {
+      out.push_back({size, width});
+    }
+  };
+  uint64_t cursor = range.offset;
+  for (const ManifestTensor* t : tensors) {
+    const uint64_t begin = std::max({t->offset, range.offset, cursor});
+    const uint64_t end = std::min(t->offset + t->size, range.end());
+    if (begin >= end) continue;
+    add(begin - cursor, 1);
+    const uint8_t width = ElementWidth(t->dtype);
+    // A chunk that starts inside an element carries the rest of that element as plain bytes.
+    const uint64_t phase = (begin - t->offset) % width;
+    const uint64_t lead = std::min<uint64_t>(phase == 0 ? 0 : width - phase, end - begin);
+    add(lead, 1);
+    add(end - begin - lead, width);
+    cursor = end;
+  }
+  add(range.end() - cursor, 1);
+  return out;
+}
+
+Status ValidateSegments(std::span<const Segment> segments, uint64_t chunk_size) {
+  if (segments.size() > kMaxSegments) {
+    return Corrupt("segment count " + std::to_string(segments.size()) + " exceeds the limit");
+  }
+  uint64_t total = 0;
+  for (const Segment& s : segments) {
+    if (s.width != 1 && s.width != 2 && s.width != 4 && s.width != 8) {
+      return Corrupt("segment element width " + std::to_string(s.width) + " is not 1, 2, 4 or 8");
+    }
+    if (s.size == 0) return Corrupt("empty segment");
+    if (s.size > chunk_size - total) {
+      return Corrupt("segments cover more than the chunk (" + std::to_string(chunk_size) +
+                     " bytes)");
+    }
+    total += s.size;
+  }
+  if (total != chunk_size) {
+    return Corrupt("segments cover " + std::to_string(total) + " of " + std::to_string(chunk_size) +
+                   " bytes");
+  }
+  return Status::Ok();
+}
+
+void PlanesForward(std::span<const uint8_t> target, std::span<const uint8_t> base,
+                   std::span<const Segment> segments, std::span<uint8_t> out) {
+  const bool do_xor = !base.empty();
+  uint64_t off = 0;
+  for (const Segment& s : segments) {
+    const uint64_t n = s.size / s.width;
+    const uint8_t* t = target.data() + off;
+    const uint8_t* b = do_xor ? base.data() + off : nullptr;
+    uint8_t* o = out.data() + off;
+    if (do_xor) {
+      PlanesForwardDispatch<true>(s.width, t, b, n, o);
+    } else {
+      PlanesForwardDispatch<false>(s.width, t, b, n, o);
+    }
+    for (uint64_t k = n * s.width; k < s.size; ++k) o[k] = do_xor ? (t[k] ^ b[k]) : t[k];
+    off += s.size;
+  }
+}
+
+Status PlanesInverse(std::span<const uint8_t> stream, std::span<const uint8_t> base,
+                     std::span<const Segment> segments, std::span<uint8_t> out) {
+  const bool do_xor = !base.empty();
+  uint64_t total = 0;
+  for (const Segment& s : segments) total += s.size;
+  if (stream.size() != total || out.size() != total || (do_xor && base.size() != total)) {
+    return Corrupt("plane stream of " + std::to_string(stream.size()) + " bytes for a chunk of " +
+                   std::to_string(total));
+  }
+  uint64_t off = 0;
+  for (const Segment& s : segments) {
+    const uint64_t n = s.size / s.width;
+    const uint8_t* in = stream.data() + off;
+    const uint8_t* b = do_xor ? base.data() + off : nullptr;
+    uint8_t* o = out.data() + off;
+    if (do_xor) {
+      PlanesInverseDispatch<true>(s.width, in, b, n, o);
+    } else {
+      PlanesInverseDispatch<false>(s.width, in, b, n, o);
+    }
+    for (uint64_t k = n * s.width; k < s.size; ++k) o[k] = do_xor ? (in[k] ^ b[k]) : in[k];
+    off += s.size;
+  }
+  return Status::Ok();
+}
+
+uint64_t CountChangedElements(std::span<const uint8_t> target, std::span<const uint8_t> base,
+                              std::span<const Segment> segments) {
+  uint64_t count = 0;
+  uint64_t off = 0;
+  auto inc = [&count](uint64_t) { ++count; };
+  for (const Segment& s : segments) {
+    const uint64_t n = s.size / s.width;
+    const uint8_t* t = target.data() + off;
+    const uint8_t* b = base.data() + off;
+    switch (s.width) {
+      case 1:
+        ForEachChanged<1>(t, b, n, inc);
+        break;
+      case 2:
+        ForEachChanged<2>(t, b, n, inc);
+        break;
+      case 4:
+        ForEachChanged<4>(t, b, n, inc);
+        break;
+      default:
+        ForEachChanged<8>(t, b, n, inc);
+        break;
+    }
+    const uint64_t tail = s.size - n * s.width;
+    if (tail != 0 && std::memcmp(t + n * s.width, b + n * s.width, tail) != 0) ++count;
+    off += s.size;
+  }
+  return count;
+}
+
+void SparseForward(std::span<const uint8_t> target, std::span<const uint8_t> base,
+                   std::span<const Segment> segments, std::vector<uint8_t>& out) {
+  std::vector<uint8_t> gaps;
+  std::vector<uint8_t> values;
+  uint64_t off = 0;
+  for (const Segment& s : segments) {
+    const uint64_t n = s.size / s.width;
+    const uint8_t* t = target.data() + off;
+    const uint8_t* b = base.data() + off;
+    switch (s.width) {
+      case 1:
+        SparseForwardSeg<1>(t, b, n, out, gaps, values);
+        break;
+      case 2:
+        SparseForwardSeg<2>(t, b, n, out, gaps, values);
+        break;
+      case 4:
+        SparseForwardSeg<4>(t, b, n, out, gaps, values);
+        break;
+      default:
+        SparseForwardSeg<8>(t, b, n, out, gaps, values);
+        break;
+    }
+    for (uint64_t k = n * s.width; k < s.size; ++k) out.push_back(t[k] ^ b[k]);
+    off += s.size;
+  }
+}
+
+Status SparseInverse(std::span<const uint8_t> stream, std::span<const uint8_t> base,
+                     std::span<const Segment> segments, std::span<uint8_t> out) {
+  uint64_t total = 0;
+  for (const Segment& s : segments) total += s.size;
+  if (out.size() != total || base.size() != total) {
+    return Internal("sparse inverse: buffers do not match the segments");
+  }
+  if (total != 0) std::memcpy(out.data(), base.data(), total);
+  const uint8_t* data = stream.data();
+  const size_t size = stream.size();
+  size_t pos = 0;
+  uint64_t off = 0;
+  for (const Segment& s : segments) {
+    const uint64_t w = s.width;
+    const uint64_t n = s.size / w;
+    uint64_t count = 0;
+    if (!ReadVarint(data, size, &pos, &count) || count > n) {
+      return Corrupt("sparse stream: bad changed-element count at byte " + std::to_string(pos));
+    }
+    // First pass finds where the value planes start; the second applies them.
+    const size_t gaps_begin = pos;
+    uint64_t gap = 0;
+    for (uint64_t j = 0; j < count; ++j) {
+      if (!ReadVarint(data, size, &pos, &gap)) {
+        return Corrupt("sparse stream: truncated gap list at byte " + std::to_string(pos));
+      }
+    }
+    if (count * w > size - pos) return Corrupt("sparse stream: truncated value planes");
+    const uint8_t* planes = data + pos;
+    const size_t planes_end = pos + count * w;
+    pos = gaps_begin;
+    uint64_t next = 0;
+    uint8_t* o = out.data() + off;
+    for (uint64_t j = 0; j < count; ++j) {
+      ReadVarint(data, size, &pos, &gap);  // cannot fail: read once above
+      if (gap >= n - next) {
+        return Corrupt("sparse stream: element index beyond the segment of " + std::to_string(n));
+      }
+      const uint64_t i = next + gap;
+      next = i + 1;
+      for (uint64_t k = 0; k < w; ++k) o[i * w + k] ^= planes[k * count + j];
+    }
+    pos = planes_end;
+    const uint64_t tail = s.size - n * w;
+    if (tail > size - pos) return Corrupt("sparse stream: truncated tail");
+    for (uint64_t k = 0; k < tail; ++k) o[n * w + k] ^= data[pos + k];
+    pos += tail;
+    off += s.size;
+  }
+  if (pos != size) {
+    return Corrupt("sparse stream: " + std::to_string(size - pos) + " trailing bytes");
+  }
+  return Status::Ok();
+}
+
+void PutVarint(uint64_t value, std::vector<uint8_t>& out) {
+  while (value >= 0x80) {
+    out.push_back(static_cast<uint8_t>(value | 0x80));
+    value >>= 7;
+  }
+  out.push_back(static_cast<uint8_t>(value));
+}
+
+Result<uint64_t> GetVarint(std::span<const uint8_t> in, size_t* pos) {
+  uint64_t value = 0;
+  if (!ReadVarint(in.data(), in.size(), pos, &value)) {
+    return Corrupt("truncated or overlong varint at byte " + std::to_string(*pos));
+  }
+  return value;
+}
+
+}  // namespace weightcast::codec

@@ -1,0 +1,256 @@
+#include "codec/chunk_codec.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace weightcast::codec {
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+
+Bytes RandomBytes(std::mt19937_64& rng, size_t n) {
+  Bytes b(n);
+  for (auto& x : b) x = static_cast<uint8_t>(rng());
+  return b;
+}
+
+// Flips a fraction of the elements of `base` by a small XOR in the low byte, as training does.
+Bytes Mutate(std::mt19937_64& rng, const Bytes& base, double fraction, int width) {
+  Bytes t = base;
+  std::bernoulli_distribution pick(fraction);
+  for (size_t i = 0; i + width <= t.size(); i += width) {
+    if (pick(rng)) t[i] ^= static_cast<uint8_t>(1 + rng() % 3);
+  }
+  return t;
+}
+
+// Random segments that cover `size` bytes, with every width and odd sizes.
+std::vector<Segment> RandomSegments(std::mt19937_64& rng, uint64_t size) {
+  std::vector<Segment> segs;
+  const uint8_t widths[] = {1, 2, 4, 8};
+  uint64_t left = size;
+  while (left > 0) {
+    const uint64_t n = std::min<uint64_t>(left, 1 + rng() % 5000);
+    segs.push_back({n, widths[rng() % 4]});
+    left -= n;
+  }
+  return segs;
+}
+
+Status RoundTrip(const Bytes& base, const Bytes& target, std::span<const Segment> segs,
+                 const ChunkEncodeOptions& opt, EncodedChunk* encoded_out = nullptr) {
+  CodecScratch scratch;
+  const auto b = HashedChunk::Compute(base, HashAlgorithm::kSha256);
+  const auto t = HashedChunk::Compute(target, HashAlgorithm::kSha256);
+  auto enc = EncodeChunk(b, t, segs, opt, scratch);
+  if (!enc.ok()) return enc.status();
+  if (encoded_out) *encoded_out = enc.value();
+  if (enc->encoding == ChunkEncoding::kSame) {
+    return base == target ? Status::Ok() : Internal("same for different bytes");
+  }
+  Bytes out(target.size(), 0xEE);
+  RETURN_IF_ERROR(DecodeChunk(enc->payload, b, &t.hash(), out, scratch));
+  return out == target ? Status::Ok() : Internal("round trip differs");
+}
+
+TEST(ChunkCodec, RoundTripsRandomChunksWithEveryTransformAndCoder) {
+  std::mt19937_64 rng(7);
+  for (int iter = 0; iter < 60; ++iter) {
+    const size_t size = iter % 10 == 0 ? rng() % 17 : 1 + rng() % 40000;
+    const Bytes base = RandomBytes(rng, size);
+    const double fraction = std::vector<double>{0.0, 0.001, 0.01, 0.1, 0.5, 1.0}[iter % 6];
+    const int width = 1 << (iter % 4);
+    Bytes target = Mutate(rng, base, fraction, width);
+    if (iter % 7 == 3) target = RandomBytes(rng, size);
+    const auto segs = RandomSegments(rng, size);
+    for (Coder coder : {Coder::kStored, Coder::kZstd, Coder::kLz4}) {
+      for (Transform tr : {Transform::kNone, Transform::kPlanes, Transform::kSparse}) {
+        ChunkEncodeOptions opt;
+        opt.coder = coder;
+        opt.xor_transform = tr;
+        opt.try_full_above = (iter % 2) ? 0.0 : 2.0;
+        const Status s = RoundTrip(base, target, segs, opt);
+        ASSERT_TRUE(s.ok()) << s.ToString() << " iter " << iter << " size " << size;
+      }
+    }
+  }
+}
+
+TEST(ChunkCodec, PicksSameForIdenticalChunksAndSendsNothing) {
+  std::mt19937_64 rng(1);
+  const Bytes base = RandomBytes(rng, 4096);
+  EncodedChunk e;
+  ASSERT_TRUE(RoundTrip(base, base, std::vector<Segment>{{4096, 2}}, {}, &e).ok());
+  EXPECT_EQ(e.encoding, ChunkEncoding::kSame);
+  EXPECT_TRUE(e.payload.empty());
+}
+
+TEST(ChunkCodec, SparseXorIsMuchSmallerThanTheChunk) {
+  std::mt19937_64 rng(2);
+  const Bytes base = RandomBytes(rng, 1 << 20);
+  const Bytes target = Mutate(rng, base, 0.01, 2);
+  EncodedChunk e;
+  ASSERT_TRUE(RoundTrip(base, target, std::vector<Segment>{{1 << 20, 2}}, {}, &e).ok());
+  EXPECT_EQ(e.encoding, ChunkEncoding::kXor);
+  EXPECT_EQ(e.transform, Transform::kSparse);
+  EXPECT_LT(e.payload.size(), (1u << 20) / 40);
+}
+
+TEST(ChunkCodec, UnrelatedChunksFallBackToFull) {
+  std::mt19937_64 rng(3);
+  Bytes base = RandomBytes(rng, 1 << 16);
+  Bytes target(1 << 16, 0);  // compresses to nothing as full, not as xor of random base
+  EncodedChunk e;
+  ASSERT_TRUE(RoundTrip(base, target, std::vector<Segment>{{1 << 16, 1}}, {}, &e).ok());
+  EXPECT_EQ(e.encoding, ChunkEncoding::kFull);
+}
+
+TEST(ChunkCodec, BaseOfOtherLengthGivesFull) {
+  std::mt19937_64 rng(4);
+  const Bytes base = RandomBytes(rng, 100);
+  const Bytes target = RandomBytes(rng, 120);
+  EncodedChunk e;
+  ASSERT_TRUE(RoundTrip(base, target, std::vector<Segment>{{120, 4}}, {}, &e).ok());
+  EXPECT_EQ(e.encoding, ChunkEncoding::kFull);
+}
+
+TEST(ChunkCodec, RejectsSegmentsThatDoNotCoverTheChunk) {
+  CodecScratch scratch;
+  Bytes a(64, 1), b(64, 2);
+  const auto ha = HashedChunk::Compute(a, HashAlgorithm::kSha256);
+  const auto hb = HashedChunk::Compute(b, HashAlgorithm::kSha256);
+  std::vector<Segment> short_segs{{60, 2}};
+  auto r = EncodeChunk(ha, hb, short_segs, {}, scratch);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  std::vector<Segment> bad_width{{64, 3}};
+  EXPECT_FALSE(EncodeChunk(ha, hb, bad_width, {}, scratch).ok());
+}
+
+class DecodeFailure : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::mt19937_64 rng(5);
+    base_ = RandomBytes(rng, 8192);
+    target_ = Mutate(rng, base_, 0.05, 2);
+    segs_ = {{8192, 2}};
+    CodecScratch scratch;
+    auto e = EncodeChunk(HashedChunk::Compute(base_, HashAlgorithm::kSha256),
+                         HashedChunk::Compute(target_, HashAlgorithm::kSha256), segs_, {}, scratch);
+    ASSERT_TRUE(e.ok());
+    ASSERT_EQ(e->encoding, ChunkEncoding::kXor);
+    payload_ = e->payload;
+  }
+  Bytes base_, target_, payload_;
+  std::vector<Segment> segs_;
+};
+
+TEST_F(DecodeFailure, RejectsWrongBaseWithFailedPreconditionAndLeavesOutputUntouched) {
+  Bytes other = base_;
+  other[100] ^= 1;
+  CodecScratch scratch;
+  Bytes out(target_.size(), 0xAB);
+  const Status s = DecodeChunk(payload_, HashedChunk::Compute(other, HashAlgorithm::kSha256),
+                               nullptr, out, scratch);
+  EXPECT_EQ(s.code(), Code::kFailedPrecondition) << s.ToString();
+  EXPECT_EQ(out, Bytes(target_.size(), 0xAB));
+}
+
+TEST_F(DecodeFailure, RejectsBaseWhoseVouchedHashIsWrong) {
+  // The bytes are right but the hash we vouch for names another chunk: still refused.
+  Digest wrong{};
+  CodecScratch scratch;
+  Bytes out(target_.size(), 0xAB);
+  const Status s =
+      DecodeChunk(payload_, HashedChunk::FromVerifiedManifest(base_, wrong, HashAlgorithm::kSha256),
+                  nullptr, out, scratch);
+  EXPECT_EQ(s.code(), Code::kFailedPrecondition);
+}
+
+TEST_F(DecodeFailure, RejectsPayloadForAnotherTarget) {
+  Digest other{};
+  other[0] = 1;
+  CodecScratch scratch;
+  Bytes out(target_.size());
+  const Status s = DecodeChunk(payload_, HashedChunk::Compute(base_, HashAlgorithm::kSha256),
+                               &other, out, scratch);
+  EXPECT_EQ(s.code(), Code::kCorrupt);
+}
+
+TEST_F(DecodeFailure, EveryCorruptionGivesAnErrorAndNoPartialOutput) {
+  CodecScratch scratch;
+  const auto base = HashedChunk::Compute(base_, HashAlgorithm::kSha256);
+  std::mt19937_64 rng(9);
+  int failures = 0;
+  for (size_t i = 0; i < payload_.size(); ++i) {
+    for (uint8_t flip : {uint8_t{1}, uint8_t{0x80}}) {
+      Bytes bad = payload_;
+      bad[i] ^= flip;
+      Bytes out(target_.size(), 0x5A);
+      const Status s = DecodeChunk(bad, base, nullptr, out, scratch);
+      if (s.ok()) {
+        // A flip that still decodes must give exactly the target (e.g. a zstd checksum-free
+        // literal that is never read). Anything else would be a silent corruption.
+        EXPECT_EQ(out, target_) << "byte " << i;
+        continue;
+      }
+      ++failures;
+      EXPECT_TRUE(s.code() == Code::kCorrupt || s.code() == Code::kFailedPrecondition)
+          << s.ToString();
+      ASSERT_EQ(out, Bytes(target_.size(), 0x5A)) << "partial output after flip at " << i;
+    }
+  }
+  EXPECT_GT(failures, 0);
+  for (size_t cut = 0; cut < payload_.size(); cut += 1 + rng() % 7) {
+    Bytes out(target_.size(), 0x5A);
+    const Status s = DecodeChunk(std::span(payload_).first(cut), base, nullptr, out, scratch);
+    EXPECT_FALSE(s.ok()) << "truncated to " << cut;
+    ASSERT_EQ(out, Bytes(target_.size(), 0x5A));
+  }
+}
+
+TEST_F(DecodeFailure, RejectsOutputOfTheWrongSize) {
+  CodecScratch scratch;
+  Bytes out(target_.size() + 1);
+  const Status s = DecodeChunk(payload_, HashedChunk::Compute(base_, HashAlgorithm::kSha256),
+                               nullptr, out, scratch);
+  EXPECT_EQ(s.code(), Code::kCorrupt);
+}
+
+TEST(ChunkCodec, FullPayloadDecodesWithoutABase) {
+  std::mt19937_64 rng(6);
+  const Bytes target = RandomBytes(rng, 5000);
+  CodecScratch scratch;
+  const auto t = HashedChunk::Compute(target, HashAlgorithm::kXxh3_128);
+  auto e = EncodeFullChunk(t, std::vector<Segment>{{5000, 4}}, {}, scratch);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->encoding, ChunkEncoding::kFull);
+  Bytes out(5000);
+  ASSERT_TRUE(DecodeChunk(e->payload, HashedChunk::Compute({}, HashAlgorithm::kXxh3_128), &t.hash(),
+                          out, scratch)
+                  .ok());
+  EXPECT_EQ(out, target);
+}
+
+TEST(ChunkCodec, HeaderNamesBaseTargetAndLength) {
+  std::mt19937_64 rng(8);
+  const Bytes base = RandomBytes(rng, 3000);
+  const Bytes target = Mutate(rng, base, 0.1, 4);
+  CodecScratch scratch;
+  const auto b = HashedChunk::Compute(base, HashAlgorithm::kSha256);
+  const auto t = HashedChunk::Compute(target, HashAlgorithm::kSha256);
+  auto e = EncodeChunk(b, t, std::vector<Segment>{{1000, 1}, {2000, 4}}, {}, scratch);
+  ASSERT_TRUE(e.ok());
+  auto h = ParsePayloadHeader(e->payload);
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_EQ(h->base_hash, b.hash());
+  EXPECT_EQ(h->target_hash, t.hash());
+  EXPECT_EQ(h->chunk_size, 3000u);
+  EXPECT_EQ(h->segments, (std::vector<Segment>{{1000, 1}, {2000, 4}}));
+}
+
+}  // namespace
+}  // namespace weightcast::codec
