@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <weightcast/status.h>
@@ -20,6 +21,20 @@ inline constexpr uint64_t kDefaultChunkSize = 8ull << 20;
 inline constexpr uint64_t kMinChunkSize = 64ull << 10;
 inline constexpr uint64_t kMaxChunkSize = 256ull << 20;
 
+// Bounds that ValidateManifest and ParseManifest enforce (docs/manifest_format.md), so that bytes
+// from outside cannot make a reader allocate without limit.
+inline constexpr uint64_t kMaxManifestBytes = 1ull << 30;  // serialized; protobuf caps at 2 GiB
+inline constexpr size_t kMaxManifestFiles = 1'000'000;
+inline constexpr size_t kMaxManifestTensors = 10'000'000;
+inline constexpr size_t kMaxManifestChunks = 100'000'000;
+inline constexpr size_t kMaxManifestPathBytes = 4096;
+inline constexpr size_t kMaxTensorNameBytes = 4096;
+inline constexpr size_t kMaxTensorRank = 64;
+inline constexpr size_t kMaxChannelBytes = 128;
+inline constexpr size_t kMaxMetadataEntries = 1024;
+inline constexpr size_t kMaxMetadataKeyBytes = 256;
+inline constexpr size_t kMaxMetadataValueBytes = 64 << 10;
+
 struct BuildOptions {
   uint64_t chunk_size = kDefaultChunkSize;
   HashAlgorithm algorithm = HashAlgorithm::kSha256;
@@ -34,14 +49,21 @@ Result<Manifest> BuildManifest(const Checkpoint& checkpoint, std::string channel
 // Hashes the chunks of the flat byte space formed by `files` under `root` (used by BuildManifest
 // and by store verification). Fails if a file's size differs from its entry.
 Result<std::vector<Digest>> HashChunks(const std::filesystem::path& root,
-                                       const std::vector<ManifestFile>& files,
-                                       uint64_t chunk_size, HashAlgorithm algorithm,
-                                       size_t threads = 0);
+                                       const std::vector<ManifestFile>& files, uint64_t chunk_size,
+                                       HashAlgorithm algorithm, size_t threads = 0);
 
 // The root hash: SHA-256 over the canonical encoding of the version's content (files, tensors,
 // chunk size, hash algorithm, chunk hashes). Channel, version number and delta section are not
 // part of it: the same bytes have the same identity however they travel.
+// The encoding is defined byte for byte in docs/manifest_format.md ("Root hash").
 Digest ComputeRoot(const Manifest& manifest);
+
+// The bytes ComputeRoot hashes (exposed for tests and for other implementations to compare).
+std::string CanonicalRootEncoding(const Manifest& manifest);
+
+// Channel names: 1..kMaxChannelBytes of [A-Za-z0-9._-], not starting with '.'. They become
+// directory names in the store, hence the strict alphabet.
+Status ValidateChannelName(std::string_view channel);
 
 // Checks internal consistency: offsets contiguous, tensors inside their files, chunk count
 // matching total size and chunk size, sizes bounded, root matching ComputeRoot.

@@ -25,7 +25,7 @@ namespace weightcast {
 inline constexpr uint32_t kManifestFormatVersion = 1;
 
 struct ManifestFile {
-  std::string path;     // relative, '/'-separated
+  std::string path;  // relative, '/'-separated
   uint64_t size = 0;
   uint64_t offset = 0;  // where the file starts in the flat byte space
 };

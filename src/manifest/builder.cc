@@ -1,0 +1,221 @@
+// BuildManifest and HashChunks: stream a checkpoint's bytes through the chunk hasher on all cores.
+#include "manifest/builder.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <mutex>
+#include <utility>
+
+#include "util/thread_pool.h"
+
+namespace weightcast {
+namespace {
+
+// A read-only mapping of [offset, offset + size) of one file, opened for the duration of one
+// chunk. Mapping per chunk (rather than every file up front) keeps open descriptors and mappings
+// bounded by the number of workers, whatever the number of files.
+class FileWindow {
+ public:
+  static Result<FileWindow> Open(const std::filesystem::path& path, uint64_t expected_size,
+                                 uint64_t offset, uint64_t size) {
+    FileWindow w;
+    w.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (w.fd_ < 0) return ErrnoStatus("open(" + path.string() + ")", errno);
+    struct stat st {};
+    if (::fstat(w.fd_, &st) != 0) return ErrnoStatus("stat(" + path.string() + ")", errno);
+    if (!S_ISREG(st.st_mode)) return InvalidArgument(path.string() + ": not a regular file");
+    if (static_cast<uint64_t>(st.st_size) != expected_size) {
+      return FailedPrecondition(path.string() + ": file is " + std::to_string(st.st_size) +
+                                " bytes, the manifest says " + std::to_string(expected_size) +
+                                " (changed while hashing?)");
+    }
+    if (size == 0) return w;
+    const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    const uint64_t aligned = offset / page * page;
+    w.map_size_ = size + (offset - aligned);
+    void* p =
+        ::mmap(nullptr, w.map_size_, PROT_READ, MAP_SHARED, w.fd_, static_cast<off_t>(aligned));
+    if (p == MAP_FAILED) {
+      w.map_size_ = 0;
+      return ErrnoStatus("mmap(" + path.string() + ")", errno);
+    }
+    w.map_ = static_cast<uint8_t*>(p);
+    // Ask for the whole window now: on a cold page cache the kernel reads ahead while we hash.
+    ::madvise(p, w.map_size_, MADV_WILLNEED);
+    ::madvise(p, w.map_size_, MADV_SEQUENTIAL);
+    w.bytes_ = {w.map_ + (offset - aligned), size};
+    return w;
+  }
+
+  FileWindow() = default;
+  FileWindow(FileWindow&& o) noexcept
+      : fd_(std::exchange(o.fd_, -1)),
+        map_(std::exchange(o.map_, nullptr)),
+        map_size_(std::exchange(o.map_size_, 0)),
+        bytes_(std::exchange(o.bytes_, {})) {}
+  FileWindow& operator=(FileWindow&&) = delete;
+  FileWindow(const FileWindow&) = delete;
+  FileWindow& operator=(const FileWindow&) = delete;
+  ~FileWindow() {
+    if (map_ != nullptr) ::munmap(map_, map_size_);
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  std::span<const uint8_t> bytes() const { return bytes_; }
+
+ private:
+  int fd_ = -1;
+  uint8_t* map_ = nullptr;
+  uint64_t map_size_ = 0;
+  std::span<const uint8_t> bytes_;
+};
+
+// Hashes chunk `index`: the bytes [index * chunk_size, ...) of the flat space, which may come from
+// several files (a chunk spanning a file boundary, or many small files in one chunk).
+Result<Digest> HashOneChunk(const std::filesystem::path& root,
+                            const std::vector<ManifestFile>& files, uint64_t total,
+                            uint64_t chunk_size, HashAlgorithm algorithm, uint64_t index) {
+  const uint64_t begin = index * chunk_size;
+  const uint64_t end = std::min(total, begin + chunk_size);
+  // The last file that starts at or before `begin`; skips the empty files sharing its offset.
+  auto it = std::upper_bound(files.begin(), files.end(), begin,
+                             [](uint64_t off, const ManifestFile& f) { return off < f.offset; });
+  size_t i = static_cast<size_t>(it - files.begin()) - 1;
+  Hasher hasher(algorithm);
+  for (uint64_t pos = begin; pos < end; ++i) {
+    const ManifestFile& f = files[i];
+    if (f.offset + f.size <= pos) continue;  // empty file, or one that ended exactly at pos
+    const uint64_t in_file = pos - f.offset;
+    const uint64_t take = std::min(end, f.offset + f.size) - pos;
+    ASSIGN_OR_RETURN(FileWindow window, FileWindow::Open(root / f.path, f.size, in_file, take));
+    hasher.Update(window.bytes());
+    pos += take;
+  }
+  return hasher.Finish();
+}
+
+Status CheckLayout(const std::vector<ManifestFile>& files, uint64_t chunk_size) {
+  if (chunk_size < kMinChunkSize || chunk_size > kMaxChunkSize) {
+    return InvalidArgument("chunk size " + std::to_string(chunk_size) + " is outside [" +
+                           std::to_string(kMinChunkSize) + ", " + std::to_string(kMaxChunkSize) +
+                           "]");
+  }
+  uint64_t expected = 0;
+  for (const ManifestFile& f : files) {
+    if (f.offset != expected) {
+      return InvalidArgument(f.path + ": offset " + std::to_string(f.offset) + ", expected " +
+                             std::to_string(expected) + " (files must be contiguous)");
+    }
+    if (f.size > UINT64_MAX - expected) return InvalidArgument(f.path + ": size overflows");
+    expected += f.size;
+  }
+  const uint64_t chunks = expected / chunk_size + (expected % chunk_size != 0 ? 1 : 0);
+  if (chunks > kMaxManifestChunks) {
+    return OutOfRange(std::to_string(expected) + " bytes in chunks of " +
+                      std::to_string(chunk_size) + " make " + std::to_string(chunks) +
+                      " chunks, over the limit of " + std::to_string(kMaxManifestChunks));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::vector<Digest>> HashChunks(const std::filesystem::path& root,
+                                       const std::vector<ManifestFile>& files, uint64_t chunk_size,
+                                       HashAlgorithm algorithm, size_t threads) {
+  RETURN_IF_ERROR(CheckLayout(files, chunk_size));
+  const uint64_t total = files.empty() ? 0 : files.back().offset + files.back().size;
+  const size_t count = static_cast<size_t>(total / chunk_size + (total % chunk_size != 0 ? 1 : 0));
+  std::vector<Digest> out(count);
+  if (count == 0) return out;
+
+  std::atomic<bool> failed{false};
+  std::mutex error_mu;
+  Status error;
+  ThreadPool pool(threads);
+  pool.ParallelFor(count, [&](size_t index) {
+    if (failed.load(std::memory_order_relaxed)) return;
+    Result<Digest> digest = HashOneChunk(root, files, total, chunk_size, algorithm, index);
+    if (digest.ok()) {
+      out[index] = *digest;
+      return;
+    }
+    std::lock_guard<std::mutex> lock(error_mu);
+    if (!failed.exchange(true)) {
+      error = digest.status().WithContext("chunk " + std::to_string(index));
+    }
+  });
+  if (failed.load()) return error;
+  return out;
+}
+
+Result<Manifest> BuildManifest(const Checkpoint& checkpoint, std::string channel, Version version,
+                               const BuildOptions& options) {
+  RETURN_IF_ERROR(ValidateChannelName(channel));
+  if (version.value() == 0) return InvalidArgument("version must be 1 or more");
+  if (options.algorithm != HashAlgorithm::kSha256 &&
+      options.algorithm != HashAlgorithm::kXxh3_128) {
+    return InvalidArgument("unknown hash algorithm");
+  }
+  if (checkpoint.files.empty()) {
+    return InvalidArgument(checkpoint.root.string() + ": the checkpoint has no files");
+  }
+  if (checkpoint.files.size() > kMaxManifestFiles) {
+    return OutOfRange(checkpoint.root.string() + ": " + std::to_string(checkpoint.files.size()) +
+                      " files, over the limit of " + std::to_string(kMaxManifestFiles));
+  }
+
+  Manifest m;
+  m.channel = std::move(channel);
+  m.version = version;
+  m.hash_algorithm = options.algorithm;
+  m.chunk_size = options.chunk_size;
+
+  // Relative-path order (bytewise), whatever order the checkpoint came in.
+  std::vector<const CheckpointFile*> order;
+  order.reserve(checkpoint.files.size());
+  for (const CheckpointFile& f : checkpoint.files) order.push_back(&f);
+  std::sort(order.begin(), order.end(), [](const CheckpointFile* a, const CheckpointFile* b) {
+    return a->relative_path < b->relative_path;
+  });
+
+  uint64_t offset = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const CheckpointFile& f = *order[i];
+    m.files.push_back({f.relative_path, f.size, offset});
+    if (f.is_safetensors) {
+      for (const TensorInfo& t : f.header.tensors) {
+        // Translate to the flat byte space; the header was validated against the file size, but
+        // re-check so a hand-built Checkpoint cannot put a tensor outside its file.
+        const uint64_t start = f.header.data_offset() + t.begin;
+        if (t.end < t.begin || t.begin > f.size || start > f.size ||
+            t.end - t.begin > f.size - start) {
+          return InvalidArgument(f.relative_path + ": tensor " + t.name + " lies outside the file");
+        }
+        m.tensors.push_back(
+            {t.name, t.dtype, t.shape, static_cast<uint32_t>(i), offset + start, t.end - t.begin});
+      }
+    }
+    if (f.size > UINT64_MAX - offset) return InvalidArgument(f.relative_path + ": size overflows");
+    offset += f.size;
+  }
+  std::stable_sort(
+      m.tensors.begin(), m.tensors.end(),
+      [](const ManifestTensor& a, const ManifestTensor& b) { return a.offset < b.offset; });
+
+  ASSIGN_OR_RETURN(m.chunk_hashes, HashChunks(checkpoint.root, m.files, m.chunk_size,
+                                              m.hash_algorithm, options.threads));
+  m.root = ComputeRoot(m);
+  if (Status s = ValidateManifest(m); !s.ok()) {
+    return InvalidArgument(checkpoint.root.string() + ": " + s.message());
+  }
+  return m;
+}
+
+}  // namespace weightcast

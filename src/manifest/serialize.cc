@@ -1,0 +1,264 @@
+// Protobuf encoding of manifests. Everything protobuf-specific stays in this file: the rest of
+// the code base sees Manifest structs, Status and bytes.
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
+#include <climits>
+#include <cstring>
+#include <exception>
+
+#include "manifest/builder.h"
+#include "manifest/manifest.pb.h"
+#include "util/file.h"
+
+namespace weightcast {
+namespace {
+
+namespace pb = ::weightcast::manifest;
+
+std::string DigestBytes(const Digest& d) {
+  return {reinterpret_cast<const char*>(d.data()), d.size()};
+}
+
+Result<Digest> ToDigest(const std::string& bytes, std::string_view what) {
+  Digest d{};
+  if (bytes.size() != d.size()) {
+    return Corrupt(std::string(what) + " is " + std::to_string(bytes.size()) + " bytes, expected " +
+                   std::to_string(d.size()));
+  }
+  std::memcpy(d.data(), bytes.data(), d.size());
+  return d;
+}
+
+Status CheckCount(size_t count, size_t limit, std::string_view what) {
+  if (count > limit) {
+    return Corrupt("manifest lists " + std::to_string(count) + " " + std::string(what) +
+                   ", over the limit of " + std::to_string(limit));
+  }
+  return Status::Ok();
+}
+
+std::string FutureVersionMessage(uint64_t version) {
+  return "manifest format version " + std::to_string(version) +
+         " is newer than this build of weightcast reads (" +
+         std::to_string(kManifestFormatVersion) + "); upgrade weightcast to read it";
+}
+
+// Writers emit fields in field-number order, so a manifest starts with format_version (field 1,
+// varint: tag byte 0x08). Reading it by hand gives a clear "too new" message even when a future
+// schema no longer parses as this one.
+std::optional<uint64_t> PeekFormatVersion(std::span<const uint8_t> bytes) {
+  if (bytes.empty() || bytes[0] != 0x08) return std::nullopt;
+  uint64_t v = 0;
+  for (size_t i = 1; i < bytes.size() && i <= 10; ++i) {
+    v |= uint64_t{bytes[i] & 0x7fu} << (7 * (i - 1));
+    if ((bytes[i] & 0x80) == 0) return v;
+  }
+  return std::nullopt;
+}
+
+Result<Manifest> FromProto(const pb::Manifest& p) {
+  if (p.format_version() == 0) {
+    return Corrupt("manifest has no format_version (is this a weightcast manifest?)");
+  }
+  if (p.format_version() > kManifestFormatVersion) {
+    return Corrupt(FutureVersionMessage(p.format_version()));
+  }
+  // Bound every count before reserving or copying anything.
+  RETURN_IF_ERROR(CheckCount(static_cast<size_t>(p.files_size()), kMaxManifestFiles, "files"));
+  RETURN_IF_ERROR(
+      CheckCount(static_cast<size_t>(p.tensors_size()), kMaxManifestTensors, "tensors"));
+  RETURN_IF_ERROR(
+      CheckCount(static_cast<size_t>(p.chunk_hashes_size()), kMaxManifestChunks, "chunks"));
+  RETURN_IF_ERROR(CheckCount(p.metadata().size(), kMaxMetadataEntries, "metadata entries"));
+  if (p.channel().size() > kMaxChannelBytes) {
+    return Corrupt("channel name is " + std::to_string(p.channel().size()) +
+                   " bytes, over the limit of " + std::to_string(kMaxChannelBytes));
+  }
+
+  Manifest m;
+  m.format_version = p.format_version();
+  m.channel = p.channel();
+  m.version = Version(p.version());
+  switch (p.hash_algorithm()) {
+    case pb::HASH_ALGORITHM_SHA256:
+      m.hash_algorithm = HashAlgorithm::kSha256;
+      break;
+    case pb::HASH_ALGORITHM_XXH3_128:
+      m.hash_algorithm = HashAlgorithm::kXxh3_128;
+      break;
+    default:
+      return Corrupt("unknown chunk hash algorithm " + std::to_string(p.hash_algorithm()));
+  }
+  m.chunk_size = p.chunk_size();
+
+  m.files.reserve(static_cast<size_t>(p.files_size()));
+  for (const pb::File& f : p.files()) {
+    if (f.path().size() > kMaxManifestPathBytes) {
+      return Corrupt("file " + std::to_string(m.files.size()) + " path is " +
+                     std::to_string(f.path().size()) + " bytes, over the limit of " +
+                     std::to_string(kMaxManifestPathBytes));
+    }
+    m.files.push_back({f.path(), f.size(), f.offset()});
+  }
+
+  m.tensors.reserve(static_cast<size_t>(p.tensors_size()));
+  for (const pb::Tensor& t : p.tensors()) {
+    const std::string index = std::to_string(m.tensors.size());
+    if (t.name().size() > kMaxTensorNameBytes) {
+      return Corrupt("tensor " + index + " name is " + std::to_string(t.name().size()) +
+                     " bytes, over the limit of " + std::to_string(kMaxTensorNameBytes));
+    }
+    const int dtype = t.dtype();
+    if (dtype < 1 || dtype > static_cast<int>(DType::kF4) + 1) {
+      return Corrupt("tensor " + index + " (" + t.name().substr(0, 200) + "): dtype " +
+                     std::to_string(dtype) + " is out of range");
+    }
+    if (static_cast<size_t>(t.shape_size()) > kMaxTensorRank) {
+      return Corrupt("tensor " + index + ": rank " + std::to_string(t.shape_size()) +
+                     " is over the limit of " + std::to_string(kMaxTensorRank));
+    }
+    ManifestTensor out;
+    out.name = t.name();
+    out.dtype = static_cast<DType>(dtype - 1);
+    out.shape.assign(t.shape().begin(), t.shape().end());
+    out.file_index = t.file_index();
+    out.offset = t.offset();
+    out.size = t.size();
+    m.tensors.push_back(std::move(out));
+  }
+
+  m.chunk_hashes.reserve(static_cast<size_t>(p.chunk_hashes_size()));
+  for (const std::string& h : p.chunk_hashes()) {
+    ASSIGN_OR_RETURN(Digest d, ToDigest(h, "chunk hash " + std::to_string(m.chunk_hashes.size())));
+    m.chunk_hashes.push_back(d);
+  }
+
+  for (const auto& [key, value] : p.metadata()) m.metadata.emplace(key, value);
+
+  if (p.has_delta()) {
+    const pb::Delta& pd = p.delta();
+    RETURN_IF_ERROR(
+        CheckCount(static_cast<size_t>(pd.chunks_size()), kMaxManifestChunks, "delta chunks"));
+    DeltaInfo d;
+    d.base_version = Version(pd.base_version());
+    ASSIGN_OR_RETURN(d.base_root, ToDigest(pd.base_root(), "delta base root"));
+    d.chunks.reserve(static_cast<size_t>(pd.chunks_size()));
+    for (const pb::DeltaChunk& c : pd.chunks()) {
+      const std::string index = std::to_string(d.chunks.size());
+      if (c.encoding() < 0 || c.encoding() > static_cast<int>(ChunkEncoding::kXor)) {
+        return Corrupt("delta chunk " + index + ": encoding " + std::to_string(c.encoding()) +
+                       " is out of range");
+      }
+      DeltaChunk out;
+      out.encoding = static_cast<ChunkEncoding>(c.encoding());
+      out.payload_size = c.payload_size();
+      ASSIGN_OR_RETURN(out.payload_hash,
+                       ToDigest(c.payload_hash(), "delta chunk " + index + " payload hash"));
+      d.chunks.push_back(out);
+    }
+    m.delta = std::move(d);
+  }
+
+  ASSIGN_OR_RETURN(m.root, ToDigest(p.root(), "root hash"));
+  return m;
+}
+
+void ToProto(const Manifest& m, pb::Manifest& p) {
+  p.set_format_version(m.format_version);
+  p.set_channel(m.channel);
+  p.set_version(m.version.value());
+  p.set_hash_algorithm(m.hash_algorithm == HashAlgorithm::kXxh3_128 ? pb::HASH_ALGORITHM_XXH3_128
+                                                                    : pb::HASH_ALGORITHM_SHA256);
+  p.set_chunk_size(m.chunk_size);
+  p.mutable_files()->Reserve(static_cast<int>(m.files.size()));
+  for (const ManifestFile& f : m.files) {
+    pb::File* out = p.add_files();
+    out->set_path(f.path);
+    out->set_size(f.size);
+    out->set_offset(f.offset);
+  }
+  p.mutable_tensors()->Reserve(static_cast<int>(m.tensors.size()));
+  for (const ManifestTensor& t : m.tensors) {
+    pb::Tensor* out = p.add_tensors();
+    out->set_name(t.name);
+    out->set_dtype(static_cast<pb::DType>(static_cast<int>(t.dtype) + 1));
+    for (uint64_t dim : t.shape) out->add_shape(dim);
+    out->set_file_index(t.file_index);
+    out->set_offset(t.offset);
+    out->set_size(t.size);
+  }
+  p.mutable_chunk_hashes()->Reserve(static_cast<int>(m.chunk_hashes.size()));
+  for (const Digest& d : m.chunk_hashes) p.add_chunk_hashes(DigestBytes(d));
+  for (const auto& [key, value] : m.metadata) (*p.mutable_metadata())[key] = value;
+  if (m.delta.has_value()) {
+    pb::Delta* d = p.mutable_delta();
+    d->set_base_version(m.delta->base_version.value());
+    d->set_base_root(DigestBytes(m.delta->base_root));
+    for (const DeltaChunk& c : m.delta->chunks) {
+      pb::DeltaChunk* out = d->add_chunks();
+      out->set_encoding(static_cast<pb::ChunkEncoding>(c.encoding));
+      out->set_payload_size(c.payload_size);
+      out->set_payload_hash(DigestBytes(c.payload_hash));
+    }
+  }
+  p.set_root(DigestBytes(m.root));
+}
+
+}  // namespace
+
+std::string SerializeManifest(const Manifest& manifest) {
+  pb::Manifest p;
+  ToProto(manifest, p);
+  std::string out;
+  {
+    // Deterministic: map entries sorted, so the same manifest always gives the same bytes (an
+    // HMAC over them is then reproducible).
+    google::protobuf::io::StringOutputStream stream(&out);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    p.SerializeToCodedStream(&coded);
+  }
+  return out;
+}
+
+Result<Manifest> ParseManifest(std::span<const uint8_t> bytes) {
+  if (bytes.size() > kMaxManifestBytes) {
+    return Corrupt("manifest is " + std::to_string(bytes.size()) + " bytes, over the limit of " +
+                   std::to_string(kMaxManifestBytes));
+  }
+  if (bytes.empty()) return Corrupt("manifest is empty");
+  try {
+    pb::Manifest p;
+    if (!p.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+      std::optional<uint64_t> version = PeekFormatVersion(bytes);
+      if (version.has_value() && *version > kManifestFormatVersion) {
+        return Corrupt(FutureVersionMessage(*version));
+      }
+      return Corrupt("manifest is not a valid protobuf weightcast.manifest.Manifest (" +
+                     std::to_string(bytes.size()) + " bytes)");
+    }
+    ASSIGN_OR_RETURN(Manifest m, FromProto(p));
+    RETURN_IF_ERROR(ValidateManifest(m));
+    return m;
+  } catch (const std::exception& e) {
+    return Corrupt(std::string("manifest could not be decoded: ") + e.what());
+  }
+}
+
+Status WriteManifestFile(const std::filesystem::path& path, const Manifest& manifest) {
+  if (Status s = ValidateManifest(manifest); !s.ok()) {
+    return Internal("refusing to write an invalid manifest to " + path.string() + ": " +
+                    s.message());
+  }
+  return WriteFileAtomic(path, SerializeManifest(manifest));
+}
+
+Result<Manifest> ReadManifestFile(const std::filesystem::path& path) {
+  ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(path, kMaxManifestBytes));
+  Result<Manifest> m = ParseManifest(AsBytes(bytes));
+  if (!m.ok()) return m.status().WithContext(path.string());
+  return m;
+}
+
+}  // namespace weightcast
