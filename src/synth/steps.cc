@@ -1,0 +1,340 @@
+// The RL-like step model (docs/synth.md, "Steps").
+//
+// Each element carries an fp32 master weight and Adam moments. They are never stored for the
+// whole model: the source is walked in slices, and for each slice the state is rebuilt from the
+// source value (plus a reproducible sub-ulp residual), advanced step by step with gradients drawn
+// from counter-based noise, and each step's cast is appended to that step's file. So memory is
+// threads * slice state, and any step is a pure function of (source, seed, options).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <system_error>
+
+#include "synth/model.h"
+#include "synth/numeric.h"
+#include "synth/prng.h"
+#include "util/file.h"
+#include "util/thread_pool.h"
+
+namespace weightcast::synth {
+namespace {
+
+// Elements per slice: the state is 12 bytes per element plus two encoded copies, so a slice
+// holds at most 5 MiB.
+constexpr uint64_t kSliceElements = 1ull << 18;
+
+struct StepTensor {
+  const TensorInfo* info;
+  bool updated;  // a float type the model updates; others are copied
+  uint64_t name_hash;
+  size_t stats_index;  // into the run-wide per-tensor statistics
+};
+
+struct Slice {
+  size_t tensor;   // index into the file's StepTensor list
+  uint64_t first;  // first element (updated tensors) or byte (copied ones)
+  uint64_t count;  // elements or bytes
+};
+
+// The per-slice state of the step model; reused across batches.
+struct SliceState {
+  std::vector<float> master;
+  std::vector<float> m;
+  std::vector<float> v;
+  std::vector<uint8_t> prev;  // the encoding of the previous step
+  std::vector<uint8_t> cur;   // the encoding of this step
+  uint64_t changed = 0;       // elements that differ between prev and cur
+};
+
+std::string StepDirName(uint64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step-%04llu", static_cast<unsigned long long>(step));
+  return name;
+}
+
+class StepWriter {
+ public:
+  StepWriter(const SynthStepsOptions& options, ThreadPool& pool, uint64_t last_step)
+      : options_(options), pool_(pool), last_step_(last_step) {}
+
+  // Updated tensors' names and element counts, in the order files were processed.
+  std::vector<std::string> names;
+  std::vector<uint64_t> elements;
+  // changed[k][i]: elements of tensor i that changed at step first_step + k.
+  std::vector<std::vector<uint64_t>> changed;
+
+  Status WriteFile(const std::filesystem::path& source, const SafetensorsHeader& header,
+                   const std::vector<std::filesystem::path>& destinations) {
+    ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(source));
+    const uint8_t* data = file.bytes().data() + header.data_offset();
+
+    std::vector<TensorSpec> specs;
+    std::vector<StepTensor> tensors;
+    for (const TensorInfo& t : header.tensors) {
+      specs.push_back(TensorSpec{t.name, t.dtype, t.shape});
+      StepTensor st{&t, IsSynthFloatType(t.dtype), HashName(t.name), 0};
+      if (st.updated) {
+        st.stats_index = names.size();
+        names.push_back(t.name);
+        elements.push_back(t.byte_size() / SynthElementBytes(t.dtype));
+        for (auto& per_step : changed) per_step.push_back(0);
+      }
+      tensors.push_back(st);
+    }
+    std::vector<std::unique_ptr<SafetensorsWriter>> writers;
+    for (const std::filesystem::path& dest : destinations) {
+      // Same tensors, order and metadata as the source, so every step has the same header and
+      // the same byte layout: a chunk of step k lines up with the same chunk of step k + 1.
+      ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsWriter> w,
+                       SafetensorsWriter::Create(dest, specs, header.metadata));
+      writers.push_back(std::move(w));
+    }
+
+    std::vector<Slice> slices;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const StepTensor& t = tensors[i];
+      uint64_t n =
+          t.updated ? t.info->byte_size() / SynthElementBytes(t.info->dtype) : t.info->byte_size();
+      uint64_t step = t.updated ? kSliceElements : kSliceElements * 4;
+      for (uint64_t first = 0; first < n; first += step) {
+        slices.push_back({i, first, std::min(step, n - first)});
+      }
+    }
+
+    size_t batch = pool_.size();
+    std::vector<SliceState> states(batch);
+    for (size_t start = 0; start < slices.size(); start += batch) {
+      size_t n = std::min(batch, slices.size() - start);
+      pool_.ParallelFor(n, [&](size_t j) {
+        const Slice& s = slices[start + j];
+        if (tensors[s.tensor].updated) Init(tensors[s.tensor], s, data, states[j]);
+      });
+      for (uint64_t step = 1; step <= last_step_; ++step) {
+        bool encode = step + 1 >= options_.first_step;
+        pool_.ParallelFor(n, [&](size_t j) {
+          const Slice& s = slices[start + j];
+          if (tensors[s.tensor].updated) Advance(tensors[s.tensor], s, step, encode, states[j]);
+        });
+        if (step < options_.first_step) continue;
+        size_t k = step - options_.first_step;
+        for (size_t j = 0; j < n; ++j) {
+          const Slice& s = slices[start + j];
+          const StepTensor& t = tensors[s.tensor];
+          if (t.updated) {
+            RETURN_IF_ERROR(writers[k]->Append(states[j].prev));
+            changed[k][t.stats_index] += states[j].changed;
+          } else {
+            RETURN_IF_ERROR(writers[k]->Append({data + t.info->begin + s.first, s.count}));
+          }
+        }
+      }
+    }
+    for (auto& w : writers) RETURN_IF_ERROR(w->Finish());
+    return Status::Ok();
+  }
+
+ private:
+  void Init(const StepTensor& t, const Slice& s, const uint8_t* data, SliceState& state) const {
+    DType dtype = t.info->dtype;
+    size_t eb = SynthElementBytes(dtype);
+    const uint8_t* src = data + t.info->begin + s.first * eb;
+    state.master.resize(s.count);
+    state.m.resize(s.count);
+    state.v.resize(s.count);
+    state.prev.assign(src, src + s.count * eb);
+    state.cur.resize(s.count * eb);
+    const AdamOptions& adam = options_.adam;
+    uint64_t residual_key = StreamKey(options_.seed, t.name_hash, Stream::kResidual);
+    uint64_t signal_key = StreamKey(options_.seed, t.name_hash, Stream::kGradSignal);
+    uint64_t moment_key = StreamKey(options_.seed, t.name_hash, Stream::kMomentInit);
+    const float signal = static_cast<float>(adam.signal);
+    // The first moment's steady-state spread around the signal under pure unit noise.
+    const float m_spread = static_cast<float>(std::sqrt((1 - adam.beta1) / (1 + adam.beta1)));
+    for (uint64_t i = 0; i < s.count; ++i) {
+      uint64_t e = s.first + i;
+      float base = DecodeElement(dtype, src + i * eb);
+      // Strictly inside the rounding cell of `base`, so the master weight casts back to it.
+      float u = Uniform01(RandomAt(residual_key, e)) * 2.0f - 1.0f;
+      state.master[i] = base + 0.999f * u * HalfGap(dtype, base);
+      float g_mean = signal * NormalIsh(RandomAt(signal_key, e));
+      state.m[i] = g_mean + m_spread * NormalIsh(RandomAt(moment_key, e));
+      state.v[i] = g_mean * g_mean + 1.0f;
+    }
+  }
+
+  void Advance(const StepTensor& t, const Slice& s, uint64_t step, bool encode,
+               SliceState& state) const {
+    DType dtype = t.info->dtype;
+    size_t eb = SynthElementBytes(dtype);
+    const AdamOptions& adam = options_.adam;
+    uint64_t signal_key = StreamKey(options_.seed, t.name_hash, Stream::kGradSignal);
+    uint64_t noise_key = StreamKey(options_.seed, t.name_hash, Stream::kGradNoise, step);
+    const float signal = static_cast<float>(adam.signal);
+    const float b1 = static_cast<float>(adam.beta1);
+    const float b2 = static_cast<float>(adam.beta2);
+    const float lr = static_cast<float>(adam.lr);
+    const float eps = static_cast<float>(adam.eps);
+    const float decay = static_cast<float>(adam.lr * adam.weight_decay);
+    uint64_t changed = 0;
+    for (uint64_t i = 0; i < s.count; ++i) {
+      uint64_t e = s.first + i;
+      float g = signal * NormalIsh(RandomAt(signal_key, e)) + NormalIsh(RandomAt(noise_key, e));
+      float m = b1 * state.m[i] + (1 - b1) * g;
+      float v = b2 * state.v[i] + (1 - b2) * g * g;
+      state.m[i] = m;
+      state.v[i] = v;
+      float w = state.master[i];
+      w -= lr * m / (std::sqrt(v) + eps) + decay * w;
+      state.master[i] = w;
+      if (encode) {
+        uint8_t* out = state.cur.data() + i * eb;
+        EncodeElement(dtype, w, out);
+        changed += std::memcmp(out, state.prev.data() + i * eb, eb) != 0;
+      }
+    }
+    if (encode) {
+      state.prev.swap(state.cur);
+      state.changed = changed;
+    }
+  }
+
+  const SynthStepsOptions& options_;
+  ThreadPool& pool_;
+  uint64_t last_step_;
+};
+
+Status CheckOptions(const SynthStepsOptions& o) {
+  if (o.first_step == 0) return InvalidArgument("steps are numbered from 1");
+  if (o.steps == 0) return InvalidArgument("--steps must be at least 1");
+  if (o.steps > 100000 || o.first_step > 100000000) {
+    return InvalidArgument("too many steps (at most 100000 per call, numbered below 1e8)");
+  }
+  const AdamOptions& a = o.adam;
+  if (!(std::isfinite(a.lr) && a.lr >= 0 && a.lr < 1)) {
+    return InvalidArgument("learning rate must be in [0, 1)");
+  }
+  if (!(a.beta1 >= 0 && a.beta1 < 1 && a.beta2 >= 0 && a.beta2 < 1)) {
+    return InvalidArgument("Adam betas must be in [0, 1)");
+  }
+  if (!(std::isfinite(a.eps) && a.eps > 0 && std::isfinite(a.signal) && a.signal >= 0 &&
+        std::isfinite(a.weight_decay) && a.weight_decay >= 0)) {
+    return InvalidArgument("Adam eps must be positive; signal and weight decay non-negative");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::vector<StepStats>> WriteSynthSteps(const SynthStepsOptions& options) {
+  RETURN_IF_ERROR(CheckOptions(options));
+  ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(options.from));
+  std::error_code ec;
+  std::filesystem::create_directories(options.out_dir, ec);
+  if (ec) return IoError("mkdir(" + options.out_dir.string() + "): " + ec.message());
+
+  uint64_t last_step = options.first_step + options.steps - 1;
+  std::vector<std::filesystem::path> finals;
+  std::vector<std::filesystem::path> stagings;
+  for (uint64_t step = options.first_step; step <= last_step; ++step) {
+    std::filesystem::path final_dir = options.out_dir / StepDirName(step);
+    if (std::filesystem::exists(final_dir, ec)) {
+      return AlreadyExists(final_dir.string() + ": step already written");
+    }
+    // A leftover from an interrupted run is ours to discard: it was never made visible.
+    std::filesystem::path staging = options.out_dir / ("." + StepDirName(step) + ".partial");
+    std::filesystem::remove_all(staging, ec);
+    std::filesystem::create_directories(staging, ec);
+    if (ec) return IoError("mkdir(" + staging.string() + "): " + ec.message());
+    finals.push_back(final_dir);
+    stagings.push_back(staging);
+  }
+
+  ThreadPool pool(options.threads);
+  StepWriter writer(options, pool, last_step);
+  writer.changed.resize(options.steps);
+  for (const CheckpointFile& f : checkpoint.files) {
+    std::filesystem::path source = checkpoint.root / f.relative_path;
+    std::vector<std::filesystem::path> destinations;
+    for (const std::filesystem::path& staging : stagings) {
+      std::filesystem::path dest = staging / f.relative_path;
+      std::filesystem::create_directories(dest.parent_path(), ec);
+      if (ec) return IoError("mkdir(" + dest.parent_path().string() + "): " + ec.message());
+      destinations.push_back(dest);
+    }
+    if (f.is_safetensors) {
+      RETURN_IF_ERROR(
+          writer.WriteFile(source, f.header, destinations).WithContext(f.relative_path));
+      continue;
+    }
+    for (const std::filesystem::path& dest : destinations) {
+      std::filesystem::copy_file(source, dest, ec);
+      if (ec) return IoError("copy(" + source.string() + "): " + ec.message());
+      RETURN_IF_ERROR(FsyncPath(dest));
+    }
+  }
+
+  std::vector<StepStats> stats;
+  for (size_t k = 0; k < options.steps; ++k) {
+    RETURN_IF_ERROR(FsyncPath(stagings[k]));
+    std::filesystem::rename(stagings[k], finals[k], ec);
+    if (ec) return IoError("rename(" + stagings[k].string() + "): " + ec.message());
+    StepStats s;
+    s.step = options.first_step + k;
+    s.dir = finals[k];
+    bool any = false;
+    for (size_t i = 0; i < writer.names.size(); ++i) {
+      uint64_t n = writer.elements[i];
+      uint64_t c = writer.changed[k][i];
+      s.elements += n;
+      s.changed += c;
+      if (n == 0) continue;
+      double fraction = static_cast<double>(c) / static_cast<double>(n);
+      if (!any || fraction < s.min_tensor_fraction) {
+        s.min_tensor_fraction = fraction;
+        s.min_tensor = writer.names[i];
+      }
+      if (!any || fraction > s.max_tensor_fraction) {
+        s.max_tensor_fraction = fraction;
+        s.max_tensor = writer.names[i];
+      }
+      any = true;
+    }
+    stats.push_back(std::move(s));
+  }
+  RETURN_IF_ERROR(FsyncPath(options.out_dir));
+  return stats;
+}
+
+std::string StepStatsJson(const std::vector<StepStats>& stats, const AdamOptions& adam,
+                          uint64_t seed) {
+  nlohmann::ordered_json out;
+  out["lr"] = adam.lr;
+  out["seed"] = seed;
+  nlohmann::ordered_json steps = nlohmann::ordered_json::array();
+  double sum = 0;
+  double lo = 1;
+  double hi = 0;
+  for (const StepStats& s : stats) {
+    nlohmann::ordered_json j;
+    j["step"] = s.step;
+    j["elements"] = s.elements;
+    j["changed"] = s.changed;
+    j["changed_fraction"] = s.changed_fraction();
+    j["min_tensor_fraction"] = s.min_tensor_fraction;
+    j["min_tensor"] = s.min_tensor;
+    j["max_tensor_fraction"] = s.max_tensor_fraction;
+    j["max_tensor"] = s.max_tensor;
+    steps.push_back(std::move(j));
+    sum += s.changed_fraction();
+    lo = std::min(lo, s.changed_fraction());
+    hi = std::max(hi, s.changed_fraction());
+  }
+  out["mean_changed_fraction"] = stats.empty() ? 0.0 : sum / static_cast<double>(stats.size());
+  out["min_step_fraction"] = stats.empty() ? 0.0 : lo;
+  out["max_step_fraction"] = stats.empty() ? 0.0 : hi;
+  out["steps"] = std::move(steps);
+  return out.dump();
+}
+
+}  // namespace weightcast::synth
