@@ -1,0 +1,201 @@
+#include "net/handshake.h"
+
+#include <openssl/rand.h>
+
+#include <cstdlib>
+
+#include "hash/digest.h"
+#include "net/wire.pb.h"
+#include "util/file.h"
+
+namespace weightcast::net {
+namespace {
+
+void AppendU64(std::string& out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
+}
+
+std::vector<uint8_t> Serialize(const google::protobuf::MessageLite& message) {
+  std::vector<uint8_t> out(message.ByteSizeLong());
+  message.SerializeToArray(out.data(), static_cast<int>(out.size()));
+  return out;
+}
+
+bool ValidRole(int role) { return role >= 1 && role <= 4; }
+
+}  // namespace
+
+std::string_view RoleName(Role role) {
+  switch (role) {
+    case Role::kAgent:
+      return "agent";
+    case Role::kCoordinator:
+      return "coordinator";
+    case Role::kPublisher:
+      return "publisher";
+    case Role::kTool:
+      return "tool";
+  }
+  return "unknown";
+}
+
+Result<std::string> LoadClusterSecret(const std::filesystem::path& path, std::string_view env_var) {
+  std::string secret;
+  std::string source;
+  if (!path.empty()) {
+    ASSIGN_OR_RETURN(secret, ReadFileToString(path, 1 << 16));
+    while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r')) secret.pop_back();
+    source = "secret file " + path.string();
+  } else {
+    std::string name(env_var);
+    const char* value = std::getenv(name.c_str());
+    if (value == nullptr) {
+      return NotFound("no cluster secret: pass a secret file or set " + name);
+    }
+    secret = value;
+    source = "environment variable " + name;
+  }
+  if (secret.size() < kMinSecretBytes) {
+    return InvalidArgument(source + " holds " + std::to_string(secret.size()) +
+                           " bytes; a cluster secret needs at least " +
+                           std::to_string(kMinSecretBytes));
+  }
+  return secret;
+}
+
+Handshake::Handshake(const Identity& self, std::string_view secret, bool initiator,
+                     std::optional<std::array<uint8_t, kNonceSize>> nonce)
+    : self_(self), secret_(secret), initiator_(initiator) {
+  if (nonce) {
+    nonce_ = *nonce;
+  } else if (RAND_bytes(nonce_.data(), static_cast<int>(nonce_.size())) != 1) {
+    // Without randomness the handshake must not proceed; a zero nonce never verifies because
+    // the peer rejects a Hello whose nonce is all zeros.
+    nonce_.fill(0);
+  }
+}
+
+OutFrame Handshake::HelloFrame() const {
+  wire::Hello hello;
+  hello.set_protocol_version(self_.protocol_version);
+  hello.set_cluster_id(self_.cluster_id);
+  hello.set_node_id(self_.node_id.value());
+  hello.set_role(static_cast<wire::Role>(self_.role));
+  hello.set_nonce(nonce_.data(), nonce_.size());
+  return OutFrame::Make(FrameType::kHello, Serialize(hello));
+}
+
+// HMAC-SHA256(secret, "weightcast-auth-v1" | version | len(cluster) | cluster | prover side |
+//             prover id | prover role | verifier id | verifier role | prover nonce |
+//             verifier nonce)
+std::array<uint8_t, 32> Handshake::Proof(bool by_initiator) const {
+  const bool by_self = by_initiator == initiator_;
+  std::string t = "weightcast-auth-v1";
+  t.push_back('\0');
+  AppendU64(t, self_.protocol_version);
+  AppendU64(t, self_.cluster_id.size());
+  t += self_.cluster_id;
+  t.push_back(by_initiator ? 'I' : 'A');
+  const uint64_t self_id = self_.node_id.value();
+  const uint64_t peer_id = peer_.node_id.value();
+  AppendU64(t, by_self ? self_id : peer_id);
+  t.push_back(static_cast<char>(by_self ? self_.role : peer_.role));
+  AppendU64(t, by_self ? peer_id : self_id);
+  t.push_back(static_cast<char>(by_self ? peer_.role : self_.role));
+  const auto& prover_nonce = by_self ? nonce_ : peer_nonce_;
+  const auto& verifier_nonce = by_self ? peer_nonce_ : nonce_;
+  t.append(reinterpret_cast<const char*>(prover_nonce.data()), prover_nonce.size());
+  t.append(reinterpret_cast<const char*>(verifier_nonce.data()), verifier_nonce.size());
+  return HmacSha256(AsBytes(secret_), AsBytes(t));
+}
+
+Result<std::optional<OutFrame>> Handshake::OnFrame(const Frame& frame) {
+  auto fail = [this](Status status) -> Result<std::optional<OutFrame>> {
+    state_ = State::kFailed;
+    return status;
+  };
+  if (state_ == State::kFailed || state_ == State::kEstablished) {
+    return fail(FailedPrecondition("handshake already finished"));
+  }
+  if (frame.type == FrameType::kError) {
+    wire::ErrorReport report;
+    report.ParseFromArray(frame.body.data(), static_cast<int>(frame.body.size()));
+    return fail(Aborted("peer refused the connection: " + report.message()));
+  }
+  const bool want_hello = state_ == State::kAwaitHello;
+  const FrameType expected = want_hello ? FrameType::kHello : FrameType::kAuth;
+  if (frame.type != expected) {
+    return fail(Corrupt("expected a " + std::string(FrameTypeName(expected)) +
+                        " frame during the handshake, got " +
+                        std::string(FrameTypeName(frame.type))));
+  }
+  if (want_hello) {
+    wire::Hello hello;
+    if (!hello.ParseFromArray(frame.body.data(), static_cast<int>(frame.body.size()))) {
+      return fail(Corrupt("hello frame is not a valid Hello message"));
+    }
+    if (hello.protocol_version() != self_.protocol_version) {
+      return fail(FailedPrecondition(
+          "peer speaks protocol version " + std::to_string(hello.protocol_version()) +
+          ", this node speaks " + std::to_string(self_.protocol_version)));
+    }
+    if (hello.cluster_id() != self_.cluster_id) {
+      return fail(FailedPrecondition("peer belongs to cluster '" +
+                                     hello.cluster_id().substr(0, 64) + "', this node to '" +
+                                     self_.cluster_id + "'"));
+    }
+    if (hello.nonce().size() != kNonceSize || !ValidRole(hello.role())) {
+      return fail(Corrupt("hello has a " + std::to_string(hello.nonce().size()) +
+                          "-byte nonce (need 32) or an unknown role"));
+    }
+    std::copy(hello.nonce().begin(), hello.nonce().end(), peer_nonce_.begin());
+    const std::array<uint8_t, kNonceSize> zero{};
+    if (peer_nonce_ == nonce_ || peer_nonce_ == zero) {
+      return fail(Unauthenticated("peer echoed this node's nonce (reflection) or sent a zero one"));
+    }
+    peer_.node_id = PeerId(hello.node_id());
+    peer_.role = static_cast<Role>(hello.role());
+    state_ = State::kAwaitAuth;
+    wire::Auth auth;
+    const auto proof = Proof(initiator_);
+    auth.set_proof(proof.data(), proof.size());
+    return std::optional<OutFrame>(OutFrame::Make(FrameType::kAuth, Serialize(auth)));
+  }
+  wire::Auth auth;
+  if (!auth.ParseFromArray(frame.body.data(), static_cast<int>(frame.body.size()))) {
+    return fail(Corrupt("auth frame is not a valid Auth message"));
+  }
+  const auto expected_proof = Proof(!initiator_);
+  if (!ConstantTimeEqual(AsBytes(auth.proof()), expected_proof)) {
+    return fail(
+        Unauthenticated("peer's proof of the cluster secret does not verify (wrong secret?)"));
+  }
+  state_ = State::kEstablished;
+  return std::optional<OutFrame>();
+}
+
+OutFrame Handshake::ErrorFrameFor(const Status& status) {
+  wire::ErrorReport report;
+  switch (status.code()) {
+    case Code::kFailedPrecondition:
+      report.set_reason(status.message().find("protocol version") != std::string::npos
+                            ? wire::ErrorReport::REASON_PROTOCOL_VERSION
+                            : wire::ErrorReport::REASON_CLUSTER);
+      break;
+    case Code::kUnauthenticated:
+      report.set_reason(wire::ErrorReport::REASON_AUTH);
+      break;
+    case Code::kCorrupt:
+      report.set_reason(wire::ErrorReport::REASON_MALFORMED);
+      break;
+    case Code::kDeadlineExceeded:
+      report.set_reason(wire::ErrorReport::REASON_TIMEOUT);
+      break;
+    default:
+      report.set_reason(wire::ErrorReport::REASON_SHUTDOWN);
+  }
+  report.set_message(status.message());
+  return OutFrame::Make(FrameType::kError, Serialize(report));
+}
+
+}  // namespace weightcast::net

@@ -1,0 +1,88 @@
+// The connection handshake (docs/wire_format.md, "Handshake"), as a pure state machine that
+// every transport drives the same way:
+//
+//   both sides:  send Hello{version, cluster, node id, role, nonce}
+//                on peer Hello: check version and cluster, send Auth{HMAC(secret, transcript)}
+//                on peer Auth:  check the proof -> established
+//
+// The proof binds the secret to both nonces, both node ids, both roles and which side is
+// proving (initiator or acceptor), so a proof cannot be reflected back to its sender or replayed
+// on another connection. No state outside this object changes until the handshake succeeds.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <weightcast/status.h>
+#include <weightcast/types.h>
+
+#include "net/frame.h"
+
+namespace weightcast::net {
+
+inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr size_t kNonceSize = 32;
+inline constexpr size_t kMinSecretBytes = 16;
+
+enum class Role : uint8_t { kAgent = 1, kCoordinator = 2, kPublisher = 3, kTool = 4 };
+std::string_view RoleName(Role role);
+
+// Who this process is, as it presents itself to peers.
+struct Identity {
+  std::string cluster_id;
+  PeerId node_id;
+  Role role = Role::kAgent;
+  uint32_t protocol_version = kProtocolVersion;  // tests set others to check rejection
+};
+
+// Who the peer proved to be.
+struct PeerInfo {
+  PeerId node_id;
+  Role role = Role::kAgent;
+  std::string address;  // transport-specific ("127.0.0.1:7000", "mem:b")
+};
+
+// Reads the cluster secret from a file (first line, trailing newline dropped) or, when `path`
+// is empty, from the environment variable `env_var`. Never from the command line: argv is
+// visible to every user of the machine. Rejects secrets shorter than kMinSecretBytes.
+Result<std::string> LoadClusterSecret(const std::filesystem::path& path,
+                                      std::string_view env_var = "WEIGHTCAST_SECRET");
+
+class Handshake {
+ public:
+  // `secret` must outlive the handshake. `nonce` empty means a fresh random one.
+  Handshake(const Identity& self, std::string_view secret, bool initiator,
+            std::optional<std::array<uint8_t, kNonceSize>> nonce = std::nullopt);
+
+  // The first frame to send.
+  OutFrame HelloFrame() const;
+
+  // Feeds one received frame. Returns the frame to send in reply, if any. An error means the
+  // connection must be closed: send ErrorFrameFor(status) first (best effort), log the status.
+  // Codes: kFailedPrecondition (version, cluster), kUnauthenticated (proof, reflected nonce),
+  // kCorrupt (malformed or unexpected frame), kAborted (the peer sent an ErrorReport).
+  Result<std::optional<OutFrame>> OnFrame(const Frame& frame);
+
+  bool established() const { return state_ == State::kEstablished; }
+  const PeerInfo& peer() const { return peer_; }
+
+  static OutFrame ErrorFrameFor(const Status& status);
+
+ private:
+  enum class State { kAwaitHello, kAwaitAuth, kEstablished, kFailed };
+  std::array<uint8_t, 32> Proof(bool by_initiator) const;
+
+  Identity self_;
+  std::string_view secret_;
+  bool initiator_;
+  std::array<uint8_t, kNonceSize> nonce_{};
+  std::array<uint8_t, kNonceSize> peer_nonce_{};
+  PeerInfo peer_;
+  State state_ = State::kAwaitHello;
+};
+
+}  // namespace weightcast::net

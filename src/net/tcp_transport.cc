@@ -1,0 +1,721 @@
+#include "net/tcp_transport.h"
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/post.hpp>
+#include <asio/read.hpp>
+#include <asio/redirect_error.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/strand.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/write.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace weightcast::net {
+namespace {
+
+using asio::awaitable;
+using asio::ip::tcp;
+
+// Before authentication a peer may not make us allocate more than this per frame.
+constexpr uint32_t kHandshakeMaxFrameBytes = 64 << 10;
+// The writer hands at most this many bytes to one gather write.
+constexpr size_t kMaxBatchBytes = 16u << 20;
+constexpr size_t kMaxBatchFrames = 64;
+constexpr size_t kPacedBatchBytes = 256u << 10;
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string EndpointString(const tcp::endpoint& ep) {
+  std::string host = ep.address().to_string();
+  if (ep.address().is_v6()) host = "[" + host + "]";
+  return host + ":" + std::to_string(ep.port());
+}
+
+Result<tcp::endpoint> ParseEndpoint(std::string_view address) {
+  size_t colon = address.rfind(':');
+  if (colon == std::string_view::npos) {
+    return InvalidArgument("address '" + std::string(address) + "' is not host:port");
+  }
+  std::string host(address.substr(0, colon));
+  std::string port_text(address.substr(colon + 1));
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  if (host == "localhost") host = "127.0.0.1";
+  char* end = nullptr;
+  unsigned long port = std::strtoul(port_text.c_str(), &end, 10);
+  if (port_text.empty() || *end != '\0' || port > 65535) {
+    return InvalidArgument("address '" + std::string(address) + "' has a bad port");
+  }
+  std::error_code ec;
+  asio::ip::address ip = asio::ip::make_address(host, ec);
+  if (ec) {
+    return InvalidArgument("address '" + std::string(address) + "': '" + host +
+                           "' is not an IP address");
+  }
+  return tcp::endpoint(ip, static_cast<uint16_t>(port));
+}
+
+template <typename Pred>
+bool WaitFor(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, Duration timeout,
+             Pred pred) {
+  if (timeout == kForever) {
+    cv.wait(lock, pred);
+    return true;
+  }
+  return cv.wait_for(lock, timeout, pred);
+}
+
+struct Shared {
+  explicit Shared(Options o) : options(std::move(o)) {}
+  asio::io_context io;
+  Options options;
+};
+
+// Reads one frame (header, then body into its own buffer) with `max_body` as the limit.
+awaitable<Result<Frame>> ReadFrame(tcp::socket& socket, uint32_t max_body, TokenBucket* limit,
+                                   asio::steady_timer* pacing) {
+  std::array<uint8_t, kFrameHeaderSize> head;
+  std::error_code ec;
+  co_await asio::async_read(socket, asio::buffer(head),
+                            asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) {
+    co_return Unavailable(ec == asio::error::eof ? "peer closed the connection"
+                                                 : "read: " + ec.message());
+  }
+  Result<FrameHeader> header = ParseFrameHeader(head, max_body);
+  if (!header.ok()) co_return header.status();
+  Frame frame;
+  frame.type = header->type;
+  frame.body.resize(header->length);
+  if (limit != nullptr && pacing != nullptr) {
+    Duration wait = limit->Reserve(kFrameHeaderSize + header->length);
+    if (wait > Duration(0)) {
+      pacing->expires_after(wait);
+      co_await pacing->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    }
+  }
+  if (!frame.body.empty()) {
+    co_await asio::async_read(socket, asio::buffer(frame.body),
+                              asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) co_return Unavailable("read: " + ec.message());
+  }
+  Status valid = ValidateFrameBody(frame.type, frame.body);
+  if (!valid.ok()) co_return valid;
+  co_return frame;
+}
+
+awaitable<Status> WriteFrame(tcp::socket& socket, const OutFrame& frame) {
+  std::array<asio::const_buffer, 2> buffers = {
+      asio::buffer(frame.head.data(), frame.head_size),
+      asio::buffer(frame.payload.data(), frame.payload.size())};
+  std::error_code ec;
+  co_await asio::async_write(socket, buffers, asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) co_return Unavailable("write: " + ec.message());
+  co_return Status::Ok();
+}
+
+// Runs the handshake on a fresh socket. On failure it tells the peer why (best effort).
+awaitable<Result<PeerInfo>> RunHandshake(tcp::socket& socket, const Options& options,
+                                         bool initiator) {
+  Handshake hs(options.self, options.secret, initiator);
+  Status sent = co_await WriteFrame(socket, hs.HelloFrame());
+  if (!sent.ok()) co_return sent;
+  while (!hs.established()) {
+    Result<Frame> frame = co_await ReadFrame(socket, kHandshakeMaxFrameBytes, nullptr, nullptr);
+    if (!frame.ok()) {
+      if (frame.status().code() == Code::kCorrupt) {
+        (void)co_await WriteFrame(socket, Handshake::ErrorFrameFor(frame.status()));
+      }
+      co_return frame.status();
+    }
+    Result<std::optional<OutFrame>> reply = hs.OnFrame(*frame);
+    if (!reply.ok()) {
+      if (reply.status().code() != Code::kAborted) {
+        (void)co_await WriteFrame(socket, Handshake::ErrorFrameFor(reply.status()));
+      }
+      co_return reply.status();
+    }
+    if (*reply) {
+      Status s = co_await WriteFrame(socket, **reply);
+      if (!s.ok()) co_return s;
+    }
+  }
+  PeerInfo peer = hs.peer();
+  std::error_code ec;
+  tcp::endpoint remote = socket.remote_endpoint(ec);
+  peer.address = ec ? "?" : EndpointString(remote);
+  co_return peer;
+}
+
+class TcpConn : public std::enable_shared_from_this<TcpConn> {
+ public:
+  TcpConn(std::shared_ptr<Shared> shared, tcp::socket socket, PeerInfo peer)
+      : shared_(std::move(shared)),
+        options_(shared_->options),
+        strand_(socket.get_executor()),
+        socket_(std::move(socket)),
+        write_wake_(strand_),
+        read_wake_(strand_),
+        watchdog_(strand_),
+        write_pacing_(strand_),
+        read_pacing_(strand_),
+        peer_(std::move(peer)) {
+    std::error_code ec;
+    socket_.set_option(tcp::no_delay(true), ec);
+    last_received_ns_ = NowNs();
+  }
+
+  // The socket was created on a strand; the loops run on it too, which serialises them (socket
+  // and timers are only touched from the strand).
+  void Start() {
+    auto self = shared_from_this();
+    asio::co_spawn(strand_, WriteLoop(self), asio::detached);
+    asio::co_spawn(strand_, ReadLoop(self), asio::detached);
+    asio::co_spawn(strand_, Watchdog(self), asio::detached);
+  }
+
+  const PeerInfo& peer() const { return peer_; }
+
+  Status Send(OutFrame frame, Duration timeout) {
+    std::unique_lock lock(mu_);
+    const size_t size = frame.wire_size();
+    bool room = WaitFor(cv_, lock, timeout, [&] {
+      return !status_.ok() || send_bytes_ == 0 || send_bytes_ + size <= options_.send_queue_bytes;
+    });
+    if (!status_.ok()) return status_;
+    if (!room)
+      return DeadlineExceeded("send queue full for " + std::to_string(timeout.count() / 1000000) +
+                              " ms (peer is slow)");
+    send_bytes_ += size;
+    send_queue_.push_back(std::move(frame));
+    WakeWriterLocked();
+    return Status::Ok();
+  }
+
+  Result<Frame> Receive(Duration timeout) {
+    std::unique_lock lock(mu_);
+    bool got = WaitFor(cv_, lock, timeout, [&] { return !recv_queue_.empty() || !status_.ok(); });
+    if (recv_queue_.empty()) {
+      if (!status_.ok()) return status_;
+      if (!got) return DeadlineExceeded("no frame within the timeout");
+    }
+    Frame frame = std::move(recv_queue_.front());
+    recv_queue_.pop_front();
+    recv_bytes_ -= frame.body.size();
+    if (reader_waiting_ && recv_bytes_ < options_.receive_queue_bytes) {
+      reader_waiting_ = false;
+      asio::post(strand_, [self = shared_from_this()] { self->read_wake_.cancel(); });
+    }
+    return frame;
+  }
+
+  Status Flush(Duration timeout) {
+    std::unique_lock lock(mu_);
+    bool done = WaitFor(cv_, lock, timeout, [&] { return send_bytes_ == 0 || !status_.ok(); });
+    if (!status_.ok()) return status_;
+    return done ? Status::Ok() : DeadlineExceeded("flush did not finish within the timeout");
+  }
+
+  Status status() const {
+    std::lock_guard lock(mu_);
+    return status_;
+  }
+
+  // Records why the connection ended (first reason wins), wakes every waiter and closes the
+  // socket on the strand, which ends the three loops.
+  void Fail(Status status, bool log) {
+    {
+      std::lock_guard lock(mu_);
+      if (!status_.ok()) return;
+      status_ = status;
+      send_queue_.clear();  // releases keep_alive references of unsent chunks
+      send_bytes_ = 0;
+    }
+    // Logged before waking waiters, so that whoever sees the failure can also see the line.
+    if (log) {
+      options_.log("tcp: connection to node " + std::to_string(peer_.node_id.value()) + " at " +
+                   peer_.address + " closed: " + status.ToString());
+    }
+    cv_.notify_all();
+    asio::post(strand_, [self = shared_from_this()] {
+      std::error_code ec;
+      self->socket_.shutdown(tcp::socket::shutdown_both, ec);
+      self->socket_.close(ec);
+      self->write_wake_.cancel();
+      self->read_wake_.cancel();
+      self->watchdog_.cancel();
+      self->write_pacing_.cancel();
+      self->read_pacing_.cancel();
+    });
+  }
+
+ private:
+  void WakeWriterLocked() {
+    if (!writer_waiting_) return;
+    writer_waiting_ = false;
+    asio::post(strand_, [self = shared_from_this()] { self->write_wake_.cancel(); });
+  }
+
+  bool failed() {
+    std::lock_guard lock(mu_);
+    return !status_.ok();
+  }
+
+  static awaitable<void> WriteLoop(std::shared_ptr<TcpConn> self) {
+    std::vector<OutFrame> batch;
+    std::vector<asio::const_buffer> buffers;
+    std::error_code ec;
+    for (;;) {
+      size_t batch_bytes = 0;
+      // Under a rate limit, batches stay small so that pacing is smooth rather than one long
+      // wait followed by a burst.
+      const size_t max_batch = self->options_.upload_limit ? kPacedBatchBytes : kMaxBatchBytes;
+      {
+        std::lock_guard lock(self->mu_);
+        if (!self->status_.ok()) co_return;
+        while (
+            !self->send_queue_.empty() && batch.size() < kMaxBatchFrames &&
+            (batch.empty() || batch_bytes + self->send_queue_.front().wire_size() <= max_batch)) {
+          batch_bytes += self->send_queue_.front().wire_size();
+          batch.push_back(std::move(self->send_queue_.front()));
+          self->send_queue_.pop_front();
+        }
+        if (batch.empty()) self->writer_waiting_ = true;
+      }
+      if (batch.empty()) {
+        self->write_wake_.expires_after(self->options_.keepalive_interval);
+        co_await self->write_wake_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+        std::lock_guard lock(self->mu_);
+        if (!self->status_.ok()) co_return;
+        if (!ec && self->writer_waiting_ && self->send_queue_.empty()) {
+          // Idle for a whole interval: tell the peer we are alive.
+          OutFrame ping = OutFrame::Make(FrameType::kPing, {});
+          self->send_bytes_ += ping.wire_size();
+          self->send_queue_.push_back(std::move(ping));
+        }
+        self->writer_waiting_ = false;
+        continue;
+      }
+      if (self->options_.upload_limit) {
+        Duration wait = self->options_.upload_limit->Reserve(batch_bytes);
+        if (wait > Duration(0)) {
+          self->write_pacing_.expires_after(wait);
+          co_await self->write_pacing_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+          if (self->failed()) co_return;
+        }
+      }
+      buffers.clear();
+      for (const OutFrame& f : batch) {
+        buffers.emplace_back(f.head.data(), f.head_size);
+        if (!f.payload.empty()) buffers.emplace_back(f.payload.data(), f.payload.size());
+      }
+      co_await asio::async_write(self->socket_, buffers,
+                                 asio::redirect_error(asio::use_awaitable, ec));
+      batch.clear();
+      if (ec) {
+        self->Fail(Unavailable("write: " + ec.message()), !self->failed());
+        co_return;
+      }
+      {
+        std::lock_guard lock(self->mu_);
+        self->send_bytes_ -= std::min(self->send_bytes_, batch_bytes);
+      }
+      self->cv_.notify_all();
+    }
+  }
+
+  static awaitable<void> ReadLoop(std::shared_ptr<TcpConn> self) {
+    std::error_code ec;
+    for (;;) {
+      Result<Frame> frame =
+          co_await ReadFrame(self->socket_, self->options_.max_frame_bytes,
+                             self->options_.download_limit.get(), &self->read_pacing_);
+      if (!frame.ok()) {
+        // A peer hanging up cleanly is routine; anything else is worth a line.
+        const bool clean_close = frame.status().message() == "peer closed the connection";
+        self->Fail(frame.status(), !clean_close);
+        co_return;
+      }
+      self->last_received_ns_ = NowNs();
+      if (frame->type == FrameType::kPing) continue;
+      if (frame->type == FrameType::kHello || frame->type == FrameType::kAuth) {
+        self->Fail(Corrupt("handshake frame after the handshake"), true);
+        co_return;
+      }
+      if (frame->type == FrameType::kError) {
+        self->Fail(Aborted("peer closed the connection with an error report"), true);
+        co_return;
+      }
+      bool pause;
+      {
+        std::lock_guard lock(self->mu_);
+        if (!self->status_.ok()) co_return;
+        self->recv_bytes_ += frame->body.size();
+        self->recv_queue_.push_back(std::move(*frame));
+        pause = self->recv_bytes_ >= self->options_.receive_queue_bytes;
+        self->reader_waiting_ = pause;
+        self->reader_paused_ = pause;
+      }
+      self->cv_.notify_all();
+      if (pause) {
+        // Stop reading until Receive drains the queue; TCP flow control then slows the peer.
+        self->read_wake_.expires_at(asio::steady_timer::time_point::max());
+        co_await self->read_wake_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+        self->last_received_ns_ = NowNs();  // silence while paused was ours, not the peer's
+        self->reader_paused_ = false;
+        if (self->failed()) co_return;
+      }
+    }
+  }
+
+  static awaitable<void> Watchdog(std::shared_ptr<TcpConn> self) {
+    std::error_code ec;
+    const Duration timeout = self->options_.keepalive_timeout;
+    const Duration period = std::max<Duration>(std::chrono::milliseconds(10), timeout / 4);
+    for (;;) {
+      self->watchdog_.expires_after(period);
+      co_await self->watchdog_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      if (self->failed()) co_return;
+      if (self->reader_paused_) {
+        self->last_received_ns_ = NowNs();
+        continue;
+      }
+      int64_t silent_ns = NowNs() - self->last_received_ns_;
+      if (silent_ns > timeout.count()) {
+        self->Fail(DeadlineExceeded("keepalive: nothing heard from peer for " +
+                                    std::to_string(silent_ns / 1000000) + " ms"),
+                   true);
+        co_return;
+      }
+    }
+  }
+
+  std::shared_ptr<Shared> shared_;
+  const Options& options_;
+  asio::any_io_executor strand_;
+  tcp::socket socket_;
+  asio::steady_timer write_wake_;
+  asio::steady_timer read_wake_;
+  asio::steady_timer watchdog_;
+  asio::steady_timer write_pacing_;
+  asio::steady_timer read_pacing_;
+  const PeerInfo peer_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  Status status_;
+  std::deque<OutFrame> send_queue_;
+  size_t send_bytes_ = 0;  // queued or being written
+  bool writer_waiting_ = false;
+  std::deque<Frame> recv_queue_;
+  size_t recv_bytes_ = 0;
+  bool reader_waiting_ = false;
+  std::atomic<bool> reader_paused_{false};
+  std::atomic<int64_t> last_received_ns_{0};
+};
+
+class TcpConnection : public Connection {
+ public:
+  explicit TcpConnection(std::shared_ptr<TcpConn> conn) : conn_(std::move(conn)) {}
+  ~TcpConnection() override { Close(); }
+  const PeerInfo& peer() const override { return conn_->peer(); }
+  Status Send(OutFrame frame, Duration timeout) override {
+    return conn_->Send(std::move(frame), timeout);
+  }
+  Result<Frame> Receive(Duration timeout) override { return conn_->Receive(timeout); }
+  Status Flush(Duration timeout) override { return conn_->Flush(timeout); }
+  void Close() override { conn_->Fail(Unavailable("connection closed by this node"), false); }
+  Status status() const override { return conn_->status(); }
+
+ private:
+  std::shared_ptr<TcpConn> conn_;
+};
+
+struct ListenerState {
+  explicit ListenerState(tcp::acceptor a) : acceptor(std::move(a)) {}
+  tcp::acceptor acceptor;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::shared_ptr<TcpConn>> ready;
+  bool closed = false;
+
+  // Stops accepting; safe from any thread but the io threads. Blocks until the acceptor closed.
+  void Close() {
+    {
+      std::lock_guard lock(mu);
+      if (closed) return;
+      closed = true;
+      for (auto& c : ready) c->Fail(Unavailable("listener closed"), false);
+      ready.clear();
+    }
+    cv.notify_all();
+    std::promise<void> finished;
+    asio::post(acceptor.get_executor(), [this, &finished] {
+      std::error_code ec;
+      acceptor.close(ec);
+      finished.set_value();
+    });
+    finished.get_future().wait();
+  }
+};
+
+// Tracks live connections and listeners so that the transport's destructor can close them.
+struct Registry {
+  std::mutex mu;
+  std::vector<std::weak_ptr<TcpConn>> conns;
+  std::vector<std::weak_ptr<ListenerState>> listeners;
+  void AddListener(const std::shared_ptr<ListenerState>& l) {
+    std::lock_guard lock(mu);
+    listeners.push_back(l);
+  }
+  void Add(const std::shared_ptr<TcpConn>& c) {
+    std::lock_guard lock(mu);
+    std::erase_if(conns, [](const auto& w) { return w.expired(); });
+    conns.push_back(c);
+  }
+  void CloseAll() {
+    std::vector<std::shared_ptr<TcpConn>> live;
+    std::vector<std::shared_ptr<ListenerState>> open;
+    {
+      std::lock_guard lock(mu);
+      for (auto& w : listeners) {
+        if (auto l = w.lock()) open.push_back(std::move(l));
+      }
+      for (auto& w : conns) {
+        if (auto c = w.lock()) live.push_back(std::move(c));
+      }
+    }
+    for (auto& l : open) l->Close();
+    for (auto& c : live) c->Fail(Unavailable("transport shut down"), false);
+  }
+};
+
+class TcpListener : public Listener {
+ public:
+  TcpListener(std::shared_ptr<Shared> shared, std::shared_ptr<Registry> registry,
+              tcp::acceptor acceptor)
+      : shared_(std::move(shared)),
+        registry_(std::move(registry)),
+        state_(std::make_shared<State>(std::move(acceptor))) {
+    registry_->AddListener(state_);
+    std::error_code ec;
+    address_ = EndpointString(state_->acceptor.local_endpoint(ec));
+    asio::co_spawn(state_->acceptor.get_executor(), AcceptLoop(shared_, registry_, state_),
+                   asio::detached);
+  }
+  ~TcpListener() override { Close(); }
+
+  Result<std::unique_ptr<Connection>> Accept(Duration timeout) override {
+    std::unique_lock lock(state_->mu);
+    bool got = WaitFor(state_->cv, lock, timeout,
+                       [&] { return !state_->ready.empty() || state_->closed; });
+    if (state_->ready.empty()) {
+      if (state_->closed) return Unavailable("listener " + address_ + " is closed");
+      if (!got) return DeadlineExceeded("no peer connected within the timeout");
+    }
+    auto conn = std::move(state_->ready.front());
+    state_->ready.pop_front();
+    return std::unique_ptr<Connection>(std::make_unique<TcpConnection>(std::move(conn)));
+  }
+
+  std::string address() const override { return address_; }
+
+  void Close() override { state_->Close(); }
+
+ private:
+  using State = ListenerState;
+
+  static awaitable<void> HandshakeAccepted(std::shared_ptr<Shared> shared,
+                                           std::shared_ptr<Registry> registry,
+                                           std::shared_ptr<State> state, tcp::socket socket) {
+    const Options& options = shared->options;
+    std::error_code ec;
+    tcp::endpoint remote = socket.remote_endpoint(ec);
+    const std::string from = ec ? "?" : EndpointString(remote);
+    asio::steady_timer deadline(socket.get_executor());
+    deadline.expires_after(options.handshake_timeout);
+    auto timed_out = std::make_shared<bool>(false);
+    auto done = std::make_shared<bool>(false);
+    // The handler may run after this frame is gone (expired just before cancel): it checks
+    // `done` before touching the socket.
+    deadline.async_wait([&socket, timed_out, done](std::error_code e) {
+      if (e || *done) return;
+      *timed_out = true;
+      std::error_code ignored;
+      socket.close(ignored);
+    });
+    Result<PeerInfo> peer = co_await RunHandshake(socket, options, /*initiator=*/false);
+    *done = true;
+    deadline.cancel();
+    if (!peer.ok()) {
+      Status why =
+          *timed_out ? DeadlineExceeded("handshake did not finish in time") : peer.status();
+      options.log("tcp: refused peer " + from + ": " + why.ToString());
+      co_return;
+    }
+    auto conn = std::make_shared<TcpConn>(shared, std::move(socket), std::move(*peer));
+    {
+      std::lock_guard lock(state->mu);
+      if (state->closed) co_return;
+      registry->Add(conn);
+      conn->Start();
+      state->ready.push_back(conn);
+    }
+    state->cv.notify_all();
+  }
+
+  static awaitable<void> AcceptLoop(std::shared_ptr<Shared> shared,
+                                    std::shared_ptr<Registry> registry,
+                                    std::shared_ptr<State> state) {
+    for (;;) {
+      std::error_code ec;
+      tcp::socket socket(asio::make_strand(shared->io));
+      co_await state->acceptor.async_accept(socket, asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) {
+        if (ec == asio::error::operation_aborted || !state->acceptor.is_open()) co_return;
+        shared->options.log("tcp: accept failed: " + ec.message());
+        continue;
+      }
+      auto executor = socket.get_executor();
+      asio::co_spawn(executor, HandshakeAccepted(shared, registry, state, std::move(socket)),
+                     asio::detached);
+    }
+  }
+
+  std::shared_ptr<Shared> shared_;
+  std::shared_ptr<Registry> registry_;
+  std::shared_ptr<State> state_;
+  std::string address_;
+};
+
+class TcpTransportImpl : public Transport {
+ public:
+  TcpTransportImpl(Options options, int io_threads)
+      : shared_(std::make_shared<Shared>(std::move(options))),
+        registry_(std::make_shared<Registry>()),
+        work_(asio::make_work_guard(shared_->io)) {
+    for (int i = 0; i < std::max(io_threads, 1); ++i) {
+      threads_.emplace_back([shared = shared_] { shared->io.run(); });
+    }
+  }
+
+  ~TcpTransportImpl() override {
+    registry_->CloseAll();
+    work_.reset();
+    // Every socket and timer is closed, so the loops finish and run() returns; stop() is a
+    // backstop for a handler we did not foresee.
+    for (auto& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+  }
+
+  Capabilities capabilities() const override { return {"tcp", true, true}; }
+
+  Result<std::unique_ptr<Listener>> Listen(std::string_view address) override {
+    ASSIGN_OR_RETURN(tcp::endpoint endpoint, ParseEndpoint(address));
+    try {
+      tcp::acceptor acceptor(asio::make_strand(shared_->io));
+      acceptor.open(endpoint.protocol());
+      acceptor.set_option(tcp::acceptor::reuse_address(true));
+      acceptor.bind(endpoint);
+      acceptor.listen(asio::socket_base::max_listen_connections);
+      return std::unique_ptr<Listener>(
+          std::make_unique<TcpListener>(shared_, registry_, std::move(acceptor)));
+    } catch (const std::system_error& e) {
+      return IoError("listen on " + std::string(address) + ": " + e.what());
+    }
+  }
+
+  Result<std::unique_ptr<Connection>> Connect(std::string_view address, Duration timeout) override {
+    ASSIGN_OR_RETURN(tcp::endpoint endpoint, ParseEndpoint(address));
+    auto promise = std::make_shared<std::promise<Result<std::shared_ptr<TcpConn>>>>();
+    auto future = promise->get_future();
+    auto strand = asio::make_strand(shared_->io);
+    const Duration limit = timeout == kForever ? shared_->options.handshake_timeout : timeout;
+    asio::co_spawn(strand, DoConnect(shared_, endpoint, limit, promise), asio::detached);
+    Result<std::shared_ptr<TcpConn>> conn = future.get();
+    if (!conn.ok()) {
+      shared_->options.log("tcp: connect to " + std::string(address) +
+                           " failed: " + conn.status().ToString());
+      return conn.status();
+    }
+    registry_->Add(*conn);
+    (*conn)->Start();
+    return std::unique_ptr<Connection>(std::make_unique<TcpConnection>(std::move(*conn)));
+  }
+
+ private:
+  static awaitable<void> DoConnect(
+      std::shared_ptr<Shared> shared, tcp::endpoint endpoint, Duration timeout,
+      std::shared_ptr<std::promise<Result<std::shared_ptr<TcpConn>>>> promise) {
+    auto executor = co_await asio::this_coro::executor;
+    tcp::socket socket(executor);
+    asio::steady_timer deadline(executor);
+    auto timed_out = std::make_shared<bool>(false);
+    auto done = std::make_shared<bool>(false);
+    if (timeout != kForever) {
+      deadline.expires_after(timeout);
+      deadline.async_wait([&socket, timed_out, done](std::error_code e) {
+        if (e || *done) return;
+        *timed_out = true;
+        std::error_code ignored;
+        socket.close(ignored);
+      });
+    }
+    std::error_code ec;
+    co_await socket.async_connect(endpoint, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) {
+      *done = true;
+      deadline.cancel();
+      promise->set_value(
+          *timed_out ? DeadlineExceeded("connect timed out")
+                     : Unavailable("connect to " + EndpointString(endpoint) + ": " + ec.message()));
+      co_return;
+    }
+    Result<PeerInfo> peer = co_await RunHandshake(socket, shared->options, /*initiator=*/true);
+    *done = true;
+    deadline.cancel();
+    if (!peer.ok()) {
+      promise->set_value(*timed_out ? DeadlineExceeded("handshake timed out") : peer.status());
+      co_return;
+    }
+    promise->set_value(std::make_shared<TcpConn>(shared, std::move(socket), std::move(*peer)));
+  }
+
+  std::shared_ptr<Shared> shared_;
+  std::shared_ptr<Registry> registry_;
+  asio::executor_work_guard<asio::io_context::executor_type> work_;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Transport>> TcpTransport::Create(Options options, int io_threads) {
+  if (options.secret.size() < kMinSecretBytes) {
+    return InvalidArgument("the cluster secret must hold at least " +
+                           std::to_string(kMinSecretBytes) + " bytes");
+  }
+  try {
+    return std::unique_ptr<Transport>(
+        std::make_unique<TcpTransportImpl>(std::move(options), io_threads));
+  } catch (const std::exception& e) {
+    return Internal(std::string("tcp transport: ") + e.what());
+  }
+}
+
+}  // namespace weightcast::net

@@ -1,0 +1,144 @@
+#include "net/handshake.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "net/wire.pb.h"
+
+namespace weightcast::net {
+namespace {
+
+constexpr std::string_view kSecret = "correct horse battery staple";
+
+Frame ToFrame(const OutFrame& out) {
+  FrameDecoder decoder(kDefaultMaxFrameBytes);
+  std::vector<uint8_t> bytes(out.head.begin(), out.head.begin() + out.head_size);
+  bytes.insert(bytes.end(), out.payload.begin(), out.payload.end());
+  EXPECT_TRUE(decoder.Feed(bytes).ok());
+  auto frames = decoder.TakeFrames();
+  EXPECT_EQ(frames.size(), 1u);
+  return frames.empty() ? Frame{} : std::move(frames.front());
+}
+
+Identity Node(uint64_t id, std::string cluster = "c1") {
+  return Identity{.cluster_id = std::move(cluster),
+                  .node_id = PeerId(id),
+                  .role = Role::kAgent,
+                  .protocol_version = kProtocolVersion};
+}
+
+// Runs both sides; returns (initiator status, acceptor status).
+std::pair<Status, Status> RunBoth(Handshake& a, Handshake& b) {
+  auto a_reply = a.OnFrame(ToFrame(b.HelloFrame()));
+  auto b_reply = b.OnFrame(ToFrame(a.HelloFrame()));
+  if (!a_reply.ok() || !b_reply.ok()) {
+    return {a_reply.ok() ? Status::Ok() : a_reply.status(),
+            b_reply.ok() ? Status::Ok() : b_reply.status()};
+  }
+  auto a_done = a.OnFrame(ToFrame(**b_reply));
+  auto b_done = b.OnFrame(ToFrame(**a_reply));
+  return {a_done.ok() ? Status::Ok() : a_done.status(),
+          b_done.ok() ? Status::Ok() : b_done.status()};
+}
+
+TEST(Handshake, EstablishesAndLearnsPeerIdentity) {
+  Handshake a(Node(1), kSecret, true);
+  Identity coord = Node(2);
+  coord.role = Role::kCoordinator;
+  Handshake b(coord, kSecret, false);
+  auto [sa, sb] = RunBoth(a, b);
+  ASSERT_TRUE(sa.ok()) << sa.ToString();
+  ASSERT_TRUE(sb.ok()) << sb.ToString();
+  EXPECT_TRUE(a.established());
+  EXPECT_TRUE(b.established());
+  EXPECT_EQ(a.peer().node_id, PeerId(2));
+  EXPECT_EQ(a.peer().role, Role::kCoordinator);
+  EXPECT_EQ(b.peer().node_id, PeerId(1));
+}
+
+TEST(Handshake, WrongSecretFailsOnBothSides) {
+  Handshake a(Node(1), kSecret, true);
+  Handshake b(Node(2), "another secret of enough length", false);
+  auto [sa, sb] = RunBoth(a, b);
+  EXPECT_EQ(sa.code(), Code::kUnauthenticated);
+  EXPECT_EQ(sb.code(), Code::kUnauthenticated);
+  EXPECT_FALSE(a.established());
+  EXPECT_FALSE(b.established());
+}
+
+TEST(Handshake, WrongClusterIsRefusedBeforeAuth) {
+  Handshake a(Node(1, "c1"), kSecret, true);
+  Handshake b(Node(2, "c2"), kSecret, false);
+  auto [sa, sb] = RunBoth(a, b);
+  EXPECT_EQ(sa.code(), Code::kFailedPrecondition);
+  EXPECT_NE(sb.message().find("cluster"), std::string::npos);
+}
+
+TEST(Handshake, WrongProtocolVersionIsRefused) {
+  Identity old = Node(1);
+  old.protocol_version = 0;
+  Handshake a(old, kSecret, true);
+  Handshake b(Node(2), kSecret, false);
+  auto [sa, sb] = RunBoth(a, b);
+  EXPECT_EQ(sb.code(), Code::kFailedPrecondition);
+  EXPECT_NE(sb.message().find("protocol version 0"), std::string::npos);
+}
+
+TEST(Handshake, ReflectedProofDoesNotVerify) {
+  // An attacker without the secret connects to b, and replays b's own proof back to b.
+  Handshake b(Node(2), kSecret, false);
+  Handshake attacker(Node(1), "attacker does not know it", true);
+  auto b_auth = b.OnFrame(ToFrame(attacker.HelloFrame()));
+  ASSERT_TRUE(b_auth.ok());
+  auto result = b.OnFrame(ToFrame(**b_auth));
+  EXPECT_EQ(result.status().code(), Code::kUnauthenticated);
+}
+
+TEST(Handshake, EchoedNonceIsRefused) {
+  std::array<uint8_t, kNonceSize> nonce;
+  nonce.fill(7);
+  Handshake b(Node(2), kSecret, false, nonce);
+  Handshake mirror(Node(1), kSecret, true, nonce);
+  auto r = b.OnFrame(ToFrame(mirror.HelloFrame()));
+  EXPECT_EQ(r.status().code(), Code::kUnauthenticated);
+}
+
+TEST(Handshake, ProofFromAnotherConnectionIsRejected) {
+  // Record a's proof on one connection; replay it on a second connection with fresh nonces.
+  Handshake a1(Node(1), kSecret, true);
+  Handshake b1(Node(2), kSecret, false);
+  (void)b1.OnFrame(ToFrame(a1.HelloFrame()));
+  auto recorded = a1.OnFrame(ToFrame(b1.HelloFrame()));
+  ASSERT_TRUE(recorded.ok());
+  Handshake a2(Node(1), kSecret, true);
+  Handshake b2(Node(2), kSecret, false);
+  ASSERT_TRUE(b2.OnFrame(ToFrame(a2.HelloFrame())).ok());
+  EXPECT_EQ(b2.OnFrame(ToFrame(**recorded)).status().code(), Code::kUnauthenticated);
+}
+
+TEST(Handshake, UnexpectedFrameIsMalformed) {
+  Handshake b(Node(2), kSecret, false);
+  Frame ping;
+  ping.type = FrameType::kChunk;
+  EXPECT_EQ(b.OnFrame(ping).status().code(), Code::kCorrupt);
+}
+
+TEST(Handshake, LoadsSecretFromFileOrEnvironmentOnly) {
+  const std::string path = ::testing::TempDir() + "/wc_secret";
+  {
+    std::ofstream f(path);
+    f << "0123456789abcdef0123\n";
+  }
+  auto from_file = LoadClusterSecret(path);
+  ASSERT_TRUE(from_file.ok()) << from_file.status().ToString();
+  EXPECT_EQ(*from_file, "0123456789abcdef0123");
+  ::setenv("WC_TEST_SECRET", "short", 1);
+  EXPECT_EQ(LoadClusterSecret("", "WC_TEST_SECRET").status().code(), Code::kInvalidArgument);
+  ::unsetenv("WC_TEST_SECRET");
+  EXPECT_EQ(LoadClusterSecret("", "WC_TEST_SECRET").status().code(), Code::kNotFound);
+}
+
+}  // namespace
+}  // namespace weightcast::net

@@ -1,0 +1,54 @@
+// Shared helpers for the net tests: options for a test node and a thread-safe log capture.
+#pragma once
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "net/transport.h"
+
+namespace weightcast::net::testing {
+
+inline constexpr char kSecret[] = "correct horse battery staple";
+
+struct LogCapture {
+  std::mutex mu;
+  std::vector<std::string> lines;
+  LogFn fn() {
+    return [this](std::string_view line) {
+      std::lock_guard lock(mu);
+      lines.emplace_back(line);
+    };
+  }
+  bool Contains(std::string_view needle) {
+    std::lock_guard lock(mu);
+    for (const auto& l : lines) {
+      if (l.find(needle) != std::string::npos) return true;
+    }
+    return false;
+  }
+  std::string All() {
+    std::lock_guard lock(mu);
+    std::string out;
+    for (const auto& l : lines) out += l + "\n";
+    return out;
+  }
+};
+
+inline Options TestOptions(uint64_t node, LogCapture* log, Role role = Role::kAgent) {
+  Options o;
+  o.self.cluster_id = "test-cluster";
+  o.self.node_id = PeerId(node);
+  o.self.role = role;
+  o.secret = kSecret;
+  if (log != nullptr) o.log = log->fn();
+  return o;
+}
+
+inline std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * 31 + seed);
+  return v;
+}
+
+}  // namespace weightcast::net::testing

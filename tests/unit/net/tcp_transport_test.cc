@@ -1,0 +1,270 @@
+#include "net/tcp_transport.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "net/wire.pb.h"
+#include "net_test_util.h"
+
+namespace weightcast::net {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::LogCapture;
+using testing::Pattern;
+using testing::TestOptions;
+
+std::unique_ptr<Transport> MakeTcp(Options options) {
+  auto t = TcpTransport::Create(std::move(options));
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  return std::move(*t);
+}
+
+struct Pair {
+  std::unique_ptr<Transport> server_transport, client_transport;
+  std::unique_ptr<Listener> listener;
+  std::unique_ptr<Connection> server, client;
+};
+
+Pair Connect(Options server_opts, Options client_opts) {
+  Pair p;
+  p.server_transport = MakeTcp(std::move(server_opts));
+  p.client_transport = MakeTcp(std::move(client_opts));
+  auto l = p.server_transport->Listen("127.0.0.1:0");
+  EXPECT_TRUE(l.ok()) << l.status().ToString();
+  p.listener = std::move(*l);
+  auto c = p.client_transport->Connect(p.listener->address(), 5s);
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  if (!c.ok()) return p;
+  p.client = std::move(*c);
+  auto s = p.listener->Accept(5s);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  if (s.ok()) p.server = std::move(*s);
+  return p;
+}
+
+// A raw socket to the listener, for sending bytes no real node would.
+int RawConnect(const std::string& address) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(address.rfind(':') + 1))));
+  ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  return fd;
+}
+
+TEST(TcpTransport, HandshakeThenChunksBothWays) {
+  LogCapture log;
+  Pair p = Connect(TestOptions(2, &log, Role::kCoordinator), TestOptions(1, &log));
+  ASSERT_TRUE(p.server && p.client);
+  EXPECT_EQ(p.client->peer().node_id, PeerId(2));
+  EXPECT_EQ(p.client->peer().role, Role::kCoordinator);
+  EXPECT_EQ(p.server->peer().node_id, PeerId(1));
+  auto payload = std::make_shared<std::vector<uint8_t>>(Pattern(3 << 20, 5));
+  for (uint32_t i = 0; i < 4; ++i) {
+    ASSERT_TRUE(
+        p.client->SendChunk({.version = 1, .channel = 1, .chunk_index = i}, *payload, payload)
+            .ok());
+  }
+  ASSERT_TRUE(p.server->SendControl(Pattern(100, 1)).ok());
+  for (uint32_t i = 0; i < 4; ++i) {
+    auto f = p.server->Receive(5s);
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    EXPECT_EQ(f->chunk_header()->chunk_index, i);
+    auto got = f->chunk_payload();
+    ASSERT_EQ(got.size(), payload->size());
+    EXPECT_TRUE(std::equal(got.begin(), got.end(), payload->begin()));
+  }
+  auto control = p.client->Receive(5s);
+  ASSERT_TRUE(control.ok());
+  EXPECT_EQ(control->type, FrameType::kControl);
+  EXPECT_EQ(control->body.size(), 100u);
+}
+
+TEST(TcpTransport, WrongSecretIsDisconnectedWithLoggedReason) {
+  LogCapture log;
+  auto server = MakeTcp(TestOptions(2, &log));
+  Options bad = TestOptions(1, &log);
+  bad.secret = "this is not the cluster secret";
+  auto client = MakeTcp(bad);
+  auto listener = server->Listen("127.0.0.1:0");
+  ASSERT_TRUE(listener.ok());
+  auto c = client->Connect((*listener)->address(), 5s);
+  EXPECT_FALSE(c.ok());
+  EXPECT_EQ((*listener)->Accept(200ms).status().code(), Code::kDeadlineExceeded);
+  EXPECT_TRUE(log.Contains("refused peer")) << log.All();
+  EXPECT_TRUE(log.Contains("UNAUTHENTICATED")) << log.All();
+}
+
+TEST(TcpTransport, WrongClusterAndVersionAreRefused) {
+  LogCapture log;
+  auto server = MakeTcp(TestOptions(2, &log));
+  auto listener = server->Listen("127.0.0.1:0");
+  ASSERT_TRUE(listener.ok());
+  Options other = TestOptions(1, &log);
+  other.self.cluster_id = "another";
+  EXPECT_EQ(MakeTcp(other)->Connect((*listener)->address(), 5s).status().code(),
+            Code::kFailedPrecondition);
+  Options future = TestOptions(3, &log);
+  future.self.protocol_version = 9;
+  EXPECT_FALSE(MakeTcp(future)->Connect((*listener)->address(), 5s).ok());
+  EXPECT_EQ((*listener)->Accept(100ms).status().code(), Code::kDeadlineExceeded);
+  EXPECT_TRUE(log.Contains("cluster 'another'")) << log.All();
+  EXPECT_TRUE(log.Contains("protocol version 9")) << log.All();
+}
+
+TEST(TcpTransport, MalformedAndOversizedFramesAreDropped) {
+  LogCapture log;
+  auto server = MakeTcp(TestOptions(2, &log));
+  auto listener = server->Listen("127.0.0.1:0");
+  ASSERT_TRUE(listener.ok());
+  {
+    int fd = RawConnect((*listener)->address());
+    const uint8_t junk[] = {3, 0, 0, 0, 77, 0, 0, 0, 1, 2, 3};  // unknown type 77
+    ASSERT_EQ(::write(fd, junk, sizeof(junk)), static_cast<ssize_t>(sizeof(junk)));
+    char buf[4096];
+    while (::read(fd, buf, sizeof(buf)) > 0) {
+    }  // the server hangs up
+    ::close(fd);
+  }
+  {
+    int fd = RawConnect((*listener)->address());
+    uint8_t huge[8];
+    EncodeFrameHeader({.length = 200u << 20, .type = FrameType::kHello},
+                      std::span<uint8_t, kFrameHeaderSize>(huge, 8));
+    ASSERT_EQ(::write(fd, huge, sizeof(huge)), 8);
+    char buf[4096];
+    while (::read(fd, buf, sizeof(buf)) > 0) {
+    }
+    ::close(fd);
+  }
+  EXPECT_EQ((*listener)->Accept(100ms).status().code(), Code::kDeadlineExceeded);
+  EXPECT_TRUE(log.Contains("unknown frame type 77")) << log.All();
+  EXPECT_TRUE(log.Contains("exceeds the limit")) << log.All();
+}
+
+TEST(TcpTransport, SilentConnectionTimesOutInHandshake) {
+  LogCapture log;
+  Options opts = TestOptions(2, &log);
+  opts.handshake_timeout = 200ms;
+  auto server = MakeTcp(opts);
+  auto listener = server->Listen("127.0.0.1:0");
+  int fd = RawConnect((*listener)->address());
+  char buf[4096];
+  while (::read(fd, buf, sizeof(buf)) > 0) {
+  }
+  ::close(fd);
+  EXPECT_TRUE(log.Contains("handshake did not finish in time")) << log.All();
+}
+
+TEST(TcpTransport, SenderBlocksInsteadOfBufferingWithoutBound) {
+  Options sender = TestOptions(1, nullptr);
+  sender.send_queue_bytes = 1 << 20;
+  Options receiver = TestOptions(2, nullptr);
+  receiver.receive_queue_bytes = 1 << 20;
+  Pair p = Connect(receiver, sender);
+  ASSERT_TRUE(p.server && p.client);
+  auto payload = std::make_shared<std::vector<uint8_t>>(Pattern(256 << 10, 1));
+  size_t queued = 0;
+  // Nobody reads on the server: after send queue + receive queue + kernel buffers fill, Send
+  // must time out rather than queue more.
+  for (int i = 0; i < 4096; ++i) {
+    Status s =
+        p.client->SendChunk({.chunk_index = static_cast<uint32_t>(i)}, *payload, payload, 100ms);
+    if (!s.ok()) {
+      EXPECT_EQ(s.code(), Code::kDeadlineExceeded) << s.ToString();
+      break;
+    }
+    queued += payload->size();
+  }
+  EXPECT_LT(queued, 256u << 20) << "sender never blocked";
+  // Reading drains everything in order, and the sender can go on.
+  size_t received = 0;
+  for (uint32_t i = 0; received < queued; ++i) {
+    auto f = p.server->Receive(5s);
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    EXPECT_EQ(f->chunk_header()->chunk_index, i);
+    received += f->chunk_payload().size();
+  }
+  EXPECT_TRUE(p.client->SendChunk({}, *payload, payload, 2s).ok());
+}
+
+TEST(TcpTransport, DeadPeerIsDetectedByKeepaliveTimeout) {
+  LogCapture log;
+  Options watcher = TestOptions(1, &log);
+  watcher.keepalive_timeout = 300ms;
+  watcher.keepalive_interval = 100ms;
+  // The peer never sends pings: to the watcher it looks like a hung process.
+  Options silent = TestOptions(2, &log);
+  silent.keepalive_interval = std::chrono::hours(1);
+  silent.keepalive_timeout = std::chrono::hours(1);
+  Pair p = Connect(silent, watcher);
+  ASSERT_TRUE(p.server && p.client);
+  auto start = std::chrono::steady_clock::now();
+  auto r = p.client->Receive(3s);
+  auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(r.status().code(), Code::kDeadlineExceeded);
+  EXPECT_NE(r.status().message().find("keepalive"), std::string::npos) << r.status().ToString();
+  EXPECT_LT(took, 1s);
+  // Meanwhile the silent side hears the watcher's pings and stays up until the watcher hangs up.
+  EXPECT_TRUE(log.Contains("keepalive")) << log.All();
+}
+
+TEST(TcpTransport, IdleConnectionStaysUpThanksToPings) {
+  Options a = TestOptions(1, nullptr);
+  a.keepalive_interval = 50ms;
+  a.keepalive_timeout = 200ms;
+  Pair p = Connect(a, a);
+  ASSERT_TRUE(p.server && p.client);
+  std::this_thread::sleep_for(600ms);
+  EXPECT_TRUE(p.client->status().ok()) << p.client->status().ToString();
+  EXPECT_TRUE(p.server->status().ok()) << p.server->status().ToString();
+}
+
+TEST(TcpTransport, ManyConcurrentConnections) {
+  auto server = MakeTcp(TestOptions(100, nullptr));
+  auto listener = server->Listen("127.0.0.1:0");
+  ASSERT_TRUE(listener.ok());
+  constexpr int kClients = 32;
+  std::vector<std::unique_ptr<Transport>> transports;
+  std::vector<std::unique_ptr<Connection>> clients;
+  for (int i = 0; i < kClients; ++i) {
+    transports.push_back(MakeTcp(TestOptions(i + 1, nullptr)));
+  }
+  std::vector<std::thread> threads;
+  clients.resize(kClients);
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&, i] {
+      auto c = transports[i]->Connect((*listener)->address(), 5s);
+      ASSERT_TRUE(c.ok()) << c.status().ToString();
+      ASSERT_TRUE((*c)->SendControl(Pattern(1000, static_cast<uint8_t>(i))).ok());
+      clients[i] = std::move(*c);
+    });
+  }
+  std::vector<std::unique_ptr<Connection>> accepted;
+  for (int i = 0; i < kClients; ++i) {
+    auto s = (*listener)->Accept(5s);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    auto f = (*s)->Receive(5s);
+    ASSERT_TRUE(f.ok());
+    EXPECT_EQ(f->body[0], static_cast<uint8_t>((*s)->peer().node_id.value() - 1));
+    accepted.push_back(std::move(*s));
+  }
+  for (auto& t : threads) t.join();
+}
+
+TEST(TcpTransport, RefusesShortSecret) {
+  Options o = TestOptions(1, nullptr);
+  o.secret = "short";
+  EXPECT_EQ(TcpTransport::Create(o).status().code(), Code::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace weightcast::net
