@@ -1,0 +1,107 @@
+// Whole-version delta encode and decode: every chunk of a target version against the same chunk
+// of a base version, over a thread pool, streaming in bounded memory.
+//
+// Memory: at most `window` chunks are in flight (encoded payloads or decoded chunk buffers, plus
+// one CodecScratch per worker); base and target bytes are read through read-only mmaps, so a
+// version of any size streams through window * chunk_size bytes of heap.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include <weightcast/status.h>
+
+#include "codec/chunk_codec.h"
+#include "manifest/manifest.h"
+#include "util/file.h"
+
+namespace weightcast::codec {
+
+// A snapshot's flat byte space, read through mmaps of its files (or one span in memory). Chunks
+// that lie inside one file are returned as views of the mapping without copying. Thread-safe
+// for concurrent reads.
+class SnapshotReader {
+ public:
+  // Maps every file of `manifest` under `root`; fails if one is missing or has another size.
+  static Result<SnapshotReader> Open(const std::filesystem::path& root, const Manifest& manifest);
+  // Views `bytes` (which must outlive the reader) as a snapshot.
+  static SnapshotReader FromMemory(std::span<const uint8_t> bytes);
+
+  uint64_t size() const { return size_; }
+  // The bytes of `range` (which must lie inside the snapshot): a view into the mapping when the
+  // range lies in one file, otherwise gathered into `scratch`.
+  std::span<const uint8_t> Read(ByteRange range, std::vector<uint8_t>& scratch) const;
+
+ private:
+  std::vector<MappedFile> files_;
+  std::vector<uint64_t> offsets_;  // start of each file in the flat space
+  std::vector<std::span<const uint8_t>> parts_;
+  uint64_t size_ = 0;
+};
+
+// Element-width segments of one chunk of `manifest`, from the tensors it holds.
+std::vector<Segment> ChunkSegments(const Manifest& manifest, ChunkIndex index);
+
+struct VersionCodecOptions {
+  ChunkEncodeOptions chunk;
+  size_t threads = 0;  // 0: one per core
+  size_t window = 0;   // chunks in flight; 0: 2 per thread
+};
+
+// Receives encoded payloads in chunk order, one call at a time (kSame chunks are not passed).
+using PayloadSink = std::function<Status(ChunkIndex, std::span<const uint8_t> payload)>;
+
+// Encodes `target` against `base`. Chunk hashes come from the manifests (the bytes must be the
+// ones the manifests describe). Returns the DeltaInfo a delta manifest of `target` carries. Fails
+// if the hash algorithms differ or a sink call fails. The base may be any earlier version.
+Result<DeltaInfo> EncodeVersion(const Manifest& base, const SnapshotReader& base_bytes,
+                                const Manifest& target, const SnapshotReader& target_bytes,
+                                const PayloadSink& sink, const VersionCodecOptions& options = {});
+
+// Returns the payload of a chunk (kXor or kFull). Called from worker threads concurrently.
+using PayloadSource = std::function<Result<std::span<const uint8_t>>(ChunkIndex)>;
+// Receives every chunk of the target, verified, in chunk order, one call at a time.
+using VerifiedChunkSink = std::function<Status(ChunkIndex, std::span<const uint8_t> bytes)>;
+
+// Rebuilds the target version from `base` (whose bytes the store verified against `base`'s
+// manifest) and the payloads of `target.delta`. Refuses with kFailedPrecondition when the delta
+// names another base. Each payload is checked against the payload hash in the delta table, then
+// decoded; each chunk is checked against the target manifest's chunk hash before it reaches the
+// sink. `same` chunks are passed through without hashing: their base hash equals the target's.
+// Stops at the first failure (kCorrupt / kFailedPrecondition, naming the chunk); the sink has
+// then seen only verified chunks before it.
+Status DecodeVersion(const Manifest& base, const SnapshotReader& base_bytes, const Manifest& target,
+                     const PayloadSource& payloads, const VerifiedChunkSink& sink,
+                     const VersionCodecOptions& options = {});
+
+// Catch-up planning for a receiver several versions behind.
+enum class CatchUpAction : uint8_t {
+  kKeep,        // every step is `same`: the chunk the receiver holds is current
+  kApplyChain,  // fetch the payloads of steps first_step.. and apply them in order
+  kFetchFull,   // fetch the chunk of the newest version as a whole
+};
+
+struct ChunkCatchUp {
+  CatchUpAction action = CatchUpAction::kFetchFull;
+  uint32_t first_step = 0;  // kApplyChain: the first step whose payload is needed
+  uint64_t bytes = 0;       // bytes this choice moves
+};
+
+struct CatchUpPlan {
+  std::vector<ChunkCatchUp> chunks;  // one per chunk of the newest version
+  uint64_t total_bytes = 0;
+  uint64_t all_full_bytes = 0;  // what fetching every chunk full would move
+};
+
+// `chain[k]` is the delta table of version k+1 against version k, where version 0 is the one the
+// receiver holds and the last entry's version is the goal. `full_bytes[i]` is what fetching chunk
+// i of the goal full costs. Per chunk, picks whichever of applying the chain and fetching full
+// moves fewer bytes; a `full` step inside the chain restarts it there, and a chunk missing from
+// an intermediate version can only be reached from a later full step.
+Result<CatchUpPlan> PlanCatchUp(std::span<const DeltaInfo> chain,
+                                std::span<const uint64_t> full_bytes);
+
+}  // namespace weightcast::codec
