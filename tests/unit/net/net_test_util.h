@@ -3,6 +3,7 @@
 
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "net/transport.h"
@@ -24,6 +25,14 @@ struct LogCapture {
     std::lock_guard lock(mu);
     for (const auto& l : lines) {
       if (l.find(needle) != std::string::npos) return true;
+    }
+    return false;
+  }
+  // For lines written by transport threads just after the event a test observes.
+  bool Eventually(std::string_view needle) {
+    for (int i = 0; i < 200; ++i) {
+      if (Contains(needle)) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     return false;
   }

@@ -99,8 +99,8 @@ TEST(TcpTransport, WrongSecretIsDisconnectedWithLoggedReason) {
   auto c = client->Connect((*listener)->address(), 5s);
   EXPECT_FALSE(c.ok());
   EXPECT_EQ((*listener)->Accept(200ms).status().code(), Code::kDeadlineExceeded);
-  EXPECT_TRUE(log.Contains("refused peer")) << log.All();
-  EXPECT_TRUE(log.Contains("UNAUTHENTICATED")) << log.All();
+  EXPECT_TRUE(log.Eventually("refused peer")) << log.All();
+  EXPECT_TRUE(log.Eventually("UNAUTHENTICATED")) << log.All();
 }
 
 TEST(TcpTransport, WrongClusterAndVersionAreRefused) {
@@ -116,8 +116,8 @@ TEST(TcpTransport, WrongClusterAndVersionAreRefused) {
   future.self.protocol_version = 9;
   EXPECT_FALSE(MakeTcp(future)->Connect((*listener)->address(), 5s).ok());
   EXPECT_EQ((*listener)->Accept(100ms).status().code(), Code::kDeadlineExceeded);
-  EXPECT_TRUE(log.Contains("cluster 'another'")) << log.All();
-  EXPECT_TRUE(log.Contains("protocol version 9")) << log.All();
+  EXPECT_TRUE(log.Eventually("cluster 'another'")) << log.All();
+  EXPECT_TRUE(log.Eventually("protocol version 9")) << log.All();
 }
 
 TEST(TcpTransport, MalformedAndOversizedFramesAreDropped) {
@@ -146,8 +146,8 @@ TEST(TcpTransport, MalformedAndOversizedFramesAreDropped) {
     ::close(fd);
   }
   EXPECT_EQ((*listener)->Accept(100ms).status().code(), Code::kDeadlineExceeded);
-  EXPECT_TRUE(log.Contains("unknown frame type 77")) << log.All();
-  EXPECT_TRUE(log.Contains("exceeds the limit")) << log.All();
+  EXPECT_TRUE(log.Eventually("unknown frame type 77")) << log.All();
+  EXPECT_TRUE(log.Eventually("exceeds the limit")) << log.All();
 }
 
 TEST(TcpTransport, SilentConnectionTimesOutInHandshake) {
@@ -161,7 +161,7 @@ TEST(TcpTransport, SilentConnectionTimesOutInHandshake) {
   while (::read(fd, buf, sizeof(buf)) > 0) {
   }
   ::close(fd);
-  EXPECT_TRUE(log.Contains("handshake did not finish in time")) << log.All();
+  EXPECT_TRUE(log.Eventually("handshake did not finish in time")) << log.All();
 }
 
 TEST(TcpTransport, SenderBlocksInsteadOfBufferingWithoutBound) {
@@ -214,7 +214,7 @@ TEST(TcpTransport, DeadPeerIsDetectedByKeepaliveTimeout) {
   EXPECT_NE(r.status().message().find("keepalive"), std::string::npos) << r.status().ToString();
   EXPECT_LT(took, 1s);
   // Meanwhile the silent side hears the watcher's pings and stays up until the watcher hangs up.
-  EXPECT_TRUE(log.Contains("keepalive")) << log.All();
+  EXPECT_TRUE(log.Eventually("keepalive")) << log.All();
 }
 
 TEST(TcpTransport, IdleConnectionStaysUpThanksToPings) {
