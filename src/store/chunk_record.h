@@ -1,0 +1,68 @@
+// The persisted list of verified chunks of a staging version (staging/<v>/chunks.log), so that a
+// restarted receiver resumes instead of fetching everything again.
+//
+// Format (docs/store_layout.md): a 16-byte header, "WCCHUNK1" then the first 8 bytes of the
+// manifest root, then 8-byte records appended in any order: the chunk index as uint32 little
+// endian, then the index XOR kRecordCheck. A record is only ever appended after the chunk's
+// bytes are durable, so every record names a chunk whose bytes are on disk.
+//
+// On open, a torn tail (a partial record from a crash mid-write) is cut off; the first record that
+// fails its check or names a chunk beyond the manifest ends the trusted prefix and everything from
+// it on is cut off too (those chunks are fetched again). A header for another manifest resets the
+// whole record. Nothing here trusts the file: a corrupt record costs refetching, never bad bytes.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <vector>
+
+#include <weightcast/status.h>
+#include <weightcast/types.h>
+
+#include "hash/digest.h"
+
+namespace weightcast::store {
+
+inline constexpr uint32_t kRecordCheck = 0x9E3779B9u;
+inline constexpr size_t kRecordHeaderBytes = 16;
+inline constexpr size_t kRecordBytes = 8;
+
+// What opening an existing record found.
+struct RecordRecovery {
+  uint32_t chunks = 0;           // distinct chunks the record vouches for
+  uint64_t discarded_bytes = 0;  // cut off: torn tail, bad records and what followed them
+  bool header_mismatch = false;  // the header was damaged or for another manifest: reset
+};
+
+// An open chunk record. Move-only; closes on destruction. Not thread-safe (StagedVersion
+// serializes access).
+class ChunkRecord {
+ public:
+  // Creates an empty record at `path` (fails if it exists), durable on return.
+  static Result<ChunkRecord> Create(const std::filesystem::path& path, const Digest& root);
+
+  // Opens an existing record, repairing it as described above. Sets verified[i] for every chunk
+  // the record holds; `verified` must have one entry per chunk of the manifest.
+  static Result<ChunkRecord> Open(const std::filesystem::path& path, const Digest& root,
+                                  std::vector<bool>& verified, RecordRecovery& recovery);
+
+  ChunkRecord() = default;
+  ChunkRecord(ChunkRecord&& other) noexcept;
+  ChunkRecord& operator=(ChunkRecord&& other) noexcept;
+  ChunkRecord(const ChunkRecord&) = delete;
+  ChunkRecord& operator=(const ChunkRecord&) = delete;
+  ~ChunkRecord();
+
+  // Appends records for `chunks` with one write and fdatasyncs the record.
+  Status Append(std::span<const ChunkIndex> chunks);
+
+  void Close();
+
+ private:
+  ChunkRecord(int fd, std::filesystem::path path) : fd_(fd), path_(std::move(path)) {}
+  int fd_ = -1;
+  std::filesystem::path path_;
+};
+
+}  // namespace weightcast::store

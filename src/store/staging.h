@@ -1,0 +1,78 @@
+// The shared state behind a StagedVersion handle. Internal to the store layer.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include "manifest/manifest.h"
+#include "store/chunk_record.h"
+#include "store/layout.h"
+#include "store/store.h"
+
+namespace weightcast::store {
+
+struct StagingState {
+  StagingState(ChannelLayout layout_in, std::string channel_in, Manifest manifest_in,
+               uint32_t batch)
+      : layout(std::move(layout_in)),
+        channel(std::move(channel_in)),
+        manifest(std::move(manifest_in)),
+        record_batch(batch == 0 ? 1 : batch) {}
+  ~StagingState();
+
+  // Builds staging/<v> for `manifest` (ValidateManifest and path checks are the caller's): files
+  // preallocated in a hidden partial directory, the manifest and an empty record written and
+  // fsynced, then one rename publishes it. A crash before the rename leaves only the partial
+  // directory, which Store::Open removes. With `import_from`, files are copied or linked from that
+  // directory instead of preallocated.
+  static Result<std::shared_ptr<StagingState>> Create(const ChannelLayout& layout,
+                                                      std::string channel, const Manifest& manifest,
+                                                      uint32_t batch,
+                                                      const std::filesystem::path* import_from,
+                                                      ImportMode mode);
+  // Reopens staging/<v>: reads its manifest, checks the files' sizes, loads the chunk record.
+  static Result<std::shared_ptr<StagingState>> Load(const ChannelLayout& layout,
+                                                    std::string channel, Version version,
+                                                    uint32_t batch);
+
+  Status WriteChunk(ChunkIndex index, std::span<const uint8_t> bytes);
+  Status MarkVerified(ChunkIndex index);
+  Status Flush();
+  bool HasChunk(ChunkIndex index) const;
+  Result<std::vector<uint8_t>> ReadChunk(ChunkIndex index) const;
+
+  // For Commit: persists pending records, requires every chunk verified, fsyncs every file and
+  // directory of the version, then closes the handles. After this every call fails.
+  Status SealForCommit();
+  // Closes the handles without syncing (Abort).
+  void Close();
+
+  const ChannelLayout layout;
+  const std::string channel;
+  const Manifest manifest;
+  const uint32_t record_batch;
+
+  // Shared by chunk I/O, exclusive to close. Lock order: io_mu, then rec_mu.
+  mutable std::shared_mutex io_mu;
+  bool closed = false;
+  std::vector<int> fds;                        // one per manifest file, O_RDWR
+  std::unique_ptr<std::atomic<bool>[]> dirty;  // file written since its last fdatasync
+
+  mutable std::mutex rec_mu;
+  std::vector<bool> verified;
+  uint32_t verified_count = 0;
+  std::vector<ChunkIndex> pending;  // verified, not yet in the record
+  ChunkRecord record;
+  uint64_t discarded_bytes = 0;
+
+ private:
+  Status OpenFiles(const std::filesystem::path& files_dir, bool create);
+  Status FlushLocked();
+  Status CheckOpen() const;
+};
+
+}  // namespace weightcast::store

@@ -1,0 +1,428 @@
+#include "store/store.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <system_error>
+
+#include "manifest/builder.h"
+#include "store/store_impl.h"
+#include "util/file.h"
+
+namespace weightcast {
+
+using store::ChannelLayout;
+using store::StagingState;
+using store::StoreImpl;
+
+namespace store {
+namespace {
+
+bool Exists(const std::filesystem::path& p) {
+  struct stat st {};
+  return ::lstat(p.c_str(), &st) == 0;
+}
+
+std::string Name(std::string_view channel, Version v) {
+  return std::string(channel) + "/" + VersionName(v);
+}
+
+}  // namespace
+
+StoreImpl::~StoreImpl() {
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+}
+
+Result<std::unique_ptr<StoreImpl>> StoreImpl::Open(const std::filesystem::path& root,
+                                                   const StoreOptions& options) {
+  if (root.empty()) return InvalidArgument("store root is empty");
+  if (options.keep_versions == 0) {
+    return InvalidArgument("keep_versions must be at least 1 (the current version)");
+  }
+  int lock_fd = -1;
+  if (options.read_only) {
+    struct stat st {};
+    if (::stat(root.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      return NotFound("store root " + root.string() + " does not exist");
+    }
+  } else {
+    std::error_code ec;
+    std::filesystem::create_directories(root, ec);
+    if (ec) return IoError("mkdir(" + root.string() + "): " + ec.message());
+    std::filesystem::path lock_path = root / ".lock";
+    lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lock_fd < 0) return ErrnoStatus("open(" + lock_path.string() + ")", errno);
+    if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+      int err = errno;
+      ::close(lock_fd);
+      if (err == EWOULDBLOCK) {
+        return Unavailable("store " + root.string() + " is in use by another process (" +
+                           lock_path.string() + " is locked)");
+      }
+      return ErrnoStatus("flock(" + lock_path.string() + ")", err);
+    }
+  }
+  auto impl = std::make_unique<StoreImpl>(root, options, lock_fd);
+  if (!options.read_only) {
+    ASSIGN_OR_RETURN(std::vector<std::string> channels, impl->Channels());
+    for (const std::string& channel : channels) {
+      RETURN_IF_ERROR(impl->RecoverChannel(channel).WithContext("recovering channel " + channel));
+    }
+  }
+  return impl;
+}
+
+Status StoreImpl::CheckWritable() const {
+  if (options_.read_only) {
+    return FailedPrecondition("store " + root_.string() + " is open read-only");
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<std::string>> StoreImpl::Channels() const {
+  ASSIGN_OR_RETURN(std::vector<std::string> names, ListDir(root_));
+  std::vector<std::string> out;
+  for (std::string& name : names) {
+    struct stat st {};
+    if (!ValidateChannelName(name).ok()) continue;
+    if (::stat((root_ / name).c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+    out.push_back(std::move(name));
+  }
+  return out;
+}
+
+Result<StagedVersion> StoreImpl::BeginStaging(std::string_view channel, const Manifest& manifest) {
+  RETURN_IF_ERROR(CheckWritable());
+  RETURN_IF_ERROR(ValidateChannelName(channel));
+  if (manifest.channel != channel) {
+    return InvalidArgument("manifest is for channel '" + manifest.channel + "', not '" +
+                           std::string(channel) + "'");
+  }
+  if (manifest.version.value() == 0) return InvalidArgument("manifest has version 0");
+  RETURN_IF_ERROR(ValidateManifest(manifest));
+  RETURN_IF_ERROR(ValidateManifestPaths(manifest));
+  std::lock_guard lock(mu_);
+  ChannelLayout layout = Layout(channel);
+  Version v = manifest.version;
+  if (Exists(layout.version_dir(v))) {
+    return AlreadyExists("version " + Name(channel, v) + " is already committed");
+  }
+  if (Exists(layout.staging_dir(v))) {
+    return AlreadyExists("version " + Name(channel, v) +
+                         " is already staging; resume it or abort it");
+  }
+  for (const auto& dir :
+       {layout.dir(), layout.versions_dir(), layout.manifests_dir(), layout.staging_root()}) {
+    RETURN_IF_ERROR(MakeDirDurable(dir));
+  }
+  ASSIGN_OR_RETURN(auto state,
+                   StagingState::Create(layout, std::string(channel), manifest,
+                                        options_.record_batch, nullptr, ImportMode::kCopy));
+  staging_[{std::string(channel), v.value()}] = state;
+  return StagedVersion(state);
+}
+
+Result<std::shared_ptr<StagingState>> StoreImpl::StagingLocked(std::string_view channel,
+                                                               Version version) {
+  Key key{std::string(channel), version.value()};
+  auto it = staging_.find(key);
+  if (it != staging_.end()) {
+    if (auto live = it->second.lock()) return live;
+    staging_.erase(it);
+  }
+  ASSIGN_OR_RETURN(auto state, StagingState::Load(Layout(channel), std::string(channel), version,
+                                                  options_.record_batch));
+  staging_[key] = state;
+  return state;
+}
+
+Result<StagedVersion> StoreImpl::ResumeStaging(std::string_view channel, Version version) {
+  RETURN_IF_ERROR(CheckWritable());
+  RETURN_IF_ERROR(ValidateChannelName(channel));
+  std::lock_guard lock(mu_);
+  ASSIGN_OR_RETURN(auto state, StagingLocked(channel, version));
+  return StagedVersion(state);
+}
+
+Result<std::vector<Version>> StoreImpl::ListStaging(std::string_view channel) const {
+  RETURN_IF_ERROR(ValidateChannelName(channel));
+  std::lock_guard lock(mu_);
+  ASSIGN_OR_RETURN(std::vector<std::string> names, ListDir(Layout(channel).staging_root()));
+  std::vector<Version> out;
+  for (const std::string& name : names) {
+    if (auto v = ParseVersionName(name)) out.push_back(*v);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Status StoreImpl::SwitchCurrentLocked(const ChannelLayout& layout, Version version) {
+  return SwitchSymlink(layout.current_link(), layout.current_tmp(),
+                       ChannelLayout::CurrentTarget(version));
+}
+
+Status StoreImpl::Commit(std::string_view channel, Version version) {
+  RETURN_IF_ERROR(CheckWritable());
+  RETURN_IF_ERROR(ValidateChannelName(channel));
+  std::lock_guard lock(mu_);
+  return CommitLocked(channel, version);
+}
+
+// The commit protocol. Each step is atomic and durable before the next starts; the crash cases
+// are argued in docs/store_layout.md.
+Status StoreImpl::CommitLocked(std::string_view channel, Version v) {
+  ChannelLayout layout = Layout(channel);
+  ASSIGN_OR_RETURN(auto state, StagingLocked(channel, v));
+  // 1. Every chunk verified, every byte and directory entry of the files durable.
+  RETURN_IF_ERROR(state->SealForCommit());
+  staging_.erase({std::string(channel), v.value()});
+  // 2. The manifest beside the version. A crash after this leaves an orphan manifest (no
+  //    versions/<v>) that Open removes; the staging is intact and can be committed again.
+  RETURN_IF_ERROR(WriteFileAtomic(layout.manifest_file(v), SerializeManifest(state->manifest)));
+  // 3. The commit point: the files become versions/<v>. From here Open rolls the commit forward,
+  //    recognising staging/<v> without its files/ directory.
+  RETURN_IF_ERROR(RenameDurable(layout.staging_files(v), layout.version_dir(v)));
+  // 4. `current` moves in one rename.
+  RETURN_IF_ERROR(SwitchCurrentLocked(layout, v));
+  // 5. Staging leftovers (manifest copy, record) go; Open would remove them too.
+  RETURN_IF_ERROR(RemoveAll(layout.staging_dir(v)));
+  RETURN_IF_ERROR(FsyncPath(layout.staging_root()));
+  return CollectLocked(channel).status();
+}
+
+Status StoreImpl::Abort(std::string_view channel, Version version) {
+  RETURN_IF_ERROR(CheckWritable());
+  RETURN_IF_ERROR(ValidateChannelName(channel));
+  std::lock_guard lock(mu_);
+  ChannelLayout layout = Layout(channel);
+  Key key{std::string(channel), version.value()};
+  auto it = staging_.find(key);
+  if (it != staging_.end()) {
+    if (auto live = it->second.lock()) live->Close();
+    staging_.erase(it);
+  }
+  if (!Exists(layout.staging_dir(version))) {
+    return NotFound("no staging version " + Name(channel, version));
+  }
+  // Renamed to a hidden name first so that a crash halfway through the removal never leaves a
+  // staging/<v> that looks resumable but lacks files.
+  std::filesystem::path doomed = layout.staging_root() / (".aborted-" + VersionName(version));
+  RETURN_IF_ERROR(RemoveAll(doomed));
+  RETURN_IF_ERROR(RenameDurable(layout.staging_dir(version), doomed));
+  return RemoveAll(doomed);
+}
+
+Status StoreImpl::CheckSizesLocked(const ChannelLayout& layout, const Manifest& manifest) const {
+  std::filesystem::path dir = layout.version_dir(manifest.version);
+  for (const ManifestFile& f : manifest.files) {
+    std::filesystem::path path = dir / f.path;
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) return ErrnoStatus("stat(" + path.string() + ")", errno);
+    if (static_cast<uint64_t>(st.st_size) != f.size) {
+      return Corrupt(path.string() + ": " + std::to_string(st.st_size) +
+                     " bytes, the manifest says " + std::to_string(f.size));
+    }
+  }
+  return Status::Ok();
+}
+
+Result<Version> StoreImpl::Rollback(std::string_view channel, std::optional<Version> to) {
+  RETURN_IF_ERROR(CheckWritable());
+  RETURN_IF_ERROR(ValidateChannelName(channel));
+  std::lock_guard lock(mu_);
+  ChannelLayout layout = Layout(channel);
+  ASSIGN_OR_RETURN(std::vector<Version> committed, CommittedLocked(layout));
+  Version target;
+  if (to.has_value()) {
+    if (std::find(committed.begin(), committed.end(), *to) == committed.end()) {
+      return NotFound("version " + Name(channel, *to) + " is not a kept committed version");
+    }
+    target = *to;
+  } else {
+    ASSIGN_OR_RETURN(Version current, CurrentLocked(layout));
+    auto it = std::lower_bound(committed.begin(), committed.end(), current);
+    if (it == committed.begin()) {
+      return NotFound("no kept version of channel " + std::string(channel) + " below " +
+                      VersionName(current) + " to roll back to");
+    }
+    target = *std::prev(it);
+  }
+  ASSIGN_OR_RETURN(Manifest manifest, ManifestLocked(channel, target));
+  RETURN_IF_ERROR(CheckSizesLocked(layout, manifest));
+  RETURN_IF_ERROR(SwitchCurrentLocked(layout, target));
+  return target;
+}
+
+Status StoreImpl::ImportDirectory(std::string_view channel, const Manifest& manifest,
+                                  const std::filesystem::path& dir, ImportMode mode) {
+  RETURN_IF_ERROR(CheckWritable());
+  RETURN_IF_ERROR(ValidateChannelName(channel));
+  if (manifest.channel != channel) {
+    return InvalidArgument("manifest is for channel '" + manifest.channel + "', not '" +
+                           std::string(channel) + "'");
+  }
+  if (manifest.version.value() == 0) return InvalidArgument("manifest has version 0");
+  RETURN_IF_ERROR(ValidateManifest(manifest));
+  RETURN_IF_ERROR(ValidateManifestPaths(manifest));
+  std::lock_guard lock(mu_);
+  ChannelLayout layout = Layout(channel);
+  Version v = manifest.version;
+  if (Exists(layout.version_dir(v))) {
+    return AlreadyExists("version " + Name(channel, v) + " is already committed");
+  }
+  if (Exists(layout.staging_dir(v))) {
+    return AlreadyExists("version " + Name(channel, v) + " is already staging");
+  }
+  for (const auto& d :
+       {layout.dir(), layout.versions_dir(), layout.manifests_dir(), layout.staging_root()}) {
+    RETURN_IF_ERROR(MakeDirDurable(d));
+  }
+  ASSIGN_OR_RETURN(auto state, StagingState::Create(layout, std::string(channel), manifest,
+                                                    options_.record_batch, &dir, mode));
+  staging_[{std::string(channel), v.value()}] = state;
+  auto fail = [&](Status st) {
+    state->Close();
+    staging_.erase({std::string(channel), v.value()});
+    std::filesystem::path doomed = layout.staging_root() / (".aborted-" + VersionName(v));
+    if (RenameDurable(layout.staging_dir(v), doomed).ok()) RemoveAll(doomed).IgnoreError();
+    return st;
+  };
+  // The source may differ from what the manifest describes (edited since it was built): every
+  // byte is checked before the version can become current.
+  auto hashes = HashChunks(layout.staging_files(v), manifest.files, manifest.chunk_size,
+                           manifest.hash_algorithm);
+  if (!hashes.ok()) return fail(hashes.status().WithContext("importing " + dir.string()));
+  for (uint32_t i = 0; i < manifest.chunk_count(); ++i) {
+    if ((*hashes)[i] != manifest.chunk_hashes[i]) {
+      return fail(Corrupt("importing " + dir.string() + ": chunk " + std::to_string(i) +
+                          " does not match the manifest (files changed since it was built?)"));
+    }
+  }
+  for (size_t i = 0; i < manifest.files.size(); ++i) state->dirty[i].store(true);
+  for (uint32_t i = 0; i < manifest.chunk_count(); ++i) {
+    Status st = state->MarkVerified(ChunkIndex(i));
+    if (!st.ok()) return fail(st);
+  }
+  return CommitLocked(channel, v);
+}
+
+}  // namespace store
+
+const Manifest& StagedVersion::manifest() const { return state_->manifest; }
+const std::string& StagedVersion::channel() const { return state_->channel; }
+Version StagedVersion::version() const { return state_->manifest.version; }
+
+Status StagedVersion::WriteChunk(ChunkIndex index, std::span<const uint8_t> bytes) {
+  return state_->WriteChunk(index, bytes);
+}
+
+Status StagedVersion::MarkVerified(ChunkIndex index) { return state_->MarkVerified(index); }
+
+Status StagedVersion::PutChunk(ChunkIndex index, std::span<const uint8_t> bytes) {
+  const Manifest& m = state_->manifest;
+  if (index.value() >= m.chunk_count()) {
+    return OutOfRange("chunk " + std::to_string(index.value()) + " is beyond the " +
+                      std::to_string(m.chunk_count()) + " chunks of the version");
+  }
+  if (HashBytes(m.hash_algorithm, bytes) != m.chunk_hashes[index.value()]) {
+    return Corrupt("chunk " + std::to_string(index.value()) + " of " + state_->channel + "/" +
+                   store::VersionName(m.version) + " does not match its hash in the manifest");
+  }
+  RETURN_IF_ERROR(state_->WriteChunk(index, bytes));
+  return state_->MarkVerified(index);
+}
+
+Status StagedVersion::Flush() { return state_->Flush(); }
+bool StagedVersion::HasChunk(ChunkIndex index) const { return state_->HasChunk(index); }
+
+std::vector<ChunkIndex> StagedVersion::MissingChunks() const {
+  std::lock_guard rec(state_->rec_mu);
+  std::vector<ChunkIndex> out;
+  for (uint32_t i = 0; i < state_->verified.size(); ++i) {
+    if (!state_->verified[i]) out.emplace_back(i);
+  }
+  return out;
+}
+
+uint32_t StagedVersion::verified_count() const {
+  std::lock_guard rec(state_->rec_mu);
+  return state_->verified_count;
+}
+
+bool StagedVersion::complete() const { return verified_count() == state_->manifest.chunk_count(); }
+
+Result<std::vector<uint8_t>> StagedVersion::ReadChunk(ChunkIndex index) const {
+  return state_->ReadChunk(index);
+}
+
+uint64_t StagedVersion::discarded_record_bytes() const {
+  std::lock_guard rec(state_->rec_mu);
+  return state_->discarded_bytes;
+}
+
+Store::Store(std::unique_ptr<StoreImpl> impl) : impl_(std::move(impl)) {}
+Store::Store(Store&&) noexcept = default;
+Store& Store::operator=(Store&&) noexcept = default;
+Store::~Store() = default;
+
+Result<Store> Store::Open(const std::filesystem::path& root, const StoreOptions& options) {
+  ASSIGN_OR_RETURN(auto impl, StoreImpl::Open(root, options));
+  return Store(std::move(impl));
+}
+
+const std::filesystem::path& Store::root() const { return impl_->root(); }
+Result<std::vector<std::string>> Store::Channels() const { return impl_->Channels(); }
+Result<StagedVersion> Store::BeginStaging(std::string_view channel, const Manifest& manifest) {
+  return impl_->BeginStaging(channel, manifest);
+}
+Result<StagedVersion> Store::ResumeStaging(std::string_view channel, Version version) {
+  return impl_->ResumeStaging(channel, version);
+}
+Result<std::vector<Version>> Store::ListStaging(std::string_view channel) const {
+  return impl_->ListStaging(channel);
+}
+Status Store::Commit(std::string_view channel, Version version) {
+  return impl_->Commit(channel, version);
+}
+Status Store::Abort(std::string_view channel, Version version) {
+  return impl_->Abort(channel, version);
+}
+Result<Version> Store::Rollback(std::string_view channel, std::optional<Version> to) {
+  return impl_->Rollback(channel, to);
+}
+Result<std::vector<VersionInfo>> Store::List(std::string_view channel) const {
+  return impl_->List(channel);
+}
+Result<Version> Store::Current(std::string_view channel) const { return impl_->Current(channel); }
+Result<Manifest> Store::GetManifest(std::string_view channel, Version version) const {
+  return impl_->GetManifest(channel, version);
+}
+std::filesystem::path Store::VersionPath(std::string_view channel, Version version) const {
+  return impl_->Layout(channel).version_dir(version);
+}
+std::filesystem::path Store::CurrentPath(std::string_view channel) const {
+  return impl_->Layout(channel).current_link();
+}
+Result<Version> Store::NextVersion(std::string_view channel) const {
+  return impl_->NextVersion(channel);
+}
+Status Store::Verify(std::string_view channel, Version version) const {
+  return impl_->Verify(channel, version);
+}
+Result<std::vector<uint8_t>> Store::ReadChunk(std::string_view channel, Version version,
+                                              ChunkIndex index) const {
+  return impl_->ReadChunk(channel, version, index);
+}
+Status Store::ImportDirectory(std::string_view channel, const Manifest& manifest,
+                              const std::filesystem::path& dir, ImportMode mode) {
+  return impl_->ImportDirectory(channel, manifest, dir, mode);
+}
+Result<std::vector<Version>> Store::CollectGarbage(std::string_view channel) {
+  return impl_->CollectGarbage(channel);
+}
+
+}  // namespace weightcast

@@ -1,0 +1,176 @@
+// The versioned on-disk store of an agent or a publisher: per channel, the committed versions as
+// plain directories of model files, a `current` symlink switched atomically, and staging areas
+// where a version is received chunk by chunk and resumed after a restart.
+// The layout and the crash-safety argument are in docs/store_layout.md.
+//
+// Guarantees:
+// - A process killed at any instant leaves `current` at the old version or the new one, each
+//   complete and durable; never a mix, never a dangling link.
+// - Store::Open cleans what a crash left behind (temporary files and links, half-built staging
+//   directories, half-collected versions) and finishes a commit that had passed its commit point.
+// - A staging version whose chunks were recorded survives a restart (ResumeStaging).
+//
+// Thread-safety: every Store method is safe to call from any thread; mutations of a channel are
+// serialized by one mutex per store. StagedVersion: WriteChunk/ReadChunk of distinct chunks may
+// run concurrently from many threads; MarkVerified/HasChunk/MissingChunks/Flush are safe from any
+// thread. Calls block on disk I/O (fsync included); none takes a network or a timer.
+// One process holds a store at a time: Open takes an exclusive lock on ROOT/.lock, released when
+// the Store is destroyed (or its process dies). Read-only opens take no lock and change nothing.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <weightcast/status.h>
+#include <weightcast/types.h>
+
+#include "manifest/manifest.h"
+
+namespace weightcast {
+
+struct StoreOptions {
+  // Committed versions kept per channel (the highest-numbered ones), for rollback. The current
+  // version is always kept as well, even when it is not among them.
+  uint32_t keep_versions = 2;
+  // MarkVerified persists records in batches of this many chunks (Flush and Commit persist the
+  // rest). A crash loses at most the unflushed batch: those chunks are fetched again.
+  uint32_t record_batch = 64;
+  // Opens without the lock and without recovery: List, Current, GetManifest, Verify and
+  // ReadChunk work; anything that would change the store fails with kFailedPrecondition.
+  bool read_only = false;
+};
+
+struct VersionInfo {
+  Version version;
+  bool current = false;
+  bool has_manifest = false;  // false only when the store was damaged from outside
+  Digest root{};
+  uint64_t total_size = 0;
+  uint32_t chunk_count = 0;
+};
+
+// How ImportDirectory brings a publisher's files into the store.
+enum class ImportMode {
+  kCopy,      // independent copies (the default; safe if the source is modified later)
+  kHardlink,  // no copy: the version shares inodes with the source, which must then never be
+              // modified in place (Verify would report it). Same filesystem only.
+};
+
+namespace store {
+struct StagingState;
+class StoreImpl;
+}  // namespace store
+
+// A version being received: its files exist at their full sizes under
+// ROOT/<channel>/staging/<v>/files and fill as chunks arrive. A cheap handle; copies share state.
+// After the version is committed or aborted every call fails with kFailedPrecondition.
+class StagedVersion {
+ public:
+  const Manifest& manifest() const;
+  const std::string& channel() const;
+  Version version() const;
+
+  // Writes the bytes of one chunk at its place in the flat byte space (pwrite; a chunk may span
+  // files). `bytes` must be exactly the chunk's size. Does not verify or record the chunk.
+  Status WriteChunk(ChunkIndex index, std::span<const uint8_t> bytes);
+  // Records that the chunk's bytes were written and verified by the caller. Persisted in batches
+  // (StoreOptions::record_batch); data files are fsynced before their records are written.
+  Status MarkVerified(ChunkIndex index);
+  // Checks `bytes` against the manifest's hash (kCorrupt if they differ: nothing is written),
+  // then WriteChunk and MarkVerified.
+  Status PutChunk(ChunkIndex index, std::span<const uint8_t> bytes);
+  // Persists every pending record now.
+  Status Flush();
+
+  bool HasChunk(ChunkIndex index) const;
+  std::vector<ChunkIndex> MissingChunks() const;
+  uint32_t verified_count() const;
+  bool complete() const;
+
+  // Reads a verified chunk (for serving peers before the commit). kNotFound if not verified.
+  Result<std::vector<uint8_t>> ReadChunk(ChunkIndex index) const;
+
+  // What ResumeStaging found in the chunk record (zero for a fresh staging).
+  uint64_t discarded_record_bytes() const;
+
+ private:
+  friend class store::StoreImpl;
+  explicit StagedVersion(std::shared_ptr<store::StagingState> state) : state_(std::move(state)) {}
+  std::shared_ptr<store::StagingState> state_;
+};
+
+class Store {
+ public:
+  // Opens (creating if needed) the store at `root`. Unless read_only: takes the lock and
+  // recovers every channel (see the header comment).
+  static Result<Store> Open(const std::filesystem::path& root, const StoreOptions& options = {});
+
+  Store(Store&&) noexcept;
+  Store& operator=(Store&&) noexcept;
+  ~Store();
+
+  const std::filesystem::path& root() const;
+
+  // Channels present under the root, sorted.
+  Result<std::vector<std::string>> Channels() const;
+
+  // Starts receiving `manifest` (validated; its channel must be `channel`; its version must be
+  // neither committed nor staging). Creates the files at their sizes and persists the manifest
+  // and an empty chunk record before it returns.
+  Result<StagedVersion> BeginStaging(std::string_view channel, const Manifest& manifest);
+  // Reopens a staging version after a restart, with the chunks its record holds.
+  Result<StagedVersion> ResumeStaging(std::string_view channel, Version version);
+  // Versions being staged in a channel, ascending.
+  Result<std::vector<Version>> ListStaging(std::string_view channel) const;
+
+  // Makes a fully verified staging version committed and current: fsyncs its files, moves them to
+  // versions/<v>, switches `current` atomically, then collects old versions.
+  // kFailedPrecondition (naming the missing count) if any chunk is not verified.
+  Status Commit(std::string_view channel, Version version);
+  // Drops a staging version and its files.
+  Status Abort(std::string_view channel, Version version);
+
+  // Switches `current` to a kept committed version: `to`, or the highest kept version below the
+  // current one. Nothing is fetched; file sizes are checked against the manifest first.
+  Result<Version> Rollback(std::string_view channel, std::optional<Version> to = std::nullopt);
+
+  // Committed versions, ascending.
+  Result<std::vector<VersionInfo>> List(std::string_view channel) const;
+  // The current version; kNotFound when the channel has none yet.
+  Result<Version> Current(std::string_view channel) const;
+  Result<Manifest> GetManifest(std::string_view channel, Version version) const;
+  // The directory an engine loads for a committed version (ROOT/<channel>/versions/<v>) and the
+  // stable path of the current one (ROOT/<channel>/current).
+  std::filesystem::path VersionPath(std::string_view channel, Version version) const;
+  std::filesystem::path CurrentPath(std::string_view channel) const;
+  // One more than the highest committed or staging version (1 for a new channel).
+  Result<Version> NextVersion(std::string_view channel) const;
+
+  // Re-hashes the files of a committed version against its manifest and checks the root.
+  // kCorrupt naming the file and chunk on a mismatch, a wrong size or a missing manifest.
+  Status Verify(std::string_view channel, Version version) const;
+
+  // Reads a chunk of a committed version (serving peers, delta bases).
+  Result<std::vector<uint8_t>> ReadChunk(std::string_view channel, Version version,
+                                         ChunkIndex index) const;
+
+  // Commits the files of `dir` (the checkpoint `manifest` describes) as manifest.version through
+  // staging: files are copied or hard-linked in, hashed against the manifest, then committed.
+  Status ImportDirectory(std::string_view channel, const Manifest& manifest,
+                         const std::filesystem::path& dir, ImportMode mode = ImportMode::kCopy);
+
+  // Removes committed versions beyond the kept ones (never the current one). Returns the removed.
+  Result<std::vector<Version>> CollectGarbage(std::string_view channel);
+
+ private:
+  explicit Store(std::unique_ptr<store::StoreImpl> impl);
+  std::unique_ptr<store::StoreImpl> impl_;
+};
+
+}  // namespace weightcast

@@ -1,0 +1,75 @@
+// The implementation behind Store. Internal to the store layer.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "store/layout.h"
+#include "store/staging.h"
+#include "store/store.h"
+
+namespace weightcast::store {
+
+class StoreImpl {
+ public:
+  StoreImpl(std::filesystem::path root, StoreOptions options, int lock_fd)
+      : root_(std::move(root)), options_(options), lock_fd_(lock_fd) {}
+  ~StoreImpl();
+
+  static Result<std::unique_ptr<StoreImpl>> Open(const std::filesystem::path& root,
+                                                 const StoreOptions& options);
+
+  const std::filesystem::path& root() const { return root_; }
+  ChannelLayout Layout(std::string_view channel) const { return ChannelLayout(root_, channel); }
+
+  Result<std::vector<std::string>> Channels() const;
+  Result<StagedVersion> BeginStaging(std::string_view channel, const Manifest& manifest);
+  Result<StagedVersion> ResumeStaging(std::string_view channel, Version version);
+  Result<std::vector<Version>> ListStaging(std::string_view channel) const;
+  Status Commit(std::string_view channel, Version version);
+  Status Abort(std::string_view channel, Version version);
+  Result<Version> Rollback(std::string_view channel, std::optional<Version> to);
+  Result<std::vector<VersionInfo>> List(std::string_view channel) const;
+  Result<Version> Current(std::string_view channel) const;
+  Result<Manifest> GetManifest(std::string_view channel, Version version) const;
+  Result<Version> NextVersion(std::string_view channel) const;
+  Status Verify(std::string_view channel, Version version) const;
+  Result<std::vector<uint8_t>> ReadChunk(std::string_view channel, Version version,
+                                         ChunkIndex index) const;
+  Status ImportDirectory(std::string_view channel, const Manifest& manifest,
+                         const std::filesystem::path& dir, ImportMode mode);
+  Result<std::vector<Version>> CollectGarbage(std::string_view channel);
+
+ private:
+  using Key = std::pair<std::string, uint64_t>;
+
+  Status CheckWritable() const;
+  // Recovery of one channel at Open (store_recovery.cc).
+  Status RecoverChannel(const std::string& channel);
+  // Switches `current` (mu_ held).
+  Status SwitchCurrentLocked(const ChannelLayout& layout, Version version);
+  Status CommitLocked(std::string_view channel, Version version);
+  Result<std::vector<Version>> CollectLocked(std::string_view channel);
+  Result<std::vector<Version>> CommittedLocked(const ChannelLayout& layout) const;
+  Result<Version> CurrentLocked(const ChannelLayout& layout) const;
+  Result<Manifest> ManifestLocked(std::string_view channel, Version version) const;
+  Result<std::shared_ptr<StagingState>> StagingLocked(std::string_view channel, Version version);
+  Status CheckSizesLocked(const ChannelLayout& layout, const Manifest& manifest) const;
+
+  const std::filesystem::path root_;
+  const StoreOptions options_;
+  const int lock_fd_;
+
+  mutable std::mutex mu_;
+  // Staging versions with a live handle, so that every handle and Commit see one state.
+  std::map<Key, std::weak_ptr<StagingState>> staging_;
+  // Manifests of committed versions, read once (they are immutable once committed).
+  mutable std::map<Key, std::shared_ptr<const Manifest>> manifests_;
+};
+
+}  // namespace weightcast::store

@@ -1,0 +1,210 @@
+// Reading committed versions: listing, the current link, manifests, verification, chunk reads.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "manifest/builder.h"
+#include "store/store_impl.h"
+#include "util/file.h"
+
+namespace weightcast::store {
+namespace {
+
+bool IsDir(const std::filesystem::path& p) {
+  struct stat st {};
+  return ::lstat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+std::string Name(std::string_view channel, Version v) {
+  return std::string(channel) + "/" + VersionName(v);
+}
+
+// The files a chunk touches, for error messages: "model.safetensors bytes 0..65536".
+std::string DescribeChunk(const Manifest& m, ChunkIndex index) {
+  std::string out;
+  ForEachSegment(m.files, m.ChunkRange(index),
+                 [&](size_t file, uint64_t at, uint64_t len, uint64_t) {
+                   if (!out.empty()) out += ", ";
+                   out += m.files[file].path + " bytes " + std::to_string(at) + ".." +
+                          std::to_string(at + len);
+                   return Status::Ok();
+                 })
+      .IgnoreError();
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<Version>> StoreImpl::CommittedLocked(const ChannelLayout& layout) const {
+  ASSIGN_OR_RETURN(std::vector<std::string> names, ListDir(layout.versions_dir()));
+  std::vector<Version> out;
+  for (const std::string& name : names) {
+    auto v = ParseVersionName(name);
+    if (v && IsDir(layout.versions_dir() / name)) out.push_back(*v);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Result<Version> StoreImpl::CurrentLocked(const ChannelLayout& layout) const {
+  std::filesystem::path link = layout.current_link();
+  char buf[256];
+  ssize_t n = ::readlink(link.c_str(), buf, sizeof(buf));
+  if (n < 0) {
+    if (errno == ENOENT) {
+      return NotFound("channel " + layout.dir().filename().string() + " has no current version");
+    }
+    return ErrnoStatus("readlink(" + link.string() + ")", errno);
+  }
+  std::string_view target(buf, static_cast<size_t>(n));
+  constexpr std::string_view kPrefix = "versions/";
+  std::optional<Version> v;
+  if (static_cast<size_t>(n) < sizeof(buf) && target.substr(0, kPrefix.size()) == kPrefix) {
+    v = ParseVersionName(target.substr(kPrefix.size()));
+  }
+  if (!v) {
+    return Corrupt(link.string() + " points at '" + std::string(target) +
+                   "', not at versions/<number>");
+  }
+  if (!IsDir(layout.version_dir(*v))) {
+    return Corrupt(link.string() + " points at " + std::string(target) + ", which is missing");
+  }
+  return *v;
+}
+
+Result<Manifest> StoreImpl::ManifestLocked(std::string_view channel, Version version) const {
+  Key key{std::string(channel), version.value()};
+  auto it = manifests_.find(key);
+  if (it != manifests_.end()) return *it->second;
+  ChannelLayout layout = Layout(channel);
+  if (!IsDir(layout.version_dir(version))) {
+    return NotFound("version " + Name(channel, version) + " is not committed");
+  }
+  std::filesystem::path path = layout.manifest_file(version);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    return Corrupt("manifest of committed version " + Name(channel, version) + " is missing (" +
+                   path.string() + ")");
+  }
+  ASSIGN_OR_RETURN(Manifest manifest, ReadManifestFile(path));
+  if (manifest.version != version || manifest.channel != channel) {
+    return Corrupt(path.string() + ": manifest is for " + Name(manifest.channel, manifest.version));
+  }
+  manifests_[key] = std::make_shared<const Manifest>(manifest);
+  return manifest;
+}
+
+Result<std::vector<VersionInfo>> StoreImpl::List(std::string_view channel) const {
+  RETURN_IF_ERROR(ValidateChannelName(channel));
+  std::lock_guard lock(mu_);
+  ChannelLayout layout = Layout(channel);
+  if (!IsDir(layout.dir())) return NotFound("no channel " + std::string(channel));
+  ASSIGN_OR_RETURN(std::vector<Version> committed, CommittedLocked(layout));
+  auto current = CurrentLocked(layout);
+  std::vector<VersionInfo> out;
+  for (Version v : committed) {
+    VersionInfo info;
+    info.version = v;
+    info.current = current.ok() && *current == v;
+    auto manifest = ManifestLocked(channel, v);
+    if (manifest.ok()) {
+      info.has_manifest = true;
+      info.root = manifest->root;
+      info.total_size = manifest->total_size();
+      info.chunk_count = manifest->chunk_count();
+    }
+    out.push_back(info);
+  }
+  return out;
+}
+
+Result<Version> StoreImpl::Current(std::string_view channel) const {
+  RETURN_IF_ERROR(ValidateChannelName(channel));
+  std::lock_guard lock(mu_);
+  return CurrentLocked(Layout(channel));
+}
+
+Result<Manifest> StoreImpl::GetManifest(std::string_view channel, Version version) const {
+  RETURN_IF_ERROR(ValidateChannelName(channel));
+  std::lock_guard lock(mu_);
+  return ManifestLocked(channel, version);
+}
+
+Result<Version> StoreImpl::NextVersion(std::string_view channel) const {
+  RETURN_IF_ERROR(ValidateChannelName(channel));
+  std::lock_guard lock(mu_);
+  ChannelLayout layout = Layout(channel);
+  uint64_t highest = 0;
+  ASSIGN_OR_RETURN(std::vector<Version> committed, CommittedLocked(layout));
+  if (!committed.empty()) highest = committed.back().value();
+  ASSIGN_OR_RETURN(std::vector<std::string> staging, ListDir(layout.staging_root()));
+  for (const std::string& name : staging) {
+    if (auto v = ParseVersionName(name)) highest = std::max(highest, v->value());
+  }
+  return Version(highest + 1);
+}
+
+Status StoreImpl::Verify(std::string_view channel, Version version) const {
+  RETURN_IF_ERROR(ValidateChannelName(channel));
+  Manifest manifest;
+  ChannelLayout layout = Layout(channel);
+  {
+    std::lock_guard lock(mu_);
+    ASSIGN_OR_RETURN(manifest, ManifestLocked(channel, version));
+    RETURN_IF_ERROR(CheckSizesLocked(layout, manifest));
+  }
+  // Hashing runs without the store lock: a committed version's files never change under it
+  // (except by GC, which Verify's caller should not race with a version it still wants).
+  if (ComputeRoot(manifest) != manifest.root) {
+    return Corrupt("manifest of " + Name(channel, version) + ": root does not match its content");
+  }
+  auto hashes = HashChunks(layout.version_dir(version), manifest.files, manifest.chunk_size,
+                           manifest.hash_algorithm);
+  if (!hashes.ok()) return hashes.status().WithContext("verifying " + Name(channel, version));
+  if (hashes->size() != manifest.chunk_hashes.size()) {
+    return Corrupt("verifying " + Name(channel, version) + ": " + std::to_string(hashes->size()) +
+                   " chunks hashed, the manifest lists " +
+                   std::to_string(manifest.chunk_hashes.size()));
+  }
+  for (uint32_t i = 0; i < manifest.chunk_count(); ++i) {
+    if ((*hashes)[i] != manifest.chunk_hashes[i]) {
+      return Corrupt("version " + Name(channel, version) + ": chunk " + std::to_string(i) + " (" +
+                     DescribeChunk(manifest, ChunkIndex(i)) + ") does not match the manifest");
+    }
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<uint8_t>> StoreImpl::ReadChunk(std::string_view channel, Version version,
+                                                  ChunkIndex index) const {
+  RETURN_IF_ERROR(ValidateChannelName(channel));
+  std::shared_ptr<const Manifest> manifest;
+  {
+    std::lock_guard lock(mu_);
+    ASSIGN_OR_RETURN(Manifest m, ManifestLocked(channel, version));
+    manifest = manifests_.at({std::string(channel), version.value()});
+  }
+  if (index.value() >= manifest->chunk_count()) {
+    return OutOfRange("chunk " + std::to_string(index.value()) + " is beyond the " +
+                      std::to_string(manifest->chunk_count()) + " chunks of " +
+                      Name(channel, version));
+  }
+  std::filesystem::path dir = Layout(channel).version_dir(version);
+  ByteRange range = manifest->ChunkRange(index);
+  std::vector<uint8_t> out(range.size);
+  RETURN_IF_ERROR(ForEachSegment(
+      manifest->files, range, [&](size_t file, uint64_t at, uint64_t len, uint64_t to) -> Status {
+        std::filesystem::path path = dir / manifest->files[file].path;
+        int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) return ErrnoStatus("open(" + path.string() + ")", errno);
+        Status st = ReadExactAt(fd, at, std::span<uint8_t>(out.data() + to, len), path.string());
+        ::close(fd);
+        return st;
+      }));
+  return out;
+}
+
+}  // namespace weightcast::store

@@ -1,0 +1,153 @@
+// Recovery at Open and garbage collection: the two places that remove things. Both only remove
+// what the crash-safety argument in docs/store_layout.md shows can be neither current nor
+// resumable.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <set>
+
+#include "manifest/builder.h"
+#include "store/store_impl.h"
+#include "util/file.h"
+
+namespace weightcast::store {
+namespace {
+
+bool Exists(const std::filesystem::path& p) {
+  struct stat st {};
+  return ::lstat(p.c_str(), &st) == 0;
+}
+
+constexpr std::string_view kManifestSuffix = ".wcm";
+
+std::optional<Version> ParseManifestName(std::string_view name) {
+  if (name.size() <= kManifestSuffix.size() ||
+      name.substr(name.size() - kManifestSuffix.size()) != kManifestSuffix) {
+    return std::nullopt;
+  }
+  return ParseVersionName(name.substr(0, name.size() - kManifestSuffix.size()));
+}
+
+}  // namespace
+
+Status StoreImpl::RecoverChannel(const std::string& channel) {
+  std::lock_guard lock(mu_);
+  ChannelLayout layout = Layout(channel);
+  bool rolled_forward = false;
+
+  // A crash between creating current.tmp and renaming it over current.
+  if (::unlink(layout.current_tmp().c_str()) != 0 && errno != ENOENT) {
+    return ErrnoStatus("unlink(" + layout.current_tmp().string() + ")", errno);
+  }
+
+  ASSIGN_OR_RETURN(std::vector<std::string> staging, ListDir(layout.staging_root()));
+  for (const std::string& name : staging) {
+    std::filesystem::path dir = layout.staging_root() / name;
+    auto v = ParseVersionName(name);
+    if (!v) {
+      // .partial-<v> (BeginStaging before its publishing rename) or .aborted-<v>.
+      RETURN_IF_ERROR(RemoveAll(dir));
+      continue;
+    }
+    bool has_files = Exists(layout.staging_files(*v));
+    bool committed = Exists(layout.version_dir(*v));
+    if (!has_files && committed) {
+      // Killed after the commit point (files renamed to versions/<v>): finish the commit.
+      if (!Exists(layout.manifest_file(*v))) {
+        ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(layout.staging_manifest(*v)));
+        RETURN_IF_ERROR(WriteFileAtomic(layout.manifest_file(*v), bytes));
+      }
+      RETURN_IF_ERROR(SwitchCurrentLocked(layout, *v));
+      RETURN_IF_ERROR(RemoveAll(dir));
+      rolled_forward = true;
+      continue;
+    }
+    if (!has_files || committed) {
+      // Half removed, or a leftover of a version that is committed already.
+      RETURN_IF_ERROR(RemoveAll(dir));
+      continue;
+    }
+    auto manifest = ReadManifestFile(layout.staging_manifest(*v));
+    if (!manifest.ok() || manifest->version != *v || manifest->channel != channel) {
+      // Only damage from outside does this (the manifest is written before the staging is
+      // published); the staging cannot be resumed without it.
+      RETURN_IF_ERROR(RemoveAll(dir));
+    }
+  }
+  if (!staging.empty()) RETURN_IF_ERROR(FsyncPath(layout.staging_root()));
+
+  // Versions: anything not named by a number is a version GC had started to remove.
+  ASSIGN_OR_RETURN(std::vector<std::string> versions, ListDir(layout.versions_dir()));
+  bool removed = false;
+  for (const std::string& name : versions) {
+    if (ParseVersionName(name)) continue;
+    RETURN_IF_ERROR(RemoveAll(layout.versions_dir() / name));
+    removed = true;
+  }
+  if (removed) RETURN_IF_ERROR(FsyncPath(layout.versions_dir()));
+
+  // Manifests: temporaries of WriteFileAtomic, and manifests whose version never reached its
+  // commit point or was collected.
+  ASSIGN_OR_RETURN(std::vector<std::string> manifests, ListDir(layout.manifests_dir()));
+  removed = false;
+  for (const std::string& name : manifests) {
+    auto v = ParseManifestName(name);
+    if (v && Exists(layout.version_dir(*v))) continue;
+    RETURN_IF_ERROR(RemoveAll(layout.manifests_dir() / name));
+    removed = true;
+  }
+  if (removed) RETURN_IF_ERROR(FsyncPath(layout.manifests_dir()));
+
+  if (rolled_forward) {
+    RETURN_IF_ERROR(CollectLocked(channel).status());
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<Version>> StoreImpl::CollectGarbage(std::string_view channel) {
+  RETURN_IF_ERROR(CheckWritable());
+  RETURN_IF_ERROR(ValidateChannelName(channel));
+  std::lock_guard lock(mu_);
+  return CollectLocked(channel);
+}
+
+Result<std::vector<Version>> StoreImpl::CollectLocked(std::string_view channel) {
+  ChannelLayout layout = Layout(channel);
+  ASSIGN_OR_RETURN(std::vector<Version> committed, CommittedLocked(layout));
+  auto current = CurrentLocked(layout);
+  if (!current.ok()) {
+    // Without a readable `current` we cannot tell which version must stay: remove nothing.
+    if (current.status().code() == Code::kNotFound && committed.empty()) {
+      return std::vector<Version>{};
+    }
+    return current.status().WithContext("not collecting old versions");
+  }
+  // The highest-numbered keep_versions versions, and the current one whatever its number.
+  std::set<Version> keep{*current};
+  uint32_t kept = 0;
+  for (auto it = committed.rbegin(); it != committed.rend() && kept < options_.keep_versions;
+       ++it, ++kept) {
+    keep.insert(*it);
+  }
+  std::vector<Version> removed;
+  for (Version v : committed) {
+    if (keep.count(v) != 0) continue;
+    // Hidden name first: a crash mid-removal leaves a non-numeric entry that Open finishes off,
+    // never a numbered version with half its files.
+    std::filesystem::path doomed = layout.versions_dir() / (".gc-" + VersionName(v));
+    RETURN_IF_ERROR(RemoveAll(doomed));
+    RETURN_IF_ERROR(RenameDurable(layout.version_dir(v), doomed));
+    manifests_.erase({std::string(channel), v.value()});
+    if (::unlink(layout.manifest_file(v).c_str()) != 0 && errno != ENOENT) {
+      return ErrnoStatus("unlink(" + layout.manifest_file(v).string() + ")", errno);
+    }
+    RETURN_IF_ERROR(FsyncPath(layout.manifests_dir()));
+    RETURN_IF_ERROR(RemoveAll(doomed));
+    removed.push_back(v);
+  }
+  return removed;
+}
+
+}  // namespace weightcast::store
