@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Bad input from files and the command line: a clear one-line error, a non-zero exit, no state
+# touched.
+set -uo pipefail
+wc="$1"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+fail=0
+
+# expect_error NAME PATTERN CMD...: the command must exit non-zero and print PATTERN on stderr.
+expect_error() {
+  local name="$1" pattern="$2"; shift 2
+  local err
+  if err="$("$@" 2>&1 >/dev/null)"; then
+    echo "FAIL $name: exited 0"; fail=1; return
+  fi
+  if ! grep -q -- "$pattern" <<<"$err"; then
+    echo "FAIL $name: stderr lacks '$pattern': $err"; fail=1; return
+  fi
+  echo "ok   $name: $err"
+}
+
+"$wc" synth model -o "$work/model" --size 4MiB >/dev/null
+good="$(ls "$work"/model/*.safetensors | head -n 1)"
+
+# A truncated file, a header length beyond the file, garbage JSON.
+head -c 100 "$good" >"$work/truncated.safetensors"
+expect_error truncated "truncated.safetensors" "$wc" inspect "$work/truncated.safetensors"
+printf '\xff\xff\xff\xff\xff\xff\x00\x00{}' >"$work/huge.safetensors"
+expect_error huge-header "huge.safetensors" "$wc" inspect "$work/huge.safetensors"
+printf '\x08\x00\x00\x00\x00\x00\x00\x00{"a":1} ' >"$work/garbage.safetensors"
+expect_error garbage-json "garbage.safetensors" "$wc" inspect "$work/garbage.safetensors"
+expect_error missing "missing" "$wc" inspect "$work/missing"
+
+# Command-line mistakes.
+expect_error bad-chunk-size "12parsecs" "$wc" manifest "$work/model" --chunk-size 12parsecs
+expect_error bad-hash "hash" "$wc" manifest "$work/model" --hash md5
+
+# A store refuses a bad channel name and is left as it was.
+mkdir -p "$work/store"
+expect_error bad-channel "channel" "$wc" store import --root "$work/store" --channel ../x "$work/model"
+if [ -n "$(ls -A "$work/store" | grep -v '^\.' || true)" ]; then
+  echo "FAIL bad-channel: store changed: $(ls -A "$work/store")"; fail=1
+fi
+
+# The good file is fine.
+"$wc" inspect "$good" >/dev/null || { echo "FAIL good file rejected"; fail=1; }
+exit $fail
