@@ -188,9 +188,13 @@ Status StoreImpl::CommitLocked(std::string_view channel, Version v) {
   RETURN_IF_ERROR(RenameDurable(layout.staging_files(v), layout.version_dir(v)));
   // 4. `current` moves in one rename.
   RETURN_IF_ERROR(SwitchCurrentLocked(layout, v));
-  // 5. Staging leftovers (manifest copy, record) go; Open would remove them too.
-  RETURN_IF_ERROR(RemoveAll(layout.staging_dir(v)));
-  RETURN_IF_ERROR(FsyncPath(layout.staging_root()));
+  // 5. Staging leftovers (manifest copy, record) go, renamed away first: a numbered staging
+  //    without files/ must exist only between steps 3 and 5, or a later Open would roll this
+  //    commit forward again over a rollback made in between.
+  std::filesystem::path done = layout.staging_root() / (".done-" + VersionName(v));
+  RETURN_IF_ERROR(RemoveAll(done));
+  RETURN_IF_ERROR(RenameDurable(layout.staging_dir(v), done));
+  RETURN_IF_ERROR(RemoveAll(done));
   return CollectLocked(channel).status();
 }
 

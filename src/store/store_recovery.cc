@@ -47,7 +47,7 @@ Status StoreImpl::RecoverChannel(const std::string& channel) {
     std::filesystem::path dir = layout.staging_root() / name;
     auto v = ParseVersionName(name);
     if (!v) {
-      // .partial-<v> (BeginStaging before its publishing rename) or .aborted-<v>.
+      // .partial-<v> (BeginStaging before its publishing rename), .aborted-<v>, .done-<v>.
       RETURN_IF_ERROR(RemoveAll(dir));
       continue;
     }
