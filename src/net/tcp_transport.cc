@@ -33,11 +33,28 @@ constexpr size_t kMaxBatchBytes = 16u << 20;
 constexpr size_t kMaxBatchFrames = 64;
 constexpr size_t kPacedBatchBytes = 256u << 10;
 
+// asio's transfer_all caps each read/write system call at 64 KiB and goes back through the
+// event loop between calls; for multi-megabyte chunks that costs more than the copy itself.
+// This condition lets one sendmsg/recvmsg move as much as the kernel takes.
+struct TransferAllLarge {
+  size_t operator()(const std::error_code& ec, size_t) const { return ec ? 0 : (64u << 20); }
+};
+
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
+
+// As TransferAllLarge, and records the time of every partial read, so that a large frame
+// arriving slowly (shaped link, rate limit) is progress, not silence, to the keepalive watchdog.
+struct TransferAllNotingProgress {
+  std::atomic<int64_t>* last_progress_ns;
+  size_t operator()(const std::error_code& ec, size_t) const {
+    if (last_progress_ns != nullptr) *last_progress_ns = NowNs();
+    return ec ? 0 : (64u << 20);
+  }
+};
 
 std::string EndpointString(const tcp::endpoint& ep) {
   std::string host = ep.address().to_string();
@@ -87,11 +104,15 @@ struct Shared {
 };
 
 // Reads one frame (header, then body into its own buffer) with `max_body` as the limit.
+// `progress` (optional) is stamped whenever bytes arrive; `paused` (optional) is set while the
+// reader waits for rate-limit tokens, time that is not the peer's silence.
 awaitable<Result<Frame>> ReadFrame(tcp::socket& socket, uint32_t max_body, TokenBucket* limit,
-                                   asio::steady_timer* pacing) {
+                                   asio::steady_timer* pacing,
+                                   std::atomic<int64_t>* progress = nullptr,
+                                   std::atomic<bool>* paused = nullptr) {
   std::array<uint8_t, kFrameHeaderSize> head;
   std::error_code ec;
-  co_await asio::async_read(socket, asio::buffer(head),
+  co_await asio::async_read(socket, asio::buffer(head), TransferAllLarge{},
                             asio::redirect_error(asio::use_awaitable, ec));
   if (ec) {
     co_return Unavailable(ec == asio::error::eof ? "peer closed the connection"
@@ -105,12 +126,15 @@ awaitable<Result<Frame>> ReadFrame(tcp::socket& socket, uint32_t max_body, Token
   if (limit != nullptr && pacing != nullptr) {
     Duration wait = limit->Reserve(kFrameHeaderSize + header->length);
     if (wait > Duration(0)) {
+      if (paused != nullptr) *paused = true;
       pacing->expires_after(wait);
       co_await pacing->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      if (paused != nullptr) *paused = false;
+      if (progress != nullptr) *progress = NowNs();
     }
   }
   if (!frame.body.empty()) {
-    co_await asio::async_read(socket, asio::buffer(frame.body),
+    co_await asio::async_read(socket, asio::buffer(frame.body), TransferAllNotingProgress{progress},
                               asio::redirect_error(asio::use_awaitable, ec));
     if (ec) co_return Unavailable("read: " + ec.message());
   }
@@ -124,7 +148,8 @@ awaitable<Status> WriteFrame(tcp::socket& socket, const OutFrame& frame) {
       asio::buffer(frame.head.data(), frame.head_size),
       asio::buffer(frame.payload.data(), frame.payload.size())};
   std::error_code ec;
-  co_await asio::async_write(socket, buffers, asio::redirect_error(asio::use_awaitable, ec));
+  co_await asio::async_write(socket, buffers, TransferAllLarge{},
+                             asio::redirect_error(asio::use_awaitable, ec));
   if (ec) co_return Unavailable("write: " + ec.message());
   co_return Status::Ok();
 }
@@ -227,7 +252,8 @@ class TcpConn : public std::enable_shared_from_this<TcpConn> {
   Status Flush(Duration timeout) {
     std::unique_lock lock(mu_);
     bool done = WaitFor(cv_, lock, timeout, [&] { return send_bytes_ == 0 || !status_.ok(); });
-    if (!status_.ok()) return status_;
+    // Everything went out before the connection ended (e.g. the peer hung up after reading).
+    if (!status_.ok()) return flushed_before_failure_ ? Status::Ok() : status_;
     return done ? Status::Ok() : DeadlineExceeded("flush did not finish within the timeout");
   }
 
@@ -243,6 +269,7 @@ class TcpConn : public std::enable_shared_from_this<TcpConn> {
       std::lock_guard lock(mu_);
       if (!status_.ok()) return;
       status_ = status;
+      flushed_before_failure_ = send_bytes_ == 0;
       send_queue_.clear();  // releases keep_alive references of unsent chunks
       send_bytes_ = 0;
     }
@@ -324,7 +351,7 @@ class TcpConn : public std::enable_shared_from_this<TcpConn> {
         buffers.emplace_back(f.head.data(), f.head_size);
         if (!f.payload.empty()) buffers.emplace_back(f.payload.data(), f.payload.size());
       }
-      co_await asio::async_write(self->socket_, buffers,
+      co_await asio::async_write(self->socket_, buffers, TransferAllLarge{},
                                  asio::redirect_error(asio::use_awaitable, ec));
       batch.clear();
       if (ec) {
@@ -342,9 +369,9 @@ class TcpConn : public std::enable_shared_from_this<TcpConn> {
   static awaitable<void> ReadLoop(std::shared_ptr<TcpConn> self) {
     std::error_code ec;
     for (;;) {
-      Result<Frame> frame =
-          co_await ReadFrame(self->socket_, self->options_.max_frame_bytes,
-                             self->options_.download_limit.get(), &self->read_pacing_);
+      Result<Frame> frame = co_await ReadFrame(
+          self->socket_, self->options_.max_frame_bytes, self->options_.download_limit.get(),
+          &self->read_pacing_, &self->last_received_ns_, &self->reader_paused_);
       if (!frame.ok()) {
         // A peer hanging up cleanly is routine; anything else is worth a line.
         const bool clean_close = frame.status().message() == "peer closed the connection";
@@ -421,6 +448,7 @@ class TcpConn : public std::enable_shared_from_this<TcpConn> {
   Status status_;
   std::deque<OutFrame> send_queue_;
   size_t send_bytes_ = 0;  // queued or being written
+  bool flushed_before_failure_ = false;
   bool writer_waiting_ = false;
   std::deque<Frame> recv_queue_;
   size_t recv_bytes_ = 0;
