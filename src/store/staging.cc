@@ -64,10 +64,7 @@ StagingState::~StagingState() {
   // skips this, which costs refetching the unflushed batch, nothing more.
   {
     std::shared_lock io(io_mu);
-    if (!closed) {
-      std::lock_guard rec(rec_mu);
-      FlushLocked().IgnoreError();
-    }
+    if (!closed) FlushPending().IgnoreError();
   }
   Close();
 }
@@ -228,37 +225,52 @@ Status StagingState::MarkVerified(ChunkIndex index) {
     return OutOfRange("chunk " + std::to_string(index.value()) + " is beyond the " +
                       std::to_string(manifest.chunk_count()) + " chunks of the version");
   }
-  std::lock_guard rec(rec_mu);
-  if (verified[index.value()]) return Status::Ok();
-  verified[index.value()] = true;
-  ++verified_count;
-  pending.push_back(index);
-  if (pending.size() >= record_batch || verified_count == manifest.chunk_count()) {
-    return FlushLocked();
+  {
+    std::lock_guard rec(rec_mu);
+    if (verified[index.value()]) return Status::Ok();
+    verified[index.value()] = true;
+    ++verified_count;
+    pending.push_back(index);
+    if (pending.size() < record_batch && verified_count < manifest.chunk_count()) {
+      return Status::Ok();
+    }
   }
-  return Status::Ok();
+  return FlushPending();
 }
 
-Status StagingState::FlushLocked() {
-  if (pending.empty()) return Status::Ok();
+Status StagingState::FlushPending() {
+  // flush_mu serializes whole flushes: a flush that finds a file clean must not append its records
+  // while another flush is still inside that file's fdatasync. rec_mu is held only to take the
+  // queue, so HasChunk never waits on a disk.
+  std::lock_guard flush(flush_mu);
+  std::vector<ChunkIndex> batch;
+  {
+    std::lock_guard rec(rec_mu);
+    batch.swap(pending);
+  }
+  if (batch.empty()) return Status::Ok();
+  auto requeue = [&](Status st) {
+    std::lock_guard rec(rec_mu);
+    pending.insert(pending.end(), batch.begin(), batch.end());
+    return st;
+  };
   // Data first: a record must never reach the disk before the bytes it vouches for.
   for (size_t i = 0; i < fds.size(); ++i) {
     if (!dirty[i].exchange(false, std::memory_order_acq_rel)) continue;
     if (::fdatasync(fds[i]) != 0) {
       dirty[i].store(true);
-      return ErrnoStatus("fdatasync(" + manifest.files[i].path + ")", errno);
+      return requeue(ErrnoStatus("fdatasync(" + manifest.files[i].path + ")", errno));
     }
   }
-  RETURN_IF_ERROR(record.Append(pending));
-  pending.clear();
+  Status st = record.Append(batch);
+  if (!st.ok()) return requeue(st);
   return Status::Ok();
 }
 
 Status StagingState::Flush() {
   std::shared_lock io(io_mu);
   RETURN_IF_ERROR(CheckOpen());
-  std::lock_guard rec(rec_mu);
-  return FlushLocked();
+  return FlushPending();
 }
 
 bool StagingState::HasChunk(ChunkIndex index) const {
@@ -286,8 +298,8 @@ Result<std::vector<uint8_t>> StagingState::ReadChunk(ChunkIndex index) const {
 Status StagingState::SealForCommit() {
   std::unique_lock io(io_mu);
   RETURN_IF_ERROR(CheckOpen());
+  RETURN_IF_ERROR(FlushPending());
   std::unique_lock rec(rec_mu);
-  RETURN_IF_ERROR(FlushLocked());
   if (verified_count != manifest.chunk_count()) {
     return FailedPrecondition("cannot commit " + channel + "/" + VersionName(manifest.version) +
                               ": " + std::to_string(manifest.chunk_count() - verified_count) +

@@ -56,13 +56,14 @@ struct StagingState {
   const Manifest manifest;
   const uint32_t record_batch;
 
-  // Shared by chunk I/O, exclusive to close. Lock order: io_mu, then rec_mu.
+  // Shared by chunk I/O and flushes, exclusive to close. Lock order: io_mu, flush_mu, rec_mu.
   mutable std::shared_mutex io_mu;
   bool closed = false;
   std::vector<int> fds;                        // one per manifest file, O_RDWR
   std::unique_ptr<std::atomic<bool>[]> dirty;  // file written since its last fdatasync
 
-  mutable std::mutex rec_mu;
+  std::mutex flush_mu;        // one flush at a time; guards `record`
+  mutable std::mutex rec_mu;  // guards verified, verified_count, pending
   std::vector<bool> verified;
   uint32_t verified_count = 0;
   std::vector<ChunkIndex> pending;  // verified, not yet in the record
@@ -71,7 +72,8 @@ struct StagingState {
 
  private:
   Status OpenFiles(const std::filesystem::path& files_dir, bool create);
-  Status FlushLocked();
+  // Persists the queued records (io_mu held by the caller, shared or exclusive).
+  Status FlushPending();
   Status CheckOpen() const;
 };
 

@@ -261,6 +261,20 @@ TEST(Store, KeepsTheLastVersionsAndRollsBack) {
   EXPECT_EQ(*store.Rollback("policy", Version(3)), Version(3));
 }
 
+TEST(Store, RollbackSurvivesReopen) {
+  TempDir dir;
+  {
+    Store store = OpenOrDie(dir.path());
+    ASSERT_TRUE(StageAndCommit(store, "policy", Version(1), SampleFiles(1)).ok());
+    ASSERT_TRUE(StageAndCommit(store, "policy", Version(2), SampleFiles(2)).ok());
+    ASSERT_EQ(*store.Rollback("policy"), Version(1));
+  }
+  Store store = OpenOrDie(dir.path());
+  EXPECT_EQ(*store.Current("policy"), Version(1));
+  EXPECT_EQ(store.List("policy")->size(), 2u);
+  EXPECT_TRUE(store::ListDir(dir.path() / "policy/staging")->empty());
+}
+
 TEST(Store, CollectionNeverRemovesTheCurrentVersion) {
   TempDir dir;
   {
