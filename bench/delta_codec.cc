@@ -277,13 +277,17 @@ int main(int argc, char** argv) {
         o.xor_transform = Transform::kPlanes;
         variants.push_back({"planes+zstd1", o, false});
         o.xor_transform = Transform::kSparse;
-        variants.push_back({"sparse+zstd1", o, false});
+        o.varint_gaps = true;
+        variants.push_back({"sparse-xor-varint+zstd1", o, false});
+        o.varint_gaps = false;
+        variants.push_back({"sparse-xor+zstd1", o, false});
+        o.xor_transform = Transform::kSparseDiff;
+        o.varint_gaps = true;
+        variants.push_back({"sparse-diff-varint+zstd1", o, false});
+        o = {};
         o.zstd_level = 3;
-        variants.push_back({"sparse+zstd3", o, false});
-        o.xor_transform = Transform::kPlanes;
-        variants.push_back({"planes+zstd3", o, false});
+        variants.push_back({"auto+zstd3", o, false});
         o.zstd_level = 9;
-        o.xor_transform = Transform::kNone;
         variants.push_back({"auto+zstd9", o, false});
         o = {};
         o.coder = Coder::kLz4;
@@ -294,7 +298,7 @@ int main(int argc, char** argv) {
         all_ok = all_ok && r.ok;
         const double ratio = model / static_cast<double>(r.payload_bytes);
         std::printf(
-            "  %-14s payload %10zu B ratio %7.2f (%.3f of estimate, %.2fx zstd-1 xor) "
+            "  %-24s payload %10zu B ratio %7.2f (%.3f of estimate, %.2fx zstd-1 xor) "
             "chunks xor/full/same %zu/%zu/%zu",
             v.name.c_str(), r.payload_bytes, ratio, ratio / (model / est.bytes),
             ratio / (model / zstd_xor), r.xor_chunks, r.full_chunks, r.same_chunks);

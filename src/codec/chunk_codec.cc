@@ -14,8 +14,9 @@ namespace weightcast::codec {
 struct CodecScratch::State {
   ZSTD_CCtx* cctx = nullptr;
   ZSTD_DCtx* dctx = nullptr;
-  std::vector<uint8_t> stream;  // transformed bytes before coding / after decoding
-  std::vector<uint8_t> result;  // decoded chunk, hashed before it is copied out
+  std::vector<uint8_t> stream;   // transformed bytes before coding / after decoding
+  std::vector<uint8_t> result;   // decoded chunk, hashed before it is copied out
+  std::vector<size_t> sections;  // where the parts of `stream` end (planes, gap lists)
   ~State() {
     ZSTD_freeCCtx(cctx);
     ZSTD_freeDCtx(dctx);
@@ -81,19 +82,55 @@ bool UsesWideElements(std::span<const Segment> segments) {
   return false;
 }
 
+// zstd models literals with one Huffman table per block. Ending a block where one part of the
+// stream ends and another begins (gap bytes, then nearly constant high planes, then low planes)
+// gives each part its own table; mixing them in one block costs about a bit per element.
+// Parts shorter than this are merged with the next: a block's table costs tens of bytes.
+constexpr size_t kMinSection = 2048;
+
+Result<size_t> ZstdSections(std::span<const uint8_t> stream, std::span<const size_t> ends,
+                            int level, ZSTD_CCtx* cctx, uint8_t* dst, size_t capacity) {
+  ZSTD_CCtx_reset(cctx, ZSTD_reset_session_only);
+  size_t r = ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
+  if (!ZSTD_isError(r)) r = ZSTD_CCtx_setPledgedSrcSize(cctx, stream.size());
+  if (ZSTD_isError(r)) return Internal(std::string("zstd: ") + ZSTD_getErrorName(r));
+  ZSTD_outBuffer out{dst, capacity, 0};
+  size_t begin = 0;
+  auto feed = [&](size_t end, ZSTD_EndDirective mode) -> Status {
+    ZSTD_inBuffer in{stream.data() + begin, end - begin, 0};
+    size_t left = 0;
+    do {
+      left = ZSTD_compressStream2(cctx, &out, &in, mode);
+      if (ZSTD_isError(left)) return Internal(std::string("zstd: ") + ZSTD_getErrorName(left));
+      if (out.pos == out.size && left != 0) return ResourceExhausted("zstd output full");
+    } while (left != 0 || in.pos != in.size);
+    begin = end;
+    return Status::Ok();
+  };
+  for (size_t end : ends) {
+    if (end >= stream.size()) break;
+    if (end - begin < kMinSection) continue;
+    RETURN_IF_ERROR(feed(end, ZSTD_e_flush));
+  }
+  RETURN_IF_ERROR(feed(stream.size(), ZSTD_e_end));
+  return out.pos;
+}
+
 // Appends `stream` coded with the chosen coder to `payload`; falls back to storing it when the
-// coder does not shrink it. Returns the coder used.
-Result<Coder> AppendCoded(std::span<const uint8_t> stream, const ChunkEncodeOptions& options,
-                          CodecScratch::State& st, std::vector<uint8_t>& payload) {
+// coder does not shrink it. Returns the coder used. `ends` (may be empty) marks parts.
+Result<Coder> AppendCoded(std::span<const uint8_t> stream, std::span<const size_t> ends,
+                          const ChunkEncodeOptions& options, CodecScratch::State& st,
+                          std::vector<uint8_t>& payload) {
   const size_t at = payload.size();
   if (options.coder == Coder::kZstd && !stream.empty()) {
-    const size_t bound = ZSTD_compressBound(stream.size());
+    // Each flushed block adds at most a block header beyond the bound.
+    const size_t bound = ZSTD_compressBound(stream.size()) + 8 * (ends.size() + 1);
     payload.resize(at + bound);
-    const size_t n = ZSTD_compressCCtx(st.cctx, payload.data() + at, bound, stream.data(),
-                                       stream.size(), options.zstd_level);
-    if (ZSTD_isError(n)) return Internal(std::string("zstd: ") + ZSTD_getErrorName(n));
-    if (n < stream.size()) {
-      payload.resize(at + n);
+    auto n = ZstdSections(stream, ends, options.zstd_level, st.cctx, payload.data() + at, bound);
+    if (!n.ok()) {
+      if (n.status().code() != Code::kResourceExhausted) return n.status();
+    } else if (*n < stream.size()) {
+      payload.resize(at + *n);
       return Coder::kZstd;
     }
   } else if (options.coder == Coder::kLz4 && !stream.empty()) {
@@ -122,12 +159,24 @@ Result<EncodedChunk> Assemble(PayloadHeader header, std::span<const uint8_t> str
   EncodedChunk out;
   header.stream_size = stream.size();
   WriteHeader(header, out.payload);
-  ASSIGN_OR_RETURN(Coder coder, AppendCoded(stream, options, st, out.payload));
+  ASSIGN_OR_RETURN(Coder coder, AppendCoded(stream, st.sections, options, st, out.payload));
   out.payload[7] = static_cast<uint8_t>(coder);
   out.encoding = header.encoding;
   out.transform = header.transform;
   out.coder = coder;
   return out;
+}
+
+// Where each byte plane of a planes stream ends.
+void PlaneSections(std::span<const Segment> segments, std::vector<size_t>& ends) {
+  ends.clear();
+  size_t off = 0;
+  for (const Segment& s : segments) {
+    const uint64_t n = s.size / s.width;
+    for (int k = 1; k <= s.width; ++k) ends.push_back(off + k * n);
+    off += s.size;
+    ends.push_back(off);
+  }
 }
 
 Result<EncodedChunk> EncodeFull(const HashedChunk& target, std::span<const Segment> segments,
@@ -142,9 +191,11 @@ Result<EncodedChunk> EncodeFull(const HashedChunk& target, std::span<const Segme
     h.segments.assign(segments.begin(), segments.end());
     st.stream.resize(target.bytes().size());
     PlanesForward(target.bytes(), {}, segments, st.stream);
+    PlaneSections(segments, st.sections);
     return Assemble(std::move(h), st.stream, options, st);
   }
   h.transform = Transform::kNone;
+  st.sections.clear();
   return Assemble(std::move(h), target.bytes(), options, st);
 }
 
@@ -159,7 +210,7 @@ Result<EncodedChunk> EncodeXor(const HashedChunk& base, const HashedChunk& targe
     const uint64_t changed = CountChangedElements(target.bytes(), base.bytes(), segments);
     transform =
         static_cast<double>(changed) <= options.sparse_max_changed * static_cast<double>(elements)
-            ? Transform::kSparse
+            ? options.sparse_form
             : Transform::kPlanes;
   }
   PayloadHeader h;
@@ -171,11 +222,15 @@ Result<EncodedChunk> EncodeXor(const HashedChunk& base, const HashedChunk& targe
   h.target_hash = target.hash();
   h.segments.assign(segments.begin(), segments.end());
   st.stream.clear();
-  if (transform == Transform::kSparse) {
-    SparseForward(target.bytes(), base.bytes(), segments, st.stream);
+  st.sections.clear();
+  if (IsSparse(transform)) {
+    SparseForward(target.bytes(), base.bytes(), segments,
+                  transform == Transform::kSparseDiff ? SparseValues::kDiff : SparseValues::kXor,
+                  options.varint_gaps, st.stream, &st.sections);
   } else {
     st.stream.resize(size);
     PlanesForward(target.bytes(), base.bytes(), segments, st.stream);
+    PlaneSections(segments, st.sections);
   }
   return Assemble(std::move(h), st.stream, options, st);
 }
@@ -213,7 +268,7 @@ Result<PayloadHeader> ParsePayloadHeader(std::span<const uint8_t> payload) {
     return Corrupt("delta payload: bad encoding " + std::to_string(p[5]));
   }
   h.encoding = static_cast<ChunkEncoding>(p[5]);
-  if (p[6] > static_cast<uint8_t>(Transform::kSparse)) {
+  if (p[6] > static_cast<uint8_t>(Transform::kSparseDiff)) {
     return Corrupt("delta payload: bad transform " + std::to_string(p[6]));
   }
   h.transform = static_cast<Transform>(p[6]);
@@ -236,7 +291,7 @@ Result<PayloadHeader> ParsePayloadHeader(std::span<const uint8_t> payload) {
     return Corrupt("delta payload: chunk size " + std::to_string(h.chunk_size) +
                    " exceeds the limit");
   }
-  if (h.transform == Transform::kSparse && h.encoding != ChunkEncoding::kXor) {
+  if (IsSparse(h.transform) && h.encoding != ChunkEncoding::kXor) {
     return Corrupt("delta payload: sparse transform on a full chunk");
   }
   if ((h.transform == Transform::kNone) != (segment_count == 0) && h.chunk_size != 0) {
@@ -257,10 +312,10 @@ Result<PayloadHeader> ParsePayloadHeader(std::span<const uint8_t> payload) {
   }
   // The sparse stream holds at most a count per segment, a gap and the value of every element,
   // and the tails; anything longer is a lie that would make us allocate for nothing.
+  // (gaps of up to 8 bytes, a count, a gap width and plane widths per segment).
   const uint64_t max_stream =
-      h.transform == Transform::kSparse ? 2 * h.chunk_size + 10ull * segment_count : h.chunk_size;
-  if (h.transform == Transform::kSparse ? h.stream_size > max_stream
-                                        : h.stream_size != h.chunk_size) {
+      IsSparse(h.transform) ? 10 * h.chunk_size + 32ull * segment_count : h.chunk_size;
+  if (IsSparse(h.transform) ? h.stream_size > max_stream : h.stream_size != h.chunk_size) {
     return Corrupt("delta payload: stream size " + std::to_string(h.stream_size) +
                    " does not fit a chunk of " + std::to_string(h.chunk_size));
   }
@@ -374,7 +429,11 @@ Status DecodeChunk(std::span<const uint8_t> payload, const HashedChunk& base,
       RETURN_IF_ERROR(PlanesInverse(stream, xor_base, h.segments, result));
       break;
     case Transform::kSparse:
-      RETURN_IF_ERROR(SparseInverse(stream, xor_base, h.segments, result));
+    case Transform::kSparseDiff:
+      RETURN_IF_ERROR(SparseInverse(
+          stream, xor_base, h.segments,
+          h.transform == Transform::kSparseDiff ? SparseValues::kDiff : SparseValues::kXor,
+          result));
       break;
   }
   const Digest got = HashBytes(h.hash_algorithm, result);
@@ -393,6 +452,8 @@ std::string_view TransformName(Transform transform) {
       return "planes";
     case Transform::kSparse:
       return "sparse";
+    case Transform::kSparseDiff:
+      return "sparse-diff";
   }
   return "?";
 }

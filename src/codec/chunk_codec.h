@@ -26,10 +26,13 @@
 namespace weightcast::codec {
 
 enum class Transform : uint8_t {
-  kNone = 0,    // the stream is the bytes themselves
-  kPlanes = 1,  // byte planes per segment
-  kSparse = 2,  // changed-element gaps + byte-plane values (xor only)
+  kNone = 0,        // the stream is the bytes themselves
+  kPlanes = 1,      // byte planes per segment
+  kSparse = 2,      // changed-element gaps + byte-plane XOR values (xor only)
+  kSparseDiff = 3,  // changed-element gaps + byte-plane zigzag differences (xor only)
 };
+
+inline bool IsSparse(Transform t) { return t == Transform::kSparse || t == Transform::kSparseDiff; }
 
 enum class Coder : uint8_t {
   kStored = 0,  // no entropy coder (the stream did not shrink)
@@ -85,7 +88,11 @@ struct ChunkEncodeOptions {
   // Transform for xor chunks; kNone means choose: sparse when few elements changed, else planes.
   Transform xor_transform = Transform::kNone;
   // A changed-element fraction at or below which xor chunks use the sparse form.
-  double sparse_max_changed = 0.25;
+  double sparse_max_changed = 0.6;
+  // Values of the automatically chosen sparse form (kSparseDiff or kSparse).
+  Transform sparse_form = Transform::kSparseDiff;
+  // Gaps as LEB128 varints instead of fixed-width byte planes.
+  bool varint_gaps = false;
   // Also compress the chunk `full` and keep it when smaller. Skipped (it costs a full
   // compression) when the xor payload is already below this fraction of the chunk.
   double try_full_above = 0.5;

@@ -154,29 +154,179 @@ void ForEachChanged(const uint8_t* t, const uint8_t* b, uint64_t n, Fn&& fn) {
 }
 
 template <int W>
-void SparseForwardSeg(const uint8_t* t, const uint8_t* b, uint64_t n, std::vector<uint8_t>& out,
-                      std::vector<uint8_t>& gaps, std::vector<uint8_t>& values) {
-  gaps.clear();
-  values.clear();
-  uint64_t next = 0;
-  uint64_t count = 0;
-  ForEachChanged<W>(t, b, n, [&](uint64_t i) {
-    PutVarint(i - next, gaps);
-    next = i + 1;
-    ++count;
-    const auto v = Load<W>(t + i * W) ^ Load<W>(b + i * W);
-    const size_t at = values.size();
-    values.resize(at + W);
-    std::memcpy(values.data() + at, &v, W);
-  });
-  PutVarint(count, out);
-  out.insert(out.end(), gaps.begin(), gaps.end());
+inline uint64_t ZigZag(uint64_t d) {
+  constexpr int kBits = 8 * W;
+  const uint64_t mask = kBits == 64 ? ~0ull : ((1ull << kBits) - 1);
+  d &= mask;
+  const uint64_t sign = (d >> (kBits - 1)) & 1;
+  return ((d << 1) & mask) ^ (sign ? mask : 0);
+}
+
+template <int W>
+inline uint64_t UnZigZag(uint64_t z) {
+  constexpr int kBits = 8 * W;
+  const uint64_t mask = kBits == 64 ? ~0ull : ((1ull << kBits) - 1);
+  return ((z >> 1) ^ ((z & 1) ? mask : 0)) & mask;
+}
+
+uint8_t GapWidthFor(uint64_t max_gap) {
+  if (max_gap < (1ull << 8)) return 1;
+  if (max_gap < (1ull << 16)) return 2;
+  if (max_gap < (1ull << 32)) return 4;
+  return 8;
+}
+
+// A plane of `count` byte values, stored with the fewest bits per value that hold its largest
+// value (0: all zero, nothing stored; 1, 2, 4: packed LSB first; 8: raw). Packing lets the
+// entropy coder's Huffman stage spend under one bit per value on near-constant planes (the high
+// bytes of gaps and of small differences), which it cannot do for single bytes.
+void PutPlane(const uint8_t* plane, uint64_t count, std::vector<uint8_t>& out) {
+  uint8_t max = 0;
+  for (uint64_t j = 0; j < count; ++j) max |= plane[j];
+  const uint8_t bits = max == 0 ? 0 : max < 2 ? 1 : max < 4 ? 2 : max < 16 ? 4 : 8;
+  out.push_back(bits);
+  if (bits == 0) return;
   const size_t at = out.size();
-  out.resize(at + count * W);
-  uint8_t* planes = out.data() + at;
-  for (uint64_t j = 0; j < count; ++j) {
-    for (int k = 0; k < W; ++k) planes[k * count + j] = values[j * W + k];
+  out.resize(at + (count * bits + 7) / 8, 0);
+  uint8_t* o = out.data() + at;
+  if (bits == 8) {
+    std::memcpy(o, plane, count);
+    return;
   }
+  for (uint64_t j = 0; j < count; ++j) {
+    const uint64_t bit = j * bits;
+    o[bit / 8] |= static_cast<uint8_t>(plane[j] << (bit % 8));
+  }
+}
+
+// Reads a plane written by PutPlane into `plane` (count bytes).
+bool GetPlane(const uint8_t* data, size_t size, size_t* pos, uint64_t count, uint8_t* plane) {
+  if (*pos >= size) return false;
+  const uint8_t bits = data[(*pos)++];
+  if (bits != 0 && bits != 1 && bits != 2 && bits != 4 && bits != 8) return false;
+  if (bits == 0) {
+    if (count != 0) std::memset(plane, 0, count);
+    return true;
+  }
+  const uint64_t bytes = (count * bits + 7) / 8;
+  if (bytes > size - *pos) return false;
+  const uint8_t* in = data + *pos;
+  *pos += bytes;
+  if (bits == 8) {
+    std::memcpy(plane, in, count);
+    return true;
+  }
+  const uint8_t mask = static_cast<uint8_t>((1u << bits) - 1);
+  for (uint64_t j = 0; j < count; ++j) {
+    const uint64_t bit = j * bits;
+    plane[j] = static_cast<uint8_t>(in[bit / 8] >> (bit % 8)) & mask;
+  }
+  return true;
+}
+
+template <int W, bool kDiff>
+void SparseForwardSeg(const uint8_t* t, const uint8_t* b, uint64_t n, bool varint_gaps,
+                      std::vector<uint8_t>& out, std::vector<uint64_t>& idx,
+                      std::vector<uint8_t>& planes, std::vector<size_t>* ends) {
+  auto cut = [&] {
+    if (ends) ends->push_back(out.size());
+  };
+  idx.clear();
+  ForEachChanged<W>(t, b, n, [&](uint64_t i) { idx.push_back(i); });
+  const uint64_t count = idx.size();
+  PutVarint(count, out);
+  uint64_t max_gap = 0;
+  for (uint64_t j = 0, next = 0; j < count; next = idx[j] + 1, ++j) {
+    max_gap = std::max(max_gap, idx[j] - next);
+  }
+  const uint8_t gw = varint_gaps ? 0 : GapWidthFor(max_gap);
+  out.push_back(gw);
+  planes.resize(count * std::max<size_t>(gw, W));
+  if (gw == 0) {
+    for (uint64_t j = 0, next = 0; j < count; next = idx[j] + 1, ++j) PutVarint(idx[j] - next, out);
+    cut();
+  } else {
+    for (uint64_t j = 0, next = 0; j < count; next = idx[j] + 1, ++j) {
+      const uint64_t g = idx[j] - next;
+      for (int k = 0; k < gw; ++k) planes[k * count + j] = static_cast<uint8_t>(g >> (8 * k));
+    }
+    for (int k = 0; k < gw; ++k) {
+      PutPlane(planes.data() + k * count, count, out);
+      cut();
+    }
+  }
+  for (uint64_t j = 0; j < count; ++j) {
+    const uint64_t tv = Load<W>(t + idx[j] * W);
+    const uint64_t bv = Load<W>(b + idx[j] * W);
+    const uint64_t v = kDiff ? ZigZag<W>(tv - bv) : (tv ^ bv);
+    for (int k = 0; k < W; ++k) planes[k * count + j] = static_cast<uint8_t>(v >> (8 * k));
+  }
+  for (int k = 0; k < W; ++k) {
+    PutPlane(planes.data() + k * count, count, out);
+    cut();
+  }
+}
+
+template <int W, bool kDiff>
+Status SparseInverseSeg(const uint8_t* data, size_t size, size_t* pos, uint64_t n, uint8_t* o,
+                        std::vector<uint8_t>& planes) {
+  uint64_t count = 0;
+  if (!ReadVarint(data, size, pos, &count) || count > n) {
+    return Corrupt("sparse stream: bad changed-element count at byte " + std::to_string(*pos));
+  }
+  // Every changed element costs at least one stream byte (a varint gap or a packed bit), so a
+  // count beyond the stream is a lie; checking it bounds the allocation below.
+  if (*pos >= size) return Corrupt("sparse stream: missing gap width");
+  const uint8_t gw = data[(*pos)++];
+  if (gw != 0 && gw != 1 && gw != 2 && gw != 4 && gw != 8) {
+    return Corrupt("sparse stream: bad gap width " + std::to_string(gw));
+  }
+  if (count > 8 * (size - *pos)) return Corrupt("sparse stream: count beyond the stream");
+  planes.resize(count * (gw + W));
+  uint8_t* gap_planes = planes.data();
+  uint8_t* values = planes.data() + count * gw;
+  size_t gap_pos = *pos;
+  if (gw == 0) {
+    uint64_t gap = 0;
+    for (uint64_t j = 0; j < count; ++j) {
+      if (!ReadVarint(data, size, pos, &gap)) {
+        return Corrupt("sparse stream: truncated gap list at byte " + std::to_string(*pos));
+      }
+    }
+  } else {
+    for (int k = 0; k < gw; ++k) {
+      if (!GetPlane(data, size, pos, count, gap_planes + k * count)) {
+        return Corrupt("sparse stream: bad gap plane at byte " + std::to_string(*pos));
+      }
+    }
+  }
+  for (int k = 0; k < W; ++k) {
+    if (!GetPlane(data, size, pos, count, values + k * count)) {
+      return Corrupt("sparse stream: bad value plane at byte " + std::to_string(*pos));
+    }
+  }
+  uint64_t next = 0;
+  for (uint64_t j = 0; j < count; ++j) {
+    uint64_t gap = 0;
+    if (gw == 0) {
+      ReadVarint(data, size, &gap_pos, &gap);  // cannot fail: read once above
+    } else {
+      for (int k = 0; k < gw; ++k) {
+        gap |= static_cast<uint64_t>(gap_planes[k * count + j]) << (8 * k);
+      }
+    }
+    if (gap >= n - next) {
+      return Corrupt("sparse stream: element index beyond the segment of " + std::to_string(n));
+    }
+    const uint64_t i = next + gap;
+    next = i + 1;
+    uint64_t v = 0;
+    for (int k = 0; k < W; ++k) v |= static_cast<uint64_t>(values[k * count + j]) << (8 * k);
+    uint64_t cur = Load<W>(o + i * W);
+    cur = kDiff ? cur + UnZigZag<W>(v) : cur ^ v;
+    std::memcpy(o + i * W, &cur, W);  // little-endian: the low W bytes
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -330,26 +480,40 @@ uint64_t CountChangedElements(std::span<const uint8_t> target, std::span<const u
 }
 
 void SparseForward(std::span<const uint8_t> target, std::span<const uint8_t> base,
-                   std::span<const Segment> segments, std::vector<uint8_t>& out) {
-  std::vector<uint8_t> gaps;
-  std::vector<uint8_t> values;
+                   std::span<const Segment> segments, SparseValues values, bool varint_gaps,
+                   std::vector<uint8_t>& out, std::vector<size_t>* section_ends) {
+  std::vector<uint64_t> idx;
+  std::vector<uint8_t> planes;
   uint64_t off = 0;
+  const bool diff = values == SparseValues::kDiff;
   for (const Segment& s : segments) {
     const uint64_t n = s.size / s.width;
     const uint8_t* t = target.data() + off;
     const uint8_t* b = base.data() + off;
-    switch (s.width) {
-      case 1:
-        SparseForwardSeg<1>(t, b, n, out, gaps, values);
-        break;
+    switch (s.width * 2 + (diff ? 1 : 0)) {
       case 2:
-        SparseForwardSeg<2>(t, b, n, out, gaps, values);
+        SparseForwardSeg<1, false>(t, b, n, varint_gaps, out, idx, planes, section_ends);
+        break;
+      case 3:
+        SparseForwardSeg<1, true>(t, b, n, varint_gaps, out, idx, planes, section_ends);
         break;
       case 4:
-        SparseForwardSeg<4>(t, b, n, out, gaps, values);
+        SparseForwardSeg<2, false>(t, b, n, varint_gaps, out, idx, planes, section_ends);
+        break;
+      case 5:
+        SparseForwardSeg<2, true>(t, b, n, varint_gaps, out, idx, planes, section_ends);
+        break;
+      case 8:
+        SparseForwardSeg<4, false>(t, b, n, varint_gaps, out, idx, planes, section_ends);
+        break;
+      case 9:
+        SparseForwardSeg<4, true>(t, b, n, varint_gaps, out, idx, planes, section_ends);
+        break;
+      case 16:
+        SparseForwardSeg<8, false>(t, b, n, varint_gaps, out, idx, planes, section_ends);
         break;
       default:
-        SparseForwardSeg<8>(t, b, n, out, gaps, values);
+        SparseForwardSeg<8, true>(t, b, n, varint_gaps, out, idx, planes, section_ends);
         break;
     }
     for (uint64_t k = n * s.width; k < s.size; ++k) out.push_back(t[k] ^ b[k]);
@@ -358,7 +522,8 @@ void SparseForward(std::span<const uint8_t> target, std::span<const uint8_t> bas
 }
 
 Status SparseInverse(std::span<const uint8_t> stream, std::span<const uint8_t> base,
-                     std::span<const Segment> segments, std::span<uint8_t> out) {
+                     std::span<const Segment> segments, SparseValues values,
+                     std::span<uint8_t> out) {
   uint64_t total = 0;
   for (const Segment& s : segments) total += s.size;
   if (out.size() != total || base.size() != total) {
@@ -367,42 +532,44 @@ Status SparseInverse(std::span<const uint8_t> stream, std::span<const uint8_t> b
   if (total != 0) std::memcpy(out.data(), base.data(), total);
   const uint8_t* data = stream.data();
   const size_t size = stream.size();
+  const bool diff = values == SparseValues::kDiff;
+  std::vector<uint8_t> planes;
   size_t pos = 0;
   uint64_t off = 0;
   for (const Segment& s : segments) {
-    const uint64_t w = s.width;
-    const uint64_t n = s.size / w;
-    uint64_t count = 0;
-    if (!ReadVarint(data, size, &pos, &count) || count > n) {
-      return Corrupt("sparse stream: bad changed-element count at byte " + std::to_string(pos));
-    }
-    // First pass finds where the value planes start; the second applies them.
-    const size_t gaps_begin = pos;
-    uint64_t gap = 0;
-    for (uint64_t j = 0; j < count; ++j) {
-      if (!ReadVarint(data, size, &pos, &gap)) {
-        return Corrupt("sparse stream: truncated gap list at byte " + std::to_string(pos));
-      }
-    }
-    if (count * w > size - pos) return Corrupt("sparse stream: truncated value planes");
-    const uint8_t* planes = data + pos;
-    const size_t planes_end = pos + count * w;
-    pos = gaps_begin;
-    uint64_t next = 0;
+    const uint64_t n = s.size / s.width;
     uint8_t* o = out.data() + off;
-    for (uint64_t j = 0; j < count; ++j) {
-      ReadVarint(data, size, &pos, &gap);  // cannot fail: read once above
-      if (gap >= n - next) {
-        return Corrupt("sparse stream: element index beyond the segment of " + std::to_string(n));
-      }
-      const uint64_t i = next + gap;
-      next = i + 1;
-      for (uint64_t k = 0; k < w; ++k) o[i * w + k] ^= planes[k * count + j];
+    Status st;
+    switch (s.width * 2 + (diff ? 1 : 0)) {
+      case 2:
+        st = SparseInverseSeg<1, false>(data, size, &pos, n, o, planes);
+        break;
+      case 3:
+        st = SparseInverseSeg<1, true>(data, size, &pos, n, o, planes);
+        break;
+      case 4:
+        st = SparseInverseSeg<2, false>(data, size, &pos, n, o, planes);
+        break;
+      case 5:
+        st = SparseInverseSeg<2, true>(data, size, &pos, n, o, planes);
+        break;
+      case 8:
+        st = SparseInverseSeg<4, false>(data, size, &pos, n, o, planes);
+        break;
+      case 9:
+        st = SparseInverseSeg<4, true>(data, size, &pos, n, o, planes);
+        break;
+      case 16:
+        st = SparseInverseSeg<8, false>(data, size, &pos, n, o, planes);
+        break;
+      default:
+        st = SparseInverseSeg<8, true>(data, size, &pos, n, o, planes);
+        break;
     }
-    pos = planes_end;
-    const uint64_t tail = s.size - n * w;
+    RETURN_IF_ERROR(st);
+    const uint64_t tail = s.size - n * s.width;
     if (tail > size - pos) return Corrupt("sparse stream: truncated tail");
-    for (uint64_t k = 0; k < tail; ++k) o[n * w + k] ^= data[pos + k];
+    for (uint64_t k = 0; k < tail; ++k) o[n * s.width + k] ^= data[pos + k];
     pos += tail;
     off += s.size;
   }

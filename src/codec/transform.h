@@ -57,15 +57,27 @@ Status PlanesInverse(std::span<const uint8_t> stream, std::span<const uint8_t> b
 uint64_t CountChangedElements(std::span<const uint8_t> target, std::span<const uint8_t> base,
                               std::span<const Segment> segments);
 
-// Sparse: per segment, a varint count of changed elements, the varint gaps between them, their
-// XOR values as byte planes, then the XOR of the tail. Appends to `out`.
-void SparseForward(std::span<const uint8_t> target, std::span<const uint8_t> base,
-                   std::span<const Segment> segments, std::vector<uint8_t>& out);
+// How the sparse form stores a changed element's value.
+enum class SparseValues : uint8_t {
+  kXor = 0,   // target XOR base
+  kDiff = 1,  // zigzag(target - base) as w-byte integers: a move of k ulps costs ~log2(2k) bits,
+              // where its XOR depends on the carry chain in the base
+};
 
-// Inverse: out = base with the recorded XORs applied. Fails with kCorrupt on any inconsistency
-// (overlong varint, index past the segment, trailing or missing bytes).
+// Sparse: per segment, a varint count of changed elements, a gap-width byte (0: varint gaps,
+// else 1/2/4/8-byte gaps as byte planes), the gaps between changed elements, their values as
+// byte planes, then the XOR of the tail. Appends to `out`. When `section_ends` is given, appends
+// the stream offset where each part (gap list, plane) ends, so a coder can model them apart.
+void SparseForward(std::span<const uint8_t> target, std::span<const uint8_t> base,
+                   std::span<const Segment> segments, SparseValues values, bool varint_gaps,
+                   std::vector<uint8_t>& out, std::vector<size_t>* section_ends = nullptr);
+
+// Inverse: out = base with the recorded changes applied. Fails with kCorrupt on any
+// inconsistency (overlong varint, bad gap width, index past the segment, trailing or missing
+// bytes).
 Status SparseInverse(std::span<const uint8_t> stream, std::span<const uint8_t> base,
-                     std::span<const Segment> segments, std::span<uint8_t> out);
+                     std::span<const Segment> segments, SparseValues values,
+                     std::span<uint8_t> out);
 
 // LEB128 varints, exposed for tests and the payload header.
 void PutVarint(uint64_t value, std::vector<uint8_t>& out);

@@ -67,10 +67,12 @@ TEST(ChunkCodec, RoundTripsRandomChunksWithEveryTransformAndCoder) {
     if (iter % 7 == 3) target = RandomBytes(rng, size);
     const auto segs = RandomSegments(rng, size);
     for (Coder coder : {Coder::kStored, Coder::kZstd, Coder::kLz4}) {
-      for (Transform tr : {Transform::kNone, Transform::kPlanes, Transform::kSparse}) {
+      for (Transform tr :
+           {Transform::kNone, Transform::kPlanes, Transform::kSparse, Transform::kSparseDiff}) {
         ChunkEncodeOptions opt;
         opt.coder = coder;
         opt.xor_transform = tr;
+        opt.varint_gaps = (iter % 3) == 0;
         opt.try_full_above = (iter % 2) ? 0.0 : 2.0;
         const Status s = RoundTrip(base, target, segs, opt);
         ASSERT_TRUE(s.ok()) << s.ToString() << " iter " << iter << " size " << size;
@@ -95,7 +97,7 @@ TEST(ChunkCodec, SparseXorIsMuchSmallerThanTheChunk) {
   EncodedChunk e;
   ASSERT_TRUE(RoundTrip(base, target, std::vector<Segment>{{1 << 20, 2}}, {}, &e).ok());
   EXPECT_EQ(e.encoding, ChunkEncoding::kXor);
-  EXPECT_EQ(e.transform, Transform::kSparse);
+  EXPECT_EQ(e.transform, Transform::kSparseDiff);
   EXPECT_LT(e.payload.size(), (1u << 20) / 40);
 }
 
