@@ -101,9 +101,13 @@ float DecodeMagnitude(DType dtype, uint32_t mag) {
 
 }  // namespace
 
-float HalfGap(DType dtype, float v) {
-  // Zero too: its neighbours differ in sign, and -0 has other bytes than +0.
-  if (dtype == DType::kF32 || !std::isfinite(v) || v == 0.0f) return 0.0f;
+float SmallestPositive(DType dtype) {
+  if (dtype == DType::kF32) return std::numeric_limits<float>::denorm_min();
+  return DecodeMagnitude(dtype, 1);
+}
+
+RoundingCell CellAround(DType dtype, float v) {
+  if (dtype == DType::kF32 || !std::isfinite(v) || v == 0.0f) return {};
   float a = std::fabs(v);
   uint32_t mag;
   switch (dtype) {
@@ -117,10 +121,13 @@ float HalfGap(DType dtype, float v) {
       mag = FloatToE4M3(a);
       break;
   }
-  float up = DecodeMagnitude(dtype, mag + 1);
-  float gap = std::isfinite(up) ? up - a : std::numeric_limits<float>::infinity();
-  if (mag > 0) gap = std::min(gap, a - DecodeMagnitude(dtype, mag - 1));
-  return std::isfinite(gap) ? gap * 0.5f : 0.0f;
+  float down = a - DecodeMagnitude(dtype, mag - 1);  // mag > 0 since v != 0
+  float up_value = DecodeMagnitude(dtype, mag + 1);
+  // The largest finite element has no neighbour above; treat its cell as symmetric.
+  float up = std::isfinite(up_value) ? up_value - a : down;
+  RoundingCell cell{down * 0.5f, up * 0.5f};
+  if (v < 0) std::swap(cell.below, cell.above);
+  return cell;
 }
 
 }  // namespace weightcast::synth

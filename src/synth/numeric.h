@@ -80,9 +80,18 @@ inline float DecodeElement(DType dtype, const uint8_t* in) {
   }
 }
 
-// The largest r such that every value strictly within (v - r, v + r) rounds back to the element
-// `v` of `dtype` (half the smaller of the gaps to its neighbours). 0 for F32, whose elements are
-// the master weights themselves, for zero and for non-finite values.
-float HalfGap(DType dtype, float v);
+// The rounding cell of the element `v` of `dtype`: every value strictly within
+// (v - below, v + above) rounds back to `v`; below and above are half the gaps to the neighbours,
+// which differ at a power of two. {0, 0} for F32, whose elements are the master weights
+// themselves, for zero (its neighbours differ in sign, and -0 has other bytes than +0) and for
+// non-finite values.
+struct RoundingCell {
+  float below = 0.0f;
+  float above = 0.0f;
+};
+RoundingCell CellAround(DType dtype, float v);
+
+// The smallest positive value of `dtype` (its smallest subnormal).
+float SmallestPositive(DType dtype);
 
 }  // namespace weightcast::synth

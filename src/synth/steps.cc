@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <system_error>
 
@@ -151,12 +152,28 @@ class StepWriter {
     const float signal = static_cast<float>(adam.signal);
     // The first moment's steady-state spread around the signal under pure unit noise.
     const float m_spread = static_cast<float>(std::sqrt((1 - adam.beta1) / (1 + adam.beta1)));
+    const float zero_half_gap = 0.5f * SmallestPositive(dtype);
     for (uint64_t i = 0; i < s.count; ++i) {
       uint64_t e = s.first + i;
       float base = DecodeElement(dtype, src + i * eb);
       // Strictly inside the rounding cell of `base`, so the master weight casts back to it.
+      // Uniform over the whole rounding cell of `base`: a margin at its edges, even 0.1% of it,
+      // would be as wide as a step's update at low precision and visibly lower step 1's changed
+      // fraction. A stored zero keeps its sign: the master sits on that side of zero, so the first
+      // update does not flip -0/+0 for half of all zeros.
       float u = Uniform01(RandomAt(residual_key, e)) * 2.0f - 1.0f;
-      state.master[i] = base + 0.999f * u * HalfGap(dtype, base);
+      float master;
+      if (base == 0.0f) {
+        master = std::copysign(std::fabs(u) * zero_half_gap, base);
+      } else {
+        RoundingCell cell = CellAround(dtype, base);
+        master = base - cell.below + (u * 0.5f + 0.5f) * (cell.below + cell.above);
+      }
+      uint8_t check[4];
+      EncodeElement(dtype, master, check);
+      // A draw landing exactly on the cell's edge may round away (ties); keep the stored value.
+      if (std::memcmp(check, src + i * eb, eb) != 0) master = base;
+      state.master[i] = master;
       float g_mean = signal * NormalIsh(RandomAt(signal_key, e));
       state.m[i] = g_mean + m_spread * NormalIsh(RandomAt(moment_key, e));
       state.v[i] = g_mean * g_mean + 1.0f;

@@ -49,24 +49,34 @@ TEST(SynthNumeric, E4M3RoundTripsEveryFiniteCode) {
   EXPECT_TRUE(std::isnan(E4M3ToFloat(0x7f)));
 }
 
-TEST(SynthNumeric, ValuesWithinHalfGapRoundBack) {
+TEST(SynthNumeric, ValuesInsideTheRoundingCellRoundBack) {
   for (DType dtype : {DType::kBF16, DType::kF16, DType::kF8_E4M3}) {
-    for (float v : {0.02f, -0.013f, 1.0f, 0.25f, 3.0e-3f, -1.0f, 0.015625f}) {
+    // Powers of two have a narrower gap below than above; include them on both signs.
+    for (float v : {0.02f, -0.013f, 1.0f, 0.25f, -0.25f, 3.0e-3f, -1.0f, 0.015625f}) {
       uint8_t enc[4];
       EncodeElement(dtype, v, enc);
       float stored = DecodeElement(dtype, enc);
-      float r = HalfGap(dtype, stored);
-      ASSERT_GT(r, 0.0f);
-      for (float f : {-0.999f, 0.999f}) {
+      RoundingCell cell = CellAround(dtype, stored);
+      ASSERT_GT(cell.below, 0.0f);
+      ASSERT_GT(cell.above, 0.0f);
+      for (float inside : {stored - 0.99f * cell.below, stored + 0.99f * cell.above}) {
         uint8_t again[4];
-        EncodeElement(dtype, stored + f * r, again);
+        EncodeElement(dtype, inside, again);
         EXPECT_EQ(std::memcmp(enc, again, SynthElementBytes(dtype)), 0)
-            << DTypeName(dtype) << " " << v << " " << f;
+            << DTypeName(dtype) << " " << v << " " << inside;
+      }
+      // Just beyond the cell is the neighbour.
+      for (float outside : {stored - 1.01f * cell.below, stored + 1.01f * cell.above}) {
+        uint8_t again[4];
+        EncodeElement(dtype, outside, again);
+        EXPECT_NE(std::memcmp(enc, again, SynthElementBytes(dtype)), 0)
+            << DTypeName(dtype) << " " << v << " " << outside;
       }
     }
   }
-  EXPECT_EQ(HalfGap(DType::kF32, 1.0f), 0.0f);
-  EXPECT_EQ(HalfGap(DType::kBF16, 0.0f), 0.0f);
+  EXPECT_EQ(CellAround(DType::kBF16, 1.0f).below * 2, CellAround(DType::kBF16, 1.0f).above);
+  EXPECT_EQ(CellAround(DType::kF32, 1.0f).above, 0.0f);
+  EXPECT_EQ(CellAround(DType::kBF16, 0.0f).above, 0.0f);
 }
 
 TEST(SynthPrng, NormalIshHasUnitMoments) {

@@ -146,6 +146,25 @@ TEST(SynthSteps, Fp32MastersChangeAlmostEverywhere) {
   EXPECT_GT((*stats)[0].changed_fraction(), 0.9);
 }
 
+TEST(SynthSteps, EveryStepChangesAboutAsMuchAsTheFirst) {
+  // The optimizer starts in its steady state and stored zeros keep their sign, so step 1 is not
+  // special; F8 has many zeros, which makes it the sharpest check.
+  for (DType dtype : {DType::kBF16, DType::kF8_E4M3}) {
+    TempDir dir;
+    auto base = WriteBase(dir, dtype);
+    auto o = StepsFrom(base, dir.path() / "steps");
+    o.steps = 3;
+    o.adam.lr = 1e-5;
+    auto stats = WriteSynthSteps(o);
+    ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+    double first = (*stats)[0].changed_fraction();
+    EXPECT_GT(first, 0.001) << DTypeName(dtype);
+    for (const StepStats& s : *stats) {
+      EXPECT_NEAR(s.changed_fraction() / first, 1.0, 0.2) << DTypeName(dtype) << " " << s.step;
+    }
+  }
+}
+
 TEST(SynthSteps, RejectsBadOptions) {
   TempDir dir;
   auto o = StepsFrom(dir.path() / "missing", dir.path() / "steps");
