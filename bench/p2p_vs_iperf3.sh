@@ -6,7 +6,7 @@
 #   bash bench/p2p_vs_iperf3.sh [path/to/weightcast] [bytes=2GiB] [runs=3]
 #
 # Each tool moves the same byte count RUNS times, interleaved (iperf3, weightcast, iperf3, ...);
-# the best run of each is compared. CPU seconds come from /usr/bin/time for both processes of
+# the best run of each is compared (medians are reported too: a shared machine is noisy). CPU seconds come from /usr/bin/time for both processes of
 # each tool (sender + receiver, whole process). Every run is bounded by `timeout`. The last line
 # printed is one JSON object.
 set -euo pipefail
@@ -95,12 +95,18 @@ python3 - "$tmp/results" "$HOST" "$BYTES" "$([[ -n $RECV_NS ]] && echo netns || 
 import json,sys
 runs=[json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 best=lambda t: max((r for r in runs if r['tool']==t), key=lambda r: r['gbit_per_s'])
+def median(t):
+  v=sorted(r['gbit_per_s'] for r in runs if r['tool']==t)
+  return v[len(v)//2] if len(v)%2 else (v[len(v)//2-1]+v[len(v)//2])/2
 i,w=best('iperf3'),best('weightcast')
 gb=lambda r: r['bytes']/1e9
 out={'bench':'p2p_vs_iperf3','path':sys.argv[4],'host':sys.argv[2],'bytes':w['bytes'],
  'runs_each':len(runs)//2,
  'weightcast_gbit_per_s':round(w['gbit_per_s'],3),'iperf3_gbit_per_s':round(i['gbit_per_s'],3),
  'throughput_ratio':round(w['gbit_per_s']/i['gbit_per_s'],3),
+ 'weightcast_median_gbit_per_s':round(median('weightcast'),3),
+ 'iperf3_median_gbit_per_s':round(median('iperf3'),3),
+ 'median_throughput_ratio':round(median('weightcast')/median('iperf3'),3),
  'weightcast_cpu_s_per_gb':round(w['cpu_s']/gb(w),3),'iperf3_cpu_s_per_gb':round(i['cpu_s']/gb(i),3),
  'cpu_ratio':round((w['cpu_s']/gb(w))/(i['cpu_s']/gb(i)),3),
  'all_runs':runs}

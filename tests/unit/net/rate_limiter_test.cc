@@ -59,7 +59,8 @@ TEST(TokenBucket, UploadLimitHoldsOverRealTcp) {
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   double expected = (kFrames * (1 << 20) - (256 << 10)) / double(16u << 20);
   EXPECT_GT(seconds, expected * 0.9);
-  EXPECT_LT(seconds, expected * 1.3);
+  EXPECT_LT(seconds,
+            expected * 1.6);  // loose: shared CI machines; exactness is tested on the fake clock
 }
 
 TEST(TokenBucket, DownloadLimitHoldsOverRealTcp) {
@@ -84,7 +85,8 @@ TEST(TokenBucket, DownloadLimitHoldsOverRealTcp) {
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   double expected = (kFrames * (1 << 20) - (256 << 10)) / double(16u << 20);
   EXPECT_GT(seconds, expected * 0.9);
-  EXPECT_LT(seconds, expected * 1.3);
+  EXPECT_LT(seconds,
+            expected * 1.6);  // loose: shared CI machines; exactness is tested on the fake clock
 }
 
 }  // namespace
