@@ -43,6 +43,7 @@ Status StoreImpl::RecoverChannel(const std::string& channel) {
   }
 
   ASSIGN_OR_RETURN(std::vector<std::string> staging, ListDir(layout.staging_root()));
+  std::vector<Version> resumable;
   for (const std::string& name : staging) {
     std::filesystem::path dir = layout.staging_root() / name;
     auto v = ParseVersionName(name);
@@ -60,7 +61,10 @@ Status StoreImpl::RecoverChannel(const std::string& channel) {
         RETURN_IF_ERROR(WriteFileAtomic(layout.manifest_file(*v), bytes));
       }
       RETURN_IF_ERROR(SwitchCurrentLocked(layout, *v));
-      RETURN_IF_ERROR(RemoveAll(dir));
+      std::filesystem::path done = layout.staging_root() / (".done-" + name);
+      RETURN_IF_ERROR(RemoveAll(done));
+      RETURN_IF_ERROR(RenameDurable(dir, done));
+      RETURN_IF_ERROR(RemoveAll(done));
       rolled_forward = true;
       continue;
     }
@@ -74,6 +78,15 @@ Status StoreImpl::RecoverChannel(const std::string& channel) {
       // Only damage from outside does this (the manifest is written before the staging is
       // published); the staging cannot be resumed without it.
       RETURN_IF_ERROR(RemoveAll(dir));
+      continue;
+    }
+    resumable.push_back(*v);
+  }
+  // A staging version below the current one is stale: the channel moved past it, nobody will
+  // resume it, and it would hold disk space forever. (Going back is Rollback's job.)
+  if (auto current = CurrentLocked(layout); current.ok()) {
+    for (Version v : resumable) {
+      if (v < *current) RETURN_IF_ERROR(RemoveAll(layout.staging_dir(v)));
     }
   }
   if (!staging.empty()) RETURN_IF_ERROR(FsyncPath(layout.staging_root()));

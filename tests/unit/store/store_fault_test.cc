@@ -211,6 +211,20 @@ TEST(StoreFault, OpenCleansCrashLeftovers) {
   EXPECT_TRUE(store.ResumeStaging("policy", Version(2)).ok());
 }
 
+TEST(StoreFault, OpenRemovesStagingVersionsBelowTheCurrentOne) {
+  TempDir dir;
+  {
+    Store store = OpenOrDie(dir.path());
+    ASSERT_TRUE(
+        store.BeginStaging("policy", MakeManifest("policy", Version(1), SampleFiles(1))).ok());
+    ASSERT_TRUE(StageAndCommit(store, "policy", Version(2), SampleFiles(2)).ok());
+    ASSERT_TRUE(
+        store.BeginStaging("policy", MakeManifest("policy", Version(3), SampleFiles(3))).ok());
+  }
+  Store store = OpenOrDie(dir.path());
+  EXPECT_EQ(*store.ListStaging("policy"), std::vector<Version>{Version(3)});
+}
+
 TEST(StoreFault, OpenFinishesACommitPastItsCommitPoint) {
   TempDir dir;
   auto files = SampleFiles(8);
