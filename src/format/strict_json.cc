@@ -2,18 +2,10 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <set>
+#include <utility>
 #include <vector>
 
 namespace weightcast::format_internal {
-namespace {
-
-// Thrown from the parser callback to stop parsing; caught in ParseStrictJson and never escapes.
-struct StopParsing {
-  std::string message;
-};
-
-}  // namespace
 
 std::optional<size_t> FirstInvalidUtf8(std::string_view text) {
   const auto* s = reinterpret_cast<const uint8_t*>(text.data());
@@ -81,64 +73,125 @@ std::string QuoteForError(std::string_view text, size_t max_chars) {
   return "\"" + EscapeForError(text, max_chars) + "\"";
 }
 
-Result<nlohmann::json> ParseStrictJson(std::string_view text, int max_depth) {
-  using Json = nlohmann::json;
-  // One key set per open object, innermost last.
-  std::vector<std::set<std::string>> open_objects;
-  int depth = 0;
-  Json::parser_callback_t callback = [&](int /*nlohmann_depth*/, Json::parse_event_t event,
-                                         Json& parsed) -> bool {
-    switch (event) {
-      case Json::parse_event_t::object_start:
-      case Json::parse_event_t::array_start:
-        if (++depth > max_depth) {
-          throw StopParsing{"JSON nests deeper than " + std::to_string(max_depth) + " levels"};
-        }
-        if (event == Json::parse_event_t::object_start) open_objects.emplace_back();
-        break;
-      case Json::parse_event_t::object_end:
-        --depth;
-        if (!open_objects.empty()) open_objects.pop_back();
-        break;
-      case Json::parse_event_t::array_end:
-        --depth;
-        break;
-      case Json::parse_event_t::key:
-        if (!open_objects.empty() && parsed.is_string()) {
-          const auto& key = parsed.get_ref<const std::string&>();
-          if (!open_objects.back().insert(key).second) {
-            throw StopParsing{"duplicate key " + QuoteForError(key)};
-          }
-        }
-        break;
-      case Json::parse_event_t::value:
-        break;
+namespace {
+
+using Json = nlohmann::json;
+
+// A SAX handler that builds the document like nlohmann's own DOM parser, but stops at a duplicate
+// key or at excessive nesting. (nlohmann's callback parser can detect duplicates too, but it
+// rescans the parent object at every object end, which is quadratic in the tensor count.)
+//
+// Invariant: open_ holds the containers being filled, innermost last. Each is stored in its parent
+// (or is the root) and nothing is added to a parent while a child is open, so the pointers stay
+// valid.
+class StrictDomBuilder {
+ public:
+  using number_integer_t = Json::number_integer_t;
+  using number_unsigned_t = Json::number_unsigned_t;
+  using number_float_t = Json::number_float_t;
+  using string_t = Json::string_t;
+  using binary_t = Json::binary_t;
+
+  StrictDomBuilder(Json& root, int max_depth) : root_(root), max_depth_(max_depth) {}
+
+  bool null() { return Add(nullptr) != nullptr; }
+  bool boolean(bool v) { return Add(v) != nullptr; }
+  bool number_integer(number_integer_t v) { return Add(v) != nullptr; }
+  bool number_unsigned(number_unsigned_t v) { return Add(v) != nullptr; }
+  bool number_float(number_float_t v, const string_t& /*text*/) { return Add(v) != nullptr; }
+  bool string(string_t& v) { return Add(std::move(v)) != nullptr; }
+  bool binary(binary_t& v) { return Add(Json::binary(std::move(v))) != nullptr; }
+
+  bool start_object(std::size_t /*size*/) { return Open(Json::object()); }
+  bool start_array(std::size_t /*size*/) { return Open(Json::array()); }
+  bool end_object() { return Close(); }
+  bool end_array() { return Close(); }
+
+  bool key(string_t& key) {
+    // std::map lookup: O(log n) per key, so the whole check is O(n log n).
+    if (open_.back()->contains(key)) {
+      error_ = "duplicate key " + QuoteForError(key);
+      return false;
     }
+    pending_key_ = std::move(key);
     return true;
-  };
-  // nlohmann stops at a NUL byte as if the input ended there, which would let bytes after it pass
-  // unread. JSON never allows a raw NUL (inside strings it must be escaped), so refuse it here.
-  if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
-    return Corrupt("invalid JSON: NUL byte at byte " + std::to_string(nul));
   }
-  try {
-    return Json::parse(text.begin(), text.end(), callback, /*allow_exceptions=*/true,
-                       /*ignore_comments=*/false);
-  } catch (const StopParsing& stop) {
-    return Corrupt(stop.message);
-  } catch (const Json::parse_error& e) {
-    // e.what() quotes the bytes it last read, which may be anything; report the position only,
-    // plus nlohmann's description with its prefix dropped.
+
+  bool parse_error(std::size_t position, const std::string& /*last_token*/,
+                   const nlohmann::detail::exception& e) {
+    // e.what() quotes the bytes last read, which may be anything; keep nlohmann's description
+    // with its prefix and the quoted token dropped.
     std::string what = e.what();
     const size_t colon = what.find(": ");
     std::string detail = colon == std::string::npos ? std::string() : what.substr(colon + 2);
     const size_t last_read = detail.find("; last read");
     if (last_read != std::string::npos) detail.resize(last_read);
-    return Corrupt("invalid JSON at byte " + std::to_string(e.byte) +
-                   (detail.empty() ? "" : ": " + EscapeForError(detail, 160)));
+    error_ = "invalid JSON at byte " + std::to_string(position) +
+             (detail.empty() ? "" : ": " + EscapeForError(detail, 160));
+    return false;
+  }
+
+  const std::string& error() const { return error_; }
+
+ private:
+  template <typename Value>
+  Json* Add(Value&& value) {
+    if (open_.empty()) {
+      root_ = Json(std::forward<Value>(value));
+      return &root_;
+    }
+    Json& parent = *open_.back();
+    if (parent.is_array()) {
+      parent.emplace_back(std::forward<Value>(value));
+      return &parent.back();
+    }
+    Json& slot = parent[pending_key_];
+    slot = Json(std::forward<Value>(value));
+    return &slot;
+  }
+
+  bool Open(Json container) {
+    if (static_cast<int>(open_.size()) >= max_depth_) {
+      error_ = "JSON nests deeper than " + std::to_string(max_depth_) + " levels";
+      return false;
+    }
+    open_.push_back(Add(std::move(container)));
+    return true;
+  }
+
+  bool Close() {
+    open_.pop_back();
+    return true;
+  }
+
+  Json& root_;
+  const int max_depth_;
+  std::vector<Json*> open_;
+  std::string pending_key_;
+  std::string error_;
+};
+
+}  // namespace
+
+Result<nlohmann::json> ParseStrictJson(std::string_view text, int max_depth) {
+  // nlohmann stops at a NUL byte as if the input ended there, which would let bytes after it pass
+  // unread. JSON never allows a raw NUL (inside strings it must be escaped), so refuse it here.
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    return Corrupt("invalid JSON: NUL byte at byte " + std::to_string(nul));
+  }
+  Json root;
+  StrictDomBuilder builder(root, max_depth);
+  try {
+    const bool ok = Json::sax_parse(text.begin(), text.end(), &builder, Json::input_format_t::json,
+                                    /*strict=*/true,
+                                    /*ignore_comments=*/false);
+    if (!ok) {
+      return Corrupt(builder.error().empty() ? std::string("invalid JSON") : builder.error());
+    }
   } catch (const Json::exception& e) {
     return Corrupt(std::string("invalid JSON: ") + EscapeForError(e.what(), 160));
   }
+  return root;
 }
 
 }  // namespace weightcast::format_internal

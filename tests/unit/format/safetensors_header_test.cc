@@ -353,3 +353,27 @@ TEST(SafetensorsHeader, ReadErrorsNameThePath) {
 
 }  // namespace
 }  // namespace weightcast
+
+namespace weightcast {
+namespace {
+
+// Real checkpoints have tens of thousands of tensors in one header. nlohmann's callback parser
+// rescans the root object at every tensor entry (quadratic); this would take minutes with it.
+TEST(SafetensorsHeader, ParsesManyTensorsInLinearTime) {
+  constexpr int kTensors = 20000;
+  std::string header = "{";
+  for (int i = kTensors - 1; i >= 0; --i) {
+    if (header.size() > 1) header += ",";
+    header += "\"layer." + std::to_string(i) + "\":{\"dtype\":\"F16\",\"shape\":[2],";
+    header += "\"data_offsets\":[" + std::to_string(4 * i) + "," + std::to_string(4 * i + 4) + "]}";
+  }
+  header += "}";
+  auto result = Parse(header, 4 * kTensors);
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  ASSERT_EQ(result->tensors.size(), static_cast<size_t>(kTensors));
+  EXPECT_EQ(result->tensors[0].name, "layer.0");
+  EXPECT_EQ(result->tensors.back().name, "layer." + std::to_string(kTensors - 1));
+}
+
+}  // namespace
+}  // namespace weightcast
