@@ -1,0 +1,290 @@
+// `weightcast sim`: simulate one broadcast over a modelled fleet with the real swarm scheduler
+// on a virtual clock, and print where it lands against the lower bound and reference schedules.
+// docs/simulator.md describes the model; the last line of output is one JSON object.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/command.h"
+#include "sim/fleet.h"
+#include "sim/reference.h"
+#include "util/file.h"
+#include "util/text.h"
+
+namespace weightcast::cli {
+namespace {
+
+struct SimFlags {
+  uint32_t nodes = 100;
+  std::string size = "500GB";
+  std::string chunk = "256MiB";
+  double gbps = 10;
+  bool shared = false;
+  double latency_us = 100;
+  uint32_t rack_size = 0;
+  double oversubscription = 1;
+  double die = 0, die_at = 0.5;
+  double stragglers = 0, straggler_speed = 0.5;
+  double late = 0, late_at = 0.25;
+  double source_leaves_at = -1;
+  uint32_t degree = 16;
+  uint32_t source_degree = 32;
+  uint32_t source_slots = 32;
+  uint32_t window = 1;
+  uint32_t outstanding = 12;
+  uint32_t slots = 12;
+  double timeout = 30;
+  double rebalance_ms = 50;
+  uint64_t seed = 1;
+  std::string out;
+  bool plot = false;
+  bool references = true;
+};
+
+const char* RoleName(sim::NodeRole role) {
+  switch (role) {
+    case sim::NodeRole::kHealthy:
+      return "healthy";
+    case sim::NodeRole::kDies:
+      return "dies";
+    case sim::NodeRole::kStraggler:
+      return "straggler";
+    case sim::NodeRole::kLate:
+      return "late";
+  }
+  return "?";
+}
+
+double Quantile(std::vector<double> v, double q) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(std::ceil(q * v.size())) - 1);
+  return v[std::max<size_t>(i, 0)];
+}
+
+std::string Fixed(double v, int digits = 1) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
+Status WriteOutputs(const SimFlags& f, const sim::FleetResult& r) {
+  std::filesystem::path dir(f.out);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return IoError("sim: cannot create " + f.out + ": " + ec.message());
+  std::ostringstream nodes;
+  nodes << "node,role,completed_at_s,bytes_in,bytes_out\n";
+  for (const sim::NodeResult& n : r.nodes) {
+    nodes << n.node << ',' << (n.node == 0 ? "source" : RoleName(n.role)) << ','
+          << (n.completed_at >= 0 ? Fixed(n.completed_at, 3) : "") << ',' << Fixed(n.bytes_in, 0)
+          << ',' << Fixed(n.bytes_out, 0) << '\n';
+  }
+  RETURN_IF_ERROR(WriteFileAtomic(dir / "completion.csv", nodes.str()));
+  std::ostringstream progress;
+  progress << "t_s,fraction,complete\n";
+  for (const sim::ProgressSample& p : r.progress) {
+    progress << Fixed(p.t, 3) << ',' << Fixed(p.fraction, 5) << ',' << p.complete << '\n';
+  }
+  RETURN_IF_ERROR(WriteFileAtomic(dir / "progress.csv", progress.str()));
+  if (!f.plot) return Status::Ok();
+  // Completion-time CDF and fleet progress, side by side.
+  std::ostringstream gp;
+  gp << "set terminal pngcairo size 1200,450\n"
+     << "set output '" << (dir / "sim.png").string() << "'\n"
+     << "set datafile separator ','\nset key bottom right\nset grid\n"
+     << "set multiplot layout 1,2\n"
+     << "set title 'completion time CDF'\nset xlabel 'seconds'\nset ylabel 'fraction of nodes'\n"
+     << "set arrow 1 from " << r.lower_bound << ",0 to " << r.lower_bound << ",1 nohead dt 2\n"
+     << "plot '" << (dir / "completion.csv").string() << "' skip 2 using 3:(1.0/"
+     << (r.nodes.size() - 1) << ") smooth cumulative title 'receivers'\n"
+     << "unset arrow 1\nset title 'progress'\nset ylabel 'fraction'\n"
+     << "plot '" << (dir / "progress.csv").string()
+     << "' skip 1 using 1:2 with lines title 'bytes verified'\n"
+     << "unset multiplot\n";
+  RETURN_IF_ERROR(WriteFileAtomic(dir / "sim.gnuplot", gp.str()));
+  const std::string cmd = "gnuplot '" + (dir / "sim.gnuplot").string() + "'";
+  if (std::system(cmd.c_str()) != 0) {
+    return Unavailable("sim: gnuplot failed (apt-get install gnuplot-nox), CSVs are in " + f.out);
+  }
+  return Status::Ok();
+}
+
+Status RunSim(const SimFlags& f) {
+  sim::FleetConfig c;
+  c.receivers = f.nodes;
+  ASSIGN_OR_RETURN(c.total_bytes, ParseSize(f.size));
+  ASSIGN_OR_RETURN(c.chunk_bytes, ParseSize(f.chunk));
+  if (f.gbps <= 0) return InvalidArgument("--gbps must be positive");
+  c.bandwidth = f.gbps * 1e9 / 8;
+  c.shared = f.shared;
+  c.latency = f.latency_us * 1e-6;
+  c.rack_size = f.rack_size;
+  c.oversubscription = f.oversubscription;
+  c.die_fraction = f.die;
+  c.die_at = f.die_at;
+  c.straggler_fraction = f.stragglers;
+  c.straggler_speed = f.straggler_speed;
+  c.late_fraction = f.late;
+  c.late_at = f.late_at;
+  c.source_leaves_at = f.source_leaves_at;
+  c.degree = f.degree;
+  c.source_degree = f.source_degree;
+  c.source_slots = f.source_slots;
+  c.window_per_peer = f.window;
+  c.max_outstanding = f.outstanding;
+  c.upload_slots = f.slots;
+  c.request_timeout = f.timeout;
+  c.rebalance_interval = f.rebalance_ms * 1e-3;
+  c.seed = f.seed;
+  if (f.die + f.stragglers + f.late > 1) {
+    return InvalidArgument("--die + --stragglers + --late must not exceed 1");
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(sim::FleetResult r, sim::RunFleet(c));
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  std::vector<double> all, healthy;
+  uint32_t incomplete = 0, incomplete_healthy = 0;
+  for (const sim::NodeResult& n : r.nodes) {
+    if (n.node == 0 || n.role == sim::NodeRole::kDies) continue;
+    if (n.completed_at < 0) {
+      ++incomplete;
+      if (n.role == sim::NodeRole::kHealthy) ++incomplete_healthy;
+      continue;
+    }
+    all.push_back(n.completed_at);
+    if (n.role == sim::NodeRole::kHealthy) healthy.push_back(n.completed_at);
+  }
+  const double s = double(c.total_bytes);
+  const double p50 = Quantile(all, 0.5), p99 = Quantile(all, 0.99), mx = Quantile(all, 1.0);
+  const double healthy_max = Quantile(healthy, 1.0);
+
+  sim::ReferenceSetup ref{f.nodes, c.total_bytes, c.chunk_bytes, c.bandwidth, c.shared, c.latency};
+  nlohmann::ordered_json refs;
+  const auto t1 = std::chrono::steady_clock::now();
+  refs["source_to_all_formula_s"] = sim::SourceToAllFormula(ref);
+  refs["chain_formula_s"] = sim::ChainFormula(ref);
+  refs["binomial_formula_s"] = sim::BinomialFormula(ref);
+  if (f.references) {
+    refs["source_to_all_sim_s"] = sim::SimulateSourceToAll(ref);
+    refs["chain_sim_s"] = sim::SimulateChain(ref);
+    uint32_t rounds = 0;
+    refs["binomial_sim_s"] = sim::SimulateBinomial(ref, &rounds);
+    refs["binomial_sim_nodes"] = uint64_t{1}
+                                 << static_cast<int>(std::ceil(std::log2(f.nodes + 1.0)));
+  }
+  const double ref_wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+
+  std::cout << "sim: " << f.nodes << " receivers, " << FormatBytes(c.total_bytes) << " in "
+            << r.chunks << " chunks of " << FormatBytes(c.chunk_bytes) << ", " << f.gbps
+            << " Gbit/s " << (c.shared ? "shared" : "full duplex")
+            << (c.rack_size ? ", racks of " + std::to_string(c.rack_size) + " at " +
+                                  Fixed(c.oversubscription) + ":1"
+                            : "")
+            << "\n";
+  std::cout << "lower bound " << Fixed(r.lower_bound) << " s; completion p50 " << Fixed(p50)
+            << " s, p99 " << Fixed(p99) << " s, max " << Fixed(mx) << " s (x"
+            << Fixed(mx / r.lower_bound, 3) << "); healthy max " << Fixed(healthy_max) << " s (x"
+            << Fixed(healthy_max / r.lower_bound, 3) << ")\n";
+  std::cout << "source sent " << FormatBytes(static_cast<uint64_t>(r.source_bytes)) << " ("
+            << Fixed(r.source_bytes / s, 3) << " x S, S by " << Fixed(r.source_first_round_done)
+            << " s); " << incomplete << " receivers incomplete; " << r.timeouts << " timeouts; "
+            << Fixed(r.duplicate_bytes / s, 3) << " x S duplicate bytes; " << r.events
+            << " events in " << Fixed(wall, 2) << " s\n";
+  std::cout << "references: " << refs.dump() << "\n";
+  if (!f.out.empty()) RETURN_IF_ERROR(WriteOutputs(f, r));
+
+  nlohmann::ordered_json j;
+  j["bench"] = "sim";
+  j["receivers"] = f.nodes;
+  j["bytes"] = c.total_bytes;
+  j["chunk_bytes"] = c.chunk_bytes;
+  j["gbps"] = f.gbps;
+  j["mode"] = c.shared ? "shared" : "full_duplex";
+  j["rack_size"] = c.rack_size;
+  j["oversubscription"] = c.oversubscription;
+  j["die"] = f.die;
+  j["stragglers"] = f.stragglers;
+  j["late"] = f.late;
+  j["lower_bound_s"] = r.lower_bound;
+  j["p50_s"] = p50;
+  j["p99_s"] = p99;
+  j["max_s"] = mx;
+  j["healthy_max_s"] = healthy_max;
+  j["ratio_max_to_bound"] = mx / r.lower_bound;
+  j["ratio_healthy_max_to_bound"] = healthy_max / r.lower_bound;
+  j["ratio_p50_to_bound"] = p50 / r.lower_bound;
+  j["incomplete"] = incomplete;
+  j["incomplete_healthy"] = incomplete_healthy;
+  j["source_bytes"] = r.source_bytes;
+  j["source_bytes_over_s"] = r.source_bytes / s;
+  j["source_sent_s_by"] = r.source_first_round_done;
+  j["duplicate_bytes"] = r.duplicate_bytes;
+  j["aborted_bytes"] = r.aborted_bytes;
+  j["timeouts"] = r.timeouts;
+  j["references"] = refs;
+  j["events"] = r.events;
+  j["wall_s"] = wall;
+  j["reference_wall_s"] = ref_wall;
+  std::cout << j.dump() << "\n";
+  if (incomplete_healthy > 0) {
+    return Unavailable(std::to_string(incomplete_healthy) + " healthy receivers did not complete");
+  }
+  return Status::Ok();
+}
+
+void SetupSim(CLI::App& app) {
+  auto f = std::make_shared<SimFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "sim", "Simulate a broadcast to a modelled fleet with the real swarm scheduler");
+  cmd->add_option("-n,--nodes", f->nodes, "Receivers (the source is extra)")->capture_default_str();
+  cmd->add_option("--size", f->size, "Snapshot bytes S, e.g. 500GB")->capture_default_str();
+  cmd->add_option("--chunk", f->chunk, "Chunk size c in the simulation")->capture_default_str();
+  cmd->add_option("--gbps", f->gbps, "Per-node bandwidth B, Gbit/s")->capture_default_str();
+  cmd->add_flag("--shared", f->shared, "One capacity shared by upload and download");
+  cmd->add_option("--latency-us", f->latency_us, "One-way link latency")->capture_default_str();
+  cmd->add_option("--rack-size", f->rack_size, "Nodes per rack (0: no racks)");
+  cmd->add_option("--oversubscription", f->oversubscription,
+                  "Rack uplink oversubscription, e.g. 4");
+  cmd->add_option("--die", f->die, "Fraction of receivers that die");
+  cmd->add_option("--die-at", f->die_at, "When they die, as a fraction of the lower bound");
+  cmd->add_option("--stragglers", f->stragglers, "Fraction of receivers that are slow");
+  cmd->add_option("--straggler-speed", f->straggler_speed, "Their speed as a fraction of B");
+  cmd->add_option("--late", f->late, "Fraction of receivers that join late");
+  cmd->add_option("--late-at", f->late_at, "When they join, as a fraction of the lower bound");
+  cmd->add_option("--source-leaves-at", f->source_leaves_at, "Seconds; the source leaves then");
+  cmd->add_option("--degree", f->degree, "Peers per node")->capture_default_str();
+  cmd->add_option("--source-degree", f->source_degree, "Peers of the source (0: --degree)")
+      ->capture_default_str();
+  cmd->add_option("--source-slots", f->source_slots,
+                  "Concurrent uploads of the source (0: --slots)")
+      ->capture_default_str();
+  cmd->add_option("--window", f->window, "Requests in flight per peer")->capture_default_str();
+  cmd->add_option("--outstanding", f->outstanding, "Requests in flight per node")
+      ->capture_default_str();
+  cmd->add_option("--slots", f->slots, "Concurrent uploads per node")->capture_default_str();
+  cmd->add_option("--timeout", f->timeout, "Request timeout, seconds")->capture_default_str();
+  cmd->add_option("--rebalance-ms", f->rebalance_ms, "Max-min rate recomputation interval")
+      ->capture_default_str();
+  cmd->add_option("--seed", f->seed, "Seed")->capture_default_str();
+  cmd->add_option("-o,--out", f->out, "Directory for completion.csv, progress.csv (and sim.png)");
+  cmd->add_flag("--plot", f->plot, "Draw sim.png with gnuplot (needs --out)");
+  cmd->add_flag("!--no-references", f->references, "Skip simulating the reference schedules");
+  cmd->callback([f] { Finish("sim", RunSim(*f)); });
+}
+
+const CommandRegistration kRegistered{"sim", 60, &SetupSim};
+
+}  // namespace
+}  // namespace weightcast::cli

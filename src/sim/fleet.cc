@@ -1,0 +1,446 @@
+#include "sim/fleet.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <queue>
+#include <random>
+#include <string>
+
+#include "sim/network.h"
+#include "swarm/peer_lists.h"
+
+namespace weightcast::sim {
+namespace {
+
+using swarm::Action;
+using swarm::ActionKind;
+using swarm::ChunkSet;
+using swarm::Scheduler;
+
+enum class Ev : uint8_t {
+  kRequest,
+  kCancel,
+  kReject,
+  kHave,
+  kArrive,
+  kTimer,
+  kDie,
+  kJoin,
+  kPeerGone,
+  kSample
+};
+
+struct Event {
+  double t;
+  uint64_t seq;
+  uint32_t to, from, chunk;
+  Ev kind;
+  bool operator>(const Event& o) const { return t > o.t || (t == o.t && seq > o.seq); }
+};
+
+struct Upload {
+  FlowId flow;
+  uint32_t peer;
+  uint32_t chunk;
+};
+
+struct SimNode {
+  std::optional<Scheduler> sched;
+  bool alive = true;
+  bool joined = true;
+  NodeRole role = NodeRole::kHealthy;
+  std::vector<uint32_t> nbrs;
+  std::vector<uint8_t> link_up;  // parallel to nbrs
+  std::vector<Upload> uploads;
+  double completed_at = -1;
+  double bytes_in = 0, bytes_out = 0, verified_bytes = 0;
+};
+
+PeerId ToPeer(uint32_t node) { return PeerId(node + 1); }
+uint32_t ToNode(PeerId peer) { return static_cast<uint32_t>(peer.value() - 1); }
+swarm::Time ToTime(double seconds) { return swarm::Time(static_cast<int64_t>(seconds * 1e9)); }
+
+class Fleet {
+ public:
+  explicit Fleet(const FleetConfig& c) : cfg_(c), rng_(c.seed) {}
+  Result<FleetResult> Run();
+
+ private:
+  double ChunkSize(uint32_t c) const {
+    const double start = double(c) * double(cfg_.chunk_bytes);
+    return std::min(double(cfg_.chunk_bytes), double(cfg_.total_bytes) - start);
+  }
+  void Push(double t, Ev kind, uint32_t to, uint32_t from, uint32_t chunk) {
+    queue_.push(Event{t, seq_++, to, from, chunk, kind});
+  }
+  int LinkIndex(uint32_t a, uint32_t b) const {
+    const std::vector<uint32_t>& v = nodes_[a].nbrs;
+    for (size_t k = 0; k < v.size(); ++k) {
+      if (v[k] == b) return static_cast<int>(k);
+    }
+    return -1;
+  }
+  bool Linked(uint32_t a, uint32_t b) const {
+    const int k = LinkIndex(a, b);
+    return k >= 0 && nodes_[a].link_up[k] != 0;
+  }
+  void SetLink(uint32_t a, uint32_t b, bool up) {
+    const int k = LinkIndex(a, b);
+    if (k >= 0) nodes_[a].link_up[k] = up ? 1 : 0;
+  }
+  void Connect(double now, uint32_t a, uint32_t b);
+  void Apply(double now, uint32_t i, std::span<const Action> actions);
+  void Kill(double now, uint32_t i);
+  void OnFlowDone(double now, FlowId f);
+  void Sample(double now);
+  bool AllDone() const;
+
+  FleetConfig cfg_;
+  std::mt19937_64 rng_;
+  std::vector<SimNode> nodes_;
+  std::optional<Network> net_;
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> queue_;
+  uint64_t seq_ = 0;
+  uint32_t chunks_ = 0;
+  double want_bytes_ = 0;
+  uint32_t complete_ = 0;
+  uint32_t pending_ = 0;  // receivers still expected to complete
+  FleetResult result_;
+};
+
+void Fleet::Connect(double now, uint32_t a, uint32_t b) {
+  SetLink(a, b, true);
+  SetLink(b, a, true);
+  Apply(now, a, nodes_[a].sched->OnPeerConnected(ToTime(now), ToPeer(b), nodes_[b].sched->have()));
+  Apply(now, b, nodes_[b].sched->OnPeerConnected(ToTime(now), ToPeer(a), nodes_[a].sched->have()));
+}
+
+void Fleet::Apply(double now, uint32_t i, std::span<const Action> actions) {
+  SimNode& node = nodes_[i];
+  for (const Action& a : actions) {
+    const uint32_t peer =
+        a.kind == ActionKind::kAnnounceHave || a.kind == ActionKind::kComplete ? 0 : ToNode(a.peer);
+    const uint32_t c = a.chunk.value();
+    switch (a.kind) {
+      case ActionKind::kSendRequest:
+        if (Linked(i, peer)) Push(now + cfg_.latency, Ev::kRequest, peer, i, c);
+        break;
+      case ActionKind::kCancelRequest:
+        if (Linked(i, peer)) Push(now + cfg_.latency, Ev::kCancel, peer, i, c);
+        break;
+      case ActionKind::kRejectRequest:
+        if (Linked(i, peer)) Push(now + cfg_.latency, Ev::kReject, peer, i, c);
+        break;
+      case ActionKind::kSendChunk:
+        if (Linked(i, peer) && nodes_[peer].alive) {
+          const FlowId f = net_->Start(now, i, peer, ChunkSize(c), c);
+          node.uploads.push_back(Upload{f, peer, c});
+        } else {
+          // The receiver is gone but we have not noticed yet; the slot frees when we do.
+        }
+        break;
+      case ActionKind::kStopUpload:
+        for (size_t k = 0; k < node.uploads.size(); ++k) {
+          if (node.uploads[k].peer == peer && node.uploads[k].chunk == c) {
+            node.bytes_out += net_->Stop(now, node.uploads[k].flow);
+            node.uploads[k] = node.uploads.back();
+            node.uploads.pop_back();
+            break;
+          }
+        }
+        break;
+      case ActionKind::kAnnounceHave:
+        node.verified_bytes += ChunkSize(c);
+        for (size_t k = 0; k < node.nbrs.size(); ++k) {
+          if (node.link_up[k]) Push(now + cfg_.latency, Ev::kHave, node.nbrs[k], i, c);
+        }
+        break;
+      case ActionKind::kDropPeer:
+        SetLink(i, peer, false);
+        Push(now + cfg_.latency, Ev::kPeerGone, peer, i, 0);
+        break;
+      case ActionKind::kComplete:
+        if (node.completed_at < 0 && i != 0) {
+          node.completed_at = now;
+          ++complete_;
+          if (pending_ > 0) --pending_;
+        }
+        break;
+    }
+  }
+}
+
+void Fleet::Kill(double now, uint32_t i) {
+  SimNode& node = nodes_[i];
+  if (!node.alive) return;
+  node.alive = false;
+  if (node.completed_at < 0 && i != 0 && node.role != NodeRole::kDies && pending_ > 0) --pending_;
+  // Flows in and out stop now; the bytes already moved count as aborted.
+  while (!net_->flows_out(i).empty()) node.bytes_out += net_->Stop(now, net_->flows_out(i)[0]);
+  while (!net_->flows_in(i).empty()) {
+    const FlowId f = net_->flows_in(i)[0];
+    SimNode& sender = nodes_[net_->src(f)];
+    sender.bytes_out += net_->Stop(now, f);
+    for (size_t k = 0; k < sender.uploads.size(); ++k) {
+      if (sender.uploads[k].flow == f) {
+        sender.uploads[k] = sender.uploads.back();
+        sender.uploads.pop_back();
+        break;
+      }
+    }
+  }
+  node.uploads.clear();
+  for (size_t k = 0; k < node.nbrs.size(); ++k) {
+    if (!node.link_up[k]) continue;
+    node.link_up[k] = 0;
+    SetLink(node.nbrs[k], i, false);
+    Push(now + cfg_.detect_delay, Ev::kPeerGone, node.nbrs[k], i, 0);
+  }
+}
+
+void Fleet::OnFlowDone(double now, FlowId f) {
+  const uint32_t src = net_->src(f), dst = net_->dst(f);
+  const uint32_t c = static_cast<uint32_t>(net_->tag(f));
+  const double bytes = net_->bytes(f);
+  SimNode& s = nodes_[src];
+  s.bytes_out += bytes;
+  if (src == 0 && result_.source_first_round_done < 0 && s.bytes_out >= double(cfg_.total_bytes)) {
+    result_.source_first_round_done = now;
+  }
+  for (size_t k = 0; k < s.uploads.size(); ++k) {
+    if (s.uploads[k].flow == f) {
+      s.uploads[k] = s.uploads.back();
+      s.uploads.pop_back();
+      break;
+    }
+  }
+  Push(now + cfg_.latency, Ev::kArrive, dst, src, c);
+  Apply(now, src, s.sched->OnUploadDone(ToTime(now), ToPeer(dst), ChunkIndex(c)));
+}
+
+void Fleet::Sample(double now) {
+  double got = 0;
+  for (uint32_t i = 1; i < nodes_.size(); ++i) {
+    if (nodes_[i].alive) got += nodes_[i].verified_bytes;
+  }
+  uint32_t live = 0;
+  for (uint32_t i = 1; i < nodes_.size(); ++i) live += nodes_[i].alive ? 1 : 0;
+  result_.progress.push_back(
+      ProgressSample{now, live > 0 ? got / (want_bytes_ * live) : 1.0, complete_});
+}
+
+bool Fleet::AllDone() const { return pending_ == 0; }
+
+Result<FleetResult> Fleet::Run() {
+  const FleetConfig& c = cfg_;
+  if (c.receivers == 0) return InvalidArgument("sim: need at least one receiver");
+  if (c.total_bytes == 0 || c.chunk_bytes == 0) {
+    return InvalidArgument("sim: total and chunk size must be positive");
+  }
+  if (c.bandwidth <= 0) return InvalidArgument("sim: bandwidth must be positive");
+  const uint64_t chunks64 = (c.total_bytes + c.chunk_bytes - 1) / c.chunk_bytes;
+  if (chunks64 > (1u << 24)) {
+    return InvalidArgument("sim: " + std::to_string(chunks64) +
+                           " chunks is too many to simulate; use a larger chunk size");
+  }
+  chunks_ = static_cast<uint32_t>(chunks64);
+  want_bytes_ = double(c.total_bytes);
+  const uint32_t n = c.receivers + 1;
+  const double s = double(c.total_bytes);
+  result_.chunks = chunks_;
+  result_.lower_bound =
+      c.shared ? SharedBound(s, c.bandwidth, c.receivers) : FullDuplexBound(s, c.bandwidth);
+  if (c.rack_size > 0) {
+    result_.lower_bound =
+        std::max(result_.lower_bound, RackBound(s, c.bandwidth, c.rack_size, c.oversubscription));
+  }
+  const double bound = result_.lower_bound;
+
+  // Roles, drawn from the seed over receivers 1..N.
+  nodes_.resize(n);
+  std::vector<uint32_t> order(c.receivers);
+  for (uint32_t i = 0; i < c.receivers; ++i) order[i] = i + 1;
+  std::shuffle(order.begin(), order.end(), rng_);
+  size_t next = 0;
+  auto take = [&](double fraction, NodeRole role) {
+    const size_t k = static_cast<size_t>(std::llround(fraction * c.receivers));
+    for (size_t j = 0; j < k && next < order.size(); ++j) nodes_[order[next++]].role = role;
+  };
+  take(c.die_fraction, NodeRole::kDies);
+  take(c.straggler_fraction, NodeRole::kStraggler);
+  take(c.late_fraction, NodeRole::kLate);
+
+  std::vector<NodeLink> links(n);
+  std::vector<RackLink> racks;
+  for (uint32_t i = 0; i < n; ++i) {
+    const double speed = nodes_[i].role == NodeRole::kStraggler ? c.straggler_speed : 1.0;
+    links[i].up = c.bandwidth * speed;
+    links[i].down = c.bandwidth * speed;
+    links[i].shared = c.shared;
+    links[i].rack = c.rack_size > 0 ? static_cast<int32_t>(i / c.rack_size) : -1;
+  }
+  if (c.rack_size > 0) {
+    const double uplink = c.rack_size * c.bandwidth / c.oversubscription;
+    racks.assign((n + c.rack_size - 1) / c.rack_size, RackLink{uplink, uplink});
+  }
+  net_.emplace(std::move(links), std::move(racks), c.rebalance_interval);
+
+  std::vector<swarm::NodeInfo> infos(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    infos[i].id = ToPeer(i);
+    if (c.rack_size > 0) infos[i].rack = "r" + std::to_string(i / c.rack_size);
+    if (i == 0) infos[i].degree = c.source_degree;
+  }
+  swarm::PeerListOptions plo;
+  plo.degree = c.degree;
+  plo.same_rack_fraction = c.same_rack_fraction;
+  plo.seed = c.seed;
+  ASSIGN_OR_RETURN(auto lists, swarm::BuildPeerLists(infos, plo));
+
+  for (uint32_t i = 0; i < n; ++i) {
+    SimNode& node = nodes_[i];
+    for (PeerId p : lists[i]) node.nbrs.push_back(ToNode(p));
+    node.link_up.assign(node.nbrs.size(), 0);
+    swarm::SchedulerOptions so;
+    so.chunk_count = chunks_;
+    so.initial_have = i == 0 ? ChunkSet::Full(chunks_) : ChunkSet(chunks_);
+    so.window_per_peer = c.window_per_peer;
+    so.max_outstanding = c.max_outstanding;
+    so.upload_slots = i == 0 && c.source_slots > 0 ? c.source_slots : c.upload_slots;
+    so.serve_queue_limit = c.serve_queue_limit;
+    so.request_timeout = ToTime(c.request_timeout);
+    so.spread_first = i == 0;
+    so.seed = c.seed * 1000003 + i;
+    ASSIGN_OR_RETURN(Scheduler sched, Scheduler::Create(std::move(so)));
+    node.sched.emplace(std::move(sched));
+    node.joined = node.role != NodeRole::kLate;
+  }
+  pending_ = 0;
+  for (uint32_t i = 1; i < n; ++i) pending_ += nodes_[i].role == NodeRole::kDies ? 0 : 1;
+
+  for (uint32_t i = 0; i < n; ++i) {
+    if (!nodes_[i].joined) continue;
+    for (uint32_t j : nodes_[i].nbrs) {
+      if (j > i && nodes_[j].joined) Connect(0, i, j);
+    }
+  }
+  std::uniform_real_distribution<double> jitter(0, c.tick);
+  for (uint32_t i = 0; i < n; ++i) {
+    if (nodes_[i].joined) Push(jitter(rng_), Ev::kTimer, i, i, 0);
+    if (nodes_[i].role == NodeRole::kDies) Push(c.die_at * bound, Ev::kDie, i, i, 0);
+    if (nodes_[i].role == NodeRole::kLate) Push(c.late_at * bound, Ev::kJoin, i, i, 0);
+  }
+  if (c.source_leaves_at >= 0) Push(c.source_leaves_at, Ev::kDie, 0, 0, 0);
+  const double sample_every = bound / std::max<uint32_t>(c.samples, 1);
+  Push(0, Ev::kSample, 0, 0, 0);
+
+  const double limit = c.time_limit_factor * bound;
+  double now = 0;
+  while (!AllDone()) {
+    const double tn = net_->NextEvent();
+    const double te = queue_.empty() ? Network::kNever : queue_.top().t;
+    if (tn >= Network::kNever && te >= Network::kNever) break;
+    now = std::min(tn, te);
+    if (now > limit) break;
+    ++result_.events;
+    if (tn <= te) {
+      if (const std::optional<FlowId> f = net_->Step()) OnFlowDone(now, *f);
+      continue;
+    }
+    const Event e = queue_.top();
+    queue_.pop();
+    SimNode& to = nodes_[e.to];
+    const swarm::Time t = ToTime(now);
+    const ChunkIndex chunk(e.chunk);
+    if (e.kind == Ev::kSample) {
+      Sample(now);
+      Push(now + sample_every, Ev::kSample, 0, 0, 0);
+      continue;
+    }
+    if (!to.alive) continue;
+    switch (e.kind) {
+      case Ev::kRequest:
+        if (Linked(e.to, e.from))
+          Apply(now, e.to, to.sched->OnRequestReceived(t, ToPeer(e.from), chunk));
+        break;
+      case Ev::kCancel:
+        if (Linked(e.to, e.from))
+          Apply(now, e.to, to.sched->OnCancelReceived(t, ToPeer(e.from), chunk));
+        break;
+      case Ev::kReject:
+        if (Linked(e.to, e.from))
+          Apply(now, e.to, to.sched->OnRequestRejected(t, ToPeer(e.from), chunk));
+        break;
+      case Ev::kHave:
+        if (Linked(e.to, e.from)) Apply(now, e.to, to.sched->OnHave(t, ToPeer(e.from), chunk));
+        break;
+      case Ev::kArrive: {
+        const double bytes = ChunkSize(e.chunk);
+        to.bytes_in += bytes;
+        if (to.sched->have().Contains(chunk)) result_.duplicate_bytes += bytes;
+        Apply(now, e.to, to.sched->OnChunkVerified(t, chunk, ToPeer(e.from)));
+        break;
+      }
+      case Ev::kTimer:
+        if (to.completed_at < 0 || e.to == 0) {
+          Apply(now, e.to, to.sched->OnTimer(t));
+          Push(now + c.tick, Ev::kTimer, e.to, e.to, 0);
+        }
+        break;
+      case Ev::kDie:
+        Kill(now, e.to);
+        break;
+      case Ev::kJoin:
+        to.joined = true;
+        for (uint32_t j : to.nbrs) {
+          if (nodes_[j].alive && nodes_[j].joined) Connect(now, e.to, j);
+        }
+        Push(now + jitter(rng_), Ev::kTimer, e.to, e.to, 0);
+        break;
+      case Ev::kPeerGone:
+        SetLink(e.to, e.from, false);
+        Apply(now, e.to, to.sched->OnPeerDisconnected(t, ToPeer(e.from)));
+        break;
+      case Ev::kSample:
+        break;
+    }
+  }
+  Sample(now);
+  result_.end_time = now;
+  result_.nodes.resize(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    NodeResult& r = result_.nodes[i];
+    r.node = i;
+    r.role = nodes_[i].role;
+    r.completed_at = nodes_[i].completed_at;
+    r.bytes_in = nodes_[i].bytes_in;
+    r.bytes_out = nodes_[i].bytes_out;
+    const swarm::SchedulerStats& st = nodes_[i].sched->stats();
+    result_.timeouts += st.timeouts;
+    result_.requests += st.requests_sent;
+    result_.rejects += st.requests_rejected;
+  }
+  result_.source_bytes = nodes_[0].bytes_out;
+  result_.delivered_bytes = net_->delivered_bytes();
+  result_.aborted_bytes = net_->aborted_bytes();
+  return std::move(result_);
+}
+
+}  // namespace
+
+double FullDuplexBound(double s, double b) { return s / b; }
+
+double SharedBound(double s, double b, uint32_t n) {
+  return 2.0 * double(n) * s / ((double(n) + 1) * b);
+}
+
+double RackBound(double s, double b, uint32_t rack_size, double oversubscription) {
+  const double uplink = double(rack_size) * b / oversubscription;
+  return std::max(s / b, s / uplink);
+}
+
+Result<FleetResult> RunFleet(const FleetConfig& config) { return Fleet(config).Run(); }
+
+}  // namespace weightcast::sim

@@ -1,0 +1,94 @@
+// A discrete-event simulation of one broadcast: a source and N receivers, each running the real
+// swarm::Scheduler, over the modelled network of sim/network.h, on a virtual clock. Scenario
+// events (deaths, stragglers, late joiners, a leaving source) are drawn from a seed, so a run is
+// reproducible. docs/simulator.md describes the model and the bounds.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <weightcast/status.h>
+
+#include "swarm/scheduler.h"
+
+namespace weightcast::sim {
+
+struct FleetConfig {
+  uint32_t receivers = 100;   // N; node 0 is the source, nodes 1..N receive
+  uint64_t total_bytes = 0;   // S
+  uint64_t chunk_bytes = 0;   // c
+  double bandwidth = 1.25e9;  // B, bytes/s per node (10 Gbit/s)
+  bool shared = false;        // one capacity for both directions instead of full duplex
+  double latency = 100e-6;    // one-way, every link
+  // Racks: nodes are laid out rack_size to a rack (the source in rack 0); each rack's uplink
+  // carries rack_size * B / oversubscription each way. 0: no racks.
+  uint32_t rack_size = 0;
+  double oversubscription = 1;
+  // Scenario. Times as fractions of the lower bound (what "mid-way" means at any size).
+  double die_fraction = 0;  // receivers that die
+  double die_at = 0.5;
+  double straggler_fraction = 0;  // receivers running at straggler_speed x bandwidth
+  double straggler_speed = 0.5;
+  double late_fraction = 0;  // receivers that join late
+  double late_at = 0.25;
+  double source_leaves_at = -1;      // < 0: never
+  double detect_delay = 1.0;         // seconds until peers notice a dead node
+  double rebalance_interval = 0.05;  // seconds between max-min recomputations (sim/network.h)
+  // Swarm knobs.
+  uint32_t degree = 16;
+  uint32_t source_degree = 32;  // 0: same as degree
+  uint32_t source_slots = 32;   // 0: same as upload_slots
+  double same_rack_fraction = 0.9;
+  uint32_t window_per_peer = 1;
+  uint32_t max_outstanding = 12;
+  uint32_t upload_slots = 12;
+  uint32_t serve_queue_limit = 32;
+  double request_timeout = 30;
+  double tick = 0.5;
+  uint64_t seed = 1;
+  uint32_t samples = 200;         // progress samples over the run
+  double time_limit_factor = 20;  // give up at this multiple of the bound
+};
+
+enum class NodeRole : uint8_t { kHealthy, kDies, kStraggler, kLate };
+
+struct NodeResult {
+  uint32_t node = 0;
+  NodeRole role = NodeRole::kHealthy;
+  double completed_at = -1;  // seconds; -1: did not complete
+  double bytes_in = 0;       // every chunk byte that arrived, duplicates included
+  double bytes_out = 0;      // bytes of uploads that completed
+};
+
+struct ProgressSample {
+  double t = 0;
+  double fraction = 0;    // bytes verified by live receivers / bytes they want
+  uint32_t complete = 0;  // receivers complete
+};
+
+struct FleetResult {
+  double lower_bound = 0;  // seconds (full duplex S/B or shared 2NS/((N+1)B), rack-adjusted)
+  double end_time = 0;
+  std::vector<NodeResult> nodes;  // index 0 is the source
+  std::vector<ProgressSample> progress;
+  double source_bytes = 0;              // bytes the source uploaded (completed flows)
+  double source_first_round_done = -1;  // when the source finished sending every chunk once
+  double delivered_bytes = 0;           // completed flows
+  double aborted_bytes = 0;             // flows stopped early (cancels, deaths)
+  double duplicate_bytes = 0;           // arrivals of chunks already held (endgame)
+  uint64_t events = 0;
+  uint64_t timeouts = 0;
+  uint64_t requests = 0;
+  uint64_t rejects = 0;
+  uint32_t chunks = 0;
+};
+
+// The lower bounds of docs/simulator.md, in seconds.
+double FullDuplexBound(double s, double b);
+double SharedBound(double s, double b, uint32_t n);
+// Each rack other than the source's takes in S through its uplink; the source's rack sends out S.
+double RackBound(double s, double b, uint32_t rack_size, double oversubscription);
+
+Result<FleetResult> RunFleet(const FleetConfig& config);
+
+}  // namespace weightcast::sim

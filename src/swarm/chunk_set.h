@@ -1,0 +1,45 @@
+// A fixed-size set of chunk indices (a bitfield), the unit of "who has what" in the swarm.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <vector>
+
+#include <weightcast/types.h>
+
+namespace weightcast::swarm {
+
+class ChunkSet {
+ public:
+  ChunkSet() = default;
+  // An empty set over chunks [0, size).
+  explicit ChunkSet(uint32_t size) : words_((size + 63) / 64, 0), size_(size) {}
+  static ChunkSet Full(uint32_t size);
+
+  uint32_t size() const { return size_; }
+  uint32_t count() const { return count_; }
+  bool empty() const { return count_ == 0; }
+  bool full() const { return count_ == size_; }
+
+  // Out-of-range indices are never members; Insert/Erase ignore them (callers validate input
+  // from the network before it gets here, this is only a guard).
+  bool Contains(ChunkIndex chunk) const {
+    const uint32_t i = chunk.value();
+    return i < size_ && ((words_[i >> 6] >> (i & 63)) & 1) != 0;
+  }
+  // Returns true when the chunk was not a member before.
+  bool Insert(ChunkIndex chunk);
+  // Returns true when the chunk was a member before.
+  bool Erase(ChunkIndex chunk);
+
+  const std::vector<uint64_t>& words() const { return words_; }
+
+  friend bool operator==(const ChunkSet&, const ChunkSet&) = default;
+
+ private:
+  std::vector<uint64_t> words_;
+  uint32_t size_ = 0;
+  uint32_t count_ = 0;
+};
+
+}  // namespace weightcast::swarm

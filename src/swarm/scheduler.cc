@@ -1,0 +1,459 @@
+#include "swarm/scheduler.h"
+
+#include <algorithm>
+#include <string>
+
+namespace weightcast::swarm {
+
+std::string_view DropReasonName(DropReason reason) {
+  switch (reason) {
+    case DropReason::kNone:
+      return "none";
+    case DropReason::kBadChunk:
+      return "bad_chunk";
+    case DropReason::kTimeouts:
+      return "timeouts";
+    case DropReason::kProtocolError:
+      return "protocol_error";
+  }
+  return "unknown";
+}
+
+std::string_view ActionKindName(ActionKind kind) {
+  switch (kind) {
+    case ActionKind::kSendRequest:
+      return "send_request";
+    case ActionKind::kCancelRequest:
+      return "cancel_request";
+    case ActionKind::kSendChunk:
+      return "send_chunk";
+    case ActionKind::kStopUpload:
+      return "stop_upload";
+    case ActionKind::kRejectRequest:
+      return "reject_request";
+    case ActionKind::kAnnounceHave:
+      return "announce_have";
+    case ActionKind::kDropPeer:
+      return "drop_peer";
+    case ActionKind::kComplete:
+      return "complete";
+  }
+  return "unknown";
+}
+
+Result<Scheduler> Scheduler::Create(SchedulerOptions options) {
+  const uint32_t n = options.chunk_count;
+  if (n == 0) return InvalidArgument("swarm: chunk_count must be positive");
+  if (options.initial_have.size() == 0) options.initial_have = ChunkSet(n);
+  if (options.want.size() == 0) options.want = ChunkSet::Full(n);
+  if (options.initial_have.size() != n || options.want.size() != n) {
+    return InvalidArgument(
+        "swarm: initial_have/want sized " + std::to_string(options.initial_have.size()) + "/" +
+        std::to_string(options.want.size()) + ", expected " + std::to_string(n) + " chunks");
+  }
+  if (options.window_per_peer == 0 || options.max_outstanding == 0) {
+    return InvalidArgument("swarm: window_per_peer and max_outstanding must be positive");
+  }
+  if (options.endgame_max_requests == 0 || options.endgame_max_requests > 255) {
+    return InvalidArgument("swarm: endgame_max_requests must be in [1, 255]");
+  }
+  return Scheduler(std::move(options));
+}
+
+Scheduler::Scheduler(SchedulerOptions options)
+    : options_(std::move(options)),
+      n_(options_.chunk_count),
+      have_(options_.initial_have),
+      need_(n_),
+      need_unrequested_(n_),
+      availability_(n_, 0),
+      request_count_(n_, 0),
+      sent_count_(n_, 0),
+      rng_(options_.seed) {
+  for (uint32_t i = 0; i < n_; ++i) {
+    const ChunkIndex c(i);
+    if (options_.want.Contains(c) && !have_.Contains(c)) {
+      need_.Insert(c);
+      need_unrequested_.Insert(c);
+    }
+  }
+  missing_ = need_.count();
+  never_sent_ = have_.count();
+  actions_.reserve(64);
+}
+
+Scheduler::Peer* Scheduler::FindPeer(PeerId id) {
+  auto it = peer_index_.find(id);
+  return it == peer_index_.end() ? nullptr : &peers_[it->second];
+}
+
+bool Scheduler::Requested(Peer& p, ChunkIndex c) const {
+  for (const Request& r : p.inflight) {
+    if (r.chunk == c) return true;
+  }
+  return false;
+}
+
+void Scheduler::AddRequest(Time now, Peer& p, ChunkIndex c) {
+  if (request_count_[c.value()] > 0) ++stats_.duplicate_requests;
+  p.inflight.push_back(Request{c, now + options_.request_timeout});
+  ++request_count_[c.value()];
+  ++outstanding_;
+  need_unrequested_.Erase(c);
+  ++stats_.requests_sent;
+  Emit(ActionKind::kSendRequest, p.id, c);
+  UpdateEndgame();
+}
+
+bool Scheduler::RemoveRequest(Peer& p, ChunkIndex c) {
+  for (size_t i = 0; i < p.inflight.size(); ++i) {
+    if (p.inflight[i].chunk != c) continue;
+    p.inflight[i] = p.inflight.back();
+    p.inflight.pop_back();
+    --request_count_[c.value()];
+    --outstanding_;
+    if (request_count_[c.value()] == 0 && need_.Contains(c)) need_unrequested_.Insert(c);
+    UpdateEndgame();
+    return true;
+  }
+  return false;
+}
+
+void Scheduler::UpdateEndgame() { in_endgame_ = missing_ > 0 && need_unrequested_.empty(); }
+
+ChunkIndex Scheduler::Pick(Peer& p, bool endgame) {
+  const ChunkIndex none(n_);
+  const std::vector<uint64_t>& want_words = endgame ? need_.words() : need_unrequested_.words();
+  const std::vector<uint64_t>& has = p.has.words();
+  const std::vector<uint64_t>& refused = p.refused.words();
+  const size_t nw = want_words.size();
+  if (nw == 0) return none;
+  // Random tie-break: scan from a random bit, wrapping around, and keep the first chunk of the
+  // lowest availability. Two nodes looking at the same candidates start at different places.
+  const uint32_t start = static_cast<uint32_t>(rng_() % n_);
+  const size_t w0 = start >> 6;
+  const uint64_t low_mask = (uint64_t{1} << (start & 63)) - 1;
+  uint32_t best_avail = UINT32_MAX;
+  ChunkIndex best = none;
+  for (size_t k = 0; k <= nw; ++k) {
+    const size_t w = (w0 + k) % nw;
+    uint64_t bits = want_words[w] & has[w] & ~refused[w];
+    if (k == 0) bits &= ~low_mask;
+    if (k == nw) bits &= low_mask;
+    while (bits != 0) {
+      const uint32_t i = static_cast<uint32_t>(w * 64 + std::countr_zero(bits));
+      bits &= bits - 1;
+      const ChunkIndex c(i);
+      if (endgame && (request_count_[i] >= options_.endgame_max_requests || Requested(p, c))) {
+        continue;
+      }
+      const uint32_t a = availability_[i];
+      if (a < best_avail) {
+        best_avail = a;
+        best = c;
+        // The peer itself holds it, so availability 1 is the floor: nothing is rarer.
+        if (a <= 1) return best;
+      }
+    }
+  }
+  return best;
+}
+
+void Scheduler::Fill(Time now, Peer& p) {
+  if (missing_ == 0 || !p.live) return;
+  if (!p.refused.empty() && now >= p.refused_until) p.refused = ChunkSet(n_);
+  while (p.inflight.size() < options_.window_per_peer) {
+    if (outstanding_ >= options_.max_outstanding) return;
+    const ChunkIndex c = Pick(p, in_endgame_);
+    if (c.value() >= n_) return;
+    AddRequest(now, p, c);
+  }
+}
+
+void Scheduler::FillAll(Time now) {
+  if (missing_ == 0 || peers_.empty()) return;
+  const size_t start = rng_() % peers_.size();
+  for (size_t k = 0; k < peers_.size(); ++k) {
+    Peer& p = peers_[(start + k) % peers_.size()];
+    if (p.live) Fill(now, p);
+  }
+}
+
+void Scheduler::ForgetPeer(Time /*now*/, Peer& p) {
+  const std::vector<uint64_t>& words = p.has.words();
+  for (size_t w = 0; w < words.size(); ++w) {
+    uint64_t bits = words[w];
+    while (bits != 0) {
+      --availability_[w * 64 + std::countr_zero(bits)];
+      bits &= bits - 1;
+    }
+  }
+  while (!p.inflight.empty()) RemoveRequest(p, p.inflight.back().chunk);
+  auto gone = [&](const ServeItem& s) { return s.peer == p.id; };
+  serve_queue_.erase(std::remove_if(serve_queue_.begin(), serve_queue_.end(), gone),
+                     serve_queue_.end());
+  uploading_.erase(std::remove_if(uploading_.begin(), uploading_.end(), gone), uploading_.end());
+  auto it = peer_index_.find(p.id);
+  if (it != peer_index_.end()) {
+    free_slots_.push_back(it->second);
+    peer_index_.erase(it);
+  }
+  p.live = false;
+  p.has = ChunkSet();
+  p.refused = ChunkSet();
+  p.inflight.clear();
+}
+
+void Scheduler::DropPeer(Time now, Peer& p, DropReason reason) {
+  Emit(ActionKind::kDropPeer, p.id, ChunkIndex(0), reason);
+  ForgetPeer(now, p);
+}
+
+std::span<const Action> Scheduler::OnPeerConnected(Time now, PeerId peer, const ChunkSet& has) {
+  actions_.clear();
+  if (Peer* old = FindPeer(peer)) ForgetPeer(now, *old);  // a reconnect replaces the old view
+  uint32_t slot;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    slot = static_cast<uint32_t>(peers_.size());
+    peers_.emplace_back();
+  }
+  Peer& p = peers_[slot];
+  p.id = peer;
+  p.live = true;
+  p.has = has.size() == n_ ? has : ChunkSet(n_);
+  p.refused = ChunkSet(n_);
+  p.inflight.clear();
+  p.consecutive_timeouts = 0;
+  peer_index_[peer] = slot;
+  if (has.size() != n_) {
+    DropPeer(now, p, DropReason::kProtocolError);
+    return Flush();
+  }
+  const std::vector<uint64_t>& words = p.has.words();
+  for (size_t w = 0; w < words.size(); ++w) {
+    uint64_t bits = words[w];
+    while (bits != 0) {
+      ++availability_[w * 64 + std::countr_zero(bits)];
+      bits &= bits - 1;
+    }
+  }
+  Fill(now, p);
+  return Flush();
+}
+
+std::span<const Action> Scheduler::OnPeerDisconnected(Time now, PeerId peer) {
+  actions_.clear();
+  Peer* p = FindPeer(peer);
+  if (p == nullptr) return Flush();
+  ForgetPeer(now, *p);
+  TryServe();
+  FillAll(now);
+  return Flush();
+}
+
+std::span<const Action> Scheduler::OnHave(Time now, PeerId peer, ChunkIndex chunk) {
+  actions_.clear();
+  Peer* p = FindPeer(peer);
+  if (p == nullptr) return Flush();
+  if (chunk.value() >= n_) {
+    DropPeer(now, *p, DropReason::kProtocolError);
+    FillAll(now);
+    return Flush();
+  }
+  if (p->has.Insert(chunk)) ++availability_[chunk.value()];
+  if (Needed(chunk) && p->inflight.size() < options_.window_per_peer) Fill(now, *p);
+  return Flush();
+}
+
+std::span<const Action> Scheduler::OnChunkVerified(Time now, ChunkIndex chunk, PeerId from) {
+  actions_.clear();
+  if (chunk.value() >= n_) return Flush();
+  const bool cap_was_full = outstanding_ >= options_.max_outstanding;
+  bool cancelled = false;
+  Peer* src = FindPeer(from);
+  if (src != nullptr) {
+    RemoveRequest(*src, chunk);
+    src->consecutive_timeouts = 0;
+  }
+  if (have_.Insert(chunk)) {
+    ++stats_.chunks_verified;
+    ++never_sent_;
+    if (need_.Erase(chunk)) --missing_;
+    need_unrequested_.Erase(chunk);
+    UpdateEndgame();
+    Emit(ActionKind::kAnnounceHave, PeerId(0), chunk);
+    // Endgame duplicates: the chunk is here, so every other request for it is wasted upload.
+    if (request_count_[chunk.value()] > 0) {
+      for (Peer& p : peers_) {
+        if (p.live && RemoveRequest(p, chunk)) {
+          ++stats_.cancels_sent;
+          cancelled = true;
+          Emit(ActionKind::kCancelRequest, p.id, chunk);
+        }
+      }
+    }
+    if (missing_ == 0 && !complete_emitted_) {
+      complete_emitted_ = true;
+      Emit(ActionKind::kComplete, PeerId(0), chunk);
+    }
+  }
+  // Only the sender's window changed, unless cancels freed others' or the total cap held
+  // others back; filling just the sender keeps this O(window) on the hot path.
+  if (cancelled || cap_was_full || src == nullptr) {
+    FillAll(now);
+  } else {
+    Fill(now, *src);
+  }
+  return Flush();
+}
+
+std::span<const Action> Scheduler::OnChunkFailed(Time now, ChunkIndex chunk, PeerId from) {
+  actions_.clear();
+  ++stats_.chunks_failed;
+  Peer* p = FindPeer(from);
+  if (p != nullptr) {
+    RemoveRequest(*p, chunk);
+    DropPeer(now, *p, DropReason::kBadChunk);
+  }
+  TryServe();
+  FillAll(now);
+  return Flush();
+}
+
+std::span<const Action> Scheduler::OnRequestRejected(Time now, PeerId peer, ChunkIndex chunk) {
+  actions_.clear();
+  Peer* p = FindPeer(peer);
+  if (p == nullptr || chunk.value() >= n_) return Flush();
+  if (RemoveRequest(*p, chunk)) {
+    if (p->refused.empty()) p->refused_until = now + options_.refusal_backoff;
+    p->refused.Insert(chunk);
+  }
+  FillAll(now);
+  return Flush();
+}
+
+std::span<const Action> Scheduler::OnRequestReceived(Time now, PeerId peer, ChunkIndex chunk) {
+  actions_.clear();
+  Peer* p = FindPeer(peer);
+  if (p == nullptr) return Flush();  // not (or no longer) connected: nothing to answer
+  if (chunk.value() >= n_) {
+    DropPeer(now, *p, DropReason::kProtocolError);
+    FillAll(now);
+    return Flush();
+  }
+  for (const ServeItem& s : serve_queue_) {
+    if (s.peer == peer && s.chunk == chunk) return Flush();
+  }
+  for (const ServeItem& s : uploading_) {
+    if (s.peer == peer && s.chunk == chunk) return Flush();
+  }
+  const bool repeat_while_spreading =
+      options_.spread_first && FirstRoundOpen() && sent_count_[chunk.value()] > 0;
+  if (!have_.Contains(chunk) || repeat_while_spreading ||
+      uploading_.size() + serve_queue_.size() >=
+          size_t{options_.upload_slots} + options_.serve_queue_limit) {
+    ++stats_.requests_rejected;
+    Emit(ActionKind::kRejectRequest, peer, chunk);
+    return Flush();
+  }
+  serve_queue_.push_back(ServeItem{peer, chunk, arrivals_++});
+  TryServe();
+  return Flush();
+}
+
+std::span<const Action> Scheduler::OnCancelReceived(Time /*now*/, PeerId peer, ChunkIndex chunk) {
+  actions_.clear();
+  auto match = [&](const ServeItem& s) { return s.peer == peer && s.chunk == chunk; };
+  auto q = std::find_if(serve_queue_.begin(), serve_queue_.end(), match);
+  if (q != serve_queue_.end()) {
+    serve_queue_.erase(q);
+    return Flush();
+  }
+  auto u = std::find_if(uploading_.begin(), uploading_.end(), match);
+  if (u != uploading_.end()) {
+    uploading_.erase(u);
+    Emit(ActionKind::kStopUpload, peer, chunk);
+    TryServe();
+  }
+  return Flush();
+}
+
+std::span<const Action> Scheduler::OnUploadDone(Time /*now*/, PeerId peer, ChunkIndex chunk) {
+  actions_.clear();
+  auto u = std::find_if(uploading_.begin(), uploading_.end(),
+                        [&](const ServeItem& s) { return s.peer == peer && s.chunk == chunk; });
+  if (u != uploading_.end()) {
+    uploading_.erase(u);
+    ++stats_.chunks_uploaded;
+  }
+  TryServe();
+  return Flush();
+}
+
+void Scheduler::TryServe() {
+  while (uploading_.size() < options_.upload_slots && !serve_queue_.empty()) {
+    // Whom to serve: first come, first served, so no request starves; except that a spreading
+    // source serves never-sent chunks before anything else while some remain.
+    size_t best = 0;
+    const bool spreading = options_.spread_first && FirstRoundOpen();
+    for (size_t i = 1; spreading && i < serve_queue_.size(); ++i) {
+      const ServeItem& a = serve_queue_[i];
+      const ServeItem& b = serve_queue_[best];
+      const uint32_t sa = sent_count_[a.chunk.value()];
+      const uint32_t sb = sent_count_[b.chunk.value()];
+      if (sa < sb || (sa == sb && a.arrival < b.arrival)) best = i;
+    }
+    const ServeItem item = serve_queue_[best];
+    serve_queue_.erase(serve_queue_.begin() + static_cast<std::ptrdiff_t>(best));
+    uint32_t& sent = sent_count_[item.chunk.value()];
+    if (options_.spread_first && FirstRoundOpen() && sent > 0) {
+      ++stats_.requests_rejected;
+      Emit(ActionKind::kRejectRequest, item.peer, item.chunk);
+      continue;
+    }
+    if (sent++ == 0) --never_sent_;
+    uploading_.push_back(item);
+    Emit(ActionKind::kSendChunk, item.peer, item.chunk);
+  }
+}
+
+std::span<const Action> Scheduler::OnTimer(Time now) {
+  actions_.clear();
+  for (Peer& p : peers_) {
+    if (!p.live) continue;
+    for (size_t i = 0; i < p.inflight.size();) {
+      if (p.inflight[i].deadline > now) {
+        ++i;
+        continue;
+      }
+      const ChunkIndex c = p.inflight[i].chunk;
+      ++stats_.timeouts;
+      ++stats_.cancels_sent;
+      Emit(ActionKind::kCancelRequest, p.id, c);
+      RemoveRequest(p, c);  // swaps the last request into slot i
+      if (p.refused.empty()) p.refused_until = now + options_.refusal_backoff;
+      p.refused.Insert(c);
+      if (++p.consecutive_timeouts >= options_.max_consecutive_timeouts) {
+        DropPeer(now, p, DropReason::kTimeouts);
+        break;
+      }
+    }
+  }
+  TryServe();
+  FillAll(now);
+  return Flush();
+}
+
+Time Scheduler::next_deadline() const {
+  Time t = Time::max();
+  for (const Peer& p : peers_) {
+    if (!p.live) continue;
+    for (const Request& r : p.inflight) t = std::min(t, r.deadline);
+  }
+  return t;
+}
+
+}  // namespace weightcast::swarm

@@ -1,0 +1,201 @@
+// The per-node swarm scheduler: a sans-I/O state machine that decides which chunk to ask of
+// which peer, and which request to serve next. It never touches sockets, clocks, threads or
+// files. The owner (an agent with real sockets, or the simulator with a virtual clock) feeds it
+// events and carries out the actions it returns. docs/swarm.md describes the policy.
+//
+// Not thread-safe: one owner calls it from one thread (or strand). Every event method returns a
+// span over the actions it produced; the span stays valid until the next call on this object.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <random>
+#include <span>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include <weightcast/status.h>
+#include <weightcast/types.h>
+
+#include "swarm/chunk_set.h"
+
+namespace weightcast::swarm {
+
+// Time is a value the owner passes in (nanoseconds since any fixed epoch of its choosing).
+using Time = std::chrono::nanoseconds;
+using Duration = std::chrono::nanoseconds;
+
+enum class DropReason : uint8_t {
+  kNone = 0,
+  kBadChunk,       // a chunk from this peer failed its hash check
+  kTimeouts,       // this peer let too many requests in a row overrun their deadline
+  kProtocolError,  // the peer asked for or announced a chunk outside the snapshot
+};
+std::string_view DropReasonName(DropReason reason);
+
+enum class ActionKind : uint8_t {
+  kSendRequest,    // ask `peer` for `chunk`
+  kCancelRequest,  // tell `peer` we no longer want `chunk` (arrived elsewhere, or reissued)
+  kSendChunk,      // upload `chunk` to `peer`; report the end with OnUploadDone
+  kStopUpload,     // abort the upload of `chunk` to `peer` (it cancelled); no OnUploadDone needed
+  kRejectRequest,  // tell `peer` we will not serve `chunk` now (queue full, or spreading first)
+  kAnnounceHave,   // tell every connected peer we now hold `chunk` (peer is unset)
+  kDropPeer,       // disconnect `peer` for `reason`; the scheduler has already forgotten it
+  kComplete,       // every wanted chunk is verified (emitted once)
+};
+std::string_view ActionKindName(ActionKind kind);
+
+struct Action {
+  ActionKind kind;
+  PeerId peer;
+  ChunkIndex chunk;
+  DropReason reason = DropReason::kNone;
+  friend bool operator==(const Action&, const Action&) = default;
+};
+
+struct SchedulerOptions {
+  uint32_t chunk_count = 0;
+  // Chunks this node holds (verified) at start; the source holds them all.
+  ChunkSet initial_have;
+  // Chunks this node wants; empty means all of them. A node serves whatever it has, wanted or not.
+  ChunkSet want;
+  // Requests in flight to one peer (pipelining), and in flight in total (bounded buffers).
+  uint32_t window_per_peer = 2;
+  uint32_t max_outstanding = 64;
+  // Concurrent uploads (slots) and queued requests beyond them; requests past both are rejected.
+  uint32_t upload_slots = 4;
+  uint32_t serve_queue_limit = 32;
+  // A request not answered by then is cancelled and asked of another peer.
+  Duration request_timeout = std::chrono::seconds(30);
+  // After this many timeouts in a row from one peer, it is dropped.
+  uint32_t max_consecutive_timeouts = 3;
+  // A chunk refused by a peer is not asked of that peer again for this long.
+  Duration refusal_backoff = std::chrono::seconds(2);
+  // In endgame (every missing chunk already requested) a chunk may be asked of this many peers.
+  uint32_t endgame_max_requests = 2;
+  // Source behaviour: refuse requests for chunks already sent once while some chunk has never
+  // been sent, so the source's upload spreads distinct chunks (each out once before any repeat).
+  bool spread_first = false;
+  uint64_t seed = 1;
+};
+
+// Counters for tests, metrics and the simulator's report.
+struct SchedulerStats {
+  uint64_t requests_sent = 0;
+  uint64_t duplicate_requests = 0;  // endgame requests for a chunk already requested elsewhere
+  uint64_t cancels_sent = 0;
+  uint64_t timeouts = 0;
+  uint64_t chunks_verified = 0;
+  uint64_t chunks_failed = 0;
+  uint64_t chunks_uploaded = 0;
+  uint64_t requests_rejected = 0;
+};
+
+class Scheduler {
+ public:
+  static Result<Scheduler> Create(SchedulerOptions options);
+
+  std::span<const Action> OnPeerConnected(Time now, PeerId peer, const ChunkSet& peer_has);
+  std::span<const Action> OnPeerDisconnected(Time now, PeerId peer);
+  // `peer` announces it holds a verified `chunk`.
+  std::span<const Action> OnHave(Time now, PeerId peer, ChunkIndex chunk);
+  // `chunk` arrived from `from` and matched its hash (the owner stored it).
+  std::span<const Action> OnChunkVerified(Time now, ChunkIndex chunk, PeerId from);
+  // `chunk` arrived from `from` and did not match its hash: the peer is dropped, the chunk
+  // asked of someone else.
+  std::span<const Action> OnChunkFailed(Time now, ChunkIndex chunk, PeerId from);
+  // `peer` refused our request for `chunk`.
+  std::span<const Action> OnRequestRejected(Time now, PeerId peer, ChunkIndex chunk);
+  // `peer` asks us for `chunk`.
+  std::span<const Action> OnRequestReceived(Time now, PeerId peer, ChunkIndex chunk);
+  // `peer` no longer wants `chunk` from us.
+  std::span<const Action> OnCancelReceived(Time now, PeerId peer, ChunkIndex chunk);
+  // The upload of `chunk` to `peer` finished (or failed); its slot is free.
+  std::span<const Action> OnUploadDone(Time now, PeerId peer, ChunkIndex chunk);
+  // Periodic tick: reissues requests past their deadline.
+  std::span<const Action> OnTimer(Time now);
+
+  const ChunkSet& have() const { return have_; }
+  bool complete() const { return missing_ == 0; }
+  uint32_t missing() const { return missing_; }
+  bool in_endgame() const { return in_endgame_; }
+  const SchedulerStats& stats() const { return stats_; }
+  // How many connected peers hold `chunk` (what rarest-first ranks by).
+  uint32_t availability(ChunkIndex chunk) const { return availability_[chunk.value()]; }
+  // How many times this node started uploading `chunk`.
+  uint32_t times_sent(ChunkIndex chunk) const { return sent_count_[chunk.value()]; }
+  size_t outstanding_requests() const { return outstanding_; }
+  size_t connected_peers() const { return peer_index_.size(); }
+  // The earliest deadline of an outstanding request, or Time::max() when none; an owner can
+  // arm its timer for it instead of ticking.
+  Time next_deadline() const;
+
+ private:
+  struct Request {
+    ChunkIndex chunk;
+    Time deadline;
+  };
+  struct Peer {
+    PeerId id;
+    bool live = false;
+    ChunkSet has;
+    ChunkSet refused;
+    Time refused_until{0};
+    std::vector<Request> inflight;
+    uint32_t consecutive_timeouts = 0;
+  };
+  struct ServeItem {
+    PeerId peer;
+    ChunkIndex chunk;
+    uint64_t arrival;
+  };
+
+  explicit Scheduler(SchedulerOptions options);
+  std::span<const Action> Flush() { return {actions_.data(), actions_.size()}; }
+  void Emit(ActionKind kind, PeerId peer, ChunkIndex chunk, DropReason r = DropReason::kNone) {
+    actions_.push_back(Action{kind, peer, chunk, r});
+  }
+  Peer* FindPeer(PeerId id);
+  bool Needed(ChunkIndex c) const { return need_.Contains(c); }
+  bool Requested(Peer& p, ChunkIndex c) const;
+  void AddRequest(Time now, Peer& p, ChunkIndex c);
+  // Removes the request for `c` from `p`'s in-flight list; returns whether it was there.
+  bool RemoveRequest(Peer& p, ChunkIndex c);
+  // Fills `p`'s free window with rarest-first picks.
+  void Fill(Time now, Peer& p);
+  // Fills every peer's window, starting at a random peer so no peer is always first.
+  void FillAll(Time now);
+  // Picks a chunk `p` has that we still need and may ask it for; ChunkIndex(chunk_count) if none.
+  ChunkIndex Pick(Peer& p, bool endgame);
+  void ForgetPeer(Time now, Peer& p);
+  void DropPeer(Time now, Peer& p, DropReason reason);
+  void UpdateEndgame();
+  void TryServe();
+  bool FirstRoundOpen() const { return never_sent_ > 0; }
+
+  SchedulerOptions options_;
+  uint32_t n_;
+  ChunkSet have_;
+  ChunkSet need_;              // wanted and not yet verified
+  ChunkSet need_unrequested_;  // needed and asked of nobody right now
+  uint32_t missing_ = 0;
+  bool in_endgame_ = false;
+  bool complete_emitted_ = false;
+  std::vector<uint32_t> availability_;
+  std::vector<uint8_t> request_count_;  // outstanding requests per chunk
+  size_t outstanding_ = 0;
+  std::vector<Peer> peers_;
+  std::vector<uint32_t> free_slots_;
+  std::unordered_map<PeerId, uint32_t> peer_index_;
+  std::vector<ServeItem> serve_queue_;
+  std::vector<ServeItem> uploading_;
+  std::vector<uint32_t> sent_count_;
+  uint32_t never_sent_ = 0;  // chunks we hold that we have never started uploading
+  uint64_t arrivals_ = 0;
+  std::mt19937_64 rng_;
+  std::vector<Action> actions_;
+  SchedulerStats stats_;
+};
+
+}  // namespace weightcast::swarm
