@@ -94,7 +94,7 @@ Result<Digest> HashOneChunk(const std::filesystem::path& root,
     const uint64_t in_file = pos - f.offset;
     const uint64_t take = std::min(end, f.offset + f.size) - pos;
     ASSIGN_OR_RETURN(FileWindow window, FileWindow::Open(root / f.path, f.size, in_file, take));
-    hasher.Update(window.bytes());
+    UpdateStreaming(hasher, window.bytes());
     pos += take;
   }
   return hasher.Finish();
@@ -125,6 +125,19 @@ Status CheckLayout(const std::vector<ManifestFile>& files, uint64_t chunk_size) 
 }
 
 }  // namespace
+
+void UpdateStreaming(Hasher& hasher, std::span<const uint8_t> bytes) {
+  // 16 KiB pieces stay in L1 while the next piece's lines are on their way; hardware prefetch
+  // alone leaves SHA-NI waiting on memory.
+  constexpr size_t kPiece = 16 << 10;
+  constexpr size_t kLine = 64;
+  for (size_t pos = 0; pos < bytes.size(); pos += kPiece) {
+    const size_t n = std::min(kPiece, bytes.size() - pos);
+    const size_t next_end = std::min(bytes.size(), pos + n + kPiece);
+    for (size_t q = pos + n; q < next_end; q += kLine) __builtin_prefetch(bytes.data() + q);
+    hasher.Update(bytes.subspan(pos, n));
+  }
+}
 
 Result<std::vector<Digest>> HashChunks(const std::filesystem::path& root,
                                        const std::vector<ManifestFile>& files, uint64_t chunk_size,
