@@ -203,16 +203,8 @@ Result<EncodedChunk> EncodeXor(const HashedChunk& base, const HashedChunk& targe
                                std::span<const Segment> segments, const ChunkEncodeOptions& options,
                                CodecScratch::State& st) {
   const uint64_t size = target.bytes().size();
-  Transform transform = options.xor_transform;
-  if (transform == Transform::kNone) {
-    uint64_t elements = 0;
-    for (const Segment& s : segments) elements += (s.size + s.width - 1) / s.width;
-    const uint64_t changed = CountChangedElements(target.bytes(), base.bytes(), segments);
-    transform =
-        static_cast<double>(changed) <= options.sparse_max_changed * static_cast<double>(elements)
-            ? options.sparse_form
-            : Transform::kPlanes;
-  }
+  const bool automatic = options.xor_transform == Transform::kNone;
+  const Transform transform = automatic ? options.sparse_form : options.xor_transform;
   PayloadHeader h;
   h.encoding = ChunkEncoding::kXor;
   h.transform = transform;
@@ -224,9 +216,21 @@ Result<EncodedChunk> EncodeXor(const HashedChunk& base, const HashedChunk& targe
   st.stream.clear();
   st.sections.clear();
   if (IsSparse(transform)) {
-    SparseForward(target.bytes(), base.bytes(), segments,
-                  transform == Transform::kSparseDiff ? SparseValues::kDiff : SparseValues::kXor,
-                  options.varint_gaps, st.stream, &st.sections);
+    const uint64_t changed = SparseForward(
+        target.bytes(), base.bytes(), segments,
+        transform == Transform::kSparseDiff ? SparseValues::kDiff : SparseValues::kXor,
+        options.varint_gaps, st.stream, &st.sections);
+    uint64_t elements = 0;
+    for (const Segment& s : segments) elements += s.size / s.width;
+    // One pass decides: the sparse stream is built while counting, and redone as planes only
+    // when too many elements changed (then planes compress better).
+    if (automatic &&
+        static_cast<double>(changed) > options.sparse_max_changed * static_cast<double>(elements)) {
+      h.transform = Transform::kPlanes;
+      st.stream.resize(size);
+      PlanesForward(target.bytes(), base.bytes(), segments, st.stream);
+      PlaneSections(segments, st.sections);
+    }
   } else {
     st.stream.resize(size);
     PlanesForward(target.bytes(), base.bytes(), segments, st.stream);

@@ -479,10 +479,11 @@ uint64_t CountChangedElements(std::span<const uint8_t> target, std::span<const u
   return count;
 }
 
-void SparseForward(std::span<const uint8_t> target, std::span<const uint8_t> base,
-                   std::span<const Segment> segments, SparseValues values, bool varint_gaps,
-                   std::vector<uint8_t>& out, std::vector<size_t>* section_ends) {
+uint64_t SparseForward(std::span<const uint8_t> target, std::span<const uint8_t> base,
+                       std::span<const Segment> segments, SparseValues values, bool varint_gaps,
+                       std::vector<uint8_t>& out, std::vector<size_t>* section_ends) {
   std::vector<uint64_t> idx;
+  uint64_t changed = 0;
   std::vector<uint8_t> planes;
   uint64_t off = 0;
   const bool diff = values == SparseValues::kDiff;
@@ -516,9 +517,11 @@ void SparseForward(std::span<const uint8_t> target, std::span<const uint8_t> bas
         SparseForwardSeg<8, true>(t, b, n, varint_gaps, out, idx, planes, section_ends);
         break;
     }
+    changed += idx.size();
     for (uint64_t k = n * s.width; k < s.size; ++k) out.push_back(t[k] ^ b[k]);
     off += s.size;
   }
+  return changed;
 }
 
 Status SparseInverse(std::span<const uint8_t> stream, std::span<const uint8_t> base,

@@ -68,9 +68,10 @@ enum class SparseValues : uint8_t {
 // else 1/2/4/8-byte gaps as byte planes), the gaps between changed elements, their values as
 // byte planes, then the XOR of the tail. Appends to `out`. When `section_ends` is given, appends
 // the stream offset where each part (gap list, plane) ends, so a coder can model them apart.
-void SparseForward(std::span<const uint8_t> target, std::span<const uint8_t> base,
-                   std::span<const Segment> segments, SparseValues values, bool varint_gaps,
-                   std::vector<uint8_t>& out, std::vector<size_t>* section_ends = nullptr);
+// Returns the number of changed elements (partial tails excluded).
+uint64_t SparseForward(std::span<const uint8_t> target, std::span<const uint8_t> base,
+                       std::span<const Segment> segments, SparseValues values, bool varint_gaps,
+                       std::vector<uint8_t>& out, std::vector<size_t>* section_ends = nullptr);
 
 // Inverse: out = base with the recorded changes applied. Fails with kCorrupt on any
 // inconsistency (overlong varint, bad gap width, index past the segment, trailing or missing
