@@ -1,0 +1,276 @@
+#include "swarm/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <initializer_list>
+#include <vector>
+
+namespace weightcast::swarm {
+namespace {
+
+using std::chrono::seconds;
+
+ChunkSet Set(uint32_t n, std::initializer_list<uint32_t> chunks) {
+  ChunkSet s(n);
+  for (uint32_t c : chunks) s.Insert(ChunkIndex(c));
+  return s;
+}
+
+std::vector<Action> Copy(std::span<const Action> a) { return {a.begin(), a.end()}; }
+
+Action Req(uint64_t peer, uint32_t chunk) {
+  return Action{ActionKind::kSendRequest, PeerId(peer), ChunkIndex(chunk)};
+}
+
+size_t Count(const std::vector<Action>& actions, ActionKind kind) {
+  return static_cast<size_t>(std::count_if(actions.begin(), actions.end(),
+                                           [&](const Action& a) { return a.kind == kind; }));
+}
+
+bool Contains(const std::vector<Action>& actions, const Action& want) {
+  return std::find(actions.begin(), actions.end(), want) != actions.end();
+}
+
+Scheduler Make(SchedulerOptions o) {
+  Result<Scheduler> s = Scheduler::Create(std::move(o));
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return std::move(s).value();
+}
+
+const Time t0{0};
+
+TEST(Scheduler, RejectsBadOptions) {
+  SchedulerOptions o;
+  EXPECT_FALSE(Scheduler::Create(o).ok());  // no chunks
+  o.chunk_count = 4;
+  o.want = ChunkSet(3);
+  EXPECT_FALSE(Scheduler::Create(o).ok());
+}
+
+TEST(Scheduler, RequestsRarestChunkFirst) {
+  // Two anchor peers each hold one busy request (window 1), then announce more chunks without
+  // triggering picks, which sets up availability: chunk 1 at one peer, chunk 2 at two.
+  SchedulerOptions o;
+  o.chunk_count = 8;
+  o.window_per_peer = 1;
+  Scheduler s = Make(o);
+  EXPECT_EQ(Copy(s.OnPeerConnected(t0, PeerId(10), Set(8, {6}))), std::vector{Req(10, 6)});
+  EXPECT_EQ(Copy(s.OnPeerConnected(t0, PeerId(11), Set(8, {7}))), std::vector{Req(11, 7)});
+  EXPECT_TRUE(s.OnHave(t0, PeerId(10), ChunkIndex(1)).empty());
+  EXPECT_TRUE(s.OnHave(t0, PeerId(10), ChunkIndex(2)).empty());
+  EXPECT_TRUE(s.OnHave(t0, PeerId(11), ChunkIndex(2)).empty());
+  EXPECT_EQ(s.availability(ChunkIndex(2)), 2u);
+  // The new peer has 1 and 2; 1 is rarer (2 holders against 3), whatever the random start.
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    SchedulerOptions o2 = o;
+    o2.seed = seed;
+    Scheduler t = Make(o2);
+    (void)t.OnPeerConnected(t0, PeerId(10), Set(8, {6}));
+    (void)t.OnPeerConnected(t0, PeerId(11), Set(8, {7}));
+    (void)t.OnHave(t0, PeerId(10), ChunkIndex(1));
+    (void)t.OnHave(t0, PeerId(10), ChunkIndex(2));
+    (void)t.OnHave(t0, PeerId(11), ChunkIndex(2));
+    EXPECT_EQ(Copy(t.OnPeerConnected(t0, PeerId(12), Set(8, {1, 2}))), std::vector{Req(12, 1)})
+        << "seed " << seed;
+  }
+}
+
+TEST(Scheduler, BreaksTiesAtRandom) {
+  // Equal availability everywhere: different seeds should not all pick the same chunk.
+  std::vector<uint32_t> firsts;
+  for (uint64_t seed = 1; seed <= 16; ++seed) {
+    SchedulerOptions o;
+    o.chunk_count = 64;
+    o.window_per_peer = 1;
+    o.seed = seed;
+    Scheduler s = Make(o);
+    std::vector<Action> a = Copy(s.OnPeerConnected(t0, PeerId(1), ChunkSet::Full(64)));
+    ASSERT_EQ(a.size(), 1u);
+    firsts.push_back(a[0].chunk.value());
+  }
+  std::sort(firsts.begin(), firsts.end());
+  EXPECT_GT(std::unique(firsts.begin(), firsts.end()) - firsts.begin(), 4);
+}
+
+TEST(Scheduler, PipelinesUpToTheWindow) {
+  SchedulerOptions o;
+  o.chunk_count = 10;
+  o.window_per_peer = 3;
+  Scheduler s = Make(o);
+  std::vector<Action> a = Copy(s.OnPeerConnected(t0, PeerId(1), ChunkSet::Full(10)));
+  EXPECT_EQ(Count(a, ActionKind::kSendRequest), 3u);
+  EXPECT_EQ(s.outstanding_requests(), 3u);
+  // One arrives: it is announced, and the window refills with one more request.
+  a = Copy(s.OnChunkVerified(t0, a[0].chunk, PeerId(1)));
+  EXPECT_EQ(Count(a, ActionKind::kAnnounceHave), 1u);
+  EXPECT_EQ(Count(a, ActionKind::kSendRequest), 1u);
+  EXPECT_EQ(s.outstanding_requests(), 3u);
+}
+
+TEST(Scheduler, SourceSendsEveryChunkOnceBeforeAnyRepeat) {
+  SchedulerOptions o;
+  o.chunk_count = 3;
+  o.initial_have = ChunkSet::Full(3);
+  o.upload_slots = 1;
+  o.spread_first = true;
+  Scheduler src = Make(o);
+  EXPECT_TRUE(src.OnPeerConnected(t0, PeerId(1), ChunkSet(3)).empty());
+  EXPECT_TRUE(src.OnPeerConnected(t0, PeerId(2), ChunkSet(3)).empty());
+  EXPECT_EQ(Copy(src.OnRequestReceived(t0, PeerId(1), ChunkIndex(0))),
+            (std::vector{Action{ActionKind::kSendChunk, PeerId(1), ChunkIndex(0)}}));
+  // A repeat of chunk 0 is refused while 1 and 2 have never gone out.
+  EXPECT_EQ(Copy(src.OnRequestReceived(t0, PeerId(2), ChunkIndex(0))),
+            (std::vector{Action{ActionKind::kRejectRequest, PeerId(2), ChunkIndex(0)}}));
+  // Two never-sent requests queue behind the busy slot; both go out in arrival order.
+  EXPECT_TRUE(src.OnRequestReceived(t0, PeerId(2), ChunkIndex(2)).empty());
+  EXPECT_TRUE(src.OnRequestReceived(t0, PeerId(1), ChunkIndex(1)).empty());
+  EXPECT_EQ(Copy(src.OnUploadDone(t0, PeerId(1), ChunkIndex(0))),
+            (std::vector{Action{ActionKind::kSendChunk, PeerId(2), ChunkIndex(2)}}));
+  EXPECT_EQ(Copy(src.OnUploadDone(t0, PeerId(2), ChunkIndex(2))),
+            (std::vector{Action{ActionKind::kSendChunk, PeerId(1), ChunkIndex(1)}}));
+  // Every chunk has been out once: repeats are served now.
+  EXPECT_TRUE(src.OnUploadDone(t0, PeerId(1), ChunkIndex(1)).empty());
+  EXPECT_EQ(Copy(src.OnRequestReceived(t0, PeerId(2), ChunkIndex(0))),
+            (std::vector{Action{ActionKind::kSendChunk, PeerId(2), ChunkIndex(0)}}));
+  for (uint32_t c = 0; c < 3; ++c) EXPECT_GE(src.times_sent(ChunkIndex(c)), 1u);
+}
+
+TEST(Scheduler, EndgameAsksTwoPeersAndCancelsTheLoser) {
+  SchedulerOptions o;
+  o.chunk_count = 1;
+  o.window_per_peer = 1;
+  o.endgame_max_requests = 2;
+  Scheduler s = Make(o);
+  EXPECT_EQ(Copy(s.OnPeerConnected(t0, PeerId(1), Set(1, {0}))), std::vector{Req(1, 0)});
+  EXPECT_TRUE(s.in_endgame());
+  EXPECT_EQ(Copy(s.OnPeerConnected(t0, PeerId(2), Set(1, {0}))), std::vector{Req(2, 0)});
+  EXPECT_EQ(s.stats().duplicate_requests, 1u);
+  std::vector<Action> a = Copy(s.OnChunkVerified(t0, ChunkIndex(0), PeerId(2)));
+  EXPECT_TRUE(Contains(a, Action{ActionKind::kAnnounceHave, PeerId(0), ChunkIndex(0)}));
+  EXPECT_TRUE(Contains(a, Action{ActionKind::kCancelRequest, PeerId(1), ChunkIndex(0)}));
+  EXPECT_EQ(Count(a, ActionKind::kComplete), 1u);
+  EXPECT_TRUE(s.complete());
+  EXPECT_EQ(s.outstanding_requests(), 0u);
+  // A late duplicate changes nothing and completes nothing twice.
+  a = Copy(s.OnChunkVerified(t0, ChunkIndex(0), PeerId(1)));
+  EXPECT_EQ(Count(a, ActionKind::kComplete), 0u);
+  EXPECT_EQ(Count(a, ActionKind::kAnnounceHave), 0u);
+}
+
+SchedulerOptions OneChunkNoEndgame() {
+  SchedulerOptions o;
+  o.chunk_count = 1;
+  o.window_per_peer = 1;
+  o.endgame_max_requests = 1;
+  o.request_timeout = seconds(10);
+  return o;
+}
+
+TEST(Scheduler, ReissuesARequestPastItsDeadlineElsewhere) {
+  Scheduler s = Make(OneChunkNoEndgame());
+  EXPECT_EQ(Copy(s.OnPeerConnected(t0, PeerId(1), Set(1, {0}))), std::vector{Req(1, 0)});
+  EXPECT_TRUE(s.OnPeerConnected(t0, PeerId(2), Set(1, {0})).empty());
+  EXPECT_EQ(s.next_deadline(), Time(seconds(10)));
+  EXPECT_TRUE(s.OnTimer(Time(seconds(9))).empty());
+  std::vector<Action> a = Copy(s.OnTimer(Time(seconds(10))));
+  EXPECT_EQ(a,
+            (std::vector{Action{ActionKind::kCancelRequest, PeerId(1), ChunkIndex(0)}, Req(2, 0)}));
+  EXPECT_EQ(s.stats().timeouts, 1u);
+}
+
+TEST(Scheduler, DropsAPeerAfterRepeatedTimeouts) {
+  SchedulerOptions o = OneChunkNoEndgame();
+  o.max_consecutive_timeouts = 1;
+  Scheduler s = Make(o);
+  (void)s.OnPeerConnected(t0, PeerId(1), Set(1, {0}));
+  std::vector<Action> a = Copy(s.OnTimer(Time(seconds(11))));
+  EXPECT_TRUE(
+      Contains(a, Action{ActionKind::kDropPeer, PeerId(1), ChunkIndex(0), DropReason::kTimeouts}));
+  EXPECT_EQ(s.connected_peers(), 0u);
+}
+
+TEST(Scheduler, ReissuesADeadPeersRequests) {
+  Scheduler s = Make(OneChunkNoEndgame());
+  (void)s.OnPeerConnected(t0, PeerId(1), Set(1, {0}));
+  (void)s.OnPeerConnected(t0, PeerId(2), Set(1, {0}));
+  EXPECT_EQ(Copy(s.OnPeerDisconnected(Time(seconds(1)), PeerId(1))), std::vector{Req(2, 0)});
+  EXPECT_EQ(s.availability(ChunkIndex(0)), 1u);
+}
+
+TEST(Scheduler, BadChunkDropsThePeerAndRefetchesElsewhere) {
+  Scheduler s = Make(OneChunkNoEndgame());
+  (void)s.OnPeerConnected(t0, PeerId(1), Set(1, {0}));
+  (void)s.OnPeerConnected(t0, PeerId(2), Set(1, {0}));
+  std::vector<Action> a = Copy(s.OnChunkFailed(t0, ChunkIndex(0), PeerId(1)));
+  EXPECT_EQ(a, (std::vector{
+                   Action{ActionKind::kDropPeer, PeerId(1), ChunkIndex(0), DropReason::kBadChunk},
+                   Req(2, 0)}));
+  EXPECT_FALSE(s.have().Contains(ChunkIndex(0)));
+  EXPECT_EQ(s.stats().chunks_failed, 1u);
+}
+
+TEST(Scheduler, RejectedRequestIsAskedElsewhere) {
+  Scheduler s = Make(OneChunkNoEndgame());
+  (void)s.OnPeerConnected(t0, PeerId(1), Set(1, {0}));
+  (void)s.OnPeerConnected(t0, PeerId(2), Set(1, {0}));
+  EXPECT_EQ(Copy(s.OnRequestRejected(t0, PeerId(1), ChunkIndex(0))), std::vector{Req(2, 0)});
+}
+
+TEST(Scheduler, FetchesOnlyTheWantedSubsetButServesWhatItHas) {
+  SchedulerOptions o;
+  o.chunk_count = 4;
+  o.window_per_peer = 4;
+  o.want = Set(4, {1, 3});
+  Scheduler s = Make(o);
+  std::vector<Action> a = Copy(s.OnPeerConnected(t0, PeerId(1), ChunkSet::Full(4)));
+  ASSERT_EQ(Count(a, ActionKind::kSendRequest), 2u);
+  for (const Action& x : a) EXPECT_TRUE(x.chunk == ChunkIndex(1) || x.chunk == ChunkIndex(3));
+  (void)s.OnChunkVerified(t0, ChunkIndex(1), PeerId(1));
+  a = Copy(s.OnChunkVerified(t0, ChunkIndex(3), PeerId(1)));
+  EXPECT_EQ(Count(a, ActionKind::kComplete), 1u);
+  EXPECT_EQ(Count(a, ActionKind::kSendRequest), 0u);
+  // It serves a chunk it holds and refuses one it does not.
+  (void)s.OnPeerConnected(t0, PeerId(2), ChunkSet(4));
+  EXPECT_EQ(Copy(s.OnRequestReceived(t0, PeerId(2), ChunkIndex(1))),
+            (std::vector{Action{ActionKind::kSendChunk, PeerId(2), ChunkIndex(1)}}));
+  EXPECT_EQ(Copy(s.OnRequestReceived(t0, PeerId(2), ChunkIndex(0))),
+            (std::vector{Action{ActionKind::kRejectRequest, PeerId(2), ChunkIndex(0)}}));
+}
+
+TEST(Scheduler, BoundsUploadsAndTheServeQueue) {
+  SchedulerOptions o;
+  o.chunk_count = 4;
+  o.initial_have = ChunkSet::Full(4);
+  o.upload_slots = 1;
+  o.serve_queue_limit = 1;
+  Scheduler s = Make(o);
+  (void)s.OnPeerConnected(t0, PeerId(1), ChunkSet(4));
+  EXPECT_EQ(Count(Copy(s.OnRequestReceived(t0, PeerId(1), ChunkIndex(0))), ActionKind::kSendChunk),
+            1u);
+  EXPECT_TRUE(s.OnRequestReceived(t0, PeerId(1), ChunkIndex(1)).empty());  // queued
+  EXPECT_EQ(
+      Count(Copy(s.OnRequestReceived(t0, PeerId(1), ChunkIndex(2))), ActionKind::kRejectRequest),
+      1u);
+  // A cancel of the running upload stops it and starts the queued one.
+  std::vector<Action> a = Copy(s.OnCancelReceived(t0, PeerId(1), ChunkIndex(0)));
+  EXPECT_EQ(a, (std::vector{Action{ActionKind::kStopUpload, PeerId(1), ChunkIndex(0)},
+                            Action{ActionKind::kSendChunk, PeerId(1), ChunkIndex(1)}}));
+}
+
+TEST(Scheduler, DropsPeersThatNameChunksOutsideTheSnapshot) {
+  SchedulerOptions o;
+  o.chunk_count = 2;
+  Scheduler s = Make(o);
+  (void)s.OnPeerConnected(t0, PeerId(1), ChunkSet(2));
+  std::vector<Action> a = Copy(s.OnHave(t0, PeerId(1), ChunkIndex(7)));
+  EXPECT_EQ(a, (std::vector{Action{ActionKind::kDropPeer, PeerId(1), ChunkIndex(0),
+                                   DropReason::kProtocolError}}));
+  a = Copy(s.OnPeerConnected(t0, PeerId(2), ChunkSet(5)));  // wrong-size have-set
+  EXPECT_EQ(Count(a, ActionKind::kDropPeer), 1u);
+  EXPECT_EQ(s.connected_peers(), 0u);
+}
+
+}  // namespace
+}  // namespace weightcast::swarm
