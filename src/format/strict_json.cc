@@ -108,11 +108,6 @@ class StrictDomBuilder {
   bool end_array() { return Close(); }
 
   bool key(string_t& key) {
-    // std::map lookup: O(log n) per key, so the whole check is O(n log n).
-    if (open_.back()->contains(key)) {
-      error_ = "duplicate key " + QuoteForError(key);
-      return false;
-    }
     pending_key_ = std::move(key);
     return true;
   }
@@ -145,9 +140,13 @@ class StrictDomBuilder {
       parent.emplace_back(std::forward<Value>(value));
       return &parent.back();
     }
-    Json& slot = parent[pending_key_];
-    slot = Json(std::forward<Value>(value));
-    return &slot;
+    // One std::map insertion both stores the value and finds a duplicate key: O(n log n) overall.
+    auto [it, inserted] = parent.emplace(std::move(pending_key_), std::forward<Value>(value));
+    if (!inserted) {
+      error_ = "duplicate key " + QuoteForError(it.key());
+      return nullptr;
+    }
+    return &it.value();
   }
 
   bool Open(Json container) {
@@ -155,7 +154,9 @@ class StrictDomBuilder {
       error_ = "JSON nests deeper than " + std::to_string(max_depth_) + " levels";
       return false;
     }
-    open_.push_back(Add(std::move(container)));
+    Json* added = Add(std::move(container));
+    if (added == nullptr) return false;
+    open_.push_back(added);
     return true;
   }
 
