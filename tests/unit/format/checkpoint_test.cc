@@ -108,6 +108,24 @@ TEST(Checkpoint, OpensShardedCheckpointWithIndex) {
   EXPECT_FALSE(result->files[2].is_safetensors);  // the index itself is carried as bytes
 }
 
+TEST(Checkpoint, RelativePathsIgnoreTrailingSlash) {
+  TempDir dir;
+  WriteShardedModel(dir.path());
+  auto result = OpenCheckpoint(dir.path().string() + "/");
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  ASSERT_EQ(result->files.size(), 3u);
+  EXPECT_EQ(result->files[0].relative_path, "model-00001-of-00002.safetensors");
+  EXPECT_EQ(result->weight_map.at("a"), "model-00001-of-00002.safetensors");
+}
+
+TEST(Checkpoint, RejectsTensorListedByTwoIndexes) {
+  TempDir dir;
+  WriteShardedModel(dir.path());
+  WriteText(dir.path() / "copy.safetensors.index.json",
+            IndexJson({{"a", "model-00001-of-00002.safetensors"}}));
+  ExpectError(OpenCheckpoint(dir.path()), Code::kCorrupt, "listed by another index too");
+}
+
 TEST(Checkpoint, IndexInSubdirectoryNamesFilesBesideIt) {
   TempDir dir;
   WriteBytes(dir.path() / "unet" / "part-1.safetensors", ShardBytes({"u1"}));
