@@ -21,7 +21,7 @@ using Json = nlohmann::ordered_json;
 
 struct BuildFlags {
   std::string dir;
-  std::string chunk_size = "8MiB";
+  std::string chunk_size = std::to_string(kDefaultChunkSize >> 20) + "MiB";
   std::string hash = "sha256";
   std::string channel = "default";
   uint64_t version = 1;
