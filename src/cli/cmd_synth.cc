@@ -94,6 +94,7 @@ Status RunSteps(const StepsFlags& flags) {
     std::cout << s.dir.string() << ": " << Percent(s.changed_fraction()) << " of " << s.elements
               << " elements changed (per tensor min " << Percent(s.min_tensor_fraction) << " "
               << s.min_tensor << ", max " << Percent(s.max_tensor_fraction) << " " << s.max_tensor
+              << "; matrices min " << Percent(s.min_matrix_fraction) << " " << s.min_matrix
               << ")\n";
   }
   std::cout << synth::StepStatsJson(stats, options.adam, options.seed) << "\n";

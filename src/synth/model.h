@@ -82,6 +82,10 @@ struct StepStats {
   std::string min_tensor;
   double max_tensor_fraction = 0.0;
   std::string max_tensor;
+  // The same minimum over matrices (rank >= 2) only: norm vectors sit near 1.0, where a BF16 ulp
+  // is ~50x wider than at typical weights, and rarely change at all (as in real runs).
+  double min_matrix_fraction = 0.0;
+  std::string min_matrix;
 };
 
 // Writes steps first_step .. first_step + steps - 1 of the RL-like sequence starting at

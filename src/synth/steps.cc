@@ -11,6 +11,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <system_error>
+#include <type_traits>
 
 #include "synth/model.h"
 #include "synth/numeric.h"
@@ -22,8 +23,8 @@ namespace weightcast::synth {
 namespace {
 
 // Elements per slice: the state is 12 bytes per element plus two encoded copies, so a slice
-// holds at most 5 MiB.
-constexpr uint64_t kSliceElements = 1ull << 18;
+// holds at most 10 MiB (per worker thread).
+constexpr uint64_t kSliceElements = 1ull << 19;
 
 struct StepTensor {
   const TensorInfo* info;
@@ -48,6 +49,29 @@ struct SliceState {
   uint64_t changed = 0;       // elements that differ between prev and cur
 };
 
+// Compares one element as an integer load (memcmp would be a library call per element).
+template <size_t kBytes>
+bool SameBytes(const uint8_t* a, const uint8_t* b) {
+  using Word =
+      std::conditional_t<kBytes == 1, uint8_t, std::conditional_t<kBytes == 2, uint16_t, uint32_t>>;
+  Word x;
+  Word y;
+  std::memcpy(&x, a, kBytes);
+  std::memcpy(&y, b, kBytes);
+  return x == y;
+}
+
+bool SameElement(size_t bytes, const uint8_t* a, const uint8_t* b) {
+  switch (bytes) {
+    case 1:
+      return SameBytes<1>(a, b);
+    case 2:
+      return SameBytes<2>(a, b);
+    default:
+      return SameBytes<4>(a, b);
+  }
+}
+
 std::string StepDirName(uint64_t step) {
   char name[32];
   std::snprintf(name, sizeof(name), "step-%04llu", static_cast<unsigned long long>(step));
@@ -62,6 +86,7 @@ class StepWriter {
   // Updated tensors' names and element counts, in the order files were processed.
   std::vector<std::string> names;
   std::vector<uint64_t> elements;
+  std::vector<bool> is_matrix;
   // changed[k][i]: elements of tensor i that changed at step first_step + k.
   std::vector<std::vector<uint64_t>> changed;
 
@@ -79,6 +104,7 @@ class StepWriter {
         st.stats_index = names.size();
         names.push_back(t.name);
         elements.push_back(t.byte_size() / SynthElementBytes(t.dtype));
+        is_matrix.push_back(t.shape.size() >= 2);
         for (auto& per_step : changed) per_step.push_back(0);
       }
       tensors.push_back(st);
@@ -172,7 +198,7 @@ class StepWriter {
       uint8_t check[4];
       EncodeElement(dtype, master, check);
       // A draw landing exactly on the cell's edge may round away (ties); keep the stored value.
-      if (std::memcmp(check, src + i * eb, eb) != 0) master = base;
+      if (!SameElement(eb, check, src + i * eb)) master = base;
       state.master[i] = master;
       float g_mean = signal * NormalIsh(RandomAt(signal_key, e));
       state.m[i] = g_mean + m_spread * NormalIsh(RandomAt(moment_key, e));
@@ -182,32 +208,55 @@ class StepWriter {
 
   void Advance(const StepTensor& t, const Slice& s, uint64_t step, bool encode,
                SliceState& state) const {
-    DType dtype = t.info->dtype;
-    size_t eb = SynthElementBytes(dtype);
     const AdamOptions& adam = options_.adam;
-    uint64_t signal_key = StreamKey(options_.seed, t.name_hash, Stream::kGradSignal);
-    uint64_t noise_key = StreamKey(options_.seed, t.name_hash, Stream::kGradNoise, step);
-    const float signal = static_cast<float>(adam.signal);
-    const float b1 = static_cast<float>(adam.beta1);
-    const float b2 = static_cast<float>(adam.beta2);
-    const float lr = static_cast<float>(adam.lr);
-    const float eps = static_cast<float>(adam.eps);
-    const float decay = static_cast<float>(adam.lr * adam.weight_decay);
+    AdamStep a;
+    a.signal_key = StreamKey(options_.seed, t.name_hash, Stream::kGradSignal);
+    a.noise_key = StreamKey(options_.seed, t.name_hash, Stream::kGradNoise, step);
+    a.signal = static_cast<float>(adam.signal);
+    a.b1 = static_cast<float>(adam.beta1);
+    a.b2 = static_cast<float>(adam.beta2);
+    a.lr = static_cast<float>(adam.lr);
+    a.eps = static_cast<float>(adam.eps);
+    a.decay = static_cast<float>(adam.lr * adam.weight_decay);
+    switch (t.info->dtype) {
+      case DType::kBF16:
+        return AdvanceTyped<DType::kBF16>(a, s, encode, state);
+      case DType::kF16:
+        return AdvanceTyped<DType::kF16>(a, s, encode, state);
+      case DType::kF8_E4M3:
+        return AdvanceTyped<DType::kF8_E4M3>(a, s, encode, state);
+      default:
+        return AdvanceTyped<DType::kF32>(a, s, encode, state);
+    }
+  }
+
+  struct AdamStep {
+    uint64_t signal_key;
+    uint64_t noise_key;
+    float signal, b1, b2, lr, eps, decay;
+  };
+
+  // One Adam step over a slice. Templated on the type so that encoding and comparing an element
+  // compile to a few instructions instead of a switch and a memcmp call each.
+  template <DType kType>
+  static void AdvanceTyped(const AdamStep& a, const Slice& s, bool encode, SliceState& state) {
+    constexpr size_t kBytes = kType == DType::kF8_E4M3 ? 1 : kType == DType::kF32 ? 4 : 2;
     uint64_t changed = 0;
     for (uint64_t i = 0; i < s.count; ++i) {
       uint64_t e = s.first + i;
-      float g = signal * NormalIsh(RandomAt(signal_key, e)) + NormalIsh(RandomAt(noise_key, e));
-      float m = b1 * state.m[i] + (1 - b1) * g;
-      float v = b2 * state.v[i] + (1 - b2) * g * g;
+      float g =
+          a.signal * NormalIsh(RandomAt(a.signal_key, e)) + NormalIsh(RandomAt(a.noise_key, e));
+      float m = a.b1 * state.m[i] + (1 - a.b1) * g;
+      float v = a.b2 * state.v[i] + (1 - a.b2) * g * g;
       state.m[i] = m;
       state.v[i] = v;
       float w = state.master[i];
-      w -= lr * m / (std::sqrt(v) + eps) + decay * w;
+      w -= a.lr * m / (std::sqrt(v) + a.eps) + a.decay * w;
       state.master[i] = w;
       if (encode) {
-        uint8_t* out = state.cur.data() + i * eb;
-        EncodeElement(dtype, w, out);
-        changed += std::memcmp(out, state.prev.data() + i * eb, eb) != 0;
+        uint8_t* out = state.cur.data() + i * kBytes;
+        EncodeElement(kType, w, out);
+        changed += !SameBytes<kBytes>(out, state.prev.data() + i * kBytes);
       }
     }
     if (encode) {
@@ -300,6 +349,7 @@ Result<std::vector<StepStats>> WriteSynthSteps(const SynthStepsOptions& options)
     s.step = options.first_step + k;
     s.dir = finals[k];
     bool any = false;
+    bool any_matrix = false;
     for (size_t i = 0; i < writer.names.size(); ++i) {
       uint64_t n = writer.elements[i];
       uint64_t c = writer.changed[k][i];
@@ -316,6 +366,11 @@ Result<std::vector<StepStats>> WriteSynthSteps(const SynthStepsOptions& options)
         s.max_tensor = writer.names[i];
       }
       any = true;
+      if (writer.is_matrix[i] && (!any_matrix || fraction < s.min_matrix_fraction)) {
+        s.min_matrix_fraction = fraction;
+        s.min_matrix = writer.names[i];
+        any_matrix = true;
+      }
     }
     stats.push_back(std::move(s));
   }
@@ -342,6 +397,8 @@ std::string StepStatsJson(const std::vector<StepStats>& stats, const AdamOptions
     j["min_tensor"] = s.min_tensor;
     j["max_tensor_fraction"] = s.max_tensor_fraction;
     j["max_tensor"] = s.max_tensor;
+    j["min_matrix_fraction"] = s.min_matrix_fraction;
+    j["min_matrix"] = s.min_matrix;
     steps.push_back(std::move(j));
     sum += s.changed_fraction();
     lo = std::min(lo, s.changed_fraction());

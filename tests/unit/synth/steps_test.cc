@@ -89,6 +89,9 @@ TEST(SynthSteps, ChangedFractionAtTheDefaultLrIsInThePublishedBand) {
     EXPECT_LE(s.max_tensor_fraction, 2.5 * s.changed_fraction());
     // Norm weights sit near 1.0, where a bf16 ulp is ~50x wider, so they change least.
     EXPECT_NE(s.min_tensor.find("norm"), std::string::npos) << s.min_tensor;
+    // Every matrix takes part: none is far below the average.
+    EXPECT_GE(s.min_matrix_fraction, 0.4 * s.changed_fraction()) << s.min_matrix;
+    EXPECT_EQ(s.min_matrix.find("norm"), std::string::npos) << s.min_matrix;
   }
 }
 
