@@ -174,6 +174,22 @@ OutFrame OutFrame::Chunk(const ChunkHeader& header, std::span<const uint8_t> pay
   return frame;
 }
 
+Status CheckSendable(const OutFrame& frame) {
+  if (frame.head_size < kFrameHeaderSize || frame.head_size > frame.head.size()) {
+    return Internal("outgoing frame has no encoded header");
+  }
+  const uint64_t body = frame.head_size - kFrameHeaderSize + frame.payload.size();
+  if (body > kAbsoluteMaxFrameBytes) {
+    return OutOfRange("frame body of " + std::to_string(body) +
+                      " bytes exceeds the protocol limit of " +
+                      std::to_string(kAbsoluteMaxFrameBytes));
+  }
+  const uint32_t length = static_cast<uint32_t>(frame.head[0]) | (frame.head[1] << 8) |
+                          (frame.head[2] << 16) | (static_cast<uint32_t>(frame.head[3]) << 24);
+  if (length != body) return Internal("outgoing frame header length disagrees with its body");
+  return Status::Ok();
+}
+
 Status FrameDecoder::Feed(std::span<const uint8_t> bytes) {
   if (!failed_.ok()) return failed_;
   buffer_.insert(buffer_.end(), bytes.begin(), bytes.end());

@@ -125,6 +125,10 @@ struct OutFrame {
                         std::shared_ptr<const void> keep_alive);
 };
 
+// Refuses (kOutOfRange) a frame no receiver would accept: a body above kAbsoluteMaxFrameBytes,
+// or an OutFrame whose header does not describe its payload. Transports call it in Send.
+Status CheckSendable(const OutFrame& frame);
+
 // Incremental decoder for a byte stream: feed any split of the stream, take whole validated
 // frames out. Used by the fuzzer and by transports that receive in arbitrary pieces. After an
 // error the decoder stays failed (the connection must be closed).

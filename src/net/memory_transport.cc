@@ -136,6 +136,7 @@ class MemoryConnection : public Connection {
   const PeerInfo& peer() const override { return e_->peer; }
 
   Status Send(OutFrame frame, Duration timeout) override {
+    RETURN_IF_ERROR(CheckSendable(frame));
     std::unique_lock lock(state_->mu);
     auto room = [&] {
       auto to = e_->other.lock();

@@ -86,5 +86,13 @@ TEST(Frame, RejectsHelloThatIsNotProtobuf) {
   EXPECT_EQ(ValidateFrameBody(FrameType::kHello, body).code(), Code::kCorrupt);
 }
 
+TEST(Frame, RefusesToSendFramesNoReceiverAccepts) {
+  std::vector<uint8_t> small(10);
+  EXPECT_TRUE(CheckSendable(OutFrame::Make(FrameType::kControl, small)).ok());
+  // A view, not an allocation: the size alone must be refused.
+  std::span<const uint8_t> huge(small.data(), size_t{kAbsoluteMaxFrameBytes} + 1);
+  EXPECT_EQ(CheckSendable(OutFrame::Chunk({}, huge, nullptr)).code(), Code::kOutOfRange);
+}
+
 }  // namespace
 }  // namespace weightcast::net

@@ -60,7 +60,7 @@ TEST(TokenBucket, UploadLimitHoldsOverRealTcp) {
   double expected = (kFrames * (1 << 20) - (256 << 10)) / double(16u << 20);
   EXPECT_GT(seconds, expected * 0.9);
   EXPECT_LT(seconds,
-            expected * 3);  // sanity only: exactness is tested on the fake clock
+            expected * 10);  // sanity only (sanitizer builds are slow); exactness: fake clock
 }
 
 TEST(TokenBucket, DownloadLimitHoldsOverRealTcp) {
@@ -86,7 +86,7 @@ TEST(TokenBucket, DownloadLimitHoldsOverRealTcp) {
   double expected = (kFrames * (1 << 20) - (256 << 10)) / double(16u << 20);
   EXPECT_GT(seconds, expected * 0.9);
   EXPECT_LT(seconds,
-            expected * 3);  // sanity only: exactness is tested on the fake clock
+            expected * 10);  // sanity only (sanitizer builds are slow); exactness: fake clock
 }
 
 }  // namespace
