@@ -174,9 +174,10 @@ void Network::Rebalance(double now) {
             levels.push(Level{std::max(0.0, y.rem) / y.unfrozen, f.res[k], y.version});
         }
       }
-      // Only flows whose rate moved get a new finish event; the rest keep theirs.
+      // Only flows whose rate moved get a new finish event; the rest keep theirs (a change
+      // under one part in a million is left alone: it moves a finish by microseconds).
       const double old = f.rate;
-      if (level != old && std::abs(level - old) > 1e-9 * std::max(level, old)) {
+      if (std::abs(level - old) > 1e-6 * std::max(level, old)) {
         SetRate(now, id, level);
       }
     }

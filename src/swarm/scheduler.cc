@@ -83,8 +83,10 @@ Scheduler::Scheduler(SchedulerOptions options)
 }
 
 Scheduler::Peer* Scheduler::FindPeer(PeerId id) {
-  auto it = peer_index_.find(id);
-  return it == peer_index_.end() ? nullptr : &peers_[it->second];
+  for (size_t i = 0; i < peer_ids_.size(); ++i) {
+    if (peer_ids_[i] == id && peers_[i].live) return &peers_[i];
+  }
+  return nullptr;
 }
 
 bool Scheduler::Requested(Peer& p, ChunkIndex c) const {
@@ -193,10 +195,11 @@ void Scheduler::ForgetPeer(Time /*now*/, Peer& p) {
   serve_queue_.erase(std::remove_if(serve_queue_.begin(), serve_queue_.end(), gone),
                      serve_queue_.end());
   uploading_.erase(std::remove_if(uploading_.begin(), uploading_.end(), gone), uploading_.end());
-  auto it = peer_index_.find(p.id);
-  if (it != peer_index_.end()) {
-    free_slots_.push_back(it->second);
-    peer_index_.erase(it);
+  if (p.live) {
+    const size_t slot = static_cast<size_t>(&p - peers_.data());
+    free_slots_.push_back(static_cast<uint32_t>(slot));
+    peer_ids_[slot] = PeerId(0);
+    --live_peers_;
   }
   p.live = false;
   p.has = ChunkSet();
@@ -219,6 +222,7 @@ std::span<const Action> Scheduler::OnPeerConnected(Time now, PeerId peer, const 
   } else {
     slot = static_cast<uint32_t>(peers_.size());
     peers_.emplace_back();
+    peer_ids_.emplace_back(0);
   }
   Peer& p = peers_[slot];
   p.id = peer;
@@ -227,7 +231,8 @@ std::span<const Action> Scheduler::OnPeerConnected(Time now, PeerId peer, const 
   p.refused = ChunkSet(n_);
   p.inflight.clear();
   p.consecutive_timeouts = 0;
-  peer_index_[peer] = slot;
+  peer_ids_[slot] = peer;
+  ++live_peers_;
   if (has.size() != n_) {
     DropPeer(now, p, DropReason::kProtocolError);
     return Flush();

@@ -12,7 +12,6 @@
 #include <random>
 #include <span>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include <weightcast/status.h>
@@ -126,7 +125,7 @@ class Scheduler {
   // How many times this node started uploading `chunk`.
   uint32_t times_sent(ChunkIndex chunk) const { return sent_count_[chunk.value()]; }
   size_t outstanding_requests() const { return outstanding_; }
-  size_t connected_peers() const { return peer_index_.size(); }
+  size_t connected_peers() const { return live_peers_; }
   // The earliest deadline of an outstanding request, or Time::max() when none; an owner can
   // arm its timer for it instead of ticking.
   Time next_deadline() const;
@@ -187,7 +186,11 @@ class Scheduler {
   size_t outstanding_ = 0;
   std::vector<Peer> peers_;
   std::vector<uint32_t> free_slots_;
-  std::unordered_map<PeerId, uint32_t> peer_index_;
+  // Slot of each connected peer, parallel to peers_ (a free slot's entry is stale;
+  // Peer::live tells). A linear scan
+  // over a few dozen ids beats hashing on the per-message path.
+  std::vector<PeerId> peer_ids_;
+  size_t live_peers_ = 0;
   std::vector<ServeItem> serve_queue_;
   std::vector<ServeItem> uploading_;
   std::vector<uint32_t> sent_count_;

@@ -1,0 +1,95 @@
+#include "sim/fleet.h"
+
+#include <gtest/gtest.h>
+
+namespace weightcast::sim {
+namespace {
+
+FleetConfig Small() {
+  FleetConfig c;
+  c.receivers = 12;
+  c.chunk_bytes = 16 << 20;
+  c.total_bytes = 64ull * c.chunk_bytes;  // 1 GiB
+  c.degree = 4;
+  c.source_degree = 6;
+  return c;
+}
+
+double Sum(const FleetResult& r, double NodeResult::*field) {
+  double s = 0;
+  for (const NodeResult& n : r.nodes) s += n.*field;
+  return s;
+}
+
+TEST(Fleet, EveryReceiverCompletesNearTheBound) {
+  Result<FleetResult> r = RunFleet(Small());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  for (size_t i = 1; i < r->nodes.size(); ++i) {
+    EXPECT_GE(r->nodes[i].completed_at, r->lower_bound) << "node " << i << " beat the bound";
+    EXPECT_LT(r->nodes[i].completed_at, 2 * r->lower_bound) << "node " << i;
+  }
+  EXPECT_GE(r->source_bytes, double(Small().total_bytes));
+}
+
+TEST(Fleet, ConservesBytes) {
+  FleetConfig c = Small();
+  c.die_fraction = 0.25;  // deaths abort flows mid-way; bytes must still add up
+  Result<FleetResult> r = RunFleet(c);
+  ASSERT_TRUE(r.ok());
+  // Every byte that arrived was sent by someone, and every byte sent either arrived, was cut
+  // off by a stop, or was in flight to a node that died.
+  EXPECT_NEAR(Sum(*r, &NodeResult::bytes_out), r->delivered_bytes + r->aborted_bytes, 1.0);
+  EXPECT_LE(Sum(*r, &NodeResult::bytes_in), r->delivered_bytes + 1.0);
+  for (const NodeResult& n : r->nodes) {
+    if (n.node == 0 || n.role == NodeRole::kDies) continue;
+    EXPECT_GE(n.completed_at, 0) << "healthy node " << n.node << " did not complete";
+    EXPECT_GE(n.bytes_in, double(c.total_bytes));
+  }
+}
+
+TEST(Fleet, StragglersAndLateJoinersStillComplete) {
+  FleetConfig c = Small();
+  c.straggler_fraction = 0.2;
+  c.late_fraction = 0.2;
+  Result<FleetResult> r = RunFleet(c);
+  ASSERT_TRUE(r.ok());
+  for (size_t i = 1; i < r->nodes.size(); ++i) EXPECT_GE(r->nodes[i].completed_at, 0);
+}
+
+TEST(Fleet, SourceLeavingEarlyStrandsTheFleet) {
+  FleetConfig c = Small();
+  c.source_leaves_at = 0.01;  // before the first chunks are out
+  c.time_limit_factor = 3;
+  Result<FleetResult> r = RunFleet(c);
+  ASSERT_TRUE(r.ok());
+  for (size_t i = 1; i < r->nodes.size(); ++i) EXPECT_LT(r->nodes[i].completed_at, 0);
+}
+
+TEST(Fleet, SameSeedSameRun) {
+  Result<FleetResult> a = RunFleet(Small());
+  Result<FleetResult> b = RunFleet(Small());
+  ASSERT_TRUE(a.ok() && b.ok());
+  for (size_t i = 0; i < a->nodes.size(); ++i) {
+    EXPECT_EQ(a->nodes[i].completed_at, b->nodes[i].completed_at);
+  }
+}
+
+TEST(Fleet, RejectsNonsense) {
+  FleetConfig c = Small();
+  c.chunk_bytes = 0;
+  EXPECT_FALSE(RunFleet(c).ok());
+  c = Small();
+  c.receivers = 0;
+  EXPECT_FALSE(RunFleet(c).ok());
+}
+
+TEST(Bounds, MatchTheDesignFigures) {
+  EXPECT_DOUBLE_EQ(FullDuplexBound(500e9, 1.25e9), 400);
+  EXPECT_NEAR(SharedBound(500e9, 1.25e9, 100), 792.08, 0.01);
+  EXPECT_NEAR(SharedBound(500e9, 1.25e9, 1000), 799.2, 0.01);
+  EXPECT_DOUBLE_EQ(RackBound(500e9, 1.25e9, 40, 4), 400);
+  EXPECT_DOUBLE_EQ(RackBound(500e9, 1.25e9, 40, 80), 800);
+}
+
+}  // namespace
+}  // namespace weightcast::sim
