@@ -1,6 +1,7 @@
 #include "synth/model_shape.h"
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "synth/numeric.h"
@@ -45,20 +46,41 @@ Result<ModelShape> PickModelShape(uint64_t target_bytes, DType dtype) {
   uint64_t params = target_bytes / SynthElementBytes(dtype);
   bool found = false;
   ModelShape best;
-  // 2^15 hidden at 256 layers is about 3.5T parameters, beyond anything worth synthesizing.
-  // Multiples of 64 while heads are 64 wide, then of 128 so that 128-wide heads divide hidden.
-  for (uint64_t hidden = 64; hidden <= (1u << 15); hidden += hidden < 1024 ? 64 : 128) {
-    ModelShape s = ShapeFor(hidden, std::max<uint64_t>(2, hidden / 128));
-    uint64_t body = s.layers * s.ParamsPerLayer() + s.hidden;
-    if (body >= params) continue;
-    uint64_t vocab = (params - body) / (2 * hidden);
-    vocab = (vocab + 32) / 64 * 64;
-    // Below this the embeddings would be a toy next to the layers.
+  double best_score = 0;
+  // Hidden sizes: multiples of 64 while heads are 64 wide, then of 128 so that 128-wide heads
+  // divide hidden, of 256 from 2048 (an even head count), and of 1024 from 4096 on so that big
+  // models have a multiple of 8 heads (grouped-query attention). 2^15 is beyond anything worth
+  // synthesizing.
+  auto next_hidden = [](uint64_t h) -> uint64_t {
+    if (h < 1024) return h + 64;
+    if (h < 2048) return h + 128;
+    if (h < 4096) return h + 256;
+    return h + 1024;
+  };
+  for (uint64_t hidden = 64; hidden <= (1u << 15); hidden = next_hidden(hidden)) {
+    ModelShape s = ShapeFor(hidden, 1);
+    // Llama-like proportions: depth about hidden / 128 (Llama 2 7B: 4096 and 32), vocabulary
+    // about 32 * hidden up to 128k (Llama 3: 4096 and 128k), never below min_vocab.
+    uint64_t ideal_layers = std::max<uint64_t>(2, hidden / 128);
+    uint64_t ideal_vocab = std::min<uint64_t>(128000, 32 * hidden);
     uint64_t min_vocab = std::min<uint64_t>(32000, 16 * hidden);
-    if (vocab < min_vocab) continue;
-    s.vocab = vocab;
-    best = s;
-    found = true;
+    for (uint64_t layers = std::max<uint64_t>(1, ideal_layers / 2); layers <= 2 * ideal_layers;
+         ++layers) {
+      s.layers = layers;
+      uint64_t body = s.layers * s.ParamsPerLayer() + s.hidden;
+      if (body >= params) break;
+      // The vocabulary absorbs the remainder, which puts the total within 64 * 2 * hidden
+      // parameters of the target.
+      s.vocab = ((params - body) / (2 * hidden) + 32) / 64 * 64;
+      if (s.vocab < min_vocab) break;
+      double score = std::fabs(std::log(static_cast<double>(s.layers) / ideal_layers)) +
+                     std::fabs(std::log(static_cast<double>(s.vocab) / ideal_vocab));
+      if (!found || score < best_score) {
+        best = s;
+        best_score = score;
+        found = true;
+      }
+    }
   }
   if (!found) {
     ModelShape smallest = ShapeFor(64, 2);

@@ -24,10 +24,11 @@ struct ModelShape {
   uint64_t ParamCount() const;
 };
 
-// Picks a shape whose parameters, stored as `dtype`, come to about `target_bytes`: the widest
-// hidden size (a multiple of 64) whose depth (hidden / 128 layers, at least 2) still leaves room
-// for a realistic vocabulary, then the vocabulary (a multiple of 64) absorbs the remainder, so the
-// total lands within a fraction of a percent of the target. kInvalidArgument below about 150 KB.
+// Picks a shape whose parameters, stored as `dtype`, come to about `target_bytes`, with Llama-like
+// proportions: over hidden sizes (multiples of 64, then 128), the one whose depth is closest to
+// hidden / 128 layers and whose vocabulary is closest to 32 * hidden (at most 128k, at least
+// min(32000, 16 * hidden)); the vocabulary (a multiple of 64) absorbs the remainder, so the total
+// lands within a fraction of a percent of the target. kInvalidArgument below about 500 KB.
 Result<ModelShape> PickModelShape(uint64_t target_bytes, DType dtype);
 
 // Checks a shape given explicitly (every field positive, heads divide hidden, kv_heads divide
