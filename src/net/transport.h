@@ -1,12 +1,13 @@
-// The transport interface: authenticated, framed, bounded connections between nodes. One
-// narrow interface, several implementations chosen at construction: TCP on asio coroutines
-// (tcp_transport.h), in-memory with a fake clock for tests (memory_transport.h), and later
-// UCX/RDMA or shared memory. Callers hold only these types, so a new transport touches no
-// caller and no header here.
+// The transport interface: authenticated, framed, bounded connections between
+// nodes. One narrow interface, several implementations chosen at construction:
+// TCP on asio coroutines (tcp_transport.h), in-memory with a fake clock for
+// tests (memory_transport.h), and later UCX/RDMA or shared memory. Callers hold
+// only these types, so a new transport touches no caller and no header here.
 //
-// Threading: every call below is safe from any thread. Blocking calls take a timeout measured
-// on the transport's clock (real or fake) and return kDeadlineExceeded when it passes; a
-// connection that failed or was closed returns its sticky failure status from every call.
+// Threading: every call below is safe from any thread. Blocking calls take a
+// timeout measured on the transport's clock (real or fake) and return
+// kDeadlineExceeded when it passes; a connection that failed or was closed
+// returns its sticky failure status from every call.
 #pragma once
 
 #include <chrono>
@@ -28,102 +29,131 @@ namespace weightcast::net {
 
 inline constexpr Duration kForever = Duration::max();
 
-// Receives one line per event worth an operator's attention (a refused or dropped peer and
-// why). Called from transport threads; must be thread-safe and quick.
+// Receives one line per event worth an operator's attention (a refused or
+// dropped peer and why). Called from transport threads; must be thread-safe and
+// quick.
 using LogFn = std::function<void(std::string_view line)>;
 void LogToStderr(std::string_view line);
 
+// TLS (OpenSSL via asio::ssl) for untrusted networks: encrypts each connection
+// and makes both sides present a certificate that chains to the cluster CA; the
+// HMAC handshake still runs inside it. Off by default: on a trusted network it
+// costs CPU and the zero-copy send. TCP only (the in-memory transport ignores
+// it). Host names are not checked: trust is the CA.
+struct TlsOptions {
+  bool enabled = false;
+  std::string cert_file; // PEM certificate (chain) of this node
+  std::string key_file;  // PEM private key of that certificate
+  std::string ca_file;   // PEM certificate(s) of the cluster CA
+};
+
 struct Options {
   Identity self;
-  std::string secret;  // the cluster secret (LoadClusterSecret); never from argv
+  std::string secret; // the cluster secret (LoadClusterSecret); never from argv
   uint32_t max_frame_bytes = kDefaultMaxFrameBytes;
-  // Backpressure: Send blocks while this many bytes are queued and not yet written. A frame
-  // larger than the bound is still accepted when the queue is empty.
+  // Backpressure: Send blocks while this many bytes are queued and not yet
+  // written. A frame larger than the bound is still accepted when the queue is
+  // empty.
   size_t send_queue_bytes = 32u << 20;
-  // Received frames not yet taken by Receive; past this the transport stops reading the socket
-  // and TCP flow control slows the sender.
+  // Received frames not yet taken by Receive; past this the transport stops
+  // reading the socket and TCP flow control slows the sender.
   size_t receive_queue_bytes = 32u << 20;
   Duration handshake_timeout = std::chrono::seconds(5);
-  // A Ping goes out when nothing was sent for keepalive_interval; a peer from which nothing
-  // (not even a Ping) arrived for keepalive_timeout is declared dead and the connection fails
-  // with kDeadlineExceeded.
+  // A Ping goes out when nothing was sent for keepalive_interval; a peer from
+  // which nothing (not even a Ping) arrived for keepalive_timeout is declared
+  // dead and the connection fails with kDeadlineExceeded.
   Duration keepalive_interval = std::chrono::seconds(1);
   Duration keepalive_timeout = std::chrono::seconds(5);
-  // Per-process rate limits, shared by every connection of the transport; null = unlimited.
+  // Per-process rate limits, shared by every connection of the transport; null
+  // = unlimited.
   std::shared_ptr<TokenBucket> upload_limit;
   std::shared_ptr<TokenBucket> download_limit;
   LogFn log = LogToStderr;
+  TlsOptions tls;
 };
 
-// What a transport can do, for callers that pick strategies (e.g. zero-copy file sends).
+// What a transport can do, for callers that pick strategies (e.g. zero-copy
+// file sends).
 struct Capabilities {
-  std::string name;             // "tcp", "memory"
-  bool zero_copy_send = false;  // chunk payloads are written from caller memory, not copied
+  std::string name; // "tcp", "memory"
+  bool zero_copy_send =
+      false; // chunk payloads are written from caller memory, not copied
   bool crosses_hosts = false;
 };
 
 class Connection {
- public:
-  virtual ~Connection() = default;  // closes the connection (as Close)
+public:
+  virtual ~Connection() = default; // closes the connection (as Close)
 
   // The authenticated peer. Never blocks.
-  virtual const PeerInfo& peer() const = 0;
+  virtual const PeerInfo &peer() const = 0;
 
-  // Queues `frame` for sending. Blocks while the connection's send queue is full (backpressure)
-  // until there is room, `timeout` passes (kDeadlineExceeded, frame not queued) or the
-  // connection fails. Ownership: the frame's owned bytes move into the transport; a payload
-  // that views caller memory must stay valid until `frame.keep_alive` is released, which the
-  // transport does once the bytes are written (or the connection closes).
+  // Queues `frame` for sending. Blocks while the connection's send queue is
+  // full (backpressure) until there is room, `timeout` passes
+  // (kDeadlineExceeded, frame not queued) or the connection fails. Ownership:
+  // the frame's owned bytes move into the transport; a payload that views
+  // caller memory must stay valid until `frame.keep_alive` is released, which
+  // the transport does once the bytes are written (or the connection closes).
   virtual Status Send(OutFrame frame, Duration timeout = kForever) = 0;
 
-  // Blocks until a frame arrives (returned; the caller owns it), `timeout` passes
-  // (kDeadlineExceeded; the connection stays usable) or the connection fails (its status).
-  // Pings are consumed by the transport and never returned.
+  // Blocks until a frame arrives (returned; the caller owns it), `timeout`
+  // passes (kDeadlineExceeded; the connection stays usable) or the connection
+  // fails (its status). Pings are consumed by the transport and never returned.
   virtual Result<Frame> Receive(Duration timeout = kForever) = 0;
 
   // Blocks until every queued frame was handed to the network, or `timeout`.
   virtual Status Flush(Duration timeout = kForever) = 0;
 
-  // Never blocks; idempotent. Queued frames that were not written are dropped; blocked Send
-  // and Receive calls return kUnavailable.
+  // Never blocks; idempotent. Queued frames that were not written are dropped;
+  // blocked Send and Receive calls return kUnavailable.
   virtual void Close() = 0;
 
   // OK while open; otherwise why it ended. Never blocks.
   virtual Status status() const = 0;
 
   // Convenience: Send of a control frame (copies `body`).
-  Status SendControl(std::span<const uint8_t> body, Duration timeout = kForever) {
-    return Send(OutFrame::Make(FrameType::kControl, std::vector<uint8_t>(body.begin(), body.end())),
+  Status SendControl(std::span<const uint8_t> body,
+                     Duration timeout = kForever) {
+    return Send(OutFrame::Make(FrameType::kControl,
+                               std::vector<uint8_t>(body.begin(), body.end())),
                 timeout);
   }
-  // Convenience: Send of a chunk whose payload stays owned by the caller via `keep_alive`.
-  Status SendChunk(const ChunkHeader& header, std::span<const uint8_t> payload,
-                   std::shared_ptr<const void> keep_alive, Duration timeout = kForever) {
-    return Send(OutFrame::Chunk(header, payload, std::move(keep_alive)), timeout);
+  // Convenience: Send of a chunk whose payload stays owned by the caller via
+  // `keep_alive`.
+  Status SendChunk(const ChunkHeader &header, std::span<const uint8_t> payload,
+                   std::shared_ptr<const void> keep_alive,
+                   Duration timeout = kForever) {
+    return Send(OutFrame::Chunk(header, payload, std::move(keep_alive)),
+                timeout);
   }
 };
 
 class Listener {
- public:
-  virtual ~Listener() = default;  // stops accepting (as Close)
-  // Blocks until a peer completed the handshake, `timeout` passes, or the listener closes.
-  // Peers that fail the handshake are logged and dropped here; they never surface.
-  virtual Result<std::unique_ptr<Connection>> Accept(Duration timeout = kForever) = 0;
+public:
+  virtual ~Listener() = default; // stops accepting (as Close)
+  // Blocks until a peer completed the handshake, `timeout` passes, or the
+  // listener closes. Peers that fail the handshake are logged and dropped here;
+  // they never surface.
+  virtual Result<std::unique_ptr<Connection>>
+  Accept(Duration timeout = kForever) = 0;
   // The bound address, e.g. "127.0.0.1:41234" when listening on port 0.
   virtual std::string address() const = 0;
   virtual void Close() = 0;
 };
 
 class Transport {
- public:
-  virtual ~Transport() = default;  // closes listeners and connections it created
+public:
+  virtual ~Transport() = default; // closes listeners and connections it created
   virtual Capabilities capabilities() const = 0;
   // Never blocks.
-  virtual Result<std::unique_ptr<Listener>> Listen(std::string_view address) = 0;
-  // Blocks until connected and authenticated, or `timeout` / failure (the handshake's status:
-  // kUnauthenticated, kFailedPrecondition, kCorrupt, kAborted, kUnavailable).
-  virtual Result<std::unique_ptr<Connection>> Connect(
-      std::string_view address, Duration timeout = std::chrono::seconds(10)) = 0;
+  virtual Result<std::unique_ptr<Listener>>
+  Listen(std::string_view address) = 0;
+  // Blocks until connected and authenticated, or `timeout` / failure (the
+  // handshake's status: kUnauthenticated, kFailedPrecondition, kCorrupt,
+  // kAborted, kUnavailable).
+  virtual Result<std::unique_ptr<Connection>>
+  Connect(std::string_view address,
+          Duration timeout = std::chrono::seconds(10)) = 0;
 };
 
-}  // namespace weightcast::net
+} // namespace weightcast::net
