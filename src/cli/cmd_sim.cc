@@ -43,7 +43,7 @@ struct SimFlags {
   uint32_t outstanding = 12;
   uint32_t slots = 12;
   double timeout = 30;
-  double rebalance_ms = 50;
+  double rebalance_ms = 100;
   uint64_t seed = 1;
   std::string out;
   bool plot = false;

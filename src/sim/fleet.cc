@@ -152,10 +152,10 @@ void Fleet::Apply(double now, uint32_t i, std::span<const Action> actions) {
         }
         break;
       case ActionKind::kAnnounceHave:
+        // One event for the whole broadcast (every link has the same latency); it fans out to
+        // the neighbours still linked when it lands. Keeps the queue N*C, not N*C*degree.
         node.verified_bytes += ChunkSize(c);
-        for (size_t k = 0; k < node.nbrs.size(); ++k) {
-          if (node.link_up[k]) Push(now + cfg_.latency, Ev::kHave, node.nbrs[k], i, c);
-        }
+        Push(now + cfg_.latency, Ev::kHave, i, i, c);
         break;
       case ActionKind::kDropPeer:
         SetLink(i, peer, false);
@@ -374,7 +374,11 @@ Result<FleetResult> Fleet::Run() {
           Apply(now, e.to, to.sched->OnRequestRejected(t, ToPeer(e.from), chunk));
         break;
       case Ev::kHave:
-        if (Linked(e.to, e.from)) Apply(now, e.to, to.sched->OnHave(t, ToPeer(e.from), chunk));
+        for (size_t k = 0; k < to.nbrs.size(); ++k) {
+          const uint32_t j = to.nbrs[k];
+          if (!to.link_up[k] || !nodes_[j].alive || !Linked(j, e.from)) continue;
+          Apply(now, j, nodes_[j].sched->OnHave(t, ToPeer(e.from), chunk));
+        }
         break;
       case Ev::kArrive: {
         const double bytes = ChunkSize(e.chunk);

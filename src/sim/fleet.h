@@ -31,9 +31,9 @@ struct FleetConfig {
   double straggler_speed = 0.5;
   double late_fraction = 0;  // receivers that join late
   double late_at = 0.25;
-  double source_leaves_at = -1;      // < 0: never
-  double detect_delay = 1.0;         // seconds until peers notice a dead node
-  double rebalance_interval = 0.05;  // seconds between max-min recomputations (sim/network.h)
+  double source_leaves_at = -1;     // < 0: never
+  double detect_delay = 1.0;        // seconds until peers notice a dead node
+  double rebalance_interval = 0.1;  // seconds between max-min recomputations (sim/network.h)
   // Swarm knobs.
   uint32_t degree = 16;
   uint32_t source_degree = 32;  // 0: same as degree

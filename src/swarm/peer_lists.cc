@@ -78,6 +78,27 @@ Result<std::vector<std::vector<PeerId>>> BuildPeerLists(std::span<const NodeInfo
       link(a, b);
     }
   }
+  // Repair: a node left two or more short (its candidates filled up first) splices itself into
+  // an existing edge x-y, becoming x-a-y. x and y keep their degree and stay connected via a.
+  auto unlink = [&](uint32_t a, uint32_t b) {
+    adj[a].erase(std::find(adj[a].begin(), adj[a].end(), b));
+    adj[b].erase(std::find(adj[b].begin(), adj[b].end(), a));
+  };
+  for (uint32_t a : visit) {
+    const std::vector<uint32_t>& own_rack = by_rack[nodes[a].rack];
+    const bool racks_known = !nodes[a].rack.empty() && by_rack.size() > 1;
+    for (int tries = 0; adj[a].size() + 2 <= bound(a) && tries < 64; ++tries) {
+      const bool local = racks_known && unit(rng) < options.same_rack_fraction;
+      const uint32_t x =
+          local ? own_rack[rng() % own_rack.size()] : static_cast<uint32_t>(rng() % n);
+      if (x == a || connected(a, x) || adj[x].empty()) continue;
+      const uint32_t y = adj[x][rng() % adj[x].size()];
+      if (y == a || connected(a, y)) continue;
+      unlink(x, y);
+      link(a, x);
+      link(a, y);
+    }
+  }
   for (size_t i = 0; i < n; ++i) {
     out[i].reserve(adj[i].size());
     for (uint32_t j : adj[i]) out[i].push_back(nodes[j].id);

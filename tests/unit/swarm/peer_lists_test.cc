@@ -30,7 +30,8 @@ TEST(PeerLists, SymmetricBoundedConnectedAndSimple) {
     for (size_t i = 0; i < n; ++i) {
       const std::vector<PeerId>& l = (*lists)[i];
       EXPECT_LE(l.size(), 6u);
-      EXPECT_GE(l.size(), 1u);
+      // Nobody is left far short of the degree (the graph allows it from 8 nodes up).
+      EXPECT_GE(l.size(), n >= 8 ? 5u : 1u);
       std::vector<PeerId> sorted = l;
       std::sort(sorted.begin(), sorted.end());
       EXPECT_EQ(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end()) << "repeat edge";
