@@ -70,19 +70,27 @@ uint64_t TensorCount(const Checkpoint& checkpoint) {
   return count;
 }
 
+// Columns on a terminal: UTF-8 continuation bytes take none. (East Asian wide characters take
+// two, which this does not know; names are rarely such.)
+size_t DisplayWidth(std::string_view text) {
+  return static_cast<size_t>(std::count_if(text.begin(), text.end(), [](char c) {
+    return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  }));
+}
+
 // Prints rows with each column padded to its widest cell; the last column is not padded.
 void PrintTable(std::ostream& out, std::string_view indent,
                 const std::vector<std::vector<std::string>>& rows) {
   std::vector<size_t> widths;
   for (const auto& row : rows) {
     widths.resize(std::max(widths.size(), row.size()), 0);
-    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], DisplayWidth(row[i]));
   }
   for (const auto& row : rows) {
     std::string line(indent);
     for (size_t i = 0; i < row.size(); ++i) {
       line += row[i];
-      if (i + 1 < row.size()) line += std::string(widths[i] - row[i].size() + 2, ' ');
+      if (i + 1 < row.size()) line += std::string(widths[i] - DisplayWidth(row[i]) + 2, ' ');
     }
     out << line << "\n";
   }
@@ -214,7 +222,7 @@ void SetupInspect(CLI::App& app) {
   cmd->add_flag("--json", options->json, "Print one JSON document instead of tables");
   cmd->add_option("--limit", options->limit,
                   "Tensors listed per file (default 50 for tables, all for --json; 0 = all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   cmd->callback([options] { Finish("inspect", RunInspect(*options)); });
 }
 
