@@ -42,9 +42,9 @@ struct BuildOptions {
   size_t threads = 0;  // 0: one per core
 };
 
-// Feeds `bytes` to `hasher` in L1-sized pieces, prefetching the next piece while the current one
-// is hashed. For data that streams from memory (the page cache), SHA-256 runs about 1.4x faster
-// this way than with one Update over the whole span (docs/bench/manifest.md).
+// Feeds `bytes` to `hasher` in 4 KiB pieces, prefetching the next piece while the current one is
+// hashed. For data that streams from memory (the page cache), SHA-256 runs about 1.4x faster this
+// way than with one Update over the whole span (docs/bench/manifest.md).
 void UpdateStreaming(Hasher& hasher, std::span<const uint8_t> bytes);
 
 // Builds the manifest of a checkpoint: streams every file (mmap), hashing chunks on a thread pool,
