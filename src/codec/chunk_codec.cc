@@ -367,8 +367,13 @@ Result<EncodedChunk> EncodeFullChunk(const HashedChunk& target, std::span<const 
   return EncodeFull(target, segments, options, ScratchAccess::Get(scratch));
 }
 
-Status DecodeChunk(std::span<const uint8_t> payload, const HashedChunk& base,
-                   const Digest* expected_target, std::span<uint8_t> out, CodecScratch& scratch) {
+namespace {
+
+// Decodes and verifies into `result` (resized to the chunk). On error `result` holds garbage; it
+// is always a private staging buffer, never the caller's target.
+Status DecodeVerified(std::span<const uint8_t> payload, const HashedChunk& base,
+                      const Digest* expected_target, uint64_t out_size,
+                      std::vector<uint8_t>& result_buffer, CodecScratch::State& st) {
   ASSIGN_OR_RETURN(PayloadHeader h, ParsePayloadHeader(payload));
   const bool is_xor = h.encoding == ChunkEncoding::kXor;
   if (h.hash_algorithm != base.algorithm()) {
@@ -381,9 +386,9 @@ Status DecodeChunk(std::span<const uint8_t> payload, const HashedChunk& base,
     return Corrupt("delta payload produces chunk " + ToHex(h.target_hash) +
                    ", the manifest lists " + ToHex(*expected_target));
   }
-  if (out.size() != h.chunk_size) {
+  if (out_size != h.chunk_size) {
     return Corrupt("delta payload is for a chunk of " + std::to_string(h.chunk_size) +
-                   " bytes, the output holds " + std::to_string(out.size()));
+                   " bytes, the output holds " + std::to_string(out_size));
   }
   if (is_xor) {
     if (base.bytes().size() != h.chunk_size || base.hash() != h.base_hash) {
@@ -392,7 +397,6 @@ Status DecodeChunk(std::span<const uint8_t> payload, const HashedChunk& base,
                                 std::to_string(base.bytes().size()) + " bytes)");
     }
   }
-  CodecScratch::State& st = ScratchAccess::Get(scratch);
   const std::span<const uint8_t> body = payload.subspan(h.body_offset);
   std::span<const uint8_t> stream;
   switch (h.coder) {
@@ -425,8 +429,8 @@ Status DecodeChunk(std::span<const uint8_t> payload, const HashedChunk& base,
       break;
     }
   }
-  st.result.resize(h.chunk_size);
-  const std::span<uint8_t> result(st.result);
+  result_buffer.resize(h.chunk_size);
+  const std::span<uint8_t> result(result_buffer);
   const std::span<const uint8_t> xor_base = is_xor ? base.bytes() : std::span<const uint8_t>{};
   switch (h.transform) {
     case Transform::kNone:
@@ -452,8 +456,24 @@ Status DecodeChunk(std::span<const uint8_t> payload, const HashedChunk& base,
   if (got != h.target_hash) {
     return Corrupt("delta payload decodes to " + ToHex(got) + ", expected " + ToHex(h.target_hash));
   }
-  if (h.chunk_size != 0) std::memcpy(out.data(), result.data(), h.chunk_size);
   return Status::Ok();
+}
+
+}  // namespace
+
+Status DecodeChunk(std::span<const uint8_t> payload, const HashedChunk& base,
+                   const Digest* expected_target, std::span<uint8_t> out, CodecScratch& scratch) {
+  CodecScratch::State& st = ScratchAccess::Get(scratch);
+  RETURN_IF_ERROR(DecodeVerified(payload, base, expected_target, out.size(), st.result, st));
+  if (!out.empty()) std::memcpy(out.data(), st.result.data(), out.size());
+  return Status::Ok();
+}
+
+Status DecodeChunkToBuffer(std::span<const uint8_t> payload, const HashedChunk& base,
+                           const Digest* expected_target, uint64_t chunk_size,
+                           std::vector<uint8_t>& buffer, CodecScratch& scratch) {
+  return DecodeVerified(payload, base, expected_target, chunk_size, buffer,
+                        ScratchAccess::Get(scratch));
 }
 
 std::string_view TransformName(Transform transform) {

@@ -139,6 +139,13 @@ Result<EncodedChunk> EncodeFullChunk(const HashedChunk& target, std::span<const 
 Status DecodeChunk(std::span<const uint8_t> payload, const HashedChunk& base,
                    const Digest* expected_target, std::span<uint8_t> out, CodecScratch& scratch);
 
+// The same checks, decoding into `buffer` (resized to chunk_size) without the final copy. Use it
+// only for a private staging buffer (a pool slot): on error its contents are unspecified, so it
+// must never be the caller's target itself.
+Status DecodeChunkToBuffer(std::span<const uint8_t> payload, const HashedChunk& base,
+                           const Digest* expected_target, uint64_t chunk_size,
+                           std::vector<uint8_t>& buffer, CodecScratch& scratch);
+
 std::string_view TransformName(Transform transform);
 std::string_view CoderName(Coder coder);
 std::string_view EncodingName(ChunkEncoding encoding);

@@ -217,9 +217,9 @@ Status DecodeVersion(const Manifest& base, const SnapshotReader& base_bytes, con
         std::unique_ptr<Worker> w = workers.Take();
         const auto b = base_bytes.Read(br, w->base_gather);
         const Digest base_hash = br.size != 0 ? base.chunk_hashes[i.value()] : Digest{};
-        buf.resize(tr.size);
-        const Status s = DecodeChunk(payload, HashedChunk::FromVerifiedManifest(b, base_hash, alg),
-                                     &target.chunk_hashes[i.value()], buf, w->codec);
+        const Status s =
+            DecodeChunkToBuffer(payload, HashedChunk::FromVerifiedManifest(b, base_hash, alg),
+                                &target.chunk_hashes[i.value()], tr.size, buf, w->codec);
         workers.Give(std::move(w));
         RETURN_IF_ERROR(s);
         ready[k] = buf;
