@@ -40,8 +40,8 @@ struct SimFlags {
   uint32_t source_degree = 32;
   uint32_t source_slots = 32;
   uint32_t window = 1;
-  uint32_t outstanding = 12;
-  uint32_t slots = 12;
+  uint32_t outstanding = 16;
+  uint32_t slots = 16;
   double timeout = 30;
   double rebalance_ms = 100;
   uint64_t seed = 1;

@@ -40,8 +40,8 @@ struct FleetConfig {
   uint32_t source_slots = 32;   // 0: same as upload_slots
   double same_rack_fraction = 0.9;
   uint32_t window_per_peer = 1;
-  uint32_t max_outstanding = 12;
-  uint32_t upload_slots = 12;
+  uint32_t max_outstanding = 16;
+  uint32_t upload_slots = 16;
   uint32_t serve_queue_limit = 32;
   double request_timeout = 30;
   double tick = 0.5;
