@@ -244,7 +244,7 @@ int main(int argc, char** argv) {
   t0 = Clock::now();
   {
     Hasher hasher(HashAlgorithm::kSha256);
-    UpdateStreaming(hasher, b);
+    UpdateStreaming(hasher, HashAlgorithm::kSha256, b);
     sink[1] = hasher.Finish()[1];
   }
   const double sha_stream_gbs = bytes / Seconds(t0) / 1e9;

@@ -41,7 +41,7 @@ constexpr uint8_t kMagic[4] = {'W', 'C', 'D', 'P'};
 // Hashing dominates decoding; the prefetching feed keeps SHA-NI busy (docs/bench/manifest.md).
 Digest HashChunk(HashAlgorithm algorithm, std::span<const uint8_t> bytes) {
   Hasher hasher(algorithm);
-  UpdateStreaming(hasher, bytes);
+  UpdateStreaming(hasher, algorithm, bytes);
   return hasher.Finish();
 }
 
