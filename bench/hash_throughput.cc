@@ -82,7 +82,7 @@ Rate HasherGbps(HashAlgorithm algorithm, const std::vector<uint8_t>& buffer, uin
   while (ThreadCpuSeconds() - cpu_start < seconds) {
     for (uint64_t pos = 0; pos + chunk <= buffer.size(); pos += chunk) {
       if (streaming) {
-        UpdateStreaming(hasher, {buffer.data() + pos, chunk});
+        UpdateStreaming(hasher, algorithm, {buffer.data() + pos, chunk});
       } else {
         hasher.Update({buffer.data() + pos, chunk});
       }

@@ -94,7 +94,7 @@ Result<Digest> HashOneChunk(const std::filesystem::path& root,
     const uint64_t in_file = pos - f.offset;
     const uint64_t take = std::min(end, f.offset + f.size) - pos;
     ASSIGN_OR_RETURN(FileWindow window, FileWindow::Open(root / f.path, f.size, in_file, take));
-    UpdateStreaming(hasher, window.bytes());
+    UpdateStreaming(hasher, algorithm, window.bytes());
     pos += take;
   }
   return hasher.Finish();
@@ -126,7 +126,11 @@ Status CheckLayout(const std::vector<ManifestFile>& files, uint64_t chunk_size) 
 
 }  // namespace
 
-void UpdateStreaming(Hasher& hasher, std::span<const uint8_t> bytes) {
+void UpdateStreaming(Hasher& hasher, HashAlgorithm algorithm, std::span<const uint8_t> bytes) {
+  if (algorithm != HashAlgorithm::kSha256) {
+    hasher.Update(bytes);
+    return;
+  }
   // Each 4 KiB piece is hashed while the next one's cache lines are on their way; hardware
   // prefetch alone leaves SHA-NI waiting on memory. 4 KiB one piece ahead measured best among
   // 4/8/16 KiB and one/two/four pieces ahead (docs/bench/manifest.md).

@@ -42,10 +42,11 @@ struct BuildOptions {
   size_t threads = 0;  // 0: one per core
 };
 
-// Feeds `bytes` to `hasher` in 4 KiB pieces, prefetching the next piece while the current one is
-// hashed. For data that streams from memory (the page cache), SHA-256 runs about 1.4x faster this
-// way than with one Update over the whole span (docs/bench/manifest.md).
-void UpdateStreaming(Hasher& hasher, std::span<const uint8_t> bytes);
+// Feeds `bytes` to `hasher` (of `algorithm`) as fast as data streaming from memory allows. For
+// SHA-256: in 4 KiB pieces, prefetching the next piece while the current one is hashed, about
+// 1.4x faster than one Update over the whole span (docs/bench/manifest.md). XXH3 outruns the
+// hardware prefetcher on its own and gets one Update.
+void UpdateStreaming(Hasher& hasher, HashAlgorithm algorithm, std::span<const uint8_t> bytes);
 
 // Builds the manifest of a checkpoint: streams every file (mmap), hashing chunks on a thread pool,
 // and computes the root. Memory is bounded by the pool, not the checkpoint size.
