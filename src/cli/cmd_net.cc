@@ -28,6 +28,7 @@ struct NetFlags {
   std::string file;
   std::string upload_limit;
   std::string download_limit;
+  std::string tls_cert, tls_key, tls_ca;
 };
 
 Result<net::Options> MakeOptions(const NetFlags& flags) {
@@ -36,6 +37,15 @@ Result<net::Options> MakeOptions(const NetFlags& flags) {
   options.self.cluster_id = flags.cluster;
   options.self.node_id = PeerId(flags.node_id != 0 ? flags.node_id : std::random_device{}());
   options.self.role = net::Role::kTool;
+  if (!flags.tls_cert.empty() || !flags.tls_key.empty() || !flags.tls_ca.empty()) {
+    if (flags.tls_cert.empty() || flags.tls_key.empty() || flags.tls_ca.empty()) {
+      return InvalidArgument("TLS needs all of --tls-cert, --tls-key and --tls-ca");
+    }
+    options.tls = {.enabled = true,
+                   .cert_file = flags.tls_cert,
+                   .key_file = flags.tls_key,
+                   .ca_file = flags.tls_ca};
+  }
   if (!flags.upload_limit.empty()) {
     ASSIGN_OR_RETURN(uint64_t rate, ParseSize(flags.upload_limit));
     options.upload_limit =
@@ -89,6 +99,9 @@ void AddCommon(CLI::App* cmd, NetFlags& flags) {
   cmd->add_option("--timeout", flags.timeout_s, "Give up after this many seconds");
   cmd->add_option("--upload-limit", flags.upload_limit, "Upload rate limit, bytes/s (e.g. 100MiB)");
   cmd->add_option("--download-limit", flags.download_limit, "Download rate limit, bytes/s");
+  cmd->add_option("--tls-cert", flags.tls_cert, "Enable TLS: this node's PEM certificate");
+  cmd->add_option("--tls-key", flags.tls_key, "TLS: PEM private key of --tls-cert");
+  cmd->add_option("--tls-ca", flags.tls_ca, "TLS: PEM certificate of the cluster CA");
 }
 
 void SetupNet(CLI::App& app) {
