@@ -1,0 +1,79 @@
+// weightcast serve   serve the committed versions of a channel to fetching agents (docs/p2p.md)
+// The cluster secret comes from --secret-file or WEIGHTCAST_SECRET, never from the command line.
+#include <iostream>
+#include <memory>
+#include <random>
+#include <string>
+
+#include "agent/version_server.h"
+#include "cli/command.h"
+#include "manifest/builder.h"
+#include "net/handshake.h"
+#include "net/tcp_transport.h"
+#include "store/store.h"
+#include "util/text.h"
+
+namespace weightcast::cli {
+namespace {
+
+struct ServeFlags {
+  std::string root;
+  std::string channel;
+  std::string listen;
+  std::string secret_file;
+  std::string cluster = "default";
+  uint64_t node_id = 0;
+  size_t workers = 2;
+  std::string upload_limit;
+};
+
+Status RunServe(const ServeFlags& flags) {
+  RETURN_IF_ERROR(ValidateChannelName(flags.channel));
+  net::Options options;
+  ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.secret_file));
+  options.self.cluster_id = flags.cluster;
+  options.self.node_id = PeerId(flags.node_id != 0 ? flags.node_id : std::random_device{}());
+  options.self.role = net::Role::kPublisher;
+  if (!flags.upload_limit.empty()) {
+    ASSIGN_OR_RETURN(uint64_t rate, ParseSize(flags.upload_limit));
+    if (rate == 0) return InvalidArgument("--upload-limit must be above 0");
+    options.upload_limit =
+        std::make_shared<net::TokenBucket>(rate, std::max<uint64_t>(rate / 10, 1 << 20));
+  }
+  // Read-only: the trainer may keep importing versions into the store while we serve it.
+  ASSIGN_OR_RETURN(Store store, Store::Open(flags.root, {.read_only = true}));
+  agent::VersionServer server(store, {.channel = flags.channel,
+                                      .manifest_secret = options.secret,
+                                      .workers_per_connection = flags.workers});
+  ASSIGN_OR_RETURN(auto transport, net::TcpTransport::Create(std::move(options), 2));
+  ASSIGN_OR_RETURN(auto listener, transport->Listen(flags.listen));
+  std::cerr << "serving channel " << flags.channel << " of " << flags.root << " on "
+            << listener->address() << std::endl;
+  server.Serve(*listener);
+  return Status::Ok();
+}
+
+void SetupServe(CLI::App& app) {
+  auto flags = std::make_shared<ServeFlags>();
+  CLI::App* cmd =
+      app.add_subcommand("serve", "Serve the committed versions of a channel to fetching agents");
+  cmd->add_option("--root", flags->root, "Store root directory")->required();
+  cmd->add_option("--channel", flags->channel, "Channel to serve")->required();
+  cmd->add_option("--listen", flags->listen, "ip:port to listen on (port 0: any free port)")
+      ->required();
+  cmd->add_option("--secret-file", flags->secret_file,
+                  "File holding the cluster secret (default: $WEIGHTCAST_SECRET)");
+  cmd->add_option("--cluster", flags->cluster, "Cluster id both sides must share")
+      ->capture_default_str();
+  cmd->add_option("--node-id", flags->node_id, "This node's id (default: random)");
+  cmd->add_option("--workers", flags->workers, "Threads answering each connection")
+      ->capture_default_str();
+  cmd->add_option("--upload-limit", flags->upload_limit,
+                  "Upload rate limit, bytes/s (e.g. 100MiB)");
+  cmd->callback([flags] { Finish("serve", RunServe(*flags)); });
+}
+
+const CommandRegistration kRegistered{"serve", 84, &SetupServe};
+
+}  // namespace
+}  // namespace weightcast::cli
