@@ -31,9 +31,7 @@ class FileSafetensorsWriter final : public SafetensorsWriter {
       : final_path_(std::move(final_path)),
         tmp_path_(std::move(tmp_path)),
         fd_(fd),
-        data_bytes_(data_bytes) {
-    buffer_.reserve(kWriteBufferBytes);
-  }
+        data_bytes_(data_bytes) {}
 
   ~FileSafetensorsWriter() override {
     // Abandoned before Finish(): the temporary file must not linger as garbage.

@@ -59,11 +59,14 @@ struct AdamOptions {
   double signal = 0.5;
 };
 
+// Each step being written holds an open file and up to 1 MiB of write buffer.
+inline constexpr uint64_t kMaxStepsPerCall = 256;
+
 struct SynthStepsOptions {
   std::filesystem::path from;     // the step-0 checkpoint: a directory or a .safetensors file
   std::filesystem::path out_dir;  // steps go to out_dir/step-0001, step-0002, ...
   uint64_t first_step = 1;        // the first step to write; earlier ones are computed, not kept
-  uint64_t steps = 1;             // how many steps to write
+  uint64_t steps = 1;             // how many steps to write, at most kMaxStepsPerCall
   AdamOptions adam;
   uint64_t seed = 0;
   size_t threads = 0;  // 0: one per core

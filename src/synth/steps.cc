@@ -273,9 +273,12 @@ class StepWriter {
 Status CheckOptions(const SynthStepsOptions& o) {
   if (o.first_step == 0) return InvalidArgument("steps are numbered from 1");
   if (o.steps == 0) return InvalidArgument("--steps must be at least 1");
-  if (o.steps > 100000 || o.first_step > 100000000) {
-    return InvalidArgument("too many steps (at most 100000 per call, numbered below 1e8)");
+  // One writer (a file descriptor and up to 1 MiB of buffer) is open per step being written.
+  if (o.steps > kMaxStepsPerCall) {
+    return InvalidArgument("at most " + std::to_string(kMaxStepsPerCall) +
+                           " steps per call; write later ones with a higher first step");
   }
+  if (o.first_step > 100'000'000) return InvalidArgument("steps are numbered below 1e8");
   const AdamOptions& a = o.adam;
   if (!(std::isfinite(a.lr) && a.lr >= 0 && a.lr < 1)) {
     return InvalidArgument("learning rate must be in [0, 1)");

@@ -174,6 +174,8 @@ TEST(SynthSteps, RejectsBadOptions) {
   EXPECT_FALSE(WriteSynthSteps(o).ok());
   o.steps = 0;
   EXPECT_EQ(WriteSynthSteps(o).status().code(), Code::kInvalidArgument);
+  o.steps = kMaxStepsPerCall + 1;
+  EXPECT_EQ(WriteSynthSteps(o).status().code(), Code::kInvalidArgument);
   o.steps = 1;
   o.adam.lr = -1;
   EXPECT_EQ(WriteSynthSteps(o).status().code(), Code::kInvalidArgument);
