@@ -214,6 +214,23 @@ TEST_F(DecodeFailure, EveryCorruptionGivesAnErrorAndNoPartialOutput) {
   }
 }
 
+TEST_F(DecodeFailure, DecodeToBufferGivesTheSameBytesAndTheSameRefusals) {
+  CodecScratch scratch;
+  const auto base = HashedChunk::Compute(base_, HashAlgorithm::kSha256);
+  std::vector<uint8_t> buffer;
+  ASSERT_TRUE(DecodeChunkToBuffer(payload_, base, nullptr, target_.size(), buffer, scratch).ok());
+  EXPECT_EQ(buffer, target_);
+  Bytes bad = payload_;
+  bad.back() ^= 1;
+  EXPECT_FALSE(DecodeChunkToBuffer(bad, base, nullptr, target_.size(), buffer, scratch).ok());
+  Bytes other = base_;
+  other[0] ^= 1;
+  EXPECT_EQ(DecodeChunkToBuffer(payload_, HashedChunk::Compute(other, HashAlgorithm::kSha256),
+                                nullptr, target_.size(), buffer, scratch)
+                .code(),
+            Code::kFailedPrecondition);
+}
+
 TEST_F(DecodeFailure, RejectsOutputOfTheWrongSize) {
   CodecScratch scratch;
   Bytes out(target_.size() + 1);

@@ -189,6 +189,19 @@ TEST(VersionCodec, CorruptPayloadStopsBeforeTheChunkReachesTheSink) {
   EXPECT_EQ(seen, (std::vector<uint32_t>{0, 1}));
 }
 
+TEST(VersionCodec, SameChunkWhoseHashesDisagreeIsCorrupt) {
+  const Snapshot base = MakeBase(15);
+  Snapshot target = MakeTarget(base, 16, 0.01);
+  const Encoded e = Encode(base, target);
+  ASSERT_EQ(e.info.chunks[3].encoding, ChunkEncoding::kSame);
+  target.manifest.chunk_hashes[3][0] ^= 1;  // a manifest that says `same` but lists another hash
+  Bytes out;
+  std::vector<uint32_t> seen;
+  const Status s = Decode(base, target.manifest, e, &out, &seen);
+  EXPECT_EQ(s.code(), Code::kCorrupt) << s.ToString();
+  EXPECT_EQ(seen, (std::vector<uint32_t>{0, 1, 2}));
+}
+
 TEST(VersionCodec, ReadsSnapshotFilesThroughMmap) {
   const Snapshot base = MakeBase(13);
   const Snapshot target = MakeTarget(base, 14, 0.01);
