@@ -2,6 +2,8 @@
 // the code base sees Manifest structs, Status and bytes.
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <google/protobuf/stubs/logging.h>
+#include <google/protobuf/wire_format_lite.h>
 
 #include <climits>
 #include <cstring>
@@ -55,6 +57,54 @@ std::optional<uint64_t> PeekFormatVersion(std::span<const uint8_t> bytes) {
     if ((bytes[i] & 0x80) == 0) return v;
   }
   return std::nullopt;
+}
+
+// Counts the entries of each repeated field by walking the wire format, without building any
+// message, so that input like a million empty `File` entries (2 bytes each on the wire, a hundred
+// bytes each once parsed) is refused before protobuf allocates for it.
+Status PrescanCounts(std::span<const uint8_t> bytes) {
+  using google::protobuf::internal::WireFormatLite;
+  struct Limit {
+    uint32_t field;
+    size_t max;
+    const char* what;
+  };
+  static constexpr Limit kTopLevel[] = {{6, kMaxManifestFiles, "files"},
+                                        {7, kMaxManifestTensors, "tensors"},
+                                        {8, kMaxManifestChunks, "chunk hashes"},
+                                        {9, kMaxMetadataEntries, "metadata entries"}};
+  constexpr uint32_t kDeltaField = 10;
+  constexpr uint32_t kDeltaChunksField = 3;
+  size_t counts[11] = {};
+  size_t delta_chunks = 0;
+  google::protobuf::io::CodedInputStream in(bytes.data(), static_cast<int>(bytes.size()));
+  for (uint32_t tag = in.ReadTag(); tag != 0; tag = in.ReadTag()) {
+    const uint32_t field = WireFormatLite::GetTagFieldNumber(tag);
+    if (field < std::size(counts)) ++counts[field];
+    if (field == kDeltaField &&
+        WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      uint32_t length = 0;
+      const void* data = nullptr;
+      int size = 0;
+      if (!in.ReadVarint32(&length) || !in.GetDirectBufferPointer(&data, &size) ||
+          static_cast<uint32_t>(size) < length) {
+        return Corrupt("manifest is not a valid protobuf (delta section cut short)");
+      }
+      google::protobuf::io::CodedInputStream sub(static_cast<const uint8_t*>(data),
+                                                 static_cast<int>(length));
+      for (uint32_t t = sub.ReadTag(); t != 0; t = sub.ReadTag()) {
+        if (WireFormatLite::GetTagFieldNumber(t) == kDeltaChunksField) ++delta_chunks;
+        if (!WireFormatLite::SkipField(&sub, t)) break;  // the full parse reports it
+      }
+      in.Skip(static_cast<int>(length));
+      continue;
+    }
+    if (!WireFormatLite::SkipField(&in, tag)) break;  // the full parse reports it
+  }
+  for (const Limit& limit : kTopLevel) {
+    RETURN_IF_ERROR(CheckCount(counts[limit.field], limit.max, limit.what));
+  }
+  return CheckCount(delta_chunks, kMaxManifestChunks, "delta chunks");
 }
 
 Result<Manifest> FromProto(const pb::Manifest& p) {
@@ -229,6 +279,10 @@ Result<Manifest> ParseManifest(std::span<const uint8_t> bytes) {
   }
   if (bytes.empty()) return Corrupt("manifest is empty");
   try {
+    // Bad input is reported through our Status; keep protobuf's own log lines (invalid UTF-8 in a
+    // string field, ...) off the user's terminal while parsing.
+    google::protobuf::LogSilencer silence_protobuf_logs;
+    RETURN_IF_ERROR(PrescanCounts(bytes));
     pb::Manifest p;
     if (!p.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
       std::optional<uint64_t> version = PeekFormatVersion(bytes);

@@ -259,6 +259,27 @@ TEST_F(ManifestSerialization, RejectsBadChannelVersionMetadataAndDelta) {
                 "encoding 5 is out of range");
 }
 
+TEST_F(ManifestSerialization, RefusesTooManyEntriesBeforeParsingThem) {
+  // A million and one empty File entries: 2 bytes each on the wire.
+  std::string bytes = SerializeManifest(manifest_);
+  for (size_t i = 0; i <= kMaxManifestFiles; ++i) bytes += std::string("\x32\x00", 2);
+  ExpectCorrupt(ParseManifest(AsBytes(bytes)).status(), "1000005 files, over the limit");
+  // Counting walks into the delta section too; 100,001 empty delta chunks are under the limit
+  // (a test over it would need 200 MB) and are then refused by validation, not by a crash.
+  std::string delta;
+  for (size_t i = 0; i <= kMaxManifestChunks / 1000; ++i) delta += std::string("\x1a\x00", 2);
+  std::string prefix = "\x52";  // field 10, length-delimited
+  uint64_t n = delta.size();
+  while (n >= 0x80) {
+    prefix += static_cast<char>((n & 0x7f) | 0x80);
+    n >>= 7;
+  }
+  prefix += static_cast<char>(n);
+  EXPECT_TRUE(
+      ParseManifest(AsBytes(SerializeManifest(manifest_) + prefix + delta)).status().code() ==
+      Code::kCorrupt);
+}
+
 TEST_F(ManifestSerialization, RejectsXxhHashesWithANonZeroTail) {
   ExpectCorrupt(ParseMutated([](Manifest& m) {
                   m.hash_algorithm = HashAlgorithm::kXxh3_128;
