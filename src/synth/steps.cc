@@ -61,17 +61,6 @@ bool SameBytes(const uint8_t* a, const uint8_t* b) {
   return x == y;
 }
 
-bool SameElement(size_t bytes, const uint8_t* a, const uint8_t* b) {
-  switch (bytes) {
-    case 1:
-      return SameBytes<1>(a, b);
-    case 2:
-      return SameBytes<2>(a, b);
-    default:
-      return SameBytes<4>(a, b);
-  }
-}
-
 std::string StepDirName(uint64_t step) {
   char name[32];
   std::snprintf(name, sizeof(name), "step-%04llu", static_cast<unsigned long long>(step));
@@ -172,36 +161,60 @@ class StepWriter {
     state.prev.assign(src, src + s.count * eb);
     state.cur.resize(s.count * eb);
     const AdamOptions& adam = options_.adam;
-    uint64_t residual_key = StreamKey(options_.seed, t.name_hash, Stream::kResidual);
-    uint64_t signal_key = StreamKey(options_.seed, t.name_hash, Stream::kGradSignal);
-    uint64_t moment_key = StreamKey(options_.seed, t.name_hash, Stream::kMomentInit);
-    const float signal = static_cast<float>(adam.signal);
+    InitParams p;
+    p.residual_key = StreamKey(options_.seed, t.name_hash, Stream::kResidual);
+    p.signal_key = StreamKey(options_.seed, t.name_hash, Stream::kGradSignal);
+    p.moment_key = StreamKey(options_.seed, t.name_hash, Stream::kMomentInit);
+    p.signal = static_cast<float>(adam.signal);
     // The first moment's steady-state spread around the signal under pure unit noise.
-    const float m_spread = static_cast<float>(std::sqrt((1 - adam.beta1) / (1 + adam.beta1)));
-    const float zero_half_gap = 0.5f * SmallestPositive(dtype);
+    p.m_spread = static_cast<float>(std::sqrt((1 - adam.beta1) / (1 + adam.beta1)));
+    p.zero_half_gap = 0.5f * SmallestPositive(dtype);
+    switch (dtype) {
+      case DType::kBF16:
+        return InitTyped<DType::kBF16>(p, s, src, state);
+      case DType::kF16:
+        return InitTyped<DType::kF16>(p, s, src, state);
+      case DType::kF8_E4M3:
+        return InitTyped<DType::kF8_E4M3>(p, s, src, state);
+      default:
+        return InitTyped<DType::kF32>(p, s, src, state);
+    }
+  }
+
+  struct InitParams {
+    uint64_t residual_key;
+    uint64_t signal_key;
+    uint64_t moment_key;
+    float signal, m_spread, zero_half_gap;
+  };
+
+  // Rebuilds the optimizer state of a slice before step 1; templated like AdvanceTyped.
+  template <DType kType>
+  static void InitTyped(const InitParams& p, const Slice& s, const uint8_t* src,
+                        SliceState& state) {
+    constexpr size_t kBytes = kType == DType::kF8_E4M3 ? 1 : kType == DType::kF32 ? 4 : 2;
     for (uint64_t i = 0; i < s.count; ++i) {
       uint64_t e = s.first + i;
-      float base = DecodeElement(dtype, src + i * eb);
-      // Strictly inside the rounding cell of `base`, so the master weight casts back to it.
+      float base = DecodeElement(kType, src + i * kBytes);
       // Uniform over the whole rounding cell of `base`: a margin at its edges, even 0.1% of it,
       // would be as wide as a step's update at low precision and visibly lower step 1's changed
       // fraction. A stored zero keeps its sign: the master sits on that side of zero, so the first
       // update does not flip -0/+0 for half of all zeros.
-      float u = Uniform01(RandomAt(residual_key, e)) * 2.0f - 1.0f;
+      float u = Uniform01(RandomAt(p.residual_key, e)) * 2.0f - 1.0f;
       float master;
       if (base == 0.0f) {
-        master = std::copysign(std::fabs(u) * zero_half_gap, base);
+        master = std::copysign(std::fabs(u) * p.zero_half_gap, base);
       } else {
-        RoundingCell cell = CellAround(dtype, base);
+        RoundingCell cell = CellAround(kType, base);
         master = base - cell.below + (u * 0.5f + 0.5f) * (cell.below + cell.above);
       }
       uint8_t check[4];
-      EncodeElement(dtype, master, check);
+      EncodeElement(kType, master, check);
       // A draw landing exactly on the cell's edge may round away (ties); keep the stored value.
-      if (!SameElement(eb, check, src + i * eb)) master = base;
+      if (!SameBytes<kBytes>(check, src + i * kBytes)) master = base;
       state.master[i] = master;
-      float g_mean = signal * NormalIsh(RandomAt(signal_key, e));
-      state.m[i] = g_mean + m_spread * NormalIsh(RandomAt(moment_key, e));
+      float g_mean = p.signal * NormalIsh(RandomAt(p.signal_key, e));
+      state.m[i] = g_mean + p.m_spread * NormalIsh(RandomAt(p.moment_key, e));
       state.v[i] = g_mean * g_mean + 1.0f;
     }
   }
