@@ -18,7 +18,9 @@ command -v iperf3 >/dev/null || { echo "iperf3 is not installed" >&2; exit 1; }
 
 work="$(mktemp -d)"
 server_pid=""
+shm=""
 cleanup() {
+  if [ -n "$shm" ]; then rm -rf "$shm"; fi
   if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
   rm -rf "$work"
 }
@@ -57,8 +59,30 @@ sleep 0.5
 iperf3 -c 127.0.0.1 -p "$iperf_port" -n "$bytes" -l 128K --json >"$work/iperf.json"
 wait "$iperf_pid" 2>/dev/null || true
 
+# References for where the time goes: every fetched byte is SHA-256 hashed (sha256sum, one core),
+# and what compressing whole chunks would give (zstd -1 on the largest shard, one core).
+t0=$(date +%s.%N); cat "$work"/step-0000/* | sha256sum >/dev/null; t1=$(date +%s.%N)
+sha_seconds=$(python3 -c "print($t1 - $t0)")
+shard="$(ls -S "$work"/step-0000/*.safetensors | head -n 1)"
+t0=$(date +%s.%N); zbytes=$(zstd -1 -T1 -c "$shard" | wc -c); t1=$(date +%s.%N)
+zstd_json="{\"in\":$(stat -c %s "$shard"),\"out\":$zbytes,\"seconds\":$(python3 -c "print($t1 - $t0)")}"
+
+# And the store's floor: writing the same byte count and fsyncing it (every fetch commits durably).
+t0=$(date +%s.%N); dd if=/dev/zero of="$work/ddtest" bs=8M count=$(( (bytes + 8388607) / 8388608 )) conv=fsync status=none; t1=$(date +%s.%N)
+rm -f "$work/ddtest"
+dd_seconds=$(python3 -c "print($t1 - $t0)")
+
 full="$(fetch "$work/sampler" --version 1)"
 echo "full v1:        $full"
+# The same fetch into a store on tmpfs (when there is one): the transfer without the disk.
+if [ -d /dev/shm ] && [ -w /dev/shm ]; then
+  shm="$(mktemp -d /dev/shm/p2p-bench-XXXXXX)"
+  full_shm="$(fetch "$shm/sampler" --version 1)"
+  rm -rf "$shm"
+  echo "full v1 tmpfs:  $full_shm"
+else
+  full_shm='{"seconds":0,"model_bytes":0}'
+fi
 delta="$(fetch "$work/sampler" --version 2)"
 echo "delta v2 on v1: $delta"
 full2="$(fetch "$work/sampler2" --version 2 --no-delta)"
@@ -66,9 +90,11 @@ echo "full v2:        $full2"
 echo "iperf3:         $(python3 -c 'import json,sys; e=json.load(open(sys.argv[1]))["end"]["sum_received"]; print(e["bytes"], "bytes in", round(e["seconds"],3), "s")' "$work/iperf.json")"
 for f in "$work"/step-0001/*; do cmp "$f" "$work/sampler/policy/current/$(basename "$f")"; done
 
-python3 - "$work/iperf.json" "$full" "$delta" "$full2" "$changed" "$size" <<'PY'
+python3 - "$work/iperf.json" "$full" "$delta" "$full2" "$changed" "$size" "$sha_seconds" "$zstd_json" "$dd_seconds" "$full_shm" <<'PY'
 import json, sys
 ip = json.load(open(sys.argv[1]))["end"]["sum_received"]
+sha_seconds = float(sys.argv[7]); z = json.loads(sys.argv[8]); dd_seconds = float(sys.argv[9])
+shm = json.loads(sys.argv[10])
 full, delta, full2 = (json.loads(s) for s in sys.argv[2:5])
 gbit = lambda b, s: b * 8 / s / 1e9 if s > 0 else 0
 ip_gbit = gbit(ip["bytes"], ip["seconds"])
@@ -80,9 +106,18 @@ print(json.dumps({
   "full_seconds": full["seconds"], "full_gbit_per_s": round(full_gbit, 3),
   "full_vs_iperf3": round(full_gbit / ip_gbit, 3),
   "full_wire_bytes": full["wire_bytes"],
+  "full_tmpfs_seconds": shm["seconds"],
+  "full_tmpfs_gbit_per_s": round(gbit(shm["model_bytes"], shm["seconds"]), 3),
+  "full_tmpfs_vs_iperf3": round(gbit(shm["model_bytes"], shm["seconds"]) / ip_gbit, 3),
   "delta_seconds": delta["seconds"], "delta_wire_bytes": delta["wire_bytes"],
   "delta_ratio": delta["ratio"], "delta_chunks": delta["chunks_delta"],
   "full_v2_seconds": full2["seconds"],
   "delta_time_vs_full": round(delta["seconds"] / full2["seconds"], 3),
+  "sha256sum_gbit_per_s": round(gbit(full["model_bytes"], sha_seconds), 3),
+  "full_vs_sha256sum": round(full_gbit / gbit(full["model_bytes"], sha_seconds), 3),
+  "write_fsync_seconds": round(dd_seconds, 3),
+  "full_vs_write_fsync": round(dd_seconds / full["seconds"], 3),
+  "zstd1_ratio_whole_chunk": round(z["in"] / z["out"], 3),
+  "zstd1_gbit_per_s": round(gbit(z["in"], z["seconds"]), 3),
 }))
 PY
