@@ -3,6 +3,7 @@
 // staging.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <fstream>
 #include <thread>
 
@@ -186,6 +187,47 @@ TEST_F(P2p, CorruptChunkFromServerIsRefetchedOnceThenFailsWithoutCommit) {
   auto store = Store::Open(client_root_);
   ASSERT_TRUE(store.ok());
   EXPECT_EQ(store->Current(kChannel).status().code(), Code::kNotFound);
+}
+
+// A server that flips a byte in the first reply for chunk 1 and answers correctly afterwards: the
+// fetcher must ask for the chunk whole once more and commit the right bytes.
+TEST_F(P2p, ChunkCorruptedOnceInTransitIsRefetchedWholeAndCommitted) {
+  auto files = SampleFiles(8, 3);
+  Publish(Version(1), files);
+  server_transport_ = network_.CreateTransport("trainer", NodeOptions(1));
+  listener_ = std::move(server_transport_->Listen("mem:trainer")).value();
+  std::atomic<int> chunk1_requests{0};
+  serve_thread_ = std::thread([&] {
+    auto connection = listener_->Accept(net::kForever);
+    if (!connection.ok()) return;
+    auto manifest = server_store_->GetManifest(kChannel, Version(1));
+    ASSERT_TRUE(manifest.ok());
+    while (true) {
+      auto frame = (*connection)->Receive(net::kForever);
+      if (!frame.ok()) return;
+      auto request = ParseMessage(frame->body);
+      ASSERT_TRUE(request.ok());
+      if (request->type == MessageType::kGetManifest) {
+        Message reply{.type = MessageType::kManifest, .version = 1};
+        reply.blob = SignManifest(*manifest, kSecret);
+        ASSERT_TRUE((*connection)->SendControl(EncodeMessage(reply)).ok());
+      } else if (request->type == MessageType::kEcho) {
+        ASSERT_TRUE((*connection)->SendControl(EncodeMessage(Message{})).ok());
+      } else {
+        auto bytes = std::make_shared<std::vector<uint8_t>>(
+            server_store_->ReadChunk(kChannel, Version(1), ChunkIndex(request->chunk)).value());
+        if (request->chunk == 1 && chunk1_requests++ == 0) (*bytes)[17] ^= 0x20;
+        ASSERT_TRUE((*connection)
+                        ->SendChunk({.version = 1, .chunk_index = request->chunk}, *bytes, bytes)
+                        .ok());
+      }
+    }
+  });
+  auto stats = Fetch(std::nullopt);
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(stats->chunks_refetched, 1u);
+  EXPECT_EQ(chunk1_requests.load(), 2);
+  ExpectHolds(Version(1), files);
 }
 
 TEST_F(P2p, ResumesFromThePersistedChunkRecord) {
