@@ -59,9 +59,11 @@ Result<std::shared_ptr<const VersionServer::Loaded>> VersionServer::Load(uint64_
   loaded->manifest = std::move(manifest);
   loaded->bytes = std::move(bytes);
   std::lock_guard lock(mu_);
-  auto [it, inserted] = cache_.emplace(version, std::move(loaded));
+  // Another thread may have loaded it meanwhile; keep one copy. Taken before eviction, which
+  // may drop this very entry when it is the oldest version.
+  std::shared_ptr<const Loaded> result = cache_.emplace(version, std::move(loaded)).first->second;
   while (cache_.size() > kCachedVersions) cache_.erase(cache_.begin());
-  return std::shared_ptr<const Loaded>(it->second);
+  return result;
 }
 
 void VersionServer::Serve(net::Listener& listener) {
