@@ -142,6 +142,26 @@ TEST_F(P2p, FetchesNextVersionAsDeltaOntoCommittedBase) {
   EXPECT_GT(server_->stats().delta_chunks, 0u);
 }
 
+TEST_F(P2p, LocalVersionWithAnotherRootIsNotUsedAsBase) {
+  auto v1 = SampleFiles(9, 3);
+  auto v2 = NextStep(v1);
+  Publish(Version(1), v1);
+  Publish(Version(2), v2);
+  {
+    // The sampler's v1 holds other bytes than the trainer's v1: deltas against it would be wrong.
+    auto store = Store::Open(client_root_);
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE(StageAndCommit(*store, kChannel, Version(1), SampleFiles(10, 3)).ok());
+  }
+  StartServer();
+  auto stats = Fetch(Version(2));
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_FALSE(stats->base.has_value());
+  EXPECT_EQ(stats->chunks_raw, stats->chunks);
+  ExpectHolds(Version(2), v2);
+  EXPECT_EQ(Fetch(Version(1)).status().code(), Code::kFailedPrecondition);
+}
+
 TEST_F(P2p, WrongSecretIsRefusedAtTheHandshake) {
   Publish(Version(1), SampleFiles(3));
   StartServer();
