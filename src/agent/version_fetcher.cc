@@ -13,6 +13,7 @@
 #include "codec/chunk_codec.h"
 #include "codec/version_codec.h"
 #include "hash/digest.h"
+#include "manifest/builder.h"
 #include "manifest/signed_manifest.h"
 
 namespace weightcast::agent {
@@ -139,6 +140,7 @@ class Transfer {
 
   void Work() {
     codec::CodecScratch scratch;
+    Hasher hasher(manifest_.hash_algorithm);
     std::vector<uint8_t> out, base_scratch;
     while (!Stopped()) {
       auto frame = connection_.Receive(options_.receive_timeout);
@@ -147,7 +149,7 @@ class Transfer {
         return;
       }
       wire_bytes_ += frame->body.size() + net::kFrameHeaderSize;
-      Status status = Handle(*frame, scratch, out, base_scratch);
+      Status status = Handle(*frame, scratch, hasher, out, base_scratch);
       if (!status.ok()) {
         Fail(std::move(status));
         return;
@@ -155,8 +157,8 @@ class Transfer {
     }
   }
 
-  Status Handle(const net::Frame& frame, codec::CodecScratch& scratch, std::vector<uint8_t>& out,
-                std::vector<uint8_t>& base_scratch) {
+  Status Handle(const net::Frame& frame, codec::CodecScratch& scratch, Hasher& hasher,
+                std::vector<uint8_t>& out, std::vector<uint8_t>& base_scratch) {
     if (frame.type == net::FrameType::kControl) {
       ASSIGN_OR_RETURN(Message message, ParseMessage(frame.body));
       if (message.type == MessageType::kEcho) return Status::Ok();
@@ -189,7 +191,9 @@ class Transfer {
                                     std::to_string(payload.size()) + " bytes, expected " +
                                     std::to_string(range.size)));
       }
-      if (HashBytes(manifest_.hash_algorithm, payload) != expected) {
+      // Streaming with prefetch: the payload comes from memory, not from cache (builder.h).
+      UpdateStreaming(hasher, manifest_.hash_algorithm, payload);
+      if (hasher.Finish() != expected) {
         return Retry(
             chunk, Corrupt("chunk " + std::to_string(chunk) + " does not match its manifest hash"));
       }
