@@ -16,5 +16,12 @@ for target in build/fuzz/fuzz/fuzz_*; do
   seeds=""
   [ -d "fuzz/seeds/${name#fuzz_}" ] && seeds="fuzz/seeds/${name#fuzz_}"
   echo "fuzz: $name for ${seconds}s"
-  "$target" -max_total_time="$seconds" -rss_limit_mb=2048 -print_final_stats=1 "$corpus" $seeds 2>&1 | tail -n 4
+  log="build/fuzz/$name.log"
+  if ! "$target" -max_total_time="$seconds" -rss_limit_mb=2048 -print_final_stats=1 \
+      "$corpus" $seeds >"$log" 2>&1; then
+    tail -n 60 "$log"
+    echo "fuzz: $name FAILED (crash input saved beside the log; full log $log)"
+    exit 1
+  fi
+  grep -E '^stat::(number_of_executed_units|new_units_added)' "$log" || tail -n 2 "$log"
 done
