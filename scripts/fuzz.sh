@@ -18,6 +18,7 @@ for target in build/fuzz/fuzz/fuzz_*; do
   echo "fuzz: $name for ${seconds}s"
   log="build/fuzz/$name.log"
   if ! "$target" -max_total_time="$seconds" -rss_limit_mb=2048 -print_final_stats=1 \
+      -artifact_prefix="build/fuzz/$name-" \
       "$corpus" $seeds >"$log" 2>&1; then
     tail -n 60 "$log"
     echo "fuzz: $name FAILED (crash input saved beside the log; full log $log)"
