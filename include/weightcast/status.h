@@ -71,9 +71,7 @@ inline Status Unauthenticated(std::string m) { return {Code::kUnauthenticated, s
 inline Status Unavailable(std::string m) { return {Code::kUnavailable, std::move(m)}; }
 inline Status DeadlineExceeded(std::string m) { return {Code::kDeadlineExceeded, std::move(m)}; }
 inline Status Aborted(std::string m) { return {Code::kAborted, std::move(m)}; }
-inline Status ResourceExhausted(std::string m) {
-  return {Code::kResourceExhausted, std::move(m)};
-}
+inline Status ResourceExhausted(std::string m) { return {Code::kResourceExhausted, std::move(m)}; }
 inline Status Internal(std::string m) { return {Code::kInternal, std::move(m)}; }
 
 // Status from errno after a failed system call: "open(/x/y): No such file or directory".
@@ -83,7 +81,7 @@ Status ErrnoStatus(std::string_view what, int err);
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
   Result(Status status) : status_(std::move(status)) {  // NOLINT: implicit by design
     assert(!status_.ok() && "Result built from an OK status without a value");
     if (status_.ok()) status_ = Internal("Result constructed from OK status without a value");
@@ -121,10 +119,10 @@ class [[nodiscard]] Result {
 #define WC_CONCAT_(a, b) WC_CONCAT_INNER_(a, b)
 
 // Returns the Status of `expr` from the enclosing function if it is not OK.
-#define RETURN_IF_ERROR(expr)                              \
-  do {                                                     \
-    ::weightcast::Status wc_status_ = (expr);              \
-    if (!wc_status_.ok()) return wc_status_;               \
+#define RETURN_IF_ERROR(expr)                 \
+  do {                                        \
+    ::weightcast::Status wc_status_ = (expr); \
+    if (!wc_status_.ok()) return wc_status_;  \
   } while (false)
 
 // `ASSIGN_OR_RETURN(auto x, ComputeX());` declares x from a Result, or returns its Status.

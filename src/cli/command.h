@@ -4,8 +4,8 @@
 // The callback of the subcommand does the work and reports its outcome with Finish().
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <weightcast/status.h>
+#include <CLI/CLI.hpp>
 
 #include <string_view>
 

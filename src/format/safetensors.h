@@ -20,13 +20,28 @@
 namespace weightcast {
 
 enum class DType : uint8_t {
-  kBool, kU8, kI8, kU16, kI16, kU32, kI32, kU64, kI64,
-  kF16, kBF16, kF32, kF64,
-  kF8_E4M3, kF8_E5M2, kF8_E8M0,
-  kF6_E2M3, kF6_E3M2, kF4,
+  kBool,
+  kU8,
+  kI8,
+  kU16,
+  kI16,
+  kU32,
+  kI32,
+  kU64,
+  kI64,
+  kF16,
+  kBF16,
+  kF32,
+  kF64,
+  kF8_E4M3,
+  kF8_E5M2,
+  kF8_E8M0,
+  kF6_E2M3,
+  kF6_E3M2,
+  kF4,
 };
 
-std::string_view DTypeName(DType dtype);        // as spelled in safetensors: "BF16", "F8_E4M3"
+std::string_view DTypeName(DType dtype);          // as spelled in safetensors: "BF16", "F8_E4M3"
 Result<DType> ParseDType(std::string_view name);  // kInvalidArgument for unknown names
 uint32_t DTypeBits(DType dtype);                  // 1 for BOOL is stored as 8; F4 is 4, F6 is 6
 
@@ -46,7 +61,7 @@ struct TensorInfo {
 };
 
 struct SafetensorsHeader {
-  uint64_t header_bytes = 0;  // N
+  uint64_t header_bytes = 0;        // N
   std::vector<TensorInfo> tensors;  // sorted by begin
   std::map<std::string, std::string> metadata;
   // Absolute file offset of the data section.
@@ -96,7 +111,7 @@ struct CheckpointFile {
 };
 
 struct Checkpoint {
-  std::filesystem::path root;  // the directory (or the parent of a single file)
+  std::filesystem::path root;         // the directory (or the parent of a single file)
   std::vector<CheckpointFile> files;  // sorted by relative_path
   // From model.safetensors.index.json when present: tensor name -> file. Validated against the
   // headers (every entry names a file that holds that tensor, and every tensor is listed).

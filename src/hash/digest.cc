@@ -11,8 +11,10 @@ namespace weightcast {
 
 std::string_view HashAlgorithmName(HashAlgorithm algorithm) {
   switch (algorithm) {
-    case HashAlgorithm::kSha256: return "sha256";
-    case HashAlgorithm::kXxh3_128: return "xxh3-128";
+    case HashAlgorithm::kSha256:
+      return "sha256";
+    case HashAlgorithm::kXxh3_128:
+      return "xxh3-128";
   }
   return "unknown";
 }
@@ -44,7 +46,8 @@ Digest Sha256(std::span<const uint8_t> data) {
 }
 
 Digest HashBytes(HashAlgorithm algorithm, std::span<const uint8_t> data) {
-  if (algorithm == HashAlgorithm::kXxh3_128) return FromXxh128(XXH3_128bits(data.data(), data.size()));
+  if (algorithm == HashAlgorithm::kXxh3_128)
+    return FromXxh128(XXH3_128bits(data.data(), data.size()));
   return Sha256(data);
 }
 

@@ -77,16 +77,16 @@ Result<std::string> ReadFileToString(const std::filesystem::path& path, uint64_t
                       " bytes is over the limit of " + std::to_string(max_bytes));
   }
   std::string out(static_cast<size_t>(st.st_size), '\0');
-  RETURN_IF_ERROR(ReadExactAt(
-      fd, 0, {reinterpret_cast<uint8_t*>(out.data()), out.size()}, path.string()));
+  RETURN_IF_ERROR(
+      ReadExactAt(fd, 0, {reinterpret_cast<uint8_t*>(out.data()), out.size()}, path.string()));
   return out;
 }
 
 Status ReadExactAt(int fd, uint64_t offset, std::span<uint8_t> out, std::string_view what) {
   size_t done = 0;
   while (done < out.size()) {
-    ssize_t n = ::pread(fd, out.data() + done, out.size() - done,
-                        static_cast<off_t>(offset + done));
+    ssize_t n =
+        ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
     if (n < 0) {
       if (errno == EINTR) continue;
       return ErrnoStatus("read(" + std::string(what) + ")", errno);
@@ -127,8 +127,8 @@ Status WriteFileAtomic(const std::filesystem::path& path, std::string_view data)
   tmp += ".tmp." + std::to_string(rd());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus("open(" + tmp.string() + ")", errno);
-  Status st = WriteAll(fd, {reinterpret_cast<const uint8_t*>(data.data()), data.size()},
-                       tmp.string());
+  Status st =
+      WriteAll(fd, {reinterpret_cast<const uint8_t*>(data.data()), data.size()}, tmp.string());
   if (st.ok() && ::fsync(fd) != 0) st = ErrnoStatus("fsync(" + tmp.string() + ")", errno);
   ::close(fd);
   if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {

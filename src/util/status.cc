@@ -7,20 +7,34 @@ namespace weightcast {
 
 std::string_view CodeName(Code code) {
   switch (code) {
-    case Code::kOk: return "OK";
-    case Code::kInvalidArgument: return "INVALID_ARGUMENT";
-    case Code::kNotFound: return "NOT_FOUND";
-    case Code::kAlreadyExists: return "ALREADY_EXISTS";
-    case Code::kCorrupt: return "CORRUPT";
-    case Code::kIoError: return "IO_ERROR";
-    case Code::kFailedPrecondition: return "FAILED_PRECONDITION";
-    case Code::kOutOfRange: return "OUT_OF_RANGE";
-    case Code::kUnauthenticated: return "UNAUTHENTICATED";
-    case Code::kUnavailable: return "UNAVAILABLE";
-    case Code::kDeadlineExceeded: return "DEADLINE_EXCEEDED";
-    case Code::kAborted: return "ABORTED";
-    case Code::kResourceExhausted: return "RESOURCE_EXHAUSTED";
-    case Code::kInternal: return "INTERNAL";
+    case Code::kOk:
+      return "OK";
+    case Code::kInvalidArgument:
+      return "INVALID_ARGUMENT";
+    case Code::kNotFound:
+      return "NOT_FOUND";
+    case Code::kAlreadyExists:
+      return "ALREADY_EXISTS";
+    case Code::kCorrupt:
+      return "CORRUPT";
+    case Code::kIoError:
+      return "IO_ERROR";
+    case Code::kFailedPrecondition:
+      return "FAILED_PRECONDITION";
+    case Code::kOutOfRange:
+      return "OUT_OF_RANGE";
+    case Code::kUnauthenticated:
+      return "UNAUTHENTICATED";
+    case Code::kUnavailable:
+      return "UNAVAILABLE";
+    case Code::kDeadlineExceeded:
+      return "DEADLINE_EXCEEDED";
+    case Code::kAborted:
+      return "ABORTED";
+    case Code::kResourceExhausted:
+      return "RESOURCE_EXHAUSTED";
+    case Code::kInternal:
+      return "INTERNAL";
   }
   return "UNKNOWN";
 }
