@@ -11,8 +11,8 @@
 // asio 1.22 recognises clang's coroutines only through libc++'s
 // <experimental/coroutine>; with libstdc++ (Debian's clang builds: fuzz,
 // sanitizers) the standard <coroutine> works as well.
-#if defined(__clang__) && !defined(ASIO_HAS_CO_AWAIT) &&                       \
-    defined(__cpp_impl_coroutine) && __has_include(<coroutine>)
+#if defined(__clang__) && !defined(ASIO_HAS_CO_AWAIT) && defined(__cpp_impl_coroutine) && \
+    __has_include(<coroutine>)
 #define ASIO_HAS_CO_AWAIT 1
 #endif
 // clang 14's -fsanitize=function (part of "undefined") emits prologue data that
@@ -20,8 +20,7 @@
 // difference across sections", llvm-project issue 49689); keep that one check
 // off in this file, the other sanitizers stay.
 #if defined(__clang__) && __clang_major__ < 17
-#pragma clang attribute push(__attribute__((no_sanitize("function"))),         \
-                             apply_to = function)
+#pragma clang attribute push(__attribute__((no_sanitize("function"))), apply_to = function)
 #define WC_NET_POP_NO_SANITIZE_FUNCTION 1
 #endif
 
@@ -65,9 +64,7 @@ constexpr size_t kPacedBatchBytes = 256u << 10;
 // more than the copy itself. This condition lets one sendmsg/recvmsg move as
 // much as the kernel takes.
 struct TransferAllLarge {
-  size_t operator()(const std::error_code &ec, size_t) const {
-    return ec ? 0 : (64u << 20);
-  }
+  size_t operator()(const std::error_code& ec, size_t) const { return ec ? 0 : (64u << 20); }
 };
 
 int64_t NowNs() {
@@ -80,18 +77,16 @@ int64_t NowNs() {
 // large frame arriving slowly (shaped link, rate limit) is progress, not
 // silence, to the keepalive watchdog.
 struct TransferAllNotingProgress {
-  std::atomic<int64_t> *last_progress_ns;
-  size_t operator()(const std::error_code &ec, size_t) const {
-    if (last_progress_ns != nullptr)
-      *last_progress_ns = NowNs();
+  std::atomic<int64_t>* last_progress_ns;
+  size_t operator()(const std::error_code& ec, size_t) const {
+    if (last_progress_ns != nullptr) *last_progress_ns = NowNs();
     return ec ? 0 : (64u << 20);
   }
 };
 
-std::string EndpointString(const tcp::endpoint &ep) {
+std::string EndpointString(const tcp::endpoint& ep) {
   std::string host = ep.address().to_string();
-  if (ep.address().is_v6())
-    host = "[" + host + "]";
+  if (ep.address().is_v6()) host = "[" + host + "]";
   return host + ":" + std::to_string(ep.port());
 }
 
@@ -100,24 +95,22 @@ std::string EndpointString(const tcp::endpoint &ep) {
 // and writes may be outstanding at the same time (one of each), from the
 // connection's strand.
 class Channel {
-public:
+ public:
   explicit Channel(tcp::socket socket) : socket_(std::move(socket)) {}
-  tcp::socket &socket() { return socket_; }
+  tcp::socket& socket() { return socket_; }
   bool tls() const { return tls_ != nullptr; }
 
-  awaitable<std::error_code> StartTls(asio::ssl::context &context,
-                                      bool client) {
-    tls_ = std::make_unique<asio::ssl::stream<tcp::socket &>>(socket_, context);
+  awaitable<std::error_code> StartTls(asio::ssl::context& context, bool client) {
+    tls_ = std::make_unique<asio::ssl::stream<tcp::socket&>>(socket_, context);
     std::error_code ec;
     co_await tls_->async_handshake(
-        client ? asio::ssl::stream_base::client
-               : asio::ssl::stream_base::server,
+        client ? asio::ssl::stream_base::client : asio::ssl::stream_base::server,
         asio::redirect_error(asio::use_awaitable, ec));
     co_return ec;
   }
 
   template <typename Buffers, typename Condition>
-  awaitable<std::error_code> Read(const Buffers &buffers, Condition condition) {
+  awaitable<std::error_code> Read(const Buffers& buffers, Condition condition) {
     std::error_code ec;
     if (tls_) {
       co_await asio::async_read(*tls_, buffers, condition,
@@ -130,7 +123,7 @@ public:
   }
 
   template <typename Buffers>
-  awaitable<std::error_code> Write(const Buffers &buffers) {
+  awaitable<std::error_code> Write(const Buffers& buffers) {
     std::error_code ec;
     if (tls_) {
       co_await asio::async_write(*tls_, buffers, TransferAllLarge{},
@@ -142,29 +135,26 @@ public:
     co_return ec;
   }
 
-private:
+ private:
   tcp::socket socket_;
-  std::unique_ptr<asio::ssl::stream<tcp::socket &>> tls_;
+  std::unique_ptr<asio::ssl::stream<tcp::socket&>> tls_;
 };
 
 Result<tcp::endpoint> ParseEndpoint(std::string_view address) {
   size_t colon = address.rfind(':');
   if (colon == std::string_view::npos) {
-    return InvalidArgument("address '" + std::string(address) +
-                           "' is not host:port");
+    return InvalidArgument("address '" + std::string(address) + "' is not host:port");
   }
   std::string host(address.substr(0, colon));
   std::string port_text(address.substr(colon + 1));
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
   }
-  if (host == "localhost")
-    host = "127.0.0.1";
-  char *end = nullptr;
+  if (host == "localhost") host = "127.0.0.1";
+  char* end = nullptr;
   unsigned long port = std::strtoul(port_text.c_str(), &end, 10);
   if (port_text.empty() || *end != '\0' || port > 65535) {
-    return InvalidArgument("address '" + std::string(address) +
-                           "' has a bad port");
+    return InvalidArgument("address '" + std::string(address) + "' has a bad port");
   }
   std::error_code ec;
   asio::ip::address ip = asio::ip::make_address(host, ec);
@@ -176,8 +166,8 @@ Result<tcp::endpoint> ParseEndpoint(std::string_view address) {
 }
 
 template <typename Pred>
-bool WaitFor(std::condition_variable &cv, std::unique_lock<std::mutex> &lock,
-             Duration timeout, Pred pred) {
+bool WaitFor(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, Duration timeout,
+             Pred pred) {
   if (timeout == kForever) {
     cv.wait(lock, pred);
     return true;
@@ -189,36 +179,32 @@ struct Shared {
   explicit Shared(Options o) : options(std::move(o)) {}
   asio::io_context io;
   Options options;
-  std::unique_ptr<asio::ssl::context> tls; // set when options.tls.enabled
+  std::unique_ptr<asio::ssl::context> tls;  // set when options.tls.enabled
 };
 
 // TLS 1.2+ with mutual certificate verification against the cluster CA. Throws
 // std::system_error (caught by TcpTransport::Create) when a file is missing or
 // does not parse.
-std::unique_ptr<asio::ssl::context> MakeTlsContext(const TlsOptions &tls) {
+std::unique_ptr<asio::ssl::context> MakeTlsContext(const TlsOptions& tls) {
   auto context = std::make_unique<asio::ssl::context>(asio::ssl::context::tls);
-  context->set_options(
-      asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
-      asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
-      asio::ssl::context::no_tlsv1_1);
+  context->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                       asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
+                       asio::ssl::context::no_tlsv1_1);
   context->use_certificate_chain_file(tls.cert_file);
   context->use_private_key_file(tls.key_file, asio::ssl::context::pem);
   context->load_verify_file(tls.ca_file);
-  context->set_verify_mode(asio::ssl::verify_peer |
-                           asio::ssl::verify_fail_if_no_peer_cert);
+  context->set_verify_mode(asio::ssl::verify_peer | asio::ssl::verify_fail_if_no_peer_cert);
   return context;
 }
 
-awaitable<Result<PeerInfo>> RunHandshake(Channel& channel, const Options& options,
-                                         bool initiator);
+awaitable<Result<PeerInfo>> RunHandshake(Channel& channel, const Options& options, bool initiator);
 
 // TLS first (when configured), then the HMAC handshake inside it.
-awaitable<Result<PeerInfo>>
-SecureAndAuthenticate(Shared &shared, Channel &channel, bool initiator) {
+awaitable<Result<PeerInfo>> SecureAndAuthenticate(Shared& shared, Channel& channel,
+                                                  bool initiator) {
   if (shared.tls) {
     std::error_code ec = co_await channel.StartTls(*shared.tls, initiator);
-    if (ec)
-      co_return Unauthenticated("TLS handshake failed: " + ec.message());
+    if (ec) co_return Unauthenticated("TLS handshake failed: " + ec.message());
   }
   co_return co_await RunHandshake(channel, shared.options, initiator);
 }
@@ -227,94 +213,75 @@ SecureAndAuthenticate(Shared &shared, Channel &channel, bool initiator) {
 // the limit. `progress` (optional) is stamped whenever bytes arrive; `paused`
 // (optional) is set while the reader waits for rate-limit tokens, time that is
 // not the peer's silence.
-awaitable<Result<Frame>> ReadFrame(Channel &channel, uint32_t max_body,
-                                   TokenBucket *limit,
-                                   asio::steady_timer *pacing,
-                                   std::atomic<int64_t> *progress = nullptr,
-                                   std::atomic<bool> *paused = nullptr) {
+awaitable<Result<Frame>> ReadFrame(Channel& channel, uint32_t max_body, TokenBucket* limit,
+                                   asio::steady_timer* pacing,
+                                   std::atomic<int64_t>* progress = nullptr,
+                                   std::atomic<bool>* paused = nullptr) {
   std::array<uint8_t, kFrameHeaderSize> head;
-  std::error_code ec =
-      co_await channel.Read(asio::buffer(head), TransferAllLarge{});
+  std::error_code ec = co_await channel.Read(asio::buffer(head), TransferAllLarge{});
   if (ec) {
     // A TLS peer that closes without close_notify reads as stream_truncated:
     // still a hang-up.
-    const bool closed =
-        ec == asio::error::eof || ec == asio::ssl::error::stream_truncated;
-    co_return Unavailable(closed ? "peer closed the connection"
-                                 : "read: " + ec.message());
+    const bool closed = ec == asio::error::eof || ec == asio::ssl::error::stream_truncated;
+    co_return Unavailable(closed ? "peer closed the connection" : "read: " + ec.message());
   }
   Result<FrameHeader> header = ParseFrameHeader(head, max_body);
-  if (!header.ok())
-    co_return header.status();
+  if (!header.ok()) co_return header.status();
   Frame frame;
   frame.type = header->type;
   frame.body.resize(header->length);
   if (limit != nullptr && pacing != nullptr) {
     Duration wait = limit->Reserve(kFrameHeaderSize + header->length);
     if (wait > Duration(0)) {
-      if (paused != nullptr)
-        *paused = true;
+      if (paused != nullptr) *paused = true;
       pacing->expires_after(wait);
-      co_await pacing->async_wait(
-          asio::redirect_error(asio::use_awaitable, ec));
-      if (paused != nullptr)
-        *paused = false;
-      if (progress != nullptr)
-        *progress = NowNs();
+      co_await pacing->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      if (paused != nullptr) *paused = false;
+      if (progress != nullptr) *progress = NowNs();
     }
   }
   if (!frame.body.empty()) {
-    ec = co_await channel.Read(asio::buffer(frame.body),
-                               TransferAllNotingProgress{progress});
-    if (ec)
-      co_return Unavailable("read: " + ec.message());
+    ec = co_await channel.Read(asio::buffer(frame.body), TransferAllNotingProgress{progress});
+    if (ec) co_return Unavailable("read: " + ec.message());
   }
   Status valid = ValidateFrameBody(frame.type, frame.body);
-  if (!valid.ok())
-    co_return valid;
+  if (!valid.ok()) co_return valid;
   co_return frame;
 }
 
-awaitable<Status> WriteFrame(Channel &channel, const OutFrame &frame) {
+awaitable<Status> WriteFrame(Channel& channel, const OutFrame& frame) {
   std::array<asio::const_buffer, 2> buffers = {
       asio::buffer(frame.head.data(), frame.head_size),
       asio::buffer(frame.payload.data(), frame.payload.size())};
   std::error_code ec = co_await channel.Write(buffers);
-  if (ec)
-    co_return Unavailable("write: " + ec.message());
+  if (ec) co_return Unavailable("write: " + ec.message());
   co_return Status::Ok();
 }
 
 // Runs the handshake on a fresh socket. On failure it tells the peer why (best
 // effort).
-awaitable<Result<PeerInfo>>
-RunHandshake(Channel &channel, const Options &options, bool initiator) {
+awaitable<Result<PeerInfo>> RunHandshake(Channel& channel, const Options& options, bool initiator) {
   Handshake hs(options.self, options.secret, initiator);
   Status sent = co_await WriteFrame(channel, hs.HelloFrame());
-  if (!sent.ok())
-    co_return sent;
+  if (!sent.ok()) co_return sent;
   while (!hs.established()) {
-    Result<Frame> frame =
-        co_await ReadFrame(channel, kHandshakeMaxFrameBytes, nullptr, nullptr);
+    Result<Frame> frame = co_await ReadFrame(channel, kHandshakeMaxFrameBytes, nullptr, nullptr);
     if (!frame.ok()) {
       if (frame.status().code() == Code::kCorrupt) {
-        (void)co_await WriteFrame(channel,
-                                  Handshake::ErrorFrameFor(frame.status()));
+        (void)co_await WriteFrame(channel, Handshake::ErrorFrameFor(frame.status()));
       }
       co_return frame.status();
     }
     Result<std::optional<OutFrame>> reply = hs.OnFrame(*frame);
     if (!reply.ok()) {
       if (reply.status().code() != Code::kAborted) {
-        (void)co_await WriteFrame(channel,
-                                  Handshake::ErrorFrameFor(reply.status()));
+        (void)co_await WriteFrame(channel, Handshake::ErrorFrameFor(reply.status()));
       }
       co_return reply.status();
     }
     if (*reply) {
       Status s = co_await WriteFrame(channel, **reply);
-      if (!s.ok())
-        co_return s;
+      if (!s.ok()) co_return s;
     }
   }
   PeerInfo peer = hs.peer();
@@ -325,13 +292,18 @@ RunHandshake(Channel &channel, const Options &options, bool initiator) {
 }
 
 class TcpConn : public std::enable_shared_from_this<TcpConn> {
-public:
-  TcpConn(std::shared_ptr<Shared> shared, std::unique_ptr<Channel> channel,
-          PeerInfo peer)
-      : shared_(std::move(shared)), options_(shared_->options),
-        strand_(channel->socket().get_executor()), channel_(std::move(channel)),
-        write_wake_(strand_), read_wake_(strand_), watchdog_(strand_),
-        write_pacing_(strand_), read_pacing_(strand_), peer_(std::move(peer)) {
+ public:
+  TcpConn(std::shared_ptr<Shared> shared, std::unique_ptr<Channel> channel, PeerInfo peer)
+      : shared_(std::move(shared)),
+        options_(shared_->options),
+        strand_(channel->socket().get_executor()),
+        channel_(std::move(channel)),
+        write_wake_(strand_),
+        read_wake_(strand_),
+        watchdog_(strand_),
+        write_pacing_(strand_),
+        read_pacing_(strand_),
+        peer_(std::move(peer)) {
     std::error_code ec;
     channel_->socket().set_option(tcp::no_delay(true), ec);
     last_received_ns_ = NowNs();
@@ -346,21 +318,18 @@ public:
     asio::co_spawn(strand_, Watchdog(self), asio::detached);
   }
 
-  const PeerInfo &peer() const { return peer_; }
+  const PeerInfo& peer() const { return peer_; }
 
   Status Send(OutFrame frame, Duration timeout) {
     RETURN_IF_ERROR(CheckSendable(frame));
     std::unique_lock lock(mu_);
     const size_t size = frame.wire_size();
     bool room = WaitFor(cv_, lock, timeout, [&] {
-      return !status_.ok() || send_bytes_ == 0 ||
-             send_bytes_ + size <= options_.send_queue_bytes;
+      return !status_.ok() || send_bytes_ == 0 || send_bytes_ + size <= options_.send_queue_bytes;
     });
-    if (!status_.ok())
-      return status_;
+    if (!status_.ok()) return status_;
     if (!room)
-      return DeadlineExceeded("send queue full for " +
-                              std::to_string(timeout.count() / 1000000) +
+      return DeadlineExceeded("send queue full for " + std::to_string(timeout.count() / 1000000) +
                               " ms (peer is slow)");
     send_bytes_ += size;
     send_queue_.push_back(std::move(frame));
@@ -370,35 +339,28 @@ public:
 
   Result<Frame> Receive(Duration timeout) {
     std::unique_lock lock(mu_);
-    bool got = WaitFor(cv_, lock, timeout,
-                       [&] { return !recv_queue_.empty() || !status_.ok(); });
+    bool got = WaitFor(cv_, lock, timeout, [&] { return !recv_queue_.empty() || !status_.ok(); });
     if (recv_queue_.empty()) {
-      if (!status_.ok())
-        return status_;
-      if (!got)
-        return DeadlineExceeded("no frame within the timeout");
+      if (!status_.ok()) return status_;
+      if (!got) return DeadlineExceeded("no frame within the timeout");
     }
     Frame frame = std::move(recv_queue_.front());
     recv_queue_.pop_front();
     recv_bytes_ -= frame.body.size();
     if (reader_waiting_ && recv_bytes_ < options_.receive_queue_bytes) {
       reader_waiting_ = false;
-      asio::post(strand_,
-                 [self = shared_from_this()] { self->read_wake_.cancel(); });
+      asio::post(strand_, [self = shared_from_this()] { self->read_wake_.cancel(); });
     }
     return frame;
   }
 
   Status Flush(Duration timeout) {
     std::unique_lock lock(mu_);
-    bool done = WaitFor(cv_, lock, timeout,
-                        [&] { return send_bytes_ == 0 || !status_.ok(); });
+    bool done = WaitFor(cv_, lock, timeout, [&] { return send_bytes_ == 0 || !status_.ok(); });
     // Everything went out before the connection ended (e.g. the peer hung up
     // after reading).
-    if (!status_.ok())
-      return flushed_before_failure_ ? Status::Ok() : status_;
-    return done ? Status::Ok()
-                : DeadlineExceeded("flush did not finish within the timeout");
+    if (!status_.ok()) return flushed_before_failure_ ? Status::Ok() : status_;
+    return done ? Status::Ok() : DeadlineExceeded("flush did not finish within the timeout");
   }
 
   Status status() const {
@@ -411,18 +373,16 @@ public:
   void Fail(Status status, bool log) {
     {
       std::lock_guard lock(mu_);
-      if (!status_.ok())
-        return;
+      if (!status_.ok()) return;
       status_ = status;
       flushed_before_failure_ = send_bytes_ == 0;
-      send_queue_.clear(); // releases keep_alive references of unsent chunks
+      send_queue_.clear();  // releases keep_alive references of unsent chunks
       send_bytes_ = 0;
     }
     // Logged before waking waiters, so that whoever sees the failure can also
     // see the line.
     if (log) {
-      options_.log("tcp: connection to node " +
-                   std::to_string(peer_.node_id.value()) + " at " +
+      options_.log("tcp: connection to node " + std::to_string(peer_.node_id.value()) + " at " +
                    peer_.address + " closed: " + status.ToString());
     }
     cv_.notify_all();
@@ -438,13 +398,11 @@ public:
     });
   }
 
-private:
+ private:
   void WakeWriterLocked() {
-    if (!writer_waiting_)
-      return;
+    if (!writer_waiting_) return;
     writer_waiting_ = false;
-    asio::post(strand_,
-               [self = shared_from_this()] { self->write_wake_.cancel(); });
+    asio::post(strand_, [self = shared_from_this()] { self->write_wake_.cancel(); });
   }
 
   bool failed() {
@@ -460,30 +418,24 @@ private:
       size_t batch_bytes = 0;
       // Under a rate limit, batches stay small so that pacing is smooth rather
       // than one long wait followed by a burst.
-      const size_t max_batch =
-          self->options_.upload_limit ? kPacedBatchBytes : kMaxBatchBytes;
+      const size_t max_batch = self->options_.upload_limit ? kPacedBatchBytes : kMaxBatchBytes;
       {
         std::lock_guard lock(self->mu_);
-        if (!self->status_.ok())
-          co_return;
-        while (!self->send_queue_.empty() && batch.size() < kMaxBatchFrames &&
-               (batch.empty() ||
-                batch_bytes + self->send_queue_.front().wire_size() <=
-                    max_batch)) {
+        if (!self->status_.ok()) co_return;
+        while (
+            !self->send_queue_.empty() && batch.size() < kMaxBatchFrames &&
+            (batch.empty() || batch_bytes + self->send_queue_.front().wire_size() <= max_batch)) {
           batch_bytes += self->send_queue_.front().wire_size();
           batch.push_back(std::move(self->send_queue_.front()));
           self->send_queue_.pop_front();
         }
-        if (batch.empty())
-          self->writer_waiting_ = true;
+        if (batch.empty()) self->writer_waiting_ = true;
       }
       if (batch.empty()) {
         self->write_wake_.expires_after(self->options_.keepalive_interval);
-        co_await self->write_wake_.async_wait(
-            asio::redirect_error(asio::use_awaitable, ec));
+        co_await self->write_wake_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
         std::lock_guard lock(self->mu_);
-        if (!self->status_.ok())
-          co_return;
+        if (!self->status_.ok()) co_return;
         if (!ec && self->writer_waiting_ && self->send_queue_.empty()) {
           // Idle for a whole interval: tell the peer we are alive.
           OutFrame ping = OutFrame::Make(FrameType::kPing, {});
@@ -497,17 +449,14 @@ private:
         Duration wait = self->options_.upload_limit->Reserve(batch_bytes);
         if (wait > Duration(0)) {
           self->write_pacing_.expires_after(wait);
-          co_await self->write_pacing_.async_wait(
-              asio::redirect_error(asio::use_awaitable, ec));
-          if (self->failed())
-            co_return;
+          co_await self->write_pacing_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+          if (self->failed()) co_return;
         }
       }
       buffers.clear();
-      for (const OutFrame &f : batch) {
+      for (const OutFrame& f : batch) {
         buffers.emplace_back(f.head.data(), f.head_size);
-        if (!f.payload.empty())
-          buffers.emplace_back(f.payload.data(), f.payload.size());
+        if (!f.payload.empty()) buffers.emplace_back(f.payload.data(), f.payload.size());
       }
       ec = co_await self->channel_->Write(buffers);
       batch.clear();
@@ -527,33 +476,28 @@ private:
     std::error_code ec;
     for (;;) {
       Result<Frame> frame = co_await ReadFrame(
-          *self->channel_, self->options_.max_frame_bytes,
-          self->options_.download_limit.get(), &self->read_pacing_,
-          &self->last_received_ns_, &self->reader_paused_);
+          *self->channel_, self->options_.max_frame_bytes, self->options_.download_limit.get(),
+          &self->read_pacing_, &self->last_received_ns_, &self->reader_paused_);
       if (!frame.ok()) {
         // A peer hanging up cleanly is routine; anything else is worth a line.
-        const bool clean_close =
-            frame.status().message() == "peer closed the connection";
+        const bool clean_close = frame.status().message() == "peer closed the connection";
         self->Fail(frame.status(), !clean_close);
         co_return;
       }
       self->last_received_ns_ = NowNs();
-      if (frame->type == FrameType::kPing)
-        continue;
+      if (frame->type == FrameType::kPing) continue;
       if (frame->type == FrameType::kHello || frame->type == FrameType::kAuth) {
         self->Fail(Corrupt("handshake frame after the handshake"), true);
         co_return;
       }
       if (frame->type == FrameType::kError) {
-        self->Fail(Aborted("peer closed the connection with an error report"),
-                   true);
+        self->Fail(Aborted("peer closed the connection with an error report"), true);
         co_return;
       }
       bool pause;
       {
         std::lock_guard lock(self->mu_);
-        if (!self->status_.ok())
-          co_return;
+        if (!self->status_.ok()) co_return;
         self->recv_bytes_ += frame->body.size();
         self->recv_queue_.push_back(std::move(*frame));
         pause = self->recv_bytes_ >= self->options_.receive_queue_bytes;
@@ -565,13 +509,10 @@ private:
         // Stop reading until Receive drains the queue; TCP flow control then
         // slows the peer.
         self->read_wake_.expires_at(asio::steady_timer::time_point::max());
-        co_await self->read_wake_.async_wait(
-            asio::redirect_error(asio::use_awaitable, ec));
-        self->last_received_ns_ =
-            NowNs(); // silence while paused was ours, not the peer's
+        co_await self->read_wake_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+        self->last_received_ns_ = NowNs();  // silence while paused was ours, not the peer's
         self->reader_paused_ = false;
-        if (self->failed())
-          co_return;
+        if (self->failed()) co_return;
       }
     }
   }
@@ -579,14 +520,11 @@ private:
   static awaitable<void> Watchdog(std::shared_ptr<TcpConn> self) {
     std::error_code ec;
     const Duration timeout = self->options_.keepalive_timeout;
-    const Duration period =
-        std::max<Duration>(std::chrono::milliseconds(10), timeout / 4);
+    const Duration period = std::max<Duration>(std::chrono::milliseconds(10), timeout / 4);
     for (;;) {
       self->watchdog_.expires_after(period);
-      co_await self->watchdog_.async_wait(
-          asio::redirect_error(asio::use_awaitable, ec));
-      if (self->failed())
-        co_return;
+      co_await self->watchdog_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      if (self->failed()) co_return;
       if (self->reader_paused_) {
         self->last_received_ns_ = NowNs();
         continue;
@@ -594,8 +532,7 @@ private:
       int64_t silent_ns = NowNs() - self->last_received_ns_;
       if (silent_ns > timeout.count()) {
         self->Fail(DeadlineExceeded("keepalive: nothing heard from peer for " +
-                                    std::to_string(silent_ns / 1000000) +
-                                    " ms"),
+                                    std::to_string(silent_ns / 1000000) + " ms"),
                    true);
         co_return;
       }
@@ -603,7 +540,7 @@ private:
   }
 
   std::shared_ptr<Shared> shared_;
-  const Options &options_;
+  const Options& options_;
   asio::any_io_executor strand_;
   std::unique_ptr<Channel> channel_;
   asio::steady_timer write_wake_;
@@ -617,7 +554,7 @@ private:
   std::condition_variable cv_;
   Status status_;
   std::deque<OutFrame> send_queue_;
-  size_t send_bytes_ = 0; // queued or being written
+  size_t send_bytes_ = 0;  // queued or being written
   bool flushed_before_failure_ = false;
   bool writer_waiting_ = false;
   std::deque<Frame> recv_queue_;
@@ -628,24 +565,19 @@ private:
 };
 
 class TcpConnection : public Connection {
-public:
-  explicit TcpConnection(std::shared_ptr<TcpConn> conn)
-      : conn_(std::move(conn)) {}
+ public:
+  explicit TcpConnection(std::shared_ptr<TcpConn> conn) : conn_(std::move(conn)) {}
   ~TcpConnection() override { Close(); }
-  const PeerInfo &peer() const override { return conn_->peer(); }
+  const PeerInfo& peer() const override { return conn_->peer(); }
   Status Send(OutFrame frame, Duration timeout) override {
     return conn_->Send(std::move(frame), timeout);
   }
-  Result<Frame> Receive(Duration timeout) override {
-    return conn_->Receive(timeout);
-  }
+  Result<Frame> Receive(Duration timeout) override { return conn_->Receive(timeout); }
   Status Flush(Duration timeout) override { return conn_->Flush(timeout); }
-  void Close() override {
-    conn_->Fail(Unavailable("connection closed by this node"), false);
-  }
+  void Close() override { conn_->Fail(Unavailable("connection closed by this node"), false); }
   Status status() const override { return conn_->status(); }
 
-private:
+ private:
   std::shared_ptr<TcpConn> conn_;
 };
 
@@ -662,11 +594,9 @@ struct ListenerState {
   void Close() {
     {
       std::lock_guard lock(mu);
-      if (closed)
-        return;
+      if (closed) return;
       closed = true;
-      for (auto &c : ready)
-        c->Fail(Unavailable("listener closed"), false);
+      for (auto& c : ready) c->Fail(Unavailable("listener closed"), false);
       ready.clear();
     }
     cv.notify_all();
@@ -686,13 +616,13 @@ struct Registry {
   std::mutex mu;
   std::vector<std::weak_ptr<TcpConn>> conns;
   std::vector<std::weak_ptr<ListenerState>> listeners;
-  void AddListener(const std::shared_ptr<ListenerState> &l) {
+  void AddListener(const std::shared_ptr<ListenerState>& l) {
     std::lock_guard lock(mu);
     listeners.push_back(l);
   }
-  void Add(const std::shared_ptr<TcpConn> &c) {
+  void Add(const std::shared_ptr<TcpConn>& c) {
     std::lock_guard lock(mu);
-    std::erase_if(conns, [](const auto &w) { return w.expired(); });
+    std::erase_if(conns, [](const auto& w) { return w.expired(); });
     conns.push_back(c);
   }
   void CloseAll() {
@@ -700,65 +630,57 @@ struct Registry {
     std::vector<std::shared_ptr<ListenerState>> open;
     {
       std::lock_guard lock(mu);
-      for (auto &w : listeners) {
-        if (auto l = w.lock())
-          open.push_back(std::move(l));
+      for (auto& w : listeners) {
+        if (auto l = w.lock()) open.push_back(std::move(l));
       }
-      for (auto &w : conns) {
-        if (auto c = w.lock())
-          live.push_back(std::move(c));
+      for (auto& w : conns) {
+        if (auto c = w.lock()) live.push_back(std::move(c));
       }
     }
-    for (auto &l : open)
-      l->Close();
-    for (auto &c : live)
-      c->Fail(Unavailable("transport shut down"), false);
+    for (auto& l : open) l->Close();
+    for (auto& c : live) c->Fail(Unavailable("transport shut down"), false);
   }
 };
 
 class TcpListener : public Listener {
-public:
-  TcpListener(std::shared_ptr<Shared> shared,
-              std::shared_ptr<Registry> registry, tcp::acceptor acceptor)
-      : shared_(std::move(shared)), registry_(std::move(registry)),
+ public:
+  TcpListener(std::shared_ptr<Shared> shared, std::shared_ptr<Registry> registry,
+              tcp::acceptor acceptor)
+      : shared_(std::move(shared)),
+        registry_(std::move(registry)),
         state_(std::make_shared<State>(std::move(acceptor))) {
     registry_->AddListener(state_);
     std::error_code ec;
     address_ = EndpointString(state_->acceptor.local_endpoint(ec));
-    asio::co_spawn(state_->acceptor.get_executor(),
-                   AcceptLoop(shared_, registry_, state_), asio::detached);
+    asio::co_spawn(state_->acceptor.get_executor(), AcceptLoop(shared_, registry_, state_),
+                   asio::detached);
   }
   ~TcpListener() override { Close(); }
 
   Result<std::unique_ptr<Connection>> Accept(Duration timeout) override {
     std::unique_lock lock(state_->mu);
-    bool got = WaitFor(state_->cv, lock, timeout, [&] {
-      return !state_->ready.empty() || state_->closed;
-    });
+    bool got = WaitFor(state_->cv, lock, timeout,
+                       [&] { return !state_->ready.empty() || state_->closed; });
     if (state_->ready.empty()) {
-      if (state_->closed)
-        return Unavailable("listener " + address_ + " is closed");
-      if (!got)
-        return DeadlineExceeded("no peer connected within the timeout");
+      if (state_->closed) return Unavailable("listener " + address_ + " is closed");
+      if (!got) return DeadlineExceeded("no peer connected within the timeout");
     }
     auto conn = std::move(state_->ready.front());
     state_->ready.pop_front();
-    return std::unique_ptr<Connection>(
-        std::make_unique<TcpConnection>(std::move(conn)));
+    return std::unique_ptr<Connection>(std::make_unique<TcpConnection>(std::move(conn)));
   }
 
   std::string address() const override { return address_; }
 
   void Close() override { state_->Close(); }
 
-private:
+ private:
   using State = ListenerState;
 
   static awaitable<void> HandshakeAccepted(std::shared_ptr<Shared> shared,
                                            std::shared_ptr<Registry> registry,
-                                           std::shared_ptr<State> state,
-                                           tcp::socket socket) {
-    const Options &options = shared->options;
+                                           std::shared_ptr<State> state, tcp::socket socket) {
+    const Options& options = shared->options;
     std::error_code ec;
     tcp::endpoint remote = socket.remote_endpoint(ec);
     const std::string from = ec ? "?" : EndpointString(remote);
@@ -769,31 +691,25 @@ private:
     auto done = std::make_shared<bool>(false);
     // The handler may run after this frame is gone (expired just before
     // cancel): it checks `done` before touching the socket.
-    deadline.async_wait(
-        [sock = &channel->socket(), timed_out, done](std::error_code e) {
-          if (e || *done)
-            return;
-          *timed_out = true;
-          std::error_code ignored;
-          sock->close(ignored);
-        });
-    Result<PeerInfo> peer =
-        co_await SecureAndAuthenticate(*shared, *channel, /*initiator=*/false);
+    deadline.async_wait([sock = &channel->socket(), timed_out, done](std::error_code e) {
+      if (e || *done) return;
+      *timed_out = true;
+      std::error_code ignored;
+      sock->close(ignored);
+    });
+    Result<PeerInfo> peer = co_await SecureAndAuthenticate(*shared, *channel, /*initiator=*/false);
     *done = true;
     deadline.cancel();
     if (!peer.ok()) {
-      Status why = *timed_out
-                       ? DeadlineExceeded("handshake did not finish in time")
-                       : peer.status();
+      Status why =
+          *timed_out ? DeadlineExceeded("handshake did not finish in time") : peer.status();
       options.log("tcp: refused peer " + from + ": " + why.ToString());
       co_return;
     }
-    auto conn =
-        std::make_shared<TcpConn>(shared, std::move(channel), std::move(*peer));
+    auto conn = std::make_shared<TcpConn>(shared, std::move(channel), std::move(*peer));
     {
       std::lock_guard lock(state->mu);
-      if (state->closed)
-        co_return;
+      if (state->closed) co_return;
       registry->Add(conn);
       conn->Start();
       state->ready.push_back(conn);
@@ -807,19 +723,15 @@ private:
     for (;;) {
       std::error_code ec;
       tcp::socket socket(asio::make_strand(shared->io));
-      co_await state->acceptor.async_accept(
-          socket, asio::redirect_error(asio::use_awaitable, ec));
+      co_await state->acceptor.async_accept(socket, asio::redirect_error(asio::use_awaitable, ec));
       if (ec) {
-        if (ec == asio::error::operation_aborted || !state->acceptor.is_open())
-          co_return;
+        if (ec == asio::error::operation_aborted || !state->acceptor.is_open()) co_return;
         shared->options.log("tcp: accept failed: " + ec.message());
         continue;
       }
       auto executor = socket.get_executor();
-      asio::co_spawn(
-          executor,
-          HandshakeAccepted(shared, registry, state, std::move(socket)),
-          asio::detached);
+      asio::co_spawn(executor, HandshakeAccepted(shared, registry, state, std::move(socket)),
+                     asio::detached);
     }
   }
 
@@ -830,9 +742,8 @@ private:
 };
 
 class TcpTransportImpl : public Transport {
-public:
-  TcpTransportImpl(Options options, int io_threads,
-                   std::unique_ptr<asio::ssl::context> tls)
+ public:
+  TcpTransportImpl(Options options, int io_threads, std::unique_ptr<asio::ssl::context> tls)
       : shared_(MakeShared(std::move(options), std::move(tls))),
         registry_(std::make_shared<Registry>()),
         work_(asio::make_work_guard(shared_->io)) {
@@ -846,9 +757,8 @@ public:
     work_.reset();
     // Every socket and timer is closed, so the loops finish and run() returns;
     // stop() is a backstop for a handler we did not foresee.
-    for (auto &t : threads_) {
-      if (t.joinable())
-        t.join();
+    for (auto& t : threads_) {
+      if (t.joinable()) t.join();
     }
   }
 
@@ -866,24 +776,20 @@ public:
       acceptor.set_option(tcp::acceptor::reuse_address(true));
       acceptor.bind(endpoint);
       acceptor.listen(asio::socket_base::max_listen_connections);
-      return std::unique_ptr<Listener>(std::make_unique<TcpListener>(
-          shared_, registry_, std::move(acceptor)));
-    } catch (const std::system_error &e) {
+      return std::unique_ptr<Listener>(
+          std::make_unique<TcpListener>(shared_, registry_, std::move(acceptor)));
+    } catch (const std::system_error& e) {
       return IoError("listen on " + std::string(address) + ": " + e.what());
     }
   }
 
-  Result<std::unique_ptr<Connection>> Connect(std::string_view address,
-                                              Duration timeout) override {
+  Result<std::unique_ptr<Connection>> Connect(std::string_view address, Duration timeout) override {
     ASSIGN_OR_RETURN(tcp::endpoint endpoint, ParseEndpoint(address));
-    auto promise =
-        std::make_shared<std::promise<Result<std::shared_ptr<TcpConn>>>>();
+    auto promise = std::make_shared<std::promise<Result<std::shared_ptr<TcpConn>>>>();
     auto future = promise->get_future();
     auto strand = asio::make_strand(shared_->io);
-    const Duration limit =
-        timeout == kForever ? shared_->options.handshake_timeout : timeout;
-    asio::co_spawn(strand, DoConnect(shared_, endpoint, limit, promise),
-                   asio::detached);
+    const Duration limit = timeout == kForever ? shared_->options.handshake_timeout : timeout;
+    asio::co_spawn(strand, DoConnect(shared_, endpoint, limit, promise), asio::detached);
     Result<std::shared_ptr<TcpConn>> conn = future.get();
     if (!conn.ok()) {
       shared_->options.log("tcp: connect to " + std::string(address) +
@@ -892,13 +798,12 @@ public:
     }
     registry_->Add(*conn);
     (*conn)->Start();
-    return std::unique_ptr<Connection>(
-        std::make_unique<TcpConnection>(std::move(*conn)));
+    return std::unique_ptr<Connection>(std::make_unique<TcpConnection>(std::move(*conn)));
   }
 
-private:
-  static std::shared_ptr<Shared>
-  MakeShared(Options options, std::unique_ptr<asio::ssl::context> tls) {
+ private:
+  static std::shared_ptr<Shared> MakeShared(Options options,
+                                            std::unique_ptr<asio::ssl::context> tls) {
     auto shared = std::make_shared<Shared>(std::move(options));
     shared->tls = std::move(tls);
     return shared;
@@ -909,43 +814,37 @@ private:
       std::shared_ptr<std::promise<Result<std::shared_ptr<TcpConn>>>> promise) {
     auto executor = co_await asio::this_coro::executor;
     auto channel = std::make_unique<Channel>(tcp::socket(executor));
-    tcp::socket &socket = channel->socket();
+    tcp::socket& socket = channel->socket();
     asio::steady_timer deadline(executor);
     auto timed_out = std::make_shared<bool>(false);
     auto done = std::make_shared<bool>(false);
     if (timeout != kForever) {
       deadline.expires_after(timeout);
       deadline.async_wait([sock = &socket, timed_out, done](std::error_code e) {
-        if (e || *done)
-          return;
+        if (e || *done) return;
         *timed_out = true;
         std::error_code ignored;
         sock->close(ignored);
       });
     }
     std::error_code ec;
-    co_await socket.async_connect(
-        endpoint, asio::redirect_error(asio::use_awaitable, ec));
+    co_await socket.async_connect(endpoint, asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {
       *done = true;
       deadline.cancel();
-      promise->set_value(*timed_out ? DeadlineExceeded("connect timed out")
-                                    : Unavailable("connect to " +
-                                                  EndpointString(endpoint) +
-                                                  ": " + ec.message()));
+      promise->set_value(
+          *timed_out ? DeadlineExceeded("connect timed out")
+                     : Unavailable("connect to " + EndpointString(endpoint) + ": " + ec.message()));
       co_return;
     }
-    Result<PeerInfo> peer =
-        co_await SecureAndAuthenticate(*shared, *channel, /*initiator=*/true);
+    Result<PeerInfo> peer = co_await SecureAndAuthenticate(*shared, *channel, /*initiator=*/true);
     *done = true;
     deadline.cancel();
     if (!peer.ok()) {
-      promise->set_value(*timed_out ? DeadlineExceeded("handshake timed out")
-                                    : peer.status());
+      promise->set_value(*timed_out ? DeadlineExceeded("handshake timed out") : peer.status());
       co_return;
     }
-    promise->set_value(std::make_shared<TcpConn>(shared, std::move(channel),
-                                                 std::move(*peer)));
+    promise->set_value(std::make_shared<TcpConn>(shared, std::move(channel), std::move(*peer)));
   }
 
   std::shared_ptr<Shared> shared_;
@@ -954,10 +853,9 @@ private:
   std::vector<std::thread> threads_;
 };
 
-} // namespace
+}  // namespace
 
-Result<std::unique_ptr<Transport>> TcpTransport::Create(Options options,
-                                                        int io_threads) {
+Result<std::unique_ptr<Transport>> TcpTransport::Create(Options options, int io_threads) {
   if (options.secret.size() < kMinSecretBytes) {
     return InvalidArgument("the cluster secret must hold at least " +
                            std::to_string(kMinSecretBytes) + " bytes");
@@ -966,21 +864,21 @@ Result<std::unique_ptr<Transport>> TcpTransport::Create(Options options,
   if (options.tls.enabled) {
     try {
       tls = MakeTlsContext(options.tls);
-    } catch (const std::system_error &e) {
-      return InvalidArgument("TLS setup (cert " + options.tls.cert_file +
-                             ", key " + options.tls.key_file + ", CA " +
-                             options.tls.ca_file + "): " + e.what());
+    } catch (const std::system_error& e) {
+      return InvalidArgument("TLS setup (cert " + options.tls.cert_file + ", key " +
+                             options.tls.key_file + ", CA " + options.tls.ca_file +
+                             "): " + e.what());
     }
   }
   try {
-    return std::unique_ptr<Transport>(std::make_unique<TcpTransportImpl>(
-        std::move(options), io_threads, std::move(tls)));
-  } catch (const std::exception &e) {
+    return std::unique_ptr<Transport>(
+        std::make_unique<TcpTransportImpl>(std::move(options), io_threads, std::move(tls)));
+  } catch (const std::exception& e) {
     return Internal(std::string("tcp transport: ") + e.what());
   }
 }
 
-} // namespace weightcast::net
+}  // namespace weightcast::net
 
 #if defined(WC_NET_POP_NO_SANITIZE_FUNCTION)
 #pragma clang attribute pop

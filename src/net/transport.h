@@ -42,14 +42,14 @@ void LogToStderr(std::string_view line);
 // it). Host names are not checked: trust is the CA.
 struct TlsOptions {
   bool enabled = false;
-  std::string cert_file; // PEM certificate (chain) of this node
-  std::string key_file;  // PEM private key of that certificate
-  std::string ca_file;   // PEM certificate(s) of the cluster CA
+  std::string cert_file;  // PEM certificate (chain) of this node
+  std::string key_file;   // PEM private key of that certificate
+  std::string ca_file;    // PEM certificate(s) of the cluster CA
 };
 
 struct Options {
   Identity self;
-  std::string secret; // the cluster secret (LoadClusterSecret); never from argv
+  std::string secret;  // the cluster secret (LoadClusterSecret); never from argv
   uint32_t max_frame_bytes = kDefaultMaxFrameBytes;
   // Backpressure: Send blocks while this many bytes are queued and not yet
   // written. A frame larger than the bound is still accepted when the queue is
@@ -75,18 +75,17 @@ struct Options {
 // What a transport can do, for callers that pick strategies (e.g. zero-copy
 // file sends).
 struct Capabilities {
-  std::string name; // "tcp", "memory"
-  bool zero_copy_send =
-      false; // chunk payloads are written from caller memory, not copied
+  std::string name;             // "tcp", "memory"
+  bool zero_copy_send = false;  // chunk payloads are written from caller memory, not copied
   bool crosses_hosts = false;
 };
 
 class Connection {
-public:
-  virtual ~Connection() = default; // closes the connection (as Close)
+ public:
+  virtual ~Connection() = default;  // closes the connection (as Close)
 
   // The authenticated peer. Never blocks.
-  virtual const PeerInfo &peer() const = 0;
+  virtual const PeerInfo& peer() const = 0;
 
   // Queues `frame` for sending. Blocks while the connection's send queue is
   // full (backpressure) until there is room, `timeout` passes
@@ -112,48 +111,41 @@ public:
   virtual Status status() const = 0;
 
   // Convenience: Send of a control frame (copies `body`).
-  Status SendControl(std::span<const uint8_t> body,
-                     Duration timeout = kForever) {
-    return Send(OutFrame::Make(FrameType::kControl,
-                               std::vector<uint8_t>(body.begin(), body.end())),
+  Status SendControl(std::span<const uint8_t> body, Duration timeout = kForever) {
+    return Send(OutFrame::Make(FrameType::kControl, std::vector<uint8_t>(body.begin(), body.end())),
                 timeout);
   }
   // Convenience: Send of a chunk whose payload stays owned by the caller via
   // `keep_alive`.
-  Status SendChunk(const ChunkHeader &header, std::span<const uint8_t> payload,
-                   std::shared_ptr<const void> keep_alive,
-                   Duration timeout = kForever) {
-    return Send(OutFrame::Chunk(header, payload, std::move(keep_alive)),
-                timeout);
+  Status SendChunk(const ChunkHeader& header, std::span<const uint8_t> payload,
+                   std::shared_ptr<const void> keep_alive, Duration timeout = kForever) {
+    return Send(OutFrame::Chunk(header, payload, std::move(keep_alive)), timeout);
   }
 };
 
 class Listener {
-public:
-  virtual ~Listener() = default; // stops accepting (as Close)
+ public:
+  virtual ~Listener() = default;  // stops accepting (as Close)
   // Blocks until a peer completed the handshake, `timeout` passes, or the
   // listener closes. Peers that fail the handshake are logged and dropped here;
   // they never surface.
-  virtual Result<std::unique_ptr<Connection>>
-  Accept(Duration timeout = kForever) = 0;
+  virtual Result<std::unique_ptr<Connection>> Accept(Duration timeout = kForever) = 0;
   // The bound address, e.g. "127.0.0.1:41234" when listening on port 0.
   virtual std::string address() const = 0;
   virtual void Close() = 0;
 };
 
 class Transport {
-public:
-  virtual ~Transport() = default; // closes listeners and connections it created
+ public:
+  virtual ~Transport() = default;  // closes listeners and connections it created
   virtual Capabilities capabilities() const = 0;
   // Never blocks.
-  virtual Result<std::unique_ptr<Listener>>
-  Listen(std::string_view address) = 0;
+  virtual Result<std::unique_ptr<Listener>> Listen(std::string_view address) = 0;
   // Blocks until connected and authenticated, or `timeout` / failure (the
   // handshake's status: kUnauthenticated, kFailedPrecondition, kCorrupt,
   // kAborted, kUnavailable).
-  virtual Result<std::unique_ptr<Connection>>
-  Connect(std::string_view address,
-          Duration timeout = std::chrono::seconds(10)) = 0;
+  virtual Result<std::unique_ptr<Connection>> Connect(
+      std::string_view address, Duration timeout = std::chrono::seconds(10)) = 0;
 };
 
-} // namespace weightcast::net
+}  // namespace weightcast::net
