@@ -125,6 +125,7 @@ class [[nodiscard]] Result {
     if (!wc_status_.ok()) return wc_status_;  \
   } while (false)
 
+// NOLINTBEGIN(bugprone-macro-parentheses): `lhs` is a declaration and `result` a name.
 // `ASSIGN_OR_RETURN(auto x, ComputeX());` declares x from a Result, or returns its Status.
 #define ASSIGN_OR_RETURN(lhs, expr) \
   ASSIGN_OR_RETURN_IMPL_(WC_CONCAT_(wc_result_, __LINE__), lhs, expr)
@@ -132,3 +133,4 @@ class [[nodiscard]] Result {
   auto result = (expr);                           \
   if (!result.ok()) return result.status();       \
   lhs = std::move(result).value()
+// NOLINTEND(bugprone-macro-parentheses)

@@ -165,7 +165,7 @@ void SetupFetch(CLI::App& app) {
   cmd->callback([flags] { Finish("fetch", RunFetch(*flags)); });
 }
 
-const CommandRegistration kRegistered{"fetch", 85, &SetupFetch};
+const CommandRegistration kRegistered{"fetch", 71, &SetupFetch};
 
 }  // namespace
 }  // namespace weightcast::cli

@@ -73,7 +73,7 @@ void SetupServe(CLI::App& app) {
   cmd->callback([flags] { Finish("serve", RunServe(*flags)); });
 }
 
-const CommandRegistration kRegistered{"serve", 84, &SetupServe};
+const CommandRegistration kRegistered{"serve", 70, &SetupServe};
 
 }  // namespace
 }  // namespace weightcast::cli

@@ -209,7 +209,7 @@ void SetupStore(CLI::App& app) {
 });
 }  // namespace
 
-const CommandRegistration kRegistered{"store", 60, &SetupStore};
+const CommandRegistration kRegistered{"store", 40, &SetupStore};
 
 }  // namespace weightcast::cli
 }  // namespace weightcast::cli

@@ -143,7 +143,7 @@ void SetupSynth(CLI::App& app) {
   s->callback([steps] { Finish("synth steps", RunSteps(*steps)); });
 }
 
-const CommandRegistration kRegistered{"synth", 80, &SetupSynth};
+const CommandRegistration kRegistered{"synth", 10, &SetupSynth};
 
 }  // namespace
 }  // namespace weightcast::cli
