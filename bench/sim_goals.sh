@@ -2,12 +2,16 @@
 # The fleet-broadcast goals of docs/bench/sim.md: 500 GB at 10 Gbit/s to N = 100 and 1,000
 # receivers, full duplex, shared, with deaths and stragglers, and racks behind 4:1 uplinks.
 # Usage: bench/sim_goals.sh path/to/weightcast [N...]   (default N: 100 1000)
-# Extra flags for every run may be passed in SIM_ARGS (e.g. SIM_ARGS="--slots 24").
+# Scheduler settings for every run are in SCHED_ARGS (default below: adaptive per-peer windows,
+# 24 requests in flight per node, replacement peers below 16); extra flags in SIM_ARGS.
+# CHUNK is the simulated chunk size (default 128MiB; the real default chunk is 8 MiB).
 # Each run prints its JSON line; the last line is one JSON object holding all of them.
 set -euo pipefail
 wc_bin=${1:?usage: sim_goals.sh path/to/weightcast [N...]}
 shift
 sizes=("$@")
+chunk=${CHUNK:-128MiB}
+sched=${SCHED_ARGS:---adaptive-window --outstanding 24 --min-peers 16}
 [ ${#sizes[@]} -eq 0 ] && sizes=(100 1000)
 runs=()
 for n in "${sizes[@]}"; do
@@ -18,7 +22,7 @@ for n in "${sizes[@]}"; do
       faults) args=(--die 0.01 --die-at 0.5 --stragglers 0.05 --straggler-speed 0.5) ;;
       racks) args=(--rack-size 40 --oversubscription 4) ;;
     esac
-    line=$("$wc_bin" sim -n "$n" --size 500GB --chunk 256MiB --gbps 10 "${args[@]}" ${SIM_ARGS:-} | tail -n 1)
+    line=$("$wc_bin" sim -n "$n" --size 500GB --chunk "$chunk" --gbps 10 "${args[@]}" $sched ${SIM_ARGS:-} | tail -n 1)
     echo "$line"
     runs+=("{\"scenario\":\"$scenario\",\"n\":$n,\"result\":$line}")
   done

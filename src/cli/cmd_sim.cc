@@ -41,6 +41,9 @@ struct SimFlags {
   uint32_t source_slots = 32;
   uint32_t window = 1;
   uint32_t outstanding = 16;
+  bool adaptive = false;
+  uint32_t max_window = 4;
+  uint32_t min_peers = 0;
   uint32_t slots = 16;
   double timeout = 30;
   double rebalance_ms = 100;
@@ -142,6 +145,9 @@ Status RunSim(const SimFlags& f) {
   c.source_slots = f.source_slots;
   c.window_per_peer = f.window;
   c.max_outstanding = f.outstanding;
+  c.adaptive_window = f.adaptive;
+  c.max_window_per_peer = f.max_window;
+  c.min_peers = f.min_peers;
   c.upload_slots = f.slots;
   c.request_timeout = f.timeout;
   c.rebalance_interval = f.rebalance_ms * 1e-3;
@@ -233,6 +239,7 @@ Status RunSim(const SimFlags& f) {
   j["duplicate_bytes"] = r.duplicate_bytes;
   j["aborted_bytes"] = r.aborted_bytes;
   j["timeouts"] = r.timeouts;
+  j["replacement_peers"] = r.replacement_peers;
   j["references"] = refs;
   j["events"] = r.events;
   j["wall_s"] = wall;
@@ -272,6 +279,13 @@ void SetupSim(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--window", f->window, "Requests in flight per peer")->capture_default_str();
   cmd->add_option("--outstanding", f->outstanding, "Requests in flight per node")
+      ->capture_default_str();
+  cmd->add_flag("--adaptive-window", f->adaptive,
+                "Per-peer windows follow each peer's measured speed (up to --max-window)");
+  cmd->add_option("--max-window", f->max_window, "Largest adaptive window per peer")
+      ->capture_default_str();
+  cmd->add_option("--min-peers", f->min_peers,
+                  "Ask for replacement peers when fewer stay connected (0: never)")
       ->capture_default_str();
   cmd->add_option("--slots", f->slots, "Concurrent uploads per node")->capture_default_str();
   cmd->add_option("--timeout", f->timeout, "Request timeout, seconds")->capture_default_str();

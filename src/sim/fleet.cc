@@ -29,6 +29,7 @@ enum class Ev : uint8_t {
   kDie,
   kJoin,
   kPeerGone,
+  kReplace,  // the coordinator's answer to kRequestPeers (chunk holds the count)
   kSample
 };
 
@@ -91,6 +92,8 @@ class Fleet {
     if (k >= 0) nodes_[a].link_up[k] = up ? 1 : 0;
   }
   void Connect(double now, uint32_t a, uint32_t b);
+  // The simulated coordinator hands node `i` up to `count` new peers (not `lost`).
+  void Replace(double now, uint32_t i, uint32_t lost, uint32_t count);
   void Apply(double now, uint32_t i, std::span<const Action> actions);
   void Kill(double now, uint32_t i);
   void OnFlowDone(double now, FlowId f);
@@ -161,6 +164,11 @@ void Fleet::Apply(double now, uint32_t i, std::span<const Action> actions) {
         SetLink(i, peer, false);
         Push(now + cfg_.latency, Ev::kPeerGone, peer, i, 0);
         break;
+      case ActionKind::kRequestPeers:
+        // One round trip to the coordinator; connecting now would also re-enter node i's
+        // scheduler while we walk its action span.
+        Push(now + 2 * cfg_.latency, Ev::kReplace, i, peer, a.count);
+        break;
       case ActionKind::kComplete:
         if (node.completed_at < 0 && i != 0) {
           node.completed_at = now;
@@ -169,6 +177,35 @@ void Fleet::Apply(double now, uint32_t i, std::span<const Action> actions) {
         }
         break;
     }
+  }
+}
+
+void Fleet::Replace(double now, uint32_t i, uint32_t lost, uint32_t count) {
+  const uint32_t n = static_cast<uint32_t>(nodes_.size());
+  auto live_links = [&](uint32_t j) {
+    uint32_t k = 0;
+    for (uint8_t up : nodes_[j].link_up) k += up;
+    return k;
+  };
+  std::uniform_real_distribution<double> unit(0, 1);
+  // Like the peer-list builder's extra edges: inside the rack with same_rack_fraction, else
+  // anywhere; only live, joined nodes with room under the degree bound, never an old neighbour.
+  for (uint32_t tries = 0; count > 0 && tries < 64; ++tries) {
+    uint32_t lo = 0, hi = n;
+    if (cfg_.rack_size > 0 && unit(rng_) < cfg_.same_rack_fraction) {
+      lo = (i / cfg_.rack_size) * cfg_.rack_size;
+      hi = std::min(n, lo + cfg_.rack_size);
+    }
+    const uint32_t j = lo + static_cast<uint32_t>(rng_() % (hi - lo));
+    if (j == i || j == lost || j == 0 || !nodes_[j].alive || !nodes_[j].joined) continue;
+    if (LinkIndex(i, j) >= 0 || live_links(j) > cfg_.degree) continue;
+    nodes_[i].nbrs.push_back(j);
+    nodes_[i].link_up.push_back(0);
+    nodes_[j].nbrs.push_back(i);
+    nodes_[j].link_up.push_back(0);
+    Connect(now, i, j);
+    ++result_.replacement_peers;
+    --count;
   }
 }
 
@@ -308,6 +345,9 @@ Result<FleetResult> Fleet::Run() {
     so.initial_have = i == 0 ? ChunkSet::Full(chunks_) : ChunkSet(chunks_);
     so.window_per_peer = c.window_per_peer;
     so.max_outstanding = c.max_outstanding;
+    so.adaptive_window = c.adaptive_window;
+    so.max_window_per_peer = std::max(c.max_window_per_peer, c.window_per_peer);
+    so.min_peers = i == 0 ? 0 : c.min_peers;
     so.upload_slots = i == 0 && c.source_slots > 0 ? c.source_slots : c.upload_slots;
     so.serve_queue_limit = c.serve_queue_limit;
     so.request_timeout = ToTime(c.request_timeout);
@@ -406,6 +446,9 @@ Result<FleetResult> Fleet::Run() {
       case Ev::kPeerGone:
         SetLink(e.to, e.from, false);
         Apply(now, e.to, to.sched->OnPeerDisconnected(t, ToPeer(e.from)));
+        break;
+      case Ev::kReplace:
+        if (to.completed_at < 0) Replace(now, e.to, e.from, e.chunk);
         break;
       case Ev::kSample:
         break;

@@ -41,6 +41,11 @@ struct FleetConfig {
   double same_rack_fraction = 0.9;
   uint32_t window_per_peer = 1;
   uint32_t max_outstanding = 16;
+  bool adaptive_window = false;  // swarm::SchedulerOptions::adaptive_window
+  uint32_t max_window_per_peer = 4;
+  // A receiver that loses a peer and has fewer than this many asks for replacements, which the
+  // simulated coordinator draws like the peer-list builder (same rack with same_rack_fraction).
+  uint32_t min_peers = 0;
   uint32_t upload_slots = 16;
   uint32_t serve_queue_limit = 32;
   double request_timeout = 30;
@@ -80,6 +85,7 @@ struct FleetResult {
   uint64_t timeouts = 0;
   uint64_t requests = 0;
   uint64_t rejects = 0;
+  uint64_t replacement_peers = 0;  // links added in answer to kRequestPeers
   uint32_t chunks = 0;
 };
 

@@ -10,26 +10,4 @@ ChunkSet ChunkSet::Full(uint32_t size) {
   return set;
 }
 
-bool ChunkSet::Insert(ChunkIndex chunk) {
-  const uint32_t i = chunk.value();
-  if (i >= size_) return false;
-  uint64_t& w = words_[i >> 6];
-  const uint64_t bit = uint64_t{1} << (i & 63);
-  if ((w & bit) != 0) return false;
-  w |= bit;
-  ++count_;
-  return true;
-}
-
-bool ChunkSet::Erase(ChunkIndex chunk) {
-  const uint32_t i = chunk.value();
-  if (i >= size_) return false;
-  uint64_t& w = words_[i >> 6];
-  const uint64_t bit = uint64_t{1} << (i & 63);
-  if ((w & bit) == 0) return false;
-  w &= ~bit;
-  --count_;
-  return true;
-}
-
 }  // namespace weightcast::swarm

@@ -37,6 +37,8 @@ std::string_view ActionKindName(ActionKind kind) {
       return "drop_peer";
     case ActionKind::kComplete:
       return "complete";
+    case ActionKind::kRequestPeers:
+      return "request_peers";
   }
   return "unknown";
 }
@@ -53,6 +55,9 @@ Result<Scheduler> Scheduler::Create(SchedulerOptions options) {
   }
   if (options.window_per_peer == 0 || options.max_outstanding == 0) {
     return InvalidArgument("swarm: window_per_peer and max_outstanding must be positive");
+  }
+  if (options.adaptive_window && options.max_window_per_peer < options.window_per_peer) {
+    return InvalidArgument("swarm: max_window_per_peer must be at least window_per_peer");
   }
   if (options.endgame_max_requests == 0 || options.endgame_max_requests > 255) {
     return InvalidArgument("swarm: endgame_max_requests must be in [1, 255]");
@@ -98,7 +103,7 @@ bool Scheduler::Requested(Peer& p, ChunkIndex c) const {
 
 void Scheduler::AddRequest(Time now, Peer& p, ChunkIndex c) {
   if (request_count_[c.value()] > 0) ++stats_.duplicate_requests;
-  p.inflight.push_back(Request{c, now + options_.request_timeout});
+  p.inflight.push_back(Request{c, now + options_.request_timeout, now});
   ++request_count_[c.value()];
   ++outstanding_;
   need_unrequested_.Erase(c);
@@ -122,6 +127,39 @@ bool Scheduler::RemoveRequest(Peer& p, ChunkIndex c) {
 }
 
 void Scheduler::UpdateEndgame() { in_endgame_ = missing_ > 0 && need_unrequested_.empty(); }
+
+void Scheduler::RecordDelivery(Time now, Peer& p, Time sent) {
+  if (!options_.adaptive_window) return;
+  const double took = std::max(1e-9, std::chrono::duration<double>(now - sent).count());
+  // Smoothing 0.3: a few arrivals move the estimate, one odd arrival does not.
+  p.service_s = p.service_s == 0 ? took : 0.7 * p.service_s + 0.3 * took;
+  double sum = 0;
+  uint32_t measured = 0;
+  for (const Peer& q : peers_) {
+    if (!q.live || q.service_s == 0) continue;
+    sum += 1.0 / q.service_s;
+    ++measured;
+  }
+  if (measured < 2) return;  // nothing to compare with yet
+  const double mean = sum / measured;
+  const double w = double(options_.window_per_peer) * (1.0 / p.service_s) / mean;
+  p.window = static_cast<uint32_t>(
+      std::clamp(std::lround(w), 1L, static_cast<long>(options_.max_window_per_peer)));
+}
+
+void Scheduler::MaybeRequestPeers(PeerId lost) {
+  if (options_.min_peers == 0 || live_peers_ >= options_.min_peers || missing_ == 0) return;
+  ++stats_.peer_requests;
+  Emit(ActionKind::kRequestPeers, lost, ChunkIndex(0), DropReason::kNone,
+       options_.min_peers - static_cast<uint32_t>(live_peers_));
+}
+
+uint32_t Scheduler::window(PeerId peer) const {
+  for (size_t i = 0; i < peer_ids_.size(); ++i) {
+    if (peer_ids_[i] == peer && peers_[i].live) return peers_[i].window;
+  }
+  return 0;
+}
 
 ChunkIndex Scheduler::Pick(Peer& p, bool endgame) {
   const ChunkIndex none(n_);
@@ -164,7 +202,7 @@ ChunkIndex Scheduler::Pick(Peer& p, bool endgame) {
 void Scheduler::Fill(Time now, Peer& p) {
   if (missing_ == 0 || !p.live) return;
   if (!p.refused.empty() && now >= p.refused_until) p.refused = ChunkSet(n_);
-  while (p.inflight.size() < options_.window_per_peer) {
+  while (p.inflight.size() < p.window) {
     if (outstanding_ >= options_.max_outstanding) return;
     const ChunkIndex c = Pick(p, in_endgame_);
     if (c.value() >= n_) return;
@@ -208,8 +246,10 @@ void Scheduler::ForgetPeer(Time /*now*/, Peer& p) {
 }
 
 void Scheduler::DropPeer(Time now, Peer& p, DropReason reason) {
-  Emit(ActionKind::kDropPeer, p.id, ChunkIndex(0), reason);
+  const PeerId id = p.id;
+  Emit(ActionKind::kDropPeer, id, ChunkIndex(0), reason);
   ForgetPeer(now, p);
+  MaybeRequestPeers(id);
 }
 
 std::span<const Action> Scheduler::OnPeerConnected(Time now, PeerId peer, const ChunkSet& has) {
@@ -231,6 +271,8 @@ std::span<const Action> Scheduler::OnPeerConnected(Time now, PeerId peer, const 
   p.refused = ChunkSet(n_);
   p.inflight.clear();
   p.consecutive_timeouts = 0;
+  p.window = options_.window_per_peer;
+  p.service_s = 0;
   peer_ids_[slot] = peer;
   ++live_peers_;
   if (has.size() != n_) {
@@ -254,6 +296,7 @@ std::span<const Action> Scheduler::OnPeerDisconnected(Time now, PeerId peer) {
   Peer* p = FindPeer(peer);
   if (p == nullptr) return Flush();
   ForgetPeer(now, *p);
+  MaybeRequestPeers(peer);
   TryServe();
   FillAll(now);
   return Flush();
@@ -269,7 +312,7 @@ std::span<const Action> Scheduler::OnHave(Time now, PeerId peer, ChunkIndex chun
     return Flush();
   }
   if (p->has.Insert(chunk)) ++availability_[chunk.value()];
-  if (Needed(chunk) && p->inflight.size() < options_.window_per_peer) Fill(now, *p);
+  if (Needed(chunk) && p->inflight.size() < p->window) Fill(now, *p);
   return Flush();
 }
 
@@ -280,7 +323,11 @@ std::span<const Action> Scheduler::OnChunkVerified(Time now, ChunkIndex chunk, P
   bool cancelled = false;
   Peer* src = FindPeer(from);
   if (src != nullptr) {
-    RemoveRequest(*src, chunk);
+    Time sent = Time::min();
+    for (const Request& r : src->inflight) {
+      if (r.chunk == chunk) sent = r.sent;
+    }
+    if (RemoveRequest(*src, chunk) && sent != Time::min()) RecordDelivery(now, *src, sent);
     src->consecutive_timeouts = 0;
   }
   if (have_.Insert(chunk)) {
@@ -441,6 +488,7 @@ std::span<const Action> Scheduler::OnTimer(Time now) {
       RemoveRequest(p, c);  // swaps the last request into slot i
       if (p.refused.empty()) p.refused_until = now + options_.refusal_backoff;
       p.refused.Insert(c);
+      if (options_.adaptive_window) p.window = 1;  // a peer that lets a request time out
       if (++p.consecutive_timeouts >= options_.max_consecutive_timeouts) {
         DropPeer(now, p, DropReason::kTimeouts);
         break;

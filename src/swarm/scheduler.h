@@ -42,6 +42,9 @@ enum class ActionKind : uint8_t {
   kAnnounceHave,   // tell every connected peer we now hold `chunk` (peer is unset)
   kDropPeer,       // disconnect `peer` for `reason`; the scheduler has already forgotten it
   kComplete,       // every wanted chunk is verified (emitted once)
+  // Ask the coordinator for `count` more peers (fewer than min_peers are connected); `peer` is
+  // the one just lost, not to be handed back. The answer arrives as OnPeerConnected calls.
+  kRequestPeers,
 };
 std::string_view ActionKindName(ActionKind kind);
 
@@ -50,6 +53,7 @@ struct Action {
   PeerId peer;
   ChunkIndex chunk;
   DropReason reason = DropReason::kNone;
+  uint32_t count = 0;  // kRequestPeers: how many peers are wanted
   friend bool operator==(const Action&, const Action&) = default;
 };
 
@@ -73,6 +77,17 @@ struct SchedulerOptions {
   Duration refusal_backoff = std::chrono::seconds(2);
   // In endgame (every missing chunk already requested) a chunk may be asked of this many peers.
   uint32_t endgame_max_requests = 2;
+  // Adaptive per-peer window. Each peer's window starts at window_per_peer and then follows how
+  // fast that peer answers: a request slot at a peer yields one chunk per (arrival - request)
+  // seconds, so the window is window_per_peer x (the peer's speed / the mean speed of the
+  // connected peers), rounded, in [1, max_window_per_peer]. Requests move from slow or
+  // overloaded peers to fast ones; max_outstanding still bounds the total. A timeout resets the
+  // peer's window to 1.
+  bool adaptive_window = false;
+  uint32_t max_window_per_peer = 4;
+  // When a peer is lost (disconnect, drop) and fewer than this many stay connected, emit
+  // kRequestPeers so the coordinator can hand out replacements. 0: never ask.
+  uint32_t min_peers = 0;
   // Source behaviour: refuse requests for chunks already sent once while some chunk has never
   // been sent, so the source's upload spreads distinct chunks (each out once before any repeat).
   bool spread_first = false;
@@ -89,6 +104,7 @@ struct SchedulerStats {
   uint64_t chunks_failed = 0;
   uint64_t chunks_uploaded = 0;
   uint64_t requests_rejected = 0;
+  uint64_t peer_requests = 0;  // kRequestPeers emitted
 };
 
 class Scheduler {
@@ -126,6 +142,8 @@ class Scheduler {
   uint32_t times_sent(ChunkIndex chunk) const { return sent_count_[chunk.value()]; }
   size_t outstanding_requests() const { return outstanding_; }
   size_t connected_peers() const { return live_peers_; }
+  // The current request window of a connected peer (0 when not connected).
+  uint32_t window(PeerId peer) const;
   // The earliest deadline of an outstanding request, or Time::max() when none; an owner can
   // arm its timer for it instead of ticking.
   Time next_deadline() const;
@@ -134,6 +152,7 @@ class Scheduler {
   struct Request {
     ChunkIndex chunk;
     Time deadline;
+    Time sent;
   };
   struct Peer {
     PeerId id;
@@ -143,6 +162,9 @@ class Scheduler {
     Time refused_until{0};
     std::vector<Request> inflight;
     uint32_t consecutive_timeouts = 0;
+    uint32_t window = 1;
+    // Smoothed seconds from request to arrival (0: no sample yet); its inverse is the speed.
+    double service_s = 0;
   };
   struct ServeItem {
     PeerId peer;
@@ -152,8 +174,9 @@ class Scheduler {
 
   explicit Scheduler(SchedulerOptions options);
   std::span<const Action> Flush() { return {actions_.data(), actions_.size()}; }
-  void Emit(ActionKind kind, PeerId peer, ChunkIndex chunk, DropReason r = DropReason::kNone) {
-    actions_.push_back(Action{kind, peer, chunk, r});
+  void Emit(ActionKind kind, PeerId peer, ChunkIndex chunk, DropReason r = DropReason::kNone,
+            uint32_t count = 0) {
+    actions_.push_back(Action{kind, peer, chunk, r, count});
   }
   Peer* FindPeer(PeerId id);
   bool Needed(ChunkIndex c) const { return need_.Contains(c); }
@@ -170,6 +193,10 @@ class Scheduler {
   void ForgetPeer(Time now, Peer& p);
   void DropPeer(Time now, Peer& p, DropReason reason);
   void UpdateEndgame();
+  // Adaptive window: records a delivery from `p` of a request sent at `sent`, resizes its window.
+  void RecordDelivery(Time now, Peer& p, Time sent);
+  // After losing `lost`: asks for replacements when below min_peers.
+  void MaybeRequestPeers(PeerId lost);
   void TryServe();
   bool FirstRoundOpen() const { return never_sent_ > 0; }
 

@@ -47,6 +47,23 @@ TEST(Fleet, ConservesBytes) {
   }
 }
 
+TEST(Fleet, ReplacesDeadPeersAndStillConservesBytes) {
+  FleetConfig c = Small();
+  c.die_fraction = 0.25;
+  c.min_peers = c.degree;  // every receiver that loses a peer asks for one
+  c.detect_delay = 0.01;   // noticed while the 1 GiB transfer (0.86 s) is still running
+  c.adaptive_window = true;
+  c.max_outstanding = 6;
+  Result<FleetResult> r = RunFleet(c);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_GT(r->replacement_peers, 0u);
+  EXPECT_NEAR(Sum(*r, &NodeResult::bytes_out), r->delivered_bytes + r->aborted_bytes, 1.0);
+  for (const NodeResult& n : r->nodes) {
+    if (n.node == 0 || n.role == NodeRole::kDies) continue;
+    EXPECT_GE(n.completed_at, r->lower_bound) << "node " << n.node;
+  }
+}
+
 TEST(Fleet, StragglersAndLateJoinersStillComplete) {
   FleetConfig c = Small();
   c.straggler_fraction = 0.2;

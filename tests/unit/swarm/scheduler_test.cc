@@ -272,5 +272,98 @@ TEST(Scheduler, DropsPeersThatNameChunksOutsideTheSnapshot) {
   EXPECT_EQ(s.connected_peers(), 0u);
 }
 
+// Adaptive windows: a peer that answers in 1 s gets more requests in flight than one that
+// answers in 10 s.
+TEST(Scheduler, AdaptiveWindowGrowsOnFastPeerAndShrinksOnSlowOne) {
+  SchedulerOptions o;
+  o.chunk_count = 256;
+  o.window_per_peer = 2;
+  o.max_window_per_peer = 4;
+  o.max_outstanding = 64;
+  o.adaptive_window = true;
+  Scheduler s = Make(o);
+  const PeerId fast(1), slow(2);
+  std::vector<uint32_t> at_fast, at_slow;
+  auto take = [&](std::span<const Action> actions) {
+    for (const Action& a : actions) {
+      if (a.kind != ActionKind::kSendRequest) continue;
+      (a.peer == fast ? at_fast : at_slow).push_back(a.chunk.value());
+    }
+  };
+  take(s.OnPeerConnected(t0, fast, ChunkSet::Full(256)));
+  take(s.OnPeerConnected(t0, slow, ChunkSet::Full(256)));
+  EXPECT_EQ(s.window(fast), 2u);
+  EXPECT_EQ(s.window(slow), 2u);
+  ASSERT_EQ(at_fast.size(), 2u);
+  ASSERT_EQ(at_slow.size(), 2u);
+  // The fast peer answers every request one second after it was sent, for ten seconds.
+  for (int t = 1; t <= 10; ++t) {
+    std::vector<uint32_t> due;
+    due.swap(at_fast);
+    for (uint32_t c : due) take(s.OnChunkVerified(Time(seconds(t)), ChunkIndex(c), fast));
+    if (t == 10) {
+      // The slow peer answers its first requests only now, after ten seconds.
+      std::vector<uint32_t> slow_due;
+      slow_due.swap(at_slow);
+      for (uint32_t c : slow_due) take(s.OnChunkVerified(Time(seconds(t)), ChunkIndex(c), slow));
+    }
+  }
+  EXPECT_EQ(s.window(slow), 1u);
+  // One more round from the fast peer, now compared with the slow one: its window grows and its
+  // requests in flight follow.
+  std::vector<uint32_t> due;
+  due.swap(at_fast);
+  for (uint32_t c : due) take(s.OnChunkVerified(Time(seconds(11)), ChunkIndex(c), fast));
+  EXPECT_GT(s.window(fast), 2u);
+  EXPECT_EQ(at_fast.size(), s.window(fast));
+  EXPECT_EQ(at_slow.size(), 1u);
+}
+
+TEST(Scheduler, FixedWindowWhenNotAdaptive) {
+  SchedulerOptions o;
+  o.chunk_count = 16;
+  o.window_per_peer = 2;
+  Scheduler s = Make(o);
+  (void)s.OnPeerConnected(t0, PeerId(1), ChunkSet::Full(16));
+  (void)s.OnChunkVerified(Time(seconds(1)), ChunkIndex(0), PeerId(1));
+  EXPECT_EQ(s.window(PeerId(1)), 2u);
+  EXPECT_EQ(s.window(PeerId(9)), 0u);  // not connected
+}
+
+TEST(Scheduler, AsksForReplacementPeersWhenAPeerDies) {
+  SchedulerOptions o;
+  o.chunk_count = 8;
+  o.window_per_peer = 1;
+  o.min_peers = 3;
+  Scheduler s = Make(o);
+  for (uint64_t p = 1; p <= 3; ++p) (void)s.OnPeerConnected(t0, PeerId(p), ChunkSet::Full(8));
+  const std::vector<Action> a = Copy(s.OnPeerDisconnected(t0, PeerId(2)));
+  EXPECT_TRUE(Contains(
+      a, Action{ActionKind::kRequestPeers, PeerId(2), ChunkIndex(0), DropReason::kNone, 1}));
+  EXPECT_EQ(s.stats().peer_requests, 1u);
+  // The dead peer's request went to a live peer, so nothing is stranded.
+  EXPECT_EQ(s.outstanding_requests(), 2u);
+  // A bad chunk drops the peer and asks again (two short now).
+  const std::vector<Action> b = Copy(s.OnChunkFailed(t0, ChunkIndex(0), PeerId(1)));
+  EXPECT_TRUE(Contains(
+      b, Action{ActionKind::kRequestPeers, PeerId(1), ChunkIndex(0), DropReason::kNone, 2}));
+}
+
+TEST(Scheduler, NoReplacementRequestsWhenOffOrComplete) {
+  SchedulerOptions o;
+  o.chunk_count = 2;
+  o.window_per_peer = 2;
+  Scheduler off = Make(o);  // min_peers 0
+  (void)off.OnPeerConnected(t0, PeerId(1), ChunkSet::Full(2));
+  EXPECT_EQ(Count(Copy(off.OnPeerDisconnected(t0, PeerId(1))), ActionKind::kRequestPeers), 0u);
+  o.min_peers = 4;
+  Scheduler done = Make(o);
+  (void)done.OnPeerConnected(t0, PeerId(1), ChunkSet::Full(2));
+  (void)done.OnChunkVerified(t0, ChunkIndex(0), PeerId(1));
+  (void)done.OnChunkVerified(t0, ChunkIndex(1), PeerId(1));
+  ASSERT_TRUE(done.complete());
+  EXPECT_EQ(Count(Copy(done.OnPeerDisconnected(t0, PeerId(1))), ActionKind::kRequestPeers), 0u);
+}
+
 }  // namespace
 }  // namespace weightcast::swarm
