@@ -3,8 +3,10 @@
 #include <lz4.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "manifest/builder.h"
@@ -18,6 +20,7 @@ struct CodecScratch::State {
   std::vector<uint8_t> stream;   // transformed bytes before coding / after decoding
   std::vector<uint8_t> result;   // decoded chunk, hashed before it is copied out
   std::vector<size_t> sections;  // where the parts of `stream` end (planes, gap lists)
+  std::vector<uint8_t> block;    // a patched block being hashed (sparse dry run)
   ~State() {
     ZSTD_freeCCtx(cctx);
     ZSTD_freeDCtx(dctx);
@@ -207,27 +210,36 @@ Result<EncodedChunk> EncodeFull(const HashedChunk& target, std::span<const Segme
   return Assemble(std::move(h), target.bytes(), options, st);
 }
 
-Result<EncodedChunk> EncodeXor(const HashedChunk& base, const HashedChunk& target,
+// `target_hash` null: hash the target while scanning it (sparse) or before (planes), and store
+// the hash in `*hashed`. Returns a kSame chunk when the hash turns out equal to the base's.
+Result<EncodedChunk> EncodeXor(const HashedChunk& base, std::span<const uint8_t> target,
+                               const Digest* target_hash, Digest* hashed,
                                std::span<const Segment> segments, const ChunkEncodeOptions& options,
                                CodecScratch::State& st) {
-  const uint64_t size = target.bytes().size();
+  const uint64_t size = target.size();
   const bool automatic = options.xor_transform == Transform::kNone;
   const Transform transform = automatic ? options.sparse_form : options.xor_transform;
   PayloadHeader h;
   h.encoding = ChunkEncoding::kXor;
   h.transform = transform;
-  h.hash_algorithm = target.algorithm();
+  h.hash_algorithm = base.algorithm();
   h.chunk_size = size;
   h.base_hash = base.hash();
-  h.target_hash = target.hash();
   h.segments.assign(segments.begin(), segments.end());
   st.stream.clear();
   st.sections.clear();
+  std::optional<Hasher> hasher;
+  std::optional<HashFeed> feed;
+  if (target_hash == nullptr) {
+    hasher.emplace(base.algorithm());
+    feed.emplace(*hasher, target);
+  }
   if (IsSparse(transform)) {
     const uint64_t changed = SparseForward(
-        target.bytes(), base.bytes(), segments,
+        target, base.bytes(), segments,
         transform == Transform::kSparseDiff ? SparseValues::kDiff : SparseValues::kXor,
-        options.varint_gaps, st.stream, &st.sections);
+        options.varint_gaps, st.stream, &st.sections, feed ? &*feed : nullptr);
+    if (feed) *hashed = feed->Finish();
     uint64_t elements = 0;
     for (const Segment& s : segments) elements += s.size / s.width;
     // One pass decides: the sparse stream is built while counting, and redone as planes only
@@ -236,13 +248,18 @@ Result<EncodedChunk> EncodeXor(const HashedChunk& base, const HashedChunk& targe
         static_cast<double>(changed) > options.sparse_max_changed * static_cast<double>(elements)) {
       h.transform = Transform::kPlanes;
       st.stream.resize(size);
-      PlanesForward(target.bytes(), base.bytes(), segments, st.stream);
+      PlanesForward(target, base.bytes(), segments, st.stream);
       PlaneSections(segments, st.sections);
     }
   } else {
+    if (feed) *hashed = feed->Finish();
     st.stream.resize(size);
-    PlanesForward(target.bytes(), base.bytes(), segments, st.stream);
+    PlanesForward(target, base.bytes(), segments, st.stream);
     PlaneSections(segments, st.sections);
+  }
+  h.target_hash = target_hash != nullptr ? *target_hash : *hashed;
+  if (h.target_hash == base.hash()) {
+    return EncodedChunk{ChunkEncoding::kSame, Transform::kNone, Coder::kStored, {}};
   }
   return Assemble(std::move(h), st.stream, options, st);
 }
@@ -322,11 +339,12 @@ Result<PayloadHeader> ParsePayloadHeader(std::span<const uint8_t> payload) {
   if (h.transform != Transform::kNone) {
     RETURN_IF_ERROR(ValidateSegments(h.segments, h.chunk_size).WithContext("delta payload"));
   }
-  // The sparse stream holds at most a count per segment, a gap and the value of every element,
-  // and the tails; anything longer is a lie that would make us allocate for nothing.
-  // (gaps of up to 8 bytes, a count, a gap width and plane widths per segment).
-  const uint64_t max_stream =
-      IsSparse(h.transform) ? 10 * h.chunk_size + 32ull * segment_count : h.chunk_size;
+  // An encoder's sparse stream is at most kMaxSparseStreamPerByte bytes per chunk byte plus a
+  // count, a gap width, plane headers and a tail per segment (under 32 bytes); anything longer
+  // is a lie that would make us allocate for nothing.
+  const uint64_t max_stream = IsSparse(h.transform)
+                                  ? kMaxSparseStreamPerByte * h.chunk_size + 32ull * segment_count
+                                  : h.chunk_size;
   if (IsSparse(h.transform) ? h.stream_size > max_stream : h.stream_size != h.chunk_size) {
     return Corrupt("delta payload: stream size " + std::to_string(h.stream_size) +
                    " does not fit a chunk of " + std::to_string(h.chunk_size));
@@ -352,10 +370,34 @@ Result<EncodedChunk> EncodeChunk(const HashedChunk& base, const HashedChunk& tar
     return EncodedChunk{ChunkEncoding::kSame, Transform::kNone, Coder::kStored, {}};
   }
   if (base.bytes().size() != size || size == 0) return EncodeFull(target, segments, options, st);
-  ASSIGN_OR_RETURN(EncodedChunk best, EncodeXor(base, target, segments, options, st));
+  ASSIGN_OR_RETURN(EncodedChunk best,
+                   EncodeXor(base, target.bytes(), &target.hash(), nullptr, segments, options, st));
   if (static_cast<double>(best.payload.size()) >
       options.try_full_above * static_cast<double>(size)) {
     ASSIGN_OR_RETURN(EncodedChunk full, EncodeFull(target, segments, options, st));
+    if (full.payload.size() < best.payload.size()) best = std::move(full);
+  }
+  return best;
+}
+
+Result<EncodedChunk> EncodeChunkHashing(const HashedChunk& base, std::span<const uint8_t> target,
+                                        std::span<const Segment> segments,
+                                        const ChunkEncodeOptions& options, CodecScratch& scratch,
+                                        Digest* target_hash) {
+  RETURN_IF_ERROR(CheckSegmentsArg(segments, target.size()));
+  if (base.bytes().size() != target.size() || target.empty()) {
+    const HashedChunk t = HashedChunk::Compute(target, base.algorithm());
+    *target_hash = t.hash();
+    return EncodeChunk(base, t, segments, options, scratch);
+  }
+  CodecScratch::State& st = ScratchAccess::Get(scratch);
+  ASSIGN_OR_RETURN(EncodedChunk best,
+                   EncodeXor(base, target, nullptr, target_hash, segments, options, st));
+  if (best.encoding != ChunkEncoding::kSame &&
+      static_cast<double>(best.payload.size()) >
+          options.try_full_above * static_cast<double>(target.size())) {
+    const HashedChunk t = HashedChunk::FromVerifiedManifest(target, *target_hash, base.algorithm());
+    ASSIGN_OR_RETURN(EncodedChunk full, EncodeFull(t, segments, options, st));
     if (full.payload.size() < best.payload.size()) best = std::move(full);
   }
   return best;
@@ -369,12 +411,21 @@ Result<EncodedChunk> EncodeFullChunk(const HashedChunk& target, std::span<const 
 
 namespace {
 
-// Decodes and verifies into `result` (resized to the chunk). On error `result` holds garbage; it
-// is always a private staging buffer, never the caller's target.
-Status DecodeVerified(std::span<const uint8_t> payload, const HashedChunk& base,
-                      const Digest* expected_target, uint64_t out_size,
-                      std::vector<uint8_t>& result_buffer, CodecScratch::State& st) {
-  ASSIGN_OR_RETURN(PayloadHeader h, ParsePayloadHeader(payload));
+// A parsed, checked and decompressed payload.
+struct Prepared {
+  PayloadHeader h;
+  std::span<const uint8_t> stream;
+  std::span<const uint8_t> xor_base;  // empty for kFull
+};
+
+// Everything before the inverse transform: header, hash algorithm, target, base and size checks,
+// then the coder (into st.stream unless stored).
+Result<Prepared> Prepare(std::span<const uint8_t> payload, const HashedChunk& base,
+                         const Digest* expected_target, uint64_t out_size,
+                         CodecScratch::State& st) {
+  Prepared p;
+  ASSIGN_OR_RETURN(p.h, ParsePayloadHeader(payload));
+  const PayloadHeader& h = p.h;
   const bool is_xor = h.encoding == ChunkEncoding::kXor;
   if (h.hash_algorithm != base.algorithm()) {
     const std::string m = "delta payload hashed with " +
@@ -396,12 +447,12 @@ Status DecodeVerified(std::span<const uint8_t> payload, const HashedChunk& base,
                                 ", we hold " + ToHex(base.hash()) + " (" +
                                 std::to_string(base.bytes().size()) + " bytes)");
     }
+    p.xor_base = base.bytes();
   }
   const std::span<const uint8_t> body = payload.subspan(h.body_offset);
-  std::span<const uint8_t> stream;
   switch (h.coder) {
     case Coder::kStored:
-      stream = body;
+      p.stream = body;
       break;
     case Coder::kZstd: {
       st.stream.resize(h.stream_size);
@@ -411,7 +462,7 @@ Status DecodeVerified(std::span<const uint8_t> payload, const HashedChunk& base,
         return Corrupt(std::string("delta payload: zstd: ") + ZSTD_getErrorName(n));
       }
       if (n != h.stream_size) return Corrupt("delta payload: zstd stream has the wrong length");
-      stream = st.stream;
+      p.stream = st.stream;
       break;
     }
     case Coder::kLz4: {
@@ -425,38 +476,66 @@ Status DecodeVerified(std::span<const uint8_t> payload, const HashedChunk& base,
       if (n < 0 || static_cast<uint64_t>(n) != h.stream_size) {
         return Corrupt("delta payload: lz4 stream is corrupt or has the wrong length");
       }
-      stream = st.stream;
+      p.stream = st.stream;
       break;
     }
   }
-  result_buffer.resize(h.chunk_size);
-  const std::span<uint8_t> result(result_buffer);
-  const std::span<const uint8_t> xor_base = is_xor ? base.bytes() : std::span<const uint8_t>{};
-  switch (h.transform) {
-    case Transform::kNone:
-      if (stream.size() != h.chunk_size) return Corrupt("delta payload: stream length");
-      if (is_xor) {
-        for (uint64_t i = 0; i < h.chunk_size; ++i) result[i] = stream[i] ^ xor_base[i];
-      } else if (h.chunk_size != 0) {
-        std::memcpy(result.data(), stream.data(), h.chunk_size);
-      }
-      break;
-    case Transform::kPlanes:
-      RETURN_IF_ERROR(PlanesInverse(stream, xor_base, h.segments, result));
-      break;
-    case Transform::kSparse:
-    case Transform::kSparseDiff:
-      RETURN_IF_ERROR(SparseInverse(
-          stream, xor_base, h.segments,
-          h.transform == Transform::kSparseDiff ? SparseValues::kDiff : SparseValues::kXor,
-          result));
-      break;
-  }
-  const Digest got = HashChunk(h.hash_algorithm, result);
+  return p;
+}
+
+Status CheckTarget(const Digest& got, const PayloadHeader& h) {
   if (got != h.target_hash) {
     return Corrupt("delta payload decodes to " + ToHex(got) + ", expected " + ToHex(h.target_hash));
   }
   return Status::Ok();
+}
+
+// Planes and none: the inverse transform into `result` (the chunk's size), then its hash.
+Status InverseWhole(const Prepared& p, std::span<uint8_t> result) {
+  const PayloadHeader& h = p.h;
+  switch (h.transform) {
+    case Transform::kNone:
+      if (p.stream.size() != h.chunk_size) return Corrupt("delta payload: stream length");
+      if (!p.xor_base.empty()) {
+        for (uint64_t i = 0; i < h.chunk_size; ++i) result[i] = p.stream[i] ^ p.xor_base[i];
+      } else if (h.chunk_size != 0) {
+        std::memcpy(result.data(), p.stream.data(), h.chunk_size);
+      }
+      break;
+    case Transform::kPlanes:
+      RETURN_IF_ERROR(PlanesInverse(p.stream, p.xor_base, h.segments, result));
+      break;
+    case Transform::kSparse:
+    case Transform::kSparseDiff:
+      return Internal("sparse payloads are applied block by block");
+  }
+  return CheckTarget(HashChunk(h.hash_algorithm, result), h);
+}
+
+SparseValues ValuesOf(Transform t) {
+  return t == Transform::kSparseDiff ? SparseValues::kDiff : SparseValues::kXor;
+}
+
+// Sparse payloads are patched onto the base a block at a time and each block is hashed while it
+// is in cache: the base is read once, no whole-chunk copy of it is made, and the result is hashed
+// without another trip to memory. With `dst` empty the blocks go to a small scratch block and
+// only the hash is kept (a dry run before touching the caller's buffer).
+constexpr size_t kPatchBlock = 32 << 10;
+
+Status PatchAndHash(const Prepared& p, std::span<uint8_t> dst, CodecScratch::State& st) {
+  const PayloadHeader& h = p.h;
+  SparseApplier applier(p.stream, p.xor_base, h.segments, ValuesOf(h.transform));
+  Hasher hasher(h.hash_algorithm);
+  if (dst.empty()) st.block.resize(kPatchBlock);
+  for (uint64_t at = 0; at < h.chunk_size; at += kPatchBlock) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kPatchBlock, h.chunk_size - at));
+    const std::span<uint8_t> block =
+        dst.empty() ? std::span<uint8_t>(st.block).first(n) : dst.subspan(at, n);
+    RETURN_IF_ERROR(applier.Fill(at, block));
+    hasher.Update(block);
+  }
+  RETURN_IF_ERROR(applier.Finish());
+  return CheckTarget(hasher.Finish(), h);
 }
 
 }  // namespace
@@ -464,7 +543,24 @@ Status DecodeVerified(std::span<const uint8_t> payload, const HashedChunk& base,
 Status DecodeChunk(std::span<const uint8_t> payload, const HashedChunk& base,
                    const Digest* expected_target, std::span<uint8_t> out, CodecScratch& scratch) {
   CodecScratch::State& st = ScratchAccess::Get(scratch);
-  RETURN_IF_ERROR(DecodeVerified(payload, base, expected_target, out.size(), st.result, st));
+  ASSIGN_OR_RETURN(Prepared p, Prepare(payload, base, expected_target, out.size(), st));
+  if (IsSparse(p.h.transform)) {
+    // Verify without writing `out`, then patch `out` directly: two reads of the base, but no
+    // chunk-sized scratch and no copy of the result.
+    RETURN_IF_ERROR(PatchAndHash(p, {}, st));
+    SparseApplier applier(p.stream, p.xor_base, p.h.segments, ValuesOf(p.h.transform));
+    Status s;
+    // Block by block, so each change lands in a block just copied (still in cache).
+    for (uint64_t at = 0; at < out.size() && s.ok(); at += kPatchBlock) {
+      s = applier.Fill(at, out.subspan(at, std::min<uint64_t>(kPatchBlock, out.size() - at)));
+    }
+    if (s.ok()) s = applier.Finish();
+    // The stream was fully checked by the dry run; failing now would be a bug.
+    if (!s.ok()) return Internal("sparse payload failed after verifying: " + s.message());
+    return Status::Ok();
+  }
+  st.result.resize(p.h.chunk_size);
+  RETURN_IF_ERROR(InverseWhole(p, st.result));
   if (!out.empty()) std::memcpy(out.data(), st.result.data(), out.size());
   return Status::Ok();
 }
@@ -472,8 +568,11 @@ Status DecodeChunk(std::span<const uint8_t> payload, const HashedChunk& base,
 Status DecodeChunkToBuffer(std::span<const uint8_t> payload, const HashedChunk& base,
                            const Digest* expected_target, uint64_t chunk_size,
                            std::vector<uint8_t>& buffer, CodecScratch& scratch) {
-  return DecodeVerified(payload, base, expected_target, chunk_size, buffer,
-                        ScratchAccess::Get(scratch));
+  CodecScratch::State& st = ScratchAccess::Get(scratch);
+  ASSIGN_OR_RETURN(Prepared p, Prepare(payload, base, expected_target, chunk_size, st));
+  buffer.resize(p.h.chunk_size);
+  if (IsSparse(p.h.transform)) return PatchAndHash(p, buffer, st);
+  return InverseWhole(p, buffer);
 }
 
 std::string_view TransformName(Transform transform) {

@@ -44,6 +44,11 @@ inline constexpr uint8_t kPayloadFormatVersion = 1;
 inline constexpr size_t kPayloadFixedHeaderSize = 96;
 // Bounds what a payload may ask the decoder to allocate.
 inline constexpr uint64_t kMaxPayloadChunkSize = 256ull << 20;
+// The most a sparse stream can hold per chunk byte: a changed 1-byte element costs its value
+// byte plus a gap of at most 4 bytes (gaps in a chunk of at most 256 MiB fit in 4 bytes), or
+// about 2 bytes with varint gaps. The decoder refuses a longer declared stream, which bounds
+// what a hostile payload makes it allocate to this many chunks (the stream) plus the output.
+inline constexpr uint64_t kMaxSparseStreamPerByte = 5;
 
 struct PayloadHeader {
   ChunkEncoding encoding = ChunkEncoding::kFull;
@@ -127,6 +132,15 @@ struct EncodedChunk {
 Result<EncodedChunk> EncodeChunk(const HashedChunk& base, const HashedChunk& target,
                                  std::span<const Segment> segments,
                                  const ChunkEncodeOptions& options, CodecScratch& scratch);
+
+// EncodeChunk for a target whose hash is not known yet (a publisher that has not built the
+// manifest): hashes `target` with the base's algorithm while comparing it with the base, so its
+// bytes are read from memory once, and stores the hash in `*target_hash`. Same result as
+// EncodeChunk(base, HashedChunk::Compute(target, base.algorithm()), ...).
+Result<EncodedChunk> EncodeChunkHashing(const HashedChunk& base, std::span<const uint8_t> target,
+                                        std::span<const Segment> segments,
+                                        const ChunkEncodeOptions& options, CodecScratch& scratch,
+                                        Digest* target_hash);
 
 // Encodes `target` as kFull alone (no base), e.g. for a receiver that has no usable base.
 Result<EncodedChunk> EncodeFullChunk(const HashedChunk& target, std::span<const Segment> segments,

@@ -125,12 +125,19 @@ void PlanesInverseDispatch(int w, const uint8_t* in, const uint8_t* b, uint64_t 
 
 // Calls fn(i) for every element index i in [0, n) where t and b differ, in increasing order.
 // Skips equal 32-byte blocks with word compares, which is where a sparse chunk spends its time.
+// With `feed`, each piece of the target is hashed just before it is scanned.
 template <int W, typename Fn>
-void ForEachChanged(const uint8_t* t, const uint8_t* b, uint64_t n, Fn&& fn) {
+void ForEachChanged(const uint8_t* t, const uint8_t* b, uint64_t n, Fn&& fn,
+                    HashFeed* feed = nullptr) {
   constexpr uint64_t kPerWord = 8 / W;
   const uint64_t bytes = n * W;
   uint64_t pos = 0;
+  uint64_t fed = 0;
   while (pos + 32 <= bytes) {
+    if (feed != nullptr && pos >= fed) {
+      fed = std::min(bytes, pos + HashFeed::kPiece);
+      feed->Upto(t + fed);
+    }
     const uint64_t x = (Load64(t + pos) ^ Load64(b + pos)) |
                        (Load64(t + pos + 8) ^ Load64(b + pos + 8)) |
                        (Load64(t + pos + 16) ^ Load64(b + pos + 16)) |
@@ -199,40 +206,27 @@ void PutPlane(const uint8_t* plane, uint64_t count, std::vector<uint8_t>& out) {
   }
 }
 
-// Reads a plane written by PutPlane into `plane` (count bytes).
-bool GetPlane(const uint8_t* data, size_t size, size_t* pos, uint64_t count, uint8_t* plane) {
-  if (*pos >= size) return false;
-  const uint8_t bits = data[(*pos)++];
-  if (bits != 0 && bits != 1 && bits != 2 && bits != 4 && bits != 8) return false;
-  if (bits == 0) {
-    if (count != 0) std::memset(plane, 0, count);
-    return true;
-  }
-  const uint64_t bytes = (count * bits + 7) / 8;
-  if (bytes > size - *pos) return false;
-  const uint8_t* in = data + *pos;
-  *pos += bytes;
-  if (bits == 8) {
-    std::memcpy(plane, in, count);
-    return true;
-  }
-  const uint8_t mask = static_cast<uint8_t>((1u << bits) - 1);
-  for (uint64_t j = 0; j < count; ++j) {
-    const uint64_t bit = j * bits;
-    plane[j] = static_cast<uint8_t>(in[bit / 8] >> (bit % 8)) & mask;
-  }
-  return true;
-}
-
 template <int W, bool kDiff>
 void SparseForwardSeg(const uint8_t* t, const uint8_t* b, uint64_t n, bool varint_gaps,
                       std::vector<uint8_t>& out, std::vector<uint64_t>& idx,
-                      std::vector<uint8_t>& planes, std::vector<size_t>* ends) {
+                      std::vector<uint64_t>& vals, std::vector<uint8_t>& planes,
+                      std::vector<size_t>* ends, HashFeed* feed) {
   auto cut = [&] {
     if (ends) ends->push_back(out.size());
   };
   idx.clear();
-  ForEachChanged<W>(t, b, n, [&](uint64_t i) { idx.push_back(i); });
+  vals.clear();
+  // The value is taken while the scan has its cache line: reading it back later from a chunk
+  // that no longer fits in cache costs a miss per changed element.
+  ForEachChanged<W>(
+      t, b, n,
+      [&](uint64_t i) {
+        idx.push_back(i);
+        const uint64_t tv = Load<W>(t + i * W);
+        const uint64_t bv = Load<W>(b + i * W);
+        vals.push_back(kDiff ? ZigZag<W>(tv - bv) : (tv ^ bv));
+      },
+      feed);
   const uint64_t count = idx.size();
   PutVarint(count, out);
   uint64_t max_gap = 0;
@@ -256,77 +250,13 @@ void SparseForwardSeg(const uint8_t* t, const uint8_t* b, uint64_t n, bool varin
     }
   }
   for (uint64_t j = 0; j < count; ++j) {
-    const uint64_t tv = Load<W>(t + idx[j] * W);
-    const uint64_t bv = Load<W>(b + idx[j] * W);
-    const uint64_t v = kDiff ? ZigZag<W>(tv - bv) : (tv ^ bv);
+    const uint64_t v = vals[j];
     for (int k = 0; k < W; ++k) planes[k * count + j] = static_cast<uint8_t>(v >> (8 * k));
   }
   for (int k = 0; k < W; ++k) {
     PutPlane(planes.data() + k * count, count, out);
     cut();
   }
-}
-
-template <int W, bool kDiff>
-Status SparseInverseSeg(const uint8_t* data, size_t size, size_t* pos, uint64_t n, uint8_t* o,
-                        std::vector<uint8_t>& planes) {
-  uint64_t count = 0;
-  if (!ReadVarint(data, size, pos, &count) || count > n) {
-    return Corrupt("sparse stream: bad changed-element count at byte " + std::to_string(*pos));
-  }
-  // Every changed element costs at least one stream byte (a varint gap or a packed bit), so a
-  // count beyond the stream is a lie; checking it bounds the allocation below.
-  if (*pos >= size) return Corrupt("sparse stream: missing gap width");
-  const uint8_t gw = data[(*pos)++];
-  if (gw != 0 && gw != 1 && gw != 2 && gw != 4 && gw != 8) {
-    return Corrupt("sparse stream: bad gap width " + std::to_string(gw));
-  }
-  if (count > 8 * (size - *pos)) return Corrupt("sparse stream: count beyond the stream");
-  planes.resize(count * (gw + W));
-  uint8_t* gap_planes = planes.data();
-  uint8_t* values = planes.data() + count * gw;
-  size_t gap_pos = *pos;
-  if (gw == 0) {
-    uint64_t gap = 0;
-    for (uint64_t j = 0; j < count; ++j) {
-      if (!ReadVarint(data, size, pos, &gap)) {
-        return Corrupt("sparse stream: truncated gap list at byte " + std::to_string(*pos));
-      }
-    }
-  } else {
-    for (int k = 0; k < gw; ++k) {
-      if (!GetPlane(data, size, pos, count, gap_planes + k * count)) {
-        return Corrupt("sparse stream: bad gap plane at byte " + std::to_string(*pos));
-      }
-    }
-  }
-  for (int k = 0; k < W; ++k) {
-    if (!GetPlane(data, size, pos, count, values + k * count)) {
-      return Corrupt("sparse stream: bad value plane at byte " + std::to_string(*pos));
-    }
-  }
-  uint64_t next = 0;
-  for (uint64_t j = 0; j < count; ++j) {
-    uint64_t gap = 0;
-    if (gw == 0) {
-      ReadVarint(data, size, &gap_pos, &gap);  // cannot fail: read once above
-    } else {
-      for (int k = 0; k < gw; ++k) {
-        gap |= static_cast<uint64_t>(gap_planes[k * count + j]) << (8 * k);
-      }
-    }
-    if (gap >= n - next) {
-      return Corrupt("sparse stream: element index beyond the segment of " + std::to_string(n));
-    }
-    const uint64_t i = next + gap;
-    next = i + 1;
-    uint64_t v = 0;
-    for (int k = 0; k < W; ++k) v |= static_cast<uint64_t>(values[k * count + j]) << (8 * k);
-    uint64_t cur = Load<W>(o + i * W);
-    cur = kDiff ? cur + UnZigZag<W>(v) : cur ^ v;
-    std::memcpy(o + i * W, &cur, W);  // little-endian: the low W bytes
-  }
-  return Status::Ok();
 }
 
 }  // namespace
@@ -481,8 +411,10 @@ uint64_t CountChangedElements(std::span<const uint8_t> target, std::span<const u
 
 uint64_t SparseForward(std::span<const uint8_t> target, std::span<const uint8_t> base,
                        std::span<const Segment> segments, SparseValues values, bool varint_gaps,
-                       std::vector<uint8_t>& out, std::vector<size_t>* section_ends) {
+                       std::vector<uint8_t>& out, std::vector<size_t>* section_ends,
+                       HashFeed* feed) {
   std::vector<uint64_t> idx;
+  std::vector<uint64_t> vals;
   uint64_t changed = 0;
   std::vector<uint8_t> planes;
   uint64_t off = 0;
@@ -493,28 +425,32 @@ uint64_t SparseForward(std::span<const uint8_t> target, std::span<const uint8_t>
     const uint8_t* b = base.data() + off;
     switch (s.width * 2 + (diff ? 1 : 0)) {
       case 2:
-        SparseForwardSeg<1, false>(t, b, n, varint_gaps, out, idx, planes, section_ends);
+        SparseForwardSeg<1, false>(t, b, n, varint_gaps, out, idx, vals, planes, section_ends,
+                                   feed);
         break;
       case 3:
-        SparseForwardSeg<1, true>(t, b, n, varint_gaps, out, idx, planes, section_ends);
+        SparseForwardSeg<1, true>(t, b, n, varint_gaps, out, idx, vals, planes, section_ends, feed);
         break;
       case 4:
-        SparseForwardSeg<2, false>(t, b, n, varint_gaps, out, idx, planes, section_ends);
+        SparseForwardSeg<2, false>(t, b, n, varint_gaps, out, idx, vals, planes, section_ends,
+                                   feed);
         break;
       case 5:
-        SparseForwardSeg<2, true>(t, b, n, varint_gaps, out, idx, planes, section_ends);
+        SparseForwardSeg<2, true>(t, b, n, varint_gaps, out, idx, vals, planes, section_ends, feed);
         break;
       case 8:
-        SparseForwardSeg<4, false>(t, b, n, varint_gaps, out, idx, planes, section_ends);
+        SparseForwardSeg<4, false>(t, b, n, varint_gaps, out, idx, vals, planes, section_ends,
+                                   feed);
         break;
       case 9:
-        SparseForwardSeg<4, true>(t, b, n, varint_gaps, out, idx, planes, section_ends);
+        SparseForwardSeg<4, true>(t, b, n, varint_gaps, out, idx, vals, planes, section_ends, feed);
         break;
       case 16:
-        SparseForwardSeg<8, false>(t, b, n, varint_gaps, out, idx, planes, section_ends);
+        SparseForwardSeg<8, false>(t, b, n, varint_gaps, out, idx, vals, planes, section_ends,
+                                   feed);
         break;
       default:
-        SparseForwardSeg<8, true>(t, b, n, varint_gaps, out, idx, planes, section_ends);
+        SparseForwardSeg<8, true>(t, b, n, varint_gaps, out, idx, vals, planes, section_ends, feed);
         break;
     }
     changed += idx.size();
@@ -532,54 +468,209 @@ Status SparseInverse(std::span<const uint8_t> stream, std::span<const uint8_t> b
   if (out.size() != total || base.size() != total) {
     return Internal("sparse inverse: buffers do not match the segments");
   }
-  if (total != 0) std::memcpy(out.data(), base.data(), total);
-  const uint8_t* data = stream.data();
-  const size_t size = stream.size();
-  const bool diff = values == SparseValues::kDiff;
-  std::vector<uint8_t> planes;
-  size_t pos = 0;
-  uint64_t off = 0;
-  for (const Segment& s : segments) {
-    const uint64_t n = s.size / s.width;
-    uint8_t* o = out.data() + off;
-    Status st;
-    switch (s.width * 2 + (diff ? 1 : 0)) {
-      case 2:
-        st = SparseInverseSeg<1, false>(data, size, &pos, n, o, planes);
-        break;
-      case 3:
-        st = SparseInverseSeg<1, true>(data, size, &pos, n, o, planes);
-        break;
-      case 4:
-        st = SparseInverseSeg<2, false>(data, size, &pos, n, o, planes);
-        break;
-      case 5:
-        st = SparseInverseSeg<2, true>(data, size, &pos, n, o, planes);
-        break;
-      case 8:
-        st = SparseInverseSeg<4, false>(data, size, &pos, n, o, planes);
-        break;
-      case 9:
-        st = SparseInverseSeg<4, true>(data, size, &pos, n, o, planes);
-        break;
-      case 16:
-        st = SparseInverseSeg<8, false>(data, size, &pos, n, o, planes);
-        break;
-      default:
-        st = SparseInverseSeg<8, true>(data, size, &pos, n, o, planes);
-        break;
-    }
-    RETURN_IF_ERROR(st);
-    const uint64_t tail = s.size - n * s.width;
-    if (tail > size - pos) return Corrupt("sparse stream: truncated tail");
-    for (uint64_t k = 0; k < tail; ++k) o[n * s.width + k] ^= data[pos + k];
-    pos += tail;
-    off += s.size;
+  SparseApplier applier(stream, base, segments, values);
+  RETURN_IF_ERROR(applier.Fill(0, out));
+  return applier.Finish();
+}
+
+SparseApplier::SparseApplier(std::span<const uint8_t> stream, std::span<const uint8_t> base,
+                             std::span<const Segment> segments, SparseValues values)
+    : data_(stream.data()),
+      size_(stream.size()),
+      base_(base),
+      segments_(segments),
+      diff_(values == SparseValues::kDiff) {}
+
+bool SparseApplier::ReadPlaneHeader(Plane* plane, uint64_t count) {
+  if (pos_ >= size_) return false;
+  const uint8_t bits = data_[pos_++];
+  if (bits != 0 && bits != 1 && bits != 2 && bits != 4 && bits != 8) return false;
+  const uint64_t bytes = (count * bits + 7) / 8;
+  if (bytes > size_ - pos_) return false;
+  plane->data = data_ + pos_;
+  plane->bits = bits;
+  pos_ += bytes;
+  return true;
+}
+
+Status SparseApplier::StartSegment() {
+  const Segment& s = segments_[seg_];
+  width_ = s.width;
+  n_ = s.size / s.width;
+  if (!ReadVarint(data_, size_, &pos_, &count_) || count_ > n_) {
+    return Corrupt("sparse stream: bad changed-element count at byte " + std::to_string(pos_));
   }
-  if (pos != size) {
-    return Corrupt("sparse stream: " + std::to_string(size - pos) + " trailing bytes");
+  if (pos_ >= size_) return Corrupt("sparse stream: missing gap width");
+  gap_width_ = data_[pos_++];
+  if (gap_width_ != 0 && gap_width_ != 1 && gap_width_ != 2 && gap_width_ != 4 && gap_width_ != 8) {
+    return Corrupt("sparse stream: bad gap width " + std::to_string(gap_width_));
+  }
+  // Every changed element costs at least one stream bit.
+  if (count_ > 8 * (size_ - pos_)) return Corrupt("sparse stream: count beyond the stream");
+  if (gap_width_ == 0) {
+    gap_pos_ = pos_;
+    uint64_t gap = 0;
+    for (uint64_t j = 0; j < count_; ++j) {
+      if (!ReadVarint(data_, size_, &pos_, &gap)) {
+        return Corrupt("sparse stream: truncated gap list at byte " + std::to_string(pos_));
+      }
+    }
+  } else {
+    for (int k = 0; k < gap_width_; ++k) {
+      if (!ReadPlaneHeader(&gap_planes_[k], count_)) {
+        return Corrupt("sparse stream: bad gap plane at byte " + std::to_string(pos_));
+      }
+    }
+  }
+  for (int k = 0; k < width_; ++k) {
+    if (!ReadPlaneHeader(&value_planes_[k], count_)) {
+      return Corrupt("sparse stream: bad value plane at byte " + std::to_string(pos_));
+    }
+  }
+  tail_len_ = s.size - n_ * s.width;
+  if (tail_len_ > size_ - pos_) return Corrupt("sparse stream: truncated tail");
+  tail_pos_ = pos_;
+  pos_ += tail_len_;
+  j_ = 0;
+  next_ = 0;
+  tail_done_ = false;
+  in_segment_ = true;
+  return Status::Ok();
+}
+
+namespace {
+
+// Value j of a packed plane (see PutPlane); the plane's length was checked when it was parsed.
+inline uint64_t PlaneValue(const uint8_t* data, uint8_t bits, uint64_t j) {
+  switch (bits) {
+    case 0:
+      return 0;
+    case 8:
+      return data[j];
+    default: {
+      const uint64_t bit = j * bits;
+      return (data[bit / 8] >> (bit % 8)) & ((1u << bits) - 1);
+    }
+  }
+}
+
+inline uint64_t LoadLow(const uint8_t* p, uint64_t len) {
+  uint64_t v = 0;
+  std::memcpy(&v, p, len);  // little-endian: the low `len` bytes
+  return v;
+}
+
+}  // namespace
+
+Status SparseApplier::Advance() {
+  while (true) {
+    if (in_segment_ && j_ < count_) {
+      uint64_t gap = 0;
+      if (gap_width_ == 0) {
+        ReadVarint(data_, size_, &gap_pos_, &gap);  // cannot fail: read once in StartSegment
+      } else {
+        for (int k = 0; k < gap_width_; ++k) {
+          gap |= PlaneValue(gap_planes_[k].data, gap_planes_[k].bits, j_) << (8 * k);
+        }
+      }
+      if (gap >= n_ - next_) {
+        return Corrupt("sparse stream: element index beyond the segment of " + std::to_string(n_));
+      }
+      const uint64_t i = next_ + gap;
+      next_ = i + 1;
+      uint64_t v = 0;
+      for (int k = 0; k < width_; ++k) {
+        v |= PlaneValue(value_planes_[k].data, value_planes_[k].bits, j_) << (8 * k);
+      }
+      ++j_;
+      off_ = seg_off_ + i * static_cast<uint64_t>(width_);
+      len_ = static_cast<uint64_t>(width_);
+      const uint64_t b = LoadLow(base_.data() + off_, len_);
+      const uint64_t mask = width_ == 8 ? ~0ull : (1ull << (8 * width_)) - 1;
+      value_ = diff_ ? ((b + (((v >> 1) ^ ((v & 1) ? mask : 0)) & mask)) & mask) : (b ^ v);
+      pending_ = true;
+      return Status::Ok();
+    }
+    if (in_segment_ && !tail_done_) {
+      tail_done_ = true;
+      if (tail_len_ != 0) {
+        off_ = seg_off_ + n_ * static_cast<uint64_t>(width_);
+        len_ = tail_len_;
+        value_ = LoadLow(base_.data() + off_, len_) ^ LoadLow(data_ + tail_pos_, len_);
+        pending_ = true;
+        return Status::Ok();
+      }
+    }
+    if (in_segment_) {
+      seg_off_ += segments_[seg_].size;
+      ++seg_;
+      in_segment_ = false;
+    }
+    if (seg_ == segments_.size()) {
+      done_ = true;
+      return Status::Ok();
+    }
+    RETURN_IF_ERROR(StartSegment());
+  }
+}
+
+Status SparseApplier::Fill(uint64_t offset, std::span<uint8_t> dst) {
+  if (offset > base_.size() || dst.size() > base_.size() - offset) {
+    return Internal("sparse applier: block outside the chunk");
+  }
+  if (dst.empty()) return Status::Ok();
+  std::memcpy(dst.data(), base_.data() + offset, dst.size());
+  const uint64_t end = offset + dst.size();
+  while (true) {
+    if (!pending_) {
+      if (done_) break;
+      RETURN_IF_ERROR(Advance());
+      if (!pending_) break;
+    }
+    if (off_ >= end) break;
+    if (off_ >= offset && off_ + len_ <= end) {
+      std::memcpy(dst.data() + (off_ - offset), &value_, len_);
+      pending_ = false;
+      continue;
+    }
+    // An element cut by the block edge: write the part inside; the rest goes to the next block.
+    for (uint64_t x = std::max(off_, offset); x < std::min(off_ + len_, end); ++x) {
+      dst[x - offset] = static_cast<uint8_t>(value_ >> (8 * (x - off_)));
+    }
+    if (off_ + len_ > end) break;
+    pending_ = false;
   }
   return Status::Ok();
+}
+
+Status SparseApplier::Finish() {
+  while (!done_) {
+    if (pending_) return Internal("sparse applier: the chunk was not filled to its end");
+    RETURN_IF_ERROR(Advance());
+  }
+  if (pending_) return Internal("sparse applier: the chunk was not filled to its end");
+  if (pos_ != size_) {
+    return Corrupt("sparse stream: " + std::to_string(size_ - pos_) + " trailing bytes");
+  }
+  return Status::Ok();
+}
+
+void HashFeed::UptoOffset(uint64_t end) {
+  end = std::min<uint64_t>(end, chunk_.size());
+  while (done_ < end) {
+    const uint64_t n = std::min<uint64_t>(kPiece, chunk_.size() - done_);
+    // As UpdateStreaming does: fetch the next piece while this one is hashed, or SHA-NI waits
+    // on memory.
+    const uint64_t next_end = std::min<uint64_t>(chunk_.size(), done_ + n + kPiece);
+    for (uint64_t q = done_ + n; q < next_end; q += 64) __builtin_prefetch(chunk_.data() + q);
+    hasher_.Update(chunk_.subspan(done_, n));
+    done_ += n;
+  }
+}
+
+Digest HashFeed::Finish() {
+  UptoOffset(chunk_.size());
+  return hasher_.Finish();
 }
 
 void PutVarint(uint64_t value, std::vector<uint8_t>& out) {

@@ -14,6 +14,7 @@
 
 #include <weightcast/status.h>
 
+#include "hash/digest.h"
 #include "manifest/manifest.h"
 
 namespace weightcast::codec {
@@ -64,14 +65,34 @@ enum class SparseValues : uint8_t {
               // where its XOR depends on the carry chain in the base
 };
 
+// Hashes a chunk front to back while a transform reads it, a piece at a time just before the
+// transform reaches it, so the target crosses the memory bus once instead of twice.
+class HashFeed {
+ public:
+  HashFeed(Hasher& hasher, std::span<const uint8_t> chunk) : hasher_(hasher), chunk_(chunk) {}
+  // Hashes whole pieces until every byte before `p` (a pointer into the chunk) is hashed.
+  void Upto(const uint8_t* p) { UptoOffset(static_cast<uint64_t>(p - chunk_.data())); }
+  void UptoOffset(uint64_t end);
+  Digest Finish();  // hashes the rest and returns the digest
+
+  static constexpr uint64_t kPiece = 4 << 10;
+
+ private:
+  Hasher& hasher_;
+  std::span<const uint8_t> chunk_;
+  uint64_t done_ = 0;
+};
+
 // Sparse: per segment, a varint count of changed elements, a gap-width byte (0: varint gaps,
 // else 1/2/4/8-byte gaps as byte planes), the gaps between changed elements, their values as
 // byte planes, then the XOR of the tail. Appends to `out`. When `section_ends` is given, appends
 // the stream offset where each part (gap list, plane) ends, so a coder can model them apart.
-// Returns the number of changed elements (partial tails excluded).
+// Returns the number of changed elements (partial tails excluded). With `feed`, the target is
+// hashed as it is scanned (the caller finishes the feed).
 uint64_t SparseForward(std::span<const uint8_t> target, std::span<const uint8_t> base,
                        std::span<const Segment> segments, SparseValues values, bool varint_gaps,
-                       std::vector<uint8_t>& out, std::vector<size_t>* section_ends = nullptr);
+                       std::vector<uint8_t>& out, std::vector<size_t>* section_ends = nullptr,
+                       HashFeed* feed = nullptr);
 
 // Inverse: out = base with the recorded changes applied. Fails with kCorrupt on any
 // inconsistency (overlong varint, bad gap width, index past the segment, trailing or missing
@@ -79,6 +100,62 @@ uint64_t SparseForward(std::span<const uint8_t> target, std::span<const uint8_t>
 Status SparseInverse(std::span<const uint8_t> stream, std::span<const uint8_t> base,
                      std::span<const Segment> segments, SparseValues values,
                      std::span<uint8_t> out);
+
+// Applies a sparse stream to a base block by block, so a decoder can patch a piece of the chunk
+// and hash it while it is still in cache, without a copy of the whole base or unpacked planes:
+// the only memory it needs is the stream. Reads gaps and values straight from the packed planes.
+// The stream is untrusted: every length is checked when its segment is reached and every gap when
+// it is used; errors are kCorrupt. Not thread-safe; the spans must outlive it.
+class SparseApplier {
+ public:
+  SparseApplier(std::span<const uint8_t> stream, std::span<const uint8_t> base,
+                std::span<const Segment> segments, SparseValues values);
+
+  // Writes bytes [offset, offset + dst.size()) of the patched chunk into dst. Calls must cover
+  // the chunk front to back without gaps (offset = the previous call's end). On error dst holds
+  // garbage.
+  Status Fill(uint64_t offset, std::span<uint8_t> dst);
+  // After the last Fill: fails unless every segment was read and no stream bytes are left over.
+  Status Finish();
+
+ private:
+  struct Plane {
+    const uint8_t* data = nullptr;
+    uint8_t bits = 0;  // 0, 1, 2, 4 or 8 bits per value
+  };
+  Status StartSegment();
+  Status Advance();  // makes the next change pending, or sets done_
+  bool ReadPlaneHeader(Plane* plane, uint64_t count);
+
+  const uint8_t* data_;
+  size_t size_;
+  size_t pos_ = 0;  // parse position: after the current segment's planes and tail
+  std::span<const uint8_t> base_;
+  std::span<const Segment> segments_;
+  bool diff_;
+  // Current segment.
+  size_t seg_ = 0;
+  bool in_segment_ = false;
+  uint64_t seg_off_ = 0;  // chunk offset of the segment
+  uint64_t n_ = 0;        // whole elements in it
+  int width_ = 1;
+  uint64_t count_ = 0;  // changed elements
+  uint64_t j_ = 0;      // next change to read
+  uint64_t next_ = 0;   // first element index the next gap counts from
+  int gap_width_ = 0;   // 0: varint gaps at gap_pos_
+  size_t gap_pos_ = 0;
+  Plane gap_planes_[8];
+  Plane value_planes_[8];
+  size_t tail_pos_ = 0;
+  uint64_t tail_len_ = 0;
+  bool tail_done_ = false;
+  bool done_ = false;
+  // The change to write next: `len` bytes at chunk offset `off`, little-endian in `value`.
+  bool pending_ = false;
+  uint64_t off_ = 0;
+  uint64_t len_ = 0;
+  uint64_t value_ = 0;
+};
 
 // LEB128 varints, exposed for tests and the payload header.
 void PutVarint(uint64_t value, std::vector<uint8_t>& out);

@@ -48,12 +48,23 @@ Status RoundTrip(const Bytes& base, const Bytes& target, std::span<const Segment
   auto enc = EncodeChunk(b, t, segs, opt, scratch);
   if (!enc.ok()) return enc.status();
   if (encoded_out) *encoded_out = enc.value();
+  // Hashing while encoding must give the same payload and the target's hash.
+  Digest hashed{};
+  auto enc2 = EncodeChunkHashing(b, target, segs, opt, scratch, &hashed);
+  if (!enc2.ok()) return enc2.status();
+  if (hashed != t.hash()) return Internal("EncodeChunkHashing: wrong hash");
+  if (enc2->payload != enc->payload || enc2->encoding != enc->encoding) {
+    return Internal("EncodeChunkHashing: another payload");
+  }
   if (enc->encoding == ChunkEncoding::kSame) {
     return base == target ? Status::Ok() : Internal("same for different bytes");
   }
   Bytes out(target.size(), 0xEE);
   RETURN_IF_ERROR(DecodeChunk(enc->payload, b, &t.hash(), out, scratch));
-  return out == target ? Status::Ok() : Internal("round trip differs");
+  if (out != target) return Internal("round trip differs");
+  std::vector<uint8_t> buffer(3, 0xEE);
+  RETURN_IF_ERROR(DecodeChunkToBuffer(enc->payload, b, &t.hash(), target.size(), buffer, scratch));
+  return buffer == target ? Status::Ok() : Internal("round trip to buffer differs");
 }
 
 TEST(ChunkCodec, RoundTripsRandomChunksWithEveryTransformAndCoder) {
@@ -79,6 +90,79 @@ TEST(ChunkCodec, RoundTripsRandomChunksWithEveryTransformAndCoder) {
       }
     }
   }
+}
+
+// The decoder patches and hashes sparse chunks in blocks; elements cut by a block edge (odd
+// segment offsets put 2-, 4- and 8-byte elements across every edge) must come out whole.
+TEST(ChunkCodec, SparseElementsAcrossPatchBlockEdgesRoundTrip) {
+  std::mt19937_64 rng(11);
+  const size_t size = (256 << 10) + 13;
+  const Bytes base = RandomBytes(rng, size);
+  for (uint64_t lead : {1, 3, 5, 7}) {
+    std::vector<Segment> segs{{lead, 1}, {70001, 8}, {60002, 4}, {50003, 2}};
+    uint64_t covered = 0;
+    for (const Segment& s : segs) covered += s.size;
+    segs.push_back({size - covered, 2});
+    Bytes target = base;
+    // Change every byte within 16 bytes of each 4 KiB boundary, and a few percent elsewhere.
+    for (size_t at = 4096; at < size; at += 4096) {
+      for (size_t k = at - 16; k < std::min(size, at + 16); ++k) target[k] ^= 0x5A;
+    }
+    for (size_t k = 0; k < size; k += 1 + rng() % 64) target[k] += 1;
+    for (Transform tr : {Transform::kSparse, Transform::kSparseDiff}) {
+      ChunkEncodeOptions opt;
+      opt.xor_transform = tr;
+      opt.try_full_above = 2.0;
+      EncodedChunk e;
+      const Status s = RoundTrip(base, target, segs, opt, &e);
+      ASSERT_TRUE(s.ok()) << s.ToString() << " lead " << lead;
+      EXPECT_EQ(e.transform, tr);
+    }
+  }
+}
+
+// A payload may not make the decoder allocate more than a few chunks: a sparse stream longer than
+// kMaxSparseStreamPerByte chunks is refused before anything is allocated, and the densest stream
+// an encoder writes (every 1-byte element changed) is within the bound.
+TEST(ChunkCodec, SparseStreamLengthIsBoundedBySmallMultipleOfTheChunk) {
+  std::mt19937_64 rng(12);
+  const Bytes base = RandomBytes(rng, 8192);
+  Bytes target = base;
+  for (auto& x : target) x = static_cast<uint8_t>(x + 1 + rng() % 200);
+  const std::vector<Segment> segs{{8192, 1}};
+  for (bool varint : {false, true}) {
+    ChunkEncodeOptions opt;
+    opt.xor_transform = Transform::kSparse;
+    opt.varint_gaps = varint;
+    opt.coder = Coder::kStored;
+    opt.try_full_above = 2.0;
+    EncodedChunk e;
+    ASSERT_TRUE(RoundTrip(base, target, segs, opt, &e).ok());
+    auto h = ParsePayloadHeader(e.payload);
+    ASSERT_TRUE(h.ok());
+    EXPECT_LE(h->stream_size, kMaxSparseStreamPerByte * h->chunk_size);
+  }
+  // A zstd payload declaring a stream just over the bound.
+  for (size_t i = 0; i < target.size(); ++i) target[i] = static_cast<uint8_t>(base[i] + 1);
+  ChunkEncodeOptions opt;
+  opt.xor_transform = Transform::kSparseDiff;
+  opt.try_full_above = 2.0;
+  EncodedChunk e;
+  ASSERT_TRUE(RoundTrip(base, target, segs, opt, &e).ok());
+  ASSERT_EQ(e.coder, Coder::kZstd);
+  Bytes bad = e.payload;
+  const uint64_t lie = kMaxSparseStreamPerByte * 8192 + 32 + 1;
+  for (int i = 0; i < 8; ++i) bad[24 + i] = static_cast<uint8_t>(lie >> (8 * i));
+  auto h = ParsePayloadHeader(bad);
+  ASSERT_FALSE(h.ok());
+  EXPECT_EQ(h.status().code(), Code::kCorrupt);
+  CodecScratch scratch;
+  Bytes out(8192, 0x11);
+  EXPECT_EQ(
+      DecodeChunk(bad, HashedChunk::Compute(base, HashAlgorithm::kSha256), nullptr, out, scratch)
+          .code(),
+      Code::kCorrupt);
+  EXPECT_EQ(out, Bytes(8192, 0x11));
 }
 
 TEST(ChunkCodec, PicksSameForIdenticalChunksAndSendsNothing) {
