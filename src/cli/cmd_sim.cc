@@ -44,6 +44,7 @@ struct SimFlags {
   bool adaptive = false;
   uint32_t max_window = 4;
   uint32_t min_peers = 0;
+  uint32_t endgame = 2;
   uint32_t slots = 16;
   double timeout = 30;
   double rebalance_ms = 100;
@@ -148,6 +149,7 @@ Status RunSim(const SimFlags& f) {
   c.adaptive_window = f.adaptive;
   c.max_window_per_peer = f.max_window;
   c.min_peers = f.min_peers;
+  c.endgame_max_requests = f.endgame;
   c.upload_slots = f.slots;
   c.request_timeout = f.timeout;
   c.rebalance_interval = f.rebalance_ms * 1e-3;
@@ -286,6 +288,8 @@ void SetupSim(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--min-peers", f->min_peers,
                   "Ask for replacement peers when fewer stay connected (0: never)")
+      ->capture_default_str();
+  cmd->add_option("--endgame", f->endgame, "Peers a chunk may be asked of at the end")
       ->capture_default_str();
   cmd->add_option("--slots", f->slots, "Concurrent uploads per node")->capture_default_str();
   cmd->add_option("--timeout", f->timeout, "Request timeout, seconds")->capture_default_str();

@@ -346,6 +346,7 @@ Result<FleetResult> Fleet::Run() {
     so.window_per_peer = c.window_per_peer;
     so.max_outstanding = c.max_outstanding;
     so.adaptive_window = c.adaptive_window;
+    so.endgame_max_requests = c.endgame_max_requests;
     so.max_window_per_peer = std::max(c.max_window_per_peer, c.window_per_peer);
     so.min_peers = i == 0 ? 0 : c.min_peers;
     so.upload_slots = i == 0 && c.source_slots > 0 ? c.source_slots : c.upload_slots;

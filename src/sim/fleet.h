@@ -43,6 +43,7 @@ struct FleetConfig {
   uint32_t max_outstanding = 16;
   bool adaptive_window = false;  // swarm::SchedulerOptions::adaptive_window
   uint32_t max_window_per_peer = 4;
+  uint32_t endgame_max_requests = 2;  // swarm::SchedulerOptions::endgame_max_requests
   // A receiver that loses a peer and has fewer than this many asks for replacements, which the
   // simulated coordinator draws like the peer-list builder (same rack with same_rack_fraction).
   uint32_t min_peers = 0;
