@@ -21,6 +21,8 @@ cleanup() {
 trap cleanup EXIT
 if ! ip netns add "$A" 2>/dev/null; then echo "SKIP: cannot create network namespaces"; exit 77; fi
 ip netns add "$B" || exit 77
+# A chroot or container may allow creating a namespace but not entering it.
+if ! ip netns exec "$A" true 2>/dev/null; then echo "SKIP: cannot enter network namespaces here"; exit 77; fi
 set -e
 ip link add "$VA" type veth peer name "$VB"
 ip link set "$VA" netns "$A"
