@@ -3,7 +3,8 @@
 # receivers, full duplex, shared, with deaths and stragglers, and racks behind 4:1 uplinks.
 # Usage: bench/sim_goals.sh path/to/weightcast [N...]   (default N: 100 1000)
 # Scheduler settings for every run are in SCHED_ARGS (default below: adaptive per-peer windows,
-# 24 requests in flight per node, replacement peers below 16); extra flags in SIM_ARGS.
+# 24 peers per node with 24 upload slots, 32 requests in flight per node, replacement peers
+# below 24); extra flags in SIM_ARGS.
 # CHUNK is the simulated chunk size (default 128MiB; the real default chunk is 8 MiB).
 # Each run prints its JSON line; the last line is one JSON object holding all of them.
 set -euo pipefail
@@ -11,7 +12,7 @@ wc_bin=${1:?usage: sim_goals.sh path/to/weightcast [N...]}
 shift
 sizes=("$@")
 chunk=${CHUNK:-128MiB}
-sched=${SCHED_ARGS:---adaptive-window --outstanding 24 --min-peers 16}
+sched=${SCHED_ARGS:---adaptive-window --degree 24 --slots 24 --outstanding 32 --min-peers 24}
 [ ${#sizes[@]} -eq 0 ] && sizes=(100 1000)
 runs=()
 for n in "${sizes[@]}"; do
