@@ -46,8 +46,9 @@ std::string_view ActionKindName(ActionKind kind) {
 Result<Scheduler> Scheduler::Create(SchedulerOptions options) {
   const uint32_t n = options.chunk_count;
   if (n == 0) return InvalidArgument("swarm: chunk_count must be positive");
-  if (options.initial_have.size() == 0) options.initial_have = ChunkSet(n);
-  if (options.want.size() == 0) options.want = ChunkSet::Full(n);
+  // size() is the universe a set ranges over (0: not given), not its member count.
+  if (options.initial_have.size() == 0) options.initial_have = ChunkSet(n);  // NOLINT
+  if (options.want.size() == 0) options.want = ChunkSet::Full(n);            // NOLINT
   if (options.initial_have.size() != n || options.want.size() != n) {
     return InvalidArgument(
         "swarm: initial_have/want sized " + std::to_string(options.initial_have.size()) + "/" +
