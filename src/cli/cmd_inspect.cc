@@ -26,33 +26,6 @@ struct DTypeTotal {
   uint64_t bytes = 0;
 };
 
-// Tensor names and file names come from the files; keep control bytes off the terminal.
-std::string Printable(std::string_view text) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (byte < 0x20 || byte == 0x7f) {
-      out += "\\x";
-      out += kHex[byte >> 4];
-      out += kHex[byte & 0xf];
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-std::string ShapeString(const std::vector<uint64_t>& shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i > 0) out += ", ";
-    out += std::to_string(shape[i]);
-  }
-  return out + "]";
-}
-
 std::map<DType, DTypeTotal> TotalsByDType(const Checkpoint& checkpoint) {
   std::map<DType, DTypeTotal> totals;
   for (const CheckpointFile& file : checkpoint.files) {
@@ -99,17 +72,17 @@ void PrintTable(std::ostream& out, std::string_view indent,
 void PrintText(const Checkpoint& checkpoint, uint64_t limit, std::ostream& out) {
   for (const CheckpointFile& file : checkpoint.files) {
     if (!file.is_safetensors) {
-      out << Printable(file.relative_path) << "  " << FormatBytes(file.size) << "\n";
+      out << EscapeControlBytes(file.relative_path) << "  " << FormatBytes(file.size) << "\n";
       continue;
     }
     const auto& tensors = file.header.tensors;
-    out << Printable(file.relative_path) << "  " << FormatBytes(file.size) << ", " << tensors.size()
-        << (tensors.size() == 1 ? " tensor" : " tensors") << ", header "
+    out << EscapeControlBytes(file.relative_path) << "  " << FormatBytes(file.size) << ", "
+        << tensors.size() << (tensors.size() == 1 ? " tensor" : " tensors") << ", header "
         << FormatBytes(file.header.header_bytes) << "\n";
     if (!file.header.metadata.empty()) {
       std::string line = "  metadata:";
       for (const auto& [key, value] : file.header.metadata) {
-        line += " " + Printable(key) + "=" + Printable(value);
+        line += " " + EscapeControlBytes(key) + "=" + EscapeControlBytes(value);
       }
       if (line.size() > 200) line = line.substr(0, 197) + "...";
       out << line << "\n";
@@ -119,8 +92,8 @@ void PrintText(const Checkpoint& checkpoint, uint64_t limit, std::ostream& out) 
     const size_t shown = static_cast<size_t>(std::min<uint64_t>(limit, tensors.size()));
     for (size_t i = 0; i < shown; ++i) {
       const TensorInfo& t = tensors[i];
-      rows.push_back({Printable(t.name), std::string(DTypeName(t.dtype)), ShapeString(t.shape),
-                      FormatBytes(t.byte_size())});
+      rows.push_back({EscapeControlBytes(t.name), std::string(DTypeName(t.dtype)),
+                      FormatShape(t.shape), FormatBytes(t.byte_size())});
     }
     PrintTable(out, "  ", rows);
     if (shown < tensors.size()) {

@@ -38,23 +38,6 @@ struct ShowFlags {
   bool chunks = false;
 };
 
-// Names in a manifest come from outside; keep control bytes off the terminal.
-std::string Printable(std::string_view text) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (byte < 0x20 || byte == 0x7f) {
-      out += "\\x";
-      out += kHex[byte >> 4];
-      out += kHex[byte & 0xf];
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
 std::string_view EncodingName(ChunkEncoding e) {
   switch (e) {
     case ChunkEncoding::kFull:
@@ -138,20 +121,14 @@ Status RunBuild(const BuildFlags& flags) {
     std::cout << doc.dump(-1, ' ', false, Json::error_handler_t::replace) << "\n";
     return Flush();
   }
-  std::cout << "manifest of " << Printable(checkpoint.root.string()) << "\n";
+  std::cout << "manifest of " << EscapeControlBytes(checkpoint.root.string()) << "\n";
   PrintSummary(m, std::cout);
   char rate[96];
   std::snprintf(rate, sizeof rate, "%.3f s, %.2f GB/s on %zu threads", seconds, gbps, threads);
   std::cout << "  time         " << rate << "\n";
-  if (!flags.out.empty()) std::cout << "  written to   " << Printable(flags.out) << "\n";
+  if (!flags.out.empty()) std::cout << "  written to   " << EscapeControlBytes(flags.out) << "\n";
   std::cout << "root " << ToHex(m.root) << "\n";
   return Flush();
-}
-
-std::string ShapeString(const std::vector<uint64_t>& shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
 }
 
 Status RunShow(const ShowFlags& flags) {
@@ -200,10 +177,12 @@ Status RunShow(const ShowFlags& flags) {
     std::cout << doc.dump(-1, ' ', false, Json::error_handler_t::replace) << "\n";
     return Flush();
   }
-  std::cout << "manifest " << Printable(flags.file) << " (format " << m.format_version << ")\n";
+  std::cout << "manifest " << EscapeControlBytes(flags.file) << " (format " << m.format_version
+            << ")\n";
   PrintSummary(m, std::cout);
   for (const auto& [key, value] : m.metadata) {
-    std::cout << "  meta         " << Printable(key) << " = " << Printable(value) << "\n";
+    std::cout << "  meta         " << EscapeControlBytes(key) << " = " << EscapeControlBytes(value)
+              << "\n";
   }
   if (m.delta.has_value()) {
     std::cout << "  delta from   version " << m.delta->base_version.value() << ", root "
@@ -214,15 +193,15 @@ Status RunShow(const ShowFlags& flags) {
   if (flags.files) {
     std::cout << "files (offset, size, path):\n";
     for (const ManifestFile& f : m.files) {
-      std::cout << "  " << f.offset << "  " << f.size << "  " << Printable(f.path) << "\n";
+      std::cout << "  " << f.offset << "  " << f.size << "  " << EscapeControlBytes(f.path) << "\n";
     }
   }
   if (flags.tensors) {
     std::cout << "tensors (offset, size, dtype, shape, file, name):\n";
     for (const ManifestTensor& t : m.tensors) {
       std::cout << "  " << t.offset << "  " << t.size << "  " << DTypeName(t.dtype) << "  "
-                << ShapeString(t.shape) << "  " << t.file_index << "  " << Printable(t.name)
-                << "\n";
+                << FormatShape(t.shape) << "  " << t.file_index << "  "
+                << EscapeControlBytes(t.name) << "\n";
     }
   }
   if (flags.chunks) {

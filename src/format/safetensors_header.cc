@@ -11,6 +11,7 @@
 #include "format/safetensors.h"
 #include "format/strict_json.h"
 #include "util/file.h"
+#include "util/text.h"
 
 namespace weightcast {
 namespace {
@@ -26,15 +27,6 @@ uint64_t LoadLittleEndian64(const uint8_t* p) {
   uint64_t v = 0;
   for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
   return v;
-}
-
-std::string ShapeString(const std::vector<uint64_t>& shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i > 0) out += ", ";
-    out += std::to_string(shape[i]);
-  }
-  return out + "]";
 }
 
 std::string RangeString(uint64_t begin, uint64_t end) {
@@ -113,11 +105,11 @@ Result<TensorInfo> ReadTensorEntry(const std::string& name, const Json& entry) {
 
   Result<uint64_t> size = TensorByteSize(info.dtype, info.shape);
   if (!size.ok()) {
-    return fail("shape " + ShapeString(info.shape) + " of " + std::string(DTypeName(info.dtype)) +
+    return fail("shape " + FormatShape(info.shape) + " of " + std::string(DTypeName(info.dtype)) +
                 ": " + size.status().message());
   }
   if (*size != info.byte_size()) {
-    return fail("shape " + ShapeString(info.shape) + " of " + std::string(DTypeName(info.dtype)) +
+    return fail("shape " + FormatShape(info.shape) + " of " + std::string(DTypeName(info.dtype)) +
                 " is " + std::to_string(*size) + " bytes but data_offsets " +
                 RangeString(info.begin, info.end) + " hold " + std::to_string(info.byte_size()));
   }

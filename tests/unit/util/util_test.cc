@@ -57,6 +57,14 @@ TEST(Hex, RoundTrips) {
   EXPECT_FALSE(FromHex("0g").ok());
 }
 
+TEST(Text, FormatsShapesAndEscapesControlBytes) {
+  std::vector<uint64_t> shape = {4096, 11008};
+  EXPECT_EQ(FormatShape(shape), "[4096, 11008]");
+  EXPECT_EQ(FormatShape({}), "[]");
+  EXPECT_EQ(EscapeControlBytes("a\x1b[2Jb\n"), "a\\x1b[2Jb\\x0a");
+  EXPECT_EQ(EscapeControlBytes("model.layers.0.q_proj"), "model.layers.0.q_proj");
+}
+
 TEST(File, AtomicWriteThenMapAndRead) {
   auto dir = std::filesystem::temp_directory_path() / ("wc_util_test_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
