@@ -96,6 +96,13 @@ Result<std::vector<std::string>> StoreImpl::Channels() const {
 }
 
 Result<StagedVersion> StoreImpl::BeginStaging(std::string_view channel, const Manifest& manifest) {
+  RETURN_IF_ERROR(CheckNewVersion(channel, manifest));
+  std::lock_guard lock(mu_);
+  ASSIGN_OR_RETURN(auto state, CreateStagingLocked(channel, manifest, nullptr, ImportMode::kCopy));
+  return StagedVersion(state);
+}
+
+Status StoreImpl::CheckNewVersion(std::string_view channel, const Manifest& manifest) const {
   RETURN_IF_ERROR(CheckWritable());
   RETURN_IF_ERROR(ValidateChannelName(channel));
   if (manifest.channel != channel) {
@@ -104,8 +111,12 @@ Result<StagedVersion> StoreImpl::BeginStaging(std::string_view channel, const Ma
   }
   if (manifest.version.value() == 0) return InvalidArgument("manifest has version 0");
   RETURN_IF_ERROR(ValidateManifest(manifest));
-  RETURN_IF_ERROR(ValidateManifestPaths(manifest));
-  std::lock_guard lock(mu_);
+  return ValidateManifestPaths(manifest);
+}
+
+Result<std::shared_ptr<StagingState>> StoreImpl::CreateStagingLocked(
+    std::string_view channel, const Manifest& manifest, const std::filesystem::path* source,
+    ImportMode mode) {
   ChannelLayout layout = Layout(channel);
   Version v = manifest.version;
   if (Exists(layout.version_dir(v))) {
@@ -119,11 +130,10 @@ Result<StagedVersion> StoreImpl::BeginStaging(std::string_view channel, const Ma
        {layout.dir(), layout.versions_dir(), layout.manifests_dir(), layout.staging_root()}) {
     RETURN_IF_ERROR(MakeDirDurable(dir));
   }
-  ASSIGN_OR_RETURN(auto state,
-                   StagingState::Create(layout, std::string(channel), manifest,
-                                        options_.record_batch, nullptr, ImportMode::kCopy));
+  ASSIGN_OR_RETURN(auto state, StagingState::Create(layout, std::string(channel), manifest,
+                                                    options_.record_batch, source, mode));
   staging_[{std::string(channel), v.value()}] = state;
-  return StagedVersion(state);
+  return state;
 }
 
 Result<std::shared_ptr<StagingState>> StoreImpl::StagingLocked(std::string_view channel,
@@ -263,31 +273,11 @@ Result<Version> StoreImpl::Rollback(std::string_view channel, std::optional<Vers
 
 Status StoreImpl::ImportDirectory(std::string_view channel, const Manifest& manifest,
                                   const std::filesystem::path& dir, ImportMode mode) {
-  RETURN_IF_ERROR(CheckWritable());
-  RETURN_IF_ERROR(ValidateChannelName(channel));
-  if (manifest.channel != channel) {
-    return InvalidArgument("manifest is for channel '" + manifest.channel + "', not '" +
-                           std::string(channel) + "'");
-  }
-  if (manifest.version.value() == 0) return InvalidArgument("manifest has version 0");
-  RETURN_IF_ERROR(ValidateManifest(manifest));
-  RETURN_IF_ERROR(ValidateManifestPaths(manifest));
+  RETURN_IF_ERROR(CheckNewVersion(channel, manifest));
   std::lock_guard lock(mu_);
   ChannelLayout layout = Layout(channel);
   Version v = manifest.version;
-  if (Exists(layout.version_dir(v))) {
-    return AlreadyExists("version " + Name(channel, v) + " is already committed");
-  }
-  if (Exists(layout.staging_dir(v))) {
-    return AlreadyExists("version " + Name(channel, v) + " is already staging");
-  }
-  for (const auto& d :
-       {layout.dir(), layout.versions_dir(), layout.manifests_dir(), layout.staging_root()}) {
-    RETURN_IF_ERROR(MakeDirDurable(d));
-  }
-  ASSIGN_OR_RETURN(auto state, StagingState::Create(layout, std::string(channel), manifest,
-                                                    options_.record_batch, &dir, mode));
-  staging_[{std::string(channel), v.value()}] = state;
+  ASSIGN_OR_RETURN(auto state, CreateStagingLocked(channel, manifest, &dir, mode));
   auto fail = [&](Status st) {
     state->Close();
     staging_.erase({std::string(channel), v.value()});

@@ -49,6 +49,14 @@ class StoreImpl {
   using Key = std::pair<std::string, uint64_t>;
 
   Status CheckWritable() const;
+  // Checks a manifest offered as a new version of `channel` (no lock needed: touches no state).
+  Status CheckNewVersion(std::string_view channel, const Manifest& manifest) const;
+  // Creates and registers the staging of a version that is neither committed nor staging
+  // (mu_ held). `source` (may be null) is a directory whose files are brought in with `mode`.
+  Result<std::shared_ptr<StagingState>> CreateStagingLocked(std::string_view channel,
+                                                            const Manifest& manifest,
+                                                            const std::filesystem::path* source,
+                                                            ImportMode mode);
   // Recovery of one channel at Open (store_recovery.cc).
   Status RecoverChannel(const std::string& channel);
   // Switches `current` (mu_ held).
