@@ -1,6 +1,8 @@
 // Builds safetensors files byte by byte for the format tests, independent of the writer.
 #pragma once
 
+#include "testing/temp_dir.h"
+
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -42,26 +44,5 @@ inline void WriteBytes(const std::filesystem::path& path, const std::vector<uint
 inline void WriteText(const std::filesystem::path& path, std::string_view text) {
   WriteBytes(path, std::vector<uint8_t>(text.begin(), text.end()));
 }
-
-// A fresh directory under the system temp dir, removed when the object goes away.
-class TempDir {
- public:
-  TempDir() {
-    std::random_device rd;
-    path_ = std::filesystem::temp_directory_path() /
-            ("wc_format_test_" + std::to_string(rd()) + std::to_string(rd()));
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
 
 }  // namespace weightcast::testing

@@ -3,6 +3,8 @@
 // OpenCheckpoint).
 #pragma once
 
+#include "testing/temp_dir.h"
+
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -18,24 +20,6 @@
 #include "manifest/manifest.h"
 
 namespace weightcast::testing {
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "wc_manifest_XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
 
 inline std::vector<uint8_t> RandomBytes(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
