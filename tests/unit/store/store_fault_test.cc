@@ -19,17 +19,12 @@ namespace {
 using store_test::ChunkOf;
 using store_test::Flat;
 using store_test::MakeManifest;
+using store_test::OpenOrDie;
 using store_test::SampleFiles;
 using store_test::StageAndCommit;
 using store_test::TempDir;
 
 namespace fs = std::filesystem;
-
-Store OpenOrDie(const fs::path& root, StoreOptions options = {}) {
-  auto store = Store::Open(root, options);
-  EXPECT_TRUE(store.ok()) << store.status().ToString();
-  return std::move(store).value();
-}
 
 // Stages version 1 of "policy" with every chunk in `recorded` marked and flushed.
 void StagePartly(const fs::path& root, const Manifest& m, const std::string& flat,

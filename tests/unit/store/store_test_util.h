@@ -118,4 +118,10 @@ inline Status StageAndCommit(Store& store, const std::string& channel, Version v
   return store.Commit(channel, version);
 }
 
+inline Store OpenOrDie(const std::filesystem::path& root, StoreOptions options = {}) {
+  auto store = Store::Open(root, options);
+  EXPECT_TRUE(store.ok()) << store.status().ToString();
+  return std::move(store).value();
+}
+
 }  // namespace weightcast::store_test

@@ -12,12 +12,6 @@
 namespace weightcast::synth {
 namespace {
 
-std::string ReadAll(const std::filesystem::path& p) {
-  auto s = ReadFileToString(p);
-  EXPECT_TRUE(s.ok()) << s.status().ToString();
-  return s.ok() ? *s : "";
-}
-
 // A shape small enough for unit tests: about 1.3 M parameters.
 ModelShape TinyShape() {
   ModelShape s;

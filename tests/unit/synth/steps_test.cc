@@ -9,12 +9,6 @@
 namespace weightcast::synth {
 namespace {
 
-std::string ReadAll(const std::filesystem::path& p) {
-  auto s = ReadFileToString(p);
-  EXPECT_TRUE(s.ok()) << s.status().ToString();
-  return s.ok() ? *s : "";
-}
-
 ModelShape TinyShape() {
   ModelShape s;
   s.hidden = 128;
