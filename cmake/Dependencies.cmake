@@ -24,6 +24,12 @@ target_link_libraries(asio INTERFACE Threads::Threads)
 
 find_package(CLI11 REQUIRED)
 
+# cpp-httplib (header only) serves /metrics.
+find_path(HTTPLIB_INCLUDE_DIR httplib.h REQUIRED)
+add_library(httplib INTERFACE)
+target_include_directories(httplib SYSTEM INTERFACE ${HTTPLIB_INCLUDE_DIR})
+target_link_libraries(httplib INTERFACE Threads::Threads)
+
 if(WC_BUILD_TESTS OR WC_BUILD_BENCH)
   find_package(GTest REQUIRED)
 endif()
