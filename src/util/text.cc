@@ -121,4 +121,43 @@ Result<uint64_t> ParseSize(std::string_view text) {
   return static_cast<uint64_t>(std::llround(bytes));
 }
 
+Result<std::chrono::nanoseconds> ParseDuration(std::string_view text) {
+  auto bad = [&](std::string_view why) {
+    return InvalidArgument("duration '" + std::string(text) + "': " + std::string(why) +
+                           " (examples: 250ms, 3s, 1.5s, 2m)");
+  };
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'))
+    ++i;
+  if (i == 0) return bad("does not start with a number");
+  std::string number(text.substr(0, i));
+  if (number.find('.') != number.rfind('.')) return bad("more than one decimal point");
+  double value = 0;
+  try {
+    value = std::stod(number);
+  } catch (...) {
+    return bad("not a number");
+  }
+  std::string_view unit = text.substr(i);
+  double ns_per_unit = 0;
+  if (unit.empty() || unit == "s")
+    ns_per_unit = 1e9;
+  else if (unit == "ms")
+    ns_per_unit = 1e6;
+  else if (unit == "us")
+    ns_per_unit = 1e3;
+  else if (unit == "ns")
+    ns_per_unit = 1;
+  else if (unit == "m")
+    ns_per_unit = 60e9;
+  else if (unit == "h")
+    ns_per_unit = 3600e9;
+  else
+    return bad("unknown unit '" + std::string(unit) + "'");
+  double ns = value * ns_per_unit;
+  // 2^62 ns is about 146 years: far beyond any sensible flag, well inside int64.
+  if (!(ns < 4.6e18)) return bad("too large");
+  return std::chrono::nanoseconds(static_cast<int64_t>(ns));
+}
+
 }  // namespace weightcast

@@ -1,6 +1,7 @@
 // Small text helpers: hex, human-readable sizes and durations, size parsing for flags.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -27,5 +28,9 @@ std::string EscapeControlBytes(std::string_view text);
 // Parses "4194304", "4MiB", "4M" (binary), "1.5GB" (decimal), "10k". Rejects negatives,
 // garbage and overflow with a message naming the input.
 Result<uint64_t> ParseSize(std::string_view text);
+
+// Parses a duration for flags: "250ms", "3s", "1.5s", "2m", "1h", "10us"; a bare number is
+// seconds. Rejects negatives, garbage and overflow with a message naming the input.
+Result<std::chrono::nanoseconds> ParseDuration(std::string_view text);
 
 }  // namespace weightcast

@@ -87,5 +87,23 @@ TEST(ThreadPool, ParallelForVisitsEveryIndexOnce) {
   for (auto& h : hits) EXPECT_EQ(h.load(), 1);
 }
 
+TEST(ParseDuration, AcceptsUnitsAndBareSeconds) {
+  using namespace std::chrono;
+  EXPECT_EQ(ParseDuration("250ms").value(), milliseconds(250));
+  EXPECT_EQ(ParseDuration("3").value(), seconds(3));
+  EXPECT_EQ(ParseDuration("1.5s").value(), milliseconds(1500));
+  EXPECT_EQ(ParseDuration("2m").value(), minutes(2));
+  EXPECT_EQ(ParseDuration("10us").value(), microseconds(10));
+}
+
+TEST(ParseDuration, RejectsGarbageNamingTheInput) {
+  for (const char* bad : {"", "-1s", "s", "1.2.3s", "5 parsecs", "1e30h"}) {
+    auto result = ParseDuration(bad);
+    ASSERT_FALSE(result.ok()) << bad;
+    EXPECT_EQ(result.status().code(), Code::kInvalidArgument);
+    EXPECT_NE(result.status().message().find("duration"), std::string::npos);
+  }
+}
+
 }  // namespace
 }  // namespace weightcast
