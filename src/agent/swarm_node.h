@@ -1,0 +1,152 @@
+// One node's peer-to-peer side for one channel (docs/agent.md): it fetches a version from many
+// peers at once and serves what it holds to them. Used by the agent daemon (Fetch, then
+// CommitTarget) and by the publisher (Seed). The decisions (which chunk from which peer, which
+// request to serve next, when to drop a peer) are made by one swarm::Scheduler per target
+// version, the very object the simulator drives; this class carries its actions out over a
+// net::Transport and feeds it the events.
+//
+// Threads: one event thread owns the scheduler and is fed from a queue; each peer connection has
+// a reader thread (pushes received messages) and a writer thread (sends control messages and the
+// chunk uploads the scheduler asks for, then pushes OnUploadDone); `workers` threads check,
+// decode and write received chunks (push OnChunkVerified / OnChunkFailed); an accept thread
+// takes connections from peers with higher node ids.
+//
+// Peer protocol (control messages in agent/protocol.h, chunk data in kChunk frames): on connect
+// each side sends its have-set for its target version (whole chunks and delta payloads as two
+// bitsets), then Have announcements, Request(version, chunk, kind), Cancel, Reject. Every chunk
+// is checked against the manifest hash before it is stored or served (a payload against its
+// payload hash before it is decoded); a peer that sends a bad one is dropped and the chunk is
+// fetched elsewhere.
+//
+// Thread-safety: every public method is safe from any thread. The Store and Transport must
+// outlive the node; Stop (or the destructor) joins every thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <weightcast/status.h>
+#include <weightcast/types.h>
+
+#include "agent/payload_cache.h"
+#include "manifest/manifest.h"
+#include "net/transport.h"
+#include "store/store.h"
+
+namespace weightcast::agent {
+
+struct PeerAddress {
+  PeerId id;
+  std::string address;  // where the peer listens ("127.0.0.1:41234", "mem:b")
+  bool source = false;  // a publisher: holds every chunk of what it published
+  friend bool operator==(const PeerAddress&, const PeerAddress&) = default;
+};
+
+struct SwarmNodeOptions {
+  std::string channel{};
+  // This node's id: the one its transport's handshake presents (net::Options::self.node_id).
+  PeerId node_id;
+  std::string manifest_secret{};  // the cluster secret: signed manifests must verify with it
+  // Tensors this node wants (globs, manifest.ChunksForTensors); empty: every chunk.
+  std::vector<std::string> tensor_patterns{};
+  // A seed (publisher): spreads distinct chunks first and takes more upload slots.
+  bool source = false;
+  // Scheduler knobs (swarm::SchedulerOptions); 0 picks the default for agent or source.
+  uint32_t window_per_peer = 2;
+  uint32_t max_outstanding = 64;
+  uint32_t upload_slots = 0;  // default 4 for an agent, 8 for a source
+  net::Duration request_timeout = std::chrono::seconds(30);
+  // Threads that check, decode and write received chunks.
+  size_t workers = 2;
+  // Delta payloads are fetched when the node's current version is the delta's base.
+  bool use_delta = true;
+  // TESTING ONLY: flip a byte of every chunk this node uploads (integration tests check that
+  // peers detect and drop it).
+  bool corrupt_uploads_for_testing = false;
+  net::LogFn log = net::LogToStderr;
+};
+
+struct SwarmProgress {
+  Version version;            // the target (0: none)
+  bool delta = false;         // fetching delta payloads onto the base (false: whole chunks)
+  uint32_t chunks_done = 0;   // wanted chunks verified
+  uint32_t chunks_total = 0;  // wanted chunks
+  uint64_t bytes_done = 0;    // model bytes of those chunks
+  uint64_t bytes_total = 0;
+  uint64_t bytes_received = 0;  // chunk payload bytes received for the target (wire)
+  uint64_t bytes_sent = 0;      // chunk payload bytes uploaded for the target (wire)
+  uint32_t chunks_failed = 0;   // received chunks that failed their hash check
+  uint32_t peers = 0;           // connected peers
+  bool complete = false;        // every wanted chunk verified (and committed once CommitTarget)
+  bool committed = false;
+  std::string error{};  // why the target cannot complete (empty while fine)
+};
+
+// Totals over the node's life (for /metrics).
+struct SwarmCounters {
+  uint64_t bytes_received = 0;
+  uint64_t bytes_sent = 0;
+  uint64_t chunks_verified = 0;
+  uint64_t chunks_failed = 0;
+  uint64_t peers_dropped = 0;
+};
+
+class SwarmNode {
+ public:
+  SwarmNode(Store& store, net::Transport& transport, SwarmNodeOptions options);
+  ~SwarmNode();  // Stop()
+  SwarmNode(const SwarmNode&) = delete;
+  SwarmNode& operator=(const SwarmNode&) = delete;
+
+  // Listens on `listen_address` (port 0 allowed) and starts the threads. Once.
+  Status Start(std::string_view listen_address);
+  // The bound listen address (empty before Start).
+  std::string address() const;
+  PeerId id() const;
+
+  // Makes `manifest` (the verified contents of `signed_manifest`) the target: stages it (or
+  // resumes its staging), copies chunks equal to the local base, and fetches the rest from
+  // peers. A target with a lower or equal version than the current target is refused
+  // (kFailedPrecondition) unless it is the same version (then a no-op); a higher one replaces
+  // the current target (its staging is aborted). A version already committed in the store
+  // becomes the target complete at once (served, nothing fetched). Does not block on transfer.
+  Status Fetch(const Manifest& manifest, std::vector<uint8_t> signed_manifest);
+  // Makes a version this node holds committed the target, as a source: serves every chunk and,
+  // for a delta, every payload in `payloads` (may be null for a full version).
+  Status Seed(const Manifest& manifest, std::vector<uint8_t> signed_manifest,
+              std::shared_ptr<const PayloadCache> payloads);
+
+  // The node's whole peer list (from the coordinator). Connects to listed peers with a lower
+  // node id, keeps accepting the others, and disconnects peers no longer listed.
+  void SetPeers(std::span<const PeerAddress> peers);
+
+  SwarmProgress progress() const;
+  SwarmCounters counters() const;
+  // Blocks until the target is complete (OK), the node fails or stops (its error), or `timeout`
+  // passes (kDeadlineExceeded).
+  Status WaitComplete(net::Duration timeout);
+
+  // Commits the complete target in the store (Store::Commit) and serves it from the committed
+  // version from then on. kFailedPrecondition while incomplete.
+  Status CommitTarget();
+  // Drops the target's staging (Store::Abort); the node has no target afterwards.
+  Status AbortTarget();
+
+  // Whether every chunk of the target (and every payload, for a delta) is held by at least one
+  // connected peer (a publisher stops seeding once this holds).
+  bool EveryChunkReplicated() const;
+
+  // Closes every connection and joins every thread. Idempotent.
+  void Stop();
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace weightcast::agent
