@@ -588,6 +588,8 @@ struct ListenerState {
   std::condition_variable cv;
   std::deque<std::shared_ptr<TcpConn>> ready;
   bool closed = false;
+  // Accepted sockets still in the handshake (Options::max_pending_handshakes bounds it).
+  std::atomic<uint32_t> pending_handshakes{0};
 
   // Stops accepting; safe from any thread but the io threads. Blocks until the
   // acceptor closed.
@@ -681,6 +683,11 @@ class TcpListener : public Listener {
                                            std::shared_ptr<Registry> registry,
                                            std::shared_ptr<State> state, tcp::socket socket) {
     const Options& options = shared->options;
+    // Released on every way out of this coroutine, the early co_returns included.
+    struct PendingSlot {
+      std::atomic<uint32_t>& count;
+      ~PendingSlot() { count.fetch_sub(1); }
+    } slot{state->pending_handshakes};
     std::error_code ec;
     tcp::endpoint remote = socket.remote_endpoint(ec);
     const std::string from = ec ? "?" : EndpointString(remote);
@@ -729,6 +736,17 @@ class TcpListener : public Listener {
         shared->options.log("tcp: accept failed: " + ec.message());
         continue;
       }
+      if (state->pending_handshakes.load() >= shared->options.max_pending_handshakes) {
+        std::error_code ignored;
+        tcp::endpoint remote = socket.remote_endpoint(ignored);
+        shared->options.log("tcp: refused peer " +
+                            (ignored ? std::string("?") : EndpointString(remote)) +
+                            ": too many connections in the handshake (" +
+                            std::to_string(shared->options.max_pending_handshakes) + ")");
+        socket.close(ignored);
+        continue;
+      }
+      state->pending_handshakes.fetch_add(1);
       auto executor = socket.get_executor();
       asio::co_spawn(executor, HandshakeAccepted(shared, registry, state, std::move(socket)),
                      asio::detached);

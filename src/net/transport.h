@@ -59,6 +59,9 @@ struct Options {
   // reading the socket and TCP flow control slows the sender.
   size_t receive_queue_bytes = 32u << 20;
   Duration handshake_timeout = std::chrono::seconds(5);
+  // Connections a listener holds in the handshake at once. Past it, a new connection is closed
+  // at once (and logged): unauthenticated peers cannot pile up sockets and buffers without bound.
+  uint32_t max_pending_handshakes = 64;
   // A Ping goes out when nothing was sent for keepalive_interval; a peer from
   // which nothing (not even a Ping) arrived for keepalive_timeout is declared
   // dead and the connection fails with kDeadlineExceeded.

@@ -164,6 +164,36 @@ TEST(TcpTransport, SilentConnectionTimesOutInHandshake) {
   EXPECT_TRUE(log.Eventually("handshake did not finish in time")) << log.All();
 }
 
+TEST(TcpTransport, PendingHandshakesAreBounded) {
+  LogCapture log;
+  Options opts = TestOptions(2, &log);
+  opts.handshake_timeout = 5s;
+  opts.max_pending_handshakes = 2;
+  auto server = MakeTcp(opts);
+  auto listener = server->Listen("127.0.0.1:0");
+  ASSERT_TRUE(listener.ok());
+  // Two silent sockets fill the handshake slots; the third is closed at once, long before the
+  // handshake timeout would close it.
+  int idle1 = RawConnect((*listener)->address());
+  int idle2 = RawConnect((*listener)->address());
+  std::this_thread::sleep_for(100ms);
+  auto start = std::chrono::steady_clock::now();
+  int third = RawConnect((*listener)->address());
+  char buf[64];
+  while (::read(third, buf, sizeof(buf)) > 0) {
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+  EXPECT_TRUE(log.Eventually("too many connections in the handshake")) << log.All();
+  ::close(third);
+  ::close(idle1);
+  ::close(idle2);
+  // Slots free again: a real peer gets through.
+  auto client = MakeTcp(TestOptions(1, nullptr));
+  std::this_thread::sleep_for(200ms);
+  auto c = client->Connect((*listener)->address(), 5s);
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+}
+
 TEST(TcpTransport, SenderBlocksInsteadOfBufferingWithoutBound) {
   Options sender = TestOptions(1, nullptr);
   sender.send_queue_bytes = 1 << 20;
