@@ -24,11 +24,12 @@ target_link_libraries(asio INTERFACE Threads::Threads)
 
 find_package(CLI11 REQUIRED)
 
-# cpp-httplib (header only) serves /metrics.
-find_path(HTTPLIB_INCLUDE_DIR httplib.h REQUIRED)
+# cpp-httplib serves /metrics. Debian ships it compiled (libcpp-httplib.so): the header only
+# declares the server, and its classes change shape with the CPPHTTPLIB_* defines the library was
+# built with, so both the library and those defines come from pkg-config.
+pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 add_library(httplib INTERFACE)
-target_include_directories(httplib SYSTEM INTERFACE ${HTTPLIB_INCLUDE_DIR})
-target_link_libraries(httplib INTERFACE Threads::Threads)
+target_link_libraries(httplib INTERFACE PkgConfig::HTTPLIB Threads::Threads)
 
 if(WC_BUILD_TESTS OR WC_BUILD_BENCH)
   find_package(GTest REQUIRED)

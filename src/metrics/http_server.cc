@@ -1,0 +1,145 @@
+#include "metrics/http_server.h"
+
+#include <arpa/inet.h>
+#include <sys/socket.h>
+
+#include <charconv>
+#include <chrono>
+#include <thread>
+
+#include <httplib.h>
+
+#include "metrics/registry.h"
+#include "util/text.h"
+
+namespace weightcast::metrics {
+namespace {
+
+constexpr const char* kContentType = "text/plain; version=0.0.4; charset=utf-8";
+
+bool IsIpv6Literal(const std::string& host) {
+  in6_addr addr{};
+  return inet_pton(AF_INET6, host.c_str(), &addr) == 1;
+}
+
+bool IsIpv4Literal(const std::string& host) {
+  in_addr addr{};
+  return inet_pton(AF_INET, host.c_str(), &addr) == 1;
+}
+
+std::string JoinHostPort(const std::string& host, int port) {
+  if (IsIpv6Literal(host)) return "[" + host + "]:" + std::to_string(port);
+  return host + ":" + std::to_string(port);
+}
+
+}  // namespace
+
+Result<HostPort> ParseHostPort(std::string_view address) {
+  auto bad = [&](std::string_view why) {
+    return InvalidArgument("address '" + EscapeControlBytes(address) + "': " + std::string(why) +
+                           " (want ip:port or [ipv6]:port)");
+  };
+  HostPort out;
+  std::string_view port_text;
+  if (address.starts_with('[')) {
+    size_t close = address.find(']');
+    if (close == std::string_view::npos) return bad("no closing ']'");
+    out.host = std::string(address.substr(1, close - 1));
+    if (close + 1 >= address.size() || address[close + 1] != ':') return bad("no port");
+    port_text = address.substr(close + 2);
+    if (!IsIpv6Literal(out.host)) return bad("not an IPv6 address");
+  } else {
+    size_t colon = address.rfind(':');
+    if (colon == std::string_view::npos) return bad("no port");
+    out.host = std::string(address.substr(0, colon));
+    port_text = address.substr(colon + 1);
+    if (!IsIpv4Literal(out.host)) return bad("host is not a numeric IPv4 address");
+  }
+  unsigned port = 0;
+  auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (port_text.empty() || ec != std::errc() || end != port_text.data() + port_text.size() ||
+      port > 65535) {
+    return bad("port is not a number in 0..65535");
+  }
+  out.port = static_cast<uint16_t>(port);
+  return out;
+}
+
+struct MetricsServer::Impl {
+  httplib::Server server;
+  std::thread thread;
+};
+
+MetricsServer::MetricsServer(std::unique_ptr<Impl> impl, std::string address)
+    : impl_(std::move(impl)), address_(std::move(address)) {}
+
+MetricsServer::~MetricsServer() { Stop(); }
+
+Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(Registry& registry,
+                                                            std::string_view address) {
+  ASSIGN_OR_RETURN(HostPort where, ParseHostPort(address));
+  auto impl = std::make_unique<Impl>();
+  httplib::Server& server = impl->server;
+  // A scrape every few seconds needs no more than two threads (httplib's default is one per
+  // core, at least eight, in every daemon).
+  server.new_task_queue = [] { return new httplib::ThreadPool(2); };
+  // httplib's default sets SO_REUSEPORT, which lets a second daemon bind the same port and
+  // silently take half the scrapes; SO_REUSEADDR alone still allows a quick restart.
+  server.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  // Bounds how long Stop() waits for an idle keep-alive connection.
+  server.set_keep_alive_timeout(1);
+  server.set_read_timeout(5, 0);
+  server.set_write_timeout(5, 0);
+  server.Get("/metrics", [&registry](const httplib::Request&, httplib::Response& res) {
+    res.set_content(registry.Render(), kContentType);
+  });
+  server.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok\n", "text/plain; charset=utf-8");
+  });
+  auto method_not_allowed = [](const httplib::Request&, httplib::Response& res) {
+    res.status = 405;
+    res.set_header("Allow", "GET, HEAD");
+    res.set_content("method not allowed\n", "text/plain; charset=utf-8");
+  };
+  for (const char* path : {"/metrics", "/healthz"}) {
+    server.Post(path, method_not_allowed);
+    server.Put(path, method_not_allowed);
+    server.Delete(path, method_not_allowed);
+    server.Patch(path, method_not_allowed);
+  }
+
+  int port = where.port;
+  if (port == 0) {
+    port = server.bind_to_any_port(where.host);
+    if (port <= 0) return Unavailable("metrics: cannot bind " + where.host + ":0");
+  } else if (!server.bind_to_port(where.host, port)) {
+    return Unavailable("metrics: cannot bind " + JoinHostPort(where.host, port) +
+                       " (in use, or not an address of this host)");
+  }
+  Impl* raw = impl.get();
+  impl->thread = std::thread([raw] { raw->server.listen_after_bind(); });
+  // httplib's stop() only takes effect once the accept loop runs; wait for it so that an early
+  // Stop() cannot be lost (and leave the thread accepting forever).
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!server.is_running()) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      server.stop();
+      impl->thread.join();
+      return Internal("metrics: the HTTP server did not start within 5 s");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return std::unique_ptr<MetricsServer>(
+      new MetricsServer(std::move(impl), JoinHostPort(where.host, port)));
+}
+
+void MetricsServer::Stop() {
+  if (!impl_ || !impl_->thread.joinable()) return;
+  impl_->server.stop();
+  impl_->thread.join();
+}
+
+}  // namespace weightcast::metrics

@@ -1,0 +1,54 @@
+// Serves a Registry over HTTP for Prometheus to scrape:
+//   GET /metrics  -> 200, Content-Type: text/plain; version=0.0.4, Registry::Render()
+//   GET /healthz  -> 200 "ok\n"
+//   anything else -> 404 (a method other than GET/HEAD on those paths: 405)
+// cpp-httplib does the HTTP; it stays behind this header so daemons that include it do not pay
+// for it.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include <weightcast/status.h>
+
+namespace weightcast::metrics {
+
+class Registry;
+
+class MetricsServer {
+ public:
+  // Binds `address` ("ip:port", "[ipv6]:port"; port 0 picks a free port) and starts answering on
+  // two threads of its own. Returns once the socket is bound, so address() can be logged and
+  // scraped at once. `registry` must outlive the server. Fails with kInvalidArgument for a
+  // malformed address and kUnavailable when the address cannot be bound.
+  static Result<std::unique_ptr<MetricsServer>> Start(Registry& registry, std::string_view address);
+
+  ~MetricsServer();  // Stop()s.
+  MetricsServer(const MetricsServer&) = delete;
+  MetricsServer& operator=(const MetricsServer&) = delete;
+
+  // The bound address, e.g. "127.0.0.1:41234" ("[::1]:41234" for IPv6).
+  const std::string& address() const { return address_; }
+
+  // Stops accepting, finishes the requests in flight and joins the threads. Blocks; idempotent;
+  // not to be called from a request handler.
+  void Stop();
+
+ private:
+  struct Impl;
+  explicit MetricsServer(std::unique_ptr<Impl> impl, std::string address);
+
+  std::unique_ptr<Impl> impl_;
+  std::string address_;
+};
+
+// Splits "ip:port" or "[ipv6]:port" into host and port; a port is 0..65535. The host must be a
+// numeric address (no name lookups in a daemon's start-up path).
+struct HostPort {
+  std::string host;
+  uint16_t port = 0;
+};
+Result<HostPort> ParseHostPort(std::string_view address);
+
+}  // namespace weightcast::metrics

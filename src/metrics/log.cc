@@ -1,0 +1,299 @@
+#include "metrics/log.h"
+
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <mutex>
+
+#include "metrics/registry.h"
+#include "util/text.h"
+
+namespace weightcast::metrics {
+namespace {
+
+// One lock for every logger of the process: they share stderr.
+std::mutex& SinkMutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+void WriteStderr(std::string_view line) {
+  std::string buf(line);
+  buf += '\n';
+  const char* p = buf.data();
+  size_t left = buf.size();
+  while (left > 0) {
+    ssize_t n = ::write(STDERR_FILENO, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // stderr is gone; nowhere left to say so
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+}
+
+// logfmt: bare when the value is a plain token, else double-quoted with \" \\ \n \t escaped and
+// other control bytes as \xNN, so one event stays one line whatever the value holds.
+bool NeedsQuotes(std::string_view v) {
+  if (v.empty()) return true;
+  for (unsigned char c : v) {
+    if (c <= ' ' || c == '"' || c == '=' || c == '\\' || c == 0x7f) return true;
+  }
+  return false;
+}
+
+void AppendTextValue(std::string& out, std::string_view v) {
+  if (!NeedsQuotes(v)) {
+    out += v;
+    return;
+  }
+  out += '"';
+  for (unsigned char c : v) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          out += EscapeControlBytes(std::string_view(reinterpret_cast<const char*>(&c), 1));
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  out += '"';
+}
+
+// Keys are ours, but keep them tokens: anything outside [A-Za-z0-9_.-] becomes '_'.
+std::string SanitizeKey(std::string_view key) {
+  std::string out(key.empty() ? "_" : key);
+  for (char& c : out) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || c == '-';
+    if (!ok) c = '_';
+  }
+  return out;
+}
+
+// Length of the valid UTF-8 sequence at s[i], or 0 when it is not one.
+size_t Utf8SequenceLength(std::string_view s, size_t i) {
+  auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  unsigned char c = byte(i);
+  size_t n;
+  uint32_t cp;
+  if (c < 0x80) return 1;
+  if ((c & 0xe0) == 0xc0) {
+    n = 2;
+    cp = c & 0x1f;
+  } else if ((c & 0xf0) == 0xe0) {
+    n = 3;
+    cp = c & 0x0f;
+  } else if ((c & 0xf8) == 0xf0) {
+    n = 4;
+    cp = c & 0x07;
+  } else {
+    return 0;
+  }
+  if (i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; ++k) {
+    if ((byte(i + k) & 0xc0) != 0x80) return 0;
+    cp = (cp << 6) | (byte(i + k) & 0x3f);
+  }
+  // Overlong forms, surrogates and values past U+10FFFF are not valid UTF-8.
+  static constexpr uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (cp < kMin[n] || (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff) return 0;
+  return n;
+}
+
+// A JSON string literal. Bytes that are not UTF-8 (a file name from a foreign system) become
+// U+FFFD so that the line stays valid JSON.
+void AppendJsonString(std::string& out, std::string_view s) {
+  out += '"';
+  for (size_t i = 0; i < s.size();) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+      ++i;
+    } else if (c == '\n') {
+      out += "\\n";
+      ++i;
+    } else if (c == '\r') {
+      out += "\\r";
+      ++i;
+    } else if (c == '\t') {
+      out += "\\t";
+      ++i;
+    } else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+      ++i;
+    } else {
+      size_t n = Utf8SequenceLength(s, i);
+      if (n == 0) {
+        out += "\\ufffd";
+        ++i;
+      } else {
+        out.append(s.substr(i, n));
+        i += n;
+      }
+    }
+  }
+  out += '"';
+}
+
+bool ReservedJsonKey(std::string_view key) {
+  return key == "ts" || key == "level" || key == "component" || key == "msg";
+}
+
+void AppendFieldText(std::string& out, const LogField& f) {
+  out += ' ';
+  out += SanitizeKey(f.key);
+  out += '=';
+  AppendTextValue(out, f.text);
+}
+
+void AppendFieldJson(std::string& out, const LogField& f) {
+  out += ',';
+  // A field may not shadow the event's own keys; it keeps its value under "_key".
+  std::string key = SanitizeKey(f.key);
+  if (ReservedJsonKey(key)) key = "_" + key;
+  AppendJsonString(out, key);
+  out += ':';
+  switch (f.kind) {
+    case LogField::Kind::kInt:
+    case LogField::Kind::kUint:
+    case LogField::Kind::kBool:
+      out += f.text;
+      break;
+    case LogField::Kind::kDouble:
+      // JSON has no NaN or infinities; those go as strings.
+      if (f.text == "NaN" || f.text == "+Inf" || f.text == "-Inf") {
+        AppendJsonString(out, f.text);
+      } else {
+        out += f.text;
+      }
+      break;
+    case LogField::Kind::kString:
+      AppendJsonString(out, f.text);
+      break;
+  }
+}
+
+}  // namespace
+
+Result<LogFormat> ParseLogFormat(std::string_view text) {
+  if (text == "text") return LogFormat::kText;
+  if (text == "json") return LogFormat::kJson;
+  return InvalidArgument("log format '" + EscapeControlBytes(text) + "': want text or json");
+}
+
+std::string_view LogLevelName(LogLevel level) {
+  switch (level) {
+    case LogLevel::kDebug:
+      return "DEBUG";
+    case LogLevel::kInfo:
+      return "INFO";
+    case LogLevel::kWarn:
+      return "WARN";
+    case LogLevel::kError:
+      return "ERROR";
+  }
+  return "INFO";
+}
+
+LogField::LogField(std::string_view k, double v)
+    : key(k), kind(Kind::kDouble), text(FormatValue(v)) {}
+
+std::string FormatTimestamp(std::chrono::system_clock::time_point time) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(time.time_since_epoch()).count();
+  time_t seconds = static_cast<time_t>(ms / 1000);
+  long millis = static_cast<long>(ms % 1000);
+  if (millis < 0) {  // before 1970: floor, not truncate
+    millis += 1000;
+    --seconds;
+  }
+  struct tm tm {};
+  gmtime_r(&seconds, &tm);
+  char buf[96];  // room for any int the format could meet (GCC checks)
+  std::snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, millis);
+  return buf;
+}
+
+std::string Logger::FormatLine(LogFormat format, std::chrono::system_clock::time_point time,
+                               LogLevel level, std::string_view component, std::string_view msg,
+                               std::span<const LogField> context,
+                               std::span<const LogField> fields) {
+  std::string out;
+  if (format == LogFormat::kJson) {
+    std::string level_name(LogLevelName(level));
+    for (char& c : level_name) c = static_cast<char>(c - 'A' + 'a');
+    out += "{\"ts\":\"";
+    out += FormatTimestamp(time);
+    out += "\",\"level\":\"";
+    out += level_name;
+    out += "\",\"component\":";
+    AppendJsonString(out, component);
+    out += ",\"msg\":";
+    AppendJsonString(out, msg);
+    for (const LogField& f : context) AppendFieldJson(out, f);
+    for (const LogField& f : fields) AppendFieldJson(out, f);
+    out += '}';
+    return out;
+  }
+  out += FormatTimestamp(time);
+  out += ' ';
+  out += LogLevelName(level);
+  out += ' ';
+  out += EscapeControlBytes(component);
+  out += ' ';
+  // The message is free text (spaces allowed) but must stay on one line.
+  out += EscapeControlBytes(msg);
+  for (const LogField& f : context) AppendFieldText(out, f);
+  for (const LogField& f : fields) AppendFieldText(out, f);
+  return out;
+}
+
+Logger::Logger(std::string component, LogFormat format)
+    : Logger(std::move(component), format, &WriteStderr) {}
+
+Logger::Logger(std::string component, LogFormat format, LogSink sink)
+    : component_(std::move(component)),
+      format_(format),
+      sink_(std::make_shared<const LogSink>(std::move(sink))),
+      context_(std::make_shared<const std::vector<LogField>>()) {}
+
+Logger Logger::With(std::initializer_list<LogField> fields) const {
+  Logger copy = *this;
+  auto context = std::make_shared<std::vector<LogField>>(*context_);
+  context->insert(context->end(), fields.begin(), fields.end());
+  copy.context_ = std::move(context);
+  return copy;
+}
+
+void Logger::Log(LogLevel level, std::string_view msg, std::span<const LogField> fields) const {
+  if (level < min_level_) return;
+  std::string line = FormatLine(format_, std::chrono::system_clock::now(), level, component_, msg,
+                                *context_, fields);
+  std::lock_guard lock(SinkMutex());
+  (*sink_)(line);
+}
+
+std::function<void(std::string_view)> Logger::AsLineFn() const {
+  return [logger = *this](std::string_view line) { logger.Info(line); };
+}
+
+}  // namespace weightcast::metrics
