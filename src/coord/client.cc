@@ -1,0 +1,155 @@
+#include "coord/client.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "coord/envelope.h"
+
+namespace weightcast::coord {
+namespace {
+
+// What a reply must hold for each request; a different body is a protocol error.
+wire::Envelope::BodyCase ExpectedReply(wire::Envelope::BodyCase request) {
+  switch (request) {
+    case wire::Envelope::kRegister:
+      return wire::Envelope::kRegisterReply;
+    case wire::Envelope::kHeartbeat:
+      return wire::Envelope::kHeartbeatReply;
+    case wire::Envelope::kPublish:
+      return wire::Envelope::kPublishReply;
+    case wire::Envelope::kGetManifest:
+      return wire::Envelope::kManifestReply;
+    case wire::Envelope::kGetStatus:
+      return wire::Envelope::kFleetStatus;
+    case wire::Envelope::kRollback:
+      return wire::Envelope::kRollbackReply;
+    default:
+      return wire::Envelope::BODY_NOT_SET;
+  }
+}
+
+}  // namespace
+
+CoordinatorClient::CoordinatorClient(std::unique_ptr<net::Connection> connection)
+    : connection_(std::move(connection)) {}
+
+Result<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(net::Transport& transport,
+                                                                      std::string_view address,
+                                                                      net::Duration timeout) {
+  auto connection = transport.Connect(address, timeout);
+  if (!connection.ok()) {
+    return connection.status().WithContext("coordinator " + std::string(address));
+  }
+  if (connection.value()->peer().role != net::Role::kCoordinator) {
+    return FailedPrecondition("coordinator " + std::string(address) + " is a " +
+                              std::string(net::RoleName(connection.value()->peer().role)) +
+                              ", not a coordinator");
+  }
+  return std::unique_ptr<CoordinatorClient>(new CoordinatorClient(std::move(connection).value()));
+}
+
+void CoordinatorClient::Close() {
+  std::lock_guard lock(mu_);
+  if (connection_ != nullptr) connection_->Close();
+}
+
+Result<wire::Envelope> CoordinatorClient::Call(wire::Envelope request) {
+  std::lock_guard lock(mu_);
+  if (connection_ == nullptr) return Unavailable("coordinator client is closed");
+  const wire::Envelope::BodyCase expected = ExpectedReply(request.body_case());
+  if (expected == wire::Envelope::BODY_NOT_SET) {
+    return InvalidArgument("not a coordinator request");
+  }
+  const uint64_t id = next_request_id_++;
+  request.set_request_id(id);
+  ASSIGN_OR_RETURN(std::vector<uint8_t> body, EncodeEnvelope(request));
+
+  // One deadline for the send and for every receive: replies to earlier calls that timed out may
+  // still arrive first and are skipped, without extending the wait.
+  const net::Clock& clock = net::Clock::Real();
+  const bool forever = timeout_ >= std::chrono::hours(24 * 365);
+  const net::TimePoint deadline = forever ? net::TimePoint::max() : clock.Now() + timeout_;
+  auto remaining = [&]() -> net::Duration {
+    if (forever) return net::kForever;
+    return std::max(net::Duration::zero(), deadline - clock.Now());
+  };
+
+  RETURN_IF_ERROR(connection_->SendControl(body, remaining()));
+  while (true) {
+    auto frame = connection_->Receive(remaining());
+    if (!frame.ok()) return frame.status().WithContext("coordinator");
+    if (frame->type != net::FrameType::kControl) {
+      connection_->Close();
+      return Corrupt("coordinator sent a " + std::string(net::FrameTypeName(frame->type)) +
+                     " frame on the control connection");
+    }
+    auto reply = ParseEnvelope(frame->body);
+    if (!reply.ok()) {
+      connection_->Close();
+      return reply.status().WithContext("coordinator reply");
+    }
+    if (reply->request_id() < id) continue;  // the late answer to a call that timed out
+    if (reply->request_id() != id) {
+      connection_->Close();
+      return Corrupt("coordinator answered request " + std::to_string(reply->request_id()) +
+                     ", which was never sent (expected " + std::to_string(id) + ")");
+    }
+    if (reply->body_case() == wire::Envelope::kError) return StatusFromError(reply->error());
+    if (reply->body_case() != expected) {
+      connection_->Close();
+      return Corrupt("coordinator answered with the wrong message type (" +
+                     std::to_string(reply->body_case()) + ", expected " + std::to_string(expected) +
+                     ")");
+    }
+    return std::move(reply).value();
+  }
+}
+
+Result<wire::RegisterReply> CoordinatorClient::Register(const wire::Register& request) {
+  wire::Envelope envelope;
+  *envelope.mutable_register_() = request;
+  ASSIGN_OR_RETURN(wire::Envelope reply, Call(std::move(envelope)));
+  return std::move(*reply.mutable_register_reply());
+}
+
+Result<wire::HeartbeatReply> CoordinatorClient::Heartbeat(const wire::Heartbeat& request) {
+  wire::Envelope envelope;
+  *envelope.mutable_heartbeat() = request;
+  ASSIGN_OR_RETURN(wire::Envelope reply, Call(std::move(envelope)));
+  return std::move(*reply.mutable_heartbeat_reply());
+}
+
+Result<Version> CoordinatorClient::Publish(std::span<const uint8_t> signed_manifest) {
+  wire::Envelope envelope;
+  envelope.mutable_publish()->set_signed_manifest(signed_manifest.data(), signed_manifest.size());
+  ASSIGN_OR_RETURN(wire::Envelope reply, Call(std::move(envelope)));
+  return Version(reply.publish_reply().version());
+}
+
+Result<std::vector<uint8_t>> CoordinatorClient::GetManifest(std::string_view channel,
+                                                            Version version) {
+  wire::Envelope envelope;
+  envelope.mutable_get_manifest()->set_channel(std::string(channel));
+  envelope.mutable_get_manifest()->set_version(version.value());
+  ASSIGN_OR_RETURN(wire::Envelope reply, Call(std::move(envelope)));
+  const std::string& bytes = reply.manifest_reply().signed_manifest();
+  return std::vector<uint8_t>(bytes.begin(), bytes.end());
+}
+
+Result<wire::FleetStatus> CoordinatorClient::GetStatus(std::string_view channel) {
+  wire::Envelope envelope;
+  envelope.mutable_get_status()->set_channel(std::string(channel));
+  ASSIGN_OR_RETURN(wire::Envelope reply, Call(std::move(envelope)));
+  return std::move(*reply.mutable_fleet_status());
+}
+
+Result<Version> CoordinatorClient::Rollback(std::string_view channel, Version version) {
+  wire::Envelope envelope;
+  envelope.mutable_rollback()->set_channel(std::string(channel));
+  envelope.mutable_rollback()->set_version(version.value());
+  ASSIGN_OR_RETURN(wire::Envelope reply, Call(std::move(envelope)));
+  return Version(reply.rollback_reply().version());
+}
+
+}  // namespace weightcast::coord
