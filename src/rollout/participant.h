@@ -121,25 +121,44 @@ class Participant {
   Time next_deadline() const;
 
  private:
-  enum class StageState : uint8_t { kFetching, kVerified, kFailed };
+  enum class StageState : uint8_t {
+    kPartial,   // on disk from before, not being fetched
+    kFetching,  // kFetch outstanding
+    kVerified,  // every wanted chunk verified: prepared
+    kFailed,    // the fetch or the commit failed; retried at retry_at
+    kAborting,  // kAbortStaging outstanding (or retried at retry_at)
+  };
   struct Staging {
     Version version;
-    StageState state = StageState::kFetching;
+    StageState state = StageState::kPartial;
     std::string error;
+    Time retry_at{0};
   };
   enum class StoreOp : uint8_t { kNone, kCommit, kSwitch, kAbort };
+  struct HookRun {
+    Version version;
+    Version before;  // current before the change (what a rollback returns to)
+    bool after_switch = false;
+  };
 
-  Participant(ParticipantOptions options) : options_(options) {}
+  explicit Participant(ParticipantOptions options) : options_(options) {}
   std::span<const ParticipantAction> Flush() { return {actions_.data(), actions_.size()}; }
   void Emit(ParticipantActionKind kind, Version v, Version to = Version(), uint32_t attempt = 0) {
     actions_.push_back(ParticipantAction{kind, v, to, attempt});
   }
+  Staging* Find(Version v);
+  const Staging* Find(Version v) const;
+  // The version the target wants fetched now: the fleet's current version when this node
+  // must catch up and does not keep it, else the pending version to prepare; 0 when none.
+  Version Wanted() const;
+  // The undecided version to prepare (0: none).
+  Version PrepareVersion() const;
+  bool IsWanted(Version v) const;
   // Works out the next actions from the target and the local state.
   void Step(Time now);
-  // The version to fetch now, or 0.
-  Version WantedFetch() const;
-  void StartHook(Version v);
-  void NoteReportChange(const Report& before);
+  void StartHook(HookRun run);
+  // Emits kReport when the report changed since `before`.
+  void NoteReport(const Report& before);
 
   ParticipantOptions options_;
   std::optional<Target> target_;
@@ -149,18 +168,18 @@ class Participant {
   Version fetching_;              // the outstanding kFetch (0: none)
   StoreOp op_ = StoreOp::kNone;
   Version op_version_;
-  Time retry_at_ = Time::max();  // failed fetch/commit/switch: nothing retried before this
-  std::string error_;            // last failure of a commit or switch, for the report
-  Version error_version_;
-  // Hook: the version it runs (or last ran) for, attempt, outcome.
+  // A failed switch: not tried again before switch_retry_at.
+  Version switch_failed_;
+  std::string switch_error_;
+  Time switch_retry_at_{0};
+  // Engine hook: the run in progress or waiting for its retry, and the next one queued.
+  std::optional<HookRun> hook_;
   bool hook_running_ = false;
-  Version hook_version_;
-  Version hook_pending_;  // current changed while a hook ran: run it for this one next
   uint32_t hook_attempt_ = 0;
   Time hook_retry_at_ = Time::max();
   std::string hook_error_;
-  Version before_hook_;  // current before the change the hook is about (rollback target)
-  bool hook_after_switch_ = false;
+  Version hook_error_version_;
+  std::optional<HookRun> hook_next_;
   std::vector<ParticipantAction> actions_;
 };
 

@@ -176,6 +176,7 @@ class RolloutTracker {
   Version pending_;  // 0: none
   Time deadline_{0};
   Time grace_until_{0};
+  bool in_grace_ = false;
   Version current_;          // decided
   Version durable_current_;  // what target() shows
   Version rolled_to_;
