@@ -1,0 +1,187 @@
+#!/usr/bin/python3
+"""Turns one cluster run's work directory (bench/cluster/run.sh) into a table and one JSON line.
+
+  report.py WORK_DIR
+
+Reads WORK_DIR/params.json, WORK_DIR/vmstat.log (vmstat -n -t 1, UTC), WORK_DIR/diff.json and
+per phase WORK_DIR/ph/<phase>/: system, go ({"t0"}), res.<host>.json ({"done"[, "rc"]}),
+tx_before / tx_after (bytes each host's link sent, one line per host), t_end, timed_out,
+mismatched, fault_time. Every figure printed is computed here from those measurements.
+Exit 1 when a phase has hosts that did not finish or hold wrong files (faulted host excepted).
+"""
+
+import calendar
+import json
+import os
+import statistics
+import sys
+import time
+
+
+def read(path, default=None):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        return default
+
+
+def read_json(path, default=None):
+    text = read(path)
+    return default if text is None else json.loads(text)
+
+
+def vmstat_samples(path):
+    """[(epoch, idle%)] from `vmstat -n -t 1` run with TZ=UTC; the first sample (since boot) is
+    dropped. Each sample covers the second before its timestamp."""
+    samples, idle_col, first = [], None, True
+    for line in (read(path, "") or "").splitlines():
+        parts = line.split()
+        if "id" in parts and "us" in parts:
+            idle_col = parts.index("id")
+            continue
+        if idle_col is None or len(parts) < idle_col + 3 or not parts[0].isdigit():
+            continue
+        if first:
+            first = False
+            continue
+        stamp = time.strptime(parts[-2] + " " + parts[-1], "%Y-%m-%d %H:%M:%S")
+        samples.append((calendar.timegm(stamp), float(parts[idle_col])))
+    return samples
+
+
+def idle_between(samples, t0, t1):
+    # A sample stamped t covers (t-1, t]: take those whose second overlaps the phase.
+    vals = [idle for (t, idle) in samples if t > t0 and t - 1 < t1]
+    if not vals:
+        return None
+    return {"mean": round(statistics.mean(vals), 1), "min": round(min(vals), 1), "samples": len(vals)}
+
+
+def phase_figures(ph_dir, params):
+    n = params["hosts"]
+    bound = params["bound_s"]
+    size = params["bytes"]
+    fault = params["fault"]
+    fh = params["fault_host"]
+    system = read(os.path.join(ph_dir, "system"))
+    go = read_json(os.path.join(ph_dir, "go"))
+    if go is None:
+        return {"system": system, "error": "never started"}
+    t0 = float(go["t0"])
+    times, failed = {}, []
+    for host in range(1, n):
+        res = read_json(os.path.join(ph_dir, f"res.{host}.json"))
+        if res is None or res.get("done") is None or res.get("rc", 0) != 0:
+            failed.append(host)
+            continue
+        times[host] = float(res["done"]) - t0
+    others = {h: t for h, t in times.items() if fault == "none" or h != fh}
+    expected = [h for h in range(1, n) if fault == "none" or h != fh]
+    missing = [h for h in expected if h not in others]
+    tx_before = [int(x) for x in (read(os.path.join(ph_dir, "tx_before"), "") or "").split()]
+    tx_after = [int(x) for x in (read(os.path.join(ph_dir, "tx_after"), "") or "").split()]
+    up = [a - b for a, b in zip(tx_after, tx_before)]
+    t_end = float(read(os.path.join(ph_dir, "t_end"), str(time.time())))
+    fig = {
+        "system": system,
+        "hosts_done": len(others),
+        "hosts_expected": len(expected),
+        "missing_hosts": missing,
+        "slowest_s": round(max(others.values()), 3) if others else None,
+        "median_s": round(statistics.median(others.values()), 3) if others else None,
+        "fastest_s": round(min(others.values()), 3) if others else None,
+        "source_wire_bytes": up[0] if up else None,
+        "source_upload_vs_size": round(up[0] / size, 3) if up else None,
+        "total_wire_bytes": sum(up) if up else None,
+        "mismatched_hosts": int(read(os.path.join(ph_dir, "mismatched"), "0")),
+    }
+    if fig["slowest_s"] is not None:
+        fig["slowest_vs_bound"] = round(fig["slowest_s"] / bound, 3)
+    if len(up) > 2:
+        peers = up[1:]
+        fig["peer_upload_max_vs_mean"] = round(max(peers) / max(1, statistics.mean(peers)), 2)
+    if fault != "none":
+        ft = read(os.path.join(ph_dir, "fault_time"))
+        fig["fault_host_s"] = round(times[fh], 3) if fh in times else None
+        if ft is not None:
+            fig["fault_at_s"] = round(float(ft) - t0, 2)
+    fig["_t0"], fig["_t_end"] = t0, t_end
+    return fig
+
+
+def main():
+    work = sys.argv[1]
+    params = read_json(os.path.join(work, "params.json"))
+    samples = vmstat_samples(os.path.join(work, "vmstat.log"))
+    diff = read_json(os.path.join(work, "diff.json"), {}) or {}
+    bound = params["bound_s"]
+    phases = {}
+    ph_root = os.path.join(work, "ph")
+    order = ["http", "libtorrent", "weightcast", "weightcast_delta"]
+    for name in order:
+        d = os.path.join(ph_root, name)
+        if os.path.isdir(d):
+            fig = phase_figures(d, params)
+            if "_t0" in fig:
+                fig["idle_cpu"] = idle_between(samples, fig["_t0"], fig["_t_end"])
+                del fig["_t0"], fig["_t_end"]
+            phases[name] = fig
+
+    ok = all(not f.get("missing_hosts") and not f.get("mismatched_hosts") and "error" not in f
+             for f in phases.values())
+    out = {"bench": "cluster", **params, "phases": phases}
+    goals = {}
+    wc = phases.get("weightcast", {})
+    lt = phases.get("libtorrent", {})
+    if wc.get("slowest_vs_bound") is not None:
+        goals["weightcast_within_15pct_of_bound"] = wc["slowest_vs_bound"] <= 1.15
+    if wc.get("slowest_s") and lt.get("slowest_s"):
+        out["libtorrent_vs_weightcast"] = round(lt["slowest_s"] / wc["slowest_s"], 3)
+    delta = phases.get("weightcast_delta", {})
+    if delta.get("slowest_s") and diff.get("ratio"):
+        ratio = float(diff["ratio"])
+        speedup = bound / delta["slowest_s"]
+        delta["compression_ratio"] = round(ratio, 2)
+        delta["full_bound_s"] = bound
+        delta["speedup_vs_full_bound"] = round(speedup, 2)
+        delta["delta_bytes_bound_s"] = round(bound / ratio, 3)
+        goals["delta_speedup_at_least_half_ratio"] = speedup >= ratio / 2
+    out["goals"] = goals
+
+    print(f"cluster: {params['hosts']} hosts at {params['rate']}, version {params['bytes']} bytes "
+          f"in {params['files']} files, S/B = {bound:.2f} s, fault {params['fault']}"
+          + (f" (host {params['fault_host']})" if params["fault"] != "none" else ""))
+    hdr = (f"{'system':<17}{'slowest s':>10}{'x S/B':>8}{'median s':>10}{'src upload':>12}"
+           f"{'x S':>7}{'idle% mean/min':>16}  notes")
+    print(hdr)
+    print("-" * len(hdr))
+    for name, f in phases.items():
+        if "error" in f:
+            print(f"{name:<17}  {f['error']}")
+            continue
+        idle = f.get("idle_cpu") or {}
+        notes = []
+        if f["missing_hosts"]:
+            notes.append(f"unfinished hosts {f['missing_hosts']}")
+        if f["mismatched_hosts"]:
+            notes.append(f"{f['mismatched_hosts']} hosts with wrong files")
+        if "fault_host_s" in f:
+            notes.append(f"faulted host: {f['fault_host_s']} s")
+        if "compression_ratio" in f:
+            notes.append(f"ratio {f['compression_ratio']}x, {f['speedup_vs_full_bound']}x under S/B")
+        def num(v, fmt):
+            return format(v, fmt) if v is not None else "-"
+        print(f"{name:<17}{num(f['slowest_s'], '10.2f')}{num(f.get('slowest_vs_bound'), '8.2f')}"
+              f"{num(f['median_s'], '10.2f')}{num(f['source_wire_bytes'], '12d')}"
+              f"{num(f['source_upload_vs_size'], '7.2f')}"
+              f"{(str(idle.get('mean', '-')) + '/' + str(idle.get('min', '-'))):>16}  "
+              + "; ".join(notes))
+    if goals:
+        print("goals: " + ", ".join(f"{k}={'met' if v else 'NOT met'}" for k, v in goals.items()))
+    print(json.dumps(out, separators=(",", ":")))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
