@@ -26,6 +26,7 @@
 #   --work DIR         where data goes (default /dev/shm: the disk of a shared VM is not the
 #                      subject; every system gets the same)
 #   --keep             keep the work directory (logs) after the run
+#   --check-seconds S  length of the iperf3 check of the shaping (default 4)
 # Output: progress on stderr; a table, then one JSON object as the last line, on stdout.
 # Exit: 0 when every system's run completed (goals are reported, not enforced), 1 on failure,
 # 2 on bad arguments, 77 when network namespaces cannot be created here.
@@ -37,7 +38,7 @@ root=$(cd "$here/../.." && pwd)
 source "$here/netns.sh"
 PY=/usr/bin/python3  # Debian's python: python3-libtorrent is installed for it
 
-usage() { sed -n '2,33p' "$0" >&2; exit 2; }
+usage() { sed -n '2,34p' "$0" >&2; exit 2; }
 [[ $# -ge 3 ]] || usage
 N=$1 RATE=$2 SIZE=$3
 shift 3
@@ -51,6 +52,7 @@ DELAY=""
 LR=5e-7
 WORK_ROOT=/dev/shm
 KEEP=0
+CHECK_SECONDS=4
 while [[ $# -gt 0 ]]; do
   case $1 in
     --wc) WC=$2; shift 2 ;;
@@ -63,6 +65,7 @@ while [[ $# -gt 0 ]]; do
     --lr) LR=$2; shift 2 ;;
     --work) WORK_ROOT=$2; shift 2 ;;
     --keep) KEEP=1; shift ;;
+    --check-seconds) CHECK_SECONDS=$2; shift 2 ;;
     -h|--help) usage ;;
     *) echo "unknown option: $1" >&2; usage ;;
   esac
@@ -71,6 +74,7 @@ done
 cluster_check_rate "$RATE" || exit 2
 [[ -z $DELAY ]] || cluster_check_delay "$DELAY" || exit 2
 [[ $FAULT =~ ^(none|kill|linkdown|slow)$ ]] || { echo "--fault: none|kill|linkdown|slow" >&2; exit 2; }
+[[ $CHECK_SECONDS =~ ^[1-9][0-9]?$ ]] || { echo "--check-seconds: 1..99" >&2; exit 2; }
 [[ $DOWN_FOR =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "--down-for: seconds" >&2; exit 2; }
 [[ -z $FAULT_AT || $FAULT_AT =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "--fault-at: seconds" >&2; exit 2; }
 for s in ${SYSTEMS//,/ }; do
@@ -84,6 +88,13 @@ if [[ -z $WC ]]; then
 fi
 [[ -n $WC && -x $WC ]] || { echo "weightcast binary not found (--wc PATH)" >&2; exit 2; }
 WC=$(readlink -f "$WC")
+if has_system weightcast; then
+  subcommands=$("$WC" --help 2>/dev/null | awk '/^Subcommands:/ { on = 1; next } on { print $1 }')
+  for c in coordinator agent publish status; do
+    grep -qx "$c" <<<"$subcommands" ||
+      { echo "$WC has no '$c' subcommand (--systems http,libtorrent runs without it)" >&2; exit 2; }
+  done
+fi
 [[ -d $WORK_ROOT ]] || { echo "--work $WORK_ROOT is not a directory" >&2; exit 2; }
 command -v iperf3 >/dev/null || { echo "iperf3 is not installed" >&2; exit 2; }
 if has_system libtorrent && ! $PY -c 'import libtorrent' 2>/dev/null; then
@@ -141,10 +152,11 @@ log "S = $S bytes in ${#FILES[@]} files; S/B = $BOUND s at $RATE; $N hosts; faul
 # ---- network --------------------------------------------------------------------------------
 log "cluster $ID: $N hosts at $RATE${DELAY:+, delay $DELAY}"
 cluster_up "$ID" "$N" "$RATE" "$DELAY" || { echo "cluster setup failed" >&2; exit 1; }
-check_out=$(cluster_check "$ID" 1 0 "$RATE" 4)
+check_out=$(cluster_check "$ID" 1 0 "$RATE" "$CHECK_SECONDS")
 check_ok=$?
 log "$check_out"
 printf '%s\n' "$check_out" >"$W/iperf3.txt"
+IPERF_MBIT=$(sed -n 's/.*: \([0-9.]*\) Mbit.*/\1/p' "$W/iperf3.txt" | head -1)
 [[ $check_ok -eq 0 ]] || log "WARNING: iperf3 between two hosts is off RATE by more than 10%"
 
 TZ=UTC vmstat -n -t 1 >"$W/vmstat.log" &
@@ -317,9 +329,10 @@ fi
 kill "$vmstat_pid" 2>/dev/null
 vmstat_pid=""
 cat >"$W/params.json" <<EOF
-{"hosts": $N, "rate": "$RATE", "size": "$SIZE", "bytes": $S, "files": ${#FILES[@]},
+{"cluster_id": "$ID", "hosts": $N, "rate": "$RATE", "size": "$SIZE", "bytes": $S, "files": ${#FILES[@]},
  "bound_s": $BOUND, "fault": "$FAULT", "fault_host": $FH, "fault_at_s": $FAULT_AT,
  "down_for_s": $DOWN_FOR, "slow_rate": "$SLOW_RATE", "delay": "$DELAY", "lr": "$LR",
+ "iperf3_mbit": ${IPERF_MBIT:-0},
  "iperf3_ok": $([[ $check_ok -eq 0 ]] && echo true || echo false)}
 EOF
 $PY "$here/report.py" "$W" || failed=1
