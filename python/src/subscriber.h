@@ -1,0 +1,121 @@
+// The receiving side of the Python module, in plain C++ (no Python types): waiting for a
+// channel's committed version in a store, opening its files, and telling which tensor bytes
+// changed between two versions. module.cc wraps it for Python.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <weightcast/status.h>
+#include <weightcast/types.h>
+
+#include "manifest/manifest.h"
+
+namespace weightcast::python {
+
+// An owned file descriptor, closed on destruction. Move-only.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept;
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  ~UniqueFd();
+  int get() const { return fd_; }
+
+ private:
+  int fd_ = -1;
+};
+
+// The files of one committed version, open. Open descriptors keep the bytes readable even when
+// the store later collects the version (its files are unlinked, not overwritten: committed files
+// are never modified in place).
+struct OpenedVersion {
+  std::string channel;
+  Version version;
+  std::filesystem::path dir;  // ROOT/<channel>/versions/<v> when it was opened
+  std::shared_ptr<const Manifest> manifest;
+  std::vector<UniqueFd> files;  // one per manifest->files entry, same order, sizes checked
+};
+
+// The bytes of one tensor that differ between two versions, as [begin, end) offsets into the
+// tensor's data, sorted and merged.
+struct TensorChange {
+  std::string name;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+};
+
+// Tensors of `to` whose bytes may differ from `from`, at chunk granularity: a tensor at the same
+// flat offset with the same dtype and shape reports only its bytes inside chunks whose hashes
+// (and ranges) differ; a new tensor, or one whose place, dtype or shape changed, reports all its
+// bytes. Tensors only in `from` are not reported (there is nothing to update them to). Tensors
+// with no changed byte are left out. Pure function.
+std::vector<TensorChange> ChangedTensors(const Manifest& from, const Manifest& to);
+
+// Follows one channel of a store on this machine, read-only (the store is maintained by an agent
+// in this process or another one). Never changes the store and takes no lock, so it can run
+// beside the agent that holds the store.
+//
+// Thread-safety: Wait may be called from one thread at a time; Close and ManifestOf from any
+// thread. Wait blocks (see below); nothing else blocks beyond reading small files.
+class StoreFollower {
+ public:
+  // `root` need not exist yet (the agent may not have created it); `channel` must be a valid
+  // channel name (kInvalidArgument otherwise).
+  static Result<std::unique_ptr<StoreFollower>> Create(std::filesystem::path root,
+                                                       std::string channel);
+  ~StoreFollower();
+  StoreFollower(const StoreFollower&) = delete;
+  StoreFollower& operator=(const StoreFollower&) = delete;
+
+  // Blocks until the channel's current version is at least `min_version` (any version when it is
+  // 0), then opens it. Wakes on changes of the store (inotify), so it returns within
+  // milliseconds of a commit. kDeadlineExceeded when `timeout` passes first (nullopt: no limit),
+  // kAborted after Close(). Errors of the store other than "nothing committed yet" are returned.
+  Result<OpenedVersion> Wait(Version min_version, std::optional<std::chrono::nanoseconds> timeout);
+
+  // The manifest of a version this follower opened before, or else of a committed version still
+  // in the store. kNotFound otherwise.
+  Result<std::shared_ptr<const Manifest>> ManifestOf(Version version);
+
+  // "no version 3 of channel policy in store /x": what a Wait for `min_version` waits for.
+  std::string Describe(Version min_version) const;
+
+  // Makes a blocked Wait (and later ones) return kAborted. Idempotent.
+  void Close();
+
+  const std::filesystem::path& root() const { return root_; }
+  const std::string& channel() const { return channel_; }
+
+ private:
+  StoreFollower(std::filesystem::path root, std::string channel, UniqueFd inotify, UniqueFd wake);
+  // The current version opened, or nullopt when the channel has none yet (or the version was
+  // collected between reading `current` and opening its files: the caller looks again).
+  Result<std::optional<OpenedVersion>> TryOpenCurrent(Version min_version);
+  // Sleeps until the store may have changed, `until` passes or Close() is called.
+  void Sleep(std::chrono::steady_clock::time_point until);
+  void Remember(const std::shared_ptr<const Manifest>& manifest);
+
+  const std::filesystem::path root_;
+  const std::string channel_;
+  UniqueFd inotify_;
+  UniqueFd wake_;  // eventfd written by Close
+  std::atomic<bool> closed_{false};
+
+  std::mutex mu_;
+  // Manifests this follower returned, newest last; bounded so a long run does not grow.
+  std::map<uint64_t, std::shared_ptr<const Manifest>> seen_;
+};
+
+}  // namespace weightcast::python

@@ -1,0 +1,55 @@
+// Writing tensors held in memory (by Python) as a checkpoint directory, and committing such a
+// directory into a local store: what a publisher does instead of asking the trainer to save one.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <weightcast/status.h>
+#include <weightcast/types.h>
+
+#include "format/safetensors.h"
+#include "manifest/manifest.h"
+#include "store/store.h"
+
+namespace weightcast::python {
+
+// One tensor's bytes in memory, C-contiguous, little-endian, borrowed from the caller.
+struct TensorBytes {
+  std::string name;
+  DType dtype = DType::kBF16;
+  std::vector<uint64_t> shape;
+  std::span<const uint8_t> bytes;
+};
+
+// Writes `tensors` as `path` (one safetensors file), laid out in name order so that the same set
+// of tensors always lands at the same offsets (deltas between steps then line up chunk by chunk).
+// kInvalidArgument, before anything is written, for an empty or duplicate name or bytes whose
+// size disagrees with dtype and shape. Blocks on disk I/O; fsyncs (SafetensorsWriter).
+Status WriteTensorsFile(const std::filesystem::path& path, std::vector<TensorBytes> tensors);
+
+// Where a publisher writes the checkpoint directory of the next version: a hidden directory in the
+// store root (a name that is never a channel, so the store ignores it), on the store's
+// filesystem so that the import can hard-link instead of copying. Removes what a crash left.
+Result<std::filesystem::path> PrepareScratchDir(const std::filesystem::path& store_root,
+                                                std::string_view channel);
+
+struct LocalPublishResult {
+  Version version;
+  uint64_t total_bytes = 0;
+  uint32_t chunk_count = 0;
+  Digest root{};
+};
+
+// Commits the checkpoint in `dir` into `store` as the next version of `channel` (hard links, then
+// removes `dir`), with `metadata` in the manifest. For a publisher without a coordinator: agents
+// or subscribers on the same machine read the store.
+Result<LocalPublishResult> CommitDirectory(Store& store, std::string_view channel,
+                                           const std::filesystem::path& dir, uint64_t chunk_size,
+                                           const std::map<std::string, std::string>& metadata);
+
+}  // namespace weightcast::python

@@ -1,0 +1,98 @@
+"""Publisher: turn tensors in memory into a version of a channel, without a checkpoint."""
+
+import collections
+import collections.abc
+import time
+
+from . import _tensors, _weightcast
+
+
+class PublishResult(collections.namedtuple(
+        "PublishResult", "version step total_bytes chunk_count root wire_bytes seconds")):
+    """What one publish() did. ``wire_bytes``: what a node holding the previous version must
+    receive (delta payloads; the whole version for a full one); None for a local publisher,
+    which sends nothing. ``seconds``: wall time of publish()."""
+
+    @property
+    def compression_ratio(self):
+        """total_bytes / wire_bytes (None without wire bytes)."""
+        if not self.wire_bytes:
+            return None
+        return self.total_bytes / self.wire_bytes
+
+
+class Publisher:
+    """Publishes dicts of tensors as versions of a channel.
+
+    * ``Publisher(coordinator, channel, secret_file, store=DIR)``: registers each version with the
+      coordinator (delta against the previous one) and seeds it to the agents from ``store``.
+    * ``Publisher(None, channel, store=DIR)``: commits each version into a local store only, for
+      subscribers on the same machine (``Subscriber(DIR, channel)``).
+
+    ``publish(tensors, step)`` writes the tensors straight into a safetensors file inside the
+    store (no checkpoint of the trainer's own), builds the manifest and commits it; the GIL is
+    released while it works.
+    """
+
+    def __init__(self, coordinator, channel, secret_file=None, store=None, *, chunk_size=None,
+                 keep_versions=2, **publisher_options):
+        self.channel = channel
+        if chunk_size is None:
+            chunk_size = _weightcast.DEFAULT_CHUNK_SIZE
+        if coordinator is None:
+            if store is None:
+                raise _weightcast.InvalidArgumentError(
+                    "a publisher without a coordinator needs store= (where versions are kept)")
+            if secret_file is not None or publisher_options:
+                raise _weightcast.InvalidArgumentError(
+                    "secret_file and publisher options need a coordinator")
+            self.store = str(store)
+            self._core = _weightcast._LocalPublisher(self.store, channel, chunk_size,
+                                                     keep_versions)
+            self._remote = False
+        else:
+            if not hasattr(_weightcast, "_Publisher"):
+                raise _weightcast.FailedPreconditionError(
+                    "this build of weightcast has no in-process publisher; use "
+                    "`weightcast publish --dir` or Publisher(None, channel, store=DIR)")
+            if store is None:
+                raise _weightcast.InvalidArgumentError("a publisher needs store= (a directory)")
+            self.store = str(store)
+            self._core = _weightcast._Publisher(
+                coordinator=coordinator, channel=channel, secret_file=secret_file,
+                store=self.store, chunk_size=chunk_size, keep_versions=keep_versions,
+                **publisher_options)
+            self._remote = True
+
+    def publish(self, tensors, step=None):
+        """Publishes ``tensors`` (dict name -> torch tensor or numpy array, any dtype safetensors
+        has, bf16 included; GPU or non-contiguous tensors are copied to contiguous CPU memory
+        first) as the next version. Returns a PublishResult."""
+        if not isinstance(tensors, collections.abc.Mapping) or not tensors:
+            raise _weightcast.InvalidArgumentError(
+                "tensors must be a non-empty dict of name -> tensor")
+        if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
+            raise _weightcast.InvalidArgumentError(f"step must be an int, not {step!r}")
+        items = [_tensors.to_publishable(name, value) for name, value in tensors.items()]
+        metadata = {} if step is None else {"step": str(step)}
+        start = time.perf_counter()
+        out = self._core.publish(items, metadata)
+        seconds = time.perf_counter() - start
+        return PublishResult(version=out["version"], step=step, total_bytes=out["total_bytes"],
+                             chunk_count=out["chunk_count"], root=out["root"],
+                             wire_bytes=out.get("wire_bytes"), seconds=seconds)
+
+    def status(self):
+        """Seeding progress of the last version (dict) for a coordinated publisher, else None."""
+        return self._core.status() if self._remote else None
+
+    def close(self):
+        """Stops seeding (coordinated) and releases the store."""
+        self._core.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False

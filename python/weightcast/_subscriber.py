@@ -1,0 +1,97 @@
+"""Subscriber: receive the committed versions of a channel into memory-mapped views."""
+
+from . import _weightcast
+from ._version import Version
+
+
+def _version_number(value, what):
+    if isinstance(value, Version):
+        return value.version
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _weightcast.InvalidArgumentError(
+            f"{what} must be a version number (int >= 0) or a Version, not {value!r}")
+    return value
+
+
+class Subscriber:
+    """Follows one channel and hands out its committed versions.
+
+    Two modes:
+
+    * ``Subscriber(store, channel)``: reads the store that a ``weightcast agent`` on this machine
+      maintains (read-only; it never changes the store and can run beside the agent).
+    * ``Subscriber(store, channel, coordinator=ADDR, secret_file=F)``: runs an agent inside this
+      process (its own threads, the GIL released) that joins the coordinator, fetches each version
+      from its peers into ``store`` and commits it; the subscriber reads what it commits.
+
+    ``wait()`` blocks (without holding the GIL) until a version is committed and returns it as a
+    :class:`Version`. ``changed(since)`` tells which tensor bytes differ between two versions so a
+    sampler can update only those. Errors are :class:`weightcast.Error` subclasses.
+    """
+
+    def __init__(self, store, channel, coordinator=None, secret_file=None, **agent_options):
+        self.channel = channel
+        self.store = str(store)
+        self._last = None
+        if coordinator is None:
+            if secret_file is not None or agent_options:
+                raise _weightcast.InvalidArgumentError(
+                    "secret_file and agent options need a coordinator (without one the "
+                    "subscriber only reads a store that an agent maintains)")
+            self._core = _weightcast._StoreSubscriber(self.store, channel)
+            self._agent = None
+        else:
+            if not hasattr(_weightcast, "_Agent"):
+                raise _weightcast.FailedPreconditionError(
+                    "this build of weightcast has no in-process agent; run `weightcast agent` "
+                    "and use Subscriber(store, channel)")
+            self._agent = _weightcast._Agent(
+                coordinator=coordinator, store=self.store, channel=channel,
+                secret_file=secret_file, **agent_options)
+            self._core = _weightcast._StoreSubscriber(self.store, channel)
+
+    def wait(self, min_version=None, timeout=None):
+        """The channel's committed current version once it is at least ``min_version`` (any
+        version when None). ``timeout`` in seconds (None: no limit); raises
+        DeadlineExceededError (also a TimeoutError) when it passes. To follow every new version:
+        ``v = sub.wait(); v = sub.wait(v.version + 1)``."""
+        if self._agent is not None:
+            self._agent.check()  # an agent that failed says why instead of a silent timeout
+        minimum = 0 if min_version is None else _version_number(min_version, "min_version")
+        version = Version(self._core.wait(minimum, timeout))
+        self._last = version.version
+        return version
+
+    def changed(self, since_version, version=None):
+        """[(tensor name, [(begin, end), ...])]: the byte ranges (offsets into each tensor's
+        data) of ``version`` (default: the last one wait() returned) that may differ from
+        ``since_version``, at chunk granularity, from the two manifests' chunk hashes. New
+        tensors and tensors whose dtype, shape or place changed are listed whole; tensors
+        that disappeared are not listed."""
+        since = _version_number(since_version, "since_version")
+        if version is None:
+            if self._last is None:
+                raise _weightcast.FailedPreconditionError(
+                    "changed() needs a version: call wait() first or pass version=")
+            to = self._last
+        else:
+            to = _version_number(version, "version")
+        return [(name, list(ranges)) for name, ranges in self._core.changed(since, to)]
+
+    def status(self):
+        """Progress of the in-process agent (dict), or None without one."""
+        return None if self._agent is None else self._agent.status()
+
+    def close(self):
+        """Stops the in-process agent (if any) and wakes a blocked wait() with AbortedError.
+        Versions already returned stay valid."""
+        self._core.close()
+        if self._agent is not None:
+            self._agent.stop()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False

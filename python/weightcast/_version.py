@@ -1,0 +1,137 @@
+"""A committed version seen as a mapping of tensor name -> zero-copy view of its files."""
+
+import collections.abc
+import mmap
+
+import numpy as np
+
+from . import _tensors
+from ._weightcast import InvalidArgumentError
+
+
+class TensorInfo(collections.namedtuple(
+        "TensorInfo", "name dtype shape file offset size")):
+    """Where a tensor lives: its safetensors dtype ("BF16"), shape, file (relative path),
+    byte offset in that file and byte size."""
+
+
+class Version(collections.abc.Mapping):
+    """One committed version of a channel.
+
+    ``version[name]`` is a view of the tensor's bytes in the version's files, without a copy:
+    a read-only numpy array for the dtypes numpy has, a ``torch.bfloat16`` tensor for BF16
+    (numpy has no bfloat16). ``numpy(name)`` and ``torch(name)`` choose explicitly.
+
+    The files are memory-mapped copy-on-write (MAP_PRIVATE): views read the page cache, and a
+    write through a torch view changes only this process's private copy, never the file. The
+    mappings live as long as any view of them does, even after the store has collected the
+    version, so a view never dangles.
+    """
+
+    def __init__(self, opened):
+        self.channel = opened.channel
+        self.version = opened.version
+        self.path = opened.path
+        self.root = opened.root
+        self.chunk_size = opened.chunk_size
+        self.total_size = opened.total_size
+        self.chunk_count = opened.chunk_count
+        self.metadata = dict(opened.metadata)
+        self.base_version = opened.base_version
+        files = opened.files()
+        self.files = [path for path, _ in files]
+        self._maps = []
+        try:
+            for index, (_, size) in enumerate(files):
+                if size == 0:
+                    self._maps.append(None)  # mmap refuses empty files; no tensor bytes there
+                else:
+                    self._maps.append(
+                        mmap.mmap(opened.fileno(index), size, access=mmap.ACCESS_COPY))
+        finally:
+            opened.close_files()  # each mmap holds its own duplicate of the descriptor
+        self._tensors = {}
+        for name, dtype, shape, file_index, offset, size in opened.tensors():
+            self._tensors[name] = TensorInfo(name, dtype, tuple(shape), self.files[file_index],
+                                             offset, size)
+        self._file_index = {path: i for i, path in enumerate(self.files)}
+
+    @property
+    def step(self):
+        """The trainer step the publisher gave, or None."""
+        value = self.metadata.get("step")
+        return int(value) if value is not None else None
+
+    def info(self, name):
+        """TensorInfo of a tensor (KeyError if it is not in this version)."""
+        return self._tensors[name]
+
+    def __getitem__(self, name):
+        info = self._tensors[name]
+        if info.dtype == "BF16" and _tensors.torch is not None:
+            return self.torch(name)
+        return self.numpy(name)
+
+    def __iter__(self):
+        return iter(self._tensors)
+
+    def __len__(self):
+        return len(self._tensors)
+
+    def __contains__(self, name):
+        return name in self._tensors
+
+    def __repr__(self):
+        return (f"<weightcast.Version {self.channel} v{self.version}: {len(self)} tensors, "
+                f"{self.total_size} bytes>")
+
+    def _raw(self, info, writeable):
+        """A uint8/typed numpy view of the tensor's bytes, or an empty array."""
+        mapping = self._maps[self._file_index[info.file]]
+        if info.dtype in _tensors.SUB_BYTE:
+            dtype, shape = np.dtype(np.uint8), (info.size,)
+        else:
+            dtype, shape = _tensors.NUMPY_OF[info.dtype], info.shape
+        if info.size == 0 or mapping is None:
+            array = np.empty(shape, dtype=dtype)
+        else:
+            array = np.frombuffer(mapping, dtype=dtype, count=info.size // dtype.itemsize,
+                                  offset=info.offset).reshape(shape)
+        if not writeable:
+            array.flags.writeable = False
+        return array
+
+    def numpy(self, name):
+        """Read-only numpy view of a tensor. BF16 and float8 come as their raw bits (uint16,
+        uint8); F6/F4 as flat uint8 bytes."""
+        return self._raw(self._tensors[name], writeable=False)
+
+    def torch(self, name):
+        """torch view of a tensor (copy-on-write: writes stay in this process)."""
+        torch = _tensors.torch
+        if torch is None:
+            raise InvalidArgumentError("torch is not installed")
+        info = self._tensors[name]
+        torch_dtype = _tensors.TORCH_OF.get(info.dtype)
+        if torch_dtype is None:
+            raise InvalidArgumentError(
+                f"tensor {name}: dtype {info.dtype} has no torch type here; use numpy({name!r})")
+        array = self._raw(info, writeable=True)
+        if info.dtype in _tensors.RAW_IN_NUMPY:
+            # Raw bits of the same width, reinterpreted without a copy (uint16 -> int16 because
+            # torch 1.13 has no uint16; the bits are what matter).
+            carrier = np.int16 if array.dtype.itemsize == 2 else np.uint8
+            return torch.from_numpy(array.view(carrier)).view(torch_dtype)
+        return torch.from_numpy(array)
+
+    def state_dict(self):
+        """{name: torch view} of every tensor, for ``model.load_state_dict``."""
+        return {name: self.torch(name) for name in self._tensors}
+
+    def bytes_of(self, name):
+        """The tensor's bytes as a read-only memoryview (no copy)."""
+        info = self._tensors[name]
+        if info.size == 0:
+            return memoryview(b"")
+        mapping = self._maps[self._file_index[info.file]]
+        return memoryview(mapping)[info.offset:info.offset + info.size].toreadonly()

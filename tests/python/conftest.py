@@ -1,0 +1,21 @@
+"""Shared fixtures. The module comes from PYTHONPATH (ctest sets it to build/<preset>/python)."""
+
+import pytest
+
+import weightcast
+
+# The smallest chunk the manifest allows: small test models still span several chunks, so
+# changed() and deltas are exercised at chunk granularity.
+SMALL_CHUNK = weightcast._weightcast.MIN_CHUNK_SIZE
+
+
+@pytest.fixture
+def store(tmp_path):
+    return tmp_path / "store"
+
+
+@pytest.fixture
+def local_publisher(store):
+    publisher = weightcast.Publisher(None, "policy", store=store, chunk_size=SMALL_CHUNK)
+    yield publisher
+    publisher.close()
