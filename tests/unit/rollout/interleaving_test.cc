@@ -377,7 +377,9 @@ void RunOne(uint64_t seed, CommitPolicy policy, Coverage& total) {
 void ExpectCovered(const Coverage& c, bool aborts = true) {
   EXPECT_GT(c.commits, 500u);
   EXPECT_GT(c.switches, 20u);
-  if (aborts) EXPECT_GT(c.aborts, 20u);  // `each` never aborts
+  if (aborts) {  // `each` never aborts
+    EXPECT_GT(c.aborts, 20u);
+  }
   EXPECT_GT(c.node_kills, 100u);
   EXPECT_GT(c.coordinator_restarts, 50u);
   EXPECT_GT(c.failed_writes, 50u);
