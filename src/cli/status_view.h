@@ -1,0 +1,100 @@
+// What `weightcast status` draws: a coordinator's FleetStatus turned into text. Pure functions of
+// the snapshots (no I/O, no clock: times come from FleetStatus::now_unix_ms), so the drawing is
+// unit-tested and the command only polls and prints.
+//
+// Per channel, for its newest version:
+//   bytes   model bytes verified by the live agents following the channel / what they want
+//   chunks  the same in chunks
+//   nodes   live followers that have the version PREPARED or COMMITTED / live followers
+//   rate    model bytes verified per second and wire bytes received per second, between an
+//           earlier snapshot and this one; ETA = bytes left / verified rate
+// then a fleet table: one row per node and channel.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "coord/coord.pb.h"
+
+namespace weightcast::cli {
+
+// Progress of one channel's newest version over its live followers (agents with a progress
+// entry for the channel; publishers/sources are not followers).
+struct ChannelSummary {
+  std::string channel;
+  uint64_t version = 0;             // newest published; 0: none yet
+  uint64_t current_version = 0;     // the version the fleet should have current
+  coord::wire::VersionEntry entry;  // the log entry of `version` (empty when none)
+
+  uint64_t bytes_done = 0;
+  uint64_t bytes_total = 0;
+  uint64_t chunks_done = 0;
+  uint64_t chunks_total = 0;
+  uint32_t followers = 0;       // live followers
+  uint32_t dead = 0;            // followers the coordinator marks dead
+  uint32_t prepared = 0;        // live followers with `version` PREPARED
+  uint32_t committed = 0;       // live followers with `version` (or a later one) COMMITTED
+  uint32_t failed = 0;          // live followers with `version` FAILED
+  uint64_t bytes_received = 0;  // wire bytes, every node (sources too), for `version`
+  uint64_t bytes_sent = 0;
+
+  // From the earlier snapshot; empty without one, or when it was about another version.
+  std::optional<double> verified_bytes_per_s;
+  std::optional<double> received_bytes_per_s;
+  std::optional<double> eta_s;  // empty: unknown (no rate yet, or nothing moves)
+
+  uint32_t nodes_done() const { return prepared + committed; }
+  // Every live follower has `version` committed (and there is at least one follower).
+  bool complete() const { return version != 0 && followers > 0 && committed == followers; }
+};
+
+// Summaries of every channel in `now` (or only `channel` when not empty), in the order of
+// now.channels(). `earlier` (may be null) is an older snapshot of the same coordinator for rates.
+std::vector<ChannelSummary> Summarize(const coord::wire::FleetStatus& now,
+                                      const coord::wire::FleetStatus* earlier,
+                                      std::string_view channel = {});
+
+struct ViewOptions {
+  std::string channel;  // empty: every channel
+  int width = 100;      // columns available
+  // Rows of the fleet table to draw at most (0: all); the rest are counted in one line. Dead
+  // nodes and nodes not done are drawn before done ones when rows are short.
+  size_t max_table_rows = 0;
+};
+
+// The whole view, lines ending in '\n', no escape sequences.
+std::string RenderStatus(const coord::wire::FleetStatus& now,
+                         const coord::wire::FleetStatus* earlier, const ViewOptions& options);
+
+// One line per channel, for logs and pipes: "policy v4 bytes 50.0% chunks 64/128 nodes 2/8
+// 25.0 MiB/s ETA 20s".
+std::string RenderSummaryLine(const ChannelSummary& summary);
+
+// "[#####.....]": exactly width+2 characters; fraction clamped to [0, 1]; full only at 1.
+std::string ProgressBar(double fraction, int width);
+// "45s", "3m05s", "2h01m"; "-" for an unknown or absurd ETA.
+std::string FormatEta(std::optional<double> seconds);
+// "12.5 MiB/s"; "-" when unknown.
+std::string FormatRate(std::optional<double> bytes_per_s);
+
+// Redraws a frame in place on a terminal: the prefix moves the cursor up over the previous frame
+// and clears to the end of the screen, so the view does not scroll. Lines are cut to `width`
+// columns (0: not cut): a line the terminal wraps would make the cursor count wrong.
+class TerminalRedraw {
+ public:
+  explicit TerminalRedraw(int width = 0) : width_(width) {}
+  // `frame` (lines ending in '\n') with the escape prefix that erases the previous one.
+  std::string Next(std::string_view frame);
+
+ private:
+  int width_;
+  size_t previous_lines_ = 0;
+};
+
+// `line` cut to at most `columns` characters (UTF-8 sequences count as one and are not split).
+std::string TruncateColumns(std::string_view line, size_t columns);
+
+}  // namespace weightcast::cli
