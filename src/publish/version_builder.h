@@ -1,0 +1,80 @@
+// Turning a trainer's checkpoint directory into a published version in the publisher's own store:
+// the manifest, the delta against the version the store holds committed (contracts.md "Delta
+// rule"), the import of the files, and the signature. No network: publish::Publisher registers
+// the result with the coordinator and seeds it.
+//
+// Blocks on disk I/O and CPU (hashing, delta encoding over a thread pool). Not thread-safe with
+// respect to one store and channel: one publisher prepares one version at a time.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <weightcast/status.h>
+#include <weightcast/types.h>
+
+#include "agent/payload_cache.h"
+#include "codec/version_codec.h"
+#include "manifest/builder.h"
+#include "manifest/manifest.h"
+#include "store/store.h"
+
+namespace weightcast::publish {
+
+enum class ImportPolicy {
+  kAuto,      // hard links when the directory and the store are on one filesystem, else copies
+  kCopy,      // always copy (the trainer may later modify files in place)
+  kHardlink,  // always hard-link (fails across filesystems)
+};
+
+struct PrepareOptions {
+  std::string channel;
+  std::string secret;  // the cluster secret that signs the manifest
+  BuildOptions build;
+  codec::VersionCodecOptions codec;
+  // Encode against the store's current version when there is one. Off: always a full version.
+  bool delta = true;
+  // The version number is the larger of this and one above the newest the store holds (a
+  // coordinator that already logged higher versions from elsewhere raises it).
+  Version min_version{1};
+  ImportPolicy import = ImportPolicy::kAuto;
+  // Carried in the manifest's metadata (not part of the root), e.g. the source directory.
+  std::map<std::string, std::string> metadata;
+};
+
+struct PreparedVersion {
+  Manifest manifest;  // committed in the store; `delta` set when encoded against a base
+  std::vector<uint8_t> signed_manifest;
+  // Delta payloads by chunk (xor and full chunks of the delta; `same` ones have none). Null for a
+  // full version.
+  std::shared_ptr<agent::PayloadCache> payloads;
+  uint64_t payload_bytes = 0;  // what a node holding the base receives
+  ImportMode import_mode = ImportMode::kCopy;
+  double build_seconds = 0;   // manifest (hashing)
+  double encode_seconds = 0;  // delta encoding
+  double import_seconds = 0;  // import into the store (links or copies, re-hash, commit)
+};
+
+// The metadata key that records which directory a version was published from.
+inline constexpr std::string_view kSourceMetadataKey = "weightcast.publish.source";
+
+// Opens `dir` as a checkpoint, builds its manifest as the next version of the channel in `store`,
+// encodes it as a delta against the store's current version when there is one (same chunk size
+// and hash algorithm), imports the files into the store as a committed version and signs the
+// manifest. Leaves the store unchanged when it fails.
+Result<PreparedVersion> PrepareVersion(Store& store, const std::filesystem::path& dir,
+                                       const PrepareOptions& options);
+
+// Rebuilds the PreparedVersion of `version`, already committed in `store` (a publisher that
+// restarts and seeds again): its manifest from the store and, when it is a delta whose base the
+// store still holds with the same root, the payloads encoded again (the encoding is
+// deterministic, so they match the delta table). A delta whose base is gone comes back with
+// `payloads` null; its delta table stays, and nodes holding the base need a peer with payloads.
+Result<PreparedVersion> ReloadVersion(const Store& store, Version version,
+                                      const PrepareOptions& options);
+
+}  // namespace weightcast::publish

@@ -1,0 +1,296 @@
+#include "publish/version_builder.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <map>
+#include <vector>
+
+#include "format/safetensors.h"
+#include "hash/digest.h"
+#include "manifest/signed_manifest.h"
+#include "synth/model.h"
+#include "testing/temp_dir.h"
+
+namespace weightcast::publish {
+namespace {
+
+namespace fs = std::filesystem;
+using ::weightcast::testing::TempDir;
+
+constexpr std::string_view kSecret = "publish-test-secret";
+
+synth::ModelShape TinyShape() {
+  synth::ModelShape s;
+  s.hidden = 128;
+  s.intermediate = 384;
+  s.layers = 2;
+  s.heads = 2;
+  s.kv_heads = 1;
+  s.vocab = 1000;
+  return s;
+}
+
+// A tiny sharded model in root/step-0000 and `steps` RL-like steps in root/step-0001...
+void WriteTrainer(const fs::path& root, uint64_t steps) {
+  synth::SynthModelOptions model;
+  model.out_dir = root / "step-0000";
+  model.shape = TinyShape();
+  model.shard_bytes = 400'000;
+  model.threads = 2;
+  auto summary = synth::WriteSynthModel(model);
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+  if (steps == 0) return;
+  synth::SynthStepsOptions o;
+  o.from = model.out_dir;
+  o.out_dir = root;
+  o.steps = steps;
+  o.threads = 2;
+  o.adam.lr = 1e-4;  // a few percent of elements change, as in RL post-training
+  auto stats = synth::WriteSynthSteps(o);
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+}
+
+PrepareOptions Options() {
+  PrepareOptions o;
+  o.channel = "policy";
+  o.secret = std::string(kSecret);
+  o.build.chunk_size = kMinChunkSize;  // many chunks from a small model
+  o.build.threads = 2;
+  o.codec.threads = 2;
+  return o;
+}
+
+struct Fixture {
+  TempDir dir;
+  fs::path trainer = dir.path() / "trainer";
+  Store store;
+  static Store OpenStore(const fs::path& root) {
+    auto store = Store::Open(root);
+    EXPECT_TRUE(store.ok()) << store.status().ToString();
+    return std::move(store).value();
+  }
+  explicit Fixture(uint64_t steps) : store(OpenStore(dir.path() / "store")) {
+    WriteTrainer(trainer, steps);
+  }
+};
+
+ino_t Inode(const fs::path& p) {
+  struct stat st {};
+  EXPECT_EQ(::stat(p.c_str(), &st), 0) << p;
+  return st.st_ino;
+}
+
+TEST(PrepareVersion, FirstVersionIsFullSignedAndCommitted) {
+  Fixture f(0);
+  auto v = PrepareVersion(f.store, f.trainer / "step-0000", Options());
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(v->manifest.version, Version(1));
+  EXPECT_FALSE(v->manifest.delta.has_value());
+  EXPECT_EQ(v->payloads, nullptr);
+  EXPECT_EQ(v->payload_bytes, 0u);
+  EXPECT_GT(v->manifest.chunk_count(), 4u);
+
+  auto current = f.store.Current("policy");
+  ASSERT_TRUE(current.ok());
+  EXPECT_EQ(*current, Version(1));
+  EXPECT_TRUE(f.store.Verify("policy", Version(1)).ok());
+
+  auto verified = VerifySignedManifest(v->signed_manifest, kSecret);
+  ASSERT_TRUE(verified.ok()) << verified.status().ToString();
+  EXPECT_EQ(verified->root, v->manifest.root);
+  EXPECT_EQ(VerifySignedManifest(v->signed_manifest, "another secret").status().code(),
+            Code::kUnauthenticated);
+}
+
+TEST(PrepareVersion, DeltaPayloadsDecodedOntoTheBaseReproduceTheTarget) {
+  Fixture f(1);
+  auto v1 = PrepareVersion(f.store, f.trainer / "step-0000", Options());
+  ASSERT_TRUE(v1.ok()) << v1.status().ToString();
+  auto v2 = PrepareVersion(f.store, f.trainer / "step-0001", Options());
+  ASSERT_TRUE(v2.ok()) << v2.status().ToString();
+
+  const Manifest& target = v2->manifest;
+  EXPECT_EQ(target.version, Version(2));
+  ASSERT_TRUE(target.delta.has_value());
+  EXPECT_EQ(target.delta->base_version, Version(1));
+  EXPECT_EQ(target.delta->base_root, v1->manifest.root);
+  ASSERT_EQ(target.delta->chunks.size(), target.chunk_count());
+  // The delta section is signed but not part of the root: the same bytes keep their identity.
+  EXPECT_EQ(ComputeRoot(target), target.root);
+  EXPECT_TRUE(ValidateManifest(target).ok());
+  auto verified = VerifySignedManifest(v2->signed_manifest, kSecret);
+  ASSERT_TRUE(verified.ok()) << verified.status().ToString();
+  ASSERT_TRUE(verified->delta.has_value());
+  EXPECT_EQ(verified->delta->chunks.size(), target.chunk_count());
+
+  // Every chunk that travels has its payload in the cache, with the size and hash of the table.
+  ASSERT_NE(v2->payloads, nullptr);
+  EXPECT_EQ(v2->payloads->version(), Version(2));
+  uint64_t table_bytes = 0;
+  size_t same = 0;
+  for (uint32_t i = 0; i < target.chunk_count(); ++i) {
+    const DeltaChunk& d = target.delta->chunks[i];
+    agent::SharedBytes payload = v2->payloads->Get(ChunkIndex(i));
+    if (d.encoding == ChunkEncoding::kSame) {
+      ++same;
+      EXPECT_EQ(payload, nullptr) << "chunk " << i;
+      continue;
+    }
+    ASSERT_NE(payload, nullptr) << "chunk " << i;
+    EXPECT_EQ(payload->size(), d.payload_size);
+    EXPECT_EQ(HashBytes(target.hash_algorithm, *payload), d.payload_hash);
+    table_bytes += d.payload_size;
+  }
+  EXPECT_EQ(v2->payload_bytes, table_bytes);
+  EXPECT_EQ(v2->payloads->bytes(), table_bytes);
+  EXPECT_LT(table_bytes, target.total_size()) << "a small RL step should travel smaller";
+
+  // What an agent holding v1 does: decode each payload onto its base, compare with the target.
+  auto base_bytes =
+      codec::SnapshotReader::Open(f.store.VersionPath("policy", Version(1)), v1->manifest);
+  ASSERT_TRUE(base_bytes.ok()) << base_bytes.status().ToString();
+  auto target_bytes = codec::SnapshotReader::Open(f.trainer / "step-0001", target);
+  ASSERT_TRUE(target_bytes.ok()) << target_bytes.status().ToString();
+  uint32_t decoded = 0;
+  std::vector<uint8_t> scratch;
+  codec::VersionCodecOptions decode_options;
+  decode_options.threads = 2;
+  Status st = codec::DecodeVersion(
+      v1->manifest, *base_bytes, target,
+      [&](ChunkIndex i) -> Result<std::span<const uint8_t>> {
+        agent::SharedBytes p = v2->payloads->Get(i);
+        if (p == nullptr) return NotFound("no payload for chunk " + std::to_string(i.value()));
+        return std::span<const uint8_t>(*p);
+      },
+      [&](ChunkIndex i, std::span<const uint8_t> bytes) {
+        auto expected = target_bytes->Read(target.ChunkRange(i), scratch);
+        EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), expected.begin(), expected.end()))
+            << "chunk " << i.value();
+        ++decoded;
+        return Status::Ok();
+      },
+      decode_options);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(decoded, target.chunk_count());
+  EXPECT_GT(same + v2->payloads->size(), 0u);
+}
+
+TEST(PrepareVersion, EachStepIsADeltaAgainstTheOneBefore) {
+  Fixture f(2);
+  for (int step = 0; step <= 2; ++step) {
+    char name[16];
+    std::snprintf(name, sizeof name, "step-%04d", step);
+    auto v = PrepareVersion(f.store, f.trainer / name, Options());
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    EXPECT_EQ(v->manifest.version, Version(step + 1));
+    if (step > 0) {
+      ASSERT_TRUE(v->manifest.delta.has_value());
+      EXPECT_EQ(v->manifest.delta->base_version, Version(step));
+    }
+  }
+}
+
+TEST(PrepareVersion, DeltaOffPublishesFull) {
+  Fixture f(1);
+  ASSERT_TRUE(PrepareVersion(f.store, f.trainer / "step-0000", Options()).ok());
+  PrepareOptions o = Options();
+  o.delta = false;
+  auto v2 = PrepareVersion(f.store, f.trainer / "step-0001", o);
+  ASSERT_TRUE(v2.ok()) << v2.status().ToString();
+  EXPECT_FALSE(v2->manifest.delta.has_value());
+  EXPECT_EQ(v2->payloads, nullptr);
+}
+
+TEST(PrepareVersion, AnotherChunkSizeThanTheBaseIsFull) {
+  Fixture f(1);
+  ASSERT_TRUE(PrepareVersion(f.store, f.trainer / "step-0000", Options()).ok());
+  PrepareOptions o = Options();
+  o.build.chunk_size = 2 * kMinChunkSize;
+  auto v2 = PrepareVersion(f.store, f.trainer / "step-0001", o);
+  ASSERT_TRUE(v2.ok()) << v2.status().ToString();
+  EXPECT_FALSE(v2->manifest.delta.has_value());
+}
+
+TEST(PrepareVersion, HardLinksOnOneFilesystemAndCopiesWhenAsked) {
+  Fixture f(1);
+  auto v1 = PrepareVersion(f.store, f.trainer / "step-0000", Options());
+  ASSERT_TRUE(v1.ok()) << v1.status().ToString();
+  EXPECT_EQ(v1->import_mode, ImportMode::kHardlink);
+  const std::string file = v1->manifest.files.front().path;
+  EXPECT_EQ(Inode(f.trainer / "step-0000" / file),
+            Inode(f.store.VersionPath("policy", Version(1)) / file));
+
+  PrepareOptions o = Options();
+  o.import = ImportPolicy::kCopy;
+  auto v2 = PrepareVersion(f.store, f.trainer / "step-0001", o);
+  ASSERT_TRUE(v2.ok()) << v2.status().ToString();
+  EXPECT_EQ(v2->import_mode, ImportMode::kCopy);
+  EXPECT_NE(Inode(f.trainer / "step-0001" / file),
+            Inode(f.store.VersionPath("policy", Version(2)) / file));
+}
+
+TEST(PrepareVersion, MinVersionRaisesTheNumber) {
+  Fixture f(0);
+  PrepareOptions o = Options();
+  o.min_version = Version(7);
+  auto v = PrepareVersion(f.store, f.trainer / "step-0000", o);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(v->manifest.version, Version(7));
+}
+
+TEST(PrepareVersion, MetadataIsCarriedOutsideTheRoot) {
+  Fixture f(0);
+  PrepareOptions o = Options();
+  o.metadata[std::string(kSourceMetadataKey)] = "step-0000";
+  auto v = PrepareVersion(f.store, f.trainer / "step-0000", o);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  auto stored = f.store.GetManifest("policy", Version(1));
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->metadata.at(std::string(kSourceMetadataKey)), "step-0000");
+}
+
+TEST(PrepareVersion, BadInputLeavesTheStoreUnchanged) {
+  Fixture f(0);
+  fs::create_directories(f.dir.path() / "empty");
+  auto empty = PrepareVersion(f.store, f.dir.path() / "empty", Options());
+  EXPECT_FALSE(empty.ok());
+  auto missing = PrepareVersion(f.store, f.dir.path() / "nope", Options());
+  EXPECT_FALSE(missing.ok());
+  PrepareOptions no_secret = Options();
+  no_secret.secret.clear();
+  EXPECT_EQ(PrepareVersion(f.store, f.trainer / "step-0000", no_secret).status().code(),
+            Code::kInvalidArgument);
+  PrepareOptions bad_channel = Options();
+  bad_channel.channel = "../x";
+  EXPECT_EQ(PrepareVersion(f.store, f.trainer / "step-0000", bad_channel).status().code(),
+            Code::kInvalidArgument);
+  EXPECT_EQ(f.store.Current("policy").status().code(), Code::kNotFound);
+  auto next = f.store.NextVersion("policy");
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(*next, Version(1));
+}
+
+TEST(ReloadVersion, RebuildsTheSamePayloadsAndSignature) {
+  Fixture f(1);
+  ASSERT_TRUE(PrepareVersion(f.store, f.trainer / "step-0000", Options()).ok());
+  auto v2 = PrepareVersion(f.store, f.trainer / "step-0001", Options());
+  ASSERT_TRUE(v2.ok()) << v2.status().ToString();
+  auto again = ReloadVersion(f.store, Version(2), Options());
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->signed_manifest, v2->signed_manifest);
+  ASSERT_NE(again->payloads, nullptr);
+  EXPECT_EQ(again->payloads->Chunks(), v2->payloads->Chunks());
+  for (ChunkIndex i : v2->payloads->Chunks()) {
+    EXPECT_EQ(*again->payloads->Get(i), *v2->payloads->Get(i)) << "chunk " << i.value();
+  }
+  EXPECT_EQ(again->payload_bytes, v2->payload_bytes);
+
+  auto full = ReloadVersion(f.store, Version(1), Options());
+  ASSERT_TRUE(full.ok());
+  EXPECT_EQ(full->payloads, nullptr);
+  EXPECT_EQ(ReloadVersion(f.store, Version(9), Options()).status().code(), Code::kNotFound);
+}
+
+}  // namespace
+}  // namespace weightcast::publish
