@@ -201,6 +201,30 @@ void RolloutTracker::OnPersisted(uint64_t seq) {
   unacked_.erase(unacked_.begin(), unacked_.begin() + static_cast<ptrdiff_t>(n));
 }
 
+std::span<const TrackerAction> RolloutTracker::OnExternalChange(Time now,
+                                                                const ChannelSnapshot& durable) {
+  actions_.clear();
+  unacked_.clear();
+  for (const VersionRecord& r : durable.versions) {
+    Entry& e = versions_[r.version];
+    e.decision = e.durable = r.decision;
+    e.reason = e.durable_reason = r.reason;
+    if (r.version > newest_) {
+      newest_ = r.version;
+      if (r.decision == Decision::kNone) {
+        pending_ = r.version;
+        deadline_ = now + options_.prepare_deadline;
+      }
+    }
+  }
+  current_ = durable_current_ = durable.current;
+  if (pending_.value() != 0 && versions_[pending_].decision != Decision::kNone) {
+    pending_ = Version();
+  }
+  Evaluate(now);
+  return Flush();
+}
+
 bool RolloutTracker::PreparedFor(const Member& m, Version v) const {
   return m.version == v && (m.phase == Phase::kPrepared || m.phase == Phase::kCommitted);
 }

@@ -129,6 +129,13 @@ class RolloutTracker {
   // The record `seq` (and every record before it) is durable.
   void OnPersisted(uint64_t seq);
 
+  // The owner changed the durable state by a rule of its own (e.g. a rollback it recorded in
+  // its log directly): `durable` becomes what the tracker knows, decided and durable alike.
+  // Unacknowledged records are dropped (the durable state supersedes them); a pending version
+  // that `durable` decides is no longer pending. The pending version keeps its deadline. New
+  // decisions may follow (returned).
+  std::span<const TrackerAction> OnExternalChange(Time now, const ChannelSnapshot& durable);
+
   // What to answer heartbeats with (durable decisions only).
   Target target() const;
   // The durable decision about `version` (kNone for an unknown or undecided one).

@@ -318,6 +318,33 @@ TEST(RolloutTracker, RollbackRefusesWhatCannotBecomeCurrent) {
   EXPECT_NE(r.status().message().find("below the current version 1"), std::string::npos);
 }
 
+TEST(RolloutTracker, AdoptsAnExternalRollbackOfThePendingVersion) {
+  RolloutTracker t = ThreeCommitted(All());
+  Publish(t, T(20), Ver(4));
+  t.OnMemberJoined(T(20), P(2));
+  t.OnProgress(T(21), P(1), Ver(4), Phase::kPrepared);
+  // A decision on its way to the disk when the owner's own rollback aborted 4 and moved the
+  // fleet to 2: the owner's durable state wins, the stale record is dropped.
+  auto a = t.OnProgress(T(21), P(2), Ver(4), Phase::kPrepared);
+  ASSERT_EQ(a.size(), 1u);
+  ASSERT_EQ(a[0].decision, Decision::kCommit);
+  ChannelSnapshot durable;
+  durable.versions = {{Ver(1), Decision::kCommit, ""},
+                      {Ver(2), Decision::kCommit, ""},
+                      {Ver(3), Decision::kAbort, "rolled back"},
+                      {Ver(4), Decision::kAbort, "rolled back"}};
+  durable.current = Ver(2);
+  EXPECT_TRUE(t.OnExternalChange(T(22), durable).empty());
+  EXPECT_EQ(t.unpersisted(), 0u);
+  EXPECT_FALSE(t.pending().has_value());
+  EXPECT_EQ(t.target(), (Target{Ver(4), Decision::kAbort, Ver(2), "rolled back"}));
+  // The next publication is decided normally on top of it.
+  Publish(t, T(23), Ver(5));
+  t.OnProgress(T(24), P(1), Ver(5), Phase::kPrepared);
+  EXPECT_EQ(Ack(t, t.OnProgress(T(24), P(2), Ver(5), Phase::kPrepared)).size(), 1u);
+  EXPECT_EQ(t.target().current, Ver(5));
+}
+
 TEST(RolloutTracker, RecoverRestoresDecisionsAndWaitsForMembers) {
   ChannelSnapshot snap;
   snap.versions = {{Ver(1), Decision::kCommit, "ok"},
