@@ -1,0 +1,645 @@
+#include "coord/coordinator.h"
+
+#include <algorithm>
+#include <list>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include "coord/envelope.h"
+#include "manifest/builder.h"
+#include "swarm/peer_lists.h"
+#include "util/text.h"
+
+namespace weightcast::coord {
+namespace {
+
+constexpr size_t kMaxChannelsPerNode = 64;
+constexpr size_t kMaxTensorPatterns = 1024;
+constexpr size_t kMaxLabelBytes = 256;
+// A reply that cannot be queued in this long goes to a node that stopped reading; drop it.
+constexpr net::Duration kSendTimeout = std::chrono::seconds(10);
+
+uint64_t Fnv1a(std::string_view text) {
+  uint64_t h = 1469598103934665603ull;
+  for (char c : text) {
+    h ^= static_cast<uint8_t>(c);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+uint64_t Millis(net::Duration d) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
+}
+
+std::string NodeName(PeerId id) { return "node " + std::to_string(id.value()); }
+
+bool SameMembership(const wire::Register& a, const wire::Register& b) {
+  return a.peer_address() == b.peer_address() && a.rack() == b.rack() && a.source() == b.source() &&
+         std::equal(a.channels().begin(), a.channels().end(), b.channels().begin(),
+                    b.channels().end());
+}
+
+bool Follows(const wire::Register& registration, std::string_view channel) {
+  return std::find(registration.channels().begin(), registration.channels().end(), channel) !=
+         registration.channels().end();
+}
+
+Status CheckLabel(std::string_view what, std::string_view value) {
+  if (value.size() > kMaxLabelBytes) {
+    return InvalidArgument("register: " + std::string(what) + " is longer than " +
+                           std::to_string(kMaxLabelBytes) + " bytes");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+struct Coordinator::Node {
+  PeerId id;
+  net::Role role = net::Role::kAgent;
+  uint64_t session = 0;  // the connection that registered last
+  bool connected = false;
+  bool alive = false;
+  wire::Register registration;
+  net::TimePoint last_seen{};
+  std::map<std::string, wire::ChannelProgress, std::less<>> progress;
+};
+
+Coordinator::Coordinator(CoordinatorOptions options)
+    : options_(std::move(options)),
+      clock_(options_.clock != nullptr ? *options_.clock : net::Clock::Real()) {}
+
+Coordinator::~Coordinator() { Stop(); }
+
+Result<std::unique_ptr<Coordinator>> Coordinator::Open(CoordinatorOptions options) {
+  if (options.state_dir.empty()) return InvalidArgument("coordinator: a state directory is needed");
+  if (options.secret.empty()) return InvalidArgument("coordinator: the cluster secret is empty");
+  if (options.heartbeat_timeout <= net::Duration::zero()) {
+    return InvalidArgument("coordinator: heartbeat timeout must be above 0");
+  }
+  if (options.heartbeat_interval == net::Duration::zero()) {
+    options.heartbeat_interval = options.heartbeat_timeout / 3;
+  }
+  if (options.heartbeat_interval <= net::Duration::zero() ||
+      options.heartbeat_interval >= options.heartbeat_timeout) {
+    return InvalidArgument("coordinator: heartbeat interval must be above 0 and below the timeout");
+  }
+  if (options.degree < 2) return InvalidArgument("coordinator: --degree must be at least 2");
+  if (options.source_degree == 0) options.source_degree = 2 * options.degree;
+  if (options.source_degree < 2) {
+    return InvalidArgument("coordinator: source degree must be at least 2");
+  }
+  if (options.same_rack_fraction < 0 || options.same_rack_fraction > 1) {
+    return InvalidArgument("coordinator: same-rack fraction must be in [0, 1]");
+  }
+  if (options.decider == nullptr) options.decider = std::make_shared<EachDecider>();
+  if (!options.log) options.log = [](std::string_view) {};
+  std::unique_ptr<Coordinator> coordinator(new Coordinator(std::move(options)));
+  ASSIGN_OR_RETURN(coordinator->log_,
+                   VersionLog::Open(coordinator->options_.state_dir, coordinator->options_.secret));
+  const VersionLog::Recovery& recovery = coordinator->log_->recovery();
+  uint64_t versions = 0;
+  for (const auto& [name, channel] : coordinator->log_->channels()) {
+    versions += channel.versions.size();
+  }
+  coordinator->options_.log(
+      "coordinator: recovered " + std::to_string(recovery.records) + " log records, " +
+      std::to_string(versions) + " versions in " +
+      std::to_string(coordinator->log_->channels().size()) + " channels from " +
+      coordinator->options_.state_dir.string() +
+      (recovery.torn_bytes != 0
+           ? " (cut a torn last record of " + std::to_string(recovery.torn_bytes) + " bytes)"
+           : ""));
+  return coordinator;
+}
+
+const VersionLog::Recovery& Coordinator::recovery() const { return log_->recovery(); }
+
+uint64_t Coordinator::UnixMs() const {
+  if (options_.unix_ms) return options_.unix_ms();
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+wire::Envelope Coordinator::Handle(uint64_t session, const net::PeerInfo& peer,
+                                   const wire::Envelope& request) {
+  const auto body = static_cast<size_t>(request.body_case());
+  if (body < counters_.requests.size()) ++counters_.requests[body];
+  wire::Envelope reply;
+  reply.set_request_id(request.request_id());
+  Status failed = Status::Ok();
+  std::optional<uint64_t> replaced;
+  switch (request.body_case()) {
+    case wire::Envelope::kRegister: {
+      auto r = OnRegister(session, peer, request.register_(), &replaced);
+      if (r.ok()) {
+        *reply.mutable_register_reply() = std::move(r).value();
+      } else {
+        failed = r.status();
+      }
+      break;
+    }
+    case wire::Envelope::kHeartbeat: {
+      auto r = OnHeartbeat(session, peer, request.heartbeat());
+      if (r.ok()) {
+        *reply.mutable_heartbeat_reply() = std::move(r).value();
+      } else {
+        failed = r.status();
+      }
+      break;
+    }
+    case wire::Envelope::kPublish: {
+      auto r = OnPublish(peer, request.publish());
+      if (r.ok()) {
+        reply.mutable_publish_reply()->set_version(*r);
+      } else {
+        failed = r.status();
+      }
+      break;
+    }
+    case wire::Envelope::kGetManifest: {
+      auto r = OnGetManifest(request.get_manifest());
+      if (r.ok()) {
+        *reply.mutable_manifest_reply() = std::move(r).value();
+      } else {
+        failed = r.status();
+      }
+      break;
+    }
+    case wire::Envelope::kGetStatus:
+      *reply.mutable_fleet_status() = OnGetStatus(request.get_status());
+      break;
+    case wire::Envelope::kRollback: {
+      auto r = OnRollback(peer, request.rollback());
+      if (r.ok()) {
+        reply.mutable_rollback_reply()->set_version(*r);
+      } else {
+        failed = r.status();
+      }
+      break;
+    }
+    default:
+      failed = InvalidArgument("not a coordinator request (body " +
+                               std::to_string(request.body_case()) + ")");
+  }
+  if (replaced.has_value()) CloseSession(*replaced);
+  if (!failed.ok()) {
+    ++counters_.requests_failed;
+    *reply.mutable_error() = ErrorFromStatus(failed);
+  }
+  return reply;
+}
+
+Result<wire::RegisterReply> Coordinator::OnRegister(uint64_t session, const net::PeerInfo& peer,
+                                                    const wire::Register& request,
+                                                    std::optional<uint64_t>* replaced) {
+  if (peer.role != net::Role::kAgent && peer.role != net::Role::kPublisher) {
+    return FailedPrecondition(
+        "register: only agents and publishers register (this connection "
+        "is a " +
+        std::string(net::RoleName(peer.role)) + ")");
+  }
+  if (request.source() && peer.role != net::Role::kPublisher) {
+    return InvalidArgument("register: only a publisher may register as a source");
+  }
+  if (request.peer_address().empty()) {
+    return InvalidArgument("register: no peer address (where this node serves chunks)");
+  }
+  RETURN_IF_ERROR(CheckLabel("peer address", request.peer_address()));
+  RETURN_IF_ERROR(CheckLabel("rack", request.rack()));
+  RETURN_IF_ERROR(CheckLabel("hostname", request.hostname()));
+  if (request.channels().empty()) return InvalidArgument("register: no channel");
+  if (static_cast<size_t>(request.channels_size()) > kMaxChannelsPerNode) {
+    return InvalidArgument("register: more than " + std::to_string(kMaxChannelsPerNode) +
+                           " channels");
+  }
+  for (const std::string& channel : request.channels()) {
+    RETURN_IF_ERROR(ValidateChannelName(channel).WithContext("register"));
+  }
+  if (static_cast<size_t>(request.tensor_patterns_size()) > kMaxTensorPatterns) {
+    return InvalidArgument("register: more than " + std::to_string(kMaxTensorPatterns) +
+                           " tensor patterns");
+  }
+
+  const net::TimePoint now = clock_.Now();
+  std::lock_guard lock(mu_);
+  std::unique_ptr<Node>& slot = nodes_[peer.node_id];
+  const bool known = slot != nullptr;
+  if (!known) slot = std::make_unique<Node>();
+  Node& node = *slot;
+  if (known && node.connected && node.session != session) *replaced = node.session;
+  if (!known || !node.alive || node.role != peer.role ||
+      !SameMembership(node.registration, request)) {
+    membership_changed_ = true;
+  }
+  node.id = peer.node_id;
+  node.role = peer.role;
+  node.session = session;
+  node.connected = true;
+  node.alive = true;
+  node.registration = request;
+  node.last_seen = now;
+  node.progress.clear();
+  ++counters_.registrations;
+  options_.log("coordinator: " + NodeName(node.id) + " registered (" +
+               std::string(net::RoleName(peer.role)) + ", " + request.peer_address() +
+               (request.rack().empty() ? "" : ", rack " + request.rack()) +
+               (replaced->has_value() ? ", replacing its previous connection" : "") + ")");
+  SweepLocked(now);
+
+  wire::RegisterReply reply;
+  reply.set_heartbeat_interval_ms(static_cast<uint32_t>(Millis(options_.heartbeat_interval)));
+  reply.set_heartbeat_timeout_ms(static_cast<uint32_t>(Millis(options_.heartbeat_timeout)));
+  return reply;
+}
+
+Result<wire::HeartbeatReply> Coordinator::OnHeartbeat(uint64_t session, const net::PeerInfo& peer,
+                                                      const wire::Heartbeat& request) {
+  if (static_cast<size_t>(request.channels_size()) > kMaxChannelsPerNode) {
+    return InvalidArgument("heartbeat: more than " + std::to_string(kMaxChannelsPerNode) +
+                           " channels");
+  }
+  const net::TimePoint now = clock_.Now();
+  std::lock_guard lock(mu_);
+  auto it = nodes_.find(peer.node_id);
+  if (it == nodes_.end()) {
+    return FailedPrecondition("heartbeat: " + NodeName(peer.node_id) +
+                              " is not registered; register first");
+  }
+  Node& node = *it->second;
+  if (node.session != session) {
+    return FailedPrecondition("heartbeat: this connection of " + NodeName(node.id) +
+                              " was replaced by a newer registration");
+  }
+  ++counters_.heartbeats;
+  node.last_seen = now;
+  if (!node.alive) {
+    // Same connection, same registration: a node that was only slow comes back as it was.
+    node.alive = true;
+    membership_changed_ = true;
+    options_.log("coordinator: " + NodeName(node.id) + " is alive again");
+  }
+  for (const wire::ChannelProgress& progress : request.channels()) {
+    if (!Follows(node.registration, progress.channel())) continue;  // not one it registered
+    auto previous = node.progress.find(progress.channel());
+    if (previous == node.progress.end() || previous->second.phase() != progress.phase() ||
+        previous->second.version() != progress.version()) {
+      channels_to_decide_.insert(progress.channel());
+    }
+    node.progress[progress.channel()] = progress;
+  }
+  SweepLocked(now);
+
+  wire::HeartbeatReply reply;
+  for (const std::string& name : node.registration.channels()) {
+    wire::ChannelTarget* target = reply.add_channels();
+    target->set_channel(name);
+    const ChannelState* channel = log_->channel(name);
+    if (channel == nullptr || channel->versions.empty()) continue;
+    const wire::VersionEntry& newest = channel->versions.back();
+    target->set_version(newest.version());
+    target->set_decision(newest.decision());
+    target->set_current_version(channel->current_version);
+    target->set_abort_reason(newest.abort_reason());
+  }
+  if (auto peers = peer_lists_.find(node.id); peers != peer_lists_.end()) {
+    for (const wire::PeerEntry& entry : peers->second) *reply.add_peers() = entry;
+  }
+  return reply;
+}
+
+Result<uint64_t> Coordinator::OnPublish(const net::PeerInfo& peer, const wire::Publish& request) {
+  if (peer.role != net::Role::kPublisher && peer.role != net::Role::kTool) {
+    return FailedPrecondition("publish: a " + std::string(net::RoleName(peer.role)) +
+                              " may not publish");
+  }
+  std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(request.signed_manifest().data()),
+                                 request.signed_manifest().size());
+  std::lock_guard lock(mu_);
+  ASSIGN_OR_RETURN(VerifiedPublish verified, log_->VerifyPublish(bytes));
+  const Manifest& m = verified.manifest;
+  if (verified.duplicate) {
+    options_.log("coordinator: " + m.channel + " v" + std::to_string(m.version.value()) +
+                 " published again by " + NodeName(peer.node_id) + " (already recorded)");
+    return m.version.value();
+  }
+  static const ChannelState kEmpty;
+  const ChannelState* channel = log_->channel(m.channel);
+  wire::VersionEntry preview;
+  preview.set_version(m.version.value());
+  if (m.delta.has_value()) preview.set_base_version(m.delta->base_version.value());
+  const DecisionChange decision =
+      options_.decider->OnPublish(channel != nullptr ? *channel : kEmpty, preview);
+  ASSIGN_OR_RETURN(wire::VersionEntry entry,
+                   log_->RecordPublish(verified, peer.node_id, UnixMs(), decision.decision,
+                                       decision.abort_reason));
+  ++counters_.versions_published;
+  options_.log("coordinator: published " + m.channel + " v" + std::to_string(entry.version()) +
+               " (" + FormatBytes(entry.total_bytes()) + ", " +
+               std::to_string(entry.chunk_count()) + " chunks" +
+               (entry.base_version() != 0
+                    ? ", delta on v" + std::to_string(entry.base_version()) + " with " +
+                          FormatBytes(entry.payload_bytes()) + " of payloads"
+                    : "") +
+               ") from " + NodeName(peer.node_id));
+  channels_to_decide_.insert(m.channel);
+  return entry.version();
+}
+
+Result<wire::ManifestReply> Coordinator::OnGetManifest(const wire::GetManifest& request) {
+  RETURN_IF_ERROR(ValidateChannelName(request.channel()).WithContext("get manifest"));
+  std::shared_ptr<const std::vector<uint8_t>> bytes;
+  {
+    std::lock_guard lock(mu_);
+    ASSIGN_OR_RETURN(bytes, log_->GetManifest(request.channel(), request.version()));
+  }
+  wire::ManifestReply reply;
+  reply.set_signed_manifest(bytes->data(), bytes->size());
+  return reply;
+}
+
+wire::FleetStatus Coordinator::OnGetStatus(const wire::GetStatus& request) {
+  const net::TimePoint now = clock_.Now();
+  const std::string& filter = request.channel();
+  std::lock_guard lock(mu_);
+  SweepLocked(now);
+  wire::FleetStatus status;
+  status.set_now_unix_ms(UnixMs());
+  for (const auto& [id, node] : nodes_) {
+    if (!filter.empty() && !Follows(node->registration, filter)) continue;
+    wire::NodeStatus* out = status.add_nodes();
+    out->set_node_id(id.value());
+    out->set_address(node->registration.peer_address());
+    out->set_rack(node->registration.rack());
+    out->set_source(node->registration.source());
+    out->set_alive(node->alive);
+    out->set_last_heartbeat_ms_ago(Millis(now - node->last_seen));
+    out->set_hostname(node->registration.hostname());
+    *out->mutable_tensor_patterns() = node->registration.tensor_patterns();
+    for (const auto& [name, progress] : node->progress) {
+      if (filter.empty() || name == filter) *out->add_channels() = progress;
+    }
+  }
+  for (const auto& [name, channel] : log_->channels()) {
+    if (!filter.empty() && name != filter) continue;
+    wire::ChannelLog* out = status.add_channels();
+    out->set_channel(name);
+    out->set_current_version(channel.current_version);
+    for (const wire::VersionEntry& entry : channel.versions) *out->add_versions() = entry;
+  }
+  if (!filter.empty() && status.channels_size() == 0) status.add_channels()->set_channel(filter);
+  return status;
+}
+
+Result<uint64_t> Coordinator::OnRollback(const net::PeerInfo& peer, const wire::Rollback& request) {
+  if (peer.role != net::Role::kTool && peer.role != net::Role::kPublisher) {
+    return FailedPrecondition("rollback: a " + std::string(net::RoleName(peer.role)) +
+                              " may not roll a channel back");
+  }
+  RETURN_IF_ERROR(ValidateChannelName(request.channel()).WithContext("rollback"));
+  std::lock_guard lock(mu_);
+  ASSIGN_OR_RETURN(uint64_t version, log_->RecordRollback(request.channel(), request.version()));
+  options_.log("coordinator: " + request.channel() + " rolled back to v" + std::to_string(version) +
+               " by " + NodeName(peer.node_id));
+  channels_to_decide_.insert(request.channel());
+  return version;
+}
+
+void Coordinator::Disconnected(uint64_t session) {
+  std::lock_guard lock(mu_);
+  for (auto& [id, node] : nodes_) {
+    if (node->session == session) node->connected = false;
+  }
+}
+
+void Coordinator::Sweep() {
+  const net::TimePoint now = clock_.Now();
+  std::lock_guard lock(mu_);
+  // Every channel gets a chance: a Decider may act on time alone (a rollout deadline).
+  for (const auto& [name, channel] : log_->channels()) channels_to_decide_.insert(name);
+  SweepLocked(now);
+}
+
+void Coordinator::SweepLocked(net::TimePoint now) {
+  for (auto it = nodes_.begin(); it != nodes_.end();) {
+    Node& node = *it->second;
+    const net::Duration silent = now - node.last_seen;
+    if (node.alive && silent > options_.heartbeat_timeout) {
+      node.alive = false;
+      membership_changed_ = true;
+      ++counters_.nodes_died;
+      options_.log("coordinator: " + NodeName(node.id) + " (" + node.registration.peer_address() +
+                   ") sent nothing for " + std::to_string(Millis(silent)) + " ms: dead");
+    }
+    if (!node.alive && !node.connected && silent > options_.forget_after) {
+      it = nodes_.erase(it);
+      continue;
+    }
+    ++it;
+  }
+  if (membership_changed_) {
+    RebuildPeerListsLocked();
+    for (const auto& [name, channel] : log_->channels()) channels_to_decide_.insert(name);
+  }
+  for (const std::string& name : channels_to_decide_) DecideLocked(name, now);
+  channels_to_decide_.clear();
+  CountMembersLocked();
+}
+
+void Coordinator::RebuildPeerListsLocked() {
+  membership_changed_ = false;
+  ++counters_.peer_list_builds;
+  peer_lists_.clear();
+  // One graph per channel, over the live nodes following it; a node's list is the union of its
+  // lists in every channel it follows. nodes_ is ordered by id, so the input is deterministic.
+  std::map<std::string, std::vector<const Node*>> followers;
+  for (const auto& [id, node] : nodes_) {
+    if (!node->alive) continue;
+    for (const std::string& channel : node->registration.channels()) {
+      followers[channel].push_back(node.get());
+    }
+  }
+  for (const auto& [channel, members] : followers) {
+    std::vector<swarm::NodeInfo> infos;
+    infos.reserve(members.size());
+    for (const Node* node : members) {
+      infos.push_back({.id = node->id,
+                       .rack = node->registration.rack(),
+                       .degree = node->registration.source() ? options_.source_degree : 0});
+    }
+    auto lists = swarm::BuildPeerLists(infos, {.degree = options_.degree,
+                                               .same_rack_fraction = options_.same_rack_fraction,
+                                               .seed = options_.seed ^ Fnv1a(channel)});
+    if (!lists.ok()) {
+      // Options were validated and ids are unique map keys: this is a bug, not bad input.
+      options_.log("coordinator: peer lists for " + channel + ": " + lists.status().ToString());
+      continue;
+    }
+    for (size_t i = 0; i < members.size(); ++i) {
+      std::vector<wire::PeerEntry>& out = peer_lists_[members[i]->id];
+      for (PeerId peer : (*lists)[i]) {
+        if (std::any_of(out.begin(), out.end(),
+                        [&](const wire::PeerEntry& e) { return e.node_id() == peer.value(); })) {
+          continue;
+        }
+        const Node& other = *nodes_.at(peer);
+        wire::PeerEntry& entry = out.emplace_back();
+        entry.set_node_id(peer.value());
+        entry.set_address(other.registration.peer_address());
+        entry.set_rack(other.registration.rack());
+        entry.set_source(other.registration.source());
+      }
+    }
+  }
+}
+
+void Coordinator::DecideLocked(const std::string& name, net::TimePoint now) {
+  const ChannelState* channel = log_->channel(name);
+  if (channel == nullptr) return;
+  std::vector<NodeProgress> nodes;
+  for (const auto& [id, node] : nodes_) {
+    if (!node->alive || !Follows(node->registration, name)) continue;
+    auto progress = node->progress.find(name);
+    nodes.push_back({.node = id,
+                     .source = node->registration.source(),
+                     .progress = progress == node->progress.end() ? nullptr : &progress->second});
+  }
+  for (const DecisionChange& change : options_.decider->Decide(*channel, nodes, now)) {
+    Status recorded =
+        log_->RecordDecision(name, change.version, change.decision, change.abort_reason);
+    if (!recorded.ok()) {
+      options_.log("coordinator: recording a decision for " + name + " v" +
+                   std::to_string(change.version) + ": " + recorded.ToString());
+      return;
+    }
+    options_.log("coordinator: " + name + " v" + std::to_string(change.version) + ": " +
+                 wire::Decision_Name(change.decision) +
+                 (change.abort_reason.empty() ? "" : " (" + change.abort_reason + ")"));
+  }
+}
+
+void Coordinator::CountMembersLocked() {
+  uint64_t alive = 0;
+  for (const auto& [id, node] : nodes_) alive += node->alive ? 1 : 0;
+  counters_.members_alive = alive;
+  counters_.members_dead = nodes_.size() - alive;
+}
+
+void Coordinator::CloseSession(uint64_t session) {
+  std::shared_ptr<net::Connection> connection;
+  {
+    std::lock_guard lock(sessions_mu_);
+    auto it = sessions_.find(session);
+    if (it == sessions_.end()) return;
+    connection = it->second;
+  }
+  connection->Close();
+}
+
+void Coordinator::Serve(net::Listener& listener) {
+  {
+    std::lock_guard lock(sessions_mu_);
+    if (stopping_) return;
+    listener_ = &listener;
+  }
+  std::thread sweeper([this] {
+    // Real time, whatever clock_ is: the sweeper only has to run often; what it decides is
+    // measured on clock_.
+    const auto period =
+        std::max<net::Duration>(options_.heartbeat_interval / 4, std::chrono::milliseconds(10));
+    std::unique_lock lock(sessions_mu_);
+    while (!stopping_) {
+      stop_cv_.wait_for(lock, period);
+      if (stopping_) break;
+      lock.unlock();
+      Sweep();
+      lock.lock();
+    }
+  });
+
+  std::map<uint64_t, std::thread> threads;
+  std::vector<uint64_t> finished;  // guarded by sessions_mu_
+  auto reap = [&] {
+    std::vector<uint64_t> done;
+    {
+      std::lock_guard lock(sessions_mu_);
+      done.swap(finished);
+    }
+    for (uint64_t session : done) {
+      threads.at(session).join();
+      threads.erase(session);
+    }
+  };
+  while (true) {
+    auto accepted = listener.Accept(net::kForever);
+    reap();
+    if (!accepted.ok()) break;
+    std::shared_ptr<net::Connection> connection(std::move(accepted).value());
+    uint64_t session = 0;
+    {
+      std::lock_guard lock(sessions_mu_);
+      if (stopping_) {
+        connection->Close();
+        break;
+      }
+      session = next_session_++;
+      sessions_[session] = connection;
+    }
+    threads.emplace(session, std::thread([this, session, connection, &finished] {
+                      const net::PeerInfo peer = connection->peer();
+                      while (true) {
+                        auto frame = connection->Receive(net::kForever);
+                        if (!frame.ok()) break;
+                        if (frame->type != net::FrameType::kControl) {
+                          options_.log("coordinator: " + NodeName(peer.node_id) + " sent a " +
+                                       std::string(net::FrameTypeName(frame->type)) +
+                                       " frame; closing");
+                          break;
+                        }
+                        auto request = ParseEnvelope(frame->body);
+                        if (!request.ok()) {
+                          options_.log("coordinator: " + NodeName(peer.node_id) + ": " +
+                                       request.status().ToString() + "; closing");
+                          break;
+                        }
+                        wire::Envelope reply = Handle(session, peer, *request);
+                        auto bytes = EncodeEnvelope(reply);
+                        if (!bytes.ok()) {
+                          wire::Envelope error;
+                          error.set_request_id(reply.request_id());
+                          *error.mutable_error() = ErrorFromStatus(bytes.status());
+                          bytes = EncodeEnvelope(error);
+                        }
+                        if (!bytes.ok() || !connection->SendControl(*bytes, kSendTimeout).ok())
+                          break;
+                      }
+                      connection->Close();
+                      Disconnected(session);
+                      std::lock_guard lock(sessions_mu_);
+                      sessions_.erase(session);
+                      finished.push_back(session);
+                    }));
+  }
+  {
+    std::lock_guard lock(sessions_mu_);
+    stopping_ = true;
+    listener_ = nullptr;
+    for (auto& [session, connection] : sessions_) connection->Close();
+  }
+  stop_cv_.notify_all();
+  sweeper.join();
+  for (auto& [session, thread] : threads) thread.join();
+}
+
+void Coordinator::Stop() {
+  std::lock_guard lock(sessions_mu_);
+  stopping_ = true;
+  if (listener_ != nullptr) listener_->Close();
+  for (auto& [session, connection] : sessions_) connection->Close();
+  stop_cv_.notify_all();
+}
+
+}  // namespace weightcast::coord

@@ -1,0 +1,140 @@
+// The coordinator: the fleet's control plane (docs/coordinator.md). It keeps membership
+// (registrations and heartbeats), builds every node's peer list, keeps each channel's version
+// log durably in a state directory, and answers heartbeats with what each node should fetch and
+// whether to commit it. It never carries weight bytes.
+//
+// Threading: Serve runs one thread per connection plus a sweeper; every request is handled under
+// one lock (requests are small; a publish holds it for the fsyncs of its manifest and record).
+// Stop is safe from any thread. Time comes from a net::Clock, so tests drive liveness with a
+// FakeClock and call Sweep() themselves.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <weightcast/status.h>
+#include <weightcast/types.h>
+
+#include "coord/coord.pb.h"
+#include "coord/decide.h"
+#include "coord/version_log.h"
+#include "net/clock.h"
+#include "net/transport.h"
+
+namespace weightcast::coord {
+
+// Counters a daemon exports (the CLI turns them into Prometheus metrics). Safe to read from any
+// thread while the coordinator runs.
+struct CoordinatorCounters {
+  std::atomic<uint64_t> heartbeats{0};
+  std::atomic<uint64_t> registrations{0};
+  std::atomic<uint64_t> versions_published{0};
+  std::atomic<uint64_t> requests_failed{0};
+  std::atomic<uint64_t> nodes_died{0};
+  std::atomic<uint64_t> peer_list_builds{0};
+  std::atomic<uint64_t> members_alive{0};  // a level, not a count
+  std::atomic<uint64_t> members_dead{0};   // known, not alive, not yet forgotten
+  // Requests by Envelope body case (coord.proto field number), for the "by type" counters.
+  std::array<std::atomic<uint64_t>, 16> requests{};
+};
+
+struct CoordinatorOptions {
+  std::filesystem::path state_dir;
+  std::string secret;  // the cluster secret: verifies published manifests
+  net::Duration heartbeat_timeout = std::chrono::seconds(3);
+  net::Duration heartbeat_interval{};  // zero: a third of heartbeat_timeout
+  uint32_t degree = 6;                 // peer-list degree of agents (at least 2)
+  uint32_t source_degree = 0;          // zero: twice `degree` (a publisher feeds more peers)
+  double same_rack_fraction = 0.75;
+  uint64_t seed = 1;  // peer lists are a deterministic function of membership and seed
+  // A dead node stays listed (alive = false) this long after its last heartbeat, then is
+  // forgotten, so restarted nodes with fresh random ids do not pile up.
+  net::Duration forget_after = std::chrono::minutes(10);
+  const net::Clock* clock = nullptr;  // null: the real steady clock
+  std::function<uint64_t()> unix_ms;  // wall clock for timestamps; null: system_clock
+  std::shared_ptr<Decider> decider;   // null: EachDecider
+  net::LogFn log = net::LogToStderr;  // one line per event worth an operator's attention
+};
+
+class Coordinator {
+ public:
+  // Validates the options and recovers the state directory (see VersionLog::Open). Blocks on
+  // disk reads.
+  static Result<std::unique_ptr<Coordinator>> Open(CoordinatorOptions options);
+  ~Coordinator();
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+
+  // Accepts connections on `listener` and serves each on its own thread until Stop() (or the
+  // listener fails). Blocks; returns after every connection thread ended. Call at most once.
+  void Serve(net::Listener& listener);
+  // Closes the listener and every connection; Serve returns. Idempotent; any thread.
+  void Stop();
+
+  // The testable core: answers one request that arrived on connection `session` from `peer`.
+  // Never fails as a call: errors become an Envelope carrying Error. Thread-safe.
+  wire::Envelope Handle(uint64_t session, const net::PeerInfo& peer, const wire::Envelope& request);
+  // The connection `session` ended (its node stays alive until its heartbeat times out).
+  void Disconnected(uint64_t session);
+  // Marks silent nodes dead, forgets long-dead ones, rebuilds peer lists when membership
+  // changed and asks the Decider. Serve's sweeper calls it; tests call it after moving a fake
+  // clock. Thread-safe.
+  void Sweep();
+
+  const CoordinatorCounters& counters() const { return counters_; }
+  net::Duration heartbeat_interval() const { return options_.heartbeat_interval; }
+  const VersionLog::Recovery& recovery() const;
+
+ private:
+  struct Node;
+  explicit Coordinator(CoordinatorOptions options);
+
+  Result<wire::RegisterReply> OnRegister(uint64_t session, const net::PeerInfo& peer,
+                                         const wire::Register& request,
+                                         std::optional<uint64_t>* replaced);
+  Result<wire::HeartbeatReply> OnHeartbeat(uint64_t session, const net::PeerInfo& peer,
+                                           const wire::Heartbeat& request);
+  Result<uint64_t> OnPublish(const net::PeerInfo& peer, const wire::Publish& request);
+  Result<wire::ManifestReply> OnGetManifest(const wire::GetManifest& request);
+  wire::FleetStatus OnGetStatus(const wire::GetStatus& request);
+  Result<uint64_t> OnRollback(const net::PeerInfo& peer, const wire::Rollback& request);
+
+  // With mu_ held.
+  void SweepLocked(net::TimePoint now);
+  void RebuildPeerListsLocked();
+  void DecideLocked(const std::string& channel, net::TimePoint now);
+  void CountMembersLocked();
+  uint64_t UnixMs() const;
+
+  void CloseSession(uint64_t session);
+
+  CoordinatorOptions options_;
+  const net::Clock& clock_;
+  CoordinatorCounters counters_;
+
+  mutable std::mutex mu_;
+  std::unique_ptr<VersionLog> log_;
+  std::map<PeerId, std::unique_ptr<Node>> nodes_;
+  bool membership_changed_ = true;  // peer lists must be rebuilt before they are served
+  std::map<PeerId, std::vector<wire::PeerEntry>> peer_lists_;
+  std::set<std::string> channels_to_decide_;
+
+  // Serve's connections, so that Stop and a replacing registration can close them.
+  std::mutex sessions_mu_;
+  std::map<uint64_t, std::shared_ptr<net::Connection>> sessions_;
+  uint64_t next_session_ = 1;
+  net::Listener* listener_ = nullptr;
+  bool stopping_ = false;
+  std::condition_variable stop_cv_;
+};
+
+}  // namespace weightcast::coord

@@ -1,0 +1,342 @@
+#include "coord/version_log.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <system_error>
+
+#include "manifest/builder.h"
+#include "manifest/signed_manifest.h"
+#include "util/file.h"
+
+namespace weightcast::coord {
+namespace {
+
+std::string VersionName(std::string_view channel, uint64_t version) {
+  return std::string(channel) + " v" + std::to_string(version);
+}
+
+std::string AsString(const Digest& digest) {
+  return std::string(reinterpret_cast<const char*>(digest.data()), digest.size());
+}
+
+// Creates `dir` (and parents) and makes the new directory entries durable, so that a manifest
+// written inside is reachable after a crash.
+Status CreateDirectoryDurably(const std::filesystem::path& dir) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(dir, ec)) return Status::Ok();
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return IoError("mkdir(" + dir.string() + "): " + ec.message());
+  RETURN_IF_ERROR(FsyncPath(dir));
+  RETURN_IF_ERROR(FsyncPath(dir.parent_path()));
+  return FsyncPath(dir.parent_path().parent_path());
+}
+
+}  // namespace
+
+const wire::VersionEntry* ChannelState::Find(uint64_t version) const {
+  auto it =
+      std::lower_bound(versions.begin(), versions.end(), version,
+                       [](const wire::VersionEntry& e, uint64_t v) { return e.version() < v; });
+  return it != versions.end() && it->version() == version ? &*it : nullptr;
+}
+
+wire::VersionEntry* ChannelState::Find(uint64_t version) {
+  return const_cast<wire::VersionEntry*>(std::as_const(*this).Find(version));
+}
+
+VersionLog::VersionLog(std::filesystem::path state_dir, std::string secret)
+    : state_dir_(std::move(state_dir)), secret_(std::move(secret)) {}
+
+std::filesystem::path VersionLog::ManifestPath(std::string_view channel, uint64_t version) const {
+  char name[32];
+  std::snprintf(name, sizeof(name), "%020llu.wcsm", static_cast<unsigned long long>(version));
+  return state_dir_ / "manifests" / std::string(channel) / name;
+}
+
+const ChannelState* VersionLog::channel(std::string_view name) const {
+  auto it = channels_.find(name);
+  return it == channels_.end() ? nullptr : &it->second;
+}
+
+Result<std::unique_ptr<VersionLog>> VersionLog::Open(const std::filesystem::path& state_dir,
+                                                     std::string secret) {
+  std::error_code ec;
+  std::filesystem::create_directories(state_dir, ec);
+  if (ec) return IoError("mkdir(" + state_dir.string() + "): " + ec.message());
+  std::unique_ptr<VersionLog> log(new VersionLog(state_dir, std::move(secret)));
+  ASSIGN_OR_RETURN(LogFile::Opened opened, LogFile::Open(state_dir / "log"));
+  log->log_ = std::move(opened.file);
+  log->recovery_.torn_bytes = opened.torn_bytes;
+  for (const std::string& bytes : opened.records) {
+    state::LogRecord record;
+    if (!record.ParseFromString(bytes)) {
+      return Corrupt((state_dir / "log").string() + ": record " +
+                     std::to_string(log->sequence_ + 1) + " does not parse");
+    }
+    RETURN_IF_ERROR(log->Apply(record).WithContext((state_dir / "log").string()));
+    ++log->recovery_.records;
+  }
+  // Every logged version must still have its manifest, exactly as published.
+  for (auto& [name, channel] : log->channels_) {
+    for (const wire::VersionEntry& entry : channel.versions) {
+      const std::filesystem::path path = log->ManifestPath(name, entry.version());
+      auto bytes = ReadFileToString(path);
+      if (!bytes.ok()) {
+        return Corrupt("the log records " + VersionName(name, entry.version()) +
+                       " but its manifest cannot be read: " + bytes.status().ToString());
+      }
+      std::span<const uint8_t> view(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size());
+      auto manifest = VerifySignedManifest(view, log->secret_);
+      if (!manifest.ok()) {
+        return Status(manifest.status().code(),
+                      path.string() + ": " + manifest.status().message() +
+                          (manifest.status().code() == Code::kUnauthenticated
+                               ? " (was the state directory written with another cluster secret?)"
+                               : ""));
+      }
+      if (manifest->channel != name || manifest->version.value() != entry.version() ||
+          AsString(manifest->root) != entry.root()) {
+        return Corrupt(path.string() + " is not the manifest the log records for " +
+                       VersionName(name, entry.version()));
+      }
+      if (entry.version() == channel.newest()) {
+        channel.newest_manifest =
+            std::make_shared<const std::vector<uint8_t>>(view.begin(), view.end());
+      }
+    }
+  }
+  return log;
+}
+
+Status VersionLog::Apply(const state::LogRecord& record) {
+  if (record.sequence() != sequence_ + 1) {
+    return Corrupt("record sequence " + std::to_string(record.sequence()) + " follows " +
+                   std::to_string(sequence_));
+  }
+  if (Status valid = ValidateChannelName(record.channel()); !valid.ok()) {
+    return Corrupt("record " + std::to_string(record.sequence()) + ": " + valid.message());
+  }
+  const std::string& name = record.channel();
+  switch (record.kind_case()) {
+    case state::LogRecord::kPublished: {
+      ChannelState& channel = channels_[name];
+      channel.name = name;
+      const wire::VersionEntry& entry = record.published();
+      if (entry.version() <= channel.newest()) {
+        return Corrupt("record " + std::to_string(record.sequence()) + " publishes " +
+                       VersionName(name, entry.version()) + " after v" +
+                       std::to_string(channel.newest()));
+      }
+      channel.versions.push_back(entry);
+      if (entry.decision() == wire::DECISION_COMMIT && entry.version() > channel.current_version) {
+        channel.current_version = entry.version();
+      }
+      break;
+    }
+    case state::LogRecord::kDecision: {
+      auto it = channels_.find(name);
+      wire::VersionEntry* entry =
+          it == channels_.end() ? nullptr : it->second.Find(record.decision().version());
+      if (entry == nullptr) {
+        return Corrupt("record " + std::to_string(record.sequence()) + " decides on unknown " +
+                       VersionName(name, record.decision().version()));
+      }
+      entry->set_decision(record.decision().decision());
+      entry->set_abort_reason(record.decision().abort_reason());
+      if (entry->decision() == wire::DECISION_COMMIT &&
+          entry->version() > it->second.current_version) {
+        it->second.current_version = entry->version();
+      }
+      break;
+    }
+    case state::LogRecord::kRollback: {
+      auto it = channels_.find(name);
+      const uint64_t target = record.rollback().version();
+      if (it == channels_.end() || it->second.Find(target) == nullptr) {
+        return Corrupt("record " + std::to_string(record.sequence()) + " rolls back to unknown " +
+                       VersionName(name, target));
+      }
+      it->second.current_version = target;
+      for (wire::VersionEntry& entry : it->second.versions) {
+        if (entry.version() <= target) continue;
+        entry.set_decision(wire::DECISION_ABORT);
+        entry.set_abort_reason(record.rollback().abort_reason());
+      }
+      break;
+    }
+    default:
+      return Corrupt("record " + std::to_string(record.sequence()) + " has no known kind");
+  }
+  sequence_ = record.sequence();
+  return Status::Ok();
+}
+
+Status VersionLog::Append(state::LogRecord record) {
+  record.set_sequence(sequence_ + 1);
+  std::string bytes;
+  if (!record.SerializeToString(&bytes)) return Internal("log record did not serialize");
+  RETURN_IF_ERROR(log_->Append(bytes));
+  // The record is on disk; applying it cannot fail for a record our own checks let through.
+  Status applied = Apply(record);
+  if (!applied.ok()) return Internal("applying a logged record: " + applied.ToString());
+  return Status::Ok();
+}
+
+Result<VerifiedPublish> VersionLog::VerifyPublish(std::span<const uint8_t> signed_manifest) const {
+  VerifiedPublish out;
+  ASSIGN_OR_RETURN(out.manifest, VerifySignedManifest(signed_manifest, secret_));
+  const Manifest& m = out.manifest;
+  const uint64_t version = m.version.value();
+  if (version == 0) return InvalidArgument("publish: version 0 is not a version");
+  const ChannelState* channel = this->channel(m.channel);
+  if (channel != nullptr) {
+    if (const wire::VersionEntry* same = channel->Find(version); same != nullptr) {
+      if (same->root() != AsString(m.root)) {
+        return AlreadyExists("publish: " + VersionName(m.channel, version) +
+                             " is already published with another root");
+      }
+      out.duplicate = true;
+      return out;
+    }
+    if (version <= channel->newest()) {
+      return FailedPrecondition("publish: " + VersionName(m.channel, version) +
+                                " is not above the newest published version v" +
+                                std::to_string(channel->newest()));
+    }
+  }
+  if (m.delta.has_value()) {
+    const uint64_t base = m.delta->base_version.value();
+    const wire::VersionEntry* entry = channel == nullptr ? nullptr : channel->Find(base);
+    if (entry == nullptr) {
+      return FailedPrecondition("publish: " + VersionName(m.channel, version) + " is a delta on v" +
+                                std::to_string(base) +
+                                ", which is not a published version of the channel");
+    }
+    if (entry->root() != AsString(m.delta->base_root)) {
+      return FailedPrecondition("publish: " + VersionName(m.channel, version) +
+                                " is a delta on a v" + std::to_string(base) +
+                                " whose root is not the published one");
+    }
+    if (entry->decision() == wire::DECISION_ABORT) {
+      return FailedPrecondition("publish: " + VersionName(m.channel, version) + " is a delta on v" +
+                                std::to_string(base) + ", which was aborted (" +
+                                entry->abort_reason() + ")");
+    }
+  }
+  out.signed_manifest.assign(signed_manifest.begin(), signed_manifest.end());
+  return out;
+}
+
+Result<wire::VersionEntry> VersionLog::RecordPublish(const VerifiedPublish& publish,
+                                                     PeerId publisher, uint64_t unix_ms,
+                                                     wire::Decision decision,
+                                                     std::string_view abort_reason) {
+  const Manifest& m = publish.manifest;
+  if (publish.duplicate) {
+    const ChannelState* channel = this->channel(m.channel);
+    const wire::VersionEntry* entry =
+        channel == nullptr ? nullptr : channel->Find(m.version.value());
+    if (entry == nullptr) return Internal("duplicate publish of an unknown version");
+    return *entry;
+  }
+  wire::VersionEntry entry;
+  entry.set_version(m.version.value());
+  entry.set_root(AsString(m.root));
+  entry.set_total_bytes(m.total_size());
+  entry.set_chunk_count(m.chunk_count());
+  if (m.delta.has_value()) {
+    entry.set_base_version(m.delta->base_version.value());
+    uint64_t payload = 0;
+    for (const DeltaChunk& chunk : m.delta->chunks) payload += chunk.payload_size;
+    entry.set_payload_bytes(payload);
+  }
+  entry.set_published_unix_ms(unix_ms);
+  entry.set_publisher_node(publisher.value());
+  entry.set_decision(decision);
+  entry.set_abort_reason(std::string(abort_reason));
+
+  const std::filesystem::path path = ManifestPath(m.channel, m.version.value());
+  RETURN_IF_ERROR(CreateDirectoryDurably(path.parent_path()));
+  RETURN_IF_ERROR(WriteFileAtomic(
+      path, std::string_view(reinterpret_cast<const char*>(publish.signed_manifest.data()),
+                             publish.signed_manifest.size())));
+  state::LogRecord record;
+  record.set_channel(m.channel);
+  *record.mutable_published() = entry;
+  RETURN_IF_ERROR(Append(std::move(record)));
+  channels_[m.channel].newest_manifest =
+      std::make_shared<const std::vector<uint8_t>>(publish.signed_manifest);
+  return entry;
+}
+
+Status VersionLog::RecordDecision(std::string_view channel, uint64_t version,
+                                  wire::Decision decision, std::string_view abort_reason) {
+  const ChannelState* state = this->channel(channel);
+  if (state == nullptr || state->Find(version) == nullptr) {
+    return NotFound("decision: " + VersionName(channel, version) + " is not published");
+  }
+  state::LogRecord record;
+  record.set_channel(std::string(channel));
+  record.mutable_decision()->set_version(version);
+  record.mutable_decision()->set_decision(decision);
+  record.mutable_decision()->set_abort_reason(std::string(abort_reason));
+  return Append(std::move(record));
+}
+
+Result<uint64_t> VersionLog::RecordRollback(std::string_view channel, uint64_t version) {
+  const ChannelState* state = this->channel(channel);
+  if (state == nullptr || state->versions.empty()) {
+    return NotFound("rollback: channel " + std::string(channel) + " has no published version");
+  }
+  const uint64_t current = state->current_version;
+  if (version == 0) {
+    for (auto it = state->versions.rbegin(); it != state->versions.rend(); ++it) {
+      if (it->version() < current && it->decision() == wire::DECISION_COMMIT) {
+        version = it->version();
+        break;
+      }
+    }
+    if (version == 0) {
+      return FailedPrecondition("rollback: " + std::string(channel) +
+                                " has no committed version below the current v" +
+                                std::to_string(current));
+    }
+  }
+  const wire::VersionEntry* entry = state->Find(version);
+  if (entry == nullptr) {
+    return FailedPrecondition("rollback: " + VersionName(channel, version) + " is not published");
+  }
+  if (entry->decision() != wire::DECISION_COMMIT) {
+    return FailedPrecondition("rollback: " + VersionName(channel, version) +
+                              " was never committed");
+  }
+  if (version >= current) {
+    return FailedPrecondition("rollback: " + VersionName(channel, version) +
+                              " is not below the current v" + std::to_string(current));
+  }
+  state::LogRecord record;
+  record.set_channel(std::string(channel));
+  record.mutable_rollback()->set_version(version);
+  record.mutable_rollback()->set_abort_reason("rolled back to v" + std::to_string(version));
+  RETURN_IF_ERROR(Append(std::move(record)));
+  return version;
+}
+
+Result<std::shared_ptr<const std::vector<uint8_t>>> VersionLog::GetManifest(
+    std::string_view channel, uint64_t version) const {
+  const ChannelState* state = this->channel(channel);
+  if (state == nullptr || state->versions.empty()) {
+    return NotFound("channel " + std::string(channel) + " has no published version");
+  }
+  if (version == 0 || version == state->newest()) {
+    if (state->newest_manifest == nullptr) return Internal("newest manifest not loaded");
+    return state->newest_manifest;
+  }
+  if (state->Find(version) == nullptr) {
+    return NotFound(VersionName(channel, version) + " is not published");
+  }
+  ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(ManifestPath(channel, version)));
+  return std::make_shared<const std::vector<uint8_t>>(bytes.begin(), bytes.end());
+}
+
+}  // namespace weightcast::coord

@@ -1,0 +1,113 @@
+// The coordinator's version log: per channel, the published versions in order with their
+// decisions and the version the fleet should have current, plus each version's signed manifest.
+// Everything it accepts is on disk before the call returns (docs/coordinator.md):
+//
+//   <state-dir>/log                                  LogFile of state.proto LogRecords
+//   <state-dir>/manifests/<channel>/<version>.wcsm   signed manifest bytes, as published
+//
+// A version's manifest file is written (atomically, fsynced) before the log record that
+// publishes it, so a record always finds its manifest; a manifest without a record (a crash
+// between the two) is ignored and overwritten by the next publish of that version.
+//
+// Not thread-safe: the Coordinator serializes calls.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <weightcast/status.h>
+#include <weightcast/types.h>
+
+#include "coord/coord.pb.h"
+#include "coord/log_file.h"
+#include "coord/state.pb.h"
+#include "manifest/manifest.h"
+
+namespace weightcast::coord {
+
+struct ChannelState {
+  std::string name;
+  std::vector<wire::VersionEntry> versions;                     // ascending by version
+  uint64_t current_version = 0;                                 // 0: none committed yet
+  std::shared_ptr<const std::vector<uint8_t>> newest_manifest;  // signed bytes of the newest
+
+  uint64_t newest() const { return versions.empty() ? 0 : versions.back().version(); }
+  const wire::VersionEntry* Find(uint64_t version) const;
+  wire::VersionEntry* Find(uint64_t version);
+};
+
+// A publish request that passed every check, ready to be recorded.
+struct VerifiedPublish {
+  Manifest manifest;
+  std::vector<uint8_t> signed_manifest;
+  // The same version with the same root is already published (a publisher retrying after a
+  // lost reply): nothing to record, the answer is that version.
+  bool duplicate = false;
+};
+
+class VersionLog {
+ public:
+  struct Recovery {
+    uint64_t records = 0;
+    uint64_t torn_bytes = 0;  // cut off the end of the log (a crash mid-append)
+  };
+
+  // Opens (creating) the state directory and replays its log. Every logged version's manifest
+  // must exist and verify with `secret` and match the logged root (kCorrupt otherwise; a
+  // manifest that no longer verifies means the cluster secret changed: kUnauthenticated).
+  static Result<std::unique_ptr<VersionLog>> Open(const std::filesystem::path& state_dir,
+                                                  std::string secret);
+
+  const Recovery& recovery() const { return recovery_; }
+
+  // Checks a publish without changing anything: the signature (kUnauthenticated), the manifest
+  // (kCorrupt), the version above every published one of its channel (kFailedPrecondition;
+  // the same version with another root: kAlreadyExists), and for a delta that its base is a
+  // published, not aborted version of the channel whose root is the delta's base root
+  // (kFailedPrecondition).
+  Result<VerifiedPublish> VerifyPublish(std::span<const uint8_t> signed_manifest) const;
+
+  // Records a verified publish durably (manifest file, then log record) and applies it.
+  Result<wire::VersionEntry> RecordPublish(const VerifiedPublish& publish, PeerId publisher,
+                                           uint64_t unix_ms, wire::Decision decision,
+                                           std::string_view abort_reason);
+
+  // Records a decision change of a published version (kNotFound for an unknown version).
+  Status RecordDecision(std::string_view channel, uint64_t version, wire::Decision decision,
+                        std::string_view abort_reason);
+
+  // Switches the channel's current version back to `version` (0: the committed version below
+  // the current one), aborting every version above it. Refuses (kFailedPrecondition) a version
+  // that is not published, not committed, or not below the current one.
+  Result<uint64_t> RecordRollback(std::string_view channel, uint64_t version);
+
+  // The signed manifest of `version` (0: the newest) of `channel`; kNotFound when absent.
+  Result<std::shared_ptr<const std::vector<uint8_t>>> GetManifest(std::string_view channel,
+                                                                  uint64_t version) const;
+
+  const std::map<std::string, ChannelState, std::less<>>& channels() const { return channels_; }
+  const ChannelState* channel(std::string_view name) const;
+
+ private:
+  VersionLog(std::filesystem::path state_dir, std::string secret);
+  std::filesystem::path ManifestPath(std::string_view channel, uint64_t version) const;
+  // Applies one record to the in-memory state; the same rules at recovery and at run time, so
+  // a replayed log gives exactly the state that was served before the restart.
+  Status Apply(const state::LogRecord& record);
+  Status Append(state::LogRecord record);
+
+  std::filesystem::path state_dir_;
+  std::string secret_;
+  std::unique_ptr<LogFile> log_;
+  uint64_t sequence_ = 0;
+  Recovery recovery_;
+  std::map<std::string, ChannelState, std::less<>> channels_;
+};
+
+}  // namespace weightcast::coord

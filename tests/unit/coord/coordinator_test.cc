@@ -1,0 +1,382 @@
+#include "coord/coordinator.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "coord_test_util.h"
+
+namespace weightcast::coord {
+namespace {
+
+using testing::AgentRegistration;
+using testing::AsDelta;
+using testing::CoordinatorHarness;
+using testing::Signed;
+using testing::TestManifest;
+
+std::set<uint64_t> PeerIds(const wire::HeartbeatReply& reply) {
+  std::set<uint64_t> ids;
+  for (const wire::PeerEntry& p : reply.peers()) ids.insert(p.node_id());
+  return ids;
+}
+
+const wire::NodeStatus* FindNode(const wire::FleetStatus& status, uint64_t id) {
+  for (const wire::NodeStatus& n : status.nodes()) {
+    if (n.node_id() == id) return &n;
+  }
+  return nullptr;
+}
+
+TEST(Coordinator, RegisterAnswersHeartbeatTimingAndRefusesBadInput) {
+  CoordinatorHarness h;
+  ASSERT_TRUE(h.Start().ok());
+  auto agent = h.Connect(10, net::Role::kAgent);
+  auto reply = agent->Register(AgentRegistration(10));
+  ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  EXPECT_EQ(reply->heartbeat_timeout_ms(), 3000u);
+  EXPECT_EQ(reply->heartbeat_interval_ms(), 1000u);
+
+  auto other = h.Connect(11, net::Role::kAgent);
+  auto bad = other->Register(AgentRegistration(11, "../etc"));
+  EXPECT_EQ(bad.status().code(), Code::kInvalidArgument);
+  wire::Register no_address = AgentRegistration(11);
+  no_address.clear_peer_address();
+  EXPECT_EQ(other->Register(no_address).status().code(), Code::kInvalidArgument);
+  wire::Register source = AgentRegistration(11);
+  source.set_source(true);  // an agent is not a source
+  EXPECT_EQ(other->Register(source).status().code(), Code::kInvalidArgument);
+  // Heartbeats need a registration first; refused requests left no trace.
+  EXPECT_EQ(other->Heartbeat({}).status().code(), Code::kFailedPrecondition);
+  auto tool = h.Connect(12, net::Role::kTool);
+  EXPECT_EQ(tool->Register(AgentRegistration(12)).status().code(), Code::kFailedPrecondition);
+  auto status = tool->GetStatus();
+  ASSERT_TRUE(status.ok());
+  ASSERT_EQ(status->nodes_size(), 1);
+  EXPECT_EQ(status->nodes(0).node_id(), 10u);
+  EXPECT_EQ(status->nodes(0).hostname(), "host10");
+}
+
+TEST(Coordinator, PeerListsAreBoundedSymmetricAndCarryAddresses) {
+  CoordinatorOptions options;
+  options.degree = 3;
+  CoordinatorHarness h(options);
+  ASSERT_TRUE(h.Start().ok());
+  constexpr int kAgents = 12;
+  std::map<uint64_t, std::unique_ptr<CoordinatorClient>> nodes;
+  for (uint64_t id = 100; id < 100 + kAgents; ++id) {
+    nodes[id] = h.Connect(id, net::Role::kAgent);
+    ASSERT_TRUE(nodes[id]->Register(AgentRegistration(id, "policy", id % 2 ? "r1" : "r2")).ok());
+  }
+  nodes[7] = h.Connect(7, net::Role::kPublisher);
+  wire::Register pub = AgentRegistration(7);
+  pub.set_source(true);
+  pub.set_peer_address("mem:publisher");
+  ASSERT_TRUE(nodes[7]->Register(pub).ok());
+  // A node of another channel never shows up in policy's lists.
+  nodes[500] = h.Connect(500, net::Role::kAgent);
+  ASSERT_TRUE(nodes[500]->Register(AgentRegistration(500, "other")).ok());
+
+  std::map<uint64_t, wire::HeartbeatReply> replies;
+  for (auto& [id, client] : nodes) {
+    auto reply = client->Heartbeat({});
+    ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+    replies[id] = *reply;
+  }
+  for (const auto& [id, reply] : replies) {
+    const std::set<uint64_t> peers = PeerIds(reply);
+    EXPECT_EQ(peers.size(), static_cast<size_t>(reply.peers_size())) << "duplicate entries";
+    EXPECT_FALSE(peers.contains(id));
+    EXPECT_LE(peers.size(), id == 7 ? 6u : 3u) << "node " << id;
+    if (id == 500) {
+      EXPECT_TRUE(peers.empty());
+      continue;
+    }
+    EXPECT_GE(peers.size(), 2u) << "node " << id;
+    EXPECT_FALSE(peers.contains(500));
+    for (const wire::PeerEntry& entry : reply.peers()) {
+      EXPECT_TRUE(PeerIds(replies[entry.node_id()]).contains(id))
+          << id << " lists " << entry.node_id() << " but not the other way round";
+      if (entry.node_id() == 7) {
+        EXPECT_EQ(entry.address(), "mem:publisher");
+        EXPECT_TRUE(entry.source());
+      } else {
+        EXPECT_EQ(entry.address(), "mem:agent" + std::to_string(entry.node_id()));
+        EXPECT_EQ(entry.rack(), entry.node_id() % 2 ? "r1" : "r2");
+      }
+    }
+  }
+  // The publisher, with twice the degree, has more peers than any agent may.
+  EXPECT_GT(replies[7].peers_size(), 3);
+}
+
+TEST(Coordinator, SilentNodeDiesAndComesBackWhenItRegistersAgain) {
+  CoordinatorHarness h;
+  ASSERT_TRUE(h.Start().ok());
+  std::map<uint64_t, std::unique_ptr<CoordinatorClient>> nodes;
+  for (uint64_t id : {1u, 2u, 3u}) {
+    nodes[id] = h.Connect(id + 100, net::Role::kAgent);
+    ASSERT_TRUE(nodes[id]->Register(AgentRegistration(id + 100)).ok());
+  }
+  auto a = nodes[1]->Heartbeat({});
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(PeerIds(*a), (std::set<uint64_t>{102, 103}));
+
+  h.Advance(std::chrono::seconds(2));
+  ASSERT_TRUE(nodes[1]->Heartbeat({}).ok());
+  ASSERT_TRUE(nodes[2]->Heartbeat({}).ok());
+  h.Advance(std::chrono::milliseconds(1500));  // node 103 silent for 3.5 s > 3 s
+  a = nodes[1]->Heartbeat({});
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(PeerIds(*a), (std::set<uint64_t>{102}));
+  auto status = nodes[1]->GetStatus();
+  ASSERT_TRUE(status.ok());
+  ASSERT_NE(FindNode(*status, 103), nullptr);
+  EXPECT_FALSE(FindNode(*status, 103)->alive());
+  EXPECT_EQ(FindNode(*status, 103)->last_heartbeat_ms_ago(), 3500u);
+  EXPECT_TRUE(FindNode(*status, 101)->alive());
+  EXPECT_EQ(h.coordinator().counters().members_dead.load(), 1u);
+
+  // Restarted: a new connection, the same node id.
+  nodes[3] = h.Connect(103, net::Role::kAgent);
+  ASSERT_TRUE(nodes[3]->Register(AgentRegistration(103)).ok());
+  a = nodes[1]->Heartbeat({});
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(PeerIds(*a), (std::set<uint64_t>{102, 103}));
+  EXPECT_EQ(h.coordinator().counters().members_alive.load(), 3u);
+}
+
+TEST(Coordinator, SecondRegistrationOfANodeReplacesTheFirstConnection) {
+  CoordinatorHarness h;
+  ASSERT_TRUE(h.Start().ok());
+  auto first = h.Connect(42, net::Role::kAgent);
+  ASSERT_TRUE(first->Register(AgentRegistration(42)).ok());
+  auto second = h.Connect(42, net::Role::kAgent);
+  wire::Register moved = AgentRegistration(42);
+  moved.set_peer_address("mem:moved");
+  ASSERT_TRUE(second->Register(moved).ok());
+  // The first connection was closed by the coordinator.
+  auto stale = first->Heartbeat({});
+  ASSERT_FALSE(stale.ok());
+  EXPECT_TRUE(stale.status().code() == Code::kUnavailable ||
+              stale.status().code() == Code::kFailedPrecondition)
+      << stale.status().ToString();
+  ASSERT_TRUE(second->Heartbeat({}).ok());
+  auto status = second->GetStatus();
+  ASSERT_TRUE(status.ok());
+  ASSERT_EQ(status->nodes_size(), 1);
+  EXPECT_EQ(status->nodes(0).address(), "mem:moved");
+  EXPECT_TRUE(status->nodes(0).alive());
+}
+
+TEST(Coordinator, PublishAcceptsNewVersionsAndDeltasOnTheirBase) {
+  CoordinatorHarness h;
+  ASSERT_TRUE(h.Start().ok());
+  auto pub = h.Connect(7, net::Role::kPublisher);
+  const Manifest v1 = TestManifest("policy", 1, 1);
+  auto published = pub->Publish(Signed(v1));
+  ASSERT_TRUE(published.ok()) << published.status().ToString();
+  EXPECT_EQ(*published, Version(1));
+  const Manifest v2 = AsDelta(TestManifest("policy", 2, 2), v1, 1000);
+  published = pub->Publish(Signed(v2));
+  ASSERT_TRUE(published.ok()) << published.status().ToString();
+  EXPECT_EQ(*published, Version(2));
+
+  auto newest = pub->GetManifest("policy", Version(0));
+  ASSERT_TRUE(newest.ok());
+  EXPECT_EQ(*newest, Signed(v2));
+  auto first = pub->GetManifest("policy", Version(1));
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(*first, Signed(v1));
+  EXPECT_EQ(pub->GetManifest("policy", Version(9)).status().code(), Code::kNotFound);
+  EXPECT_EQ(pub->GetManifest("nothing", Version(0)).status().code(), Code::kNotFound);
+
+  // Publishing the same version again (a retry after a lost reply) is answered, not refused.
+  published = pub->Publish(Signed(v2));
+  ASSERT_TRUE(published.ok()) << published.status().ToString();
+  EXPECT_EQ(*published, Version(2));
+
+  auto status = pub->GetStatus("policy");
+  ASSERT_TRUE(status.ok());
+  ASSERT_EQ(status->channels_size(), 1);
+  const wire::ChannelLog& log = status->channels(0);
+  EXPECT_EQ(log.current_version(), 2u);
+  ASSERT_EQ(log.versions_size(), 2);
+  EXPECT_EQ(log.versions(0).base_version(), 0u);
+  EXPECT_EQ(log.versions(0).payload_bytes(), 0u);
+  EXPECT_EQ(log.versions(1).base_version(), 1u);
+  EXPECT_EQ(log.versions(1).payload_bytes(), 2000u);  // two xor chunks of 1000 bytes
+  EXPECT_EQ(log.versions(1).chunk_count(), 3u);
+  EXPECT_EQ(log.versions(1).total_bytes(), 3 * kMinChunkSize);
+  EXPECT_EQ(log.versions(1).publisher_node(), 7u);
+  EXPECT_EQ(log.versions(1).decision(), wire::DECISION_COMMIT);
+  EXPECT_EQ(log.versions(1).published_unix_ms(), 1'700'000'000'000u);
+
+  // An agent following the channel is told to fetch and commit the newest version.
+  auto agent = h.Connect(10, net::Role::kAgent);
+  ASSERT_TRUE(agent->Register(AgentRegistration(10)).ok());
+  wire::Heartbeat beat;
+  wire::ChannelProgress* progress = beat.add_channels();
+  progress->set_channel("policy");
+  progress->set_version(2);
+  progress->set_phase(wire::PHASE_FETCHING);
+  auto reply = agent->Heartbeat(beat);
+  ASSERT_TRUE(reply.ok());
+  ASSERT_EQ(reply->channels_size(), 1);
+  EXPECT_EQ(reply->channels(0).version(), 2u);
+  EXPECT_EQ(reply->channels(0).decision(), wire::DECISION_COMMIT);
+  EXPECT_EQ(reply->channels(0).current_version(), 2u);
+  status = pub->GetStatus("policy");
+  ASSERT_TRUE(status.ok());
+  ASSERT_NE(FindNode(*status, 10), nullptr);
+  ASSERT_EQ(FindNode(*status, 10)->channels_size(), 1);
+  EXPECT_EQ(FindNode(*status, 10)->channels(0).phase(), wire::PHASE_FETCHING);
+  EXPECT_EQ(h.coordinator().counters().versions_published.load(), 2u);
+}
+
+TEST(Coordinator, PublishRefusesWhatDoesNotCheckOut) {
+  CoordinatorHarness h;
+  ASSERT_TRUE(h.Start().ok());
+  auto pub = h.Connect(7, net::Role::kPublisher);
+  // Version numbers need only grow: v2 is skipped.
+  const Manifest v1 = TestManifest("policy", 1, 1);
+  const Manifest v3 = TestManifest("policy", 3, 3);
+  ASSERT_TRUE(pub->Publish(Signed(v1)).ok());
+  ASSERT_TRUE(pub->Publish(Signed(v3)).ok());
+
+  // Signed with another secret, or altered after signing.
+  EXPECT_EQ(pub->Publish(Signed(TestManifest("policy", 4, 4), "another secret of enough bytes"))
+                .status()
+                .code(),
+            Code::kUnauthenticated);
+  std::vector<uint8_t> tampered = Signed(TestManifest("policy", 4, 4));
+  tampered.back() ^= 1;
+  EXPECT_EQ(pub->Publish(tampered).status().code(), Code::kUnauthenticated);
+  EXPECT_EQ(pub->Publish(std::vector<uint8_t>{1, 2, 3}).status().code(), Code::kCorrupt);
+  // Not above the newest; the same number with other content.
+  auto stale = pub->Publish(Signed(TestManifest("policy", 2, 2)));
+  EXPECT_EQ(stale.status().code(), Code::kFailedPrecondition);
+  EXPECT_NE(stale.status().message().find("not above the newest published version v3"),
+            std::string::npos)
+      << stale.status().ToString();
+  EXPECT_EQ(pub->Publish(Signed(TestManifest("policy", 3, 99))).status().code(),
+            Code::kAlreadyExists);
+  // A delta on a version that was never published, or on v1 with the wrong root.
+  Manifest unknown_base = AsDelta(TestManifest("policy", 4, 4), TestManifest("policy", 2, 2));
+  auto refused = pub->Publish(Signed(unknown_base));
+  EXPECT_EQ(refused.status().code(), Code::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("not a published version"), std::string::npos)
+      << refused.status().ToString();
+  Manifest wrong_root = AsDelta(TestManifest("policy", 4, 4), TestManifest("policy", 1, 77));
+  refused = pub->Publish(Signed(wrong_root));
+  EXPECT_EQ(refused.status().code(), Code::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("root"), std::string::npos);
+  // Agents do not publish.
+  auto agent = h.Connect(10, net::Role::kAgent);
+  EXPECT_EQ(agent->Publish(Signed(TestManifest("policy", 4, 4))).status().code(),
+            Code::kFailedPrecondition);
+
+  // Nothing refused reached the log.
+  auto status = pub->GetStatus("policy");
+  ASSERT_TRUE(status.ok());
+  ASSERT_EQ(status->channels(0).versions_size(), 2);
+  EXPECT_EQ(status->channels(0).current_version(), 3u);
+  // And the next good publish still goes through, a delta on the older v1 included.
+  auto ok = pub->Publish(Signed(AsDelta(TestManifest("policy", 4, 4), v1)));
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+}
+
+TEST(Coordinator, RollbackMovesCurrentDownAndAbortsNewerVersions) {
+  CoordinatorHarness h;
+  ASSERT_TRUE(h.Start().ok());
+  auto pub = h.Connect(7, net::Role::kPublisher);
+  for (uint64_t v = 1; v <= 3; ++v) ASSERT_TRUE(pub->Publish(Signed(TestManifest("p", v, v))).ok());
+  auto tool = h.Connect(9, net::Role::kTool);
+  EXPECT_EQ(tool->Rollback("p", Version(3)).status().code(), Code::kFailedPrecondition);
+  EXPECT_EQ(tool->Rollback("p", Version(8)).status().code(), Code::kFailedPrecondition);
+  EXPECT_EQ(tool->Rollback("none", Version(0)).status().code(), Code::kNotFound);
+  auto agent = h.Connect(10, net::Role::kAgent);
+  EXPECT_EQ(agent->Rollback("p", Version(0)).status().code(), Code::kFailedPrecondition);
+  auto back = tool->Rollback("p", Version(0));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, Version(2));
+
+  ASSERT_TRUE(agent->Register(AgentRegistration(10, "p")).ok());
+  auto reply = agent->Heartbeat({});
+  ASSERT_TRUE(reply.ok());
+  EXPECT_EQ(reply->channels(0).version(), 3u);
+  EXPECT_EQ(reply->channels(0).decision(), wire::DECISION_ABORT);
+  EXPECT_EQ(reply->channels(0).current_version(), 2u);
+  EXPECT_EQ(reply->channels(0).abort_reason(), "rolled back to v2");
+  // v3 is aborted: no delta may build on it, and it cannot be rolled back to.
+  EXPECT_EQ(pub->Publish(Signed(AsDelta(TestManifest("p", 4, 4), TestManifest("p", 3, 3))))
+                .status()
+                .code(),
+            Code::kFailedPrecondition);
+  EXPECT_EQ(*tool->Rollback("p", Version(1)), Version(1));
+  // A new version moves the fleet forward again.
+  ASSERT_TRUE(pub->Publish(Signed(TestManifest("p", 4, 4))).ok());
+  reply = agent->Heartbeat({});
+  ASSERT_TRUE(reply.ok());
+  EXPECT_EQ(reply->channels(0).current_version(), 4u);
+  EXPECT_EQ(reply->channels(0).decision(), wire::DECISION_COMMIT);
+}
+
+// A Decider that holds every version until told, to check the seam is what decides.
+class ManualDecider : public Decider {
+ public:
+  DecisionChange OnPublish(const ChannelState&, const wire::VersionEntry& entry) override {
+    return {.version = entry.version(), .decision = wire::DECISION_NONE, .abort_reason = {}};
+  }
+  std::vector<DecisionChange> Decide(const ChannelState& channel,
+                                     std::span<const NodeProgress> nodes, net::TimePoint) override {
+    // Commit once every live follower has prepared the newest version.
+    if (channel.versions.empty() || channel.versions.back().decision() != wire::DECISION_NONE ||
+        nodes.empty()) {
+      return {};
+    }
+    for (const NodeProgress& node : nodes) {
+      if (node.progress == nullptr || node.progress->phase() != wire::PHASE_PREPARED) return {};
+    }
+    return {{.version = channel.newest(), .decision = wire::DECISION_COMMIT, .abort_reason = {}}};
+  }
+};
+
+TEST(Coordinator, DecisionsComeFromTheDecider) {
+  CoordinatorOptions options;
+  options.decider = std::make_shared<ManualDecider>();
+  CoordinatorHarness h(options);
+  ASSERT_TRUE(h.Start().ok());
+  auto pub = h.Connect(7, net::Role::kPublisher);
+  ASSERT_TRUE(pub->Publish(Signed(TestManifest("p", 1, 1))).ok());
+  auto agent = h.Connect(10, net::Role::kAgent);
+  ASSERT_TRUE(agent->Register(AgentRegistration(10, "p")).ok());
+  auto reply = agent->Heartbeat({});
+  ASSERT_TRUE(reply.ok());
+  EXPECT_EQ(reply->channels(0).decision(), wire::DECISION_NONE);
+  EXPECT_EQ(reply->channels(0).current_version(), 0u);
+  wire::Heartbeat prepared;
+  prepared.add_channels()->set_channel("p");
+  prepared.mutable_channels(0)->set_version(1);
+  prepared.mutable_channels(0)->set_phase(wire::PHASE_PREPARED);
+  ASSERT_TRUE(agent->Heartbeat(prepared).ok());
+  reply = agent->Heartbeat(prepared);
+  ASSERT_TRUE(reply.ok());
+  EXPECT_EQ(reply->channels(0).decision(), wire::DECISION_COMMIT);
+  EXPECT_EQ(reply->channels(0).current_version(), 1u);
+  // The decision is in the log: a restarted coordinator still has it.
+  agent.reset();
+  pub.reset();
+  h.Stop();
+  ASSERT_TRUE(h.Start().ok());
+  auto tool = h.Connect(9, net::Role::kTool);
+  auto status = tool->GetStatus("p");
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->channels(0).versions(0).decision(), wire::DECISION_COMMIT);
+  EXPECT_EQ(status->channels(0).current_version(), 1u);
+}
+
+}  // namespace
+}  // namespace weightcast::coord
