@@ -178,7 +178,7 @@ TEST(EngineHook, UnreachableUrlIsUnavailable) {
   }
   EngineHookOptions o;
   o.url = "http://127.0.0.1:" + std::to_string(port) + "/reload";
-  o.timeout = milliseconds(2000);
+  o.timeout = milliseconds(300);
   Status s = Make(o).Run("policy", Version(1), "/x");
   EXPECT_EQ(s.code(), Code::kUnavailable) << s.ToString();
 }
