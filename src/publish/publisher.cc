@@ -1,0 +1,540 @@
+#include "publish/publisher.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "manifest/signed_manifest.h"
+#include "net/tcp_transport.h"
+#include "publish/watcher.h"
+
+namespace weightcast::publish {
+namespace {
+
+namespace fs = std::filesystem;
+namespace wire = coord::wire;
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+bool Transient(const Status& st) {
+  return st.code() == Code::kUnavailable || st.code() == Code::kDeadlineExceeded;
+}
+
+std::string Hostname() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0) return {};
+  return buf;
+}
+
+// Whether the coordinator's log holds `version` with `root`: only such a version can be the base
+// of a delta (the coordinator refuses any other, and agents could not hold it).
+bool Logged(const wire::ChannelLog& log, Version version, const Digest& root) {
+  for (const wire::VersionEntry& e : log.versions()) {
+    if (e.version() == version.value()) {
+      return e.root().size() == root.size() &&
+             std::equal(root.begin(), root.end(),
+                        reinterpret_cast<const uint8_t*>(e.root().data()));
+    }
+  }
+  return false;
+}
+
+uint64_t NewestLogged(const wire::ChannelLog& log) {
+  uint64_t newest = 0;
+  for (const wire::VersionEntry& e : log.versions()) newest = std::max(newest, e.version());
+  return newest;
+}
+
+// Whether two delta tables describe the same payloads (then payloads made for one serve the
+// other).
+bool SameDelta(const std::optional<DeltaInfo>& a, const std::optional<DeltaInfo>& b) {
+  if (a.has_value() != b.has_value()) return false;
+  if (!a.has_value()) return true;
+  if (a->base_version != b->base_version || a->base_root != b->base_root ||
+      a->chunks.size() != b->chunks.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < a->chunks.size(); ++i) {
+    if (a->chunks[i].encoding != b->chunks[i].encoding ||
+        a->chunks[i].payload_size != b->chunks[i].payload_size ||
+        a->chunks[i].payload_hash != b->chunks[i].payload_hash) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+Result<SeedUntil> ParseSeedUntil(std::string_view text) {
+  if (text == "replicated") return SeedUntil::kReplicated;
+  if (text == "complete") return SeedUntil::kComplete;
+  if (text == "never") return SeedUntil::kNever;
+  return InvalidArgument("--until must be replicated, complete or never, not '" +
+                         std::string(text) + "'");
+}
+
+Publisher::Publisher(PublisherOptions options) : options_(std::move(options)) {}
+
+Publisher::~Publisher() { Stop(); }
+
+Result<std::unique_ptr<Publisher>> Publisher::Create(PublisherOptions options) {
+  RETURN_IF_ERROR(ValidateChannelName(options.channel));
+  if (options.secret.empty()) {
+    return InvalidArgument("no cluster secret (--secret-file or $WEIGHTCAST_SECRET)");
+  }
+  if (options.coordinator.empty()) return InvalidArgument("no coordinator address");
+  if (options.store.empty()) return InvalidArgument("no store directory");
+  std::unique_ptr<Publisher> publisher(new Publisher(std::move(options)));
+  Status started = publisher->Start();
+  if (!started.ok()) {
+    publisher->Stop();
+    return started;
+  }
+  return publisher;
+}
+
+Status Publisher::Start() {
+  if (options_.node_id.value() != 0) {
+    node_id_ = options_.node_id;
+  } else {
+    std::random_device rd;
+    // Never 0 (which means "unset"); 63 bits keep it printable as a signed number anywhere.
+    node_id_ = PeerId(((uint64_t{rd()} << 32 | rd()) >> 1) | 1);
+  }
+  options_.log = options_.log.With({{"node", node_id_.value()}, {"channel", options_.channel}});
+  ASSIGN_OR_RETURN(Store store, Store::Open(options_.store));
+  store_.emplace(std::move(store));
+
+  net::Options net;
+  net.self.cluster_id = options_.cluster;
+  net.self.node_id = node_id_;
+  net.self.role = net::Role::kPublisher;
+  net.secret = options_.secret;
+  net.upload_limit = options_.upload_limit;
+  net.log = options_.log.AsLineFn();
+  ASSIGN_OR_RETURN(transport_, net::TcpTransport::Create(std::move(net), 2));
+
+  agent::SwarmNodeOptions node;
+  node.channel = options_.channel;
+  node.node_id = node_id_;
+  node.manifest_secret = options_.secret;
+  node.source = true;
+  node.log = options_.log.AsLineFn();
+  node_ = std::make_unique<agent::SwarmNode>(*store_, *transport_, std::move(node));
+  RETURN_IF_ERROR(node_->Start(options_.listen));
+  options_.log.Info("seeding from", {{"address", node_->address()}});
+
+  // The coordinator may still be starting (scripts launch everything at once).
+  const auto deadline = std::chrono::steady_clock::now() + options_.connect_timeout;
+  for (;;) {
+    Status connected;
+    {
+      std::lock_guard lock(client_mu_);
+      connected = ConnectLocked();
+    }
+    if (connected.ok()) break;
+    if (!Transient(connected) || std::chrono::steady_clock::now() >= deadline) {
+      return connected.WithContext("coordinator " + options_.coordinator);
+    }
+    if (!SleepFor(std::chrono::milliseconds(200))) return Aborted("stopped");
+  }
+  RETURN_IF_ERROR(Reconcile());
+  if (options_.metrics != nullptr) {
+    options_.metrics->GaugeFunc("weightcast_publish_version", "Newest version seeded",
+                                {{"channel", options_.channel}},
+                                [this] { return static_cast<double>(seeding().value()); });
+    options_.metrics->CounterFunc(
+        "weightcast_publish_sent_bytes", "Chunk and payload bytes uploaded to peers",
+        {{"channel", options_.channel}}, [this] { return node_->counters().bytes_sent; });
+    options_.metrics->GaugeFunc("weightcast_publish_peers", "Connected peers",
+                                {{"channel", options_.channel}},
+                                [this] { return static_cast<double>(node_->progress().peers); });
+  }
+  heartbeat_ = std::thread([this] { HeartbeatLoop(); });
+  return Status::Ok();
+}
+
+std::string Publisher::address() const { return node_ ? node_->address() : std::string(); }
+
+Status Publisher::ConnectLocked() {
+  ASSIGN_OR_RETURN(std::unique_ptr<coord::CoordinatorClient> client,
+                   coord::CoordinatorClient::Connect(*transport_, options_.coordinator));
+  wire::Register request;
+  request.set_peer_address(node_->address());
+  request.add_channels(options_.channel);
+  request.set_source(true);
+  request.set_hostname(Hostname());
+  ASSIGN_OR_RETURN(wire::RegisterReply reply, client->Register(request));
+  if (reply.heartbeat_interval_ms() != 0) {
+    std::lock_guard lock(mu_);
+    heartbeat_interval_ = std::chrono::milliseconds(reply.heartbeat_interval_ms());
+  }
+  client_ = std::move(client);
+  options_.log.Info("registered with the coordinator", {{"coordinator", options_.coordinator}});
+  return Status::Ok();
+}
+
+Result<std::shared_ptr<coord::CoordinatorClient>> Publisher::Client() {
+  std::lock_guard lock(client_mu_);
+  if (stopping_) return Aborted("the publisher is stopping");
+  if (client_ == nullptr) RETURN_IF_ERROR(ConnectLocked());
+  return client_;
+}
+
+template <typename T>
+Result<T> Publisher::Call(const std::function<Result<T>(coord::CoordinatorClient&)>& fn) {
+  ASSIGN_OR_RETURN(std::shared_ptr<coord::CoordinatorClient> client, Client());
+  Result<T> result = fn(*client);
+  if (!result.ok() && Transient(result.status())) {
+    std::lock_guard lock(client_mu_);
+    if (client_ == client) {
+      client_->Close();
+      client_.reset();
+    }
+  }
+  return result;
+}
+
+Result<wire::ChannelLog> Publisher::ChannelLog() {
+  ASSIGN_OR_RETURN(wire::FleetStatus status,
+                   Call<wire::FleetStatus>(
+                       [&](coord::CoordinatorClient& c) { return c.GetStatus(options_.channel); }));
+  for (const wire::ChannelLog& log : status.channels()) {
+    if (log.channel() == options_.channel) return log;
+  }
+  wire::ChannelLog empty;
+  empty.set_channel(options_.channel);
+  return empty;
+}
+
+PrepareOptions Publisher::BaseOptions() const {
+  PrepareOptions o;
+  o.channel = options_.channel;
+  o.secret = options_.secret;
+  o.build = options_.build;
+  o.codec = options_.codec;
+  o.import = options_.import;
+  return o;
+}
+
+Status Publisher::Reconcile() {
+  Result<Version> current = store_->Current(options_.channel);
+  if (!current.ok()) {
+    return current.status().code() == Code::kNotFound ? Status::Ok() : current.status();
+  }
+  ASSIGN_OR_RETURN(wire::ChannelLog log, ChannelLog());
+  ASSIGN_OR_RETURN(PreparedVersion prepared, ReloadVersion(*store_, *current, BaseOptions()));
+  if (current->value() > NewestLogged(log)) {
+    // Imported but never logged: the previous run died between the two. Publish it now, as a
+    // full version unless its base is logged.
+    const auto& delta = prepared.manifest.delta;
+    if (delta.has_value() && !Logged(log, delta->base_version, delta->base_root)) {
+      prepared.manifest.delta.reset();
+      prepared.payloads.reset();
+      prepared.payload_bytes = 0;
+      prepared.signed_manifest = SignManifest(prepared.manifest, options_.secret);
+    }
+    options_.log.Info("publishing a version the coordinator has not logged",
+                      {{"version", current->value()}});
+    RETURN_IF_ERROR(PublishSigned(prepared));
+    return StartSeeding(prepared);
+  }
+  if (!Logged(log, *current, prepared.manifest.root)) {
+    // The coordinator logged something else under this number: our next version goes full.
+    return Status::Ok();
+  }
+  // Seed what the agents verify: the coordinator's signed manifest of the version.
+  ASSIGN_OR_RETURN(std::vector<uint8_t> signed_manifest,
+                   Call<std::vector<uint8_t>>([&](coord::CoordinatorClient& c) {
+                     return c.GetManifest(options_.channel, *current);
+                   }));
+  ASSIGN_OR_RETURN(Manifest logged, VerifySignedManifest(signed_manifest, options_.secret));
+  if (!SameDelta(logged.delta, prepared.manifest.delta)) prepared.payloads.reset();
+  prepared.manifest = std::move(logged);
+  prepared.signed_manifest = std::move(signed_manifest);
+  options_.log.Info("seeding the version logged before the restart",
+                    {{"version", current->value()}});
+  return StartSeeding(prepared);
+}
+
+Status Publisher::PublishSigned(const PreparedVersion& prepared) {
+  const Version version = prepared.manifest.version;
+  bool retried = false;
+  while (!stopping_) {
+    Result<Version> logged = Call<Version>(
+        [&](coord::CoordinatorClient& c) { return c.Publish(prepared.signed_manifest); });
+    if (logged.ok()) {
+      if (*logged != version) {
+        return Internal("the coordinator logged version " + std::to_string(version.value()) +
+                        " as " + std::to_string(logged->value()));
+      }
+      return Status::Ok();
+    }
+    if (Transient(logged.status()) || logged.status().code() == Code::kAborted) {
+      if (!retried) {
+        options_.log.Warn("coordinator unreachable; retrying the publish",
+                          {{"version", version.value()}, {"error", logged.status().ToString()}});
+      }
+      retried = true;
+      SleepFor(std::chrono::seconds(1));
+      continue;
+    }
+    // A publish whose reply was lost and that we sent again is refused as stale; the log says
+    // whether the first one went through.
+    if (retried) {
+      Result<wire::ChannelLog> log = ChannelLog();
+      if (log.ok() && Logged(*log, version, prepared.manifest.root)) return Status::Ok();
+    }
+    return logged.status().WithContext("publishing version " + std::to_string(version.value()));
+  }
+  return Aborted("stopped before the coordinator logged version " +
+                 std::to_string(version.value()));
+}
+
+Status Publisher::StartSeeding(const PreparedVersion& prepared) {
+  RETURN_IF_ERROR(node_->Seed(prepared.manifest, prepared.signed_manifest, prepared.payloads));
+  std::lock_guard lock(mu_);
+  seeding_ = prepared.manifest.version;
+  seeding_chunks_ = prepared.manifest.chunk_count();
+  seeding_bytes_ = prepared.manifest.total_size();
+  cv_.notify_all();
+  return Status::Ok();
+}
+
+Result<PublishedVersion> Publisher::PublishDirectory(
+    const fs::path& dir, const std::map<std::string, std::string>& metadata) {
+  std::lock_guard publishing(publish_mu_);
+  if (stopping_) return Aborted("the publisher is stopping");
+  const auto start = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(wire::ChannelLog log, ChannelLog());
+  PrepareOptions o = BaseOptions();
+  o.metadata = metadata;
+  o.min_version = Version(NewestLogged(log) + 1);
+  // A delta only against a base the fleet can hold: the coordinator's log must have it.
+  Result<Version> current = store_->Current(options_.channel);
+  o.delta = false;
+  if (current.ok()) {
+    Result<Manifest> base = store_->GetManifest(options_.channel, *current);
+    o.delta = base.ok() && Logged(log, *current, base->root);
+  }
+  ASSIGN_OR_RETURN(PreparedVersion prepared, PrepareVersion(*store_, dir, o));
+  PublishedVersion out;
+  out.version = prepared.manifest.version;
+  out.delta = prepared.manifest.delta.has_value();
+  out.model_bytes = prepared.manifest.total_size();
+  out.payload_bytes = prepared.payload_bytes;
+  out.chunks = prepared.manifest.chunk_count();
+  out.prepare_seconds = SecondsSince(start);
+  RETURN_IF_ERROR(PublishSigned(prepared));
+  RETURN_IF_ERROR(StartSeeding(prepared));
+  options_.log.Info("published", {{"version", out.version.value()},
+                                  {"dir", dir.string()},
+                                  {"delta", out.delta},
+                                  {"bytes", out.model_bytes},
+                                  {"payload_bytes", out.payload_bytes},
+                                  {"chunks", static_cast<uint64_t>(out.chunks)},
+                                  {"prepare_s", out.prepare_seconds}});
+  return out;
+}
+
+Version Publisher::seeding() const {
+  std::lock_guard lock(mu_);
+  return seeding_;
+}
+
+agent::SwarmProgress Publisher::progress() const {
+  return node_ ? node_->progress() : agent::SwarmProgress{};
+}
+
+Result<bool> Publisher::Holds(SeedUntil until) {
+  const Version version = seeding();
+  switch (until) {
+    case SeedUntil::kNever:
+      return false;
+    case SeedUntil::kReplicated:
+      return node_->EveryChunkReplicated();
+    case SeedUntil::kComplete:
+      break;
+  }
+  ASSIGN_OR_RETURN(wire::FleetStatus status,
+                   Call<wire::FleetStatus>(
+                       [&](coord::CoordinatorClient& c) { return c.GetStatus(options_.channel); }));
+  uint32_t agents = 0;
+  for (const wire::NodeStatus& node : status.nodes()) {
+    if (node.source() || !node.alive()) continue;
+    for (const wire::ChannelProgress& ch : node.channels()) {
+      if (ch.channel() != options_.channel) continue;
+      ++agents;
+      if (ch.current_version() < version.value()) return false;
+    }
+  }
+  return agents > 0;
+}
+
+Status Publisher::WaitUntil(SeedUntil until, net::Duration timeout) {
+  if (seeding().value() == 0) return FailedPrecondition("nothing is being seeded");
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    if (stopping_) return Aborted("stopped");
+    Result<bool> holds = Holds(until);
+    if (holds.ok() && *holds) return Status::Ok();
+    if (timeout != net::kForever && std::chrono::steady_clock::now() - start >= timeout) {
+      return DeadlineExceeded("seeding version " + std::to_string(seeding().value()) +
+                              ": the condition did not hold in time");
+    }
+    if (!SleepFor(options_.poll_interval)) return Aborted("stopped");
+  }
+}
+
+Status Publisher::Watch(const fs::path& dir, net::Duration settle) {
+  ASSIGN_OR_RETURN(Watcher watcher,
+                   Watcher::Open({.dir = dir,
+                                  .state_file = WatchStatePath(options_.store, options_.channel),
+                                  .settle = settle}));
+  std::error_code ec;
+  const fs::path watched = fs::weakly_canonical(dir, ec);
+  // A directory imported by a run that died before it could write the state file: the version's
+  // metadata names it, so it is not published a second time.
+  if (Result<std::vector<VersionInfo>> versions = store_->List(options_.channel); versions.ok()) {
+    for (const VersionInfo& info : *versions) {
+      Result<Manifest> m = store_->GetManifest(options_.channel, info.version);
+      if (!m.ok()) continue;
+      auto it = m->metadata.find(std::string(kSourceMetadataKey));
+      if (it == m->metadata.end()) continue;
+      const fs::path source(it->second);
+      if (source.parent_path() == watched && !watcher.IsPublished(source.filename().string())) {
+        RETURN_IF_ERROR(watcher.MarkPublished(source.filename().string()));
+      }
+    }
+  }
+  options_.log.Info("watching for checkpoints", {{"dir", watched.string()}});
+  // Publishes that failed for a reason other than the coordinator being away (which
+  // PublishDirectory waits out) are retried with backoff, not on every poll.
+  std::map<std::string, std::pair<std::chrono::steady_clock::time_point, net::Duration>> backoff;
+  while (!stopping_) {
+    Result<std::vector<WatchEvent>> events = watcher.Poll();
+    if (!events.ok()) {
+      options_.log.Warn("cannot scan the watched directory",
+                        {{"dir", watched.string()}, {"error", events.status().ToString()}});
+    } else {
+      for (const WatchEvent& event : *events) {
+        if (event.kind == WatchEventKind::kBroken) {
+          options_.log.Warn("not a complete checkpoint; waiting for it to change",
+                            {{"dir", event.path.string()}, {"error", event.problem.ToString()}});
+          continue;
+        }
+        if (event.kind == WatchEventKind::kSkippedOlder) {
+          options_.log.Warn("not publishing an older checkpoint",
+                            {{"dir", event.path.string()}, {"reason", event.problem.message()}});
+          continue;
+        }
+        auto b = backoff.find(event.name);
+        if (b != backoff.end() && std::chrono::steady_clock::now() < b->second.first) break;
+        if (stopping_) break;
+        Result<PublishedVersion> published = PublishDirectory(
+            event.path, {{std::string(kSourceMetadataKey), (watched / event.name).string()}});
+        if (!published.ok()) {
+          if (stopping_) break;
+          net::Duration wait =
+              b == backoff.end()
+                  ? std::chrono::seconds(1)
+                  : std::min<net::Duration>(2 * b->second.second, std::chrono::minutes(1));
+          backoff[event.name] = {std::chrono::steady_clock::now() + wait, wait};
+          options_.log.Error("publishing failed; will retry",
+                             {{"dir", event.path.string()},
+                              {"error", published.status().ToString()},
+                              {"retry_s", std::chrono::duration<double>(wait).count()}});
+          break;  // later directories wait: versions keep the trainer's order
+        }
+        backoff.erase(event.name);
+        RETURN_IF_ERROR(watcher.MarkPublished(event.name));
+      }
+    }
+    SleepFor(options_.poll_interval);
+  }
+  return Status::Ok();
+}
+
+void Publisher::HeartbeatLoop() {
+  bool failing = false;
+  for (;;) {
+    net::Duration interval;
+    {
+      std::lock_guard lock(mu_);
+      interval = heartbeat_interval_;
+    }
+    if (!SleepFor(interval)) return;
+    wire::Heartbeat heartbeat;
+    {
+      std::lock_guard lock(mu_);
+      if (seeding_.value() != 0) {
+        wire::ChannelProgress* ch = heartbeat.add_channels();
+        ch->set_channel(options_.channel);
+        ch->set_version(seeding_.value());
+        ch->set_phase(wire::PHASE_SEEDING);
+        ch->set_current_version(seeding_.value());
+        ch->set_chunks_done(static_cast<uint32_t>(seeding_chunks_));
+        ch->set_chunks_total(static_cast<uint32_t>(seeding_chunks_));
+        ch->set_bytes_done(seeding_bytes_);
+        ch->set_bytes_total(seeding_bytes_);
+      }
+    }
+    if (heartbeat.channels_size() > 0) {
+      heartbeat.mutable_channels(0)->set_bytes_sent(node_->progress().bytes_sent);
+    }
+    Result<wire::HeartbeatReply> reply = Call<wire::HeartbeatReply>(
+        [&](coord::CoordinatorClient& c) { return c.Heartbeat(heartbeat); });
+    if (!reply.ok()) {
+      if (stopping_) return;
+      if (!failing) {
+        options_.log.Warn("heartbeat failed; reconnecting", {{"error", reply.status().ToString()}});
+      }
+      failing = true;
+      continue;
+    }
+    if (failing) options_.log.Info("heartbeats resumed");
+    failing = false;
+    std::vector<agent::PeerAddress> peers;
+    for (const wire::PeerEntry& e : reply->peers()) {
+      if (e.node_id() == node_id_.value()) continue;
+      peers.push_back({PeerId(e.node_id()), e.address(), e.source()});
+    }
+    node_->SetPeers(peers);
+  }
+}
+
+bool Publisher::SleepFor(net::Duration d) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, d, [this] { return stopping_.load(); });
+  return !stopping_;
+}
+
+void Publisher::Stop() {
+  std::lock_guard stop(stop_mu_);
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    cv_.notify_all();
+  }
+  if (heartbeat_.joinable()) heartbeat_.join();
+  if (options_.metrics != nullptr) {
+    const metrics::Labels labels = {{"channel", options_.channel}};
+    options_.metrics->Remove("weightcast_publish_version", labels);
+    options_.metrics->Remove("weightcast_publish_sent_bytes", labels);
+    options_.metrics->Remove("weightcast_publish_peers", labels);
+  }
+  {
+    std::lock_guard lock(client_mu_);
+    if (client_ != nullptr) client_->Close();
+  }
+  if (node_ != nullptr) node_->Stop();
+}
+
+}  // namespace weightcast::publish

@@ -1,0 +1,155 @@
+// The trainer side of weightcast (`weightcast publish`, docs/publish.md): turns checkpoint
+// directories into versions in its own store (publish/version_builder.h), registers each with
+// the coordinator and seeds it to the fleet through an agent::SwarmNode acting as a source.
+//
+//   auto publisher = publish::Publisher::Create(options);        // store, transport, register
+//   Version v = (*publisher)->PublishDirectory("/ckpt/step_7");  // prepare, publish, seed
+//   (*publisher)->WaitUntil(publish::SeedUntil::kReplicated);    // keep seeding until then
+//
+// Threads: a heartbeat thread reports PHASE_SEEDING progress, takes the peer list from each reply
+// and reconnects (and registers again) after the coordinator went away; the swarm node has its
+// own. Thread-safety: every public method is safe from any thread; PublishDirectory calls are
+// serialized. Stop (or the destructor) makes blocking calls return and joins every thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include <weightcast/status.h>
+#include <weightcast/types.h>
+
+#include "agent/swarm_node.h"
+#include "coord/client.h"
+#include "metrics/log.h"
+#include "metrics/registry.h"
+#include "net/transport.h"
+#include "publish/version_builder.h"
+#include "store/store.h"
+
+namespace weightcast::publish {
+
+// When `weightcast publish` stops seeding a version (contracts.md).
+enum class SeedUntil {
+  kReplicated,  // every chunk (and payload) is held by at least one other node
+  kComplete,    // every live agent following the channel has the version committed
+  kNever,       // until Stop (SIGINT/SIGTERM)
+};
+Result<SeedUntil> ParseSeedUntil(std::string_view text);  // "replicated", "complete", "never"
+
+struct PublisherOptions {
+  std::string coordinator;  // host:port of the coordinator
+  std::filesystem::path store;
+  std::string channel;
+  std::string listen = "127.0.0.1:0";  // where peers fetch from this node
+  std::string secret;                  // the cluster secret (never from argv)
+  std::string cluster = "default";
+  PeerId node_id;  // 0: random
+  std::shared_ptr<net::TokenBucket> upload_limit;
+  BuildOptions build;
+  codec::VersionCodecOptions codec;
+  ImportPolicy import = ImportPolicy::kAuto;
+  // How often WaitUntil and Watch look again.
+  net::Duration poll_interval = std::chrono::milliseconds(200);
+  // Give up connecting to the coordinator at Create after this long.
+  net::Duration connect_timeout = std::chrono::seconds(30);
+  metrics::Logger log{"publish"};
+  metrics::Registry* metrics = nullptr;  // optional; must outlive the publisher
+};
+
+// What the last PublishDirectory did.
+struct PublishedVersion {
+  Version version;
+  bool delta = false;
+  uint64_t model_bytes = 0;
+  uint64_t payload_bytes = 0;  // delta payloads (0 for a full version)
+  uint32_t chunks = 0;
+  double prepare_seconds = 0;  // manifest + encode + import
+};
+
+class Publisher {
+ public:
+  // Opens the store (locking it), starts the swarm node on `listen`, connects to the
+  // coordinator (retrying until connect_timeout) and registers as a source of the channel. If
+  // the store holds a version the coordinator has not logged (a publisher that died between its
+  // import and its Publish), it is published now; the newest version both know is seeded.
+  static Result<std::unique_ptr<Publisher>> Create(PublisherOptions options);
+  ~Publisher();
+  Publisher(const Publisher&) = delete;
+  Publisher& operator=(const Publisher&) = delete;
+
+  std::string address() const;  // the swarm node's listen address
+  PeerId node_id() const { return node_id_; }
+
+  // Publishes `dir` as the next version: a delta against the store's current version when the
+  // coordinator logged that one with the same root, otherwise full. Blocks until the coordinator
+  // logged it (retrying while it is unreachable, until Stop), then seeds it and returns.
+  Result<PublishedVersion> PublishDirectory(
+      const std::filesystem::path& dir, const std::map<std::string, std::string>& metadata = {});
+
+  // Blocks until `until` holds for the newest version seeded (OK), Stop (kAborted) or `timeout`
+  // (kDeadlineExceeded). kFailedPrecondition when nothing is seeded.
+  Status WaitUntil(SeedUntil until, net::Duration timeout = net::kForever);
+
+  // Publishes every checkpoint directory that appears under `dir` (publish/watcher.h) until
+  // Stop (then OK). A failed publish is logged and retried on the next poll.
+  Status Watch(const std::filesystem::path& dir, net::Duration settle);
+
+  // The newest version seeded (0: none) and the swarm's view of it.
+  Version seeding() const;
+  agent::SwarmProgress progress() const;
+
+  // Safe from any thread (not from a signal handler); idempotent.
+  void Stop();
+  bool stopped() const { return stopping_.load(); }
+
+ private:
+  explicit Publisher(PublisherOptions options);
+  Status Start();
+  Status ConnectLocked();
+  Result<std::shared_ptr<coord::CoordinatorClient>> Client();
+  // Runs `fn` on the coordinator client (connecting and registering first when there is none);
+  // a call that fails with kUnavailable or kDeadlineExceeded drops the client, so the next call
+  // reconnects.
+  template <typename T>
+  Result<T> Call(const std::function<Result<T>(coord::CoordinatorClient&)>& fn);
+  Result<coord::wire::ChannelLog> ChannelLog();
+  Status Reconcile();
+  PrepareOptions BaseOptions() const;
+  Status PublishSigned(const PreparedVersion& prepared);
+  Status StartSeeding(const PreparedVersion& prepared);
+  Result<bool> Holds(SeedUntil until);
+  void HeartbeatLoop();
+  bool SleepFor(net::Duration d);  // false when stopping
+
+  PublisherOptions options_;
+  PeerId node_id_;
+  std::optional<Store> store_;
+  std::unique_ptr<net::Transport> transport_;
+  std::unique_ptr<agent::SwarmNode> node_;
+
+  std::mutex client_mu_;
+  std::shared_ptr<coord::CoordinatorClient> client_;
+  net::Duration heartbeat_interval_ = std::chrono::seconds(1);
+
+  std::mutex publish_mu_;  // one PublishDirectory at a time
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  Version seeding_;
+  uint64_t seeding_chunks_ = 0;
+  uint64_t seeding_bytes_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::mutex stop_mu_;
+  std::thread heartbeat_;
+};
+
+}  // namespace weightcast::publish
