@@ -58,6 +58,27 @@ def idle_between(samples, t0, t1):
     return {"mean": round(statistics.mean(vals), 1), "min": round(min(vals), 1), "samples": len(vals)}
 
 
+def published_delta(path):
+    """Total and payload bytes of version 2 as the coordinator logged it (status --json)."""
+    text = read(path)
+    if not text:
+        return None
+    try:
+        status = json.loads(text.splitlines()[-1])
+    except ValueError:
+        return None
+    def field(d, snake):
+        camel = snake.split("_")[0] + "".join(w.title() for w in snake.split("_")[1:])
+        return int(d.get(snake, d.get(camel, 0)) or 0)
+    for ch in status.get("channels", []):
+        for v in ch.get("versions", []):
+            if field(v, "version") == 2 and field(v, "payload_bytes") > 0:
+                total, payload = field(v, "total_bytes"), field(v, "payload_bytes")
+                return {"published_total_bytes": total, "published_payload_bytes": payload,
+                        "published_ratio": round(total / payload, 2)}
+    return None
+
+
 def phase_figures(ph_dir, params):
     n = params["hosts"]
     bound = params["bound_s"]
@@ -139,8 +160,13 @@ def main():
     if wc.get("slowest_s") and lt.get("slowest_s"):
         out["libtorrent_vs_weightcast"] = round(lt["slowest_s"] / wc["slowest_s"], 3)
     delta = phases.get("weightcast_delta", {})
-    if delta.get("slowest_s") and diff.get("ratio"):
-        ratio = float(diff["ratio"])
+    published = published_delta(os.path.join(ph_root, "weightcast_delta", "status.json"))
+    if published:
+        delta.update(published)
+    if diff.get("ratio"):
+        delta["codec_ratio"] = round(float(diff["ratio"]), 2)  # `weightcast diff` of the same step
+    if delta.get("slowest_s") and (published or diff.get("ratio")):
+        ratio = published["published_ratio"] if published else float(diff["ratio"])
         speedup = bound / delta["slowest_s"]
         delta["compression_ratio"] = round(ratio, 2)
         delta["full_bound_s"] = bound
