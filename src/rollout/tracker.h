@@ -147,8 +147,9 @@ class RolloutTracker {
   // The version chosen by the last successful OnRollback.
   Version rolled_to() const { return rolled_to_; }
   const CommitPolicy& policy() const { return options_.policy; }
-  // Records not yet acknowledged by OnPersisted.
+  // Records not yet acknowledged by OnPersisted, ascending by seq.
   size_t unpersisted() const { return unacked_.size(); }
+  std::span<const TrackerAction> unacked() const { return {unacked_.data(), unacked_.size()}; }
   // The earliest time OnTimer has something to do (a deadline or the end of the recovery
   // grace), or Time::max().
   Time next_deadline() const;
