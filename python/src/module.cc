@@ -17,92 +17,14 @@
 #include <string>
 #include <vector>
 
+#include "bindings.h"
 #include "manifest/builder.h"
 #include "subscriber.h"
 #include "tensor_writer.h"
 #include "util/text.h"
 
-namespace py = pybind11;
-
 namespace weightcast::python {
 namespace {
-
-// Exception classes, one per Code, created at import. Held for the life of the interpreter.
-std::map<Code, PyObject*>& ErrorClasses() {
-  static auto* classes = new std::map<Code, PyObject*>();
-  return *classes;
-}
-PyObject* g_error_base = nullptr;
-
-[[noreturn]] void Throw(const Status& status) {
-  auto it = ErrorClasses().find(status.code());
-  PyObject* cls = it != ErrorClasses().end() ? it->second : g_error_base;
-  PyErr_SetString(cls, status.message().c_str());
-  throw py::error_already_set();
-}
-
-template <typename T>
-T ValueOrThrow(Result<T> result) {
-  if (!result.ok()) Throw(result.status());
-  return std::move(result).value();
-}
-
-void ThrowIfError(const Status& status) {
-  if (!status.ok()) Throw(status);
-}
-
-void RegisterErrors(py::module_& m) {
-  g_error_base = PyErr_NewExceptionWithDoc(
-      "weightcast.Error",
-      "Base class of every error weightcast raises. `code` names the C++ status code.",
-      PyExc_Exception, nullptr);
-  if (g_error_base == nullptr) throw py::error_already_set();
-  PyObject_SetAttrString(g_error_base, "code", py::str("UNKNOWN").ptr());
-  m.add_object("Error", py::handle(g_error_base));
-
-  struct Entry {
-    Code code;
-    const char* name;
-    PyObject* extra_base;  // a builtin class the error also is, so generic handlers catch it
-  };
-  const Entry entries[] = {
-      {Code::kInvalidArgument, "InvalidArgumentError", PyExc_ValueError},
-      {Code::kNotFound, "NotFoundError", nullptr},
-      {Code::kAlreadyExists, "AlreadyExistsError", nullptr},
-      {Code::kCorrupt, "CorruptError", nullptr},
-      {Code::kIoError, "IoError", PyExc_OSError},
-      {Code::kFailedPrecondition, "FailedPreconditionError", nullptr},
-      {Code::kOutOfRange, "OutOfRangeError", PyExc_ValueError},
-      {Code::kUnauthenticated, "UnauthenticatedError", nullptr},
-      {Code::kUnavailable, "UnavailableError", nullptr},
-      {Code::kDeadlineExceeded, "DeadlineExceededError", PyExc_TimeoutError},
-      {Code::kAborted, "AbortedError", nullptr},
-      {Code::kResourceExhausted, "ResourceExhaustedError", nullptr},
-      {Code::kInternal, "InternalError", nullptr},
-  };
-  for (const Entry& e : entries) {
-    py::tuple bases = e.extra_base != nullptr
-                          ? py::make_tuple(py::handle(g_error_base), py::handle(e.extra_base))
-                          : py::make_tuple(py::handle(g_error_base));
-    const std::string qualified = std::string("weightcast.") + e.name;
-    PyObject* cls = PyErr_NewException(qualified.c_str(), bases.ptr(), nullptr);
-    if (cls == nullptr) throw py::error_already_set();
-    PyObject_SetAttrString(cls, "code", py::str(std::string(CodeName(e.code))).ptr());
-    ErrorClasses()[e.code] = cls;
-    m.add_object(e.name, py::handle(cls));
-  }
-}
-
-std::optional<std::chrono::nanoseconds> ToDuration(std::optional<double> seconds) {
-  if (!seconds) return std::nullopt;
-  if (!std::isfinite(*seconds) || *seconds < 0) {
-    Throw(InvalidArgument("timeout must be a finite number of seconds >= 0, not " +
-                          std::to_string(*seconds)));
-  }
-  return std::chrono::nanoseconds(static_cast<int64_t>(*seconds * 1e9));
-}
-
-Result<DType> DTypeFromName(const std::string& name) { return ParseDType(name); }
 
 // What Python sees of an OpenedVersion: plain data plus the open descriptors (Python maps them).
 class PyOpenedVersion {
@@ -232,28 +154,11 @@ class PyLocalPublisher {
     store_ = std::make_unique<Store>(ValueOrThrow(Store::Open(store, options)));
   }
 
-  // tensors: [(name, dtype name, shape, buffer)]; the buffers must be C-contiguous.
+  // tensors: [(name, dtype name, shape, buffer)] (bindings.h).
   py::dict Publish(const py::list& tensors, const std::map<std::string, std::string>& metadata) {
     if (store_ == nullptr) Throw(FailedPrecondition("publisher is closed"));
-    std::vector<py::buffer_info> buffers;  // pin the memory while the GIL is released
-    std::vector<TensorBytes> items;
-    buffers.reserve(tensors.size());
-    items.reserve(tensors.size());
-    for (const py::handle item : tensors) {
-      auto tuple = item.cast<py::tuple>();
-      TensorBytes t;
-      t.name = tuple[0].cast<std::string>();
-      t.dtype = ValueOrThrow(DTypeFromName(tuple[1].cast<std::string>()));
-      t.shape = tuple[2].cast<std::vector<uint64_t>>();
-      buffers.push_back(tuple[3].cast<py::buffer>().request());
-      const py::buffer_info& info = buffers.back();
-      if (!IsCContiguous(info)) {
-        Throw(InvalidArgument("tensor " + t.name + " is not C-contiguous"));
-      }
-      t.bytes = {static_cast<const uint8_t*>(info.ptr),
-                 static_cast<size_t>(info.size * info.itemsize)};
-      items.push_back(std::move(t));
-    }
+    std::vector<py::buffer_info> pinned;
+    std::vector<TensorBytes> items = TensorsFromPython(tensors, pinned);
     Result<LocalPublishResult> result = [&]() -> Result<LocalPublishResult> {
       py::gil_scoped_release release;
       ASSIGN_OR_RETURN(std::filesystem::path dir, PrepareScratchDir(store_->root(), channel_));
@@ -272,15 +177,6 @@ class PyLocalPublisher {
   void Close() { store_.reset(); }
 
  private:
-  static bool IsCContiguous(const py::buffer_info& info) {
-    py::ssize_t expected = info.itemsize;
-    for (py::ssize_t i = info.ndim - 1; i >= 0; --i) {
-      if (info.shape[i] != 1 && info.strides[i] != expected) return false;
-      expected *= info.shape[i];
-    }
-    return true;
-  }
-
   std::string channel_;
   uint64_t chunk_size_;
   std::unique_ptr<Store> store_;
@@ -293,6 +189,7 @@ PYBIND11_MODULE(_weightcast, m) {
   using namespace weightcast::python;
   m.doc() = "weightcast C++ core (use the `weightcast` package, not this module directly)";
   RegisterErrors(m);
+  RegisterRemote(m);
   m.attr("DEFAULT_CHUNK_SIZE") = weightcast::kDefaultChunkSize;
   m.attr("MIN_CHUNK_SIZE") = weightcast::kMinChunkSize;
   m.attr("MAX_CHUNK_SIZE") = weightcast::kMaxChunkSize;
@@ -329,7 +226,7 @@ PYBIND11_MODULE(_weightcast, m) {
   m.def(
       "_dtype_bits",
       [](const std::string& name) {
-        return weightcast::DTypeBits(ValueOrThrow(DTypeFromName(name)));
+        return weightcast::DTypeBits(ValueOrThrow(weightcast::ParseDType(name)));
       },
       py::arg("dtype"));
 }

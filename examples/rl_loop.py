@@ -1,0 +1,342 @@
+#!/usr/bin/env python3
+"""An RL loop on weightcast: a trainer publishes its policy every step, 4 samplers receive it.
+
+The trainer trains a small policy network (torch, CPU) with REINFORCE on CartPole (written
+inline below). Every step it publishes the policy's weights as bf16 through weightcast.Publisher,
+straight from memory. Four sampler processes each run a weightcast.Subscriber with its own store
+and its own in-process agent; each receives every version, updates its own copy of the weights
+from only the byte ranges changed() reports, checks the result is bit-identical to what the
+trainer published (SHA-256 sent back over a pipe), runs episodes with it and sends them back for
+the next update.
+
+It starts its own coordinator (the `weightcast` binary: $WEIGHTCAST_BIN or the one the module was
+built with) on loopback, and cleans everything up on exit. Per step it prints the sync latency
+(publish start until the last sampler holds the version), the bytes a node received and the
+compression ratio of the delta.
+
+    python3 examples/rl_loop.py              # 5 steps
+    python3 examples/rl_loop.py --steps 50   # watch the return climb
+    python3 examples/rl_loop.py --local      # no coordinator: one shared store on this machine
+"""
+
+import argparse
+import glob
+import hashlib
+import math
+import multiprocessing as mp
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+try:
+    import weightcast
+except ImportError:  # run from a checkout: use the module of the release (or any) build
+    _root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    _builds = [os.path.join(_root, "build", "release", "python")] + sorted(
+        glob.glob(os.path.join(_root, "build", "*", "python")))
+    for _path in _builds:
+        if os.path.isdir(os.path.join(_path, "weightcast")):
+            sys.path.insert(0, _path)
+            break
+    import weightcast
+
+CHANNEL = "policy"
+MAX_EPISODE_STEPS = 200
+
+
+class CartPole:
+    """The classic cart-pole balancing task (Barto, Sutton & Anderson 1983): push a cart left or
+    right to keep a pole upright. Reward 1 per step; the episode ends when the pole falls past 12
+    degrees, the cart leaves the track, or after MAX_EPISODE_STEPS."""
+
+    gravity, cart_mass, pole_mass, half_pole, force, dt = 9.8, 1.0, 0.1, 0.5, 10.0, 0.02
+
+    def __init__(self, rng):
+        self.rng = rng
+        self.state = None
+
+    def reset(self):
+        self.state = self.rng.uniform(-0.05, 0.05, size=4)
+        self.steps = 0
+        return self.state.astype(np.float32)
+
+    def step(self, action):
+        x, x_dot, theta, theta_dot = self.state
+        force = self.force if action == 1 else -self.force
+        total_mass = self.cart_mass + self.pole_mass
+        pole_moment = self.pole_mass * self.half_pole
+        cos, sin = math.cos(theta), math.sin(theta)
+        temp = (force + pole_moment * theta_dot ** 2 * sin) / total_mass
+        theta_acc = (self.gravity * sin - cos * temp) / (
+            self.half_pole * (4.0 / 3.0 - self.pole_mass * cos ** 2 / total_mass))
+        x_acc = temp - pole_moment * theta_acc * cos / total_mass
+        x, x_dot = x + self.dt * x_dot, x_dot + self.dt * x_acc
+        theta, theta_dot = theta + self.dt * theta_dot, theta_dot + self.dt * theta_acc
+        self.state = np.array([x, x_dot, theta, theta_dot])
+        self.steps += 1
+        done = abs(x) > 2.4 or abs(theta) > 12 * math.pi / 180 or self.steps >= MAX_EPISODE_STEPS
+        return self.state.astype(np.float32), 1.0, done
+
+
+def make_policy(hidden):
+    return torch.nn.Sequential(
+        torch.nn.Linear(4, hidden), torch.nn.Tanh(),
+        torch.nn.Linear(hidden, hidden), torch.nn.Tanh(),
+        torch.nn.Linear(hidden, 2))
+
+
+def digest_of(named_bytes):
+    """SHA-256 over (name, bytes) in name order: equal iff every tensor is bit-identical."""
+    h = hashlib.sha256()
+    for name in sorted(named_bytes):
+        h.update(name.encode())
+        h.update(named_bytes[name])
+    return h.hexdigest()
+
+
+def run_episodes(policy, episodes, rng):
+    """Rollouts with a sampled policy; returns [(observations, actions, rewards)]."""
+    env = CartPole(rng)
+    out = []
+    with torch.no_grad():
+        for _ in range(episodes):
+            obs, done = env.reset(), False
+            observations, actions, rewards = [], [], []
+            while not done:
+                logits = policy(torch.from_numpy(obs))
+                action = int(rng.random() < torch.softmax(logits, -1)[1].item())
+                observations.append(obs)
+                actions.append(action)
+                obs, reward, done = env.step(action)
+                rewards.append(reward)
+            out.append((np.stack(observations), np.array(actions), np.array(rewards)))
+    return out
+
+
+def sampler_main(index, args, coordinator, secret_file, store, conn):
+    """One sampler process: receive each version, check it, roll out, report."""
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(1000 + index)
+    policy = make_policy(args.hidden)
+    names = list(policy.state_dict())
+    own = {}  # this sampler's copy of the weights: raw bf16 bits (uint16), patched in place
+    patched_bytes = 0
+    try:
+        if coordinator is None:
+            sub = weightcast.Subscriber(store, CHANNEL)
+        else:
+            sub = weightcast.Subscriber(store, CHANNEL, coordinator=coordinator,
+                                        secret_file=secret_file)
+        with sub:
+            conn.send(("ready", index))
+            previous = None
+            for version_number in range(1, args.steps + 2):
+                version = sub.wait(version_number, timeout=args.timeout)
+                received = time.time()
+                if previous is None:
+                    for name in names:
+                        own[name] = version.numpy(name).copy()
+                        patched_bytes += own[name].nbytes
+                else:
+                    # Only the byte ranges whose chunks changed are copied.
+                    for name, ranges in sub.changed(previous, version):
+                        target = own[name].reshape(-1).view(np.uint8)
+                        source = np.frombuffer(version.bytes_of(name), dtype=np.uint8)
+                        for begin, end in ranges:
+                            target[begin:end] = source[begin:end]
+                            patched_bytes += end - begin
+                digest = digest_of({n: own[n].tobytes() for n in names})
+                policy.load_state_dict({
+                    n: torch.from_numpy(own[n].view(np.int16)).view(torch.bfloat16).float()
+                    for n in names})
+                episodes = run_episodes(policy, args.episodes, rng)
+                conn.send(("ok", index, version.version, version.step, digest, received,
+                           patched_bytes, episodes))
+                previous = version
+                del version  # the views go; the mapping with them
+    except Exception as e:  # reported to the trainer, which fails the run with it
+        conn.send(("error", index, f"{type(e).__name__}: {e}"))
+    finally:
+        conn.close()
+
+
+def start_coordinator(workdir, secret_file):
+    binary = weightcast.weightcast_binary()
+    address_file = os.path.join(workdir, "coordinator.addr")
+    log = open(os.path.join(workdir, "coordinator.log"), "wb")
+    process = subprocess.Popen(
+        [binary, "coordinator", "--listen", "127.0.0.1:0", "--state-dir",
+         os.path.join(workdir, "coordinator"), "--address-file", address_file,
+         "--secret-file", secret_file],
+        stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 30
+    while not os.path.exists(address_file):
+        if process.poll() is not None:
+            raise RuntimeError(f"coordinator exited with {process.returncode}; see "
+                               f"{os.path.join(workdir, 'coordinator.log')}")
+        if time.monotonic() > deadline:
+            raise RuntimeError("coordinator did not write its address within 30 s")
+        time.sleep(0.02)
+    with open(address_file) as f:
+        return process, f.read().strip()
+
+
+def reinforce_loss(policy, episodes, gamma=0.99):
+    """REINFORCE with normalized discounted returns as the baseline-free advantage."""
+    losses = []
+    for observations, actions, rewards in episodes:
+        returns = np.zeros(len(rewards), dtype=np.float32)
+        running = 0.0
+        for t in reversed(range(len(rewards))):
+            running = rewards[t] + gamma * running
+            returns[t] = running
+        losses.append((torch.from_numpy(observations), torch.from_numpy(actions),
+                       torch.from_numpy(returns)))
+    all_returns = torch.cat([r for _, _, r in losses])
+    mean, std = all_returns.mean(), all_returns.std() + 1e-8
+    total = 0.0
+    for observations, actions, returns in losses:
+        log_probs = torch.log_softmax(policy(observations), -1)
+        chosen = log_probs.gather(1, actions.long().unsqueeze(1)).squeeze(1)
+        total = total - (chosen * (returns - mean) / std).sum()
+    return total / len(losses)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=5, help="training steps (versions - 1)")
+    parser.add_argument("--samplers", type=int, default=4)
+    parser.add_argument("--episodes", type=int, default=4, help="episodes per sampler per step")
+    parser.add_argument("--hidden", type=int, default=256, help="hidden layer width")
+    parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument("--chunk-size", type=int, default=weightcast._weightcast.MIN_CHUNK_SIZE)
+    parser.add_argument("--timeout", type=float, default=60.0,
+                        help="seconds a sampler waits for a version before failing")
+    parser.add_argument("--local", action="store_true",
+                        help="no coordinator or agents: samplers read the trainer's store")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    args = parser.parse_args()
+    if args.steps < 1 or args.samplers < 1 or args.episodes < 1:
+        parser.error("--steps, --samplers and --episodes must be at least 1")
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    workdir = tempfile.mkdtemp(prefix="weightcast-rl-")
+    coordinator = None
+    samplers = []
+    try:
+        secret_file = os.path.join(workdir, "secret")
+        with open(os.open(secret_file, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write(secrets.token_hex(32))
+        if args.local:
+            address = None
+            publisher = weightcast.Publisher(None, CHANNEL, store=os.path.join(workdir, "store"),
+                                             chunk_size=args.chunk_size)
+        else:
+            coordinator, address = start_coordinator(workdir, secret_file)
+            publisher = weightcast.Publisher(address, CHANNEL, secret_file,
+                                             store=os.path.join(workdir, "publisher"),
+                                             chunk_size=args.chunk_size)
+        ctx = mp.get_context("spawn")  # no fork of a process that runs C++ threads
+        pipes = []
+        for i in range(args.samplers):
+            parent, child = ctx.Pipe()
+            store = (publisher.store if args.local else os.path.join(workdir, f"sampler{i}"))
+            p = ctx.Process(target=sampler_main,
+                            args=(i, args, address, secret_file, store, child), daemon=True)
+            p.start()
+            child.close()
+            samplers.append(p)
+            pipes.append(parent)
+
+        for conn in pipes:  # start the clock only once every sampler is listening
+            if not conn.poll(120):
+                raise RuntimeError("a sampler did not start within 120 s")
+            message = conn.recv()
+            if message[0] == "error":
+                raise RuntimeError(f"sampler {message[1]}: {message[2]}")
+
+        policy = make_policy(args.hidden)
+        optimizer = torch.optim.Adam(policy.parameters(), lr=args.lr)
+        n_params = sum(p.numel() for p in policy.parameters())
+        print(f"policy: {n_params} parameters, {2 * n_params} bytes as bf16; "
+              f"{args.samplers} samplers; {'local store' if args.local else address}")
+        print(f"{'step':>4} {'ver':>4} {'return':>7} {'publish':>8} {'sync':>8} "
+              f"{'size':>9} {'received':>9} {'ratio':>6}  identical")
+        totals = {"size": 0, "wire": 0}
+        for step in range(args.steps + 1):
+            weights = {name: t.detach().to(torch.bfloat16)
+                       for name, t in policy.state_dict().items()}
+            expected = digest_of({n: t.view(torch.int16).numpy().tobytes()
+                                  for n, t in weights.items()})
+            started = time.time()
+            result = publisher.publish(weights, step=step)
+            episodes, received_at = [], []
+            for conn in pipes:
+                if not conn.poll(args.timeout + 30):
+                    raise RuntimeError(f"a sampler sent nothing for step {step}")
+                message = conn.recv()
+                if message[0] == "error":
+                    raise RuntimeError(f"sampler {message[1]}: {message[2]}")
+                _, index, version, got_step, digest, received, _, eps = message
+                if version != result.version or got_step != step:
+                    raise RuntimeError(f"sampler {index} got version {version} (step {got_step}),"
+                                       f" expected {result.version} (step {step})")
+                if digest != expected:
+                    raise RuntimeError(f"sampler {index}: weights of version {version} differ "
+                                       "from the trainer's")
+                received_at.append(received)
+                episodes.extend(eps)
+            sync = max(received_at) - started
+            totals["size"] += result.total_bytes
+            if result.wire_bytes is None:  # a local store: nothing travels
+                wire_text, ratio_text = "-", "-"
+            else:
+                totals["wire"] += result.wire_bytes
+                wire_text = str(result.wire_bytes)
+                ratio_text = f"{result.compression_ratio:.2f}"
+            mean_return = float(np.mean([r.sum() for _, _, r in episodes]))
+            print(f"{step:>4} {result.version:>4} {mean_return:>7.1f} {result.seconds:>7.3f}s "
+                  f"{sync:>7.3f}s {result.total_bytes:>9} {wire_text:>9} {ratio_text:>6}  "
+                  f"{len(received_at)}/{args.samplers} ok", flush=True)
+            if step == args.steps:
+                break
+            optimizer.zero_grad()
+            reinforce_loss(policy, episodes).backward()
+            optimizer.step()
+        summary = (f"all {args.samplers} samplers bit-identical to the trainer at every step; "
+                   f"{totals['size']} bytes published")
+        if totals["wire"]:
+            summary += (f", {totals['wire']} received per node "
+                        f"(x{totals['size'] / totals['wire']:.2f})")
+        print(summary)
+        publisher.close()
+        for p in samplers:
+            p.join(timeout=30)
+        return 0
+    finally:
+        for p in samplers:
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=5)
+        if coordinator is not None:
+            coordinator.terminate()
+            try:
+                coordinator.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                coordinator.kill()
+        if args.keep:
+            print(f"work directory kept: {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
