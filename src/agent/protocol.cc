@@ -66,11 +66,37 @@ Result<Message> ParseMessage(std::span<const uint8_t> body) {
     return Corrupt("p2p message truncated (" + std::to_string(body.size()) + " bytes)");
   }
   if (!in.done()) return Corrupt("p2p message has trailing bytes");
-  if (type < 1 || type > 5) return Corrupt("p2p message of unknown type " + std::to_string(type));
+  if (type < 1 || type > kMaxMessageType)
+    return Corrupt("p2p message of unknown type " + std::to_string(type));
   m.type = static_cast<MessageType>(type);
   m.text.assign(text.begin(), text.end());
   m.blob.assign(blob.begin(), blob.end());
   return m;
+}
+
+std::vector<uint8_t> PackBits(const std::vector<bool>& bits) {
+  std::vector<uint8_t> out((bits.size() + 7) / 8, 0);
+  for (size_t i = 0; i < bits.size(); ++i) {
+    if (bits[i]) out[i / 8] |= static_cast<uint8_t>(1u << (i % 8));
+  }
+  return out;
+}
+
+Result<std::vector<bool>> UnpackBits(std::span<const uint8_t> bytes, uint32_t count) {
+  if (bytes.size() != (size_t{count} + 7) / 8) {
+    return Corrupt("have-set of " + std::to_string(bytes.size()) + " bytes for " +
+                   std::to_string(count) + " chunks");
+  }
+  std::vector<bool> bits(count, false);
+  for (size_t i = 0; i < bytes.size() * 8; ++i) {
+    const bool set = ((bytes[i / 8] >> (i % 8)) & 1) != 0;
+    if (i >= count) {
+      if (set) return Corrupt("have-set has a bit past its chunk count");
+      continue;
+    }
+    bits[i] = set;
+  }
+  return bits;
 }
 
 Status ErrorStatus(const Message& message) {

@@ -22,7 +22,22 @@ enum class MessageType : uint8_t {
   kGetChunk = 3,     // version, chunk, base_version (0: send the chunk whole)
   kError = 4,        // version, chunk (kNoChunk for a manifest request), code, text
   kEcho = 5,         // answered with kEcho: wakes a reader of the client's own connection
+  // Swarm messages between peers (swarm_node.h). `code` of kHave is HaveFlags; of kRequest,
+  // kCancel and kReject a PayloadKind.
+  kSwarmHave = 6,  // version, chunk: chunk count, code: kHaveFetchingPayloads or 0,
+                   // blob: whole-chunk bitset then payload bitset, (count + 7) / 8 bytes each
+  kHave = 7,       // version, chunk, code: HaveFlags of what the sender now holds
+  kRequest = 8,    // version, chunk, code: the PayloadKind wanted
+  kCancel = 9,     // version, chunk, code: the PayloadKind no longer wanted
+  kReject = 10,    // version, chunk, code: the PayloadKind that will not be sent now
 };
+inline constexpr uint8_t kMaxMessageType = 10;
+
+// kHave flags.
+inline constexpr uint8_t kHaveWhole = 1;
+inline constexpr uint8_t kHavePayload = 2;
+// kSwarmHave code: the sender fetches delta payloads (so payloads must stay replicated).
+inline constexpr uint8_t kHaveFetchingPayloads = 1;
 
 inline constexpr uint32_t kNoChunk = 0xffffffffu;
 // Bounds a message so a peer cannot make us allocate without limit (manifests are far smaller).
@@ -46,6 +61,12 @@ struct Message {
 
 std::vector<uint8_t> EncodeMessage(const Message& message);
 Result<Message> ParseMessage(std::span<const uint8_t> body);
+
+// A have-set bitset: bit i of byte i / 8 (least significant first) is chunk i.
+std::vector<uint8_t> PackBits(const std::vector<bool>& bits);
+// Unpacks `count` bits; kCorrupt unless `bytes` is exactly (count + 7) / 8 long with no bit set
+// past `count`.
+Result<std::vector<bool>> UnpackBits(std::span<const uint8_t> bytes, uint32_t count);
 
 // The Status an error message carries (codes outside the known range become kInternal).
 Status ErrorStatus(const Message& message);

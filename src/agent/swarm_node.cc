@@ -1,0 +1,1242 @@
+#include "agent/swarm_node.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+#include <utility>
+#include <variant>
+
+#include "agent/protocol.h"
+#include "codec/chunk_codec.h"
+#include "codec/version_codec.h"
+#include "hash/digest.h"
+#include "manifest/signed_manifest.h"
+#include "swarm/scheduler.h"
+#include "util/thread_pool.h"
+
+namespace weightcast::agent {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kTick = std::chrono::milliseconds(200);
+// A peer that sent a bad chunk is not taken back for this long (it would be listed again by the
+// coordinator at the next heartbeat).
+constexpr auto kBanTime = std::chrono::seconds(120);
+
+swarm::Time Now() {
+  return std::chrono::duration_cast<swarm::Time>(Clock::now().time_since_epoch());
+}
+
+std::string V(Version v) { return "v" + std::to_string(v.value()); }
+
+}  // namespace
+
+// What the writer threads and workers need of a target, shared so that a replaced target stays
+// alive until they are done with it.
+struct TargetData {
+  Manifest manifest;
+  std::optional<StagedVersion> staged;  // absent for a target committed before it was adopted
+  std::atomic<bool> committed{false};
+  bool delta = false;                                 // fetching payloads onto `base`
+  std::shared_ptr<const PayloadCache> seed_payloads;  // a source's payloads
+  std::shared_ptr<PayloadCache> payloads;             // payloads this node decoded (delta mode)
+  std::optional<Manifest> base_manifest;
+  std::optional<codec::SnapshotReader> base_bytes;
+  uint64_t epoch = 0;
+
+  SharedBytes Payload(ChunkIndex chunk) const {
+    if (seed_payloads != nullptr) {
+      if (SharedBytes p = seed_payloads->Get(chunk)) return p;
+    }
+    return payloads != nullptr ? payloads->Get(chunk) : nullptr;
+  }
+};
+
+struct SwarmNode::Impl {
+  struct UploadItem {
+    std::shared_ptr<TargetData> target;
+    ChunkIndex chunk;
+    PayloadKind kind = PayloadKind::kRaw;
+  };
+
+  struct Peer {
+    PeerId id;
+    uint64_t gen = 0;  // distinguishes a reconnected peer's events from the old connection's
+    bool outgoing = false;
+    std::unique_ptr<net::Connection> conn;
+    std::thread reader, writer;
+
+    std::mutex wmu;
+    std::condition_variable wcv;
+    std::deque<std::vector<uint8_t>> controls;
+    std::deque<UploadItem> uploads;
+    std::set<std::pair<uint64_t, uint32_t>> stopped;  // (epoch, chunk) uploads cancelled
+    bool closing = false;
+    bool announced = false;  // PeerUp was queued: the reader may start
+
+    // What the peer said it holds (its own target version), guarded by Impl::mu_.
+    Version remote_version;
+    bool remote_fetching_payloads = false;
+    std::vector<bool> remote_whole, remote_payload;
+    uint64_t registered_epoch = 0;  // epoch of the scheduler it was registered with (0: none)
+  };
+
+  struct PeerUp {
+    std::shared_ptr<Peer> peer;
+  };
+  struct PeerDown {
+    PeerId id;
+    uint64_t gen;
+    Status why;
+  };
+  struct Received {
+    PeerId id;
+    uint64_t gen;
+    net::Frame frame;
+  };
+  struct Verified {
+    uint64_t epoch;
+    PeerId from;
+    ChunkIndex chunk;
+    PayloadKind kind;
+    Status status;               // kCorrupt: the peer's fault; other errors: ours (disk)
+    bool decode_failed = false;  // an authentic payload did not decode onto our base
+  };
+  struct UploadDone {
+    uint64_t epoch;
+    PeerId peer;
+    ChunkIndex chunk;
+    bool sent;
+  };
+  using Event = std::variant<PeerUp, PeerDown, Received, Verified, UploadDone>;
+
+  // The current target (guarded by mu_).
+  struct Target {
+    std::shared_ptr<TargetData> data;
+    std::optional<swarm::Scheduler> scheduler;
+    bool source = false;
+    std::vector<bool> whole, payload;  // what we hold and can serve
+    std::vector<bool> want;
+    std::vector<bool> verifying;
+    // Requests we sent and not yet answered: (peer, chunk).
+    std::set<std::pair<uint64_t, uint32_t>> requested;
+    // Requests we serve: (peer, chunk) -> kind.
+    std::map<std::pair<uint64_t, uint32_t>, PayloadKind> serving;
+    bool complete = false;
+    std::string error;
+    uint64_t bytes_received = 0, bytes_sent = 0;
+    uint32_t chunks_failed = 0;
+  };
+
+  Impl(Store& store, net::Transport& transport, SwarmNodeOptions options)
+      : store_(store), transport_(transport), options_(std::move(options)) {
+    if (!options_.log) options_.log = [](std::string_view) {};
+    if (options_.upload_slots == 0) options_.upload_slots = options_.source ? 8 : 4;
+  }
+
+  void Log(const std::string& line) { options_.log("swarm " + options_.channel + ": " + line); }
+
+  // ---- threads ----
+
+  Status Start(std::string_view listen_address) {
+    std::lock_guard lock(mu_);
+    if (started_) return FailedPrecondition("swarm node already started");
+    ASSIGN_OR_RETURN(listener_, transport_.Listen(listen_address));
+    address_ = listener_->address();
+    started_ = true;
+    pool_ = std::make_unique<ThreadPool>(std::max<size_t>(options_.workers, 1));
+    event_thread_ = std::thread([this] { EventLoop(); });
+    accept_thread_ = std::thread([this] { AcceptLoop(); });
+    return Status::Ok();
+  }
+
+  void Stop() {
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_) return;
+      stopping_ = true;
+    }
+    {
+      std::lock_guard lock(qmu_);
+      qstop_ = true;
+    }
+    qcv_.notify_all();
+    done_cv_.notify_all();
+    if (listener_) listener_->Close();
+    if (accept_thread_.joinable()) accept_thread_.join();
+    if (event_thread_.joinable()) event_thread_.join();
+    std::deque<Event> left;
+    {
+      std::lock_guard lock(qmu_);
+      left.swap(queue_);
+    }
+    for (Event& e : left) {
+      if (auto* up = std::get_if<PeerUp>(&e)) {
+        ClosePeer(*up->peer);
+        JoinPeer(*up->peer);
+      }
+    }
+    // Connector threads finish their Connect (bounded by its timeout) and see stopping_.
+    std::vector<std::thread> connectors;
+    {
+      std::lock_guard lock(mu_);
+      connectors.swap(connectors_);
+    }
+    for (std::thread& t : connectors) t.join();
+    std::vector<std::shared_ptr<Peer>> peers;
+    {
+      std::lock_guard lock(mu_);
+      for (auto& [id, p] : peers_) peers.push_back(p);
+      peers_.clear();
+      for (auto& p : dead_) peers.push_back(p);
+      dead_.clear();
+    }
+    for (auto& p : peers) ClosePeer(*p);
+    for (auto& p : peers) JoinPeer(*p);
+    pool_.reset();  // finishes queued verifications
+  }
+
+  void Push(Event event) {
+    {
+      std::lock_guard lock(qmu_);
+      if (!qstop_) {
+        queue_.push_back(std::move(event));
+        qcv_.notify_one();
+        return;
+      }
+    }
+    // Stopping: a new connection's threads must not outlive the node. Only AddConnection
+    // pushes PeerUp, never a peer's own thread, so this does not join itself.
+    if (auto* up = std::get_if<PeerUp>(&event)) {
+      ClosePeer(*up->peer);
+      JoinPeer(*up->peer);
+    }
+  }
+
+  void AcceptLoop() {
+    while (true) {
+      auto conn = listener_->Accept();
+      if (!conn.ok()) {
+        std::lock_guard lock(mu_);
+        if (stopping_) return;
+        if (conn.status().code() == Code::kUnavailable) return;  // listener closed
+        continue;
+      }
+      AddConnection(std::move(conn).value(), /*outgoing=*/false);
+    }
+  }
+
+  void AddConnection(std::unique_ptr<net::Connection> conn, bool outgoing) {
+    const PeerId id = conn->peer().node_id;
+    auto peer = std::make_shared<Peer>();
+    peer->id = id;
+    peer->outgoing = outgoing;
+    peer->conn = std::move(conn);
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_ || id == options_.node_id) {
+        peer->conn->Close();
+        return;
+      }
+      auto ban = banned_.find(id.value());
+      if (ban != banned_.end() && Clock::now() < ban->second) {
+        peer->conn->Close();
+        return;
+      }
+      peer->gen = ++next_gen_;
+    }
+    Peer* raw = peer.get();
+    const uint64_t gen = peer->gen;
+    peer->reader = std::thread([this, raw, id, gen] {
+      // Frames are pushed only after PeerUp: a have-set handled before its peer would be lost.
+      {
+        std::unique_lock lock(raw->wmu);
+        raw->wcv.wait(lock, [&] { return raw->announced || raw->closing; });
+        if (raw->closing) return;
+      }
+      while (true) {
+        auto frame = raw->conn->Receive();
+        if (!frame.ok()) {
+          Push(PeerDown{id, gen, frame.status()});
+          return;
+        }
+        Push(Received{id, gen, std::move(frame).value()});
+      }
+    });
+    peer->writer = std::thread([this, raw, id, gen] { WriterLoop(*raw, id, gen); });
+    Push(PeerUp{peer});
+    {
+      std::lock_guard lock(raw->wmu);
+      raw->announced = true;
+    }
+    raw->wcv.notify_all();
+  }
+
+  void WriterLoop(Peer& p, PeerId id, uint64_t gen) {
+    while (true) {
+      std::vector<uint8_t> control;
+      std::optional<UploadItem> upload;
+      {
+        std::unique_lock lock(p.wmu);
+        p.wcv.wait(lock, [&] { return p.closing || !p.controls.empty() || !p.uploads.empty(); });
+        if (p.closing) return;
+        if (!p.controls.empty()) {
+          control = std::move(p.controls.front());
+          p.controls.pop_front();
+        } else {
+          upload = std::move(p.uploads.front());
+          p.uploads.pop_front();
+          if (p.stopped.erase({upload->target->epoch, upload->chunk.value()}) != 0) continue;
+        }
+      }
+      if (!upload) {
+        if (!p.conn->SendControl(control).ok()) return;  // the reader reports the failure
+        continue;
+      }
+      const UploadItem& item = *upload;
+      auto bytes = ReadForUpload(item);
+      bool sent = false;
+      if (bytes.ok()) {
+        SharedBytes data = std::move(bytes).value();
+        net::ChunkHeader header{.version = item.target->manifest.version.value(),
+                                .chunk_index = item.chunk.value(),
+                                .payload_length = static_cast<uint32_t>(data->size()),
+                                .encoding = static_cast<uint8_t>(item.kind)};
+        std::span<const uint8_t> view(*data);
+        if (!p.conn->SendChunk(header, view, data).ok()) return;
+        sent = true;
+        bytes_sent_ += data->size();
+      } else {
+        Log("cannot send chunk " + std::to_string(item.chunk.value()) + " of " +
+            V(item.target->manifest.version) + " to peer " + std::to_string(id.value()) + ": " +
+            bytes.status().ToString());
+      }
+      Push(UploadDone{item.target->epoch, id, item.chunk, sent});
+      (void)gen;
+    }
+  }
+
+  Result<SharedBytes> ReadForUpload(const UploadItem& item) {
+    const TargetData& t = *item.target;
+    SharedBytes data;
+    if (item.kind == PayloadKind::kCodec) {
+      data = t.Payload(item.chunk);
+      if (data == nullptr) return NotFound("no payload held");
+    } else {
+      Result<std::vector<uint8_t>> bytes = NotFound("chunk not held");
+      if (!t.committed.load() && t.staged) bytes = t.staged->ReadChunk(item.chunk);
+      // Committed (or committed while we read the staging): read the version's files.
+      if (!bytes.ok()) bytes = store_.ReadChunk(options_.channel, t.manifest.version, item.chunk);
+      RETURN_IF_ERROR(bytes.status());
+      data = std::make_shared<const std::vector<uint8_t>>(std::move(bytes).value());
+    }
+    if (options_.corrupt_uploads_for_testing && !data->empty()) {
+      auto copy = std::make_shared<std::vector<uint8_t>>(*data);
+      (*copy)[copy->size() / 2] ^= 0x01;
+      data = std::move(copy);
+    }
+    return data;
+  }
+
+  static void ClosePeer(Peer& p) {
+    {
+      std::lock_guard lock(p.wmu);
+      p.closing = true;
+    }
+    p.wcv.notify_all();
+    if (p.conn) p.conn->Close();
+  }
+  static void JoinPeer(Peer& p) {
+    if (p.reader.joinable()) p.reader.join();
+    if (p.writer.joinable()) p.writer.join();
+  }
+
+  void SendTo(Peer& p, const Message& m) {
+    {
+      std::lock_guard lock(p.wmu);
+      if (p.closing) return;
+      p.controls.push_back(EncodeMessage(m));
+    }
+    p.wcv.notify_all();
+  }
+
+  // ---- the event thread ----
+
+  void EventLoop() {
+    auto next_tick = Clock::now() + kTick;
+    while (true) {
+      std::deque<Event> batch;
+      {
+        std::unique_lock lock(qmu_);
+        qcv_.wait_until(lock, next_tick, [&] { return qstop_ || !queue_.empty(); });
+        if (qstop_) return;
+        batch.swap(queue_);
+      }
+      std::vector<std::shared_ptr<Peer>> reap;
+      {
+        std::lock_guard lock(mu_);
+        for (Event& e : batch) std::visit([&](auto& ev) { Handle(ev); }, e);
+        if (Clock::now() >= next_tick) {
+          next_tick = Clock::now() + kTick;
+          if (target_.scheduler) Execute(target_.scheduler->OnTimer(Now()));
+        }
+        reap.swap(dead_);
+      }
+      // Joined outside the lock: a writer may be pushing an event that this thread handles.
+      for (auto& p : reap) {
+        ClosePeer(*p);
+        JoinPeer(*p);
+      }
+    }
+  }
+
+  std::shared_ptr<Peer> FindPeer(PeerId id, uint64_t gen) {
+    auto it = peers_.find(id.value());
+    if (it == peers_.end() || it->second->gen != gen) return nullptr;
+    return it->second;
+  }
+
+  void Handle(PeerUp& e) {
+    auto& slot = peers_[e.peer->id.value()];
+    if (slot != nullptr) {
+      // A reconnect (the peer restarted): the old connection is finished.
+      Unregister(*slot);
+      dead_.push_back(slot);
+    }
+    slot = e.peer;
+    Log("peer " + std::to_string(e.peer->id.value()) + " connected (" +
+        (e.peer->outgoing ? "out" : "in") + ")");
+    SendHaveSet(*slot);
+  }
+
+  void Handle(PeerDown& e) {
+    auto p = FindPeer(e.id, e.gen);
+    if (p == nullptr) return;
+    Log("peer " + std::to_string(e.id.value()) + " disconnected: " + e.why.ToString());
+    Unregister(*p);
+    peers_.erase(e.id.value());
+    dead_.push_back(p);
+  }
+
+  void Unregister(Peer& p) {
+    if (target_.scheduler && p.registered_epoch == target_.data->epoch) {
+      Execute(target_.scheduler->OnPeerDisconnected(Now(), p.id));
+    }
+    p.registered_epoch = 0;
+    ForgetRequests(p.id);
+  }
+
+  void ForgetRequests(PeerId id) {
+    auto& r = target_.requested;
+    for (auto it = r.lower_bound({id.value(), 0}); it != r.end() && it->first == id.value();) {
+      it = r.erase(it);
+    }
+    auto& s = target_.serving;
+    for (auto it = s.lower_bound({id.value(), 0});
+         it != s.end() && it->first.first == id.value();) {
+      it = s.erase(it);
+    }
+  }
+
+  void DropPeerNow(PeerId id, const std::string& why, bool ban) {
+    auto it = peers_.find(id.value());
+    if (ban) banned_[id.value()] = Clock::now() + kBanTime;
+    if (it == peers_.end()) return;
+    Log("dropping peer " + std::to_string(id.value()) + ": " + why);
+    ++peers_dropped_;
+    auto p = it->second;
+    p->registered_epoch = 0;
+    ForgetRequests(id);
+    peers_.erase(it);
+    dead_.push_back(p);
+  }
+
+  void Handle(Received& e) {
+    auto p = FindPeer(e.id, e.gen);
+    if (p == nullptr) return;
+    if (e.frame.type == net::FrameType::kChunk) {
+      OnChunkFrame(*p, std::move(e.frame));
+      return;
+    }
+    if (e.frame.type != net::FrameType::kControl) return;
+    auto m = ParseMessage(e.frame.body);
+    if (!m.ok()) {
+      DropPeerNow(p->id, m.status().ToString(), /*ban=*/false);
+      return;
+    }
+    OnMessage(*p, *m);
+  }
+
+  bool OnTarget(Version v) const {
+    return target_.data != nullptr && target_.data->manifest.version == v;
+  }
+  uint32_t ChunkCount() const { return target_.data->manifest.chunk_count(); }
+  PayloadKind FetchKind() const {
+    return target_.data->delta ? PayloadKind::kCodec : PayloadKind::kRaw;
+  }
+
+  void OnMessage(Peer& p, const Message& m) {
+    const Version v(m.version);
+    switch (m.type) {
+      case MessageType::kSwarmHave: {
+        auto whole = UnpackBits(
+            std::span(m.blob).first(std::min(m.blob.size(), (size_t{m.chunk} + 7) / 8)), m.chunk);
+        auto payload = UnpackBits(
+            std::span(m.blob).subspan(std::min(m.blob.size(), (size_t{m.chunk} + 7) / 8)), m.chunk);
+        if (!whole.ok() || !payload.ok()) {
+          DropPeerNow(p.id, "malformed have-set", false);
+          return;
+        }
+        if (p.registered_epoch != 0) Unregister(p);
+        p.remote_version = v;
+        p.remote_fetching_payloads = (m.code & kHaveFetchingPayloads) != 0;
+        p.remote_whole = std::move(whole).value();
+        p.remote_payload = std::move(payload).value();
+        Register(p);
+        return;
+      }
+      case MessageType::kHave: {
+        if (v != p.remote_version || m.chunk >= p.remote_whole.size()) return;
+        if ((m.code & kHaveWhole) != 0) p.remote_whole[m.chunk] = true;
+        if ((m.code & kHavePayload) != 0) p.remote_payload[m.chunk] = true;
+        if (OnTarget(v) && p.registered_epoch == target_.data->epoch) {
+          const bool relevant = FetchKind() == PayloadKind::kCodec ? (m.code & kHavePayload) != 0
+                                                                   : (m.code & kHaveWhole) != 0;
+          if (relevant) Execute(target_.scheduler->OnHave(Now(), p.id, ChunkIndex(m.chunk)));
+        }
+        return;
+      }
+      case MessageType::kRequest: {
+        const auto kind = static_cast<PayloadKind>(m.code);
+        auto reject = [&] {
+          SendTo(p, {.type = MessageType::kReject,
+                     .version = m.version,
+                     .chunk = m.chunk,
+                     .code = m.code});
+        };
+        if (!OnTarget(v) || p.registered_epoch != target_.data->epoch) return reject();
+        if (m.chunk >= ChunkCount()) {
+          Unregister(p);
+          DropPeerNow(
+              p.id,
+              "asked for chunk " + std::to_string(m.chunk) + " of " + std::to_string(ChunkCount()),
+              false);
+          return;
+        }
+        if (kind == PayloadKind::kCodec) {
+          if (target_.data->Payload(ChunkIndex(m.chunk)) == nullptr) return reject();
+        } else if (kind != PayloadKind::kRaw) {
+          return reject();
+        }
+        target_.serving[{p.id.value(), m.chunk}] = kind;
+        Execute(target_.scheduler->OnRequestReceived(Now(), p.id, ChunkIndex(m.chunk)));
+        return;
+      }
+      case MessageType::kCancel:
+        if (OnTarget(v) && p.registered_epoch == target_.data->epoch) {
+          Execute(target_.scheduler->OnCancelReceived(Now(), p.id, ChunkIndex(m.chunk)));
+        }
+        return;
+      case MessageType::kReject:
+        if (OnTarget(v) && p.registered_epoch == target_.data->epoch &&
+            target_.requested.erase({p.id.value(), m.chunk}) != 0) {
+          Execute(target_.scheduler->OnRequestRejected(Now(), p.id, ChunkIndex(m.chunk)));
+        }
+        return;
+      default:
+        return;  // serve/fetch messages have no meaning here
+    }
+  }
+
+  void Register(Peer& p) {
+    if (!target_.scheduler || p.remote_version != target_.data->manifest.version ||
+        p.registered_epoch == target_.data->epoch || p.remote_whole.size() != ChunkCount()) {
+      return;
+    }
+    const auto& bits = FetchKind() == PayloadKind::kCodec ? p.remote_payload : p.remote_whole;
+    swarm::ChunkSet has(ChunkCount());
+    for (uint32_t i = 0; i < bits.size(); ++i) {
+      if (bits[i]) has.Insert(ChunkIndex(i));
+    }
+    p.registered_epoch = target_.data->epoch;
+    Execute(target_.scheduler->OnPeerConnected(Now(), p.id, has));
+  }
+
+  void SendHaveSet(Peer& p) {
+    if (target_.data == nullptr) return;
+    Message m{.type = MessageType::kSwarmHave,
+              .version = target_.data->manifest.version.value(),
+              .chunk = ChunkCount(),
+              .code = static_cast<uint8_t>(
+                  target_.data->delta && !target_.complete ? kHaveFetchingPayloads : 0)};
+    m.blob = PackBits(target_.whole);
+    std::vector<uint8_t> payload = PackBits(target_.payload);
+    m.blob.insert(m.blob.end(), payload.begin(), payload.end());
+    SendTo(p, m);
+  }
+
+  void OnChunkFrame(Peer& p, net::Frame frame) {
+    auto header = frame.chunk_header();
+    if (!header.ok()) return;
+    const uint64_t size = frame.chunk_payload().size();
+    bytes_received_ += size;
+    const Version v(header->version);
+    if (!OnTarget(v)) return;  // a reply to a request of a target we left
+    target_.bytes_received += size;
+    const uint32_t c = header->chunk_index;
+    if (c >= ChunkCount() || target_.requested.erase({p.id.value(), c}) == 0) {
+      return;  // cancelled while on the way, or never asked for: dropped unread
+    }
+    if (target_.whole[c] || target_.verifying[c] ||
+        header->encoding != static_cast<uint8_t>(FetchKind())) {
+      return;  // an endgame duplicate: the scheduler cancels it once the first copy verifies
+    }
+    target_.verifying[c] = true;
+    auto data = target_.data;
+    auto shared = std::make_shared<net::Frame>(std::move(frame));
+    const PeerId from = p.id;
+    const auto kind = static_cast<PayloadKind>(header->encoding);
+    pool_->Submit([this, data, shared, from, c, kind] {
+      Verified result = VerifyAndStore(*data, *shared, from, ChunkIndex(c), kind);
+      Push(std::move(result));
+    });
+  }
+
+  // Runs on a worker: checks the chunk (or payload, then the decoded chunk) against the manifest
+  // and writes it to the staging.
+  Verified VerifyAndStore(TargetData& t, const net::Frame& frame, PeerId from, ChunkIndex chunk,
+                          PayloadKind kind) {
+    Verified out{t.epoch, from, chunk, kind, Status::Ok()};
+    const Manifest& m = t.manifest;
+    const ByteRange range = m.ChunkRange(chunk);
+    std::span<const uint8_t> payload = frame.chunk_payload();
+    const std::string what = "chunk " + std::to_string(chunk.value()) + " of " + V(m.version);
+    if (kind == PayloadKind::kRaw) {
+      if (payload.size() != range.size ||
+          HashBytes(m.hash_algorithm, payload) != m.chunk_hashes[chunk.value()]) {
+        out.status = Corrupt(what + " does not match its manifest hash");
+        return out;
+      }
+      out.status = t.staged->WriteChunk(chunk, payload);
+      if (out.status.ok()) out.status = t.staged->MarkVerified(chunk);
+      return out;
+    }
+    const DeltaChunk& d = m.delta->chunks[chunk.value()];
+    if (payload.size() != d.payload_size ||
+        HashBytes(m.hash_algorithm, payload) != d.payload_hash) {
+      out.status = Corrupt(what + ": payload does not match its manifest hash");
+      return out;
+    }
+    // The payload is the publisher's own: a failure from here on is not the sender's fault.
+    thread_local codec::CodecScratch scratch;
+    std::vector<uint8_t> base_scratch;
+    std::span<const uint8_t> base_bytes;
+    Digest base_hash{};
+    if (chunk.value() < t.base_manifest->chunk_count()) {
+      base_bytes = t.base_bytes->Read(t.base_manifest->ChunkRange(chunk), base_scratch);
+      base_hash = t.base_manifest->chunk_hashes[chunk.value()];
+    }
+    std::vector<uint8_t> decoded(range.size);
+    Status status = codec::DecodeChunk(
+        payload,
+        base_bytes.empty()
+            ? codec::HashedChunk::Compute({}, m.hash_algorithm)
+            : codec::HashedChunk::FromVerifiedManifest(base_bytes, base_hash, m.hash_algorithm),
+        &m.chunk_hashes[chunk.value()], decoded, scratch);
+    if (!status.ok()) {
+      out.status = status.WithContext(what);
+      out.decode_failed = true;
+      return out;
+    }
+    out.status = t.staged->WriteChunk(chunk, decoded);
+    if (out.status.ok()) out.status = t.staged->MarkVerified(chunk);
+    if (out.status.ok() && t.payloads != nullptr) {
+      t.payloads->Put(chunk, std::vector<uint8_t>(payload.begin(), payload.end()));
+    }
+    return out;
+  }
+
+  void Handle(Verified& e) {
+    if (target_.data == nullptr || e.epoch != target_.data->epoch) return;
+    const uint32_t c = e.chunk.value();
+    target_.verifying[c] = false;
+    if (e.status.ok()) {
+      ++chunks_verified_;
+      target_.whole[c] = true;
+      if (e.kind == PayloadKind::kCodec) target_.payload[c] = true;
+      Execute(target_.scheduler->OnChunkVerified(Now(), e.chunk, e.from));
+      return;
+    }
+    if (e.decode_failed) {
+      Log(e.status.ToString() + "; fetching whole chunks from now on");
+      target_.data->delta = false;
+      Status restarted = RestartScheduler();
+      if (!restarted.ok()) Fail(restarted);
+      return;
+    }
+    if (e.status.code() == Code::kCorrupt) {
+      ++chunks_failed_;
+      ++target_.chunks_failed;
+      Log("bad data from peer " + std::to_string(e.from.value()) + ": " + e.status.ToString());
+      banned_[e.from.value()] = Clock::now() + kBanTime;
+      Execute(target_.scheduler->OnChunkFailed(Now(), e.chunk, e.from));
+      return;
+    }
+    Fail(e.status.WithContext("storing chunk " + std::to_string(c)));
+  }
+
+  void Handle(UploadDone& e) {
+    if (target_.data == nullptr || e.epoch != target_.data->epoch) return;
+    target_.serving.erase({e.peer.value(), e.chunk.value()});
+    Execute(target_.scheduler->OnUploadDone(Now(), e.peer, e.chunk));
+  }
+
+  void Fail(Status status) {
+    Log("target failed: " + status.ToString());
+    if (target_.error.empty()) target_.error = status.ToString();
+    done_cv_.notify_all();
+  }
+
+  void Execute(std::span<const swarm::Action> actions) {
+    // Copied: handling an action never calls back into the scheduler, but be safe against reuse.
+    std::vector<swarm::Action> list(actions.begin(), actions.end());
+    for (const swarm::Action& a : list) ExecuteOne(a);
+  }
+
+  void ExecuteOne(const swarm::Action& a) {
+    const uint64_t version = target_.data->manifest.version.value();
+    auto peer = [&]() -> Peer* {
+      auto it = peers_.find(a.peer.value());
+      return it == peers_.end() ? nullptr : it->second.get();
+    };
+    switch (a.kind) {
+      case swarm::ActionKind::kSendRequest:
+        if (Peer* p = peer()) {
+          target_.requested.insert({a.peer.value(), a.chunk.value()});
+          SendTo(*p, {.type = MessageType::kRequest,
+                      .version = version,
+                      .chunk = a.chunk.value(),
+                      .code = static_cast<uint8_t>(FetchKind())});
+        }
+        return;
+      case swarm::ActionKind::kCancelRequest:
+        if (Peer* p = peer()) {
+          target_.requested.erase({a.peer.value(), a.chunk.value()});
+          SendTo(*p, {.type = MessageType::kCancel,
+                      .version = version,
+                      .chunk = a.chunk.value(),
+                      .code = static_cast<uint8_t>(FetchKind())});
+        }
+        return;
+      case swarm::ActionKind::kSendChunk: {
+        auto it = target_.serving.find({a.peer.value(), a.chunk.value()});
+        const PayloadKind kind = it == target_.serving.end() ? PayloadKind::kRaw : it->second;
+        Peer* p = peer();
+        if (p == nullptr) {
+          Execute(target_.scheduler->OnUploadDone(Now(), a.peer, a.chunk));
+          return;
+        }
+        {
+          std::lock_guard lock(p->wmu);
+          p->stopped.erase({target_.data->epoch, a.chunk.value()});
+          p->uploads.push_back(UploadItem{target_.data, a.chunk, kind});
+        }
+        p->wcv.notify_all();
+        return;
+      }
+      case swarm::ActionKind::kStopUpload:
+        if (Peer* p = peer()) {
+          std::lock_guard lock(p->wmu);
+          p->stopped.insert({target_.data->epoch, a.chunk.value()});
+        }
+        target_.serving.erase({a.peer.value(), a.chunk.value()});
+        return;
+      case swarm::ActionKind::kRejectRequest: {
+        auto it = target_.serving.find({a.peer.value(), a.chunk.value()});
+        const PayloadKind kind = it == target_.serving.end() ? PayloadKind::kRaw : it->second;
+        if (it != target_.serving.end()) target_.serving.erase(it);
+        if (Peer* p = peer()) {
+          SendTo(*p, {.type = MessageType::kReject,
+                      .version = version,
+                      .chunk = a.chunk.value(),
+                      .code = static_cast<uint8_t>(kind)});
+        }
+        return;
+      }
+      case swarm::ActionKind::kAnnounceHave: {
+        const uint32_t c = a.chunk.value();
+        const uint8_t flags = static_cast<uint8_t>((target_.whole[c] ? kHaveWhole : 0) |
+                                                   (target_.payload[c] ? kHavePayload : 0));
+        for (auto& [id, p] : peers_) {
+          SendTo(*p, {.type = MessageType::kHave, .version = version, .chunk = c, .code = flags});
+        }
+        return;
+      }
+      case swarm::ActionKind::kDropPeer:
+        DropPeerNow(a.peer, std::string(swarm::DropReasonName(a.reason)),
+                    a.reason == swarm::DropReason::kBadChunk);
+        return;
+      case swarm::ActionKind::kComplete:
+        target_.complete = true;
+        if (target_.data->staged) target_.data->staged->Flush().IgnoreError();
+        Log(V(target_.data->manifest.version) + " complete");
+        done_cv_.notify_all();
+        return;
+      case swarm::ActionKind::kRequestPeers:
+        return;  // the coordinator hands out peer lists with every heartbeat reply anyway
+    }
+  }
+
+  // ---- targets ----
+
+  // (Re)creates the scheduler of the current target from what it holds, and registers every
+  // peer that announced the same version. Under mu_.
+  Status RestartScheduler() {
+    TargetData& t = *target_.data;
+    const uint32_t n = t.manifest.chunk_count();
+    t.epoch = ++next_epoch_;
+    target_.requested.clear();
+    target_.serving.clear();
+    target_.verifying.assign(n, false);
+    swarm::SchedulerOptions so;
+    so.chunk_count = n;
+    so.initial_have = swarm::ChunkSet(n);
+    so.want = swarm::ChunkSet(n);
+    for (uint32_t i = 0; i < n; ++i) {
+      if (target_.whole[i]) so.initial_have.Insert(ChunkIndex(i));
+      if (target_.want[i]) so.want.Insert(ChunkIndex(i));
+    }
+    so.window_per_peer = std::max<uint32_t>(options_.window_per_peer, 1);
+    so.max_outstanding = std::max<uint32_t>(options_.max_outstanding, 1);
+    so.upload_slots = options_.upload_slots;
+    so.request_timeout = options_.request_timeout;
+    so.spread_first = target_.source;
+    so.seed = options_.node_id.value() ^ (t.manifest.version.value() << 20);
+    ASSIGN_OR_RETURN(swarm::Scheduler scheduler, swarm::Scheduler::Create(std::move(so)));
+    target_.scheduler.emplace(std::move(scheduler));
+    target_.complete = target_.scheduler->complete();
+    for (auto& [id, p] : peers_) {
+      p->registered_epoch = 0;
+      SendHaveSet(*p);
+    }
+    for (auto& [id, p] : peers_) Register(*p);
+    done_cv_.notify_all();
+    return Status::Ok();
+  }
+
+  // Leaves the current target; its staging is dropped unless it was committed. Under mu_.
+  void LeaveTarget() {
+    if (target_.data == nullptr) return;
+    if (!target_.data->committed.load() && target_.data->staged) {
+      Status aborted = store_.Abort(options_.channel, target_.data->manifest.version);
+      if (!aborted.ok())
+        Log("abort of " + V(target_.data->manifest.version) + ": " + aborted.ToString());
+    }
+    for (auto& [id, p] : peers_) p->registered_epoch = 0;
+    target_ = Target{};
+    bytes_sent_at_target_ = bytes_sent_.load();
+  }
+
+  Result<std::optional<Manifest>> Committed(Version v) {
+    auto list = store_.List(options_.channel);
+    if (!list.ok()) {
+      if (list.status().code() == Code::kNotFound) return std::optional<Manifest>();
+      return list.status();
+    }
+    for (const VersionInfo& info : *list) {
+      if (info.version != v) continue;
+      ASSIGN_OR_RETURN(Manifest m, store_.GetManifest(options_.channel, v));
+      return std::optional<Manifest>(std::move(m));
+    }
+    return std::optional<Manifest>();
+  }
+
+  // Checks a new target against the current one: OK to replace, or a status (OK for "same").
+  std::optional<Status> CheckReplace(const Manifest& manifest) {
+    if (manifest.channel != options_.channel) {
+      return InvalidArgument("manifest of channel '" + manifest.channel + "', node follows '" +
+                             options_.channel + "'");
+    }
+    if (target_.data == nullptr) return std::nullopt;
+    const Manifest& cur = target_.data->manifest;
+    if (cur.version == manifest.version) {
+      if (cur.root != manifest.root) {
+        return FailedPrecondition(V(manifest.version) + " arrived with another root");
+      }
+      return Status::Ok();
+    }
+    if (manifest.version < cur.version) {
+      return FailedPrecondition(V(manifest.version) + " is older than the target " +
+                                V(cur.version));
+    }
+    return std::nullopt;
+  }
+
+  Status Fetch(const Manifest& manifest) {
+    std::lock_guard lock(mu_);
+    if (auto s = CheckReplace(manifest)) return *s;
+    const uint32_t n = manifest.chunk_count();
+    auto data = std::make_shared<TargetData>();
+    data->manifest = manifest;
+    std::vector<bool> want(n, options_.tensor_patterns.empty());
+    for (const std::string& pattern : options_.tensor_patterns) {
+      for (ChunkIndex c : manifest.ChunksForTensors(pattern)) want[c.value()] = true;
+    }
+
+    ASSIGN_OR_RETURN(std::optional<Manifest> held, Committed(manifest.version));
+    if (held) {
+      if (held->root != manifest.root) {
+        return FailedPrecondition("local " + V(manifest.version) + " has another root");
+      }
+      LeaveTarget();
+      data->committed = true;
+      target_.data = std::move(data);
+      target_.whole.assign(n, true);
+      target_.payload.assign(n, false);
+      target_.want = std::move(want);
+      RETURN_IF_ERROR(RestartScheduler());
+      target_.complete = true;
+      Log("target " + V(manifest.version) + " already committed: serving it");
+      return Status::Ok();
+    }
+
+    LeaveTarget();
+    // Staging left by an earlier run: resumed when it is this version, dropped otherwise.
+    auto staging = store_.ListStaging(options_.channel);
+    if (staging.ok()) {
+      for (Version v : *staging) {
+        if (v == manifest.version) {
+          auto resumed = store_.ResumeStaging(options_.channel, v);
+          if (resumed.ok() && resumed->manifest().root == manifest.root) {
+            data->staged.emplace(std::move(resumed).value());
+            continue;
+          }
+        }
+        if (v <= manifest.version) store_.Abort(options_.channel, v).IgnoreError();
+      }
+    }
+    if (!data->staged) {
+      ASSIGN_OR_RETURN(StagedVersion begun, store_.BeginStaging(options_.channel, manifest));
+      data->staged.emplace(std::move(begun));
+    }
+    std::vector<bool> whole(n, false);
+    for (uint32_t i = 0; i < n; ++i) whole[i] = data->staged->HasChunk(ChunkIndex(i));
+    const uint32_t resumed = data->staged->verified_count();
+
+    // The current committed version is the local base: chunks equal to its chunks are copied,
+    // and a delta onto it travels as payloads.
+    auto current = store_.Current(options_.channel);
+    uint32_t copied = 0;
+    if (current.ok()) {
+      auto base = store_.GetManifest(options_.channel, *current);
+      auto bytes = base.ok() ? codec::SnapshotReader::Open(
+                                   store_.VersionPath(options_.channel, *current), *base)
+                             : Result<codec::SnapshotReader>(base.status());
+      if (bytes.ok() && base->hash_algorithm == manifest.hash_algorithm) {
+        std::vector<uint8_t> scratch;
+        for (uint32_t i = 0; i < n; ++i) {
+          const ChunkIndex c(i);
+          if (whole[i] || !want[i] || i >= base->chunk_count() ||
+              base->chunk_hashes[i] != manifest.chunk_hashes[i] ||
+              base->ChunkRange(c).size != manifest.ChunkRange(c).size) {
+            continue;
+          }
+          if (data->staged->PutChunk(c, bytes->Read(base->ChunkRange(c), scratch)).ok()) {
+            whole[i] = true;
+            ++copied;
+          }
+        }
+        data->delta = options_.use_delta && options_.tensor_patterns.empty() &&
+                      manifest.delta.has_value() && manifest.delta->base_version == *current &&
+                      manifest.delta->base_root == base->root && manifest.delta->chunks.size() == n;
+        if (data->delta) {
+          data->base_manifest = std::move(base).value();
+          data->base_bytes.emplace(std::move(bytes).value());
+          data->payloads = std::make_shared<PayloadCache>(manifest.version);
+        }
+      }
+    }
+    RETURN_IF_ERROR(data->staged->Flush());
+    target_.data = std::move(data);
+    target_.whole = std::move(whole);
+    target_.payload.assign(n, false);
+    target_.want = std::move(want);
+    RETURN_IF_ERROR(RestartScheduler());
+    Log("target " + V(manifest.version) + ": " + std::to_string(n) + " chunks, " +
+        std::to_string(resumed) + " resumed, " + std::to_string(copied) + " copied locally, " +
+        (target_.data->delta ? "fetching delta payloads" : "fetching whole chunks"));
+    return Status::Ok();
+  }
+
+  Status Seed(const Manifest& manifest, std::shared_ptr<const PayloadCache> payloads) {
+    std::lock_guard lock(mu_);
+    if (auto s = CheckReplace(manifest)) return *s;
+    ASSIGN_OR_RETURN(std::optional<Manifest> held, Committed(manifest.version));
+    if (!held || held->root != manifest.root) {
+      return FailedPrecondition("cannot seed " + V(manifest.version) +
+                                ": not committed in the store with this root");
+    }
+    const uint32_t n = manifest.chunk_count();
+    LeaveTarget();
+    auto data = std::make_shared<TargetData>();
+    data->manifest = manifest;
+    data->committed = true;
+    data->seed_payloads = std::move(payloads);
+    target_.data = std::move(data);
+    target_.source = true;
+    target_.whole.assign(n, true);
+    target_.payload.assign(n, false);
+    if (target_.data->seed_payloads != nullptr) {
+      for (ChunkIndex c : target_.data->seed_payloads->Chunks()) {
+        if (c.value() < n) target_.payload[c.value()] = true;
+      }
+    }
+    target_.want.assign(n, true);
+    RETURN_IF_ERROR(RestartScheduler());
+    Log("seeding " + V(manifest.version));
+    return Status::Ok();
+  }
+
+  Status CommitTarget() {
+    std::shared_ptr<TargetData> data;
+    {
+      std::lock_guard lock(mu_);
+      if (target_.data == nullptr) return FailedPrecondition("no target to commit");
+      if (target_.data->committed.load()) return Status::Ok();
+      if (!target_.complete) {
+        return FailedPrecondition(V(target_.data->manifest.version) + " is not complete (" +
+                                  std::to_string(target_.scheduler->missing()) + " missing)");
+      }
+      for (bool w : target_.want) {
+        if (!w) {
+          return FailedPrecondition("a tensor-subset node holds part of " +
+                                    V(target_.data->manifest.version) +
+                                    " staged; it cannot commit it");
+        }
+      }
+      data = target_.data;
+    }
+    // The commit (fsyncs, renames) runs without the lock; uploads keep reading the staging
+    // and fall back to the committed files once it moved.
+    RETURN_IF_ERROR(data->staged->Flush());
+    RETURN_IF_ERROR(store_.Commit(options_.channel, data->manifest.version));
+    data->committed = true;
+    Log("committed " + V(data->manifest.version));
+    done_cv_.notify_all();
+    return Status::Ok();
+  }
+
+  Status AbortTarget() {
+    std::lock_guard lock(mu_);
+    if (target_.data == nullptr) return Status::Ok();
+    if (target_.data->committed.load()) {
+      return FailedPrecondition(V(target_.data->manifest.version) + " is already committed");
+    }
+    LeaveTarget();
+    done_cv_.notify_all();
+    return Status::Ok();
+  }
+
+  void SetPeers(std::span<const PeerAddress> list) {
+    std::lock_guard lock(mu_);
+    if (stopping_ || !started_) return;
+    std::set<uint64_t> listed;
+    for (const PeerAddress& a : list) {
+      if (a.id == options_.node_id) continue;
+      listed.insert(a.id.value());
+      if (a.id > options_.node_id) continue;  // it connects to us
+      if (peers_.count(a.id.value()) != 0 || connecting_.count(a.id.value()) != 0) continue;
+      auto ban = banned_.find(a.id.value());
+      if (ban != banned_.end() && Clock::now() < ban->second) continue;
+      connecting_.insert(a.id.value());
+      connectors_.emplace_back([this, a] {
+        auto conn = transport_.Connect(a.address, std::chrono::seconds(5));
+        if (conn.ok() && (*conn)->peer().node_id != a.id) {
+          Log("peer at " + a.address + " is node " +
+              std::to_string((*conn)->peer().node_id.value()) + ", not " +
+              std::to_string(a.id.value()));
+          (*conn)->Close();
+          conn = Unavailable("wrong node");
+        }
+        if (conn.ok()) {
+          AddConnection(std::move(conn).value(), /*outgoing=*/true);
+        } else {
+          Log("connect to peer " + std::to_string(a.id.value()) + " at " + a.address + ": " +
+              conn.status().ToString());
+        }
+        std::lock_guard inner(mu_);
+        connecting_.erase(a.id.value());
+      });
+    }
+    // Outgoing connections to peers no longer listed are closed (incoming ones are the other
+    // side's to close).
+    for (auto it = peers_.begin(); it != peers_.end();) {
+      if (it->second->outgoing && listed.count(it->first) == 0) {
+        Log("peer " + std::to_string(it->first) + " no longer listed");
+        Unregister(*it->second);
+        dead_.push_back(it->second);
+        it = peers_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    // Finished connector threads are joined at Stop; bound their number meanwhile.
+    if (connectors_.size() > 256 && connecting_.empty()) {
+      std::vector<std::thread> old;
+      old.swap(connectors_);
+      mu_.unlock();
+      for (std::thread& t : old) t.join();
+      mu_.lock();
+    }
+    qcv_.notify_one();
+  }
+
+  SwarmProgress Progress() const {
+    std::lock_guard lock(mu_);
+    SwarmProgress p;
+    p.peers = static_cast<uint32_t>(peers_.size());
+    if (target_.data == nullptr) return p;
+    const Manifest& m = target_.data->manifest;
+    p.version = m.version;
+    p.delta = target_.data->delta;
+    for (uint32_t i = 0; i < m.chunk_count(); ++i) {
+      if (!target_.want[i]) continue;
+      const uint64_t size = m.ChunkRange(ChunkIndex(i)).size;
+      ++p.chunks_total;
+      p.bytes_total += size;
+      if (target_.whole[i]) {
+        ++p.chunks_done;
+        p.bytes_done += size;
+      }
+    }
+    p.bytes_received = target_.bytes_received;
+    p.bytes_sent = bytes_sent_.load() - bytes_sent_at_target_;
+    p.chunks_failed = target_.chunks_failed;
+    p.complete = target_.complete;
+    p.committed = target_.data->committed.load();
+    p.error = target_.error;
+    return p;
+  }
+
+  bool EveryChunkReplicated() const {
+    std::lock_guard lock(mu_);
+    if (target_.data == nullptr) return false;
+    const Manifest& m = target_.data->manifest;
+    const uint32_t n = m.chunk_count();
+    std::vector<bool> whole(n, false), payload(n, false);
+    bool payloads_needed = false;
+    for (const auto& [id, p] : peers_) {
+      if (p->remote_version != m.version || p->remote_whole.size() != n) continue;
+      payloads_needed = payloads_needed || p->remote_fetching_payloads;
+      for (uint32_t i = 0; i < n; ++i) {
+        if (p->remote_whole[i]) whole[i] = true;
+        if (p->remote_payload[i]) payload[i] = true;
+      }
+    }
+    for (uint32_t i = 0; i < n; ++i) {
+      if (!whole[i]) return false;
+      if (payloads_needed && target_.payload[i] && !payload[i]) return false;
+    }
+    return true;
+  }
+
+  Status WaitComplete(net::Duration timeout) {
+    std::unique_lock lock(mu_);
+    auto done = [&] {
+      return stopping_ || (target_.data != nullptr && (target_.complete || !target_.error.empty()));
+    };
+    if (timeout == net::kForever) {
+      done_cv_.wait(lock, done);
+    } else if (!done_cv_.wait_for(lock, timeout, done)) {
+      return DeadlineExceeded("swarm: target not complete in time");
+    }
+    if (!target_.error.empty()) return Internal(target_.error);
+    if (stopping_ && !target_.complete) return Aborted("swarm node stopped");
+    return Status::Ok();
+  }
+
+  Store& store_;
+  net::Transport& transport_;
+  SwarmNodeOptions options_;
+
+  mutable std::mutex mu_;
+  std::condition_variable done_cv_;
+  bool started_ = false;
+  bool stopping_ = false;
+  std::unique_ptr<net::Listener> listener_;
+  std::string address_;
+  std::thread event_thread_, accept_thread_;
+  std::vector<std::thread> connectors_;
+  std::set<uint64_t> connecting_;
+  std::map<uint64_t, std::shared_ptr<Peer>> peers_;
+  std::vector<std::shared_ptr<Peer>> dead_;
+  std::map<uint64_t, Clock::time_point> banned_;
+  uint64_t next_gen_ = 0;
+  uint64_t next_epoch_ = 0;
+  Target target_;
+  uint64_t bytes_sent_at_target_ = 0;
+  std::unique_ptr<ThreadPool> pool_;
+
+  std::mutex qmu_;
+  std::condition_variable qcv_;
+  std::deque<Event> queue_;
+  bool qstop_ = false;
+
+  std::atomic<uint64_t> bytes_received_{0}, bytes_sent_{0}, chunks_verified_{0}, chunks_failed_{0},
+      peers_dropped_{0};
+};
+
+SwarmNode::SwarmNode(Store& store, net::Transport& transport, SwarmNodeOptions options)
+    : impl_(std::make_unique<Impl>(store, transport, std::move(options))) {}
+
+SwarmNode::~SwarmNode() { Stop(); }
+
+Status SwarmNode::Start(std::string_view listen_address) { return impl_->Start(listen_address); }
+
+std::string SwarmNode::address() const {
+  std::lock_guard lock(impl_->mu_);
+  return impl_->address_;
+}
+
+PeerId SwarmNode::id() const { return impl_->options_.node_id; }
+
+Status SwarmNode::Fetch(const Manifest& manifest, std::vector<uint8_t> signed_manifest) {
+  ASSIGN_OR_RETURN(Manifest verified,
+                   VerifySignedManifest(signed_manifest, impl_->options_.manifest_secret));
+  if (verified.root != manifest.root || verified.version != manifest.version) {
+    return InvalidArgument("the signed manifest is not the manifest given");
+  }
+  return impl_->Fetch(verified);
+}
+
+Status SwarmNode::Seed(const Manifest& manifest, std::vector<uint8_t> signed_manifest,
+                       std::shared_ptr<const PayloadCache> payloads) {
+  ASSIGN_OR_RETURN(Manifest verified,
+                   VerifySignedManifest(signed_manifest, impl_->options_.manifest_secret));
+  if (verified.root != manifest.root || verified.version != manifest.version) {
+    return InvalidArgument("the signed manifest is not the manifest given");
+  }
+  return impl_->Seed(verified, std::move(payloads));
+}
+
+void SwarmNode::SetPeers(std::span<const PeerAddress> peers) { impl_->SetPeers(peers); }
+SwarmProgress SwarmNode::progress() const { return impl_->Progress(); }
+
+SwarmCounters SwarmNode::counters() const {
+  return {impl_->bytes_received_.load(), impl_->bytes_sent_.load(), impl_->chunks_verified_.load(),
+          impl_->chunks_failed_.load(), impl_->peers_dropped_.load()};
+}
+
+Status SwarmNode::WaitComplete(net::Duration timeout) { return impl_->WaitComplete(timeout); }
+Status SwarmNode::CommitTarget() { return impl_->CommitTarget(); }
+Status SwarmNode::AbortTarget() { return impl_->AbortTarget(); }
+bool SwarmNode::EveryChunkReplicated() const { return impl_->EveryChunkReplicated(); }
+void SwarmNode::Stop() { impl_->Stop(); }
+
+}  // namespace weightcast::agent

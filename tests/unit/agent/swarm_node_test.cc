@@ -1,0 +1,291 @@
+// SwarmNode over the in-memory transport: a seed and several agents exchange a full version and
+// a delta (payloads decoded onto the base), peers serve each other, a peer uploading corrupt
+// chunks is dropped and the version still completes, a node with a wrong secret gets nothing,
+// and a tensor-subset node fetches only its chunks.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include "agent/payload_cache.h"
+#include "agent/protocol.h"
+#include "agent/swarm_node.h"
+#include "codec/version_codec.h"
+#include "manifest/signed_manifest.h"
+#include "net/memory_transport.h"
+#include "unit/store/store_test_util.h"
+
+namespace weightcast::agent {
+namespace {
+
+using store_test::Flat;
+using store_test::MakeManifest;
+using store_test::ReadAll;
+using store_test::SampleFiles;
+using store_test::StageAndCommit;
+using store_test::TempDir;
+using store_test::TestFile;
+
+constexpr char kSecret[] = "swarm test cluster secret";
+constexpr char kChannel[] = "policy";
+constexpr auto kWait = std::chrono::seconds(20);
+
+net::Options NodeOptions(uint64_t id, std::string secret = kSecret) {
+  net::Options o;
+  o.self.cluster_id = "test";
+  o.self.node_id = PeerId(id);
+  o.secret = std::move(secret);
+  o.log = [](std::string_view) {};
+  return o;
+}
+
+std::vector<TestFile> NextStep(std::vector<TestFile> files) {
+  for (size_t at = 10; at < files[0].bytes.size(); at += 90'000) files[0].bytes[at] ^= 0x5a;
+  files[3].bytes[5] ^= 1;
+  return files;
+}
+
+struct Node {
+  std::unique_ptr<Store> store;
+  std::unique_ptr<net::Transport> transport;
+  std::unique_ptr<SwarmNode> swarm;
+  PeerAddress address;
+};
+
+class Swarm : public ::testing::Test {
+ protected:
+  Node& AddNode(uint64_t id, bool source, std::vector<std::string> patterns = {},
+                bool corrupt = false, std::string secret = kSecret) {
+    auto node = std::make_unique<Node>();
+    auto store = Store::Open(dir_.path() / ("n" + std::to_string(id)));
+    EXPECT_TRUE(store.ok());
+    node->store = std::make_unique<Store>(std::move(store).value());
+    const std::string name = "mem:n" + std::to_string(id);
+    node->transport = network_.CreateTransport(name, NodeOptions(id, secret));
+    SwarmNodeOptions o{.channel = kChannel,
+                       .node_id = PeerId(id),
+                       .manifest_secret = secret,
+                       .tensor_patterns = std::move(patterns),
+                       .source = source,
+                       .corrupt_uploads_for_testing = corrupt};
+    o.log = [id](std::string_view line) {
+      if (getenv("SWARM_TEST_LOG") != nullptr)
+        fprintf(stderr, "[%d] %.*s\n", int(id), int(line.size()), line.data());
+    };
+    node->swarm = std::make_unique<SwarmNode>(*node->store, *node->transport, o);
+    EXPECT_TRUE(node->swarm->Start(name).ok());
+    node->address = {PeerId(id), node->swarm->address(), source};
+    nodes_.push_back(std::move(node));
+    return *nodes_.back();
+  }
+
+  // Every node gets every other node as a peer (a full mesh).
+  void Mesh() {
+    std::vector<PeerAddress> all;
+    for (auto& n : nodes_) all.push_back(n->address);
+    for (auto& n : nodes_) n->swarm->SetPeers(all);
+  }
+
+  void TearDown() override {
+    for (auto& n : nodes_) n->swarm->Stop();
+  }
+
+  TempDir dir_;
+  net::FakeClock clock_;
+  net::MemoryNetwork network_{clock_};
+  std::vector<std::unique_ptr<Node>> nodes_;
+};
+
+TEST(SwarmProtocol, BitsRoundTripAndRejectStrayBits) {
+  std::vector<bool> bits = {true, false, true, true, false, false, false, false, true, false};
+  auto packed = PackBits(bits);
+  ASSERT_EQ(packed.size(), 2u);
+  auto back = UnpackBits(packed, 10);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, bits);
+  packed[1] |= 0x80;  // bit 15, past the count
+  EXPECT_EQ(UnpackBits(packed, 10).status().code(), Code::kCorrupt);
+  EXPECT_EQ(UnpackBits(packed, 20).status().code(), Code::kCorrupt);
+  Message m{.type = MessageType::kRequest, .version = 3, .chunk = 7, .code = 1};
+  auto parsed = ParseMessage(EncodeMessage(m));
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(parsed->type, MessageType::kRequest);
+  EXPECT_EQ(parsed->chunk, 7u);
+}
+
+TEST_F(Swarm, FullVersionThenDeltaReachEveryAgent) {
+  Node& seed = AddNode(1, /*source=*/true);
+  const auto v1_files = SampleFiles(1, 4);
+  ASSERT_TRUE(StageAndCommit(*seed.store, kChannel, Version(1), v1_files).ok());
+  Manifest v1 = MakeManifest(kChannel, Version(1), v1_files);
+  ASSERT_GT(v1.chunk_count(), 8u);
+  for (uint64_t id = 2; id <= 5; ++id) AddNode(id, false);
+  ASSERT_TRUE(seed.swarm->Seed(v1, SignManifest(v1, kSecret), nullptr).ok());
+  for (size_t i = 1; i < nodes_.size(); ++i) {
+    ASSERT_TRUE(nodes_[i]->swarm->Fetch(v1, SignManifest(v1, kSecret)).ok());
+  }
+  Mesh();
+  for (size_t i = 1; i < nodes_.size(); ++i) {
+    ASSERT_TRUE(nodes_[i]->swarm->WaitComplete(kWait).ok()) << i;
+    ASSERT_TRUE(nodes_[i]->swarm->CommitTarget().ok());
+    EXPECT_EQ(ReadAll(nodes_[i]->store->CurrentPath(kChannel) / "a.safetensors"),
+              v1_files[0].bytes);
+    EXPECT_EQ(nodes_[i]->swarm->progress().bytes_done, v1.total_size());
+  }
+  // Agents uploaded to each other: the seed did not send everything to everyone.
+  uint64_t agent_upload = 0;
+  for (size_t i = 1; i < nodes_.size(); ++i)
+    agent_upload += nodes_[i]->swarm->counters().bytes_sent;
+  EXPECT_GT(agent_upload, 0u);
+  for (int i = 0; i < 200 && !seed.swarm->EveryChunkReplicated(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(seed.swarm->EveryChunkReplicated());
+
+  // v2 as a delta: the seed encodes payloads against its v1; agents decode them onto theirs.
+  const auto v2_files = NextStep(v1_files);
+  ASSERT_TRUE(StageAndCommit(*seed.store, kChannel, Version(2), v2_files).ok());
+  Manifest v2 = MakeManifest(kChannel, Version(2), v2_files);
+  const std::string flat1 = Flat(v1_files), flat2 = Flat(v2_files);
+  auto cache = std::make_shared<PayloadCache>(Version(2));
+  auto delta =
+      codec::EncodeVersion(v1, codec::SnapshotReader::FromMemory(AsBytes(flat1)), v2,
+                           codec::SnapshotReader::FromMemory(AsBytes(flat2)),
+                           [&](ChunkIndex c, std::span<const uint8_t> payload) {
+                             cache->Put(c, std::vector<uint8_t>(payload.begin(), payload.end()));
+                             return Status::Ok();
+                           });
+  ASSERT_TRUE(delta.ok()) << delta.status().ToString();
+  v2.delta = *delta;
+  v2.delta->base_version = Version(1);
+  v2.delta->base_root = v1.root;
+  ASSERT_TRUE(seed.swarm->Seed(v2, SignManifest(v2, kSecret), cache).ok());
+  for (size_t i = 1; i < nodes_.size(); ++i) {
+    ASSERT_TRUE(nodes_[i]->swarm->Fetch(v2, SignManifest(v2, kSecret)).ok());
+    EXPECT_TRUE(nodes_[i]->swarm->progress().delta);
+  }
+  for (size_t i = 1; i < nodes_.size(); ++i) {
+    ASSERT_TRUE(nodes_[i]->swarm->WaitComplete(kWait).ok()) << i;
+    ASSERT_TRUE(nodes_[i]->swarm->CommitTarget().ok());
+    EXPECT_EQ(ReadAll(nodes_[i]->store->CurrentPath(kChannel) / "a.safetensors"),
+              v2_files[0].bytes);
+    EXPECT_EQ(ReadAll(nodes_[i]->store->CurrentPath(kChannel) / "c.safetensors"),
+              v2_files[3].bytes);
+    // Far less than the version crossed the wire: the unchanged chunks were copied locally.
+    EXPECT_LT(nodes_[i]->swarm->progress().bytes_received, v2.total_size() / 2);
+  }
+}
+
+TEST_F(Swarm, CorruptUploaderIsDroppedAndTheVersionStillCompletes) {
+  Node& seed = AddNode(1, true);
+  const auto files = SampleFiles(3, 4);
+  ASSERT_TRUE(StageAndCommit(*seed.store, kChannel, Version(1), files).ok());
+  Manifest v1 = MakeManifest(kChannel, Version(1), files);
+  // Node 2 gets v1 first, then serves corrupt bytes to node 3.
+  Node& bad = AddNode(2, false, {}, /*corrupt=*/true);
+  ASSERT_TRUE(seed.swarm->Seed(v1, SignManifest(v1, kSecret), nullptr).ok());
+  ASSERT_TRUE(bad.swarm->Fetch(v1, SignManifest(v1, kSecret)).ok());
+  Mesh();
+  ASSERT_TRUE(bad.swarm->WaitComplete(kWait).ok());
+  Node& good = AddNode(3, false);
+  ASSERT_TRUE(good.swarm->Fetch(v1, SignManifest(v1, kSecret)).ok());
+  Mesh();
+  ASSERT_TRUE(good.swarm->WaitComplete(kWait).ok());
+  ASSERT_TRUE(good.swarm->CommitTarget().ok());
+  EXPECT_TRUE(good.store->Verify(kChannel, Version(1)).ok());
+  EXPECT_EQ(ReadAll(good.store->CurrentPath(kChannel) / "c.safetensors"), files[3].bytes);
+  // Whether the bad node was asked depends on timing; when it was, it was caught.
+  if (good.swarm->counters().chunks_failed > 0) {
+    EXPECT_GE(good.swarm->counters().peers_dropped, 1u);
+  }
+}
+
+TEST_F(Swarm, CorruptSourceIsDetected) {
+  Node& seed = AddNode(1, true, {}, /*corrupt=*/true);
+  const auto files = SampleFiles(4);
+  ASSERT_TRUE(StageAndCommit(*seed.store, kChannel, Version(1), files).ok());
+  Manifest v1 = MakeManifest(kChannel, Version(1), files);
+  Node& agent = AddNode(2, false);
+  ASSERT_TRUE(seed.swarm->Seed(v1, SignManifest(v1, kSecret), nullptr).ok());
+  ASSERT_TRUE(agent.swarm->Fetch(v1, SignManifest(v1, kSecret)).ok());
+  Mesh();
+  for (int i = 0; i < 500 && agent.swarm->counters().chunks_failed == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_GE(agent.swarm->counters().chunks_failed, 1u);
+  EXPECT_EQ(agent.swarm->progress().chunks_done, 0u);
+  EXPECT_FALSE(agent.swarm->CommitTarget().ok());
+}
+
+TEST_F(Swarm, WrongSecretGetsNothing) {
+  Node& seed = AddNode(1, true);
+  const auto files = SampleFiles(5);
+  ASSERT_TRUE(StageAndCommit(*seed.store, kChannel, Version(1), files).ok());
+  Manifest v1 = MakeManifest(kChannel, Version(1), files);
+  ASSERT_TRUE(seed.swarm->Seed(v1, SignManifest(v1, kSecret), nullptr).ok());
+  Node& intruder = AddNode(2, false, {}, false, "another secret of enough length");
+  // Its own secret cannot verify the cluster's manifest, and its connections fail the handshake.
+  EXPECT_EQ(intruder.swarm->Fetch(v1, SignManifest(v1, kSecret)).code(), Code::kUnauthenticated);
+  ASSERT_TRUE(intruder.swarm->Fetch(v1, SignManifest(v1, "another secret of enough length")).ok());
+  Mesh();
+  EXPECT_EQ(intruder.swarm->WaitComplete(std::chrono::milliseconds(500)).code(),
+            Code::kDeadlineExceeded);
+  EXPECT_EQ(intruder.swarm->progress().bytes_received, 0u);
+  EXPECT_EQ(seed.swarm->counters().bytes_sent, 0u);
+}
+
+TEST_F(Swarm, SubsetNodeFetchesOnlyItsChunks) {
+  Node& seed = AddNode(1, true);
+  const auto files = SampleFiles(6, 4);
+  {
+    // One tensor covering the first 100 KB of a.safetensors.
+    Manifest m = MakeManifest(kChannel, Version(1), files);
+    m.tensors.push_back({.name = "layer.0.w",
+                         .dtype = DType::kU8,
+                         .shape = {100'000},
+                         .file_index = 0,
+                         .offset = 0,
+                         .size = 100'000});
+    m.root = ComputeRoot(m);
+    auto staged = seed.store->BeginStaging(kChannel, m);
+    ASSERT_TRUE(staged.ok()) << staged.status().ToString();
+    const std::string flat = Flat(files);
+    for (uint32_t i = 0; i < m.chunk_count(); ++i) {
+      ASSERT_TRUE(
+          staged->PutChunk(ChunkIndex(i), store_test::ChunkOf(flat, m, ChunkIndex(i))).ok());
+    }
+    ASSERT_TRUE(seed.store->Commit(kChannel, Version(1)).ok());
+  }
+  Manifest v1 = *seed.store->GetManifest(kChannel, Version(1));
+  {
+    Status seeded = seed.swarm->Seed(v1, SignManifest(v1, kSecret), nullptr);
+    ASSERT_TRUE(seeded.ok()) << seeded.ToString();
+  }
+  Node& subset = AddNode(2, false, {"layer.0.*"});
+  ASSERT_TRUE(subset.swarm->Fetch(v1, SignManifest(v1, kSecret)).ok());
+  Mesh();
+  ASSERT_TRUE(subset.swarm->WaitComplete(kWait).ok());
+  SwarmProgress p = subset.swarm->progress();
+  EXPECT_EQ(p.chunks_total, 2u);  // 100 KB over 64 KiB chunks
+  EXPECT_EQ(p.chunks_done, 2u);
+  EXPECT_LE(p.bytes_received, 2 * kMinChunkSize);
+  EXPECT_GT(p.bytes_received, 0u);
+}
+
+TEST_F(Swarm, OlderTargetIsRefusedAndNewerReplacesTheStaging) {
+  Node& agent = AddNode(2, false);
+  Manifest v2 = MakeManifest(kChannel, Version(2), SampleFiles(7));
+  Manifest v1 = MakeManifest(kChannel, Version(1), SampleFiles(8));
+  Manifest v3 = MakeManifest(kChannel, Version(3), SampleFiles(9));
+  ASSERT_TRUE(agent.swarm->Fetch(v2, SignManifest(v2, kSecret)).ok());
+  EXPECT_EQ(agent.swarm->Fetch(v1, SignManifest(v1, kSecret)).code(), Code::kFailedPrecondition);
+  ASSERT_TRUE(agent.swarm->Fetch(v3, SignManifest(v3, kSecret)).ok());
+  auto staging = agent.store->ListStaging(kChannel);
+  ASSERT_TRUE(staging.ok());
+  EXPECT_EQ(*staging, std::vector<Version>{Version(3)});
+  EXPECT_EQ(agent.swarm->progress().version, Version(3));
+}
+
+}  // namespace
+}  // namespace weightcast::agent
