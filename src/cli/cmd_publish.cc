@@ -1,0 +1,170 @@
+// weightcast publish   the trainer side: publish checkpoint directories as versions and seed them
+// (docs/publish.md). `--dir PATH` publishes one directory and seeds it until --until holds;
+// `--watch DIR` publishes every checkpoint directory a trainer saves under DIR until stopped.
+// The cluster secret comes from --secret-file or WEIGHTCAST_SECRET, never from the command line.
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "cli/command.h"
+#include "cli/signal_stop.h"
+#include "manifest/builder.h"
+#include "metrics/http_server.h"
+#include "metrics/log.h"
+#include "metrics/registry.h"
+#include "net/handshake.h"
+#include "publish/publisher.h"
+#include "util/text.h"
+
+namespace weightcast::cli {
+namespace {
+
+struct PublishFlags {
+  std::string coordinator;
+  std::string store;
+  std::string channel;
+  std::string dir;
+  std::string watch;
+  std::string listen = "127.0.0.1:0";
+  std::string metrics;
+  std::string until;  // default depends on --dir / --watch
+  std::string settle = "2s";
+  std::string upload_limit;
+  std::string chunk_size = "8MiB";
+  std::string import = "auto";
+  std::string secret_file;
+  std::string cluster = "default";
+  uint64_t node_id = 0;
+  std::string log_format = "text";
+};
+
+Result<publish::ImportPolicy> ParseImport(std::string_view text) {
+  if (text == "auto") return publish::ImportPolicy::kAuto;
+  if (text == "copy") return publish::ImportPolicy::kCopy;
+  if (text == "hardlink") return publish::ImportPolicy::kHardlink;
+  return InvalidArgument("--import must be auto, copy or hardlink, not '" + std::string(text) +
+                         "'");
+}
+
+Status RunPublish(const PublishFlags& flags) {
+  if (flags.dir.empty() == flags.watch.empty()) {
+    return InvalidArgument("give exactly one of --dir PATH and --watch DIR");
+  }
+  RETURN_IF_ERROR(ValidateChannelName(flags.channel));
+  ASSIGN_OR_RETURN(metrics::LogFormat format, metrics::ParseLogFormat(flags.log_format));
+  ASSIGN_OR_RETURN(publish::SeedUntil until,
+                   publish::ParseSeedUntil(!flags.until.empty() ? flags.until
+                                           : flags.dir.empty()  ? "never"
+                                                                : "replicated"));
+  ASSIGN_OR_RETURN(auto settle, ParseDuration(flags.settle));
+  ASSIGN_OR_RETURN(uint64_t chunk_size, ParseSize(flags.chunk_size));
+  if (chunk_size < kMinChunkSize || chunk_size > kMaxChunkSize) {
+    return InvalidArgument("--chunk-size must be between " + FormatBytes(kMinChunkSize) + " and " +
+                           FormatBytes(kMaxChunkSize));
+  }
+
+  publish::PublisherOptions options;
+  options.coordinator = flags.coordinator;
+  options.store = flags.store;
+  options.channel = flags.channel;
+  options.listen = flags.listen;
+  options.cluster = flags.cluster;
+  options.node_id = PeerId(flags.node_id);
+  options.build.chunk_size = chunk_size;
+  ASSIGN_OR_RETURN(options.import, ParseImport(flags.import));
+  options.log = metrics::Logger("publish", format);
+  ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.secret_file));
+  if (!flags.upload_limit.empty()) {
+    ASSIGN_OR_RETURN(uint64_t rate, ParseSize(flags.upload_limit));
+    if (rate == 0) return InvalidArgument("--upload-limit must be above 0");
+    options.upload_limit =
+        std::make_shared<net::TokenBucket>(rate, std::max<uint64_t>(rate / 10, 1 << 20));
+  }
+  metrics::Logger log = options.log;
+
+  // Before any thread starts, so that every thread has the signals blocked.
+  SignalStopper signals;
+  metrics::Registry registry;
+  std::unique_ptr<metrics::MetricsServer> metrics_server;
+  if (!flags.metrics.empty()) {
+    ASSIGN_OR_RETURN(metrics_server, metrics::MetricsServer::Start(registry, flags.metrics));
+    log.Info("serving metrics", {{"address", "http://" + metrics_server->address() + "/metrics"}});
+    options.metrics = &registry;
+  }
+
+  ASSIGN_OR_RETURN(std::unique_ptr<publish::Publisher> publisher,
+                   publish::Publisher::Create(std::move(options)));
+  signals.OnSignal([&publisher] { publisher->Stop(); });
+
+  Status result;
+  if (!flags.watch.empty()) {
+    result = publisher->Watch(flags.watch, settle);
+  } else {
+    Result<publish::PublishedVersion> published = publisher->PublishDirectory(flags.dir);
+    if (!published.ok()) {
+      result = published.status();
+    } else {
+      // The version number on stdout, for scripts; everything else is in the log.
+      std::cout << published->version.value() << std::endl;
+      result = publisher->WaitUntil(until);
+      if (result.ok() && until != publish::SeedUntil::kNever) {
+        log.Info("done seeding", {{"version", published->version.value()},
+                                  {"until", flags.until.empty() ? "replicated" : flags.until}});
+      }
+    }
+  }
+  if (signals.signalled()) {
+    log.Info("stopping", {{"signal", std::string(strsignal(signals.signal()))}});
+    if (result.code() == Code::kAborted) result = Status::Ok();  // a requested stop
+  }
+  signals.OnSignal({});  // the publisher goes away before the signal thread does
+  publisher->Stop();
+  return result;
+}
+
+void SetupPublish(CLI::App& app) {
+  auto flags = std::make_shared<PublishFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "publish",
+      "Publish checkpoint directories as versions of a channel and seed them to the fleet: "
+      "--dir publishes one directory (then seeds until --until, default replicated); --watch "
+      "publishes every checkpoint directory a trainer saves under DIR, in natural order, once "
+      "complete and unchanged for --settle (until stopped)");
+  cmd->add_option("--coordinator", flags->coordinator, "Coordinator address (host:port)")
+      ->required();
+  cmd->add_option("--store", flags->store, "The publisher's store directory")->required();
+  cmd->add_option("--channel", flags->channel, "Channel to publish")->required();
+  cmd->add_option("--dir", flags->dir, "Publish this checkpoint directory as the next version");
+  cmd->add_option("--watch", flags->watch,
+                  "Publish each new checkpoint directory that appears under DIR");
+  cmd->add_option("--listen", flags->listen, "ip:port peers fetch from (port 0: any free port)")
+      ->capture_default_str();
+  cmd->add_option("--metrics", flags->metrics, "ip:port to serve Prometheus /metrics on");
+  cmd->add_option("--until", flags->until,
+                  "Seed until: replicated (every chunk has another copy; default for --dir), "
+                  "complete (every live agent committed it), never (default for --watch)");
+  cmd->add_option("--settle", flags->settle,
+                  "--watch: a directory must be unchanged this long before it is published")
+      ->capture_default_str();
+  cmd->add_option("--upload-limit", flags->upload_limit,
+                  "Upload rate limit, bytes/s (e.g. 100MiB)");
+  cmd->add_option("--chunk-size", flags->chunk_size, "Chunk size of new versions")
+      ->capture_default_str();
+  cmd->add_option("--import", flags->import,
+                  "How files enter the store: auto (hard links on one filesystem), copy, hardlink")
+      ->capture_default_str();
+  cmd->add_option("--secret-file", flags->secret_file,
+                  "File holding the cluster secret (default: $WEIGHTCAST_SECRET)");
+  cmd->add_option("--cluster", flags->cluster, "Cluster id every node shares")
+      ->capture_default_str();
+  cmd->add_option("--node-id", flags->node_id, "This node's id (default: random)");
+  cmd->add_option("--log-format", flags->log_format, "text or json")->capture_default_str();
+  cmd->callback([flags] { Finish("publish", RunPublish(*flags)); });
+}
+
+const CommandRegistration kRegistered{"publish", 12, &SetupPublish};
+
+}  // namespace
+}  // namespace weightcast::cli
