@@ -129,6 +129,7 @@ ChannelSummary SummarizeChannel(const wire::FleetStatus& status, const wire::Cha
       ++s.committed;
     } else if (p->version() == v && p->phase() == wire::PHASE_PREPARED) {
       ++s.prepared;
+      if (node.tensor_patterns_size() > 0) ++s.subset_prepared;
     }
     if (committed || (p->version() == v && p->phase() == wire::PHASE_PREPARED)) {
       s.bytes_done += want_bytes;

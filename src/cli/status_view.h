@@ -33,11 +33,14 @@ struct ChannelSummary {
   uint64_t bytes_total = 0;
   uint64_t chunks_done = 0;
   uint64_t chunks_total = 0;
-  uint32_t followers = 0;       // live followers
-  uint32_t dead = 0;            // followers the coordinator marks dead
-  uint32_t prepared = 0;        // live followers with `version` PREPARED
-  uint32_t committed = 0;       // live followers with `version` (or a later one) COMMITTED
-  uint32_t failed = 0;          // live followers with `version` FAILED
+  uint32_t followers = 0;  // live followers
+  uint32_t dead = 0;       // followers the coordinator marks dead
+  uint32_t prepared = 0;   // live followers with `version` PREPARED
+  uint32_t committed = 0;  // live followers with `version` (or a later one) COMMITTED
+  uint32_t failed = 0;     // live followers with `version` FAILED
+  // Live followers that want only some tensors (NodeStatus::tensor_patterns) and have them
+  // PREPARED: such an agent keeps a subset staged and never commits it, so it is done.
+  uint32_t subset_prepared = 0;
   uint64_t bytes_received = 0;  // wire bytes, every node (sources too), for `version`
   uint64_t bytes_sent = 0;
 
@@ -47,8 +50,11 @@ struct ChannelSummary {
   std::optional<double> eta_s;  // empty: unknown (no rate yet, or nothing moves)
 
   uint32_t nodes_done() const { return prepared + committed; }
-  // Every live follower has `version` committed (and there is at least one follower).
-  bool complete() const { return version != 0 && followers > 0 && committed == followers; }
+  // Every live follower has `version` committed, or prepared when it wants a tensor subset (and
+  // there is at least one follower).
+  bool complete() const {
+    return version != 0 && followers > 0 && committed + subset_prepared == followers;
+  }
 };
 
 // Summaries of every channel in `now` (or only `channel` when not empty), in the order of

@@ -144,6 +144,15 @@ TEST(Summarize, CompleteWhenEveryLiveFollowerCommittedTheNewest) {
   EXPECT_FALSE(s[0].complete());
   EXPECT_EQ(s[0].bytes_total, 210 * kMiB);
   EXPECT_EQ(s[0].bytes_done, 205 * kMiB);
+  // A subset agent keeps its tensors staged (PREPARED) and never commits: that is done.
+  wire::FleetStatus subset = Fleet(1000);
+  AddNode(subset, 1, true, wire::PHASE_COMMITTED, 2, 2, 100);
+  AddNode(subset, 2, true, wire::PHASE_PREPARED, 2, 1, 10, 10);
+  EXPECT_FALSE(Summarize(subset, nullptr)[0].complete());  // no patterns: must commit
+  subset.mutable_nodes(1)->add_tensor_patterns("model.layers.0.*");
+  s = Summarize(subset, nullptr);
+  EXPECT_EQ(s[0].subset_prepared, 1u);
+  EXPECT_TRUE(s[0].complete());
   // No followers at all is not complete.
   wire::FleetStatus empty = Fleet(1000);
   EXPECT_FALSE(Summarize(empty, nullptr)[0].complete());
