@@ -127,6 +127,12 @@ def phase_figures(ph_dir, params):
         fig["fault_host_s"] = round(times[fh], 3) if fh in times else None
         if ft is not None:
             fig["fault_at_s"] = round(float(ft) - t0, 2)
+    if system == "weightcast":
+        # The publisher logs how long preparing the version took (manifest, hashing, delta
+        # encoding): part of the measured time, shown apart.
+        for line in (read(os.path.join(ph_dir, "log.0"), "") or "").splitlines():
+            if " published " in line and "prepare_s=" in line:
+                fig["publish_prepare_s"] = round(float(line.split("prepare_s=")[1].split()[0]), 3)
     fig["_t0"], fig["_t_end"] = t0, t_end
     return fig
 
@@ -194,6 +200,8 @@ def main():
             notes.append(f"{f['mismatched_hosts']} hosts with wrong files")
         if "fault_host_s" in f:
             notes.append(f"faulted host: {f['fault_host_s']} s")
+        if "publish_prepare_s" in f:
+            notes.append(f"publish prepare {f['publish_prepare_s']} s")
         if "compression_ratio" in f:
             notes.append(f"ratio {f['compression_ratio']}x, {f['speedup_vs_full_bound']}x under S/B")
         def num(v, fmt):

@@ -22,6 +22,9 @@
 #                      down for DOWN_FOR s at FAULT_AT; or shape its link to RATE/10 throughout
 #   --fault-at S       default 0.4 x S/B;  --down-for S  default 5
 #   --delay D          one-way delay added to each host's upload (needs netem)
+#   --chunk-size C     weightcast publish --chunk-size (default: the publisher's, 8MiB)
+#   --heartbeat-timeout T  weightcast coordinator --heartbeat-timeout (default: its own, 3s;
+#                      nodes heartbeat 3x as often, which is how soon an agent hears of a version)
 #   --lr X             synth step learning rate (default 5e-7: ~1% of elements change)
 #   --work DIR         where data goes (default /dev/shm: the disk of a shared VM is not the
 #                      subject; every system gets the same)
@@ -38,7 +41,7 @@ root=$(cd "$here/../.." && pwd)
 source "$here/netns.sh"
 PY=/usr/bin/python3  # Debian's python: python3-libtorrent is installed for it
 
-usage() { sed -n '2,34p' "$0" >&2; exit 2; }
+usage() { sed -n '2,35p' "$0" >&2; exit 2; }
 [[ $# -ge 3 ]] || usage
 N=$1 RATE=$2 SIZE=$3
 shift 3
@@ -50,6 +53,8 @@ FAULT_AT=""
 DOWN_FOR=5
 DELAY=""
 LR=5e-7
+WC_CHUNK_SIZE=""
+WC_HEARTBEAT_TIMEOUT=""
 WORK_ROOT=/dev/shm
 KEEP=0
 CHECK_SECONDS=4
@@ -63,6 +68,8 @@ while [[ $# -gt 0 ]]; do
     --down-for) DOWN_FOR=$2; shift 2 ;;
     --delay) DELAY=$2; shift 2 ;;
     --lr) LR=$2; shift 2 ;;
+    --chunk-size) WC_CHUNK_SIZE=$2; shift 2 ;;
+    --heartbeat-timeout) WC_HEARTBEAT_TIMEOUT=$2; shift 2 ;;
     --work) WORK_ROOT=$2; shift 2 ;;
     --keep) KEEP=1; shift ;;
     --check-seconds) CHECK_SECONDS=$2; shift 2 ;;
@@ -74,6 +81,8 @@ done
 cluster_check_rate "$RATE" || exit 2
 [[ -z $DELAY ]] || cluster_check_delay "$DELAY" || exit 2
 [[ $FAULT =~ ^(none|kill|linkdown|slow)$ ]] || { echo "--fault: none|kill|linkdown|slow" >&2; exit 2; }
+[[ -z $WC_CHUNK_SIZE || $WC_CHUNK_SIZE =~ ^[0-9]+[KMG]i?B$ ]] || { echo "--chunk-size like 2MiB" >&2; exit 2; }
+[[ -z $WC_HEARTBEAT_TIMEOUT || $WC_HEARTBEAT_TIMEOUT =~ ^[0-9]+(ms|s)$ ]] || { echo "--heartbeat-timeout like 600ms" >&2; exit 2; }
 [[ $CHECK_SECONDS =~ ^[1-9][0-9]?$ ]] || { echo "--check-seconds: 1..99" >&2; exit 2; }
 [[ $DOWN_FOR =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "--down-for: seconds" >&2; exit 2; }
 [[ -z $FAULT_AT || $FAULT_AT =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "--fault-at: seconds" >&2; exit 2; }
@@ -232,18 +241,18 @@ phase_end() {
   if [[ $FAULT == slow ]]; then cluster_rate "$ID" "$FH" "$RATE"; fi
   [[ $FAULT == linkdown ]] && cluster_link "$ID" "$FH" up
   # Stop whatever still runs in the hosts before the next system starts (except the process
-  # group KEEP_PGID: weightcast's coordinator, which serves both of its steps).
+  # groups in KEEP_PGIDS: weightcast's coordinator and agents, which serve both of its steps).
   kill_hosts TERM
   sleep 0.3
   kill_hosts KILL
   return 0
 }
-KEEP_PGID=""
+KEEP_PGIDS=""
 kill_hosts() {  # SIGNAL
   local i p
   for ((i = 0; i < N; i++)); do
     for p in $(ip netns pids "$(cluster_ns "$ID" "$i")"); do
-      [[ -n $KEEP_PGID && $(ps -o pgid= -p "$p" 2>/dev/null | tr -d ' ') == "$KEEP_PGID" ]] && continue
+      [[ -n $KEEP_PGIDS && " $KEEP_PGIDS " == *" $(ps -o pgid= -p "$p" 2>/dev/null | tr -d ' ') "* ]] && continue
       kill "-$1" "$p" 2>/dev/null
     done
   done
@@ -331,7 +340,8 @@ vmstat_pid=""
 cat >"$W/params.json" <<EOF
 {"cluster_id": "$ID", "hosts": $N, "rate": "$RATE", "size": "$SIZE", "bytes": $S, "files": ${#FILES[@]},
  "bound_s": $BOUND, "fault": "$FAULT", "fault_host": $FH, "fault_at_s": $FAULT_AT,
- "down_for_s": $DOWN_FOR, "slow_rate": "$SLOW_RATE", "delay": "$DELAY", "lr": "$LR",
+ "down_for_s": $DOWN_FOR, "chunk_size": "${WC_CHUNK_SIZE:-default}",
+ "heartbeat_timeout": "${WC_HEARTBEAT_TIMEOUT:-default}", "slow_rate": "$SLOW_RATE", "delay": "$DELAY", "lr": "$LR",
  "iperf3_mbit": ${IPERF_MBIT:-0},
  "iperf3_ok": $([[ $check_ok -eq 0 ]] && echo true || echo false)}
 EOF

@@ -13,9 +13,12 @@ Tuning (issue #9, so that the comparison is fair to libtorrent on a 2-core machi
 (uTP's per-packet work would saturate the CPU), unlimited unchoke slots, strict end game off,
 DHT / LSD / UPnP / NAT-PMP / PEX off, peers connected directly, no rate limits, 256 KiB pieces,
 v1-only metadata (v2's per-block Merkle hashing costs CPU and buys nothing here).
+For tuning experiments, $WC_TORRENT_SETTINGS (a JSON object) is merged over these settings, and
+$WC_TORRENT_SUPER_SEED=1 makes the seed super-seed.
 """
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -66,13 +69,17 @@ def run(args):
     deadline = time.time() + args.timeout
     host, port = parse_addr(args.listen)
     peers = [parse_addr(p) for p in args.peer]
-    ses = lt.session(session_settings(f"{host}:{port}"))
+    settings = session_settings(f"{host}:{port}")
+    settings.update(json.loads(os.environ.get("WC_TORRENT_SETTINGS", "{}")))
+    ses = lt.session(settings)
     params = lt.add_torrent_params()
     params.ti = lt.torrent_info(args.torrent)
     params.save_path = args.save
     flags = lt.torrent_flags.disable_dht | lt.torrent_flags.disable_lsd | lt.torrent_flags.disable_pex
     if args.seed:
         flags |= lt.torrent_flags.seed_mode  # the data is known good: no hash check at start
+        if os.environ.get("WC_TORRENT_SUPER_SEED") == "1":
+            flags |= lt.torrent_flags.super_seeding
     params.flags = flags  # not auto-managed: never queued, never paused by the session
     handle = ses.add_torrent(params)
     write_json_atomic(args.ready, {"host": host})
