@@ -58,8 +58,9 @@ def idle_between(samples, t0, t1):
     return {"mean": round(statistics.mean(vals), 1), "min": round(min(vals), 1), "samples": len(vals)}
 
 
-def published_delta(path):
-    """Total and payload bytes of version 2 as the coordinator logged it (status --json)."""
+def published_version(path, version):
+    """Version VERSION's entry in the coordinator's log (status --json --once at the end of the
+    step): total and payload bytes, when it was published."""
     text = read(path)
     if not text:
         return None
@@ -72,10 +73,10 @@ def published_delta(path):
         return int(d.get(snake, d.get(camel, 0)) or 0)
     for ch in status.get("channels", []):
         for v in ch.get("versions", []):
-            if field(v, "version") == 2 and field(v, "payload_bytes") > 0:
-                total, payload = field(v, "total_bytes"), field(v, "payload_bytes")
-                return {"published_total_bytes": total, "published_payload_bytes": payload,
-                        "published_ratio": round(total / payload, 2)}
+            if field(v, "version") == version:
+                return {"total_bytes": field(v, "total_bytes"),
+                        "payload_bytes": field(v, "payload_bytes"),
+                        "published_unix_s": field(v, "published_unix_ms") / 1000.0}
     return None
 
 
@@ -128,6 +129,17 @@ def phase_figures(ph_dir, params):
         if ft is not None:
             fig["fault_at_s"] = round(float(ft) - t0, 2)
     if system == "weightcast":
+        entry = published_version(os.path.join(ph_dir, "status.json"),
+                                  2 if ph_dir.rstrip("/").endswith("_delta") else 1)
+        if entry and others:
+            # From the moment the coordinator logged the version (publisher's preparation done)
+            # to the slowest host's commit: what the fleet itself took.
+            last = max(others.values()) + t0
+            fig["slowest_after_publish_s"] = round(last - entry["published_unix_s"], 3)
+        if entry and entry["payload_bytes"] > 0:
+            fig["published_total_bytes"] = entry["total_bytes"]
+            fig["published_payload_bytes"] = entry["payload_bytes"]
+            fig["published_ratio"] = round(entry["total_bytes"] / entry["payload_bytes"], 2)
         # The publisher logs how long preparing the version took (manifest, hashing, delta
         # encoding): part of the measured time, shown apart.
         for line in (read(os.path.join(ph_dir, "log.0"), "") or "").splitlines():
@@ -166,9 +178,7 @@ def main():
     if wc.get("slowest_s") and lt.get("slowest_s"):
         out["libtorrent_vs_weightcast"] = round(lt["slowest_s"] / wc["slowest_s"], 3)
     delta = phases.get("weightcast_delta", {})
-    published = published_delta(os.path.join(ph_root, "weightcast_delta", "status.json"))
-    if published:
-        delta.update(published)
+    published = delta if delta.get("published_ratio") else None
     if diff.get("ratio"):
         delta["codec_ratio"] = round(float(diff["ratio"]), 2)  # `weightcast diff` of the same step
     if delta.get("slowest_s") and (published or diff.get("ratio")):
@@ -179,6 +189,8 @@ def main():
         delta["speedup_vs_full_bound"] = round(speedup, 2)
         delta["delta_bytes_bound_s"] = round(bound / ratio, 3)
         goals["delta_speedup_at_least_half_ratio"] = speedup >= ratio / 2
+        if delta.get("slowest_after_publish_s"):
+            delta["speedup_after_publish"] = round(bound / delta["slowest_after_publish_s"], 2)
     out["goals"] = goals
 
     print(f"cluster: {params['hosts']} hosts at {params['rate']}, version {params['bytes']} bytes "
@@ -202,6 +214,8 @@ def main():
             notes.append(f"faulted host: {f['fault_host_s']} s")
         if "publish_prepare_s" in f:
             notes.append(f"publish prepare {f['publish_prepare_s']} s")
+        if "slowest_after_publish_s" in f:
+            notes.append(f"{f['slowest_after_publish_s']} s after published")
         if "compression_ratio" in f:
             notes.append(f"ratio {f['compression_ratio']}x, {f['speedup_vs_full_bound']}x under S/B")
         def num(v, fmt):
