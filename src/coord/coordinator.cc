@@ -105,7 +105,7 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Open(CoordinatorOptions option
     versions += channel.versions.size();
   }
   coordinator->options_.log(
-      "coordinator: recovered " + std::to_string(recovery.records) + " log records, " +
+      "recovered " + std::to_string(recovery.records) + " log records, " +
       std::to_string(versions) + " versions in " +
       std::to_string(coordinator->log_->channels().size()) + " channels from " +
       coordinator->options_.state_dir.string() +
@@ -244,8 +244,8 @@ Result<wire::RegisterReply> Coordinator::OnRegister(uint64_t session, const net:
   node.last_seen = now;
   node.progress.clear();
   ++counters_.registrations;
-  options_.log("coordinator: " + NodeName(node.id) + " registered (" +
-               std::string(net::RoleName(peer.role)) + ", " + request.peer_address() +
+  options_.log("" + NodeName(node.id) + " registered (" + std::string(net::RoleName(peer.role)) +
+               ", " + request.peer_address() +
                (request.rack().empty() ? "" : ", rack " + request.rack()) +
                (replaced->has_value() ? ", replacing its previous connection" : "") + ")");
   SweepLocked(now);
@@ -280,7 +280,7 @@ Result<wire::HeartbeatReply> Coordinator::OnHeartbeat(uint64_t session, const ne
     // Same connection, same registration: a node that was only slow comes back as it was.
     node.alive = true;
     membership_changed_ = true;
-    options_.log("coordinator: " + NodeName(node.id) + " is alive again");
+    options_.log("" + NodeName(node.id) + " is alive again");
   }
   for (const wire::ChannelProgress& progress : request.channels()) {
     if (!Follows(node.registration, progress.channel())) continue;  // not one it registered
@@ -322,7 +322,7 @@ Result<uint64_t> Coordinator::OnPublish(const net::PeerInfo& peer, const wire::P
   ASSIGN_OR_RETURN(VerifiedPublish verified, log_->VerifyPublish(bytes));
   const Manifest& m = verified.manifest;
   if (verified.duplicate) {
-    options_.log("coordinator: " + m.channel + " v" + std::to_string(m.version.value()) +
+    options_.log("" + m.channel + " v" + std::to_string(m.version.value()) +
                  " published again by " + NodeName(peer.node_id) + " (already recorded)");
     return m.version.value();
   }
@@ -337,9 +337,9 @@ Result<uint64_t> Coordinator::OnPublish(const net::PeerInfo& peer, const wire::P
                    log_->RecordPublish(verified, peer.node_id, UnixMs(), decision.decision,
                                        decision.abort_reason));
   ++counters_.versions_published;
-  options_.log("coordinator: published " + m.channel + " v" + std::to_string(entry.version()) +
-               " (" + FormatBytes(entry.total_bytes()) + ", " +
-               std::to_string(entry.chunk_count()) + " chunks" +
+  options_.log("published " + m.channel + " v" + std::to_string(entry.version()) + " (" +
+               FormatBytes(entry.total_bytes()) + ", " + std::to_string(entry.chunk_count()) +
+               " chunks" +
                (entry.base_version() != 0
                     ? ", delta on v" + std::to_string(entry.base_version()) + " with " +
                           FormatBytes(entry.payload_bytes()) + " of payloads"
@@ -402,8 +402,8 @@ Result<uint64_t> Coordinator::OnRollback(const net::PeerInfo& peer, const wire::
   RETURN_IF_ERROR(ValidateChannelName(request.channel()).WithContext("rollback"));
   std::lock_guard lock(mu_);
   ASSIGN_OR_RETURN(uint64_t version, log_->RecordRollback(request.channel(), request.version()));
-  options_.log("coordinator: " + request.channel() + " rolled back to v" + std::to_string(version) +
-               " by " + NodeName(peer.node_id));
+  options_.log("" + request.channel() + " rolled back to v" + std::to_string(version) + " by " +
+               NodeName(peer.node_id));
   channels_to_decide_.insert(request.channel());
   return version;
 }
@@ -431,7 +431,7 @@ void Coordinator::SweepLocked(net::TimePoint now) {
       node.alive = false;
       membership_changed_ = true;
       ++counters_.nodes_died;
-      options_.log("coordinator: " + NodeName(node.id) + " (" + node.registration.peer_address() +
+      options_.log("" + NodeName(node.id) + " (" + node.registration.peer_address() +
                    ") sent nothing for " + std::to_string(Millis(silent)) + " ms: dead");
     }
     if (!node.alive && !node.connected && silent > options_.forget_after) {
@@ -475,7 +475,7 @@ void Coordinator::RebuildPeerListsLocked() {
                                                .seed = options_.seed ^ Fnv1a(channel)});
     if (!lists.ok()) {
       // Options were validated and ids are unique map keys: this is a bug, not bad input.
-      options_.log("coordinator: peer lists for " + channel + ": " + lists.status().ToString());
+      options_.log("peer lists for " + channel + ": " + lists.status().ToString());
       continue;
     }
     for (size_t i = 0; i < members.size(); ++i) {
@@ -511,11 +511,11 @@ void Coordinator::DecideLocked(const std::string& name, net::TimePoint now) {
     Status recorded =
         log_->RecordDecision(name, change.version, change.decision, change.abort_reason);
     if (!recorded.ok()) {
-      options_.log("coordinator: recording a decision for " + name + " v" +
-                   std::to_string(change.version) + ": " + recorded.ToString());
+      options_.log("recording a decision for " + name + " v" + std::to_string(change.version) +
+                   ": " + recorded.ToString());
       return;
     }
-    options_.log("coordinator: " + name + " v" + std::to_string(change.version) + ": " +
+    options_.log("" + name + " v" + std::to_string(change.version) + ": " +
                  wire::Decision_Name(change.decision) +
                  (change.abort_reason.empty() ? "" : " (" + change.abort_reason + ")"));
   }
@@ -594,14 +594,14 @@ void Coordinator::Serve(net::Listener& listener) {
                         auto frame = connection->Receive(net::kForever);
                         if (!frame.ok()) break;
                         if (frame->type != net::FrameType::kControl) {
-                          options_.log("coordinator: " + NodeName(peer.node_id) + " sent a " +
+                          options_.log("" + NodeName(peer.node_id) + " sent a " +
                                        std::string(net::FrameTypeName(frame->type)) +
                                        " frame; closing");
                           break;
                         }
                         auto request = ParseEnvelope(frame->body);
                         if (!request.ok()) {
-                          options_.log("coordinator: " + NodeName(peer.node_id) + ": " +
+                          options_.log("" + NodeName(peer.node_id) + ": " +
                                        request.status().ToString() + "; closing");
                           break;
                         }

@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "coord/coordinator_metrics.h"
 #include "coord_test_util.h"
 
 namespace weightcast::coord {
@@ -376,6 +377,36 @@ TEST(Coordinator, DecisionsComeFromTheDecider) {
   ASSERT_TRUE(status.ok());
   EXPECT_EQ(status->channels(0).versions(0).decision(), wire::DECISION_COMMIT);
   EXPECT_EQ(status->channels(0).current_version(), 1u);
+}
+
+}  // namespace
+}  // namespace weightcast::coord
+
+namespace weightcast::coord {
+namespace {
+
+TEST(CoordinatorMetrics, PageCountsMembersVersionsAndRequestsByType) {
+  testing::CoordinatorHarness h;
+  ASSERT_TRUE(h.Start().ok());
+  metrics::Registry registry;
+  ExportCoordinatorMetrics(h.coordinator(), registry);
+  auto pub = h.Connect(7, net::Role::kPublisher);
+  ASSERT_TRUE(pub->Publish(testing::Signed(testing::TestManifest("p", 1, 1))).ok());
+  auto agent = h.Connect(10, net::Role::kAgent);
+  ASSERT_TRUE(agent->Register(testing::AgentRegistration(10, "p")).ok());
+  ASSERT_TRUE(agent->Heartbeat({}).ok());
+  ASSERT_TRUE(agent->Heartbeat({}).ok());
+  const std::string page = registry.Render();
+  EXPECT_NE(page.find("weightcast_coordinator_members_alive 1\n"), std::string::npos) << page;
+  EXPECT_NE(page.find("weightcast_coordinator_versions_published_total 1\n"), std::string::npos);
+  EXPECT_NE(page.find("weightcast_coordinator_heartbeats_total 2\n"), std::string::npos);
+  EXPECT_NE(page.find("weightcast_coordinator_requests_total{type=\"heartbeat\"} 2\n"),
+            std::string::npos);
+  EXPECT_NE(page.find("weightcast_coordinator_requests_total{type=\"publish\"} 1\n"),
+            std::string::npos);
+  EXPECT_TRUE(registry.errors().empty());
+  RemoveCoordinatorMetrics(registry);
+  EXPECT_EQ(registry.Render().find("weightcast_coordinator"), std::string::npos);
 }
 
 }  // namespace

@@ -1,0 +1,131 @@
+// weightcast coordinator   the fleet's control plane (docs/coordinator.md): membership and
+// heartbeats, peer lists, the durable version log of every channel, rollbacks. Agents, publishers
+// and tools connect to --listen; the state lives in --state-dir and survives restarts.
+// The cluster secret comes from --secret-file or WEIGHTCAST_SECRET, never from the command line.
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+
+#include "cli/command.h"
+#include "cli/signal_stop.h"
+#include "coord/coordinator.h"
+#include "coord/coordinator_metrics.h"
+#include "metrics/http_server.h"
+#include "metrics/log.h"
+#include "metrics/registry.h"
+#include "net/handshake.h"
+#include "net/tcp_transport.h"
+#include "util/file.h"
+#include "util/text.h"
+
+namespace weightcast::cli {
+namespace {
+
+struct CoordinatorFlags {
+  std::string listen;
+  std::string state_dir;
+  std::string heartbeat_timeout = "3s";
+  uint32_t degree = 6;
+  std::string metrics;
+  std::string address_file;
+  std::string secret_file;
+  std::string cluster = "default";
+  uint64_t node_id = 0;
+  std::string log_format = "text";
+};
+
+Status RunCoordinator(const CoordinatorFlags& flags) {
+  ASSIGN_OR_RETURN(metrics::LogFormat format, metrics::ParseLogFormat(flags.log_format));
+  ASSIGN_OR_RETURN(net::Duration heartbeat_timeout, ParseDuration(flags.heartbeat_timeout));
+  if (heartbeat_timeout < std::chrono::milliseconds(30)) {
+    return InvalidArgument("--heartbeat-timeout must be at least 30ms");
+  }
+  if (flags.degree < 2) return InvalidArgument("--degree must be at least 2");
+  metrics::Logger log("coordinator", format);
+
+  coord::CoordinatorOptions options;
+  options.state_dir = flags.state_dir;
+  options.heartbeat_timeout = heartbeat_timeout;
+  options.degree = flags.degree;
+  options.log = log.AsLineFn();
+  ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.secret_file));
+
+  net::Options net_options;
+  net_options.self.cluster_id = flags.cluster;
+  net_options.self.node_id = PeerId(flags.node_id != 0 ? flags.node_id : std::random_device{}());
+  net_options.self.role = net::Role::kCoordinator;
+  net_options.secret = options.secret;
+  net_options.log = log.AsLineFn();
+
+  // Before any thread starts, so that every thread has the signals blocked.
+  SignalStopper signals;
+  ASSIGN_OR_RETURN(std::unique_ptr<coord::Coordinator> coordinator,
+                   coord::Coordinator::Open(std::move(options)));
+  metrics::Registry registry;
+  coord::ExportCoordinatorMetrics(*coordinator, registry);
+  std::unique_ptr<metrics::MetricsServer> metrics_server;
+  if (!flags.metrics.empty()) {
+    ASSIGN_OR_RETURN(metrics_server, metrics::MetricsServer::Start(registry, flags.metrics));
+    log.Info("serving metrics", {{"address", "http://" + metrics_server->address() + "/metrics"}});
+  }
+  ASSIGN_OR_RETURN(auto transport, net::TcpTransport::Create(std::move(net_options), 2));
+  ASSIGN_OR_RETURN(auto listener, transport->Listen(flags.listen));
+  if (!flags.address_file.empty()) {
+    RETURN_IF_ERROR(WriteFileAtomic(flags.address_file, listener->address()));
+  }
+  log.Info("listening",
+           {{"address", listener->address()},
+            {"state_dir", flags.state_dir},
+            {"heartbeat_timeout_ms",
+             static_cast<uint64_t>(
+                 std::chrono::duration_cast<std::chrono::milliseconds>(heartbeat_timeout).count())},
+            {"degree", flags.degree}});
+
+  signals.OnSignal([&coordinator] { coordinator->Stop(); });
+  coordinator->Serve(*listener);  // until a signal stops it
+  signals.OnSignal({});
+  if (signals.signalled()) {
+    log.Info("stopped", {{"signal", std::string(strsignal(signals.signal()))}});
+  }
+  if (metrics_server != nullptr) metrics_server->Stop();
+  coord::RemoveCoordinatorMetrics(registry);
+  return Status::Ok();
+}
+
+void SetupCoordinator(CLI::App& app) {
+  auto flags = std::make_shared<CoordinatorFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "coordinator",
+      "Run the control plane: agents and publishers register and heartbeat here, get their peer "
+      "lists and the versions to fetch; publishers record new versions in a durable log under "
+      "--state-dir (a restarted coordinator serves the same log). Stops on SIGINT/SIGTERM");
+  cmd->add_option("--listen", flags->listen, "ip:port to listen on (port 0: any free port)")
+      ->required();
+  cmd->add_option("--state-dir", flags->state_dir,
+                  "Directory of the version log and published manifests (created if missing)")
+      ->required();
+  cmd->add_option("--heartbeat-timeout", flags->heartbeat_timeout,
+                  "Silence after which a node is marked dead (nodes heartbeat 3x as often)")
+      ->capture_default_str();
+  cmd->add_option("--degree", flags->degree,
+                  "Peers per agent in the peer lists (publishers get twice as many)")
+      ->capture_default_str();
+  cmd->add_option("--metrics", flags->metrics,
+                  "ip:port to serve Prometheus metrics at /metrics (port 0: any free port)");
+  cmd->add_option("--address-file", flags->address_file,
+                  "Once listening, write the bound address here (atomically), for scripts");
+  cmd->add_option("--secret-file", flags->secret_file,
+                  "File holding the cluster secret (default: $WEIGHTCAST_SECRET)");
+  cmd->add_option("--cluster", flags->cluster, "Cluster id every node must share")
+      ->capture_default_str();
+  cmd->add_option("--node-id", flags->node_id, "This node's id (default: random)");
+  cmd->add_option("--log-format", flags->log_format, "Log lines as text or json")
+      ->capture_default_str();
+  cmd->callback([flags] { Finish("coordinator", RunCoordinator(*flags)); });
+}
+
+const CommandRegistration kRegistered{"coordinator", 11, &SetupCoordinator};
+
+}  // namespace
+}  // namespace weightcast::cli
