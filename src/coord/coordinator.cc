@@ -69,7 +69,9 @@ struct Coordinator::Node {
 
 Coordinator::Coordinator(CoordinatorOptions options)
     : options_(std::move(options)),
-      clock_(options_.clock != nullptr ? *options_.clock : net::Clock::Real()) {}
+      clock_(options_.clock != nullptr ? *options_.clock : net::Clock::Real()),
+      sweep_period_(std::min<net::Duration>(options_.heartbeat_interval / 4,
+                                            std::chrono::milliseconds(100))) {}
 
 Coordinator::~Coordinator() { Stop(); }
 
@@ -248,7 +250,7 @@ Result<wire::RegisterReply> Coordinator::OnRegister(uint64_t session, const net:
                ", " + request.peer_address() +
                (request.rack().empty() ? "" : ", rack " + request.rack()) +
                (replaced->has_value() ? ", replacing its previous connection" : "") + ")");
-  SweepLocked(now);
+  MaybeSweepLocked(now);
 
   wire::RegisterReply reply;
   reply.set_heartbeat_interval_ms(static_cast<uint32_t>(Millis(options_.heartbeat_interval)));
@@ -282,16 +284,19 @@ Result<wire::HeartbeatReply> Coordinator::OnHeartbeat(uint64_t session, const ne
     membership_changed_ = true;
     options_.log("" + NodeName(node.id) + " is alive again");
   }
+  std::set<std::string> changed;
   for (const wire::ChannelProgress& progress : request.channels()) {
     if (!Follows(node.registration, progress.channel())) continue;  // not one it registered
     auto previous = node.progress.find(progress.channel());
     if (previous == node.progress.end() || previous->second.phase() != progress.phase() ||
         previous->second.version() != progress.version()) {
-      channels_to_decide_.insert(progress.channel());
+      changed.insert(progress.channel());
     }
     node.progress[progress.channel()] = progress;
   }
-  SweepLocked(now);
+  // A phase change may complete a rollout: decide now rather than at the next sweep.
+  for (const std::string& channel : changed) DecideLocked(channel, now);
+  MaybeSweepLocked(now);
 
   wire::HeartbeatReply reply;
   for (const std::string& name : node.registration.channels()) {
@@ -365,7 +370,7 @@ wire::FleetStatus Coordinator::OnGetStatus(const wire::GetStatus& request) {
   const net::TimePoint now = clock_.Now();
   const std::string& filter = request.channel();
   std::lock_guard lock(mu_);
-  SweepLocked(now);
+  MaybeSweepLocked(now);
   wire::FleetStatus status;
   status.set_now_unix_ms(UnixMs());
   for (const auto& [id, node] : nodes_) {
@@ -423,7 +428,12 @@ void Coordinator::Sweep() {
   SweepLocked(now);
 }
 
+void Coordinator::MaybeSweepLocked(net::TimePoint now) {
+  if (now - last_sweep_ >= sweep_period_) SweepLocked(now);
+}
+
 void Coordinator::SweepLocked(net::TimePoint now) {
+  last_sweep_ = now;
   for (auto it = nodes_.begin(); it != nodes_.end();) {
     Node& node = *it->second;
     const net::Duration silent = now - node.last_seen;
@@ -548,8 +558,7 @@ void Coordinator::Serve(net::Listener& listener) {
   std::thread sweeper([this] {
     // Real time, whatever clock_ is: the sweeper only has to run often; what it decides is
     // measured on clock_.
-    const auto period =
-        std::max<net::Duration>(options_.heartbeat_interval / 4, std::chrono::milliseconds(10));
+    const auto period = std::max<net::Duration>(sweep_period_, std::chrono::milliseconds(10));
     std::unique_lock lock(sessions_mu_);
     while (!stopping_) {
       stop_cv_.wait_for(lock, period);

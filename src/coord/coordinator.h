@@ -110,7 +110,10 @@ class Coordinator {
   wire::FleetStatus OnGetStatus(const wire::GetStatus& request);
   Result<uint64_t> OnRollback(const net::PeerInfo& peer, const wire::Rollback& request);
 
-  // With mu_ held.
+  // With mu_ held. Requests sweep at most once per sweep_period_ of clock time (the scan and a
+  // peer-list rebuild are O(nodes)): a thousand nodes joining at once cost a few rebuilds, not a
+  // thousand. Sweep() always sweeps.
+  void MaybeSweepLocked(net::TimePoint now);
   void SweepLocked(net::TimePoint now);
   void RebuildPeerListsLocked();
   void DecideLocked(const std::string& channel, net::TimePoint now);
@@ -121,11 +124,13 @@ class Coordinator {
 
   CoordinatorOptions options_;
   const net::Clock& clock_;
+  const net::Duration sweep_period_;  // the smaller of heartbeat_interval / 4 and 100 ms
   CoordinatorCounters counters_;
 
   mutable std::mutex mu_;
   std::unique_ptr<VersionLog> log_;
   std::map<PeerId, std::unique_ptr<Node>> nodes_;
+  net::TimePoint last_sweep_{};
   bool membership_changed_ = true;  // peer lists must be rebuilt before they are served
   std::map<PeerId, std::vector<wire::PeerEntry>> peer_lists_;
   std::set<std::string> channels_to_decide_;

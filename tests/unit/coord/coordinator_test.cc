@@ -79,6 +79,8 @@ TEST(Coordinator, PeerListsAreBoundedSymmetricAndCarryAddresses) {
   // A node of another channel never shows up in policy's lists.
   nodes[500] = h.Connect(500, net::Role::kAgent);
   ASSERT_TRUE(nodes[500]->Register(AgentRegistration(500, "other")).ok());
+  // Joins within one sweep period are batched into one rebuild at the next sweep.
+  h.coordinator().Sweep();
 
   std::map<uint64_t, wire::HeartbeatReply> replies;
   for (auto& [id, client] : nodes) {
@@ -121,6 +123,7 @@ TEST(Coordinator, SilentNodeDiesAndComesBackWhenItRegistersAgain) {
     nodes[id] = h.Connect(id + 100, net::Role::kAgent);
     ASSERT_TRUE(nodes[id]->Register(AgentRegistration(id + 100)).ok());
   }
+  h.coordinator().Sweep();
   auto a = nodes[1]->Heartbeat({});
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(PeerIds(*a), (std::set<uint64_t>{102, 103}));
@@ -143,6 +146,7 @@ TEST(Coordinator, SilentNodeDiesAndComesBackWhenItRegistersAgain) {
   // Restarted: a new connection, the same node id.
   nodes[3] = h.Connect(103, net::Role::kAgent);
   ASSERT_TRUE(nodes[3]->Register(AgentRegistration(103)).ok());
+  h.coordinator().Sweep();
   a = nodes[1]->Heartbeat({});
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(PeerIds(*a), (std::set<uint64_t>{102, 103}));
@@ -396,6 +400,7 @@ TEST(CoordinatorMetrics, PageCountsMembersVersionsAndRequestsByType) {
   ASSERT_TRUE(agent->Register(testing::AgentRegistration(10, "p")).ok());
   ASSERT_TRUE(agent->Heartbeat({}).ok());
   ASSERT_TRUE(agent->Heartbeat({}).ok());
+  h.coordinator().Sweep();  // member counts are refreshed by sweeps
   const std::string page = registry.Render();
   EXPECT_NE(page.find("weightcast_coordinator_members_alive 1\n"), std::string::npos) << page;
   EXPECT_NE(page.find("weightcast_coordinator_versions_published_total 1\n"), std::string::npos);
