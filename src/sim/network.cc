@@ -43,8 +43,56 @@ void Network::SetRate(double now, FlowId id, double rate) {
   for (uint8_t k = 0; k < f.nres; ++k) res_[f.res[k]].used += rate - f.rate;
   f.rate = rate;
   ++f.gen;
-  const double finish = rate > 0 ? now + f.left / rate : kNever;
-  heap_.push(Finish{finish, id, f.gen});
+  f.finish = rate > 0 ? now + f.left / rate : kNever;
+  HeapUpdate(id);
+}
+
+void Network::HeapUp(uint32_t pos) {
+  const FlowId f = heap_[pos];
+  while (pos > 0) {
+    const uint32_t parent = (pos - 1) / 2;
+    if (!Before(f, heap_[parent])) break;
+    HeapPlace(pos, heap_[parent]);
+    pos = parent;
+  }
+  HeapPlace(pos, f);
+}
+
+void Network::HeapDown(uint32_t pos) {
+  const FlowId f = heap_[pos];
+  const uint32_t n = static_cast<uint32_t>(heap_.size());
+  while (true) {
+    uint32_t child = 2 * pos + 1;
+    if (child >= n) break;
+    if (child + 1 < n && Before(heap_[child + 1], heap_[child])) ++child;
+    if (!Before(heap_[child], f)) break;
+    HeapPlace(pos, heap_[child]);
+    pos = child;
+  }
+  HeapPlace(pos, f);
+}
+
+void Network::HeapUpdate(FlowId f) {
+  uint32_t pos = flows_[f].heap_pos;
+  if (pos == kNotQueued) {
+    pos = static_cast<uint32_t>(heap_.size());
+    heap_.push_back(f);
+    flows_[f].heap_pos = pos;
+  }
+  HeapUp(pos);
+  HeapDown(flows_[f].heap_pos);
+}
+
+void Network::HeapErase(FlowId f) {
+  const uint32_t pos = flows_[f].heap_pos;
+  if (pos == kNotQueued) return;
+  flows_[f].heap_pos = kNotQueued;
+  const FlowId last = heap_.back();
+  heap_.pop_back();
+  if (last == f) return;
+  HeapPlace(pos, last);
+  HeapUp(pos);
+  HeapDown(flows_[last].heap_pos);
 }
 
 void Network::MarkDirty(double now) {
@@ -107,6 +155,7 @@ void Network::Remove(FlowId id) {
   f.rate = 0;
   f.active = false;
   ++f.gen;
+  HeapErase(id);
   const uint32_t pos = active_pos_[id];
   active_list_[pos] = active_list_.back();
   active_pos_[active_list_[pos]] = pos;
@@ -158,7 +207,15 @@ void Network::Rebalance(double now) {
     const Level top = levels.top();
     levels.pop();
     Resource& x = res_[top.res];
-    if (top.version != x.version || x.unfrozen == 0) continue;
+    if (x.unfrozen == 0) continue;
+    if (top.version != x.version) {
+      // Lazy update: freezing a flow at the current (lowest) level can only raise the level of
+      // its other resources, so a stale entry is a lower bound; re-queue the resource at its
+      // current level when the stale entry surfaces, instead of once per frozen flow.
+      ++x.version;
+      levels.push(Level{std::max(0.0, x.rem) / x.unfrozen, top.res, x.version});
+      continue;
+    }
     const double level = std::max(0.0, x.rem / x.unfrozen);
     for (FlowId id : x.flows) {
       if (frozen_[id]) continue;
@@ -168,11 +225,7 @@ void Network::Rebalance(double now) {
         Resource& y = res_[f.res[k]];
         y.rem -= level;
         --y.unfrozen;
-        if (f.res[k] != top.res) {
-          ++y.version;
-          if (y.unfrozen > 0)
-            levels.push(Level{std::max(0.0, y.rem) / y.unfrozen, f.res[k], y.version});
-        }
+        if (f.res[k] != top.res) ++y.version;
       }
       // Only flows whose rate moved get a new finish event; the rest keep theirs (a change
       // under one part in a million is left alone: it moves a finish by microseconds).
@@ -185,26 +238,18 @@ void Network::Rebalance(double now) {
   }
 }
 
-double Network::NextFinish() {
-  while (!heap_.empty()) {
-    const Finish& top = heap_.top();
-    const Flow& f = flows_[top.flow];
-    if (f.active && f.gen == top.gen) return top.t;
-    heap_.pop();
-  }
-  return kNever;
-}
+double Network::NextFinish() { return heap_.empty() ? kNever : flows_[heap_[0]].finish; }
 
 FlowId Network::FinishNext() {
-  NextFinish();
-  const Finish top = heap_.top();
-  heap_.pop();
-  delivered_ += flows_[top.flow].total;
-  flows_[top.flow].left = 0;
-  flows_[top.flow].last = top.t;
-  Remove(top.flow);
-  MarkDirty(top.t);
-  return top.flow;
+  const FlowId id = heap_[0];
+  Flow& f = flows_[id];
+  const double t = f.finish;
+  delivered_ += f.total;
+  f.left = 0;
+  f.last = t;
+  Remove(id);  // takes it off the heap
+  MarkDirty(t);
+  return id;
 }
 
 }  // namespace weightcast::sim

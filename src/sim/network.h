@@ -90,16 +90,13 @@ class Network {
     uint64_t tag = 0;
     double total = 0, left = 0, rate = 0, last = 0;
     uint32_t gen = 0;
+    double finish = 0;               // when it ends at its current rate (kNever at rate 0)
+    uint32_t heap_pos = kNotQueued;  // index in heap_
     uint8_t nres = 0;
     bool active = false;
     uint32_t res[4] = {0, 0, 0, 0};
   };
-  struct Finish {
-    double t;
-    FlowId flow;
-    uint32_t gen;
-    bool operator>(const Finish& o) const { return t > o.t || (t == o.t && flow > o.flow); }
-  };
+  static constexpr uint32_t kNotQueued = UINT32_MAX;
 
   uint32_t UpRes(uint32_t node) const { return 2 * node; }
   uint32_t DownRes(uint32_t node) const { return shared_[node] ? 2 * node : 2 * node + 1; }
@@ -115,7 +112,21 @@ class Network {
   uint32_t rack_base_ = 0;
   std::vector<Flow> flows_;
   std::vector<FlowId> free_;
-  std::priority_queue<Finish, std::vector<Finish>, std::greater<Finish>> heap_;
+  // Active flows by finish time (then id): an indexed binary heap, so a rate change moves the
+  // flow's one entry instead of queueing another (a rebalance changes thousands of rates).
+  bool Before(FlowId a, FlowId b) const {
+    const double ta = flows_[a].finish, tb = flows_[b].finish;
+    return ta < tb || (ta == tb && a < b);
+  }
+  void HeapPlace(uint32_t pos, FlowId f) {
+    heap_[pos] = f;
+    flows_[f].heap_pos = pos;
+  }
+  void HeapUp(uint32_t pos);
+  void HeapDown(uint32_t pos);
+  void HeapUpdate(FlowId f);  // insert, or move after its finish changed
+  void HeapErase(FlowId f);
+  std::vector<FlowId> heap_;
   size_t active_ = 0;
   double delivered_ = 0, aborted_ = 0;
   std::vector<FlowId> active_list_;  // unordered

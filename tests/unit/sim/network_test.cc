@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <optional>
+#include <utility>
+#include <vector>
 
 namespace weightcast::sim {
 namespace {
@@ -48,6 +50,40 @@ TEST(Network, MaxMinGivesSpareCapacityToTheUnconstrainedFlow) {
   EXPECT_NEAR(net.rate(a), 50, 1e-9);
   EXPECT_NEAR(net.rate(b), 50, 1e-9);
   EXPECT_NEAR(net.rate(c), 50, 1e-9);
+}
+
+TEST(Network, ProgressiveFillingOverSeveralLevels) {
+  // Node 1's download (three flows) fills first at 100/3; then node 0's and node 5's uploads
+  // have 200/3 left for one flow each, but node 2's download splits 100 between those two.
+  Network net(Nodes(6, 100), {});
+  const FlowId a = net.Start(0, 0, 1, 1e6, 1);
+  const FlowId b = net.Start(0, 0, 2, 1e6, 2);
+  const FlowId c = net.Start(0, 4, 1, 1e6, 3);
+  const FlowId d = net.Start(0, 5, 1, 1e6, 4);
+  const FlowId e = net.Start(0, 5, 2, 1e6, 5);
+  net.Rebalance(0);
+  for (FlowId f : {a, c, d}) EXPECT_NEAR(net.rate(f), 100.0 / 3, 1e-9);
+  for (FlowId f : {b, e}) EXPECT_NEAR(net.rate(f), 50, 1e-9);
+}
+
+TEST(Network, FlowsFinishInOrderAsTheirRatesChange) {
+  // Three flows share node 0's upload; each finish gives the others a larger share.
+  Network net(Nodes(4, 100), {}, /*rebalance_interval=*/0);
+  const FlowId f1 = net.Start(0, 0, 1, 100, 1);
+  const FlowId f2 = net.Start(0, 0, 2, 200, 2);
+  const FlowId f3 = net.Start(0, 0, 3, 300, 3);
+  std::vector<std::pair<FlowId, double>> done;
+  while (net.active_flows() > 0) {
+    const double t = net.NextEvent();
+    if (const std::optional<FlowId> f = net.Step()) done.emplace_back(*f, t);
+  }
+  ASSERT_EQ(done.size(), 3u);
+  EXPECT_EQ(done[0].first, f1);
+  EXPECT_NEAR(done[0].second, 3, 1e-9);  // 100 at 100/3
+  EXPECT_EQ(done[1].first, f2);
+  EXPECT_NEAR(done[1].second, 5, 1e-9);  // 100 left at 50
+  EXPECT_EQ(done[2].first, f3);
+  EXPECT_NEAR(done[2].second, 6, 1e-9);  // 100 left at 100
 }
 
 TEST(Network, SharedCapacityCarriesBothDirections) {
