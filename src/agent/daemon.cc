@@ -1,0 +1,276 @@
+#include "agent/daemon.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <random>
+
+#include "agent/rollout_driver.h"
+#include "coord/client.h"
+#include "manifest/signed_manifest.h"
+#include "metrics/http_server.h"
+#include "metrics/registry.h"
+#include "net/tcp_transport.h"
+#include "store/store.h"
+
+namespace weightcast::agent {
+
+namespace wire = coord::wire;
+
+namespace {
+
+std::string Hostname() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "";
+  return buf;
+}
+
+}  // namespace
+
+struct Agent::Impl {
+  explicit Impl(AgentOptions o) : options(std::move(o)) {}
+
+  void Log(const std::string& line) { options.log("agent: " + line); }
+
+  bool Sleep(net::Duration d) {
+    std::unique_lock lock(mu);
+    return !cv.wait_for(lock, d, [&] { return stopping; });
+  }
+
+  bool Stopping() {
+    std::lock_guard lock(mu);
+    return stopping;
+  }
+
+  Status Run();
+  Status Connect();
+  // One heartbeat and what its reply asks for. kUnavailable-ish errors mean: reconnect.
+  Status Beat();
+
+  AgentOptions options;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stopping = false;
+  bool done = false;  // exit_after reached
+
+  std::unique_ptr<Store> store;
+  std::unique_ptr<net::Transport> transport;
+  std::unique_ptr<SwarmNode> node;
+  // Declared after `node` and `store`: destroyed before them (it holds references).
+  std::unique_ptr<RolloutDriver> rollout;
+  std::unique_ptr<coord::CoordinatorClient> client;
+  net::Duration heartbeat_interval = std::chrono::milliseconds(500);
+  metrics::Registry registry;
+  std::unique_ptr<metrics::MetricsServer> metrics_server;
+};
+
+Status Agent::Impl::Connect() {
+  ASSIGN_OR_RETURN(client, coord::CoordinatorClient::Connect(*transport, options.coordinator,
+                                                             std::chrono::seconds(3)));
+  wire::Register reg;
+  reg.set_peer_address(node->address());
+  reg.set_rack(options.rack);
+  reg.add_channels(options.channel);
+  reg.set_source(false);
+  for (const std::string& p : options.tensor_patterns) reg.add_tensor_patterns(p);
+  reg.set_hostname(Hostname());
+  auto reply = client->Register(reg);
+  if (!reply.ok()) {
+    client.reset();
+    return reply.status();
+  }
+  // Heartbeat a few times per coordinator timeout (it says how often).
+  if (reply->heartbeat_interval_ms() > 0) {
+    heartbeat_interval = std::chrono::milliseconds(reply->heartbeat_interval_ms());
+  }
+  Log("registered with the coordinator at " + options.coordinator + " as node " +
+      std::to_string(node->id().value()) + ", serving peers on " + node->address());
+  return Status::Ok();
+}
+
+Status Agent::Impl::Beat() {
+  wire::Heartbeat hb;
+  *hb.add_channels() = rollout->Progress();
+  rollout->clear_report_now();
+  ASSIGN_OR_RETURN(wire::HeartbeatReply reply, client->Heartbeat(hb));
+  std::vector<PeerAddress> peers;
+  for (const wire::PeerEntry& e : reply.peers()) {
+    peers.push_back({PeerId(e.node_id()), e.address(), e.source()});
+  }
+  node->SetPeers(peers);
+  for (const wire::ChannelTarget& t : reply.channels()) {
+    if (t.channel() == options.channel) rollout->OnTarget(t, client.get());
+  }
+  if (options.exit_after.value() != 0) {
+    auto current = store->Current(options.channel);
+    SwarmProgress p = node->progress();
+    const bool subset_done =
+        !options.tensor_patterns.empty() && p.complete && p.version >= options.exit_after;
+    if ((current.ok() && *current >= options.exit_after) || subset_done) {
+      // One more heartbeat so the coordinator sees the COMMITTED phase before we leave.
+      wire::Heartbeat last;
+      *last.add_channels() = rollout->Progress();
+      client->Heartbeat(last).status().IgnoreError();
+      done = true;
+    }
+  }
+  return Status::Ok();
+}
+
+Status Agent::Impl::Run() {
+  ASSIGN_OR_RETURN(Store opened, Store::Open(options.store_dir));
+  store = std::make_unique<Store>(std::move(opened));
+  net::Options net;
+  net.self.cluster_id = options.cluster;
+  net.self.node_id = options.node_id;
+  net.self.role = net::Role::kAgent;
+  net.secret = options.secret;
+  net.log = options.log;
+  if (options.upload_limit != 0) {
+    net.upload_limit = std::make_shared<net::TokenBucket>(
+        options.upload_limit, std::max<uint64_t>(options.upload_limit / 10, 1 << 20));
+  }
+  if (options.download_limit != 0) {
+    net.download_limit = std::make_shared<net::TokenBucket>(
+        options.download_limit, std::max<uint64_t>(options.download_limit / 10, 1 << 20));
+  }
+  ASSIGN_OR_RETURN(transport, net::TcpTransport::Create(std::move(net), 2));
+  SwarmNodeOptions so;
+  so.channel = options.channel;
+  so.node_id = options.node_id;
+  so.manifest_secret = options.secret;
+  so.tensor_patterns = options.tensor_patterns;
+  so.corrupt_uploads_for_testing = options.corrupt_uploads_for_testing;
+  so.log = options.log;
+  node = std::make_unique<SwarmNode>(*store, *transport, std::move(so));
+  RETURN_IF_ERROR(node->Start(options.listen));
+  RolloutDriverOptions ro;
+  ro.channel = options.channel;
+  ro.secret = options.secret;
+  ro.subset = !options.tensor_patterns.empty();
+  ro.hook = options.hook;
+  ro.hook_retries = options.hook_retries;
+  ro.hook_failure = options.hook_failure;
+  ro.log = options.log;
+  ASSIGN_OR_RETURN(rollout, RolloutDriver::Create(std::move(ro), *store, *node));
+  if (options.corrupt_uploads_for_testing) {
+    Log("TESTING ONLY: every chunk this node uploads is corrupted");
+  }
+
+  const metrics::Labels labels = {{"channel", options.channel}};
+  SwarmNode* n = node.get();
+  registry.CounterFunc("weightcast_agent_bytes_received_total", "Chunk bytes received from peers",
+                       labels, [n] { return n->counters().bytes_received; });
+  registry.CounterFunc("weightcast_agent_bytes_sent_total", "Chunk bytes uploaded to peers", labels,
+                       [n] { return n->counters().bytes_sent; });
+  registry.CounterFunc("weightcast_agent_chunks_verified_total",
+                       "Chunks received that matched their manifest hash", labels,
+                       [n] { return n->counters().chunks_verified; });
+  registry.CounterFunc("weightcast_agent_chunks_failed_total",
+                       "Chunks received that failed their hash check", labels,
+                       [n] { return n->counters().chunks_failed; });
+  registry.CounterFunc("weightcast_agent_peers_dropped_total", "Peers dropped (bad data, timeouts)",
+                       labels, [n] { return n->counters().peers_dropped; });
+  registry.GaugeFunc("weightcast_agent_peers", "Connected peers", labels,
+                     [n] { return static_cast<double>(n->progress().peers); });
+  registry.GaugeFunc("weightcast_agent_target_version", "Version being fetched or served", labels,
+                     [n] { return static_cast<double>(n->progress().version.value()); });
+  Store* s = store.get();
+  const std::string channel = options.channel;
+  registry.GaugeFunc("weightcast_agent_current_version", "Committed current version", labels,
+                     [s, channel] {
+                       auto c = s->Current(channel);
+                       return c.ok() ? static_cast<double>(c->value()) : 0.0;
+                     });
+  if (!options.metrics.empty()) {
+    ASSIGN_OR_RETURN(metrics_server, metrics::MetricsServer::Start(registry, options.metrics));
+    Log("serving metrics at http://" + metrics_server->address() + "/metrics");
+  }
+
+  net::Duration backoff = std::chrono::milliseconds(100);
+  Status result = Status::Ok();
+  while (!Stopping() && !done) {
+    if (client == nullptr) {
+      Status connected = Connect();
+      if (!connected.ok()) {
+        Log("coordinator at " + options.coordinator + ": " + connected.ToString() +
+            "; retrying in " +
+            std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(backoff).count()) +
+            "ms");
+        if (!Sleep(backoff)) break;
+        backoff = std::min<net::Duration>(backoff * 2, options.reconnect_max);
+        continue;
+      }
+      backoff = std::chrono::milliseconds(100);
+    }
+    Status beat = Beat();
+    if (!beat.ok()) {
+      if (beat.code() == Code::kUnavailable || beat.code() == Code::kDeadlineExceeded ||
+          beat.code() == Code::kAborted || beat.code() == Code::kCorrupt) {
+        Log("lost the coordinator: " + beat.ToString());
+        client.reset();
+        continue;
+      }
+      if (beat.code() == Code::kIoError) {
+        result = beat;
+        break;
+      }
+      Log("heartbeat: " + beat.ToString());
+    }
+    if (done) break;
+    // Fetch results, hook results and retries; then heartbeat at once if the coordinator
+    // waits for what changed (PREPARED, COMMITTED, FAILED).
+    rollout->Poll(client.get());
+    if (rollout->report_now()) continue;
+    // Wake early when the target completes, so a commit decision is asked for at once.
+    if (rollout->fetching()) {
+      node->WaitComplete(heartbeat_interval).IgnoreError();
+      rollout->Poll(client.get());
+    } else if (!Sleep(heartbeat_interval)) {
+      break;
+    }
+  }
+  if (client) client->Close();
+  if (metrics_server) metrics_server->Stop();
+  node->Stop();
+  return result;
+}
+
+Result<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
+  if (options.coordinator.empty()) return InvalidArgument("agent: a coordinator address is needed");
+  if (options.store_dir.empty()) return InvalidArgument("agent: a store directory is needed");
+  if (options.channel.empty()) return InvalidArgument("agent: a channel is needed");
+  if (options.secret.size() < net::kMinSecretBytes) {
+    return InvalidArgument("agent: the cluster secret is too short");
+  }
+  if (options.node_id.value() == 0) {
+    std::random_device rd;
+    options.node_id = PeerId((uint64_t{rd()} << 32 | rd()) & 0x7fffffffffffffffULL);
+  }
+  if (!options.log) options.log = [](std::string_view) {};
+  return std::unique_ptr<Agent>(new Agent(std::make_unique<Impl>(std::move(options))));
+}
+
+Agent::Agent(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Agent::~Agent() { Stop(); }
+
+Status Agent::Run() { return impl_->Run(); }
+
+void Agent::Stop() {
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->stopping = true;
+  }
+  impl_->cv.notify_all();
+  // Wakes a Run waiting for the swarm; the node is stopped by Run itself.
+}
+
+PeerId Agent::id() const { return impl_->options.node_id; }
+std::string Agent::address() const { return impl_->node ? impl_->node->address() : ""; }
+SwarmProgress Agent::progress() const {
+  return impl_->node ? impl_->node->progress() : SwarmProgress{};
+}
+
+}  // namespace weightcast::agent

@@ -1,0 +1,86 @@
+// The agent daemon (`weightcast agent`, docs/agent.md): follows one channel of the coordinator,
+// fetches each new version from its peers through a SwarmNode, serves what it holds, and commits
+// a version when the coordinator decides so.
+//
+// Loop: register with the coordinator (again after every reconnect: a restarted coordinator
+// forgets its members), heartbeat this node's ChannelProgress (FETCHING, PREPARED, COMMITTED),
+// and act on the reply: the peer list goes to the SwarmNode; the channel's target goes to the
+// RolloutDriver (agent/rollout_driver.h, the two-phase rollout's participant), which fetches a
+// newer version (its signed manifest must verify with the cluster secret), reports it PREPARED,
+// commits it when the coordinator decided COMMIT (Store::Commit: one atomic switch of
+// `current`), drops its staging on ABORT, switches to a kept version on a rollback and runs the
+// engine hook. The coordinator being unreachable stops nothing
+// but the heartbeats: the swarm keeps fetching and serving, and the agent reconnects with
+// exponential backoff.
+//
+// Threading: Run blocks the calling thread; Stop may be called from any thread (a signal
+// handler thread included) and makes Run return.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <weightcast/status.h>
+#include <weightcast/types.h>
+
+#include "agent/engine_hook.h"
+#include "agent/swarm_node.h"
+#include "net/transport.h"
+#include "rollout/participant.h"
+
+namespace weightcast::agent {
+
+struct AgentOptions {
+  std::string coordinator;  // ip:port
+  std::string store_dir;
+  std::string channel;
+  std::string listen = "127.0.0.1:0";  // where peers reach this node
+  std::string rack;
+  std::vector<std::string> tensor_patterns;  // empty: every tensor
+  std::string metrics;                       // ip:port for /metrics; empty: none
+  uint64_t upload_limit = 0;                 // bytes/s; 0: unlimited
+  uint64_t download_limit = 0;
+  Version exit_after;  // Run returns OK once a version >= this is committed (0: never)
+  std::string secret;
+  std::string cluster = "default";
+  PeerId node_id;  // 0: random
+  net::Duration reconnect_max = std::chrono::seconds(2);
+  bool corrupt_uploads_for_testing = false;
+  // Engine hand-off after every change of current (docs/rollout.md): a command and/or a URL,
+  // retried hook_retries times; a final failure is reported, and with kRollback the agent asks
+  // the coordinator to roll the fleet back.
+  EngineHookOptions hook{};
+  uint32_t hook_retries = 2;
+  rollout::HookFailure hook_failure = rollout::HookFailure::kReport;
+  net::LogFn log = net::LogToStderr;
+};
+
+class Agent {
+ public:
+  // Checks the options (kInvalidArgument naming the bad one); opens nothing yet.
+  static Result<std::unique_ptr<Agent>> Create(AgentOptions options);
+  ~Agent();
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  // Opens the store, starts serving peers and follows the coordinator until Stop() or, with
+  // exit_after, until that version is committed. Fails when the store cannot be opened or the
+  // listen address cannot be bound; coordinator outages are retried, not errors.
+  Status Run();
+  void Stop();
+
+  // This node's id (after Create) and peer address (once Run listens).
+  PeerId id() const;
+  std::string address() const;
+  SwarmProgress progress() const;
+
+  struct Impl;
+
+ private:
+  explicit Agent(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace weightcast::agent
