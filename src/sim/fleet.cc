@@ -54,6 +54,9 @@ struct SimNode {
   NodeRole role = NodeRole::kHealthy;
   std::vector<uint32_t> nbrs;
   std::vector<uint8_t> link_up;  // parallel to nbrs
+  // Parallel to nbrs: where this node sits in nodes_[nbrs[k]].nbrs, so the HAVE fan-out reads
+  // the neighbour's side of a link without scanning its list.
+  std::vector<uint32_t> rev;
   std::vector<Upload> uploads;
   double completed_at = -1;
   double bytes_in = 0, bytes_out = 0, verified_bytes = 0;
@@ -65,7 +68,8 @@ swarm::Time ToTime(double seconds) { return swarm::Time(static_cast<int64_t>(sec
 
 class Fleet {
  public:
-  explicit Fleet(const FleetConfig& c) : cfg_(c), rng_(c.seed) {}
+  explicit Fleet(const FleetConfig& c)
+      : cfg_(c), have_to_holders_(c.have_to_holders), rng_(c.seed) {}
   Result<FleetResult> Run();
 
  private:
@@ -101,6 +105,7 @@ class Fleet {
   bool AllDone() const;
 
   FleetConfig cfg_;
+  bool have_to_holders_;
   std::mt19937_64 rng_;
   std::vector<SimNode> nodes_;
   std::optional<Network> net_;
@@ -199,6 +204,8 @@ void Fleet::Replace(double now, uint32_t i, uint32_t lost, uint32_t count) {
     const uint32_t j = lo + static_cast<uint32_t>(rng_() % (hi - lo));
     if (j == i || j == lost || j == 0 || !nodes_[j].alive || !nodes_[j].joined) continue;
     if (LinkIndex(i, j) >= 0 || live_links(j) > cfg_.degree) continue;
+    nodes_[i].rev.push_back(static_cast<uint32_t>(nodes_[j].nbrs.size()));
+    nodes_[j].rev.push_back(static_cast<uint32_t>(nodes_[i].nbrs.size()));
     nodes_[i].nbrs.push_back(j);
     nodes_[i].link_up.push_back(0);
     nodes_[j].nbrs.push_back(i);
@@ -358,6 +365,15 @@ Result<FleetResult> Fleet::Run() {
     node.sched.emplace(std::move(sched));
     node.joined = node.role != NodeRole::kLate;
   }
+  for (uint32_t i = 0; i < n; ++i) {
+    SimNode& node = nodes_[i];
+    node.rev.resize(node.nbrs.size());
+    for (size_t k = 0; k < node.nbrs.size(); ++k) {
+      const int back = LinkIndex(node.nbrs[k], i);
+      if (back < 0) return Internal("sim: peer lists are not symmetric");
+      node.rev[k] = static_cast<uint32_t>(back);
+    }
+  }
   pending_ = 0;
   for (uint32_t i = 1; i < n; ++i) pending_ += nodes_[i].role == NodeRole::kDies ? 0 : 1;
 
@@ -415,10 +431,14 @@ Result<FleetResult> Fleet::Run() {
           Apply(now, e.to, to.sched->OnRequestRejected(t, ToPeer(e.from), chunk));
         break;
       case Ev::kHave:
+        // e.to == e.from: the announcing node. A neighbour that already holds the chunk is
+        // skipped (see have_to_holders in fleet.h).
         for (size_t k = 0; k < to.nbrs.size(); ++k) {
           const uint32_t j = to.nbrs[k];
-          if (!to.link_up[k] || !nodes_[j].alive || !Linked(j, e.from)) continue;
-          Apply(now, j, nodes_[j].sched->OnHave(t, ToPeer(e.from), chunk));
+          SimNode& nb = nodes_[j];
+          if (!to.link_up[k] || !nb.alive || !nb.link_up[to.rev[k]]) continue;
+          if (!have_to_holders_ && nb.sched->have().Contains(chunk)) continue;
+          Apply(now, j, nb.sched->OnHave(t, ToPeer(e.from), chunk));
         }
         break;
       case Ev::kArrive: {

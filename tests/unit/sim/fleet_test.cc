@@ -91,6 +91,29 @@ TEST(Fleet, SameSeedSameRun) {
   }
 }
 
+TEST(Fleet, SkippingHavesToHoldersChangesNothing) {
+  // The fan-out skips HAVEs to neighbours that already hold the chunk (FleetConfig::
+  // have_to_holders); delivering them must give the very same run, deaths and replacements too.
+  FleetConfig c = Small();
+  c.die_fraction = 0.25;
+  c.straggler_fraction = 0.2;
+  c.min_peers = c.degree;
+  c.adaptive_window = true;
+  c.max_outstanding = 8;
+  Result<FleetResult> skip = RunFleet(c);
+  c.have_to_holders = true;
+  Result<FleetResult> all = RunFleet(c);
+  ASSERT_TRUE(skip.ok() && all.ok());
+  EXPECT_EQ(skip->events, all->events);
+  EXPECT_EQ(skip->requests, all->requests);
+  EXPECT_EQ(skip->replacement_peers, all->replacement_peers);
+  for (size_t i = 0; i < skip->nodes.size(); ++i) {
+    EXPECT_EQ(skip->nodes[i].completed_at, all->nodes[i].completed_at) << "node " << i;
+    EXPECT_EQ(skip->nodes[i].bytes_in, all->nodes[i].bytes_in) << "node " << i;
+    EXPECT_EQ(skip->nodes[i].bytes_out, all->nodes[i].bytes_out) << "node " << i;
+  }
+}
+
 TEST(Fleet, RejectsNonsense) {
   FleetConfig c = Small();
   c.chunk_bytes = 0;
