@@ -1,0 +1,252 @@
+#include "agent/rollout_driver.h"
+
+#include <chrono>
+#include <utility>
+#include <vector>
+
+#include "manifest/signed_manifest.h"
+
+namespace weightcast::agent {
+
+namespace wire = coord::wire;
+using rollout::ParticipantActionKind;
+
+namespace {
+
+std::string V(Version v) { return "v" + std::to_string(v.value()); }
+
+// The node's swarm target is `v` (being fetched, complete or committed).
+bool NodeHolds(const SwarmProgress& p, Version v) { return p.version == v; }
+
+}  // namespace
+
+Result<std::unique_ptr<RolloutDriver>> RolloutDriver::Create(RolloutDriverOptions options,
+                                                             Store& store, SwarmNode& node) {
+  ASSIGN_OR_RETURN(EngineHook hook, EngineHook::Create(options.hook));
+  rollout::LocalState state;
+  auto current = store.Current(options.channel);
+  if (current.ok()) {
+    state.current = *current;
+  } else if (current.status().code() != Code::kNotFound) {
+    return current.status();
+  }
+  auto kept = store.List(options.channel);
+  if (kept.ok()) {
+    for (const VersionInfo& info : *kept) state.kept.push_back(info.version);
+  } else if (kept.status().code() != Code::kNotFound) {
+    return kept.status();
+  }
+  auto staging = store.ListStaging(options.channel);
+  if (staging.ok()) {
+    for (Version v : *staging) {
+      auto staged = store.ResumeStaging(options.channel, v);
+      // A staging the store cannot reopen is reported incomplete: fetching it again resumes or
+      // replaces it.
+      state.staging.push_back({v, staged.ok() && staged->complete()});
+    }
+  }
+  rollout::ParticipantOptions po;
+  po.hook = hook.enabled();
+  po.hook_retries = options.hook_retries;
+  po.hook_retry_backoff = options.hook_retry_backoff;
+  po.hook_failure = options.hook_failure;
+  po.retry_backoff = options.retry_backoff;
+  ASSIGN_OR_RETURN(rollout::Participant participant, rollout::Participant::Create(po, state));
+  return std::unique_ptr<RolloutDriver>(
+      new RolloutDriver(std::move(options), store, node, std::move(hook), std::move(participant)));
+}
+
+RolloutDriver::RolloutDriver(RolloutDriverOptions options, Store& store, SwarmNode& node,
+                             EngineHook hook, rollout::Participant participant)
+    : options_(std::move(options)),
+      store_(store),
+      node_(node),
+      hook_(std::move(hook)),
+      participant_(std::move(participant)) {}
+
+RolloutDriver::~RolloutDriver() {
+  if (hook_thread_.joinable()) hook_thread_.join();
+}
+
+rollout::Time RolloutDriver::Now() {
+  return rollout::Time(std::chrono::steady_clock::now().time_since_epoch());
+}
+
+wire::ChannelProgress RolloutDriver::Progress() const {
+  const rollout::Report r = participant_.report();
+  wire::ChannelProgress c;
+  c.set_channel(options_.channel);
+  c.set_version(r.version.value());
+  c.set_phase(static_cast<wire::Phase>(r.phase));
+  c.set_current_version(r.current.value());
+  c.set_error(r.error);
+  const SwarmProgress p = node_.progress();
+  if (p.version == r.version) {
+    c.set_chunks_done(p.chunks_done);
+    c.set_chunks_total(p.chunks_total);
+    c.set_bytes_done(p.bytes_done);
+    c.set_bytes_total(p.bytes_total);
+    c.set_bytes_received(p.bytes_received);
+    c.set_bytes_sent(p.bytes_sent);
+    c.set_delta(p.delta);
+  }
+  return c;
+}
+
+void RolloutDriver::OnTarget(const wire::ChannelTarget& target, coord::CoordinatorClient* client) {
+  rollout::Target t;
+  t.version = Version(target.version());
+  t.decision = static_cast<rollout::Decision>(target.decision());
+  t.current = Version(target.current_version());
+  t.abort_reason = target.abort_reason();
+  Execute(participant_.OnTarget(Now(), t), client);
+  // A node restarted with its current version committed has nothing to fetch, but peers that
+  // catch up need it to serve that version: make it the swarm target (complete at once).
+  const Version current = participant_.current();
+  if (fetching_.value() == 0 && client != nullptr && !options_.subset && current.value() != 0 &&
+      node_.progress().version < current && participant_.settled()) {
+    Status st = StartFetch(current, client);
+    if (st.ok()) {
+      Log("serving " + V(current) + " to peers");
+    } else {
+      Log("cannot serve " + V(current) + ": " + st.ToString());
+    }
+  }
+}
+
+void RolloutDriver::Poll(coord::CoordinatorClient* client) {
+  if (fetching_.value() != 0) {
+    const SwarmProgress p = node_.progress();
+    if (NodeHolds(p, fetching_) && (p.complete || !p.error.empty())) {
+      const Version v = fetching_;
+      fetching_ = Version();
+      Status result = p.error.empty() ? Status::Ok() : Unavailable(p.error);
+      if (result.ok()) Log("prepared " + V(v) + ": every wanted chunk verified");
+      Execute(participant_.OnStaged(Now(), v, result), client);
+    } else if (!NodeHolds(p, fetching_)) {
+      const Version v = fetching_;
+      fetching_ = Version();
+      Execute(participant_.OnStaged(Now(), v, Aborted("the swarm node dropped the target")),
+              client);
+    }
+  }
+  std::optional<std::pair<Version, Status>> done;
+  {
+    std::lock_guard lock(hook_mu_);
+    done.swap(hook_result_);
+  }
+  if (done) {
+    if (hook_thread_.joinable()) hook_thread_.join();
+    if (done->second.ok()) {
+      Log("engine hook for " + V(done->first) + " succeeded");
+    } else {
+      Log("engine hook for " + V(done->first) + " failed: " + done->second.ToString());
+    }
+    Execute(participant_.OnHookDone(Now(), done->first, done->second), client);
+  }
+  Execute(participant_.OnTimer(Now()), client);
+}
+
+Status RolloutDriver::StartFetch(Version v, coord::CoordinatorClient* client) {
+  if (client == nullptr) return Unavailable("no coordinator connection to ask for the manifest");
+  ASSIGN_OR_RETURN(std::vector<uint8_t> signed_bytes, client->GetManifest(options_.channel, v));
+  ASSIGN_OR_RETURN(Manifest manifest, VerifySignedManifest(signed_bytes, options_.secret));
+  if (manifest.channel != options_.channel || manifest.version != v) {
+    return Corrupt("the coordinator sent the manifest of " + manifest.channel + " " +
+                   V(manifest.version) + " for " + V(v));
+  }
+  return node_.Fetch(manifest, std::move(signed_bytes));
+}
+
+Status RolloutDriver::Commit(Version v, coord::CoordinatorClient* client) {
+  SwarmProgress p = node_.progress();
+  if (!NodeHolds(p, v)) {
+    // Prepared before a restart: the staging is on disk, the node does not have it as its
+    // target yet. Fetching resumes the staging with every chunk already verified.
+    RETURN_IF_ERROR(StartFetch(v, client));
+    p = node_.progress();
+  }
+  if (options_.subset) {
+    if (!p.complete) return FailedPrecondition(V(v) + " is not complete for this node's tensors");
+    return Status::Ok();
+  }
+  return node_.CommitTarget();
+}
+
+Status RolloutDriver::AbortStaging(Version v) {
+  if (fetching_ == v) fetching_ = Version();
+  if (NodeHolds(node_.progress(), v)) return node_.AbortTarget();
+  return store_.Abort(options_.channel, v);
+}
+
+void RolloutDriver::Execute(std::span<const rollout::ParticipantAction> span,
+                            coord::CoordinatorClient* client) {
+  // Results feed the participant, which returns more actions: work through them in order.
+  std::vector<rollout::ParticipantAction> queue(span.begin(), span.end());
+  for (size_t i = 0; i < queue.size(); ++i) {
+    const rollout::ParticipantAction a = queue[i];
+    std::span<const rollout::ParticipantAction> more;
+    switch (a.kind) {
+      case ParticipantActionKind::kFetch: {
+        Status st = StartFetch(a.version, client);
+        if (st.ok()) {
+          fetching_ = a.version;
+          Log("fetching " + V(a.version));
+        } else {
+          Log("cannot fetch " + V(a.version) + ": " + st.ToString());
+          more = participant_.OnStaged(Now(), a.version, st);
+        }
+        break;
+      }
+      case ParticipantActionKind::kAbortStaging: {
+        Status st = AbortStaging(a.version);
+        Log("dropped the staging of " + V(a.version) + (st.ok() ? "" : ": " + st.ToString()));
+        more = participant_.OnAborted(Now(), a.version, st);
+        break;
+      }
+      case ParticipantActionKind::kCommit: {
+        Status st = Commit(a.version, client);
+        Log((st.ok() ? "committed " : "commit of ") + V(a.version) +
+            (st.ok() ? "" : " failed: " + st.ToString()));
+        more = participant_.OnCommitted(Now(), a.version, st);
+        break;
+      }
+      case ParticipantActionKind::kSwitch: {
+        Status st =
+            options_.subset ? Status::Ok() : store_.Rollback(options_.channel, a.version).status();
+        Log((st.ok() ? "switched current to " : "switch to ") + V(a.version) +
+            (st.ok() ? " (kept version, nothing fetched)" : " failed: " + st.ToString()));
+        more = participant_.OnSwitched(Now(), a.version, st);
+        break;
+      }
+      case ParticipantActionKind::kRunHook: {
+        if (hook_thread_.joinable()) hook_thread_.join();  // the previous run reported already
+        const Version v = a.version;
+        const std::filesystem::path dir = store_.VersionPath(options_.channel, v);
+        Log("running the engine hook for " + V(v) + " (attempt " + std::to_string(a.attempt) + ")");
+        hook_thread_ = std::thread([this, v, dir] {
+          Status st = hook_.Run(options_.channel, v, dir);
+          std::lock_guard lock(hook_mu_);
+          hook_result_.emplace(v, std::move(st));
+        });
+        break;
+      }
+      case ParticipantActionKind::kRequestRollback: {
+        if (client == nullptr) {
+          Log("cannot ask for a rollback to " + V(a.to) + ": no coordinator connection");
+          break;
+        }
+        auto r = client->Rollback(options_.channel, a.to);
+        Log(r.ok() ? "asked the coordinator to roll back to " + V(*r) + " (engine hook failed)"
+                   : "rollback request refused: " + r.status().ToString());
+        break;
+      }
+      case ParticipantActionKind::kReport:
+        report_now_ = true;
+        break;
+    }
+    queue.insert(queue.end(), more.begin(), more.end());
+  }
+}
+
+}  // namespace weightcast::agent

@@ -1,0 +1,104 @@
+// The agent's side of the two-phase rollout (docs/rollout.md), wired to the real pieces: a
+// rollout::Participant decides, this class carries its actions out with the Store, the
+// SwarmNode, the coordinator client and the EngineHook, and feeds the results back.
+//
+// The agent daemon calls it from its loop:
+//   Progress()          -> the ChannelProgress of each heartbeat
+//   OnTarget(target)    <- the ChannelTarget of each heartbeat reply
+//   Poll()              between heartbeats: fetch completion, hook results, retries
+//   report_now()        the participant wants the coordinator to hear something at once
+//                       (PREPARED, COMMITTED, FAILED): heartbeat without waiting
+//
+// Fetch: the signed manifest comes from the coordinator and must verify with the cluster secret;
+// SwarmNode::Fetch stages it (resuming a staging left by a restart). Commit: SwarmNode::
+// CommitTarget (Store::Commit, one atomic switch of `current`). Rollback: Store::Rollback to the
+// kept version, nothing fetched. The engine hook runs on its own thread so that heartbeats go on
+// while an engine reloads.
+//
+// An agent that follows a subset of tensors never holds a whole version, so it cannot commit
+// one in its store: for it a committed version is one whose wanted chunks are all verified, and
+// it reports that version as current.
+//
+// Not thread-safe: one thread (the daemon's loop) calls every method. The Store, SwarmNode and
+// client passed in must outlive the calls that use them.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include <weightcast/status.h>
+#include <weightcast/types.h>
+
+#include "agent/engine_hook.h"
+#include "agent/swarm_node.h"
+#include "coord/client.h"
+#include "coord/coord.pb.h"
+#include "net/transport.h"
+#include "rollout/participant.h"
+#include "store/store.h"
+
+namespace weightcast::agent {
+
+struct RolloutDriverOptions {
+  std::string channel;
+  std::string secret;   // the cluster secret: manifests must verify with it
+  bool subset = false;  // the node follows a subset of tensors (see the header comment)
+  EngineHookOptions hook{};
+  uint32_t hook_retries = 2;
+  rollout::HookFailure hook_failure = rollout::HookFailure::kReport;
+  net::Duration hook_retry_backoff = std::chrono::seconds(1);
+  net::Duration retry_backoff = std::chrono::seconds(2);
+  net::LogFn log = net::LogToStderr;
+};
+
+class RolloutDriver {
+ public:
+  // Reads what the store holds for the channel (current, kept and staging versions) and starts
+  // the participant from it. Fails on a bad hook option or an unreadable store.
+  static Result<std::unique_ptr<RolloutDriver>> Create(RolloutDriverOptions options, Store& store,
+                                                       SwarmNode& node);
+  ~RolloutDriver();  // waits for a running hook
+  RolloutDriver(const RolloutDriver&) = delete;
+  RolloutDriver& operator=(const RolloutDriver&) = delete;
+
+  coord::wire::ChannelProgress Progress() const;
+  // `client` may be null (coordinator unreachable): work that needs it fails and is retried.
+  void OnTarget(const coord::wire::ChannelTarget& target, coord::CoordinatorClient* client);
+  void Poll(coord::CoordinatorClient* client);
+
+  bool report_now() const { return report_now_; }
+  void clear_report_now() { report_now_ = false; }
+  // The version the participant has current (the store's, or for a subset agent its own).
+  Version current() const { return participant_.current(); }
+  // Whether a fetch or a hook is running (the daemon may wait on the swarm instead of sleeping).
+  bool fetching() const { return fetching_.value() != 0; }
+
+ private:
+  RolloutDriver(RolloutDriverOptions options, Store& store, SwarmNode& node, EngineHook hook,
+                rollout::Participant participant);
+  void Log(const std::string& line) const { options_.log("agent: " + line); }
+  static rollout::Time Now();
+  void Execute(std::span<const rollout::ParticipantAction> actions,
+               coord::CoordinatorClient* client);
+  // Makes `v` the swarm node's target (manifest from the coordinator, verified).
+  Status StartFetch(Version v, coord::CoordinatorClient* client);
+  Status Commit(Version v, coord::CoordinatorClient* client);
+  Status AbortStaging(Version v);
+
+  RolloutDriverOptions options_;
+  Store& store_;
+  SwarmNode& node_;
+  EngineHook hook_;
+  rollout::Participant participant_;
+  Version fetching_;
+  bool report_now_ = false;
+
+  std::thread hook_thread_;
+  std::mutex hook_mu_;
+  std::optional<std::pair<Version, Status>> hook_result_;  // guarded by hook_mu_
+};
+
+}  // namespace weightcast::agent
