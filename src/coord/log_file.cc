@@ -71,6 +71,9 @@ Result<LogFile::Opened> LogFile::Open(const std::filesystem::path& path) {
     const bool last = at + kRecordHeaderSize + length == bytes.size();
     if (std::memcmp(check.data(), p + 4, check.size()) != 0) {
       if (last) break;  // a torn write of the final record
+      // A crash may leave the file extended over the final append with its data never
+      // written: zeros to the end, which parse as empty records that fail their check.
+      if (bytes.find_first_not_of('\0', at) == std::string::npos) break;
       return Corrupt(path.string() + ": record at offset " + std::to_string(at) +
                      " fails its check and is not the last one");
     }

@@ -7,7 +7,8 @@
 //   check:   the first 8 bytes of SHA-256(length bytes || record bytes)
 //
 // A record is torn when it runs past the end of the file, or when its check fails and it is the
-// last record in the file. A failed check with more records after it is corruption (kCorrupt).
+// last record in the file or only zeros follow it (a file extended over an append whose data
+// never reached the disk). A failed check with anything else after it is corruption (kCorrupt).
 #pragma once
 
 #include <cstdint>

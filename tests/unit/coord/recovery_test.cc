@@ -99,6 +99,30 @@ TEST(CoordinatorRecovery, LastRecordFailingItsCheckIsTornAndItsVersionCanBePubli
   EXPECT_EQ(*pub->GetManifest("policy", Version(2)), Signed(v2));
 }
 
+TEST(CoordinatorRecovery, ZeroFilledTailIsTorn) {
+  CoordinatorHarness h;
+  PublishTwo(h);
+  const std::filesystem::path log = h.state_dir() / "log";
+  const std::string bytes = ReadAll(log);
+  // The file grew over a third append whose data never reached the disk.
+  WriteAll(log, bytes + std::string(150, '\0'));
+  ASSERT_TRUE(h.Start().ok());
+  EXPECT_EQ(h.coordinator().recovery().torn_bytes, 150u);
+  EXPECT_EQ(h.coordinator().recovery().records, 2u);
+  EXPECT_EQ(ReadAll(log), bytes);
+}
+
+TEST(CoordinatorRecovery, GarbageAfterTheLastRecordIsAnError) {
+  CoordinatorHarness h;
+  PublishTwo(h);
+  const std::filesystem::path log = h.state_dir() / "log";
+  // An empty record with a wrong check, then more bytes that are not zeros.
+  WriteAll(log, ReadAll(log) + std::string(12, '\0') + "junk after it");
+  auto opened = Coordinator::Open(h.Options());
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().code(), Code::kCorrupt);
+}
+
 TEST(CoordinatorRecovery, CorruptionBeforeTheLastRecordIsAnError) {
   CoordinatorHarness h;
   PublishTwo(h);
