@@ -466,9 +466,16 @@ Status Demo::PublishVersion(uint64_t step, VersionRow& row) {
   const auto deadline =
       start + std::chrono::seconds(120 + static_cast<int64_t>(config_.model_bytes >> 24));
   std::optional<Clock::time_point> logged_at;
+  // Rates are taken against a snapshot about two seconds old: agents report once a second, so
+  // two polls 100 ms apart usually see the same numbers.
   std::optional<wire::FleetStatus> earlier;
+  auto earlier_at = Clock::now();
   TerminalRedraw redraw(100);
-  auto last_line = Clock::now() - std::chrono::seconds(10);
+  // Without a terminal: a line when another tenth of the bytes is done or another agent is,
+  // and at least every 5 s.
+  auto last_line = Clock::now();
+  int64_t last_tenth = -1;
+  uint32_t last_nodes_done = 0;
   for (;;) {
     Result<wire::FleetStatus> status = Poll();
     if (!status.ok()) return status.status();
@@ -495,10 +502,18 @@ Status Demo::PublishVersion(uint64_t step, VersionRow& row) {
                                           .width = 100,
                                           .max_table_rows = config_.agents + 1}));
         out_.flush();
-      } else if (!summary.empty() && (done || SecondsSince(last_line) >= 1.0)) {
-        out_ << "    " << RenderSummaryLine(summary[0]) << "\n";
-        out_.flush();
-        last_line = Clock::now();
+      } else if (!summary.empty()) {
+        const ChannelSummary& s = summary[0];
+        const int64_t tenth =
+            s.bytes_total ? static_cast<int64_t>(10 * s.bytes_done / s.bytes_total) : 0;
+        if (done || tenth != last_tenth || s.nodes_done() != last_nodes_done ||
+            SecondsSince(last_line) >= 5.0) {
+          out_ << "    " << RenderSummaryLine(s) << "\n";
+          out_.flush();
+          last_line = Clock::now();
+          last_tenth = tenth;
+          last_nodes_done = s.nodes_done();
+        }
       }
     }
     if (done) {
@@ -510,7 +525,10 @@ Status Demo::PublishVersion(uint64_t step, VersionRow& row) {
       return DeadlineExceeded("v" + std::to_string(version) + " did not reach every agent in " +
                               Fixed(SecondsSince(start), 0) + " s");
     }
-    earlier = std::move(*status);
+    if (!earlier.has_value() || SecondsSince(earlier_at) >= 2.0) {
+      earlier = std::move(*status);
+      earlier_at = Clock::now();
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(config_.live_view ? 250 : 100));
   }
   // --until complete: the publisher sees the same and exits by itself.
