@@ -416,3 +416,25 @@ TEST(CoordinatorMetrics, PageCountsMembersVersionsAndRequestsByType) {
 
 }  // namespace
 }  // namespace weightcast::coord
+
+namespace weightcast::coord {
+namespace {
+
+TEST(Coordinator, StopClosesOpenConnectionsAndServeReturns) {
+  testing::CoordinatorHarness h;
+  ASSERT_TRUE(h.Start().ok());
+  auto agent = h.Connect(10, net::Role::kAgent);
+  ASSERT_TRUE(agent->Register(testing::AgentRegistration(10)).ok());
+  h.Stop();  // joins Serve: it returned although the agent's connection was open
+  auto after = agent->Heartbeat({});
+  ASSERT_FALSE(after.ok());
+  EXPECT_EQ(after.status().code(), Code::kUnavailable) << after.status().ToString();
+  // A restarted coordinator takes the node back when it registers again.
+  ASSERT_TRUE(h.Start().ok());
+  agent = h.Connect(10, net::Role::kAgent);
+  ASSERT_TRUE(agent->Register(testing::AgentRegistration(10)).ok());
+  EXPECT_TRUE(agent->Heartbeat({}).ok());
+}
+
+}  // namespace
+}  // namespace weightcast::coord
