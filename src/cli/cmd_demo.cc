@@ -5,6 +5,7 @@
 // version, with live progress. At the end a table per version (bytes on the wire, compression
 // ratio, times next to a plain copy of the same bytes) and a byte-for-byte comparison of every
 // agent's files with the publisher's.
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -54,6 +55,11 @@ Status RunDemoCommand(const DemoFlags& flags) {
   config.seed = flags.seed;
   config.keep = flags.keep;
   config.live_view = ::isatty(STDOUT_FILENO) == 1;
+  winsize size_of_terminal{};
+  if (config.live_view && ::ioctl(STDOUT_FILENO, TIOCGWINSZ, &size_of_terminal) == 0 &&
+      size_of_terminal.ws_col >= 60) {
+    config.width = size_of_terminal.ws_col;
+  }
 
   // Ctrl-C stops the demo and everything it started (its processes get SIGTERM on the way out).
   std::atomic<bool> stop{false};

@@ -470,7 +470,7 @@ Status Demo::PublishVersion(uint64_t step, VersionRow& row) {
   // two polls 100 ms apart usually see the same numbers.
   std::optional<wire::FleetStatus> earlier;
   auto earlier_at = Clock::now();
-  TerminalRedraw redraw(100);
+  TerminalRedraw redraw(config_.width);
   // Without a terminal: a line when another tenth of the bytes is done or another agent is,
   // and at least every 5 s.
   auto last_line = Clock::now();
@@ -499,7 +499,7 @@ Status Demo::PublishVersion(uint64_t step, VersionRow& row) {
       if (config_.live_view) {
         out_ << redraw.Next(RenderStatus(*status, earlier ? &*earlier : nullptr,
                                          {.channel = std::string(kChannel),
-                                          .width = 100,
+                                          .width = config_.width,
                                           .max_table_rows = config_.agents + 1}));
         out_.flush();
       } else if (!summary.empty()) {

@@ -20,7 +20,8 @@ struct DemoConfig {
   double lr = 0;  // 0: the synth default
   uint64_t seed = 1;
   bool keep = false;
-  bool live_view = false;  // redraw progress in place (a terminal); else one line a second
+  bool live_view = false;  // redraw progress in place (a terminal); else a line now and then
+  int width = 100;         // columns of the terminal
 };
 
 // Runs the demo: a coordinator, a publisher and `agents` agents as real processes of `exe` on
