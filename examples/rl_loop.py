@@ -12,7 +12,12 @@ the next update.
 It starts its own coordinator (the `weightcast` binary: $WEIGHTCAST_BIN or the one the module was
 built with) on loopback, and cleans everything up on exit. Per step it prints the sync latency
 (publish start until the last sampler holds the version), the bytes a node received and the
-compression ratio of the delta.
+compression ratio of the delta, and the bytes the trainer's node uploaded.
+
+Columns: return (mean episode return of the samplers with that version), publish (time of
+publish()), sync (publish start until the last sampler holds the version), size (model bytes),
+received (bytes a node holding the previous version receives), ratio (size / received), sent
+(bytes the trainer's node uploaded of that version; samplers also forward to each other).
 
     python3 examples/rl_loop.py              # 5 steps
     python3 examples/rl_loop.py --steps 50   # watch the return climb
@@ -25,6 +30,7 @@ import hashlib
 import math
 import multiprocessing as mp
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -32,19 +38,46 @@ import sys
 import tempfile
 import time
 
-import numpy as np
-import torch
+
+def _module_builds():
+    """[(build/<preset>/python, interpreter it was built for)] of this checkout's builds of the
+    module: release first, then the most recently built."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    found = []
+    for path in glob.glob(os.path.join(root, "build", "*", "python")):
+        package = os.path.join(path, "weightcast")
+        modules = glob.glob(os.path.join(package, "_weightcast*.so"))
+        if not modules or not os.path.isfile(os.path.join(package, "__init__.py")):
+            continue  # configured, not built
+        try:
+            with open(os.path.join(package, "_build_info.py")) as f:
+                match = re.search(r'^PYTHON = "(.*)"$', f.read(), re.M)
+        except OSError:
+            continue
+        is_release = os.path.basename(os.path.dirname(path)) == "release"
+        found.append((not is_release, -os.path.getmtime(modules[0]), path,
+                      match.group(1) if match else None))
+    return [(path, python) for _, _, path, python in sorted(found)]
+
+
+try:
+    import numpy as np
+    import torch
+except ImportError:
+    # Started by a python3 without numpy or torch (a pyenv build on PATH, say): run again with the
+    # interpreter the module was built for, which has them.
+    _pythons = [python for _, python in _module_builds()
+                if python and os.path.realpath(python) != os.path.realpath(sys.executable)]
+    if not _pythons:
+        raise
+    os.execv(_pythons[0], [_pythons[0]] + sys.argv)
 
 try:
     import weightcast
 except ImportError:  # run from a checkout: use the module of the release (or any) build
-    _root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    _builds = [os.path.join(_root, "build", "release", "python")] + sorted(
-        glob.glob(os.path.join(_root, "build", "*", "python")))
-    for _path in _builds:
-        if os.path.isdir(os.path.join(_path, "weightcast")):
-            sys.path.insert(0, _path)
-            break
+    if not _module_builds():
+        raise
+    sys.path.insert(0, _module_builds()[0][0])
     import weightcast
 
 CHANNEL = "policy"
@@ -167,14 +200,17 @@ def sampler_main(index, args, coordinator, secret_file, store, conn):
         conn.close()
 
 
-def start_coordinator(workdir, secret_file):
+def start_coordinator(workdir, secret_file, heartbeat_timeout):
     binary = weightcast.weightcast_binary()
     address_file = os.path.join(workdir, "coordinator.addr")
     log = open(os.path.join(workdir, "coordinator.log"), "wb")
     process = subprocess.Popen(
         [binary, "coordinator", "--listen", "127.0.0.1:0", "--state-dir",
          os.path.join(workdir, "coordinator"), "--address-file", address_file,
-         "--secret-file", secret_file],
+         "--secret-file", secret_file,
+         # Agents learn of a new version at their next heartbeat, every third of this: an RL
+         # loop wants that short (the default 3s means a heartbeat a second).
+         "--heartbeat-timeout", heartbeat_timeout],
         stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 30
     while not os.path.exists(address_file):
@@ -219,6 +255,8 @@ def main():
     parser.add_argument("--chunk-size", type=int, default=weightcast._weightcast.MIN_CHUNK_SIZE)
     parser.add_argument("--timeout", type=float, default=60.0,
                         help="seconds a sampler waits for a version before failing")
+    parser.add_argument("--heartbeat-timeout", default="900ms",
+                        help="the coordinator's --heartbeat-timeout (agents poll at a third)")
     parser.add_argument("--local", action="store_true",
                         help="no coordinator or agents: samplers read the trainer's store")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
@@ -240,7 +278,8 @@ def main():
             publisher = weightcast.Publisher(None, CHANNEL, store=os.path.join(workdir, "store"),
                                              chunk_size=args.chunk_size)
         else:
-            coordinator, address = start_coordinator(workdir, secret_file)
+            coordinator, address = start_coordinator(workdir, secret_file,
+                                                     args.heartbeat_timeout)
             publisher = weightcast.Publisher(address, CHANNEL, secret_file,
                                              store=os.path.join(workdir, "publisher"),
                                              chunk_size=args.chunk_size)
@@ -269,7 +308,7 @@ def main():
         print(f"policy: {n_params} parameters, {2 * n_params} bytes as bf16; "
               f"{args.samplers} samplers; {'local store' if args.local else address}")
         print(f"{'step':>4} {'ver':>4} {'return':>7} {'publish':>8} {'sync':>8} "
-              f"{'size':>9} {'received':>9} {'ratio':>6}  identical")
+              f"{'size':>9} {'received':>9} {'ratio':>6} {'sent':>9}  identical")
         totals = {"size": 0, "wire": 0}
         for step in range(args.steps + 1):
             weights = {name: t.detach().to(torch.bfloat16)
@@ -295,6 +334,10 @@ def main():
                 received_at.append(received)
                 episodes.extend(eps)
             sync = max(received_at) - started
+            # What the trainer's node uploaded of this version so far (the samplers also
+            # forward chunks to each other).
+            seeded = publisher.status()
+            sent_text = "-" if seeded is None else str(seeded["bytes_sent"])
             totals["size"] += result.total_bytes
             if result.wire_bytes is None:  # a local store: nothing travels
                 wire_text, ratio_text = "-", "-"
@@ -304,7 +347,8 @@ def main():
                 ratio_text = f"{result.compression_ratio:.2f}"
             mean_return = float(np.mean([r.sum() for _, _, r in episodes]))
             print(f"{step:>4} {result.version:>4} {mean_return:>7.1f} {result.seconds:>7.3f}s "
-                  f"{sync:>7.3f}s {result.total_bytes:>9} {wire_text:>9} {ratio_text:>6}  "
+                  f"{sync:>7.3f}s {result.total_bytes:>9} {wire_text:>9} {ratio_text:>6} "
+                  f"{sent_text:>9}  "
                   f"{len(received_at)}/{args.samplers} ok", flush=True)
             if step == args.steps:
                 break

@@ -7,6 +7,8 @@
 #include <map>
 #include <memory>
 
+#include "net/handshake.h"
+
 namespace weightcast::python {
 
 namespace {
@@ -141,6 +143,12 @@ metrics::Logger MakeLogger(const std::string& component, const std::string& leve
   });
   logger.set_min_level(min_level);
   return logger;
+}
+
+std::string LoadSecret(const std::optional<std::string>& secret_file) {
+  Result<std::string> secret = net::LoadClusterSecret(secret_file.value_or(""));
+  if (!secret.ok()) Throw(secret.status().WithContext("cluster secret"));
+  return std::move(secret).value();
 }
 
 }  // namespace weightcast::python

@@ -49,7 +49,11 @@ std::vector<TensorBytes> TensorsFromPython(const py::list& tensors,
 metrics::Logger MakeLogger(const std::string& component, const std::string& level,
                            const std::string& file);
 
-// Registers the coordinated Publisher and the in-process agent (remote.cc).
+// The cluster secret from `secret_file`, or $WEIGHTCAST_SECRET when None (never from an argument
+// value: argv and Python reprs leak).
+std::string LoadSecret(const std::optional<std::string>& secret_file);
+
+// Registers the coordinated Publisher (remote.cc).
 void RegisterRemote(py::module_& m);
 
 }  // namespace weightcast::python

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "agent_runner.h"
 #include "bindings.h"
 #include "manifest/builder.h"
 #include "subscriber.h"
@@ -83,6 +84,36 @@ class PySubscriber {
   PySubscriber(const std::filesystem::path& store, const std::string& channel)
       : follower_(ValueOrThrow(StoreFollower::Create(store, channel))) {}
 
+  // A subscriber with its own agent: the agent joins the coordinator and maintains `store`; the
+  // follower reads what it commits.
+  static std::unique_ptr<PySubscriber> WithAgent(
+      const std::filesystem::path& store, const std::string& channel,
+      const std::string& coordinator, const std::optional<std::string>& secret_file,
+      const std::string& listen, const std::string& rack, const std::vector<std::string>& tensors,
+      const std::string& cluster, uint64_t node_id, uint64_t upload_limit, uint64_t download_limit,
+      const std::string& metrics, const std::string& log_level, const std::string& log_file) {
+    auto subscriber = std::make_unique<PySubscriber>(store, channel);
+    agent::AgentOptions options;
+    options.coordinator = coordinator;
+    options.store_dir = store.string();
+    options.channel = channel;
+    options.listen = listen;
+    options.rack = rack;
+    options.tensor_patterns = tensors;
+    options.metrics = metrics;
+    options.upload_limit = upload_limit;
+    options.download_limit = download_limit;
+    options.secret = LoadSecret(secret_file);
+    options.cluster = cluster;
+    options.node_id = PeerId(node_id);
+    options.log = MakeLogger("agent", log_level, log_file).AsLineFn();
+    StoreFollower* follower = subscriber->follower_.get();
+    // A dead agent wakes a blocked wait(), which then raises the agent's error.
+    subscriber->agent_ =
+        ValueOrThrow(AgentRunner::Start(std::move(options), [follower] { follower->Close(); }));
+    return subscriber;
+  }
+
   std::unique_ptr<PyOpenedVersion> Wait(uint64_t min_version, std::optional<double> timeout_s) {
     const auto timeout = ToDuration(timeout_s);
     const auto deadline = timeout ? std::chrono::steady_clock::now() + *timeout
@@ -90,6 +121,7 @@ class PySubscriber {
     // Slices short enough that Ctrl-C (checked between slices, with the GIL) feels immediate.
     constexpr auto kSlice = std::chrono::milliseconds(200);
     while (true) {
+      ThrowIfAgentExited();
       const auto now = std::chrono::steady_clock::now();
       const auto slice =
           deadline == std::chrono::steady_clock::time_point::max()
@@ -101,6 +133,7 @@ class PySubscriber {
         return follower_->Wait(Version(min_version), slice);
       }();
       if (opened.ok()) return std::make_unique<PyOpenedVersion>(std::move(opened).value());
+      if (opened.status().code() == Code::kAborted) ThrowIfAgentExited();
       if (opened.status().code() != Code::kDeadlineExceeded) Throw(opened.status());
       if (std::chrono::steady_clock::now() >= deadline) {
         std::ostringstream text;
@@ -129,10 +162,47 @@ class PySubscriber {
     return out;
   }
 
-  void Close() { follower_->Close(); }
+  // The in-process agent's progress and the store's current version; None without an agent.
+  py::object Progress() {
+    if (agent_ == nullptr) return py::none();
+    const agent::SwarmProgress p = agent_->progress();
+    py::dict d;
+    d["version"] = p.version.value();
+    d["delta"] = p.delta;
+    d["chunks_done"] = p.chunks_done;
+    d["chunks_total"] = p.chunks_total;
+    d["bytes_received"] = p.bytes_received;
+    d["bytes_sent"] = p.bytes_sent;
+    d["chunks_failed"] = p.chunks_failed;
+    d["peers"] = p.peers;
+    d["complete"] = p.complete;
+    d["error"] = p.error;
+    d["address"] = agent_->address();
+    d["node_id"] = agent_->id().value();
+    Result<Version> current = follower_->Current();
+    d["current_version"] = current.ok() ? current->value() : 0;
+    d["running"] = !agent_->exited();
+    return d;
+  }
+
+  void Close() {
+    follower_->Close();
+    if (agent_ != nullptr) {
+      py::gil_scoped_release release;  // joins the agent's threads
+      agent_->Stop();
+    }
+  }
 
  private:
+  void ThrowIfAgentExited() {
+    if (agent_ == nullptr || !agent_->exited()) return;
+    const weightcast::Status failure = agent_->failure();
+    if (!failure.ok()) Throw(failure.WithContext("in-process agent"));
+    Throw(Aborted("the in-process agent stopped"));
+  }
+
   std::unique_ptr<StoreFollower> follower_;
+  std::unique_ptr<AgentRunner> agent_;  // destroyed (stopped) before the follower it closes
 };
 
 // A publisher without a coordinator: commits each step into a store on this machine.
@@ -213,7 +283,15 @@ PYBIND11_MODULE(_weightcast, m) {
       .def(py::init<const std::filesystem::path&, const std::string&>(), py::arg("store"),
            py::arg("channel"))
       .def("wait", &PySubscriber::Wait, py::arg("min_version") = 0, py::arg("timeout") = py::none())
+      .def_static("with_agent", &PySubscriber::WithAgent, py::kw_only(), py::arg("store"),
+                  py::arg("channel"), py::arg("coordinator"), py::arg("secret_file"),
+                  py::arg("listen") = "127.0.0.1:0", py::arg("rack") = "",
+                  py::arg("tensors") = std::vector<std::string>(), py::arg("cluster") = "default",
+                  py::arg("node_id") = 0, py::arg("upload_limit") = 0,
+                  py::arg("download_limit") = 0, py::arg("metrics") = "",
+                  py::arg("log_level") = "warn", py::arg("log_file") = "")
       .def("changed", &PySubscriber::Changed, py::arg("since"), py::arg("to"))
+      .def("status", &PySubscriber::Progress)
       .def("close", &PySubscriber::Close);
 
   py::class_<PyLocalPublisher>(m, "_LocalPublisher")

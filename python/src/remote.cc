@@ -13,17 +13,12 @@
 #include <vector>
 
 #include "bindings.h"
-#include "net/handshake.h"
 #include "publish/publisher.h"
 #include "store/store.h"
 #include "util/text.h"
 
 namespace weightcast::python {
 namespace {
-
-std::string LoadSecret(const std::optional<std::string>& secret_file) {
-  return ValueOrThrow(net::LoadClusterSecret(secret_file.value_or("")));
-}
 
 py::dict ProgressDict(const agent::SwarmProgress& p) {
   py::dict out;
@@ -113,7 +108,7 @@ class PyRemotePublisher {
     return d;
   }
 
-  py::dict Status() {
+  py::dict Progress() {
     if (publisher_ == nullptr) Throw(FailedPrecondition("publisher is closed"));
     agent::SwarmProgress progress = publisher_->progress();
     py::dict d = ProgressDict(progress);
@@ -171,7 +166,7 @@ void RegisterRemote(py::module_& m) {
            py::arg("cluster") = "default", py::arg("node_id") = 0, py::arg("log_level") = "warn",
            py::arg("log_file") = "", py::arg("connect_timeout") = py::none())
       .def("publish", &PyRemotePublisher::Publish, py::arg("tensors"), py::arg("metadata"))
-      .def("status", &PyRemotePublisher::Status)
+      .def("status", &PyRemotePublisher::Progress)
       .def("wait_until", &PyRemotePublisher::WaitUntil, py::arg("until"),
            py::arg("timeout") = py::none())
       .def("close", &PyRemotePublisher::Close);

@@ -225,6 +225,13 @@ void StoreFollower::Sleep(std::chrono::steady_clock::time_point until) {
   }
 }
 
+Result<Version> StoreFollower::Current() const {
+  StoreOptions options;
+  options.read_only = true;
+  ASSIGN_OR_RETURN(Store store, Store::Open(root_, options));
+  return store.Current(channel_);
+}
+
 std::string StoreFollower::Describe(Version min_version) const {
   const std::string wanted = min_version.value() == 0
                                  ? std::string("committed version")

@@ -89,6 +89,9 @@ class StoreFollower {
   // in the store. kNotFound otherwise.
   Result<std::shared_ptr<const Manifest>> ManifestOf(Version version);
 
+  // The channel's current version in the store (kNotFound when none yet).
+  Result<Version> Current() const;
+
   // "no version 3 of channel policy in store /x": what a Wait for `min_version` waits for.
   std::string Describe(Version min_version) const;
 

@@ -36,6 +36,10 @@ class Publisher:
 
     def __init__(self, coordinator, channel, secret_file=None, store=None, *, chunk_size=None,
                  keep_versions=2, **publisher_options):
+        """``publisher_options`` (with a coordinator): listen ("127.0.0.1:0"), cluster, node_id,
+        connect_timeout (s), log_level ("warn"; also debug, info, error), log_file (default
+        stderr). The secret comes from secret_file or $WEIGHTCAST_SECRET. ``keep_versions``
+        applies to a local store."""
         self.channel = channel
         if chunk_size is None:
             chunk_size = _weightcast.DEFAULT_CHUNK_SIZE
@@ -51,18 +55,18 @@ class Publisher:
                                                      keep_versions)
             self._remote = False
         else:
-            if not hasattr(_weightcast, "_Publisher"):
-                raise _weightcast.FailedPreconditionError(
-                    "this build of weightcast has no in-process publisher; use "
-                    "`weightcast publish --dir` or Publisher(None, channel, store=DIR)")
             if store is None:
                 raise _weightcast.InvalidArgumentError("a publisher needs store= (a directory)")
             self.store = str(store)
             self._core = _weightcast._Publisher(
-                coordinator=coordinator, channel=channel, secret_file=secret_file,
-                store=self.store, chunk_size=chunk_size, keep_versions=keep_versions,
+                coordinator=coordinator, channel=channel,
+                secret_file=None if secret_file is None else str(secret_file),
+                store=self.store, chunk_size=chunk_size,
                 **publisher_options)
             self._remote = True
+            if keep_versions != 2:
+                raise _weightcast.InvalidArgumentError(
+                    "keep_versions applies to a local publisher only")
 
     def publish(self, tensors, step=None):
         """Publishes ``tensors`` (dict name -> torch tensor or numpy array, any dtype safetensors
@@ -83,8 +87,17 @@ class Publisher:
                              wire_bytes=out.get("wire_bytes"), seconds=seconds)
 
     def status(self):
-        """Seeding progress of the last version (dict) for a coordinated publisher, else None."""
+        """Seeding progress of the newest version (dict: version, bytes_sent, peers, address,
+        ...) for a coordinated publisher, else None."""
         return self._core.status() if self._remote else None
+
+    def wait_until(self, until="replicated", timeout=None):
+        """Blocks (GIL released) until the newest version is "replicated" (every chunk held by
+        another node) or "complete" (every live agent committed it), like `weightcast publish
+        --until`. DeadlineExceededError after ``timeout`` seconds."""
+        if not self._remote:
+            raise _weightcast.FailedPreconditionError("a local publisher seeds nothing")
+        self._core.wait_until(until, timeout)
 
     def close(self):
         """Stops seeding (coordinated) and releases the store."""

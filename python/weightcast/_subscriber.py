@@ -30,6 +30,11 @@ class Subscriber:
     """
 
     def __init__(self, store, channel, coordinator=None, secret_file=None, **agent_options):
+        """``agent_options`` (with a coordinator): listen ("127.0.0.1:0"), rack, tensors (globs:
+        fetch only the chunks of these tensors), cluster, node_id, upload_limit and
+        download_limit (bytes/s), metrics ("ip:port" for /metrics), log_level ("warn"; also
+        debug, info, error) and log_file (default stderr). The secret comes from secret_file or
+        $WEIGHTCAST_SECRET."""
         self.channel = channel
         self.store = str(store)
         self._last = None
@@ -39,24 +44,20 @@ class Subscriber:
                     "secret_file and agent options need a coordinator (without one the "
                     "subscriber only reads a store that an agent maintains)")
             self._core = _weightcast._StoreSubscriber(self.store, channel)
-            self._agent = None
         else:
-            if not hasattr(_weightcast, "_Agent"):
-                raise _weightcast.FailedPreconditionError(
-                    "this build of weightcast has no in-process agent; run `weightcast agent` "
-                    "and use Subscriber(store, channel)")
-            self._agent = _weightcast._Agent(
-                coordinator=coordinator, store=self.store, channel=channel,
-                secret_file=secret_file, **agent_options)
-            self._core = _weightcast._StoreSubscriber(self.store, channel)
+            tensors = agent_options.pop("tensors", None)
+            if isinstance(tensors, str):
+                tensors = [tensors]
+            self._core = _weightcast._StoreSubscriber.with_agent(
+                store=self.store, channel=channel, coordinator=coordinator,
+                secret_file=None if secret_file is None else str(secret_file),
+                tensors=list(tensors or []), **agent_options)
 
     def wait(self, min_version=None, timeout=None):
         """The channel's committed current version once it is at least ``min_version`` (any
         version when None). ``timeout`` in seconds (None: no limit); raises
         DeadlineExceededError (also a TimeoutError) when it passes. To follow every new version:
         ``v = sub.wait(); v = sub.wait(v.version + 1)``."""
-        if self._agent is not None:
-            self._agent.check()  # an agent that failed says why instead of a silent timeout
         minimum = 0 if min_version is None else _version_number(min_version, "min_version")
         version = Version(self._core.wait(minimum, timeout))
         self._last = version.version
@@ -79,15 +80,14 @@ class Subscriber:
         return [(name, list(ranges)) for name, ranges in self._core.changed(since, to)]
 
     def status(self):
-        """Progress of the in-process agent (dict), or None without one."""
-        return None if self._agent is None else self._agent.status()
+        """Progress of the in-process agent (dict: version, bytes_received, peers,
+        current_version, ...), or None without one."""
+        return self._core.status()
 
     def close(self):
         """Stops the in-process agent (if any) and wakes a blocked wait() with AbortedError.
         Versions already returned stay valid."""
         self._core.close()
-        if self._agent is not None:
-            self._agent.stop()
 
     def __enter__(self):
         return self

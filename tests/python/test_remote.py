@@ -1,0 +1,127 @@
+"""Publisher -> coordinator -> in-process agent -> Subscriber, on loopback."""
+
+import os
+import secrets
+import subprocess
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import weightcast
+from conftest import SMALL_CHUNK
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """A coordinator on 127.0.0.1 (port 0) and a secret file; yields (address, secret_file)."""
+    secret_file = tmp_path / "secret"
+    secret_file.write_text(secrets.token_hex(32))
+    secret_file.chmod(0o600)
+    address_file = tmp_path / "coordinator.addr"
+    log = open(tmp_path / "coordinator.log", "wb")
+    process = subprocess.Popen(
+        [weightcast.weightcast_binary(), "coordinator", "--listen", "127.0.0.1:0",
+         "--state-dir", str(tmp_path / "coordinator"), "--address-file", str(address_file),
+         "--secret-file", str(secret_file)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while not address_file.exists():
+            assert process.poll() is None, (tmp_path / "coordinator.log").read_text()
+            assert time.monotonic() < deadline, "coordinator wrote no address within 30 s"
+            time.sleep(0.02)
+        yield address_file.read_text().strip(), str(secret_file)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()
+
+
+def policy_weights(seed, n=200_000):
+    torch.manual_seed(seed)
+    return {"layer.weight": torch.randn(n // 100, 100).to(torch.bfloat16),
+            "layer.bias": torch.randn(100).to(torch.bfloat16),
+            "steps": np.array([seed], dtype=np.int64)}
+
+
+def test_publish_and_subscribe_round_trip(cluster, tmp_path):
+    address, secret_file = cluster
+    weights = policy_weights(1)
+    with weightcast.Publisher(address, "policy", secret_file, store=tmp_path / "publisher",
+                              chunk_size=SMALL_CHUNK) as pub, \
+            weightcast.Subscriber(tmp_path / "agent", "policy", coordinator=address,
+                                  secret_file=secret_file) as sub:
+        first = pub.publish(weights, step=1)
+        assert first.version == 1 and first.wire_bytes == first.total_bytes  # full version
+        v1 = sub.wait(1, timeout=30)
+        assert v1.root == first.root and v1.step == 1
+        for name, value in weights.items():
+            got = v1[name]
+            if isinstance(value, torch.Tensor):
+                assert torch.equal(got.view(torch.int16), value.view(torch.int16)), name
+            else:
+                assert np.array_equal(got, value)
+
+        # An RL-like step: a few elements change; the delta is small and changed() finds them.
+        weights2 = {k: (v.clone() if isinstance(v, torch.Tensor) else v.copy())
+                    for k, v in weights.items()}
+        weights2["layer.weight"][1500, :] += 1.0  # 300 KB in: not the first chunk
+        second = pub.publish(weights2, step=2)
+        assert second.version == 2
+        assert second.wire_bytes < second.total_bytes / 4
+        v2 = sub.wait(2, timeout=30)
+        assert torch.equal(v2["layer.weight"].view(torch.int16),
+                           weights2["layer.weight"].view(torch.int16))
+        changes = dict(sub.changed(v1))
+        assert list(changes) == ["layer.weight"]
+        (begin, end), = changes["layer.weight"]
+        row = 1500 * 100 * 2  # bytes before row 1500
+        assert begin <= row and row + 200 <= end and end - begin <= SMALL_CHUNK
+        status = pub.status()
+        assert status["version"] == 2 and status["address"].startswith("127.0.0.1:")
+        assert sub.status()["current_version"] == 2
+
+
+def test_wrong_secret_gets_nothing(cluster, tmp_path):
+    address, secret_file = cluster
+    wrong = tmp_path / "wrong"
+    wrong.write_text(secrets.token_hex(32))
+    with weightcast.Publisher(address, "policy", secret_file, store=tmp_path / "publisher",
+                              chunk_size=SMALL_CHUNK) as pub:
+        pub.publish(policy_weights(1), step=1)
+        with pytest.raises(weightcast.Error):
+            with weightcast.Subscriber(tmp_path / "agent", "policy", coordinator=address,
+                                       secret_file=str(wrong)) as sub:
+                sub.wait(1, timeout=3)
+    assert not os.path.exists(tmp_path / "agent" / "policy" / "current")
+
+
+def test_a_failed_agent_is_raised_by_wait(cluster, tmp_path):
+    address, secret_file = cluster
+    store = tmp_path / "agent"
+    with weightcast.Subscriber(store, "policy", coordinator=address,
+                               secret_file=secret_file) as first:
+        # A second agent on the same store cannot take its lock: its wait() says so at once
+        # instead of timing out.
+        with weightcast.Subscriber(store, "policy", coordinator=address,
+                                   secret_file=secret_file) as second:
+            start = time.monotonic()
+            with pytest.raises(weightcast.UnavailableError, match="in-process agent.*in use"):
+                second.wait(timeout=20)
+            assert time.monotonic() - start < 10
+            assert second.status()["running"] is False
+        assert first.status()["running"] is True
+
+
+def test_agent_options_are_checked(cluster, tmp_path):
+    address, secret_file = cluster
+    with pytest.raises(weightcast.InvalidArgumentError, match="log_level"):
+        weightcast.Subscriber(tmp_path / "agent", "policy", coordinator=address,
+                              secret_file=secret_file, log_level="loud")
+    with pytest.raises(weightcast.NotFoundError, match="cluster secret: .*missing"):
+        weightcast.Subscriber(tmp_path / "agent", "policy", coordinator=address,
+                              secret_file=str(tmp_path / "missing"))
