@@ -273,27 +273,33 @@ def main():
         secret_file = os.path.join(workdir, "secret")
         with open(os.open(secret_file, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
             f.write(secrets.token_hex(32))
-        if args.local:
-            address = None
-            publisher = weightcast.Publisher(None, CHANNEL, store=os.path.join(workdir, "store"),
-                                             chunk_size=args.chunk_size)
-        else:
+        local_store = os.path.join(workdir, "store")
+        address = None
+        if not args.local:
             coordinator, address = start_coordinator(workdir, secret_file,
                                                      args.heartbeat_timeout)
-            publisher = weightcast.Publisher(address, CHANNEL, secret_file,
-                                             store=os.path.join(workdir, "publisher"),
-                                             chunk_size=args.chunk_size)
-        ctx = mp.get_context("spawn")  # no fork of a process that runs C++ threads
+        # The samplers are forked before this process starts any thread of its own (the
+        # publisher's come next), so they inherit the imported torch instead of importing it
+        # again (seconds each on a small machine); spawn where fork is not available.
+        methods = mp.get_all_start_methods()
+        ctx = mp.get_context("fork" if "fork" in methods else "spawn")
         pipes = []
         for i in range(args.samplers):
             parent, child = ctx.Pipe()
-            store = (publisher.store if args.local else os.path.join(workdir, f"sampler{i}"))
+            store = local_store if args.local else os.path.join(workdir, f"sampler{i}")
             p = ctx.Process(target=sampler_main,
                             args=(i, args, address, secret_file, store, child), daemon=True)
             p.start()
             child.close()
             samplers.append(p)
             pipes.append(parent)
+        if args.local:
+            publisher = weightcast.Publisher(None, CHANNEL, store=local_store,
+                                             chunk_size=args.chunk_size)
+        else:
+            publisher = weightcast.Publisher(address, CHANNEL, secret_file,
+                                             store=os.path.join(workdir, "publisher"),
+                                             chunk_size=args.chunk_size)
 
         for conn in pipes:  # start the clock only once every sampler is listening
             if not conn.poll(120):

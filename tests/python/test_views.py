@@ -137,8 +137,9 @@ def test_wait_follows_new_versions_promptly(local_publisher, store):
     returned = time.monotonic()
     thread.join()
     assert v.version == 1
-    # inotify wakes the waiter at the commit, not at the next poll.
-    assert returned - published["done"] < 0.1
+    # Woken by the commit (inotify; a 100 ms poll at worst), not by the timeout. Generous for a
+    # loaded CI machine.
+    assert returned - published["done"] < 0.5
 
 
 def test_wait_releases_the_gil(store):
@@ -157,7 +158,9 @@ def test_wait_releases_the_gil(store):
         sub.wait(timeout=0.5)
     stop.set()
     thread.join()
-    assert len(ticks) > 50  # the other thread ran while wait() blocked
+    # The other thread ran while wait() blocked. Holding the GIL, wait() would let it in only
+    # between its 200 ms slices: a handful of ticks.
+    assert len(ticks) > 20
 
 
 def test_close_wakes_a_blocked_wait(store):
