@@ -438,3 +438,49 @@ TEST(Coordinator, StopClosesOpenConnectionsAndServeReturns) {
 
 }  // namespace
 }  // namespace weightcast::coord
+
+namespace weightcast::coord {
+namespace {
+
+// The peer lists a fleet of `n` agents gets from a fresh coordinator, through Handle directly.
+std::map<uint64_t, std::vector<uint64_t>> ListsOf(uint64_t n, uint64_t seed) {
+  weightcast::testing::TempDir dir;
+  net::FakeClock clock;
+  CoordinatorOptions options;
+  options.state_dir = dir.path() / "state";
+  options.secret = testing::kSecret;
+  options.clock = &clock;
+  options.seed = seed;
+  options.log = [](std::string_view) {};
+  auto c = Coordinator::Open(std::move(options));
+  EXPECT_TRUE(c.ok());
+  for (uint64_t id = 1; id <= n; ++id) {
+    wire::Envelope e;
+    *e.mutable_register_() = testing::AgentRegistration(id, "policy", id % 3 ? "a" : "b");
+    EXPECT_FALSE(
+        (*c)->Handle(id, {.node_id = PeerId(id), .role = net::Role::kAgent, .address = {}}, e)
+            .has_error());
+  }
+  (*c)->Sweep();
+  std::map<uint64_t, std::vector<uint64_t>> lists;
+  for (uint64_t id = 1; id <= n; ++id) {
+    wire::Envelope e;
+    e.mutable_heartbeat();
+    wire::Envelope reply =
+        (*c)->Handle(id, {.node_id = PeerId(id), .role = net::Role::kAgent, .address = {}}, e);
+    for (const wire::PeerEntry& p : reply.heartbeat_reply().peers()) {
+      lists[id].push_back(p.node_id());
+    }
+  }
+  return lists;
+}
+
+TEST(Coordinator, PeerListsAreAFunctionOfMembershipAndSeed) {
+  const auto first = ListsOf(30, 7);
+  EXPECT_EQ(first.size(), 30u);
+  EXPECT_EQ(ListsOf(30, 7), first);
+  EXPECT_NE(ListsOf(30, 8), first);
+}
+
+}  // namespace
+}  // namespace weightcast::coord
