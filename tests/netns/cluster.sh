@@ -36,7 +36,7 @@ cleanup() {
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 leftovers() {  # ID: namespaces or work directory of run ID still present
-  ip netns list | awk '{print $1}' | grep -E "^wcc$1(h[0-9]+|sw|probe)$"
+  ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^wcc$1(h[0-9]+|sw|probe)$"
   ls -d "/dev/shm/wcc-$1" 2>/dev/null
 }
 
@@ -83,10 +83,10 @@ bash "$RUN" 4 100mbit 8MiB --wc "$WC" --systems http --check-seconds 5 >"$tmp/ou
 bg=$!
 run_id=c$bg
 for _ in $(seq 1 150); do
-  ip netns list | grep -q "^wcc${run_id}h3" && break
+  ip netns list 2>/dev/null | grep -q "^wcc${run_id}h3" && break
   sleep 0.1
 done
-ip netns list | grep -q "^wcc${run_id}h3" || fail "second run never brought its hosts up: $(cat "$tmp/err2")"
+ip netns list 2>/dev/null | grep -q "^wcc${run_id}h3" || fail "second run never brought its hosts up: $(cat "$tmp/err2")"
 kill -TERM "$bg"
 wait "$bg"
 rc=$?
