@@ -72,12 +72,14 @@ cluster_down() {  # ID
   for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^wcc${1}(h[0-9]+|sw)$"); do
     local pids
     pids=$(ip netns pids "$ns" 2>/dev/null)
+    # shellcheck disable=SC2086  # a list of pids
     [[ -n $pids ]] && kill -TERM $pids 2>/dev/null
   done
   sleep 0.2
   for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^wcc${1}(h[0-9]+|sw)$"); do
     local pids
     pids=$(ip netns pids "$ns" 2>/dev/null)
+    # shellcheck disable=SC2086  # a list of pids
     [[ -n $pids ]] && kill -KILL $pids 2>/dev/null
     ip netns del "$ns" 2>/dev/null
   done

@@ -120,6 +120,7 @@ W=$WORK_ROOT/wcc-$ID
 pids=()
 vmstat_pid=""
 log() { echo "[cluster $(date -u +%T)] $*" >&2; }
+# shellcheck disable=SC2317  # called by the trap
 cleanup() {
   local p
   for p in "${pids[@]:-}"; do [[ -n $p ]] && kill "$p" 2>/dev/null; done
@@ -201,6 +202,7 @@ fault_arm() {
       (sleep "$FAULT_AT"
         printf '%s\n' "$(date +%s.%N)" >"$PH/fault_time"
         p=$(ip netns pids "$(cluster_ns "$ID" "$FH")")
+        # shellcheck disable=SC2086  # a list of pids
         [[ -n $p ]] && kill -KILL $p) &
       FAULT_PID=$!
       pids+=($!) ;;

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # The weightcast part of bench/cluster/run.sh (sourced by it; uses its variables and phase_*
 # helpers). On host 0: the coordinator and, per step, `weightcast publish --dir ... --until
 # complete`; on hosts 1..N-1: one agent each, started once and kept running through both steps
@@ -119,7 +120,7 @@ wc_phases() {
       --coordinator "$WC_COORD" --store "$WCD/h$i" --channel "$WC_CHANNEL" \
       --listen "$(cluster_addr "$i"):$WC_PORT_AGENT" --secret-file "$WC_SECRET" \
       --node-id $((1000 + i)) --log-format text >"$WCD/log.$i" 2>&1 &
-    WC_AGENT_PIDS[$i]=$!
+    WC_AGENT_PIDS[i]=$!
     pids+=($!)
     KEEP_PGIDS+=" $!"
   done
