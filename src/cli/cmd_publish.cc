@@ -2,6 +2,7 @@
 // (docs/publish.md). `--dir PATH` publishes one directory and seeds it until --until holds;
 // `--watch DIR` publishes every checkpoint directory a trainer saves under DIR until stopped.
 // The cluster secret comes from --secret-file or WEIGHTCAST_SECRET, never from the command line.
+#include <atomic>
 #include <cstring>
 #include <iostream>
 #include <memory>
@@ -94,8 +95,21 @@ Status RunPublish(const PublishFlags& flags) {
     options.metrics = &registry;
   }
 
-  ASSIGN_OR_RETURN(std::unique_ptr<publish::Publisher> publisher,
-                   publish::Publisher::Create(std::move(options)));
+  // A signal while the publisher starts (waiting for the coordinator) cancels the start.
+  std::atomic<bool> cancel{false};
+  options.cancel = &cancel;
+  signals.OnSignal([&cancel] { cancel = true; });
+  Result<std::unique_ptr<publish::Publisher>> created =
+      publish::Publisher::Create(std::move(options));
+  if (!created.ok()) {
+    signals.OnSignal({});
+    if (cancel) {
+      log.Info("stopping", {{"signal", std::string(strsignal(signals.signal()))}});
+      return Status::Ok();
+    }
+    return created.status();
+  }
+  std::unique_ptr<publish::Publisher> publisher = std::move(created).value();
   signals.OnSignal([&publisher] { publisher->Stop(); });
 
   Status result;

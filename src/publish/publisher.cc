@@ -45,6 +45,15 @@ bool Logged(const wire::ChannelLog& log, Version version, const Digest& root) {
   return false;
 }
 
+// Whether `version` was aborted (by the rollout, or by a rollback below it): no agent holds it,
+// so it cannot be the base of a delta either.
+bool AbortedInLog(const wire::ChannelLog& log, Version version) {
+  for (const wire::VersionEntry& e : log.versions()) {
+    if (e.version() == version.value()) return e.decision() == wire::DECISION_ABORT;
+  }
+  return false;
+}
+
 uint64_t NewestLogged(const wire::ChannelLog& log) {
   uint64_t newest = 0;
   for (const wire::VersionEntry& e : log.versions()) newest = std::max(newest, e.version());
@@ -133,6 +142,7 @@ Status Publisher::Start() {
 
   // The coordinator may still be starting (scripts launch everything at once).
   const auto deadline = std::chrono::steady_clock::now() + options_.connect_timeout;
+  net::Duration backoff = std::chrono::milliseconds(100);
   for (;;) {
     Status connected;
     {
@@ -143,7 +153,12 @@ Status Publisher::Start() {
     if (!Transient(connected) || std::chrono::steady_clock::now() >= deadline) {
       return connected.WithContext("coordinator " + options_.coordinator);
     }
-    if (!SleepFor(std::chrono::milliseconds(200))) return Aborted("stopped");
+    if (backoff == std::chrono::milliseconds(100)) {
+      options_.log.Warn("waiting for the coordinator",
+                        {{"coordinator", options_.coordinator}, {"error", connected.message()}});
+    }
+    if (!SleepFor(backoff)) return Aborted("stopped");
+    backoff = std::min<net::Duration>(2 * backoff, std::chrono::seconds(2));
   }
   RETURN_IF_ERROR(Reconcile());
   if (options_.metrics != nullptr) {
@@ -267,7 +282,7 @@ Status Publisher::Reconcile() {
 Status Publisher::PublishSigned(const PreparedVersion& prepared) {
   const Version version = prepared.manifest.version;
   bool retried = false;
-  while (!stopping_) {
+  while (!Stopping()) {
     Result<Version> logged = Call<Version>(
         [&](coord::CoordinatorClient& c) { return c.Publish(prepared.signed_manifest); });
     if (logged.ok()) {
@@ -322,7 +337,7 @@ Result<PublishedVersion> Publisher::PublishDirectory(
   o.delta = false;
   if (current.ok()) {
     Result<Manifest> base = store_->GetManifest(options_.channel, *current);
-    o.delta = base.ok() && Logged(log, *current, base->root);
+    o.delta = base.ok() && Logged(log, *current, base->root) && !AbortedInLog(log, *current);
   }
   ASSIGN_OR_RETURN(PreparedVersion prepared, PrepareVersion(*store_, dir, o));
   PublishedVersion out;
@@ -511,9 +526,16 @@ void Publisher::HeartbeatLoop() {
 }
 
 bool Publisher::SleepFor(net::Duration d) {
+  // The cancel flag notifies nobody: look at it at least every 100 ms.
+  const auto deadline = std::chrono::steady_clock::now() + d;
   std::unique_lock lock(mu_);
-  cv_.wait_for(lock, d, [this] { return stopping_.load(); });
-  return !stopping_;
+  while (!Stopping()) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return true;
+    cv_.wait_for(lock, std::min<net::Duration>(deadline - now, std::chrono::milliseconds(100)),
+                 [this] { return stopping_.load(); });
+  }
+  return false;
 }
 
 void Publisher::Stop() {

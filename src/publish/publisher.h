@@ -64,6 +64,9 @@ struct PublisherOptions {
   net::Duration connect_timeout = std::chrono::seconds(30);
   metrics::Logger log{"publish"};
   metrics::Registry* metrics = nullptr;  // optional; must outlive the publisher
+  // Optional: once it reads true, Create stops waiting for the coordinator and fails with
+  // kAborted (a signal during start-up, before there is a publisher to Stop).
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 // What the last PublishDirectory did.
@@ -130,6 +133,7 @@ class Publisher {
   Result<bool> Holds(SeedUntil until);
   void HeartbeatLoop();
   bool SleepFor(net::Duration d);  // false when stopping
+  bool Stopping() const { return stopping_ || (options_.cancel != nullptr && *options_.cancel); }
 
   PublisherOptions options_;
   PeerId node_id_;
