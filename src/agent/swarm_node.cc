@@ -28,6 +28,7 @@ constexpr auto kTick = std::chrono::milliseconds(200);
 // A peer that sent a bad chunk is not taken back for this long (it would be listed again by the
 // coordinator at the next heartbeat).
 constexpr auto kBanTime = std::chrono::seconds(120);
+constexpr auto kFlushEvery = std::chrono::seconds(1);
 
 swarm::Time Now() {
   return std::chrono::duration_cast<swarm::Time>(Clock::now().time_since_epoch());
@@ -385,6 +386,7 @@ struct SwarmNode::Impl {
         if (Clock::now() >= next_tick) {
           next_tick = Clock::now() + kTick;
           if (target_.scheduler) Execute(target_.scheduler->OnTimer(Now()));
+          MaybeFlush();
         }
         reap.swap(dead_);
       }
@@ -394,6 +396,24 @@ struct SwarmNode::Impl {
         JoinPeer(*p);
       }
     }
+  }
+
+  // Persists the staging's chunk record about once a second (on a worker: it fsyncs), so that
+  // a killed node resumes with what it had verified instead of the last full batch.
+  void MaybeFlush() {
+    if (target_.data == nullptr || !target_.data->staged || target_.data->committed.load() ||
+        flushing_->load() || Clock::now() < next_flush_ || chunks_verified_ == flushed_at_) {
+      return;
+    }
+    next_flush_ = Clock::now() + kFlushEvery;
+    flushed_at_ = chunks_verified_.load();
+    flushing_->store(true);
+    auto data = target_.data;
+    auto flag = flushing_;
+    pool_->Submit([data, flag] {
+      data->staged->Flush().IgnoreError();  // a failing disk shows at the next write or commit
+      flag->store(false);
+    });
   }
 
   std::shared_ptr<Peer> FindPeer(PeerId id, uint64_t gen) {
@@ -1182,6 +1202,9 @@ struct SwarmNode::Impl {
   Target target_;
   uint64_t bytes_sent_at_target_ = 0;
   std::unique_ptr<ThreadPool> pool_;
+  Clock::time_point next_flush_{};
+  uint64_t flushed_at_ = 0;
+  std::shared_ptr<std::atomic<bool>> flushing_ = std::make_shared<std::atomic<bool>>(false);
 
   std::mutex qmu_;
   std::condition_variable qcv_;

@@ -2,16 +2,28 @@
 # A fleet on loopback: 1 coordinator, 1 publisher, 8 agents. A full version, then 3 deltas; each
 # version must reach every agent byte-identical to the publisher's files. The publisher stops once
 # every chunk is replicated, and agents finish from each other. One agent is SIGKILLed in the
-# middle of a transfer and restarted (it resumes); one joins late, after the last version.
+# middle of a transfer and restarted (it resumes); one joins late, after the last version, and
+# exits by itself with --exit-after.
 source "$(dirname "$0")/swarm_lib.bash" "$1"
 
 agents=(a1 a2 a3 a4 a5 a6 a7)
 start_coordinator
 make_versions 4
-for a in "${agents[@]}"; do start_agent "$a"; done
+for a in "${agents[@]}"; do
+  # a3 receives slowly (2 MiB/s), so that it is surely in the middle of v1 when it is killed.
+  if [[ "$a" == a3 ]]; then start_agent a3 --download-limit 2MiB; else start_agent "$a"; fi
+done
 
 publish 1
+# SIGKILL a3 in the middle of v1 and restart it (without the limit): it resumes its staging.
+wait_for 20 grep -q "fetching v1" "$work/a3.log" || fail "a3 never started v1"
+sleep 1.5
+kill_process a3 KILL
+[[ "$(current_of a3)" == 0 ]] || fail "a3 finished v1 before it was killed"
+start_agent a3
 wait_for 40 all_current 1 "${agents[@]}" || fail "v1 did not reach every agent"
+grep -Eq "target v1: [0-9]+ chunks, [1-9][0-9]* resumed" "$work/a3.log" ||
+  fail "a3 did not resume its staging of v1"
 same_files 1 "${agents[@]}"
 # --until replicated (the default for --dir): the publisher leaves on its own, successfully.
 wait "${pids[pub]}" || fail "the publisher of v1 failed"
@@ -19,13 +31,6 @@ unset "pids[pub]"
 
 for v in 2 3 4; do
   publish "$v"
-  if [[ "$v" == 3 ]]; then
-    # Kill a3 as soon as it has started on v3, restart it a moment later: it resumes its staging.
-    wait_for 20 grep -q "fetching v3" "$work/a3.log" || fail "a3 never started v3"
-    kill_process a3 KILL
-    sleep 0.5
-    start_agent a3
-  fi
   wait_for 40 all_current "$v" "${agents[@]}" || fail "v$v did not reach every agent"
   same_files "$v" "${agents[@]}"
 done
@@ -33,7 +38,9 @@ grep -q "fetching delta payloads" "$work/a1.log" || fail "a1 never fetched a del
 
 # The publisher is gone once v4 is replicated; a late joiner gets v4 from the agents alone.
 wait_for 30 bash -c "! kill -0 ${pids[pub]} 2>/dev/null" || fail "the publisher did not stop"
-start_agent a8
+start_agent a8 --exit-after 4
 wait_for 40 all_current 4 a8 || fail "the late joiner did not get v4"
 same_files 4 a8
+wait "${pids[a8]}" || fail "the late joiner with --exit-after 4 did not exit 0"
+unset "pids[a8]"
 echo "PASS: 8 agents, v1 full + 3 deltas, kill/restart, publisher gone, late joiner"
