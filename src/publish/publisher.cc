@@ -166,7 +166,7 @@ Status Publisher::Start() {
                                 {{"channel", options_.channel}},
                                 [this] { return static_cast<double>(seeding().value()); });
     options_.metrics->CounterFunc(
-        "weightcast_publish_sent_bytes", "Chunk and payload bytes uploaded to peers",
+        "weightcast_publish_sent_bytes_total", "Chunk and payload bytes uploaded to peers",
         {{"channel", options_.channel}}, [this] { return node_->counters().bytes_sent; });
     options_.metrics->GaugeFunc("weightcast_publish_peers", "Connected peers",
                                 {{"channel", options_.channel}},
@@ -549,7 +549,7 @@ void Publisher::Stop() {
   if (options_.metrics != nullptr) {
     const metrics::Labels labels = {{"channel", options_.channel}};
     options_.metrics->Remove("weightcast_publish_version", labels);
-    options_.metrics->Remove("weightcast_publish_sent_bytes", labels);
+    options_.metrics->Remove("weightcast_publish_sent_bytes_total", labels);
     options_.metrics->Remove("weightcast_publish_peers", labels);
   }
   {
