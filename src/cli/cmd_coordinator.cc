@@ -11,6 +11,7 @@
 #include "cli/signal_stop.h"
 #include "coord/coordinator.h"
 #include "coord/coordinator_metrics.h"
+#include "coord/rollout_decider.h"
 #include "metrics/http_server.h"
 #include "metrics/log.h"
 #include "metrics/registry.h"
@@ -27,6 +28,8 @@ struct CoordinatorFlags {
   std::string state_dir;
   std::string heartbeat_timeout = "3s";
   uint32_t degree = 6;
+  std::string commit_policy = "all";
+  std::string prepare_deadline = "10m";
   std::string metrics;
   std::string address_file;
   std::string secret_file;
@@ -50,6 +53,16 @@ Status RunCoordinator(const CoordinatorFlags& flags) {
   options.degree = flags.degree;
   options.log = log.AsLineFn();
   ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.secret_file));
+  // The two-phase rollout decides commits and aborts (docs/rollout.md).
+  coord::RolloutDeciderOptions rollout;
+  ASSIGN_OR_RETURN(rollout.policy, rollout::ParseCommitPolicy(flags.commit_policy));
+  ASSIGN_OR_RETURN(rollout.prepare_deadline, ParseDuration(flags.prepare_deadline));
+  if (rollout.prepare_deadline <= net::Duration::zero()) {
+    return InvalidArgument("--prepare-deadline must be above 0");
+  }
+  rollout.recovery_grace = heartbeat_timeout;
+  rollout.clock = &net::Clock::Real();
+  ASSIGN_OR_RETURN(options.decider, coord::RolloutDecider::Create(rollout));
 
   net::Options net_options;
   net_options.self.cluster_id = flags.cluster;
@@ -80,7 +93,9 @@ Status RunCoordinator(const CoordinatorFlags& flags) {
             {"heartbeat_timeout_ms",
              static_cast<uint64_t>(
                  std::chrono::duration_cast<std::chrono::milliseconds>(heartbeat_timeout).count())},
-            {"degree", flags.degree}});
+            {"degree", flags.degree},
+            {"commit_policy", flags.commit_policy},
+            {"prepare_deadline", flags.prepare_deadline}});
 
   signals.OnSignal([&coordinator] { coordinator->Stop(); });
   coordinator->Serve(*listener);  // until a signal stops it
@@ -110,6 +125,13 @@ void SetupCoordinator(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--degree", flags->degree,
                   "Peers per agent in the peer lists (publishers get twice as many)")
+      ->capture_default_str();
+  cmd->add_option("--commit-policy", flags->commit_policy,
+                  "When a version commits: all (every live agent prepared), quorum:F (a fraction "
+                  "F of them), each (every agent switches as soon as it prepared)")
+      ->capture_default_str();
+  cmd->add_option("--prepare-deadline", flags->prepare_deadline,
+                  "A version not committed this long after its publication is aborted")
       ->capture_default_str();
   cmd->add_option("--metrics", flags->metrics,
                   "ip:port to serve Prometheus metrics at /metrics (port 0: any free port)");

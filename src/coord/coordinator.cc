@@ -400,12 +400,21 @@ wire::FleetStatus Coordinator::OnGetStatus(const wire::GetStatus& request) {
 }
 
 Result<uint64_t> Coordinator::OnRollback(const net::PeerInfo& peer, const wire::Rollback& request) {
-  if (peer.role != net::Role::kTool && peer.role != net::Role::kPublisher) {
+  if (peer.role != net::Role::kTool && peer.role != net::Role::kPublisher &&
+      peer.role != net::Role::kAgent) {
     return FailedPrecondition("rollback: a " + std::string(net::RoleName(peer.role)) +
                               " may not roll a channel back");
   }
   RETURN_IF_ERROR(ValidateChannelName(request.channel()).WithContext("rollback"));
   std::lock_guard lock(mu_);
+  if (peer.role == net::Role::kAgent) {
+    // An agent whose engine refused the new version (--hook-failure rollback) may roll back a
+    // channel it follows (docs/rollout.md), and only that.
+    auto it = nodes_.find(peer.node_id);
+    if (it == nodes_.end() || !Follows(it->second->registration, request.channel())) {
+      return FailedPrecondition("rollback: an agent may only roll back a channel it follows");
+    }
+  }
   ASSIGN_OR_RETURN(uint64_t version, log_->RecordRollback(request.channel(), request.version()));
   options_.log("" + request.channel() + " rolled back to v" + std::to_string(version) + " by " +
                NodeName(peer.node_id));

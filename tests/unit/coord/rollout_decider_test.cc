@@ -206,6 +206,19 @@ TEST(RolloutDecider, FollowsTheLogsRollbackAndDecidesTheNextVersion) {
   EXPECT_EQ(t.current_version(), 4u);
 }
 
+TEST(RolloutDecider, AnAgentMayRollBackOnlyAChannelItFollows) {
+  Fleet f(MakeDecider("each"));
+  ASSERT_TRUE(f.Publish(1).ok());
+  ASSERT_TRUE(f.Publish(2).ok());
+  auto other = f.h.Connect(20, net::Role::kAgent);
+  ASSERT_TRUE(other->Register(AgentRegistration(20, "other")).ok());
+  EXPECT_EQ(other->Rollback("policy", Version(0)).status().code(), Code::kFailedPrecondition);
+  // An agent of the channel whose engine refused v2 (--hook-failure rollback).
+  auto rolled = f.nodes[0]->Rollback("policy", Version(1));
+  ASSERT_TRUE(rolled.ok()) << rolled.status().ToString();
+  EXPECT_EQ(f.Target(1, {}).current_version(), 1u);
+}
+
 // Forwards to a decider the test can replace, so that a restarted coordinator gets a fresh
 // one as a restarted process would.
 struct Swappable final : Decider {
