@@ -89,9 +89,9 @@ class PySubscriber {
   static std::unique_ptr<PySubscriber> WithAgent(
       const std::filesystem::path& store, const std::string& channel,
       const std::string& coordinator, const std::optional<std::string>& secret_file,
-      const std::string& listen, const std::string& rack, const std::vector<std::string>& tensors,
-      const std::string& cluster, uint64_t node_id, uint64_t upload_limit, uint64_t download_limit,
-      const std::string& metrics, const std::string& log_level, const std::string& log_file) {
+      const std::string& listen, const std::string& rack, const std::string& cluster,
+      uint64_t node_id, uint64_t upload_limit, uint64_t download_limit, const std::string& metrics,
+      const std::string& log_level, const std::string& log_file) {
     auto subscriber = std::make_unique<PySubscriber>(store, channel);
     agent::AgentOptions options;
     options.coordinator = coordinator;
@@ -99,7 +99,6 @@ class PySubscriber {
     options.channel = channel;
     options.listen = listen;
     options.rack = rack;
-    options.tensor_patterns = tensors;
     options.metrics = metrics;
     options.upload_limit = upload_limit;
     options.download_limit = download_limit;
@@ -286,10 +285,9 @@ PYBIND11_MODULE(_weightcast, m) {
       .def_static("with_agent", &PySubscriber::WithAgent, py::kw_only(), py::arg("store"),
                   py::arg("channel"), py::arg("coordinator"), py::arg("secret_file"),
                   py::arg("listen") = "127.0.0.1:0", py::arg("rack") = "",
-                  py::arg("tensors") = std::vector<std::string>(), py::arg("cluster") = "default",
-                  py::arg("node_id") = 0, py::arg("upload_limit") = 0,
-                  py::arg("download_limit") = 0, py::arg("metrics") = "",
-                  py::arg("log_level") = "warn", py::arg("log_file") = "")
+                  py::arg("cluster") = "default", py::arg("node_id") = 0,
+                  py::arg("upload_limit") = 0, py::arg("download_limit") = 0,
+                  py::arg("metrics") = "", py::arg("log_level") = "warn", py::arg("log_file") = "")
       .def("changed", &PySubscriber::Changed, py::arg("since"), py::arg("to"))
       .def("status", &PySubscriber::Progress)
       .def("close", &PySubscriber::Close);

@@ -30,11 +30,10 @@ class Subscriber:
     """
 
     def __init__(self, store, channel, coordinator=None, secret_file=None, **agent_options):
-        """``agent_options`` (with a coordinator): listen ("127.0.0.1:0"), rack, tensors (globs:
-        fetch only the chunks of these tensors), cluster, node_id, upload_limit and
-        download_limit (bytes/s), metrics ("ip:port" for /metrics), log_level ("warn"; also
-        debug, info, error) and log_file (default stderr). The secret comes from secret_file or
-        $WEIGHTCAST_SECRET."""
+        """``agent_options`` (with a coordinator): listen ("127.0.0.1:0"), rack, cluster, node_id,
+        upload_limit and download_limit (bytes/s), metrics ("ip:port" for /metrics), log_level
+        ("warn"; also debug, info, error) and log_file (default stderr). The secret comes from
+        secret_file or $WEIGHTCAST_SECRET."""
         self.channel = channel
         self.store = str(store)
         self._last = None
@@ -45,13 +44,15 @@ class Subscriber:
                     "subscriber only reads a store that an agent maintains)")
             self._core = _weightcast._StoreSubscriber(self.store, channel)
         else:
-            tensors = agent_options.pop("tensors", None)
-            if isinstance(tensors, str):
-                tensors = [tensors]
+            if "tensors" in agent_options:
+                # A subset agent never commits (the store commits whole versions only), and
+                # wait() returns committed versions.
+                raise _weightcast.InvalidArgumentError(
+                    "tensors= is not supported: a tensor-subset agent keeps its versions staged, "
+                    "never committed, so wait() would never return")
             self._core = _weightcast._StoreSubscriber.with_agent(
                 store=self.store, channel=channel, coordinator=coordinator,
-                secret_file=None if secret_file is None else str(secret_file),
-                tensors=list(tensors or []), **agent_options)
+                secret_file=None if secret_file is None else str(secret_file), **agent_options)
 
     def wait(self, min_version=None, timeout=None):
         """The channel's committed current version once it is at least ``min_version`` (any

@@ -105,6 +105,11 @@ def test_a_failed_agent_is_raised_by_wait(cluster, tmp_path):
     store = tmp_path / "agent"
     with weightcast.Subscriber(store, "policy", coordinator=address,
                                secret_file=secret_file) as first:
+        # The first agent holds the store once it listens (Run opens the store first).
+        deadline = time.monotonic() + 20
+        while not first.status()["address"]:
+            assert time.monotonic() < deadline, "the first agent did not start"
+            time.sleep(0.02)
         # A second agent on the same store cannot take its lock: its wait() says so at once
         # instead of timing out.
         with weightcast.Subscriber(store, "policy", coordinator=address,
@@ -125,3 +130,10 @@ def test_agent_options_are_checked(cluster, tmp_path):
     with pytest.raises(weightcast.NotFoundError, match="cluster secret: .*missing"):
         weightcast.Subscriber(tmp_path / "agent", "policy", coordinator=address,
                               secret_file=str(tmp_path / "missing"))
+
+
+def test_a_tensor_subset_is_refused_since_it_is_never_committed(cluster, tmp_path):
+    address, secret_file = cluster
+    with pytest.raises(weightcast.InvalidArgumentError, match="never committed"):
+        weightcast.Subscriber(tmp_path / "agent", "policy", coordinator=address,
+                              secret_file=secret_file, tensors=["layer.*"])
