@@ -67,8 +67,9 @@ std::vector<TensorChange> ChangedTensors(const Manifest& from, const Manifest& t
 // in this process or another one). Never changes the store and takes no lock, so it can run
 // beside the agent that holds the store.
 //
-// Thread-safety: Wait may be called from one thread at a time; Close and ManifestOf from any
-// thread. Wait blocks (see below); nothing else blocks beyond reading small files.
+// Thread-safety: every method is safe from any thread. Waits in several threads at once share
+// one inotify queue, so all but one may notice a change up to 100 ms late. Wait blocks (see
+// below); nothing else blocks beyond reading small files.
 class StoreFollower {
  public:
   // `root` need not exist yet (the agent may not have created it); `channel` must be a valid
