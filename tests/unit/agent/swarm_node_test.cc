@@ -273,6 +273,39 @@ TEST_F(Swarm, SubsetNodeFetchesOnlyItsChunks) {
   EXPECT_GT(p.bytes_received, 0u);
 }
 
+TEST_F(Swarm, ResumesAStagingLeftByAnEarlierRun) {
+  const auto files = SampleFiles(10, 4);
+  Manifest v1 = MakeManifest(kChannel, Version(1), files);
+  const std::string flat = Flat(files);
+  {
+    // An earlier run verified the first five chunks, then died.
+    auto store = Store::Open(dir_.path() / "n2");
+    ASSERT_TRUE(store.ok());
+    auto staged = store->BeginStaging(kChannel, v1);
+    ASSERT_TRUE(staged.ok());
+    for (uint32_t i = 0; i < 5; ++i) {
+      ASSERT_TRUE(
+          staged->PutChunk(ChunkIndex(i), store_test::ChunkOf(flat, v1, ChunkIndex(i))).ok());
+    }
+    ASSERT_TRUE(staged->Flush().ok());
+  }
+  Node& seed = AddNode(1, true);
+  ASSERT_TRUE(StageAndCommit(*seed.store, kChannel, Version(1), files).ok());
+  ASSERT_TRUE(seed.swarm->Seed(v1, SignManifest(v1, kSecret), nullptr).ok());
+  Node& agent = AddNode(2, false);
+  ASSERT_TRUE(agent.swarm->Fetch(v1, SignManifest(v1, kSecret)).ok());
+  EXPECT_EQ(agent.swarm->progress().chunks_done, 5u);
+  Mesh();
+  ASSERT_TRUE(agent.swarm->WaitComplete(kWait).ok());
+  ASSERT_TRUE(agent.swarm->CommitTarget().ok());
+  EXPECT_TRUE(agent.store->Verify(kChannel, Version(1)).ok());
+  // Only the missing chunks crossed the wire.
+  uint64_t missing_bytes = 0;
+  for (uint32_t i = 5; i < v1.chunk_count(); ++i)
+    missing_bytes += v1.ChunkRange(ChunkIndex(i)).size;
+  EXPECT_EQ(agent.swarm->progress().bytes_received, missing_bytes);
+}
+
 TEST_F(Swarm, OlderTargetIsRefusedAndNewerReplacesTheStaging) {
   Node& agent = AddNode(2, false);
   Manifest v2 = MakeManifest(kChannel, Version(2), SampleFiles(7));
