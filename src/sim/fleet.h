@@ -58,7 +58,7 @@ struct FleetConfig {
   // all HAVE deliveries, the simulator's largest cost, with the same result
   // (tests/unit/sim/fleet_test.cc checks it).
   bool have_to_holders = false;
-  uint32_t samples = 200;                                       // progress samples over the run
+  uint32_t samples = 200;         // progress samples over the run
   double time_limit_factor = 20;  // give up at this multiple of the bound
 };
 
