@@ -26,7 +26,7 @@ for a in a1 a2; do
   wait_for 10 no_staging "$a" || fail "$a kept the staging of the aborted v2"
 done
 [[ ! -e "$work/a1/$channel/versions/2" ]] || fail "a1 has an aborted version committed"
-grep -q 'dropped the staging of v2' "$work/a1.log" || fail "a1 did not drop v2"
+# (An agent may never have started v2: a3's failure can abort it before their next heartbeat.)
 
 # Healthy again: v3 goes everywhere.
 rm -f "$work/a3/$channel/staging"
