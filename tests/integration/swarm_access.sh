@@ -2,6 +2,7 @@
 # Who gets what: an agent with another cluster secret gets nothing (no registration, no peer
 # connection, no byte); an agent that wants only some tensors (--tensors) fetches only the
 # chunks holding them, which its bytes-received metric shows.
+# shellcheck source=tests/integration/swarm_lib.bash
 source "$(dirname "$0")/swarm_lib.bash" "$1"
 
 start_coordinator

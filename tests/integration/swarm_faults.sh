@@ -3,6 +3,7 @@
 # by the hash check and dropped by its peers, which still commit byte-identical files; then the
 # coordinator is restarted in the middle of a rollout, and agents and publisher re-register and
 # finish it, and the next version goes through the restarted coordinator.
+# shellcheck source=tests/integration/swarm_lib.bash
 source "$(dirname "$0")/swarm_lib.bash" "$1"
 
 start_coordinator

@@ -4,6 +4,7 @@
 # every chunk is replicated, and agents finish from each other. One agent is SIGKILLed in the
 # middle of a transfer and restarted (it resumes); one joins late, after the last version, and
 # exits by itself with --exit-after.
+# shellcheck source=tests/integration/swarm_lib.bash
 source "$(dirname "$0")/swarm_lib.bash" "$1"
 
 agents=(a1 a2 a3 a4 a5 a6 a7)
