@@ -74,10 +74,19 @@ std::string FormatBytes(uint64_t bytes) {
   return buf;
 }
 
-Result<uint64_t> ParseSize(std::string_view text) {
+namespace {
+
+// A flag value's leading decimal number and the unit text after it, for ParseSize and
+// ParseDuration; the error names the input and `examples`.
+struct NumberAndUnit {
+  double value = 0;
+  std::string_view unit;
+};
+Result<NumberAndUnit> SplitNumberAndUnit(std::string_view text, std::string_view kind,
+                                         std::string_view examples) {
   auto bad = [&](std::string_view why) {
-    return InvalidArgument("size '" + std::string(text) + "': " + std::string(why) +
-                           " (examples: 4096, 4MiB, 1.5GB, 10k)");
+    return InvalidArgument(std::string(kind) + " '" + std::string(text) + "': " + std::string(why) +
+                           " (examples: " + std::string(examples) + ")");
   };
   size_t i = 0;
   while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'))
@@ -85,14 +94,25 @@ Result<uint64_t> ParseSize(std::string_view text) {
   if (i == 0) return bad("does not start with a number");
   std::string number(text.substr(0, i));
   if (number.find('.') != number.rfind('.')) return bad("more than one decimal point");
-  double value = 0;
   try {
-    value = std::stod(number);
+    return NumberAndUnit{std::stod(number), text.substr(i)};
   } catch (...) {
     return bad("not a number");
   }
+}
+
+}  // namespace
+
+Result<uint64_t> ParseSize(std::string_view text) {
+  constexpr std::string_view kExamples = "4096, 4MiB, 1.5GB, 10k";
+  auto bad = [&](std::string_view why) {
+    return InvalidArgument("size '" + std::string(text) + "': " + std::string(why) +
+                           " (examples: " + std::string(kExamples) + ")");
+  };
+  ASSIGN_OR_RETURN(NumberAndUnit split, SplitNumberAndUnit(text, "size", kExamples));
+  const double value = split.value;
   std::string unit;
-  for (char c : text.substr(i)) {
+  for (char c : split.unit) {
     if (c != ' ') unit.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
   }
   double mult = 1;
@@ -122,23 +142,14 @@ Result<uint64_t> ParseSize(std::string_view text) {
 }
 
 Result<std::chrono::nanoseconds> ParseDuration(std::string_view text) {
+  constexpr std::string_view kExamples = "250ms, 3s, 1.5s, 2m";
   auto bad = [&](std::string_view why) {
     return InvalidArgument("duration '" + std::string(text) + "': " + std::string(why) +
-                           " (examples: 250ms, 3s, 1.5s, 2m)");
+                           " (examples: " + std::string(kExamples) + ")");
   };
-  size_t i = 0;
-  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'))
-    ++i;
-  if (i == 0) return bad("does not start with a number");
-  std::string number(text.substr(0, i));
-  if (number.find('.') != number.rfind('.')) return bad("more than one decimal point");
-  double value = 0;
-  try {
-    value = std::stod(number);
-  } catch (...) {
-    return bad("not a number");
-  }
-  std::string_view unit = text.substr(i);
+  ASSIGN_OR_RETURN(NumberAndUnit split, SplitNumberAndUnit(text, "duration", kExamples));
+  const double value = split.value;
+  std::string_view unit = split.unit;
   double ns_per_unit = 0;
   if (unit.empty() || unit == "s")
     ns_per_unit = 1e9;
