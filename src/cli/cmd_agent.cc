@@ -10,6 +10,7 @@
 #include "agent/daemon.h"
 #include "agent/engine_hook.h"
 #include "cli/command.h"
+#include "cli/node_flags.h"
 #include "cli/signal_stop.h"
 #include "manifest/builder.h"
 #include "metrics/log.h"
@@ -30,10 +31,7 @@ struct AgentFlags {
   std::string upload_limit;
   std::string download_limit;
   uint64_t exit_after = 0;
-  std::string secret_file;
-  std::string cluster = "default";
-  uint64_t node_id = 0;
-  std::string log_format = "text";
+  NodeFlags node;
   bool corrupt_uploads_for_testing = false;
   std::string hook_command;
   std::string hook_url;
@@ -43,7 +41,7 @@ struct AgentFlags {
 };
 
 Status RunAgent(const AgentFlags& flags) {
-  ASSIGN_OR_RETURN(metrics::LogFormat format, metrics::ParseLogFormat(flags.log_format));
+  ASSIGN_OR_RETURN(metrics::LogFormat format, metrics::ParseLogFormat(flags.node.log_format));
   RETURN_IF_ERROR(ValidateChannelName(flags.channel));
   metrics::Logger log("agent", format);
   agent::AgentOptions options;
@@ -63,9 +61,9 @@ Status RunAgent(const AgentFlags& flags) {
     if (options.download_limit == 0) return InvalidArgument("--download-limit must be above 0");
   }
   options.exit_after = Version(flags.exit_after);
-  ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.secret_file));
-  options.cluster = flags.cluster;
-  options.node_id = PeerId(flags.node_id);
+  ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.node.secret_file));
+  options.cluster = flags.node.cluster;
+  options.node_id = PeerId(flags.node.node_id);
   options.corrupt_uploads_for_testing = flags.corrupt_uploads_for_testing;
   options.hook.command = flags.hook_command;
   options.hook.url = flags.hook_url;
@@ -110,13 +108,7 @@ void SetupAgent(CLI::App& app) {
   cmd->add_option("--download-limit", flags->download_limit, "Download rate limit, bytes/s");
   cmd->add_option("--exit-after", flags->exit_after,
                   "Exit 0 once this version (or a newer one) is committed and current");
-  cmd->add_option("--secret-file", flags->secret_file,
-                  "File holding the cluster secret (default: $WEIGHTCAST_SECRET)");
-  cmd->add_option("--cluster", flags->cluster, "Cluster id every node must share")
-      ->capture_default_str();
-  cmd->add_option("--node-id", flags->node_id, "This node's id (default: random)");
-  cmd->add_option("--log-format", flags->log_format, "Log lines as text or json")
-      ->capture_default_str();
+  AddNodeFlags(cmd, flags->node);
   cmd->add_option("--hook-command", flags->hook_command,
                   "Engine hand-off: run this (sh -c) after every change of current, with the "
                   "channel, version and directory as arguments and in WEIGHTCAST_CHANNEL, "

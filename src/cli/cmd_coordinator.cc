@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cli/command.h"
+#include "cli/node_flags.h"
 #include "cli/signal_stop.h"
 #include "coord/coordinator.h"
 #include "coord/coordinator_metrics.h"
@@ -32,14 +33,11 @@ struct CoordinatorFlags {
   std::string prepare_deadline = "10m";
   std::string metrics;
   std::string address_file;
-  std::string secret_file;
-  std::string cluster = "default";
-  uint64_t node_id = 0;
-  std::string log_format = "text";
+  NodeFlags node;
 };
 
 Status RunCoordinator(const CoordinatorFlags& flags) {
-  ASSIGN_OR_RETURN(metrics::LogFormat format, metrics::ParseLogFormat(flags.log_format));
+  ASSIGN_OR_RETURN(metrics::LogFormat format, metrics::ParseLogFormat(flags.node.log_format));
   ASSIGN_OR_RETURN(net::Duration heartbeat_timeout, ParseDuration(flags.heartbeat_timeout));
   if (heartbeat_timeout < std::chrono::milliseconds(30)) {
     return InvalidArgument("--heartbeat-timeout must be at least 30ms");
@@ -52,7 +50,7 @@ Status RunCoordinator(const CoordinatorFlags& flags) {
   options.heartbeat_timeout = heartbeat_timeout;
   options.degree = flags.degree;
   options.log = log.AsLineFn();
-  ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.secret_file));
+  ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.node.secret_file));
   // The two-phase rollout decides commits and aborts (docs/rollout.md).
   coord::RolloutDeciderOptions rollout;
   ASSIGN_OR_RETURN(rollout.policy, rollout::ParseCommitPolicy(flags.commit_policy));
@@ -65,8 +63,9 @@ Status RunCoordinator(const CoordinatorFlags& flags) {
   ASSIGN_OR_RETURN(options.decider, coord::RolloutDecider::Create(rollout));
 
   net::Options net_options;
-  net_options.self.cluster_id = flags.cluster;
-  net_options.self.node_id = PeerId(flags.node_id != 0 ? flags.node_id : std::random_device{}());
+  net_options.self.cluster_id = flags.node.cluster;
+  net_options.self.node_id =
+      PeerId(flags.node.node_id != 0 ? flags.node.node_id : std::random_device{}());
   net_options.self.role = net::Role::kCoordinator;
   net_options.secret = options.secret;
   net_options.log = log.AsLineFn();
@@ -137,13 +136,7 @@ void SetupCoordinator(CLI::App& app) {
                   "ip:port to serve Prometheus metrics at /metrics (port 0: any free port)");
   cmd->add_option("--address-file", flags->address_file,
                   "Once listening, write the bound address here (atomically), for scripts");
-  cmd->add_option("--secret-file", flags->secret_file,
-                  "File holding the cluster secret (default: $WEIGHTCAST_SECRET)");
-  cmd->add_option("--cluster", flags->cluster, "Cluster id every node must share")
-      ->capture_default_str();
-  cmd->add_option("--node-id", flags->node_id, "This node's id (default: random)");
-  cmd->add_option("--log-format", flags->log_format, "Log lines as text or json")
-      ->capture_default_str();
+  AddNodeFlags(cmd, flags->node);
   cmd->callback([flags] { Finish("coordinator", RunCoordinator(*flags)); });
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cli/command.h"
+#include "cli/node_flags.h"
 #include "cli/signal_stop.h"
 #include "manifest/builder.h"
 #include "metrics/http_server.h"
@@ -35,10 +36,7 @@ struct PublishFlags {
   std::string upload_limit;
   std::string chunk_size = "8MiB";
   std::string import = "auto";
-  std::string secret_file;
-  std::string cluster = "default";
-  uint64_t node_id = 0;
-  std::string log_format = "text";
+  NodeFlags node;
 };
 
 Result<publish::ImportPolicy> ParseImport(std::string_view text) {
@@ -54,7 +52,7 @@ Status RunPublish(const PublishFlags& flags) {
     return InvalidArgument("give exactly one of --dir PATH and --watch DIR");
   }
   RETURN_IF_ERROR(ValidateChannelName(flags.channel));
-  ASSIGN_OR_RETURN(metrics::LogFormat format, metrics::ParseLogFormat(flags.log_format));
+  ASSIGN_OR_RETURN(metrics::LogFormat format, metrics::ParseLogFormat(flags.node.log_format));
   ASSIGN_OR_RETURN(publish::SeedUntil until,
                    publish::ParseSeedUntil(!flags.until.empty() ? flags.until
                                            : flags.dir.empty()  ? "never"
@@ -71,12 +69,12 @@ Status RunPublish(const PublishFlags& flags) {
   options.store = flags.store;
   options.channel = flags.channel;
   options.listen = flags.listen;
-  options.cluster = flags.cluster;
-  options.node_id = PeerId(flags.node_id);
+  options.cluster = flags.node.cluster;
+  options.node_id = PeerId(flags.node.node_id);
   options.build.chunk_size = chunk_size;
   ASSIGN_OR_RETURN(options.import, ParseImport(flags.import));
   options.log = metrics::Logger("publish", format);
-  ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.secret_file));
+  ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.node.secret_file));
   if (!flags.upload_limit.empty()) {
     ASSIGN_OR_RETURN(uint64_t rate, ParseSize(flags.upload_limit));
     if (rate == 0) return InvalidArgument("--upload-limit must be above 0");
@@ -169,12 +167,7 @@ void SetupPublish(CLI::App& app) {
   cmd->add_option("--import", flags->import,
                   "How files enter the store: auto (hard links on one filesystem), copy, hardlink")
       ->capture_default_str();
-  cmd->add_option("--secret-file", flags->secret_file,
-                  "File holding the cluster secret (default: $WEIGHTCAST_SECRET)");
-  cmd->add_option("--cluster", flags->cluster, "Cluster id every node shares")
-      ->capture_default_str();
-  cmd->add_option("--node-id", flags->node_id, "This node's id (default: random)");
-  cmd->add_option("--log-format", flags->log_format, "text or json")->capture_default_str();
+  AddNodeFlags(cmd, flags->node);
   cmd->callback([flags] { Finish("publish", RunPublish(*flags)); });
 }
 

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "cli/command.h"
+#include "cli/node_flags.h"
 #include "coord/client.h"
 #include "manifest/builder.h"
 #include "metrics/log.h"
@@ -31,10 +32,7 @@ struct RollbackFlags {
   bool wait = false;
   std::string timeout = "60s";
   std::string connect_timeout = "5s";
-  std::string secret_file;
-  std::string cluster = "default";
-  uint64_t node_id = 0;
-  std::string log_format = "text";
+  NodeFlags node;
 };
 
 // Live agents following `channel` and how many have `version` current (publishers, which
@@ -59,7 +57,7 @@ Switched CountSwitched(const wire::FleetStatus& status, const std::string& chann
 
 Status RunRollback(const RollbackFlags& flags) {
   RETURN_IF_ERROR(ValidateChannelName(flags.channel));
-  ASSIGN_OR_RETURN(metrics::LogFormat format, metrics::ParseLogFormat(flags.log_format));
+  ASSIGN_OR_RETURN(metrics::LogFormat format, metrics::ParseLogFormat(flags.node.log_format));
   ASSIGN_OR_RETURN(auto timeout, ParseDuration(flags.timeout));
   ASSIGN_OR_RETURN(auto connect_timeout, ParseDuration(flags.connect_timeout));
   if (connect_timeout <= std::chrono::nanoseconds::zero()) {
@@ -68,9 +66,10 @@ Status RunRollback(const RollbackFlags& flags) {
   metrics::Logger log("rollback", format);
 
   net::Options options;
-  ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.secret_file));
-  options.self.cluster_id = flags.cluster;
-  options.self.node_id = PeerId(flags.node_id != 0 ? flags.node_id : std::random_device{}());
+  ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.node.secret_file));
+  options.self.cluster_id = flags.node.cluster;
+  options.self.node_id =
+      PeerId(flags.node.node_id != 0 ? flags.node.node_id : std::random_device{}());
   options.self.role = net::Role::kTool;
   options.log = log.AsLineFn();
   ASSIGN_OR_RETURN(auto transport, net::TcpTransport::Create(std::move(options), 1));
@@ -140,12 +139,7 @@ void SetupRollback(CLI::App& app) {
   cmd->add_option("--connect-timeout", flags->connect_timeout,
                   "How long to wait for the coordinator to answer")
       ->capture_default_str();
-  cmd->add_option("--secret-file", flags->secret_file,
-                  "File holding the cluster secret (default: $WEIGHTCAST_SECRET)");
-  cmd->add_option("--cluster", flags->cluster, "Cluster id")->capture_default_str();
-  cmd->add_option("--node-id", flags->node_id, "This tool's node id (default: random)");
-  cmd->add_option("--log-format", flags->log_format, "Log lines on stderr: text or json")
-      ->capture_default_str();
+  AddNodeFlags(cmd, flags->node);
   cmd->callback([flags] { Finish("rollback", RunRollback(*flags)); });
 }
 

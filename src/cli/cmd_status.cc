@@ -19,6 +19,7 @@
 #include <google/protobuf/util/json_util.h>
 
 #include "cli/command.h"
+#include "cli/node_flags.h"
 #include "cli/status_view.h"
 #include "coord/client.h"
 #include "manifest/builder.h"
@@ -42,10 +43,7 @@ struct StatusFlags {
   std::string interval = "500ms";
   std::string timeout = "0";
   std::string connect_timeout = "5s";
-  std::string secret_file;
-  std::string cluster = "default";
-  uint64_t node_id = 0;
-  std::string log_format = "text";
+  NodeFlags node;
   bool verbose = false;
 };
 
@@ -263,7 +261,7 @@ class StatusCommand {
 
 Status RunStatus(const StatusFlags& flags) {
   if (!flags.channel.empty()) RETURN_IF_ERROR(ValidateChannelName(flags.channel));
-  ASSIGN_OR_RETURN(metrics::LogFormat format, metrics::ParseLogFormat(flags.log_format));
+  ASSIGN_OR_RETURN(metrics::LogFormat format, metrics::ParseLogFormat(flags.node.log_format));
   ASSIGN_OR_RETURN(auto interval, ParseDuration(flags.interval));
   if (interval < std::chrono::milliseconds(50)) {
     return InvalidArgument("--interval must be at least 50ms");
@@ -280,9 +278,10 @@ Status RunStatus(const StatusFlags& flags) {
   if (flags.verbose) log.set_min_level(metrics::LogLevel::kDebug);
 
   net::Options options;
-  ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.secret_file));
-  options.self.cluster_id = flags.cluster;
-  options.self.node_id = PeerId(flags.node_id != 0 ? flags.node_id : std::random_device{}());
+  ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.node.secret_file));
+  options.self.cluster_id = flags.node.cluster;
+  options.self.node_id =
+      PeerId(flags.node.node_id != 0 ? flags.node.node_id : std::random_device{}());
   options.self.role = net::Role::kTool;
   // The transport's lines (a refused connect, a failed handshake) repeat what the error says;
   // shown with --verbose only.
@@ -330,12 +329,7 @@ void SetupStatus(CLI::App& app) {
   cmd->add_option("--connect-timeout", flags->connect_timeout,
                   "How long to wait for the coordinator to answer")
       ->capture_default_str();
-  cmd->add_option("--secret-file", flags->secret_file,
-                  "File holding the cluster secret (default: $WEIGHTCAST_SECRET)");
-  cmd->add_option("--cluster", flags->cluster, "Cluster id")->capture_default_str();
-  cmd->add_option("--node-id", flags->node_id, "This tool's node id (default: random)");
-  cmd->add_option("--log-format", flags->log_format, "Log lines on stderr: text or json")
-      ->capture_default_str();
+  AddNodeFlags(cmd, flags->node);
   cmd->add_flag("-v,--verbose", flags->verbose, "Also log the transport's connection events");
   cmd->callback([flags] { Finish("status", RunStatus(*flags)); });
 }

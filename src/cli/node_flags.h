@@ -1,0 +1,24 @@
+// The flags every process of a cluster takes (coordinator, agent, publish, status, rollback):
+// where the cluster secret comes from, which cluster, this node's id, and how it logs. One
+// definition keeps their names, defaults and help identical across the subcommands.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace weightcast::cli {
+
+struct NodeFlags {
+  std::string secret_file;  // empty: $WEIGHTCAST_SECRET (never the secret itself on argv)
+  std::string cluster = "default";
+  uint64_t node_id = 0;  // 0: random
+  std::string log_format = "text";
+};
+
+// Adds --secret-file, --cluster, --node-id and --log-format to `cmd`, bound to `flags` (which
+// must outlive the parse).
+void AddNodeFlags(CLI::App* cmd, NodeFlags& flags);
+
+}  // namespace weightcast::cli
