@@ -8,43 +8,8 @@
 #   start_agent a1 [FLAGS]     # store $work/a1, log $work/a1.log
 #   publish 1 [FLAGS]          # publishes $work/ckpt/1 as the next version (background)
 #   wait_for 30 all_current 1 a1 a2
-set -euo pipefail
-wc="$1"
-work="$(mktemp -d)"
-declare -A pids=()
-channel=policy
-coord=""
-
-cleanup() {
-  local name
-  for name in "${!pids[@]}"; do kill -9 "${pids[$name]}" 2>/dev/null || true; done
-  for name in "${!pids[@]}"; do wait "${pids[$name]}" 2>/dev/null || true; done
-  if [[ "${KEEP_WORK:-}" == 1 ]]; then echo "work dir kept: $work"; else rm -rf "$work"; fi
-}
-trap cleanup EXIT
-
-head -c 48 /dev/urandom | base64 >"$work/secret"
-
-fail() {
-  echo "FAIL: $*"
-  local f
-  for f in "$work"/*.log; do
-    [[ -e "$f" ]] || continue
-    echo "--- $(basename "$f") (last 20 lines)"
-    tail -n 20 "$f"
-  done
-  exit 1
-}
-
-# wait_for SECONDS CMD...: polls CMD every 0.2 s until it succeeds.
-wait_for() {
-  local deadline=$((SECONDS + $1))
-  shift
-  while ! "$@" 2>/dev/null; do
-    ((SECONDS < deadline)) || return 1
-    sleep 0.2
-  done
-}
+# shellcheck source=tests/integration/cluster_common.bash
+source "$(dirname "${BASH_SOURCE[0]}")/cluster_common.bash" "$1"
 
 start_coordinator() {
   rm -f "$work/coord.addr"
