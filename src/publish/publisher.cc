@@ -387,7 +387,15 @@ Result<bool> Publisher::Holds(SeedUntil until) {
     for (const wire::ChannelProgress& ch : node.channels()) {
       if (ch.channel() != options_.channel) continue;
       ++agents;
-      if (ch.current_version() < version.value()) return false;
+      // The rule `weightcast status --until-complete` applies: current, or COMMITTED on this
+      // version; a tensor-subset agent never switches `current` (the store commits whole
+      // versions), so for it PREPARED on this version is as done as it gets.
+      const bool on_version = ch.version() == version.value();
+      const bool done =
+          ch.current_version() >= version.value() ||
+          (on_version && ch.phase() == wire::PHASE_COMMITTED) ||
+          (on_version && ch.phase() == wire::PHASE_PREPARED && node.tensor_patterns_size() > 0);
+      if (!done) return false;
     }
   }
   return agents > 0;

@@ -13,7 +13,7 @@ head -c 48 /dev/urandom | base64 >"$work/other-secret"
   --node-id 999 --secret-file "$work/other-secret" >>"$work/intruder.log" 2>&1 &
 pids[intruder]=$!
 start_agent sub --tensors 'model.layers.0.*' --metrics 127.0.0.1:0
-publish 1 --until never
+publish 1 --until complete
 wait_for 40 all_current 1 a1 || fail "v1 did not reach a1"
 same_files 1 a1
 wait_for 30 grep -q "v1 complete" "$work/sub.log" || fail "the subset agent did not complete"
@@ -24,6 +24,11 @@ total="$(du -cb "$work/ckpt/1"/* | tail -n 1 | cut -f1)"
 python3 -c "import sys; r, t = float(sys.argv[1]), float(sys.argv[2]); sys.exit(0 if 0 < r < t / 3 else 1)" \
   "$received" "$total" || fail "the subset agent received $received of $total bytes"
 [[ "$(current_of sub)" == 0 ]] || fail "a subset agent must not commit a partial version"
+# `publish --until complete` counts the subset agent done without a commit (it never makes a
+# partial version current), the rule of `weightcast status --until-complete`: the publisher leaves.
+pub_exited() { ! kill -0 "${pids[pub]}" 2>/dev/null; }
+wait_for 30 pub_exited || fail "publish --until complete did not return with a subset agent in the fleet"
+wait "${pids[pub]}" || fail "publish --until complete failed"
 
 # The intruder: still nothing, and it says why.
 sleep 1
