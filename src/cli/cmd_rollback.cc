@@ -65,12 +65,7 @@ Status RunRollback(const RollbackFlags& flags) {
   }
   metrics::Logger log("rollback", format);
 
-  net::Options options;
-  ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.node.secret_file));
-  options.self.cluster_id = flags.node.cluster;
-  options.self.node_id =
-      PeerId(flags.node.node_id != 0 ? flags.node.node_id : std::random_device{}());
-  options.self.role = net::Role::kTool;
+  ASSIGN_OR_RETURN(net::Options options, ToolTransportOptions(flags.node));
   options.log = log.AsLineFn();
   ASSIGN_OR_RETURN(auto transport, net::TcpTransport::Create(std::move(options), 1));
 

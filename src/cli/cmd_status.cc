@@ -277,12 +277,7 @@ Status RunStatus(const StatusFlags& flags) {
   metrics::Logger log("status", format);
   if (flags.verbose) log.set_min_level(metrics::LogLevel::kDebug);
 
-  net::Options options;
-  ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.node.secret_file));
-  options.self.cluster_id = flags.node.cluster;
-  options.self.node_id =
-      PeerId(flags.node.node_id != 0 ? flags.node.node_id : std::random_device{}());
-  options.self.role = net::Role::kTool;
+  ASSIGN_OR_RETURN(net::Options options, ToolTransportOptions(flags.node));
   // The transport's lines (a refused connect, a failed handshake) repeat what the error says;
   // shown with --verbose only.
   options.log = [log](std::string_view line) { log.Debug(line); };

@@ -8,6 +8,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include <weightcast/status.h>
+
+#include "net/transport.h"
+
 namespace weightcast::cli {
 
 struct NodeFlags {
@@ -20,5 +24,9 @@ struct NodeFlags {
 // Adds --secret-file, --cluster, --node-id and --log-format to `cmd`, bound to `flags` (which
 // must outlive the parse).
 void AddNodeFlags(CLI::App* cmd, NodeFlags& flags);
+
+// Transport options of a short-lived tool (status, rollback) talking to the coordinator: the
+// cluster secret loaded, the cluster id, the node id (random when 0) and the tool role.
+Result<net::Options> ToolTransportOptions(const NodeFlags& flags);
 
 }  // namespace weightcast::cli
