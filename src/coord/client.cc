@@ -50,8 +50,17 @@ Result<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(net::Trans
 }
 
 void CoordinatorClient::Close() {
-  std::lock_guard lock(mu_);
   if (connection_ != nullptr) connection_->Close();
+}
+
+Status CoordinatorClient::Wake() {
+  // request_id 0: below every call's id, so a reply from a coordinator that answers it anyway is
+  // skipped as the late answer to an earlier call.
+  wire::Envelope envelope;
+  envelope.set_request_id(0);
+  envelope.mutable_heartbeat()->set_wake(true);
+  ASSIGN_OR_RETURN(std::vector<uint8_t> body, EncodeEnvelope(envelope));
+  return connection_->SendControl(body, std::chrono::seconds(1));
 }
 
 Result<wire::Envelope> CoordinatorClient::Call(wire::Envelope request) {

@@ -1,5 +1,6 @@
 // The client side of the coordinator protocol (coord.proto): what agents, publishers and tools
-// call. One connection, one request at a time (calls from several threads are serialized).
+// call. One connection, one request at a time (calls from several threads are serialized; Wake
+// and Close are the exceptions: they never wait for a call in flight).
 // The client does not reconnect by itself: after a call fails with kUnavailable or
 // kDeadlineExceeded the caller makes a new client (and registers again) when it wants to.
 #pragma once
@@ -29,7 +30,13 @@ class CoordinatorClient {
   // Every call blocks until the reply arrives or `timeout` passes. A reply carrying an Error
   // becomes that Status (its code and message).
   Result<wire::RegisterReply> Register(const wire::Register& request);
+  // A long poll when request.wait_ms() is above 0: blocks up to that long (plus the round trip)
+  // for a coordinator that holds it; the call's timeout must be above it (set_timeout).
   Result<wire::HeartbeatReply> Heartbeat(const wire::Heartbeat& request);
+  // Asks the coordinator to answer this connection's held heartbeat now (Heartbeat.wake).
+  // Safe from any thread, also while a Heartbeat call is in flight; does not block on it and
+  // waits for no reply (a coordinator without long polls answers it; the next call skips that).
+  Status Wake();
   // Registers a version published by this node; returns its version number.
   Result<Version> Publish(std::span<const uint8_t> signed_manifest);
   // The signed manifest of `version` (0: the newest) of `channel`; the caller verifies it.
@@ -38,6 +45,8 @@ class CoordinatorClient {
   Result<Version> Rollback(std::string_view channel, Version version);
 
   void set_timeout(net::Duration timeout) { timeout_ = timeout; }
+  // Closes the connection; a call in flight returns kUnavailable. Any thread; does not wait for
+  // a call in flight.
   void Close();
 
  private:
@@ -45,7 +54,9 @@ class CoordinatorClient {
   Result<wire::Envelope> Call(wire::Envelope request);
 
   std::mutex mu_;
-  std::unique_ptr<net::Connection> connection_;
+  // Set once by the constructor, never reset, so Wake and Close use it without mu_ (Connection
+  // calls are thread-safe).
+  const std::unique_ptr<net::Connection> connection_;
   uint64_t next_request_id_ = 1;
   net::Duration timeout_ = std::chrono::seconds(10);
 };

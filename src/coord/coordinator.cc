@@ -19,6 +19,8 @@ constexpr size_t kMaxTensorPatterns = 1024;
 constexpr size_t kMaxLabelBytes = 256;
 // A reply that cannot be queued in this long goes to a node that stopped reading; drop it.
 constexpr net::Duration kSendTimeout = std::chrono::seconds(10);
+// The pusher answers many nodes in turn: one that does not read must not stall the others long.
+constexpr net::Duration kPushSendTimeout = std::chrono::milliseconds(200);
 
 uint64_t Fnv1a(std::string_view text) {
   uint64_t h = 1469598103934665603ull;
@@ -46,6 +48,14 @@ bool Follows(const wire::Register& registration, std::string_view channel) {
          registration.channels().end();
 }
 
+bool SamePeers(const std::vector<wire::PeerEntry>& a, const std::vector<wire::PeerEntry>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(),
+                    [](const wire::PeerEntry& x, const wire::PeerEntry& y) {
+                      return x.node_id() == y.node_id() && x.address() == y.address() &&
+                             x.rack() == y.rack() && x.source() == y.source();
+                    });
+}
+
 Status CheckLabel(std::string_view what, std::string_view value) {
   if (value.size() > kMaxLabelBytes) {
     return InvalidArgument("register: " + std::string(what) + " is longer than " +
@@ -65,6 +75,19 @@ struct Coordinator::Node {
   wire::Register registration;
   net::TimePoint last_seen{};
   std::map<std::string, wire::ChannelProgress, std::less<>> progress;
+  // Long polls: when this node's reply last changed for reasons of its own.
+  uint64_t registered_generation = 0;
+  uint64_t peers_generation = 0;
+  // A wake arrived with no heartbeat parked (it overtook the heartbeat it was meant to
+  // release): the next heartbeat is answered at once.
+  bool wake_pending = false;
+  struct Parked {
+    uint64_t session = 0;
+    uint64_t request_id = 0;
+    uint64_t seen = 0;  // the node's seen_generation
+    net::TimePoint deadline{};
+  };
+  std::optional<Parked> parked;
 };
 
 Coordinator::Coordinator(CoordinatorOptions options)
@@ -128,6 +151,18 @@ uint64_t Coordinator::UnixMs() const {
 
 wire::Envelope Coordinator::Handle(uint64_t session, const net::PeerInfo& peer,
                                    const wire::Envelope& request) {
+  std::optional<net::TimePoint> held_until;
+  std::optional<wire::Envelope> reply = Dispatch(session, peer, request, false, &held_until);
+  if (reply.has_value()) return std::move(*reply);
+  // Unreachable without may_hold; an empty reply rather than a crash if that ever changes.
+  wire::Envelope empty;
+  empty.set_request_id(request.request_id());
+  return empty;
+}
+
+std::optional<wire::Envelope> Coordinator::Dispatch(uint64_t session, const net::PeerInfo& peer,
+                                                    const wire::Envelope& request, bool may_hold,
+                                                    std::optional<net::TimePoint>* held_until) {
   const auto body = static_cast<size_t>(request.body_case());
   if (body < counters_.requests.size()) ++counters_.requests[body];
   wire::Envelope reply;
@@ -145,9 +180,11 @@ wire::Envelope Coordinator::Handle(uint64_t session, const net::PeerInfo& peer,
       break;
     }
     case wire::Envelope::kHeartbeat: {
-      auto r = OnHeartbeat(session, peer, request.heartbeat());
+      auto r = OnHeartbeat(session, peer, request.request_id(), request.heartbeat(), may_hold,
+                           held_until);
       if (r.ok()) {
-        *reply.mutable_heartbeat_reply() = std::move(r).value();
+        if (!r->has_value()) return std::nullopt;  // parked, or a wake
+        *reply.mutable_heartbeat_reply() = std::move(**r);
       } else {
         failed = r.status();
       }
@@ -245,6 +282,13 @@ Result<wire::RegisterReply> Coordinator::OnRegister(uint64_t session, const net:
   node.registration = request;
   node.last_seen = now;
   node.progress.clear();
+  // A heartbeat parked by the connection this registration replaces is dropped with it.
+  if (node.parked.has_value()) {
+    node.parked.reset();
+    --counters_.heartbeats_held;
+  }
+  node.wake_pending = false;
+  node.registered_generation = ++generation_;
   ++counters_.registrations;
   options_.log("" + NodeName(node.id) + " registered (" + std::string(net::RoleName(peer.role)) +
                ", " + request.peer_address() +
@@ -258,8 +302,9 @@ Result<wire::RegisterReply> Coordinator::OnRegister(uint64_t session, const net:
   return reply;
 }
 
-Result<wire::HeartbeatReply> Coordinator::OnHeartbeat(uint64_t session, const net::PeerInfo& peer,
-                                                      const wire::Heartbeat& request) {
+Result<std::optional<wire::HeartbeatReply>> Coordinator::OnHeartbeat(
+    uint64_t session, const net::PeerInfo& peer, uint64_t request_id,
+    const wire::Heartbeat& request, bool may_hold, std::optional<net::TimePoint>* held_until) {
   if (static_cast<size_t>(request.channels_size()) > kMaxChannelsPerNode) {
     return InvalidArgument("heartbeat: more than " + std::to_string(kMaxChannelsPerNode) +
                            " channels");
@@ -298,6 +343,41 @@ Result<wire::HeartbeatReply> Coordinator::OnHeartbeat(uint64_t session, const ne
   for (const std::string& channel : changed) DecideLocked(channel, now);
   MaybeSweepLocked(now);
 
+  if (may_hold && request.wake()) {
+    // The connection thread answered a parked heartbeat before it got here (any request does
+    // that); with none parked the wake overtook its heartbeat, which must then not wait.
+    node.wake_pending = true;
+    return std::optional<wire::HeartbeatReply>();
+  }
+  const bool wake_pending = std::exchange(node.wake_pending, false);
+  if (may_hold && request.wait_ms() > 0 && !wake_pending &&
+      request.seen_generation() == NodeGenerationLocked(node)) {
+    // Nothing new for this node: park it. Capped at the interval the node was told to
+    // heartbeat at, so that a parked node is never silent for the heartbeat timeout.
+    const net::Duration wait = std::min<net::Duration>(std::chrono::milliseconds(request.wait_ms()),
+                                                       options_.heartbeat_interval);
+    if (!node.parked.has_value()) ++counters_.heartbeats_held;
+    node.parked = Node::Parked{.session = session,
+                               .request_id = request_id,
+                               .seen = request.seen_generation(),
+                               .deadline = now + wait};
+    *held_until = node.parked->deadline;
+    return std::optional<wire::HeartbeatReply>();
+  }
+  return std::optional<wire::HeartbeatReply>(HeartbeatReplyLocked(node));
+}
+
+uint64_t Coordinator::NodeGenerationLocked(const Node& node) const {
+  uint64_t generation = std::max(node.registered_generation, node.peers_generation);
+  for (const std::string& name : node.registration.channels()) {
+    if (auto it = channel_generation_.find(name); it != channel_generation_.end()) {
+      generation = std::max(generation, it->second);
+    }
+  }
+  return generation;
+}
+
+wire::HeartbeatReply Coordinator::HeartbeatReplyLocked(const Node& node) const {
   wire::HeartbeatReply reply;
   for (const std::string& name : node.registration.channels()) {
     wire::ChannelTarget* target = reply.add_channels();
@@ -313,7 +393,77 @@ Result<wire::HeartbeatReply> Coordinator::OnHeartbeat(uint64_t session, const ne
   if (auto peers = peer_lists_.find(node.id); peers != peer_lists_.end()) {
     for (const wire::PeerEntry& entry : peers->second) *reply.add_peers() = entry;
   }
+  reply.set_generation(NodeGenerationLocked(node));
   return reply;
+}
+
+void Coordinator::ChannelChangedLocked(const std::string& channel) {
+  channel_generation_[channel] = ++generation_;
+  push_pending_ = true;
+  push_cv_.notify_one();
+}
+
+wire::Envelope Coordinator::UnparkLocked(Node& node) {
+  wire::Envelope reply;
+  reply.set_request_id(node.parked->request_id);
+  node.parked.reset();
+  --counters_.heartbeats_held;
+  *reply.mutable_heartbeat_reply() = HeartbeatReplyLocked(node);
+  return reply;
+}
+
+std::optional<wire::Envelope> Coordinator::TakeParked(uint64_t session, PeerId id, bool force,
+                                                      std::optional<net::TimePoint>* held_until) {
+  const net::TimePoint now = clock_.Now();
+  std::lock_guard lock(mu_);
+  held_until->reset();
+  auto it = nodes_.find(id);
+  if (it == nodes_.end()) return std::nullopt;
+  Node& node = *it->second;
+  if (!node.parked.has_value() || node.parked->session != session) return std::nullopt;
+  if (!force && now < node.parked->deadline) {
+    *held_until = node.parked->deadline;
+    return std::nullopt;
+  }
+  return UnparkLocked(node);
+}
+
+void Coordinator::SendToSession(uint64_t session, const wire::Envelope& reply) {
+  std::shared_ptr<net::Connection> connection;
+  {
+    std::lock_guard lock(sessions_mu_);
+    auto it = sessions_.find(session);
+    if (it == sessions_.end()) return;
+    connection = it->second;
+  }
+  auto bytes = EncodeEnvelope(reply);
+  if (!bytes.ok() || !connection->SendControl(*bytes, kPushSendTimeout).ok()) connection->Close();
+}
+
+void Coordinator::PushLoop() {
+  std::unique_lock lock(mu_);
+  while (true) {
+    push_cv_.wait(lock, [this] { return push_pending_ || push_stop_; });
+    if (push_stop_) return;
+    push_pending_ = false;
+    // O(nodes) per change, not per heartbeat: changes are publishes, decisions, rollbacks and
+    // peer-list rebuilds (at most one per sweep period).
+    std::vector<std::pair<uint64_t, wire::Envelope>> replies;
+    if (counters_.heartbeats_held.load() != 0) {
+      for (auto& [id, node] : nodes_) {
+        if (!node->parked.has_value() || NodeGenerationLocked(*node) == node->parked->seen) {
+          continue;
+        }
+        const uint64_t session = node->parked->session;
+        replies.emplace_back(session, UnparkLocked(*node));
+      }
+    }
+    if (replies.empty()) continue;
+    counters_.heartbeats_pushed += replies.size();
+    lock.unlock();
+    for (const auto& [session, reply] : replies) SendToSession(session, reply);
+    lock.lock();
+  }
 }
 
 Result<uint64_t> Coordinator::OnPublish(const net::PeerInfo& peer, const wire::Publish& request) {
@@ -342,6 +492,7 @@ Result<uint64_t> Coordinator::OnPublish(const net::PeerInfo& peer, const wire::P
                    log_->RecordPublish(verified, peer.node_id, UnixMs(), decision.decision,
                                        decision.abort_reason));
   ++counters_.versions_published;
+  ChannelChangedLocked(m.channel);
   options_.log("published " + m.channel + " v" + std::to_string(entry.version()) + " (" +
                FormatBytes(entry.total_bytes()) + ", " + std::to_string(entry.chunk_count()) +
                " chunks" +
@@ -416,6 +567,7 @@ Result<uint64_t> Coordinator::OnRollback(const net::PeerInfo& peer, const wire::
     }
   }
   ASSIGN_OR_RETURN(uint64_t version, log_->RecordRollback(request.channel(), request.version()));
+  ChannelChangedLocked(request.channel());
   options_.log("" + request.channel() + " rolled back to v" + std::to_string(version) + " by " +
                NodeName(peer.node_id));
   channels_to_decide_.insert(request.channel());
@@ -425,7 +577,13 @@ Result<uint64_t> Coordinator::OnRollback(const net::PeerInfo& peer, const wire::
 void Coordinator::Disconnected(uint64_t session) {
   std::lock_guard lock(mu_);
   for (auto& [id, node] : nodes_) {
-    if (node->session == session) node->connected = false;
+    if (node->session != session) continue;
+    node->connected = false;
+    node->wake_pending = false;
+    if (node->parked.has_value()) {
+      node->parked.reset();
+      --counters_.heartbeats_held;
+    }
   }
 }
 
@@ -471,7 +629,8 @@ void Coordinator::SweepLocked(net::TimePoint now) {
 void Coordinator::RebuildPeerListsLocked() {
   membership_changed_ = false;
   ++counters_.peer_list_builds;
-  peer_lists_.clear();
+  std::map<PeerId, std::vector<wire::PeerEntry>> previous;
+  previous.swap(peer_lists_);
   // One graph per channel, over the live nodes following it; a node's list is the union of its
   // lists in every channel it follows. nodes_ is ordered by id, so the input is deterministic.
   std::map<std::string, std::vector<const Node*>> followers;
@@ -513,6 +672,23 @@ void Coordinator::RebuildPeerListsLocked() {
       }
     }
   }
+  // Only nodes whose list changed are told (a long poll parked by each of them is answered).
+  static const std::vector<wire::PeerEntry> kNone;
+  uint64_t generation = 0;
+  for (auto& [id, node] : nodes_) {
+    auto before = previous.find(id);
+    auto after = peer_lists_.find(id);
+    if (SamePeers(before == previous.end() ? kNone : before->second,
+                  after == peer_lists_.end() ? kNone : after->second)) {
+      continue;
+    }
+    if (generation == 0) generation = ++generation_;
+    node->peers_generation = generation;
+  }
+  if (generation != 0) {
+    push_pending_ = true;
+    push_cv_.notify_one();
+  }
 }
 
 void Coordinator::DecideLocked(const std::string& name, net::TimePoint now) {
@@ -534,6 +710,7 @@ void Coordinator::DecideLocked(const std::string& name, net::TimePoint now) {
                    ": " + recorded.ToString());
       return;
     }
+    ChannelChangedLocked(name);
     options_.log("" + name + " v" + std::to_string(change.version) + ": " +
                  wire::Decision_Name(change.decision) +
                  (change.abort_reason.empty() ? "" : " (" + change.abort_reason + ")"));
@@ -578,6 +755,8 @@ void Coordinator::Serve(net::Listener& listener) {
     }
   });
 
+  std::thread pusher([this] { PushLoop(); });
+
   std::map<uint64_t, std::thread> threads;
   std::vector<uint64_t> finished;  // guarded by sessions_mu_
   auto reap = [&] {
@@ -607,33 +786,7 @@ void Coordinator::Serve(net::Listener& listener) {
       sessions_[session] = connection;
     }
     threads.emplace(session, std::thread([this, session, connection, &finished] {
-                      const net::PeerInfo peer = connection->peer();
-                      while (true) {
-                        auto frame = connection->Receive(net::kForever);
-                        if (!frame.ok()) break;
-                        if (frame->type != net::FrameType::kControl) {
-                          options_.log("" + NodeName(peer.node_id) + " sent a " +
-                                       std::string(net::FrameTypeName(frame->type)) +
-                                       " frame; closing");
-                          break;
-                        }
-                        auto request = ParseEnvelope(frame->body);
-                        if (!request.ok()) {
-                          options_.log("" + NodeName(peer.node_id) + ": " +
-                                       request.status().ToString() + "; closing");
-                          break;
-                        }
-                        wire::Envelope reply = Handle(session, peer, *request);
-                        auto bytes = EncodeEnvelope(reply);
-                        if (!bytes.ok()) {
-                          wire::Envelope error;
-                          error.set_request_id(reply.request_id());
-                          *error.mutable_error() = ErrorFromStatus(bytes.status());
-                          bytes = EncodeEnvelope(error);
-                        }
-                        if (!bytes.ok() || !connection->SendControl(*bytes, kSendTimeout).ok())
-                          break;
-                      }
+                      ServeConnection(session, *connection);
                       connection->Close();
                       Disconnected(session);
                       std::lock_guard lock(sessions_mu_);
@@ -650,6 +803,69 @@ void Coordinator::Serve(net::Listener& listener) {
   stop_cv_.notify_all();
   sweeper.join();
   for (auto& [session, thread] : threads) thread.join();
+  {
+    std::lock_guard lock(mu_);
+    push_stop_ = true;
+  }
+  push_cv_.notify_all();
+  pusher.join();
+}
+
+void Coordinator::ServeConnection(uint64_t session, net::Connection& connection) {
+  const net::PeerInfo peer = connection.peer();
+  auto send = [&](const wire::Envelope& reply) {
+    auto bytes = EncodeEnvelope(reply);
+    if (!bytes.ok()) {
+      wire::Envelope error;
+      error.set_request_id(reply.request_id());
+      *error.mutable_error() = ErrorFromStatus(bytes.status());
+      bytes = EncodeEnvelope(error);
+    }
+    return bytes.ok() && connection.SendControl(*bytes, kSendTimeout).ok();
+  };
+  // The deadline of the heartbeat this connection has parked (the pusher may have answered it
+  // meanwhile; TakeParked finds out).
+  std::optional<net::TimePoint> held_until;
+  while (true) {
+    net::Duration timeout = net::kForever;
+    if (held_until.has_value()) {
+      timeout = std::max(net::Duration::zero(), *held_until - clock_.Now());
+    }
+    auto frame = connection.Receive(timeout);
+    if (!frame.ok()) {
+      if (held_until.has_value() && frame.status().code() == Code::kDeadlineExceeded &&
+          connection.status().ok()) {
+        // wait_ms passed: answer the parked heartbeat (as it stands now).
+        std::optional<wire::Envelope> reply = TakeParked(session, peer.node_id, false, &held_until);
+        if (reply.has_value() && !send(*reply)) break;
+        continue;
+      }
+      break;
+    }
+    if (frame->type != net::FrameType::kControl) {
+      options_.log("" + NodeName(peer.node_id) + " sent a " +
+                   std::string(net::FrameTypeName(frame->type)) + " frame; closing");
+      break;
+    }
+    auto request = ParseEnvelope(frame->body);
+    if (!request.ok()) {
+      options_.log("" + NodeName(peer.node_id) + ": " + request.status().ToString() + "; closing");
+      break;
+    }
+    if (held_until.has_value()) {
+      // The node sent something else while its heartbeat was parked: it is not waiting for that
+      // heartbeat alone any more (a wake, or a call of another thread). Answer it first.
+      std::optional<wire::Envelope> parked = TakeParked(session, peer.node_id, true, &held_until);
+      if (parked.has_value()) {
+        if (!send(*parked)) break;
+        // The wake did what it was sent for.
+        if (request->has_heartbeat() && request->heartbeat().wake()) continue;
+      }
+    }
+    std::optional<wire::Envelope> reply =
+        Dispatch(session, peer, *request, /*may_hold=*/true, &held_until);
+    if (reply.has_value() && !send(*reply)) break;
+  }
 }
 
 void Coordinator::Stop() {

@@ -3,10 +3,18 @@
 // log durably in a state directory, and answers heartbeats with what each node should fetch and
 // whether to commit it. It never carries weight bytes.
 //
-// Threading: Serve runs one thread per connection plus a sweeper; every request is handled under
-// one lock (requests are small; a publish holds it for the fsyncs of its manifest and record).
-// Stop is safe from any thread. Time comes from a net::Clock, so tests drive liveness with a
-// FakeClock and call Sweep() themselves.
+// Threading: Serve runs one thread per connection plus a sweeper and a pusher; every request is
+// handled under one lock (requests are small; a publish holds it for the fsyncs of its manifest
+// and record). Stop is safe from any thread. Time comes from a net::Clock, so tests drive
+// liveness with a FakeClock and call Sweep() themselves.
+//
+// Long polls (Heartbeat.wait_ms, docs/coordinator.md): a heartbeat with nothing new for its node
+// is parked in the node's record instead of answered. Whatever changes a node's reply (a publish,
+// a decision, a rollback, a rebuilt peer list) bumps a generation and wakes the pusher, which
+// answers the parked heartbeats whose generation moved; the connection's own thread answers its
+// parked heartbeat when wait_ms passes or when another request arrives on the connection. A
+// parked heartbeat costs a few words in its Node; nothing runs per parked heartbeat while nothing
+// changes.
 #pragma once
 
 #include <array>
@@ -43,8 +51,10 @@ struct CoordinatorCounters {
   std::atomic<uint64_t> requests_failed{0};
   std::atomic<uint64_t> nodes_died{0};
   std::atomic<uint64_t> peer_list_builds{0};
-  std::atomic<uint64_t> members_alive{0};  // a level, not a count
-  std::atomic<uint64_t> members_dead{0};   // known, not alive, not yet forgotten
+  std::atomic<uint64_t> members_alive{0};      // a level, not a count
+  std::atomic<uint64_t> members_dead{0};       // known, not alive, not yet forgotten
+  std::atomic<uint64_t> heartbeats_held{0};    // parked long polls now (a level)
+  std::atomic<uint64_t> heartbeats_pushed{0};  // parked long polls answered because of a change
   // Requests by Envelope body case (coord.proto field number), for the "by type" counters.
   std::array<std::atomic<uint64_t>, 16> requests{};
 };
@@ -83,9 +93,11 @@ class Coordinator {
   void Stop();
 
   // The testable core: answers one request that arrived on connection `session` from `peer`.
-  // Never fails as a call: errors become an Envelope carrying Error. Thread-safe.
+  // Never fails as a call: errors become an Envelope carrying Error. Never holds a heartbeat
+  // (wait_ms is ignored; Serve holds them). Thread-safe.
   wire::Envelope Handle(uint64_t session, const net::PeerInfo& peer, const wire::Envelope& request);
-  // The connection `session` ended (its node stays alive until its heartbeat times out).
+  // The connection `session` ended (its node stays alive until its heartbeat times out; a
+  // heartbeat it had parked is dropped).
   void Disconnected(uint64_t session);
   // Marks silent nodes dead, forgets long-dead ones, rebuilds peer lists when membership
   // changed and asks the Decider. Serve's sweeper calls it; tests call it after moving a fake
@@ -103,8 +115,15 @@ class Coordinator {
   Result<wire::RegisterReply> OnRegister(uint64_t session, const net::PeerInfo& peer,
                                          const wire::Register& request,
                                          std::optional<uint64_t>* replaced);
-  Result<wire::HeartbeatReply> OnHeartbeat(uint64_t session, const net::PeerInfo& peer,
-                                           const wire::Heartbeat& request);
+  // What one request on a served connection gets: a reply to send now, or none (a heartbeat
+  // parked for a long poll, or a wake); for a parked heartbeat, `*held_until` is its deadline.
+  std::optional<wire::Envelope> Dispatch(uint64_t session, const net::PeerInfo& peer,
+                                         const wire::Envelope& request, bool may_hold,
+                                         std::optional<net::TimePoint>* held_until);
+  // Null reply with OK: parked (only when `may_hold`) or a wake.
+  Result<std::optional<wire::HeartbeatReply>> OnHeartbeat(
+      uint64_t session, const net::PeerInfo& peer, uint64_t request_id,
+      const wire::Heartbeat& request, bool may_hold, std::optional<net::TimePoint>* held_until);
   Result<uint64_t> OnPublish(const net::PeerInfo& peer, const wire::Publish& request);
   Result<wire::ManifestReply> OnGetManifest(const wire::GetManifest& request);
   wire::FleetStatus OnGetStatus(const wire::GetStatus& request);
@@ -120,6 +139,25 @@ class Coordinator {
   void CountMembersLocked();
   uint64_t UnixMs() const;
 
+  // Long polls, with mu_ held. The generation of node's reply: the newest change among the
+  // channels it follows, its peer list and its registration.
+  uint64_t NodeGenerationLocked(const Node& node) const;
+  wire::HeartbeatReply HeartbeatReplyLocked(const Node& node) const;
+  // Something in some replies changed: the pusher looks at the parked heartbeats.
+  void ChannelChangedLocked(const std::string& channel);
+  // Unparks node's heartbeat and builds its reply.
+  wire::Envelope UnparkLocked(Node& node);
+  // The connection thread's side: answers the heartbeat parked by `node` on `session` when
+  // `force` or its deadline passed; `*held_until` is left set while it stays parked.
+  std::optional<wire::Envelope> TakeParked(uint64_t session, PeerId node, bool force,
+                                           std::optional<net::TimePoint>* held_until);
+  // Sends a reply from a thread other than the connection's own (the pusher); a connection
+  // that cannot take it is closed.
+  void SendToSession(uint64_t session, const wire::Envelope& reply);
+  void PushLoop();
+  // A connection's thread: reads requests and answers them until the connection ends.
+  void ServeConnection(uint64_t session, net::Connection& connection);
+
   void CloseSession(uint64_t session);
 
   CoordinatorOptions options_;
@@ -134,6 +172,13 @@ class Coordinator {
   bool membership_changed_ = true;  // peer lists must be rebuilt before they are served
   std::map<PeerId, std::vector<wire::PeerEntry>> peer_lists_;
   std::set<std::string> channels_to_decide_;
+  // Long polls. Invariant: a Node's generation values never exceed generation_, and each change
+  // that alters a node's reply takes a new value from it.
+  uint64_t generation_ = 0;
+  std::map<std::string, uint64_t, std::less<>> channel_generation_;
+  bool push_pending_ = false;  // a generation moved since the pusher last looked
+  bool push_stop_ = false;
+  std::condition_variable push_cv_;  // with mu_
 
   // Serve's connections, so that Stop and a replacing registration can close them.
   std::mutex sessions_mu_;

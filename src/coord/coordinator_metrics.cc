@@ -44,6 +44,11 @@ constexpr Simple kSimple[] = {
      false, &CoordinatorCounters::peer_list_builds},
     {"weightcast_coordinator_request_errors_total", "Requests answered with an error", false,
      &CoordinatorCounters::requests_failed},
+    {"weightcast_coordinator_heartbeats_held", "Long-poll heartbeats held now", true,
+     &CoordinatorCounters::heartbeats_held},
+    {"weightcast_coordinator_heartbeats_pushed_total",
+     "Held heartbeats answered early because the node's target, decision or peers changed", false,
+     &CoordinatorCounters::heartbeats_pushed},
 };
 
 }  // namespace
