@@ -15,8 +15,10 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "rollout/types.h"
 #include "sim/fleet.h"
 #include "sim/reference.h"
+#include "sim/rollout.h"
 #include "util/file.h"
 #include "util/text.h"
 
@@ -52,6 +54,15 @@ struct SimFlags {
   std::string out;
   bool plot = false;
   bool references = true;
+  // The rollout after distribution (sim/rollout.h); empty: none.
+  std::string commit_policies = "all,quorum:0.9";
+  std::string prepare_deadline = "10m";
+  std::string heartbeat = "1s";
+  std::string heartbeat_timeout = "3s";
+  double control_latency_us = 100;
+  bool push = true;
+  double persist_ms = 5;
+  double commit_ms = 10;
 };
 
 const char* RoleName(sim::NodeRole role) {
@@ -157,6 +168,35 @@ Status RunSim(const SimFlags& f) {
   if (f.die + f.stragglers + f.late > 1) {
     return InvalidArgument("--die + --stragglers + --late must not exceed 1");
   }
+  // Rollout settings, checked before the long part.
+  std::vector<sim::RolloutConfig> rollout_configs;
+  if (!f.commit_policies.empty() && f.commit_policies != "none") {
+    sim::RolloutConfig rc;
+    ASSIGN_OR_RETURN(const auto deadline, ParseDuration(f.prepare_deadline));
+    ASSIGN_OR_RETURN(const auto interval, ParseDuration(f.heartbeat));
+    ASSIGN_OR_RETURN(const auto timeout, ParseDuration(f.heartbeat_timeout));
+    rc.prepare_deadline = std::chrono::duration<double>(deadline).count();
+    rc.heartbeat_interval = std::chrono::duration<double>(interval).count();
+    rc.heartbeat_timeout = std::chrono::duration<double>(timeout).count();
+    if (rc.prepare_deadline <= 0 || rc.heartbeat_interval <= 0 || rc.heartbeat_timeout <= 0) {
+      return InvalidArgument("--prepare-deadline, --heartbeat and --heartbeat-timeout must be > 0");
+    }
+    if (f.control_latency_us < 0 || f.persist_ms < 0 || f.commit_ms < 0) {
+      return InvalidArgument("--control-latency-us, --persist-ms and --commit-ms must be >= 0");
+    }
+    rc.push = f.push;
+    rc.latency = f.control_latency_us * 1e-6;
+    rc.persist_delay = f.persist_ms * 1e-3;
+    rc.commit_delay = f.commit_ms * 1e-3;
+    rc.seed = f.seed;
+    std::string_view rest = f.commit_policies;
+    while (!rest.empty()) {
+      const size_t comma = rest.find(',');
+      ASSIGN_OR_RETURN(rc.policy, rollout::ParseCommitPolicy(rest.substr(0, comma)));
+      rollout_configs.push_back(rc);
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    }
+  }
   const auto t0 = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(sim::FleetResult r, sim::RunFleet(c));
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -194,6 +234,51 @@ Status RunSim(const SimFlags& f) {
   const double ref_wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
 
+  // The control plane after the distribution, once per commit policy, on the same fleet result.
+  nlohmann::ordered_json rollouts = nlohmann::ordered_json::array();
+  std::vector<std::string> rollout_lines;
+  const std::vector<sim::RolloutNode> rnodes = sim::RolloutNodes(r);
+  for (const sim::RolloutConfig& rc : rollout_configs) {
+    ASSIGN_OR_RETURN(sim::RolloutResult ro, sim::SimulateRollout(rc, rnodes));
+    const std::string policy = rollout::FormatCommitPolicy(rc.policy);
+    auto lag = [](double to, double from) {
+      return to >= 0 && from >= 0 ? nlohmann::ordered_json(to - from) : nlohmann::ordered_json();
+    };
+    auto at = [](double v) {
+      return v >= 0 ? nlohmann::ordered_json(v) : nlohmann::ordered_json();
+    };
+    nlohmann::ordered_json jr;
+    jr["policy"] = policy;
+    jr["decision"] = rollout::DecisionName(ro.decision);
+    jr["reason"] = ro.reason;
+    jr["decided_at_s"] = at(ro.decided_at);
+    jr["members_at_decision"] = ro.members_at_decision;
+    jr["prepared_at_decision"] = ro.prepared_at_decision;
+    jr["marked_dead"] = ro.marked_dead;
+    jr["last_prepared_at_s"] = at(ro.last_prepared_at);
+    jr["healthy_committed_at_s"] = at(ro.healthy_committed_at);
+    jr["all_committed_at_s"] = at(ro.all_committed_at);
+    jr["decided_nodes_committed_at_s"] = at(ro.decided_nodes_committed_at);
+    // The figure of docs/simulator.md: last healthy node complete -> every healthy node committed.
+    jr["healthy_commit_lag_s"] = lag(ro.healthy_committed_at, healthy_max);
+    jr["committed"] = ro.committed;
+    jr["heartbeats"] = ro.heartbeats;
+    rollouts.push_back(jr);
+    std::string line = "rollout " + policy + ": " + std::string(rollout::DecisionName(ro.decision));
+    if (ro.decided_at >= 0) line += " at " + Fixed(ro.decided_at, 3) + " s";
+    line += " (" + ro.reason + ")";
+    if (ro.healthy_committed_at >= 0) {
+      line += "; every healthy node committed at " + Fixed(ro.healthy_committed_at, 3) + " s, " +
+              Fixed(ro.healthy_committed_at - healthy_max, 3) + " s after the last one completed";
+    }
+    if (ro.all_committed_at >= 0) {
+      line += "; every live node at " + Fixed(ro.all_committed_at, 3) + " s";
+    }
+    line += "; " + std::to_string(ro.committed) + " committed, " + std::to_string(ro.marked_dead) +
+            " marked dead";
+    rollout_lines.push_back(std::move(line));
+  }
+
   std::cout << "sim: " << f.nodes << " receivers, " << FormatBytes(c.total_bytes) << " in "
             << r.chunks << " chunks of " << FormatBytes(c.chunk_bytes) << ", " << f.gbps
             << " Gbit/s " << (c.shared ? "shared" : "full duplex")
@@ -211,6 +296,7 @@ Status RunSim(const SimFlags& f) {
             << Fixed(r.duplicate_bytes / s, 3) << " x S duplicate bytes; " << r.events
             << " events in " << Fixed(wall, 2) << " s\n";
   std::cout << "references: " << refs.dump() << "\n";
+  for (const std::string& line : rollout_lines) std::cout << line << "\n";
   if (!f.out.empty()) RETURN_IF_ERROR(WriteOutputs(f, r));
 
   nlohmann::ordered_json j;
@@ -243,6 +329,7 @@ Status RunSim(const SimFlags& f) {
   j["timeouts"] = r.timeouts;
   j["replacement_peers"] = r.replacement_peers;
   j["references"] = refs;
+  j["rollout"] = rollouts;
   j["events"] = r.events;
   j["wall_s"] = wall;
   j["reference_wall_s"] = ref_wall;
@@ -299,6 +386,26 @@ void SetupSim(CLI::App& app) {
   cmd->add_option("-o,--out", f->out, "Directory for completion.csv, progress.csv (and sim.png)");
   cmd->add_flag("--plot", f->plot, "Draw sim.png with gnuplot (needs --out)");
   cmd->add_flag("!--no-references", f->references, "Skip simulating the reference schedules");
+  cmd->add_option("--commit-policy", f->commit_policies,
+                  "Rollout after the distribution, once per comma-separated policy "
+                  "(all, quorum:F, each; none: no rollout)")
+      ->capture_default_str();
+  cmd->add_option("--prepare-deadline", f->prepare_deadline,
+                  "The coordinator aborts a version not committed this long after publication")
+      ->capture_default_str();
+  cmd->add_option("--heartbeat", f->heartbeat, "Agent heartbeat interval")->capture_default_str();
+  cmd->add_option("--heartbeat-timeout", f->heartbeat_timeout,
+                  "Silence after which the coordinator marks a node dead")
+      ->capture_default_str();
+  cmd->add_option("--control-latency-us", f->control_latency_us,
+                  "One-way agent-coordinator latency")
+      ->capture_default_str();
+  cmd->add_flag("!--no-push", f->push,
+                "Progress only with periodic heartbeats (default: heartbeat at once on a change)");
+  cmd->add_option("--persist-ms", f->persist_ms, "Coordinator's durable write of a decision")
+      ->capture_default_str();
+  cmd->add_option("--commit-ms", f->commit_ms, "Agent's store commit (switch of current)")
+      ->capture_default_str();
   cmd->callback([f] { Finish("sim", RunSim(*f)); });
 }
 

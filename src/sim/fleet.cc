@@ -59,6 +59,8 @@ struct SimNode {
   std::vector<uint32_t> rev;
   std::vector<Upload> uploads;
   double completed_at = -1;
+  double died_at = -1;
+  double joined_at = 0;
   double bytes_in = 0, bytes_out = 0, verified_bytes = 0;
 };
 
@@ -220,6 +222,7 @@ void Fleet::Kill(double now, uint32_t i) {
   SimNode& node = nodes_[i];
   if (!node.alive) return;
   node.alive = false;
+  node.died_at = now;
   if (node.completed_at < 0 && i != 0 && node.role != NodeRole::kDies && pending_ > 0) --pending_;
   // Flows in and out stop now; the bytes already moved count as aborted.
   while (!net_->flows_out(i).empty()) node.bytes_out += net_->Stop(now, net_->flows_out(i)[0]);
@@ -432,12 +435,13 @@ Result<FleetResult> Fleet::Run() {
         break;
       case Ev::kHave:
         // e.to == e.from: the announcing node. A neighbour that already holds the chunk is
-        // skipped (see have_to_holders in fleet.h).
+        // skipped (see have_to_holders in fleet.h), except by the source: a spreading source
+        // reads who holds a chunk to refuse repeats (SchedulerOptions::spread_first).
         for (size_t k = 0; k < to.nbrs.size(); ++k) {
           const uint32_t j = to.nbrs[k];
           SimNode& nb = nodes_[j];
           if (!to.link_up[k] || !nb.alive || !nb.link_up[to.rev[k]]) continue;
-          if (!have_to_holders_ && nb.sched->have().Contains(chunk)) continue;
+          if (!have_to_holders_ && j != 0 && nb.sched->have().Contains(chunk)) continue;
           Apply(now, j, nb.sched->OnHave(t, ToPeer(e.from), chunk));
         }
         break;
@@ -459,6 +463,7 @@ Result<FleetResult> Fleet::Run() {
         break;
       case Ev::kJoin:
         to.joined = true;
+        to.joined_at = now;
         for (uint32_t j : to.nbrs) {
           if (nodes_[j].alive && nodes_[j].joined) Connect(now, e.to, j);
         }
@@ -483,6 +488,8 @@ Result<FleetResult> Fleet::Run() {
     r.node = i;
     r.role = nodes_[i].role;
     r.completed_at = nodes_[i].completed_at;
+    r.died_at = nodes_[i].died_at;
+    r.joined_at = nodes_[i].joined ? nodes_[i].joined_at : -1;
     r.bytes_in = nodes_[i].bytes_in;
     r.bytes_out = nodes_[i].bytes_out;
     const swarm::SchedulerStats& st = nodes_[i].sched->stats();

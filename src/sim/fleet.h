@@ -56,7 +56,8 @@ struct FleetConfig {
   // neighbour decides: it never asks for a chunk it holds, and its availability count of that
   // chunk is read only by its picks, of chunks it needs. Off, the fan-out skips them: about half of
   // all HAVE deliveries, the simulator's largest cost, with the same result
-  // (tests/unit/sim/fleet_test.cc checks it).
+  // (tests/unit/sim/fleet_test.cc checks it). The source is never skipped: a spread_first
+  // scheduler reads the availability of chunks it holds to refuse repeats.
   bool have_to_holders = false;
   uint32_t samples = 200;         // progress samples over the run
   double time_limit_factor = 20;  // give up at this multiple of the bound
@@ -68,6 +69,8 @@ struct NodeResult {
   uint32_t node = 0;
   NodeRole role = NodeRole::kHealthy;
   double completed_at = -1;  // seconds; -1: did not complete
+  double died_at = -1;       // seconds; -1: did not die
+  double joined_at = 0;      // seconds (late joiners: when they joined; -1: never)
   double bytes_in = 0;       // every chunk byte that arrived, duplicates included
   double bytes_out = 0;      // bytes of uploads that completed
 };
