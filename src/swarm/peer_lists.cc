@@ -99,6 +99,49 @@ Result<std::vector<std::vector<PeerId>>> BuildPeerLists(std::span<const NodeInfo
       link(a, y);
     }
   }
+  // Top-up: nodes still one short (splicing needs two free slots; the random pass fills a node's
+  // last slot only by chance). A receiver's completion time is S/B plus the time its download
+  // was not full, and one peer fewer of 24 measurably slows it (docs/bench/sim.md), so every free
+  // slot is filled while two remain: two short nodes link; a short node whose only short partner
+  // is itself or already its neighbour takes over an edge x-y of two others (a-x, b-y), which
+  // keeps x and y at their degree and the graph connected (x-a-b-y or x-a-y). Only the parity of
+  // the degree sum can leave one slot free.
+  {
+    std::vector<uint32_t> open;  // one entry per free slot
+    for (uint32_t a : visit) {
+      for (size_t k = adj[a].size(); k < bound(a); ++k) open.push_back(a);
+    }
+    while (open.size() >= 2) {
+      const uint32_t a = open.back();
+      open.pop_back();
+      bool done = false;
+      for (size_t k = open.size(); k-- > 0;) {
+        const uint32_t b = open[k];
+        if (b == a || connected(a, b)) continue;
+        link(a, b);
+        open.erase(open.begin() + static_cast<std::ptrdiff_t>(k));
+        done = true;
+        break;
+      }
+      if (done) continue;
+      const uint32_t b = open.back();  // a itself, or a neighbour of a
+      const std::vector<uint32_t>& own_rack = by_rack[nodes[a].rack];
+      const bool racks_known = !nodes[a].rack.empty() && by_rack.size() > 1;
+      for (int tries = 0; tries < 256 && !done; ++tries) {
+        const bool local = racks_known && unit(rng) < options.same_rack_fraction;
+        const uint32_t x =
+            local ? own_rack[rng() % own_rack.size()] : static_cast<uint32_t>(rng() % n);
+        if (x == a || x == b || adj[x].empty() || connected(a, x)) continue;
+        const uint32_t y = adj[x][rng() % adj[x].size()];
+        if (y == a || y == b || connected(b, y)) continue;
+        unlink(x, y);
+        link(a, x);
+        link(b, y);
+        done = true;
+      }
+      if (done) open.pop_back();  // else a stays short: the bound is a maximum
+    }
+  }
   for (size_t i = 0; i < n; ++i) {
     out[i].reserve(adj[i].size());
     for (uint32_t j : adj[i]) out[i].push_back(nodes[j].id);

@@ -110,5 +110,37 @@ TEST(PeerLists, RejectsDuplicateIdsAndTinyDegree) {
   EXPECT_FALSE(BuildPeerLists(Fleet(3, 0), o).ok());
 }
 
+TEST(PeerLists, EveryNodeGetsItsFullDegree) {
+  // A node one peer short downloads measurably slower (docs/bench/sim.md): when the graph
+  // allows it, everyone gets its whole degree; only the degree sum's parity may leave one slot.
+  for (uint32_t rack_size : {0u, 40u}) {
+    for (uint64_t seed : {1u, 2u, 3u, 4u}) {
+      std::vector<NodeInfo> nodes = Fleet(1001, rack_size);
+      nodes[0].degree = 32;  // the source
+      PeerListOptions o;
+      o.degree = 24;
+      o.same_rack_fraction = 0.9;
+      o.seed = seed;
+      auto lists = BuildPeerLists(nodes, o);
+      ASSERT_TRUE(lists.ok());
+      size_t missing = 0;
+      for (size_t i = 0; i < nodes.size(); ++i) {
+        const size_t want = i == 0 ? 32 : 24;
+        ASSERT_LE((*lists)[i].size(), want);
+        missing += want - (*lists)[i].size();
+      }
+      EXPECT_EQ(missing, 0u) << "racks " << rack_size << " seed " << seed;
+    }
+  }
+  // Odd degree sum: 25 nodes of degree 5 leave exactly one slot free.
+  PeerListOptions o;
+  o.degree = 5;
+  auto lists = BuildPeerLists(Fleet(25, 0), o);
+  ASSERT_TRUE(lists.ok());
+  size_t missing = 0;
+  for (const auto& l : *lists) missing += 5 - l.size();
+  EXPECT_EQ(missing, 1u);
+}
+
 }  // namespace
 }  // namespace weightcast::swarm
