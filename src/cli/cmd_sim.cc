@@ -61,6 +61,7 @@ struct SimFlags {
   std::string heartbeat_timeout = "3s";
   double control_latency_us = 100;
   bool push = true;
+  bool long_poll = false;
   double persist_ms = 5;
   double commit_ms = 10;
 };
@@ -185,6 +186,7 @@ Status RunSim(const SimFlags& f) {
       return InvalidArgument("--control-latency-us, --persist-ms and --commit-ms must be >= 0");
     }
     rc.push = f.push;
+    rc.long_poll = f.long_poll;
     rc.latency = f.control_latency_us * 1e-6;
     rc.persist_delay = f.persist_ms * 1e-3;
     rc.commit_delay = f.commit_ms * 1e-3;
@@ -402,6 +404,8 @@ void SetupSim(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("!--no-push", f->push,
                 "Progress only with periodic heartbeats (default: heartbeat at once on a change)");
+  cmd->add_flag("--long-poll", f->long_poll,
+                "Agents keep one heartbeat held at the coordinator, answered on a decision");
   cmd->add_option("--persist-ms", f->persist_ms, "Coordinator's durable write of a decision")
       ->capture_default_str();
   cmd->add_option("--commit-ms", f->commit_ms, "Agent's store commit (switch of current)")

@@ -35,6 +35,8 @@ PeerId ToPeer(uint32_t receiver) { return PeerId(receiver + 1); }
 enum class Ev : uint8_t {
   kHeartbeat,     // periodic heartbeat of node `node` (reschedules itself)
   kHeartbeatNow,  // pushed heartbeat (kReport)
+  kWake,          // long poll: a wake reaches the coordinator
+  kHoldExpire,    // long poll: a held heartbeat's wait is over (generation in `seq`)
   kArrive,        // a heartbeat reaches the coordinator (report in `report`)
   kReplySend,     // the coordinator answers `node` after its durable writes
   kReply,         // the reply (target in `target`) reaches the node
@@ -74,10 +76,17 @@ struct Later {
 
 struct Agent {
   std::optional<Participant> participant;
-  bool fetching = false;          // a kFetch of kNew is outstanding
-  bool member = false;            // the coordinator counts it (heard, not marked dead)
-  double last_heard = -1;         // at the coordinator
-  std::optional<Report> known;    // last report the coordinator passed to the tracker
+  bool fetching = false;        // a kFetch of kNew is outstanding
+  bool member = false;          // the coordinator counts it (heard, not marked dead)
+  double last_heard = -1;       // at the coordinator
+  std::optional<Report> known;  // last report the coordinator passed to the tracker
+  // Long poll, at the coordinator: a heartbeat of this node is held; which one (generation);
+  // answer the next one at once (a wake came while none was held); the target last sent.
+  bool held = false;
+  uint64_t hold_gen = 0;
+  bool wake_pending = false;
+  std::optional<Target> sent;
+  bool waiting_reply = false;     // at the node: a heartbeat is out (long poll)
   bool decided_prepared = false;  // prepared at the coordinator when the decision was taken
   double committed_at = -1;
 };
@@ -116,6 +125,7 @@ class RolloutSim {
 
 void RolloutSim::SendHeartbeat(double now, uint32_t i) {
   ++result_.heartbeats;
+  agents_[i].waiting_reply = true;
   Event e{};
   e.t = now + cfg_.latency;
   e.kind = Ev::kArrive;
@@ -167,12 +177,16 @@ Status RolloutSim::ApplyParticipant(double now, uint32_t i,
       case ParticipantActionKind::kRequestRollback:
         break;  // only after a failed hook under HookFailure::kRollback, never configured here
       case ParticipantActionKind::kReport:
-        if (cfg_.push) {
-          Event e{};
-          e.t = now;
-          e.kind = Ev::kHeartbeatNow;
-          e.node = i;
-          Push(std::move(e));
+        if (cfg_.long_poll) {
+          // The heartbeat out may be held: wake it; the reply makes the node heartbeat again,
+          // with this progress.
+          if (a.waiting_reply) {
+            Push(Make(now + cfg_.latency, Ev::kWake, i));
+          } else {
+            Push(Make(now, Ev::kHeartbeatNow, i));
+          }
+        } else if (cfg_.push) {
+          Push(Make(now, Ev::kHeartbeatNow, i));
         }
         break;
     }
@@ -297,11 +311,13 @@ Result<RolloutResult> RolloutSim::Run() {
     switch (e.kind) {
       case Ev::kHeartbeat:
         if (nodes_[i].dies_at >= 0 && now >= nodes_[i].dies_at) break;  // dead: silence
+        if (c.long_poll && agents_[i].waiting_reply) break;             // one outstanding at a time
         SendHeartbeat(now, i);
-        Push(Make(now + c.heartbeat_interval, Ev::kHeartbeat, i));
+        // Long poll: the next heartbeat goes out when the reply comes back.
+        if (!c.long_poll) Push(Make(now + c.heartbeat_interval, Ev::kHeartbeat, i));
         break;
       case Ev::kHeartbeatNow:
-        if (Alive(i, now)) SendHeartbeat(now, i);
+        if (Alive(i, now) && !(c.long_poll && agents_[i].waiting_reply)) SendHeartbeat(now, i);
         break;
       case Ev::kArrive: {
         Agent& a = agents_[i];
@@ -321,7 +337,36 @@ Result<RolloutResult> RolloutSim::Run() {
               ApplyTracker(now, tracker_->OnProgress(ToTime(now), ToPeer(i), e.report.version,
                                                      e.report.phase, e.report.error)));
         }
+        if (c.long_poll && !a.wake_pending && reply_at == now && a.sent &&
+            *a.sent == tracker_->target()) {
+          // Nothing new for it: hold the heartbeat until the target changes or the wait ends.
+          a.held = true;
+          Event x = Make(now + c.heartbeat_interval, Ev::kHoldExpire, i);
+          x.seq = ++a.hold_gen;
+          Push(std::move(x));
+          break;
+        }
+        a.wake_pending = false;
         Push(Make(reply_at, Ev::kReplySend, i));
+        break;
+      }
+      case Ev::kWake: {
+        Agent& a = agents_[i];
+        a.last_heard = now;
+        if (a.held) {
+          a.held = false;
+          Push(Make(now, Ev::kReplySend, i));
+        } else {
+          a.wake_pending = true;
+        }
+        break;
+      }
+      case Ev::kHoldExpire: {
+        Agent& a = agents_[i];
+        if (a.held && a.hold_gen == e.seq) {
+          a.held = false;
+          Push(Make(now, Ev::kReplySend, i));
+        }
         break;
       }
       case Ev::kReplySend: {
@@ -330,16 +375,28 @@ Result<RolloutResult> RolloutSim::Run() {
         r.kind = Ev::kReply;
         r.node = i;
         r.target = tracker_->target();
+        agents_[i].sent = r.target;
         Push(std::move(r));
         break;
       }
       case Ev::kReply:
         if (!Alive(i, now)) break;
+        agents_[i].waiting_reply = false;
         RETURN_IF_ERROR(
             ApplyParticipant(now, i, agents_[i].participant->OnTarget(ToTime(now), e.target)));
+        if (c.long_poll && !agents_[i].waiting_reply) SendHeartbeat(now, i);
         break;
       case Ev::kPersisted:
         tracker_->OnPersisted(e.seq);
+        if (c.long_poll) {
+          // The target changed: every held heartbeat is answered now.
+          for (size_t j = 0; j < n; ++j) {
+            if (agents_[j].held) {
+              agents_[j].held = false;
+              Push(Make(now, Ev::kReplySend, uint32_t(j)));
+            }
+          }
+        }
         if (e.version == kNew && result_.decided_at < 0 &&
             tracker_->decision(kNew) != Decision::kNone) {
           result_.decided_at = now;

@@ -181,5 +181,22 @@ TEST(SimRollout, DrivesTheRolloutAfterASimulatedBroadcast) {
   EXPECT_GE(r->healthy_committed_at, last);
 }
 
+TEST(SimRollout, LongPollDeliversTheDecisionWithinARoundTrip) {
+  RolloutConfig poll = Config("all");
+  RolloutConfig held = poll;
+  held.long_poll = true;
+  held.heartbeat_interval = 1;
+  Result<RolloutResult> a = SimulateRollout(poll, Fleet10());
+  Result<RolloutResult> b = SimulateRollout(held, Fleet10());
+  ASSERT_TRUE(a.ok() && b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->decision, rollout::Decision::kCommit);
+  EXPECT_EQ(b->committed, 10u);
+  // The last report wakes the held heartbeat: one and a half round trips, then the write.
+  EXPECT_LE(b->decided_at, 19.0 + 3 * held.latency + held.persist_delay + 1e-6);
+  // Every held heartbeat is answered when the decision is durable.
+  EXPECT_LE(b->healthy_committed_at, b->decided_at + held.latency + held.commit_delay + 1e-6);
+  EXPECT_LT(b->healthy_committed_at, a->healthy_committed_at);
+}
+
 }  // namespace
 }  // namespace weightcast::sim
