@@ -46,22 +46,44 @@ struct Agent::Impl {
 
   Status Run();
   Status Connect();
-  // One heartbeat and what its reply asks for. kUnavailable-ish errors mean: reconnect.
+  // One heartbeat and what its reply asks for. kUnavailable-ish errors mean: reconnect. With a
+  // coordinator that holds heartbeats (long poll), this is also where the agent waits.
   Status Beat();
+  // The waker thread: while a heartbeat is held, wakes it (CoordinatorClient::Wake) when the
+  // fetch completes or fails, the engine hook finishes, or the agent stops, so that the loop
+  // reports at once instead of at the end of the wait.
+  void WakerLoop();
+  void RequestWake() {
+    {
+      std::lock_guard lock(mu);
+      wake_requested = true;
+    }
+    cv.notify_all();
+  }
 
   AgentOptions options;
   std::mutex mu;
   std::condition_variable cv;
   bool stopping = false;
   bool done = false;  // exit_after reached
+  // Guarded by mu: the client of the heartbeat in flight (null: none to wake), whether the
+  // waker watches the fetch for it, and whether something asked for a wake.
+  std::shared_ptr<coord::CoordinatorClient> armed;
+  uint64_t arm_count = 0;
+  bool watch_fetch = false;
+  bool wake_requested = false;
 
   std::unique_ptr<Store> store;
   std::unique_ptr<net::Transport> transport;
   std::unique_ptr<SwarmNode> node;
   // Declared after `node` and `store`: destroyed before them (it holds references).
   std::unique_ptr<RolloutDriver> rollout;
-  std::unique_ptr<coord::CoordinatorClient> client;
+  std::shared_ptr<coord::CoordinatorClient> client;
   net::Duration heartbeat_interval = std::chrono::milliseconds(500);
+  // Long poll state of the current connection: the generation of the last reply acted on, and
+  // whether the coordinator holds heartbeats (it sends generations).
+  uint64_t seen_generation = 0;
+  bool long_poll = false;
   metrics::Registry registry;
   std::unique_ptr<metrics::MetricsServer> metrics_server;
 };
@@ -85,6 +107,11 @@ Status Agent::Impl::Connect() {
   if (reply->heartbeat_interval_ms() > 0) {
     heartbeat_interval = std::chrono::milliseconds(reply->heartbeat_interval_ms());
   }
+  // A held heartbeat takes up to the interval: the call's own timeout must be well above it.
+  client->set_timeout(std::max<net::Duration>(std::chrono::seconds(10),
+                                              2 * heartbeat_interval + std::chrono::seconds(5)));
+  seen_generation = 0;
+  long_poll = false;
   Log("registered with the coordinator at " + options.coordinator + " as node " +
       std::to_string(node->id().value()) + ", serving peers on " + node->address());
   return Status::Ok();
@@ -94,7 +121,25 @@ Status Agent::Impl::Beat() {
   wire::Heartbeat hb;
   *hb.add_channels() = rollout->Progress();
   rollout->clear_report_now();
-  ASSIGN_OR_RETURN(wire::HeartbeatReply reply, client->Heartbeat(hb));
+  // Ask to be held until something changes (a coordinator without long polls ignores it).
+  hb.set_wait_ms(static_cast<uint32_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(heartbeat_interval).count()));
+  hb.set_seen_generation(seen_generation);
+  {
+    std::lock_guard lock(mu);
+    armed = client;
+    ++arm_count;
+    watch_fetch = rollout->fetching();
+  }
+  cv.notify_all();
+  Result<wire::HeartbeatReply> answered = client->Heartbeat(hb);
+  {
+    std::lock_guard lock(mu);
+    armed.reset();
+  }
+  ASSIGN_OR_RETURN(wire::HeartbeatReply reply, std::move(answered));
+  seen_generation = reply.generation();
+  long_poll = reply.generation() != 0;
   std::vector<PeerAddress> peers;
   for (const wire::PeerEntry& e : reply.peers()) {
     peers.push_back({PeerId(e.node_id()), e.address(), e.source()});
@@ -117,6 +162,32 @@ Status Agent::Impl::Beat() {
     }
   }
   return Status::Ok();
+}
+
+void Agent::Impl::WakerLoop() {
+  std::unique_lock lock(mu);
+  while (true) {
+    cv.wait(lock,
+            [&] { return stopping || (armed != nullptr && (wake_requested || watch_fetch)); });
+    if (!stopping && !wake_requested) {
+      // Watch the fetch in slices, so that a disarm, a hook or a stop is seen within one.
+      const uint64_t arm = arm_count;
+      lock.unlock();
+      const Status waited = node->WaitComplete(std::chrono::milliseconds(100));
+      lock.lock();
+      if (waited.code() == Code::kDeadlineExceeded || armed == nullptr || arm_count != arm) {
+        continue;
+      }
+    }
+    std::shared_ptr<coord::CoordinatorClient> wake = std::move(armed);
+    armed.reset();
+    wake_requested = false;
+    const bool stop = stopping;
+    lock.unlock();
+    if (wake != nullptr) wake->Wake().IgnoreError();  // a failed connection fails the call too
+    if (stop) return;
+    lock.lock();
+  }
 }
 
 Status Agent::Impl::Run() {
@@ -154,6 +225,7 @@ Status Agent::Impl::Run() {
   ro.hook_retries = options.hook_retries;
   ro.hook_failure = options.hook_failure;
   ro.log = options.log;
+  ro.on_hook_done = [this] { RequestWake(); };
   ASSIGN_OR_RETURN(rollout, RolloutDriver::Create(std::move(ro), *store, *node));
   if (options.corrupt_uploads_for_testing) {
     Log("TESTING ONLY: every chunk this node uploads is corrupted");
@@ -189,6 +261,7 @@ Status Agent::Impl::Run() {
     Log("serving metrics at http://" + metrics_server->address() + "/metrics");
   }
 
+  std::thread waker([this] { WakerLoop(); });
   net::Duration backoff = std::chrono::milliseconds(100);
   Status result = Status::Ok();
   while (!Stopping() && !done) {
@@ -220,10 +293,16 @@ Status Agent::Impl::Run() {
       Log("heartbeat: " + beat.ToString());
     }
     if (done) break;
+    {
+      std::lock_guard lock(mu);
+      wake_requested = false;  // Poll looks at whatever asked for it
+    }
     // Fetch results, hook results and retries; then heartbeat at once if the coordinator
     // waits for what changed (PREPARED, COMMITTED, FAILED).
     rollout->Poll(client.get());
     if (rollout->report_now()) continue;
+    // The coordinator holds the next heartbeat until there is news: that is the wait.
+    if (long_poll && beat.ok()) continue;
     // Wake early when the target completes, so a commit decision is asked for at once.
     if (rollout->fetching()) {
       node->WaitComplete(heartbeat_interval).IgnoreError();
@@ -232,6 +311,12 @@ Status Agent::Impl::Run() {
       break;
     }
   }
+  {
+    std::lock_guard lock(mu);
+    stopping = true;  // Run may end by exit_after: the waker ends with it
+  }
+  cv.notify_all();
+  waker.join();
   if (client) client->Close();
   if (metrics_server) metrics_server->Stop();
   node->Stop();

@@ -226,8 +226,11 @@ void RolloutDriver::Execute(std::span<const rollout::ParticipantAction> span,
         Log("running the engine hook for " + V(v) + " (attempt " + std::to_string(a.attempt) + ")");
         hook_thread_ = std::thread([this, v, dir] {
           Status st = hook_.Run(options_.channel, v, dir);
-          std::lock_guard lock(hook_mu_);
-          hook_result_.emplace(v, std::move(st));
+          {
+            std::lock_guard lock(hook_mu_);
+            hook_result_.emplace(v, std::move(st));
+          }
+          if (options_.on_hook_done) options_.on_hook_done();
         });
         break;
       }

@@ -8,6 +8,7 @@
 //   Poll()              between heartbeats: fetch completion, hook results, retries
 //   report_now()        the participant wants the coordinator to hear something at once
 //                       (PREPARED, COMMITTED, FAILED): heartbeat without waiting
+//   on_hook_done        (option) a hook finished while the daemon may be in a held heartbeat
 //
 // Fetch: the signed manifest comes from the coordinator and must verify with the cluster secret;
 // SwarmNode::Fetch stages it (resuming a staging left by a restart). Commit: SwarmNode::
@@ -23,6 +24,7 @@
 // client passed in must outlive the calls that use them.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -52,6 +54,9 @@ struct RolloutDriverOptions {
   net::Duration hook_retry_backoff = std::chrono::seconds(1);
   net::Duration retry_backoff = std::chrono::seconds(2);
   net::LogFn log = net::LogToStderr;
+  // Called on the hook's thread when a hook run finished (its result waits for Poll): the
+  // daemon wakes a heartbeat the coordinator holds, so Poll runs at once. May be null.
+  std::function<void()> on_hook_done;
 };
 
 class RolloutDriver {
