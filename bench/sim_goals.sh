@@ -5,16 +5,20 @@
 # Scheduler settings for every run are in SCHED_ARGS (default below: adaptive per-peer windows,
 # 24 peers per node with 24 upload slots, 32 requests in flight per node, replacement peers
 # below 24); extra flags in SIM_ARGS.
-# CHUNK is the simulated chunk size (default 128MiB; the real default chunk is 8 MiB).
+# CHUNK is the simulated chunk size (default 96MiB; the real default chunk is 8 MiB: smaller
+# chunks only shorten the pipeline, docs/bench/sim.md). Each run is recorded with its wall and
+# user CPU seconds and the load average before and after it (the machine is shared).
 # Each run prints its JSON line; the last line is one JSON object holding all of them.
 set -euo pipefail
 wc_bin=${1:?usage: sim_goals.sh path/to/weightcast [N...]}
 shift
 sizes=("$@")
-chunk=${CHUNK:-128MiB}
+chunk=${CHUNK:-96MiB}
 sched=${SCHED_ARGS:---adaptive-window --degree 24 --slots 24 --outstanding 32 --min-peers 24}
 [ ${#sizes[@]} -eq 0 ] && sizes=(100 1000)
 runs=()
+cpu_file=$(mktemp)
+trap 'rm -f "$cpu_file"' EXIT
 for n in "${sizes[@]}"; do
   for scenario in full_duplex shared faults racks; do
     case $scenario in
@@ -23,9 +27,16 @@ for n in "${sizes[@]}"; do
       faults) args=(--die 0.01 --die-at 0.5 --stragglers 0.05 --straggler-speed 0.5) ;;
       racks) args=(--rack-size 40 --oversubscription 4) ;;
     esac
-    line=$("$wc_bin" sim -n "$n" --size 500GB --chunk "$chunk" --gbps 10 "${args[@]}" $sched ${SIM_ARGS:-} | tail -n 1)
+    load_before=$(cut -d' ' -f1 /proc/loadavg)
+    start=$(date +%s.%N)
+    # shellcheck disable=SC2086
+    line=$(/usr/bin/time -f %U -o "$cpu_file" "$wc_bin" sim -n "$n" --size 500GB --chunk "$chunk" --gbps 10 "${args[@]}" $sched ${SIM_ARGS:-} | tail -n 1)
+    wall=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
+    user=$(tail -n 1 "$cpu_file")
+    load_after=$(cut -d' ' -f1 /proc/loadavg)
     echo "$line"
-    runs+=("{\"scenario\":\"$scenario\",\"n\":$n,\"result\":$line}")
+    echo "n=$n $scenario: wall ${wall} s, user CPU ${user} s, load ${load_before} -> ${load_after}" >&2
+    runs+=("{\"scenario\":\"$scenario\",\"n\":$n,\"wall_s\":$wall,\"user_s\":$user,\"load_before\":$load_before,\"load_after\":$load_after,\"result\":$line}")
   done
 done
 ( IFS=,; echo "{\"bench\":\"sim_goals\",\"runs\":[${runs[*]}]}" )

@@ -55,7 +55,7 @@ struct SimFlags {
   bool plot = false;
   bool references = true;
   // The rollout after distribution (sim/rollout.h); empty: none.
-  std::string commit_policies = "all,quorum:0.9";
+  std::string commit_policies = "all,quorum:0.9,all@30m";
   std::string prepare_deadline = "10m";
   std::string heartbeat = "1s";
   std::string heartbeat_timeout = "3s";
@@ -194,8 +194,20 @@ Status RunSim(const SimFlags& f) {
     std::string_view rest = f.commit_policies;
     while (!rest.empty()) {
       const size_t comma = rest.find(',');
-      ASSIGN_OR_RETURN(rc.policy, rollout::ParseCommitPolicy(rest.substr(0, comma)));
-      rollout_configs.push_back(rc);
+      // POLICY or POLICY@DEADLINE (this policy's own --prepare-deadline).
+      std::string_view item = rest.substr(0, comma);
+      sim::RolloutConfig one = rc;
+      if (const size_t at = item.find('@'); at != std::string_view::npos) {
+        ASSIGN_OR_RETURN(const auto own, ParseDuration(item.substr(at + 1)));
+        one.prepare_deadline = std::chrono::duration<double>(own).count();
+        if (one.prepare_deadline <= 0) {
+          return InvalidArgument("--commit-policy: deadline must be > 0 in '" + std::string(item) +
+                                 "'");
+        }
+        item = item.substr(0, at);
+      }
+      ASSIGN_OR_RETURN(one.policy, rollout::ParseCommitPolicy(item));
+      rollout_configs.push_back(one);
       rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
     }
   }
@@ -251,6 +263,7 @@ Status RunSim(const SimFlags& f) {
     };
     nlohmann::ordered_json jr;
     jr["policy"] = policy;
+    jr["prepare_deadline_s"] = rc.prepare_deadline;
     jr["decision"] = rollout::DecisionName(ro.decision);
     jr["reason"] = ro.reason;
     jr["decided_at_s"] = at(ro.decided_at);
@@ -266,7 +279,8 @@ Status RunSim(const SimFlags& f) {
     jr["committed"] = ro.committed;
     jr["heartbeats"] = ro.heartbeats;
     rollouts.push_back(jr);
-    std::string line = "rollout " + policy + ": " + std::string(rollout::DecisionName(ro.decision));
+    std::string line = "rollout " + policy + " (deadline " + Fixed(rc.prepare_deadline, 0) +
+                       " s): " + std::string(rollout::DecisionName(ro.decision));
     if (ro.decided_at >= 0) line += " at " + Fixed(ro.decided_at, 3) + " s";
     line += " (" + ro.reason + ")";
     if (ro.healthy_committed_at >= 0) {
@@ -390,7 +404,8 @@ void SetupSim(CLI::App& app) {
   cmd->add_flag("!--no-references", f->references, "Skip simulating the reference schedules");
   cmd->add_option("--commit-policy", f->commit_policies,
                   "Rollout after the distribution, once per comma-separated policy "
-                  "(all, quorum:F, each; none: no rollout)")
+                  "(all, quorum:F, each; POLICY@DURATION: with its own prepare deadline; none: "
+                  "no rollout)")
       ->capture_default_str();
   cmd->add_option("--prepare-deadline", f->prepare_deadline,
                   "The coordinator aborts a version not committed this long after publication")
