@@ -106,8 +106,13 @@ TEST(LongPoll, HeldHeartbeatIsAnsweredWhenTheRolloutDecides) {
   Fleet f(options);
   auto other = f.h.Connect(11, net::Role::kAgent);
   ASSERT_TRUE(other->Register(AgentRegistration(11)).ok());
-  f.Generation(*other);
-  f.Generation(*f.agent);
+  // The sweeper builds the two agents' peer lists (a change of its own, pushed as such): wait
+  // for it, so that only the decision can answer the held heartbeat below.
+  ASSERT_TRUE(Eventually([&] {
+    auto a = f.agent->Heartbeat(Poll(0, 0));
+    auto b = other->Heartbeat(Poll(0, 0));
+    return a.ok() && b.ok() && a->peers_size() == 1 && b->peers_size() == 1;
+  }));
   ASSERT_TRUE(f.Publish(1).ok());
   // Agent 10 prepared first: its report is recorded at once, and it waits for the decision.
   auto prepared = f.agent->Heartbeat(Poll(0, 0, wire::PHASE_PREPARED, 1));
