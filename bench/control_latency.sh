@@ -74,6 +74,8 @@ all_registered() {
 # One round with binary $1: prints "FULL_S DELTA_S".
 round() {
   local wc=$1 dir=$2 i
+  # Runs in a subshell (process substitution): whatever it started dies with it, even on failure.
+  trap 'for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done' EXIT
   mkdir -p "$dir"
   "$wc" coordinator --listen 127.0.0.1:0 --state-dir "$dir/coord" --address-file "$dir/coord.addr" \
     --secret-file "$work/secret" >"$dir/coord.log" 2>&1 &
@@ -108,6 +110,9 @@ round() {
   echo "${out[*]}"
 }
 
+# Idle CPU while it runs: on a shared machine a saturated CPU measures itself.
+vmstat 1 >"$work/vmstat.log" 2>/dev/null &
+vmstat_pid=$!
 declare -a full_b=() delta_b=() full_a=() delta_a=()
 for ((r = 1; r <= rounds; r++)); do
   read -r f d < <(round "$before" "$work/r$r-before")
@@ -118,16 +123,21 @@ for ((r = 1; r <= rounds; r++)); do
   log "round $r after:  full ${f}s delta ${d}s"
 done
 
-python3 - "${full_b[*]}" "${delta_b[*]}" "${full_a[*]}" "${delta_a[*]}" "$agents" "$size" <<'EOF'
+kill "$vmstat_pid" 2>/dev/null || true
+idle=$(awk 'NR > 3 && $15 ~ /^[0-9]+$/ { s += $15; n++ } END { if (n) printf "%.1f", s / n; else print "null" }' \
+  "$work/vmstat.log")
+
+python3 - "${full_b[*]}" "${delta_b[*]}" "${full_a[*]}" "${delta_a[*]}" "$agents" "$size" "$idle" <<'EOF'
 import json, statistics, sys
 fb, db, fa, da = ([float(x) for x in a.split()] for a in sys.argv[1:5])
 med = statistics.median
+idle = None if sys.argv[7] == "null" else float(sys.argv[7])
 print(json.dumps({
     "bench": "control_latency", "agents": int(sys.argv[5]), "size": sys.argv[6],
     "rounds": len(fb),
     "before_full_s": med(fb), "after_full_s": med(fa),
     "before_delta_s": med(db), "after_delta_s": med(da),
     "full_speedup": round(med(fb) / med(fa), 2), "delta_speedup": round(med(db) / med(da), 2),
-    "before_delta_all_s": db, "after_delta_all_s": da,
+    "before_delta_all_s": db, "after_delta_all_s": da, "idle_cpu_mean": idle,
 }))
 EOF

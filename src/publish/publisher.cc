@@ -190,6 +190,9 @@ Status Publisher::ConnectLocked() {
   if (reply.heartbeat_interval_ms() != 0) {
     std::lock_guard lock(mu_);
     heartbeat_interval_ = std::chrono::milliseconds(reply.heartbeat_interval_ms());
+    // A held heartbeat takes up to the interval: the call's timeout must be well above it.
+    client->set_timeout(std::max<net::Duration>(std::chrono::seconds(10),
+                                                2 * heartbeat_interval_ + std::chrono::seconds(5)));
   }
   client_ = std::move(client);
   options_.log.Info("registered with the coordinator", {{"coordinator", options_.coordinator}});
@@ -204,9 +207,23 @@ Result<std::shared_ptr<coord::CoordinatorClient>> Publisher::Client() {
 }
 
 template <typename T>
-Result<T> Publisher::Call(const std::function<Result<T>(coord::CoordinatorClient&)>& fn) {
+Result<T> Publisher::Call(const std::function<Result<T>(coord::CoordinatorClient&)>& fn,
+                          bool heartbeat) {
   ASSIGN_OR_RETURN(std::shared_ptr<coord::CoordinatorClient> client, Client());
+  bool wake = false;
+  if (!heartbeat) {
+    std::lock_guard lock(mu_);
+    ++calls_in_flight_;
+    wake = heartbeat_held_;
+  }
+  // The held heartbeat has the client's lock: have the coordinator answer it now.
+  if (wake) client->Wake().IgnoreError();
   Result<T> result = fn(*client);
+  if (!heartbeat) {
+    std::lock_guard lock(mu_);
+    --calls_in_flight_;
+    cv_.notify_all();
+  }
   if (!result.ok() && Transient(result.status())) {
     std::lock_guard lock(client_mu_);
     if (client_ == client) {
@@ -315,12 +332,24 @@ Status Publisher::PublishSigned(const PreparedVersion& prepared) {
 
 Status Publisher::StartSeeding(const PreparedVersion& prepared) {
   RETURN_IF_ERROR(node_->Seed(prepared.manifest, prepared.signed_manifest, prepared.payloads));
-  std::lock_guard lock(mu_);
-  seeding_ = prepared.manifest.version;
-  seeding_chunks_ = prepared.manifest.chunk_count();
-  seeding_bytes_ = prepared.manifest.total_size();
-  cv_.notify_all();
+  bool held = false;
+  {
+    std::lock_guard lock(mu_);
+    seeding_ = prepared.manifest.version;
+    seeding_chunks_ = prepared.manifest.chunk_count();
+    seeding_bytes_ = prepared.manifest.total_size();
+    held = heartbeat_held_;
+    cv_.notify_all();
+  }
+  // Report SEEDING of the new version now rather than at the end of the held heartbeat. Not
+  // under mu_: ConnectLocked takes mu_ under client_mu_.
+  if (held) WakeHeartbeat();
   return Status::Ok();
+}
+
+void Publisher::WakeHeartbeat() {
+  std::lock_guard lock(client_mu_);
+  if (client_ != nullptr) client_->Wake().IgnoreError();
 }
 
 Result<PublishedVersion> Publisher::PublishDirectory(
@@ -487,16 +516,32 @@ Status Publisher::Watch(const fs::path& dir, net::Duration settle) {
 
 void Publisher::HeartbeatLoop() {
   bool failing = false;
+  bool first = true;       // the first heartbeat goes at once: the peer list is wanted now
+  bool long_poll = false;  // the coordinator holds heartbeats (its replies carry a generation)
+  uint64_t seen = 0;
   for (;;) {
     net::Duration interval;
     {
       std::lock_guard lock(mu_);
       interval = heartbeat_interval_;
     }
-    if (!SleepFor(interval)) return;
+    if (!long_poll && !first && !SleepFor(interval)) return;
+    first = false;
     wire::Heartbeat heartbeat;
     {
-      std::lock_guard lock(mu_);
+      std::unique_lock lock(mu_);
+      // Another call goes first (it would otherwise wait behind a held heartbeat). The cancel
+      // flag notifies nobody: look at it every 100 ms.
+      while (long_poll && calls_in_flight_ != 0 && !Stopping()) {
+        cv_.wait_for(lock, std::chrono::milliseconds(100));
+      }
+      if (Stopping()) return;
+      heartbeat_held_ = long_poll;
+      if (long_poll) {
+        heartbeat.set_wait_ms(static_cast<uint32_t>(
+            std::chrono::duration_cast<std::chrono::milliseconds>(interval).count()));
+      }
+      heartbeat.set_seen_generation(seen);
       if (seeding_.value() != 0) {
         wire::ChannelProgress* ch = heartbeat.add_channels();
         ch->set_channel(options_.channel);
@@ -513,17 +558,25 @@ void Publisher::HeartbeatLoop() {
       heartbeat.mutable_channels(0)->set_bytes_sent(node_->progress().bytes_sent);
     }
     Result<wire::HeartbeatReply> reply = Call<wire::HeartbeatReply>(
-        [&](coord::CoordinatorClient& c) { return c.Heartbeat(heartbeat); });
+        [&](coord::CoordinatorClient& c) { return c.Heartbeat(heartbeat); }, /*heartbeat=*/true);
+    {
+      std::lock_guard lock(mu_);
+      heartbeat_held_ = false;
+    }
     if (!reply.ok()) {
       if (stopping_) return;
       if (!failing) {
         options_.log.Warn("heartbeat failed; reconnecting", {{"error", reply.status().ToString()}});
       }
       failing = true;
+      long_poll = false;  // sleep before the next try
       continue;
     }
     if (failing) options_.log.Info("heartbeats resumed");
     failing = false;
+    // A reconnect registers again, which moves the generation: no reset needed here.
+    seen = reply->generation();
+    long_poll = seen != 0;
     std::vector<agent::PeerAddress> peers;
     for (const wire::PeerEntry& e : reply->peers()) {
       if (e.node_id() == node_id_.value()) continue;
@@ -553,6 +606,7 @@ void Publisher::Stop() {
     stopping_ = true;
     cv_.notify_all();
   }
+  WakeHeartbeat();  // a held heartbeat returns now, not at the end of its wait
   if (heartbeat_.joinable()) heartbeat_.join();
   if (options_.metrics != nullptr) {
     const metrics::Labels labels = {{"channel", options_.channel}};

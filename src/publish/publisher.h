@@ -8,8 +8,12 @@
 //
 // Threads: a heartbeat thread reports PHASE_SEEDING progress, takes the peer list from each reply
 // and reconnects (and registers again) after the coordinator went away; the swarm node has its
-// own. Thread-safety: every public method is safe from any thread; PublishDirectory calls are
-// serialized. Stop (or the destructor) makes blocking calls return and joins every thread.
+// own. With a coordinator that holds heartbeats (long poll, docs/coordinator.md) the heartbeat
+// thread keeps one held, so a changed peer list arrives at once; every other call on the shared
+// client first wakes the held heartbeat and keeps the thread from holding another until it is
+// done, so a publish never waits behind a held heartbeat. Thread-safety: every public method is
+// safe from any thread; PublishDirectory calls are serialized. Stop (or the destructor) makes
+// blocking calls return and joins every thread.
 #pragma once
 
 #include <atomic>
@@ -123,8 +127,12 @@ class Publisher {
   // Runs `fn` on the coordinator client (connecting and registering first when there is none);
   // a call that fails with kUnavailable or kDeadlineExceeded drops the client, so the next call
   // reconnects.
+  // `heartbeat`: the heartbeat thread's own call (held or not), which wakes nothing.
   template <typename T>
-  Result<T> Call(const std::function<Result<T>(coord::CoordinatorClient&)>& fn);
+  Result<T> Call(const std::function<Result<T>(coord::CoordinatorClient&)>& fn,
+                 bool heartbeat = false);
+  // Wakes a held heartbeat (if any) so that the heartbeat thread sees what changed.
+  void WakeHeartbeat();
   Result<coord::wire::ChannelLog> ChannelLog();
   Status Reconcile();
   PrepareOptions BaseOptions() const;
@@ -149,6 +157,10 @@ class Publisher {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   Version seeding_;
+  // Long poll, guarded by mu_. Invariant: heartbeat_held_ only while calls_in_flight_ was 0 when
+  // the held heartbeat was sent; a call that starts later wakes it.
+  int calls_in_flight_ = 0;
+  bool heartbeat_held_ = false;
   uint64_t seeding_chunks_ = 0;
   uint64_t seeding_bytes_ = 0;
   std::atomic<bool> stopping_{false};
