@@ -60,8 +60,9 @@ struct SimFlags {
   std::string heartbeat = "1s";
   std::string heartbeat_timeout = "3s";
   double control_latency_us = 100;
-  bool push = true;
-  bool long_poll = false;
+  // Control channels to run each policy over: long-poll (the agent's, issue 9), push (periodic
+  // heartbeats plus one at once on progress), periodic (heartbeats only).
+  std::string control = "long-poll,push";
   double persist_ms = 5;
   double commit_ms = 10;
 };
@@ -185,30 +186,44 @@ Status RunSim(const SimFlags& f) {
     if (f.control_latency_us < 0 || f.persist_ms < 0 || f.commit_ms < 0) {
       return InvalidArgument("--control-latency-us, --persist-ms and --commit-ms must be >= 0");
     }
-    rc.push = f.push;
-    rc.long_poll = f.long_poll;
     rc.latency = f.control_latency_us * 1e-6;
     rc.persist_delay = f.persist_ms * 1e-3;
     rc.commit_delay = f.commit_ms * 1e-3;
     rc.seed = f.seed;
-    std::string_view rest = f.commit_policies;
-    while (!rest.empty()) {
+    std::vector<sim::RolloutConfig> channels;
+    for (std::string_view rest = f.control; !rest.empty();) {
       const size_t comma = rest.find(',');
-      // POLICY or POLICY@DEADLINE (this policy's own --prepare-deadline).
-      std::string_view item = rest.substr(0, comma);
+      const std::string_view item = rest.substr(0, comma);
       sim::RolloutConfig one = rc;
-      if (const size_t at = item.find('@'); at != std::string_view::npos) {
-        ASSIGN_OR_RETURN(const auto own, ParseDuration(item.substr(at + 1)));
-        one.prepare_deadline = std::chrono::duration<double>(own).count();
-        if (one.prepare_deadline <= 0) {
-          return InvalidArgument("--commit-policy: deadline must be > 0 in '" + std::string(item) +
-                                 "'");
-        }
-        item = item.substr(0, at);
+      one.long_poll = item == "long-poll";
+      one.push = item != "periodic";
+      if (item != "long-poll" && item != "push" && item != "periodic") {
+        return InvalidArgument("--control: '" + std::string(item) +
+                               "' is not long-poll, push or periodic");
       }
-      ASSIGN_OR_RETURN(one.policy, rollout::ParseCommitPolicy(item));
-      rollout_configs.push_back(one);
+      channels.push_back(one);
       rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    }
+    for (const sim::RolloutConfig& channel : channels) {
+      std::string_view rest = f.commit_policies;
+      while (!rest.empty()) {
+        const size_t comma = rest.find(',');
+        // POLICY or POLICY@DEADLINE (this policy's own --prepare-deadline).
+        std::string_view item = rest.substr(0, comma);
+        sim::RolloutConfig one = channel;
+        if (const size_t at = item.find('@'); at != std::string_view::npos) {
+          ASSIGN_OR_RETURN(const auto own, ParseDuration(item.substr(at + 1)));
+          one.prepare_deadline = std::chrono::duration<double>(own).count();
+          if (one.prepare_deadline <= 0) {
+            return InvalidArgument("--commit-policy: deadline must be > 0 in '" +
+                                   std::string(item) + "'");
+          }
+          item = item.substr(0, at);
+        }
+        ASSIGN_OR_RETURN(one.policy, rollout::ParseCommitPolicy(item));
+        rollout_configs.push_back(one);
+        rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+      }
     }
   }
   const auto t0 = std::chrono::steady_clock::now();
@@ -263,6 +278,7 @@ Status RunSim(const SimFlags& f) {
     };
     nlohmann::ordered_json jr;
     jr["policy"] = policy;
+    jr["control"] = rc.long_poll ? "long-poll" : rc.push ? "push" : "periodic";
     jr["prepare_deadline_s"] = rc.prepare_deadline;
     jr["decision"] = rollout::DecisionName(ro.decision);
     jr["reason"] = ro.reason;
@@ -280,7 +296,11 @@ Status RunSim(const SimFlags& f) {
     jr["heartbeats"] = ro.heartbeats;
     rollouts.push_back(jr);
     std::string line = "rollout " + policy + " (deadline " + Fixed(rc.prepare_deadline, 0) +
-                       " s): " + std::string(rollout::DecisionName(ro.decision));
+                       " s, " +
+                       (rc.long_poll ? "long-poll"
+                        : rc.push    ? "push"
+                                     : "periodic") +
+                       "): " + std::string(rollout::DecisionName(ro.decision));
     if (ro.decided_at >= 0) line += " at " + Fixed(ro.decided_at, 3) + " s";
     line += " (" + ro.reason + ")";
     if (ro.healthy_committed_at >= 0) {
@@ -417,10 +437,11 @@ void SetupSim(CLI::App& app) {
   cmd->add_option("--control-latency-us", f->control_latency_us,
                   "One-way agent-coordinator latency")
       ->capture_default_str();
-  cmd->add_flag("!--no-push", f->push,
-                "Progress only with periodic heartbeats (default: heartbeat at once on a change)");
-  cmd->add_flag("--long-poll", f->long_poll,
-                "Agents keep one heartbeat held at the coordinator, answered on a decision");
+  cmd->add_option("--control", f->control,
+                  "Control channels to run each policy over, comma-separated: long-poll (one "
+                  "heartbeat held at the coordinator, answered on a change: the agent's), push "
+                  "(periodic heartbeats, one at once on progress), periodic")
+      ->capture_default_str();
   cmd->add_option("--persist-ms", f->persist_ms, "Coordinator's durable write of a decision")
       ->capture_default_str();
   cmd->add_option("--commit-ms", f->commit_ms, "Agent's store commit (switch of current)")
