@@ -29,6 +29,8 @@
 #   --work DIR         where data goes (default /dev/shm: the disk of a shared VM is not the
 #                      subject; every system gets the same)
 #   --keep             keep the work directory (logs) after the run
+#   --trace MS         weightcast nodes log a line of rates and scheduler state every MS ms
+#                      (WEIGHTCAST_SWARM_TRACE); bench/cluster/trace.py summarises a kept run
 #   --check-seconds S  length of the iperf3 check of the shaping (default 4)
 # Output: progress on stderr; a table, then one JSON object as the last line, on stdout.
 # Exit: 0 when every system's run completed (goals are reported, not enforced), 1 on failure,
@@ -55,6 +57,7 @@ DELAY=""
 LR=5e-7
 WC_CHUNK_SIZE=""
 WC_HEARTBEAT_TIMEOUT=""
+WC_TRACE=""
 WORK_ROOT=/dev/shm
 KEEP=0
 CHECK_SECONDS=4
@@ -70,6 +73,7 @@ while [[ $# -gt 0 ]]; do
     --lr) LR=$2; shift 2 ;;
     --chunk-size) WC_CHUNK_SIZE=$2; shift 2 ;;
     --heartbeat-timeout) WC_HEARTBEAT_TIMEOUT=$2; shift 2 ;;
+    --trace) WC_TRACE=$2; shift 2 ;;
     --work) WORK_ROOT=$2; shift 2 ;;
     --keep) KEEP=1; shift ;;
     --check-seconds) CHECK_SECONDS=$2; shift 2 ;;
@@ -83,6 +87,7 @@ cluster_check_rate "$RATE" || exit 2
 [[ $FAULT =~ ^(none|kill|linkdown|slow)$ ]] || { echo "--fault: none|kill|linkdown|slow" >&2; exit 2; }
 [[ -z $WC_CHUNK_SIZE || $WC_CHUNK_SIZE =~ ^[0-9]+[KMG]i?B$ ]] || { echo "--chunk-size like 2MiB" >&2; exit 2; }
 [[ -z $WC_HEARTBEAT_TIMEOUT || $WC_HEARTBEAT_TIMEOUT =~ ^[0-9]+(ms|s)$ ]] || { echo "--heartbeat-timeout like 600ms" >&2; exit 2; }
+[[ -z $WC_TRACE || $WC_TRACE =~ ^[1-9][0-9]*$ ]] || { echo "--trace: milliseconds" >&2; exit 2; }
 [[ $CHECK_SECONDS =~ ^[1-9][0-9]?$ ]] || { echo "--check-seconds: 1..99" >&2; exit 2; }
 [[ $DOWN_FOR =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "--down-for: seconds" >&2; exit 2; }
 [[ -z $FAULT_AT || $FAULT_AT =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "--fault-at: seconds" >&2; exit 2; }

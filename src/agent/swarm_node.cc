@@ -1,8 +1,11 @@
 #include "agent/swarm_node.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -29,6 +32,8 @@ constexpr auto kTick = std::chrono::milliseconds(200);
 // coordinator at the next heartbeat).
 constexpr auto kBanTime = std::chrono::seconds(120);
 constexpr auto kFlushEvery = std::chrono::seconds(1);
+// How long a writer waits for an upload to leave the transport before taking the next item.
+constexpr auto kUploadFlushTimeout = std::chrono::seconds(30);
 
 swarm::Time Now() {
   return std::chrono::duration_cast<swarm::Time>(Clock::now().time_since_epoch());
@@ -133,12 +138,23 @@ struct SwarmNode::Impl {
     std::string error;
     uint64_t bytes_received = 0, bytes_sent = 0;
     uint32_t chunks_failed = 0;
+    // Control messages sent for this target, by type, and their bytes (the log line at
+    // completion shows where a step's chatter goes).
+    std::array<uint32_t, kMaxMessageType + 1> messages_sent{};
+    uint64_t control_bytes_sent = 0;
+    Clock::time_point started = Clock::now();
+    uint32_t scheduler_window = 0;  // the scheduler's window_per_peer (for the log)
   };
 
   Impl(Store& store, net::Transport& transport, SwarmNodeOptions options)
       : store_(store), transport_(transport), options_(std::move(options)) {
     if (!options_.log) options_.log = [](std::string_view) {};
     if (options_.upload_slots == 0) options_.upload_slots = options_.source ? 8 : 4;
+    if (options_.trace_interval <= net::Duration::zero()) {
+      if (const char* env = std::getenv("WEIGHTCAST_SWARM_TRACE")) {
+        options_.trace_interval = std::chrono::milliseconds(std::atol(env));
+      }
+    }
   }
 
   void Log(const std::string& line) { options_.log("swarm " + options_.channel + ": " + line); }
@@ -311,6 +327,12 @@ struct SwarmNode::Impl {
                                 .encoding = static_cast<uint8_t>(item.kind)};
         std::span<const uint8_t> view(*data);
         if (!p.conn->SendChunk(header, view, data).ok()) return;
+        // The upload ends when its bytes are with the network, not when they are queued: the
+        // transport would take megabytes per connection, so the scheduler's upload slots and
+        // spreading would not limit anything, and every request, have and cancel for this
+        // peer would wait behind that queue (head-of-line blocking that idles its download).
+        const Status flushed = p.conn->Flush(kUploadFlushTimeout);
+        if (!flushed.ok() && flushed.code() != Code::kDeadlineExceeded) return;
         sent = true;
         bytes_sent_ += data->size();
       } else {
@@ -358,11 +380,16 @@ struct SwarmNode::Impl {
     if (p.writer.joinable()) p.writer.join();
   }
 
+  // Under mu_ (it counts into target_).
   void SendTo(Peer& p, const Message& m) {
     {
       std::lock_guard lock(p.wmu);
       if (p.closing) return;
       p.controls.push_back(EncodeMessage(m));
+      if (static_cast<size_t>(m.type) < target_.messages_sent.size()) {
+        ++target_.messages_sent[static_cast<size_t>(m.type)];
+      }
+      target_.control_bytes_sent += p.controls.back().size();
     }
     p.wcv.notify_all();
   }
@@ -388,6 +415,7 @@ struct SwarmNode::Impl {
           if (target_.scheduler) Execute(target_.scheduler->OnTimer(Now()));
           MaybeFlush();
         }
+        MaybeTrace();
         reap.swap(dead_);
       }
       // Joined outside the lock: a writer may be pushing an event that this thread handles.
@@ -396,6 +424,35 @@ struct SwarmNode::Impl {
         JoinPeer(*p);
       }
     }
+  }
+
+  // One line per trace interval: what moved since the last line and what the scheduler holds.
+  // Under mu_.
+  void MaybeTrace() {
+    if (options_.trace_interval <= net::Duration::zero() || Clock::now() < next_trace_) return;
+    const Clock::time_point now = Clock::now();
+    const double dt = std::chrono::duration<double>(now - last_trace_).count();
+    const uint64_t rx = bytes_received_.load(), tx = bytes_sent_.load();
+    if (target_.scheduler && dt > 0) {
+      const swarm::Scheduler& s = *target_.scheduler;
+      const swarm::SchedulerStats& st = s.stats();
+      char line[320];
+      std::snprintf(line, sizeof(line),
+                    "trace %s: rx %.1f Mbit/s tx %.1f Mbit/s missing %u outstanding %zu peers %zu "
+                    "uploading %zu queued %zu requests %llu rejected_by_us %llu refused %llu "
+                    "endgame %d",
+                    V(target_.data->manifest.version).c_str(), double(rx - traced_rx_) * 8e-6 / dt,
+                    double(tx - traced_tx_) * 8e-6 / dt, s.missing(), s.outstanding_requests(),
+                    s.connected_peers(), s.uploads_active(), s.serve_queue_size(),
+                    static_cast<unsigned long long>(st.requests_sent),
+                    static_cast<unsigned long long>(st.requests_rejected),
+                    static_cast<unsigned long long>(refusals_received_), s.in_endgame() ? 1 : 0);
+      Log(line);
+    }
+    traced_rx_ = rx;
+    traced_tx_ = tx;
+    last_trace_ = now;
+    next_trace_ = now + options_.trace_interval;
   }
 
   // Persists the staging's chunk record about once a second (on a worker: it fsyncs), so that
@@ -566,6 +623,7 @@ struct SwarmNode::Impl {
       case MessageType::kReject:
         if (OnTarget(v) && p.registered_epoch == target_.data->epoch &&
             target_.requested.erase({p.id.value(), m.chunk}) != 0) {
+          ++refusals_received_;
           Execute(target_.scheduler->OnRequestRejected(Now(), p.id, ChunkIndex(m.chunk)));
         }
         return;
@@ -662,7 +720,9 @@ struct SwarmNode::Impl {
       base_bytes = t.base_bytes->Read(t.base_manifest->ChunkRange(chunk), base_scratch);
       base_hash = t.base_manifest->chunk_hashes[chunk.value()];
     }
-    std::vector<uint8_t> decoded(range.size);
+    // Reused per worker thread: a fresh vector would zero-fill a whole chunk per payload.
+    thread_local std::vector<uint8_t> decoded;
+    decoded.resize(range.size);
     Status status = codec::DecodeChunk(
         payload,
         base_bytes.empty()
@@ -805,7 +865,7 @@ struct SwarmNode::Impl {
       case swarm::ActionKind::kComplete:
         target_.complete = true;
         if (target_.data->staged) target_.data->staged->Flush().IgnoreError();
-        Log(V(target_.data->manifest.version) + " complete");
+        Log(V(target_.data->manifest.version) + " complete" + CompletionStats());
         done_cv_.notify_all();
         return;
       case swarm::ActionKind::kRequestPeers:
@@ -813,7 +873,42 @@ struct SwarmNode::Impl {
     }
   }
 
+  // What the target cost: time since it was adopted, items fetched, control messages sent.
+  std::string CompletionStats() const {
+    const auto& n = target_.messages_sent;
+    const double s = std::chrono::duration<double>(Clock::now() - target_.started).count();
+    auto count = [&](MessageType t) { return std::to_string(n[static_cast<size_t>(t)]); };
+    char took[32];
+    std::snprintf(took, sizeof(took), "%.3f", s);
+    return std::string(" in ") + took + " s: received " + std::to_string(target_.bytes_received) +
+           " chunk bytes; sent " + count(MessageType::kRequest) + " requests, " +
+           count(MessageType::kHave) + " haves, " + count(MessageType::kSwarmHave) +
+           " have-sets, " + count(MessageType::kReject) + " rejects, " +
+           count(MessageType::kCancel) + " cancels, " + std::to_string(target_.control_bytes_sent) +
+           " control bytes";
+  }
+
   // ---- targets ----
+
+  // How many of this target's items fit where one whole chunk would: the mean chunk size over
+  // the mean payload size when the node fetches delta payloads or seeds them (a source serves
+  // payloads to every node on the base), else 1. Under mu_.
+  uint32_t ItemScale() const {
+    const TargetData& t = *target_.data;
+    const bool payloads =
+        t.delta || (target_.source && t.seed_payloads != nullptr && t.seed_payloads->size() != 0);
+    if (!payloads || !t.manifest.delta || t.manifest.chunk_count() == 0) return 1;
+    uint64_t payload_bytes = 0, items = 0;
+    for (const DeltaChunk& d : t.manifest.delta->chunks) {
+      if (d.payload_size == 0) continue;
+      payload_bytes += d.payload_size;
+      ++items;
+    }
+    if (items == 0) return 1;
+    const uint64_t mean_chunk = t.manifest.total_size() / t.manifest.chunk_count();
+    const uint64_t mean_payload = std::max<uint64_t>(payload_bytes / items, 1);
+    return static_cast<uint32_t>(std::clamp<uint64_t>(mean_chunk / mean_payload, 1, 256));
+  }
 
   // (Re)creates the scheduler of the current target from what it holds, and registers every
   // peer that announced the same version. Under mu_.
@@ -832,9 +927,20 @@ struct SwarmNode::Impl {
       if (target_.whole[i]) so.initial_have.Insert(ChunkIndex(i));
       if (target_.want[i]) so.want.Insert(ChunkIndex(i));
     }
-    so.window_per_peer = std::max<uint32_t>(options_.window_per_peer, 1);
-    so.max_outstanding = std::max<uint32_t>(options_.max_outstanding, 1);
-    so.upload_slots = options_.upload_slots;
+    // The knobs count items. A delta's items are payloads of a few KB where a chunk is hundreds:
+    // a window of two payloads per peer would make the step a chain of round trips, and a serve
+    // queue of 32 would refuse most of a peer's requests (each refusal parks the chunk for the
+    // refusal backoff). Windows, slots and queues keep the bytes they would hold for whole
+    // chunks, in as many items as that makes (bounded).
+    const uint32_t scale = ItemScale();
+    so.window_per_peer = std::min<uint32_t>(std::max<uint32_t>(options_.window_per_peer, 1) * scale,
+                                            std::max<uint32_t>(options_.window_per_peer, 64));
+    so.max_outstanding = std::min<uint32_t>(std::max<uint32_t>(options_.max_outstanding, 1) * scale,
+                                            std::max<uint32_t>(options_.max_outstanding, 1024));
+    so.upload_slots = std::min<uint32_t>(options_.upload_slots * scale,
+                                         std::max<uint32_t>(options_.upload_slots, 64));
+    so.serve_queue_limit = std::min<uint32_t>(so.serve_queue_limit * scale, 1024);
+    target_.scheduler_window = so.window_per_peer;
     so.request_timeout = options_.request_timeout;
     so.spread_first = target_.source;
     so.seed = options_.node_id.value() ^ (t.manifest.version.value() << 20);
@@ -901,6 +1007,7 @@ struct SwarmNode::Impl {
   Status Fetch(const Manifest& manifest) {
     std::lock_guard lock(mu_);
     if (auto s = CheckReplace(manifest)) return *s;
+    const Clock::time_point begun = Clock::now();
     const uint32_t n = manifest.chunk_count();
     auto data = std::make_shared<TargetData>();
     data->manifest = manifest;
@@ -987,10 +1094,15 @@ struct SwarmNode::Impl {
     target_.whole = std::move(whole);
     target_.payload.assign(n, false);
     target_.want = std::move(want);
+    target_.started = begun;
     RETURN_IF_ERROR(RestartScheduler());
     Log("target " + V(manifest.version) + ": " + std::to_string(n) + " chunks, " +
         std::to_string(resumed) + " resumed, " + std::to_string(copied) + " copied locally, " +
-        (target_.data->delta ? "fetching delta payloads" : "fetching whole chunks"));
+        (target_.data->delta ? "fetching delta payloads" : "fetching whole chunks") +
+        " (staged in " +
+        std::to_string(
+            std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - begun).count()) +
+        " ms, window " + std::to_string(target_.scheduler_window) + ")");
     return Status::Ok();
   }
 
@@ -1018,6 +1130,7 @@ struct SwarmNode::Impl {
       }
     }
     target_.want.assign(n, true);
+    target_.started = Clock::now();
     RETURN_IF_ERROR(RestartScheduler());
     Log("seeding " + V(manifest.version));
     return Status::Ok();
@@ -1138,6 +1251,7 @@ struct SwarmNode::Impl {
     p.bytes_received = target_.bytes_received;
     p.bytes_sent = bytes_sent_.load() - bytes_sent_at_target_;
     p.chunks_failed = target_.chunks_failed;
+    p.window = target_.scheduler_window;
     p.complete = target_.complete;
     p.committed = target_.data->committed.load();
     p.error = target_.error;
@@ -1203,6 +1317,8 @@ struct SwarmNode::Impl {
   uint64_t bytes_sent_at_target_ = 0;
   std::unique_ptr<ThreadPool> pool_;
   Clock::time_point next_flush_{};
+  Clock::time_point next_trace_{}, last_trace_{};
+  uint64_t traced_rx_ = 0, traced_tx_ = 0, refusals_received_ = 0;
   uint64_t flushed_at_ = 0;
   std::shared_ptr<std::atomic<bool>> flushing_ = std::make_shared<std::atomic<bool>>(false);
 

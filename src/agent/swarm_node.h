@@ -64,6 +64,10 @@ struct SwarmNodeOptions {
   size_t workers = 2;
   // Delta payloads are fetched when the node's current version is the delta's base.
   bool use_delta = true;
+  // When positive, logs one line per interval with the target's transfer rates and scheduler
+  // state (a debugging aid for benchmarks). Zero: the WEIGHTCAST_SWARM_TRACE environment
+  // variable (milliseconds) decides; unset: no trace.
+  net::Duration trace_interval = net::Duration::zero();
   // TESTING ONLY: flip a byte of every chunk this node uploads (integration tests check that
   // peers detect and drop it).
   bool corrupt_uploads_for_testing = false;
@@ -81,7 +85,10 @@ struct SwarmProgress {
   uint64_t bytes_sent = 0;      // chunk payload bytes uploaded for the target (wire)
   uint32_t chunks_failed = 0;   // received chunks that failed their hash check
   uint32_t peers = 0;           // connected peers
-  bool complete = false;        // every wanted chunk verified (and committed once CommitTarget)
+  // Requests kept in flight per peer: whole chunks, or for a delta as many payloads as that
+  // many chunks' bytes (small payloads are pipelined deeper, docs/agent.md).
+  uint32_t window = 0;
+  bool complete = false;  // every wanted chunk verified (and committed once CommitTarget)
   bool committed = false;
   std::string error{};  // why the target cannot complete (empty while fine)
 };

@@ -243,6 +243,7 @@ void Scheduler::ForgetPeer(Time /*now*/, Peer& p) {
   p.live = false;
   p.has = ChunkSet();
   p.refused = ChunkSet();
+  p.held_since.clear();
   p.inflight.clear();
 }
 
@@ -270,6 +271,7 @@ std::span<const Action> Scheduler::OnPeerConnected(Time now, PeerId peer, const 
   p.live = true;
   p.has = has.size() == n_ ? has : ChunkSet(n_);
   p.refused = ChunkSet(n_);
+  p.held_since.clear();
   p.inflight.clear();
   p.consecutive_timeouts = 0;
   p.window = options_.window_per_peer;
@@ -298,7 +300,7 @@ std::span<const Action> Scheduler::OnPeerDisconnected(Time now, PeerId peer) {
   if (p == nullptr) return Flush();
   ForgetPeer(now, *p);
   MaybeRequestPeers(peer);
-  TryServe();
+  TryServe(now);
   FillAll(now);
   return Flush();
 }
@@ -371,7 +373,7 @@ std::span<const Action> Scheduler::OnChunkFailed(Time now, ChunkIndex chunk, Pee
     RemoveRequest(*p, chunk);
     DropPeer(now, *p, DropReason::kBadChunk);
   }
-  TryServe();
+  TryServe(now);
   FillAll(now);
   return Flush();
 }
@@ -403,21 +405,19 @@ std::span<const Action> Scheduler::OnRequestReceived(Time now, PeerId peer, Chun
   for (const ServeItem& s : uploading_) {
     if (s.peer == peer && s.chunk == chunk) return Flush();
   }
-  const bool repeat_while_spreading =
-      options_.spread_first && FirstRoundOpen() && sent_count_[chunk.value()] > 0;
-  if (!have_.Contains(chunk) || repeat_while_spreading ||
+  if (!have_.Contains(chunk) || HoldRepeat(now, peer, chunk) ||
       uploading_.size() + serve_queue_.size() >=
           size_t{options_.upload_slots} + options_.serve_queue_limit) {
     ++stats_.requests_rejected;
     Emit(ActionKind::kRejectRequest, peer, chunk);
     return Flush();
   }
-  serve_queue_.push_back(ServeItem{peer, chunk, arrivals_++});
-  TryServe();
+  serve_queue_.push_back(ServeItem{peer, chunk, arrivals_++, Time{0}});
+  TryServe(now);
   return Flush();
 }
 
-std::span<const Action> Scheduler::OnCancelReceived(Time /*now*/, PeerId peer, ChunkIndex chunk) {
+std::span<const Action> Scheduler::OnCancelReceived(Time now, PeerId peer, ChunkIndex chunk) {
   actions_.clear();
   auto match = [&](const ServeItem& s) { return s.peer == peer && s.chunk == chunk; };
   auto q = std::find_if(serve_queue_.begin(), serve_queue_.end(), match);
@@ -429,24 +429,46 @@ std::span<const Action> Scheduler::OnCancelReceived(Time /*now*/, PeerId peer, C
   if (u != uploading_.end()) {
     uploading_.erase(u);
     Emit(ActionKind::kStopUpload, peer, chunk);
-    TryServe();
+    TryServe(now);
   }
   return Flush();
 }
 
-std::span<const Action> Scheduler::OnUploadDone(Time /*now*/, PeerId peer, ChunkIndex chunk) {
+std::span<const Action> Scheduler::OnUploadDone(Time now, PeerId peer, ChunkIndex chunk) {
   actions_.clear();
   auto u = std::find_if(uploading_.begin(), uploading_.end(),
                         [&](const ServeItem& s) { return s.peer == peer && s.chunk == chunk; });
   if (u != uploading_.end()) {
+    // Smoothed like the request service time: a few uploads move it, one odd one does not.
+    const double took = std::chrono::duration<double>(now - u->started).count();
+    if (took > 0) upload_s_ = upload_s_ == 0 ? took : 0.7 * upload_s_ + 0.3 * took;
     uploading_.erase(u);
     ++stats_.chunks_uploaded;
   }
-  TryServe();
+  TryServe(now);
   return Flush();
 }
 
-void Scheduler::TryServe() {
+bool Scheduler::HoldRepeat(Time now, PeerId peer, ChunkIndex chunk) {
+  if (!options_.spread_first || sent_count_[chunk.value()] == 0) return false;
+  if (FirstRoundOpen()) return true;
+  // The peer we sent it to holds it (or soon will). Not told by its HAVEs: a holder's decisions
+  // must not depend on HAVEs for chunks it holds (the simulator skips those).
+  Peer* p = FindPeer(peer);
+  if (p == nullptr) return false;
+  if (p->held_since.size() != n_) p->held_since.assign(n_, Time::min());
+  Time& since = p->held_since[chunk.value()];
+  if (since == Time::min()) since = now;
+  // Held for the longer of the refusal backoff and two of our upload times: long enough for a
+  // peer that got the chunk from us to pass it on, short enough that an asker none of whose
+  // own peers holds it (a tensor-subset neighbourhood) is served soon.
+  const Duration hold = std::max<Duration>(
+      options_.refusal_backoff,
+      std::chrono::duration_cast<Duration>(std::chrono::duration<double>(2 * upload_s_)));
+  return now - since < hold;
+}
+
+void Scheduler::TryServe(Time now) {
   while (uploading_.size() < options_.upload_slots && !serve_queue_.empty()) {
     // Whom to serve: first come, first served, so no request starves; except that a spreading
     // source serves never-sent chunks before anything else while some remain.
@@ -462,13 +484,14 @@ void Scheduler::TryServe() {
     const ServeItem item = serve_queue_[best];
     serve_queue_.erase(serve_queue_.begin() + static_cast<std::ptrdiff_t>(best));
     uint32_t& sent = sent_count_[item.chunk.value()];
-    if (options_.spread_first && FirstRoundOpen() && sent > 0) {
+    if (HoldRepeat(now, item.peer, item.chunk)) {
       ++stats_.requests_rejected;
       Emit(ActionKind::kRejectRequest, item.peer, item.chunk);
       continue;
     }
     if (sent++ == 0) --never_sent_;
     uploading_.push_back(item);
+    uploading_.back().started = now;
     Emit(ActionKind::kSendChunk, item.peer, item.chunk);
   }
 }
@@ -496,7 +519,7 @@ std::span<const Action> Scheduler::OnTimer(Time now) {
       }
     }
   }
-  TryServe();
+  TryServe(now);
   FillAll(now);
   return Flush();
 }

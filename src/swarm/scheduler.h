@@ -90,6 +90,12 @@ struct SchedulerOptions {
   uint32_t min_peers = 0;
   // Source behaviour: refuse requests for chunks already sent once while some chunk has never
   // been sent, so the source's upload spreads distinct chunks (each out once before any repeat).
+  // After that first round, a repeat is refused to an asking peer for a while (the longer of
+  // refusal_backoff and twice the source's smoothed upload time, counted from the first refusal
+  // of that chunk to that peer): the peer we sent it to passes it on, and the asker gets it
+  // there. With fewer chunks than peers the first round ends early, and without this the source
+  // would send each chunk to most of the fleet. After the hold (none of the asker's own peers
+  // had it to give) it is served.
   bool spread_first = false;
   uint64_t seed = 1;
 };
@@ -142,6 +148,9 @@ class Scheduler {
   uint32_t times_sent(ChunkIndex chunk) const { return sent_count_[chunk.value()]; }
   size_t outstanding_requests() const { return outstanding_; }
   size_t connected_peers() const { return live_peers_; }
+  // Uploads in progress and requests queued behind them.
+  size_t uploads_active() const { return uploading_.size(); }
+  size_t serve_queue_size() const { return serve_queue_.size(); }
   // The current request window of a connected peer (0 when not connected).
   uint32_t window(PeerId peer) const;
   // The earliest deadline of an outstanding request, or Time::max() when none; an owner can
@@ -160,6 +169,9 @@ class Scheduler {
     ChunkSet has;
     ChunkSet refused;
     Time refused_until{0};
+    // spread_first: when a repeat of each chunk was first refused to this peer (Time::min():
+    // never); empty until the first such refusal.
+    std::vector<Time> held_since;
     std::vector<Request> inflight;
     uint32_t consecutive_timeouts = 0;
     uint32_t window = 1;
@@ -170,6 +182,7 @@ class Scheduler {
     PeerId peer;
     ChunkIndex chunk;
     uint64_t arrival;
+    Time started{0};  // when its upload began (uploading_ only)
   };
 
   explicit Scheduler(SchedulerOptions options);
@@ -197,8 +210,11 @@ class Scheduler {
   void RecordDelivery(Time now, Peer& p, Time sent);
   // After losing `lost`: asks for replacements when below min_peers.
   void MaybeRequestPeers(PeerId lost);
-  void TryServe();
+  void TryServe(Time now);
   bool FirstRoundOpen() const { return never_sent_ > 0; }
+  // spread_first: whether `peer`'s request for `chunk` is refused as a repeat (see the option).
+  // Records the first refusal after the first round.
+  bool HoldRepeat(Time now, PeerId peer, ChunkIndex chunk);
 
   SchedulerOptions options_;
   uint32_t n_;
@@ -222,6 +238,7 @@ class Scheduler {
   std::vector<ServeItem> uploading_;
   std::vector<uint32_t> sent_count_;
   uint32_t never_sent_ = 0;  // chunks we hold that we have never started uploading
+  double upload_s_ = 0;      // smoothed seconds from kSendChunk to OnUploadDone (0: none yet)
   uint64_t arrivals_ = 0;
   std::mt19937_64 rng_;
   std::vector<Action> actions_;

@@ -124,6 +124,7 @@ TEST_F(Swarm, FullVersionThenDeltaReachEveryAgent) {
   ASSERT_TRUE(seed.swarm->Seed(v1, SignManifest(v1, kSecret), nullptr).ok());
   for (size_t i = 1; i < nodes_.size(); ++i) {
     ASSERT_TRUE(nodes_[i]->swarm->Fetch(v1, SignManifest(v1, kSecret)).ok());
+    EXPECT_EQ(nodes_[i]->swarm->progress().window, 2u);  // whole chunks: the default window
   }
   Mesh();
   for (size_t i = 1; i < nodes_.size(); ++i) {
@@ -164,6 +165,8 @@ TEST_F(Swarm, FullVersionThenDeltaReachEveryAgent) {
   for (size_t i = 1; i < nodes_.size(); ++i) {
     ASSERT_TRUE(nodes_[i]->swarm->Fetch(v2, SignManifest(v2, kSecret)).ok());
     EXPECT_TRUE(nodes_[i]->swarm->progress().delta);
+    // Payloads of a few bytes where chunks hold kilobytes: pipelined far deeper than 2.
+    EXPECT_GE(nodes_[i]->swarm->progress().window, 32u);
   }
   for (size_t i = 1; i < nodes_.size(); ++i) {
     ASSERT_TRUE(nodes_[i]->swarm->WaitComplete(kWait).ok()) << i;

@@ -130,11 +130,56 @@ TEST(Scheduler, SourceSendsEveryChunkOnceBeforeAnyRepeat) {
             (std::vector{Action{ActionKind::kSendChunk, PeerId(2), ChunkIndex(2)}}));
   EXPECT_EQ(Copy(src.OnUploadDone(t0, PeerId(2), ChunkIndex(2))),
             (std::vector{Action{ActionKind::kSendChunk, PeerId(1), ChunkIndex(1)}}));
-  // Every chunk has been out once: repeats are served now.
+  // Every chunk has been out once: a repeat is held for the refusal backoff (peer 1 can pass
+  // chunk 0 on), then served.
   EXPECT_TRUE(src.OnUploadDone(t0, PeerId(1), ChunkIndex(1)).empty());
   EXPECT_EQ(Copy(src.OnRequestReceived(t0, PeerId(2), ChunkIndex(0))),
+            (std::vector{Action{ActionKind::kRejectRequest, PeerId(2), ChunkIndex(0)}}));
+  EXPECT_EQ(Copy(src.OnRequestReceived(t0 + o.refusal_backoff, PeerId(2), ChunkIndex(0))),
             (std::vector{Action{ActionKind::kSendChunk, PeerId(2), ChunkIndex(0)}}));
   for (uint32_t c = 0; c < 3; ++c) EXPECT_GE(src.times_sent(ChunkIndex(c)), 1u);
+}
+
+TEST(Scheduler, SourceWithFewerChunksThanPeersSendsTheOthersToAHolder) {
+  // Two chunks, three peers: the first round closes after two uploads. A repeat of a chunk that
+  // a peer holds, or is receiving, is refused to an asker for the hold (the refusal backoff, or
+  // twice the source's upload time when longer): it can get it from that peer. After the hold
+  // it is served (none of the asker's own peers had it to give).
+  SchedulerOptions o;
+  o.chunk_count = 2;
+  o.initial_have = ChunkSet::Full(2);
+  o.upload_slots = 4;
+  o.refusal_backoff = seconds(2);
+  o.spread_first = true;
+  Scheduler src = Make(o);
+  for (uint64_t p = 1; p <= 3; ++p) {
+    EXPECT_TRUE(src.OnPeerConnected(t0, PeerId(p), ChunkSet(2)).empty());
+  }
+  auto send = [](uint64_t p, uint32_t c) {
+    return std::vector{Action{ActionKind::kSendChunk, PeerId(p), ChunkIndex(c)}};
+  };
+  auto reject = [](uint64_t p, uint32_t c) {
+    return std::vector{Action{ActionKind::kRejectRequest, PeerId(p), ChunkIndex(c)}};
+  };
+  EXPECT_EQ(Copy(src.OnRequestReceived(t0, PeerId(1), ChunkIndex(0))), send(1, 0));
+  EXPECT_EQ(Copy(src.OnRequestReceived(t0, PeerId(2), ChunkIndex(1))), send(2, 1));
+  // Chunk 0 went to peer 1: peer 3 is sent there, again when it asks within the hold.
+  EXPECT_EQ(Copy(src.OnRequestReceived(t0, PeerId(3), ChunkIndex(0))), reject(3, 0));
+  EXPECT_EQ(Copy(src.OnRequestReceived(t0 + seconds(1), PeerId(3), ChunkIndex(0))), reject(3, 0));
+  // Uploads take 3 s each, so the hold becomes 6 s: chunk 1 is refused to peer 3 from 3 s to 9 s.
+  EXPECT_TRUE(src.OnUploadDone(t0 + seconds(3), PeerId(2), ChunkIndex(1)).empty());
+  EXPECT_EQ(Copy(src.OnRequestReceived(t0 + seconds(3), PeerId(3), ChunkIndex(1))), reject(3, 1));
+  // Chunk 0's hold for peer 3 began at 0 s: served at 6 s.
+  EXPECT_EQ(Copy(src.OnRequestReceived(t0 + seconds(5), PeerId(3), ChunkIndex(0))), reject(3, 0));
+  EXPECT_EQ(Copy(src.OnRequestReceived(t0 + seconds(6), PeerId(3), ChunkIndex(0))), send(3, 0));
+  EXPECT_EQ(Copy(src.OnRequestReceived(t0 + seconds(8), PeerId(3), ChunkIndex(1))), reject(3, 1));
+  EXPECT_EQ(Copy(src.OnRequestReceived(t0 + seconds(9), PeerId(3), ChunkIndex(1))), send(3, 1));
+  EXPECT_EQ(src.times_sent(ChunkIndex(0)), 2u);
+  EXPECT_EQ(src.times_sent(ChunkIndex(1)), 2u);
+  // A peer that connects later is held from its own first ask on.
+  EXPECT_TRUE(src.OnPeerConnected(t0 + seconds(9), PeerId(4), ChunkSet(2)).empty());
+  EXPECT_EQ(Copy(src.OnRequestReceived(t0 + seconds(9), PeerId(4), ChunkIndex(1))), reject(4, 1));
+  EXPECT_EQ(Copy(src.OnRequestReceived(t0 + seconds(15), PeerId(4), ChunkIndex(1))), send(4, 1));
 }
 
 TEST(Scheduler, EndgameAsksTwoPeersAndCancelsTheLoser) {
