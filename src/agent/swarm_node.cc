@@ -713,7 +713,7 @@ struct SwarmNode::Impl {
     }
     // The payload is the publisher's own: a failure from here on is not the sender's fault.
     thread_local codec::CodecScratch scratch;
-    std::vector<uint8_t> base_scratch;
+    thread_local std::vector<uint8_t> base_scratch;  // reused: a fresh one is an mmap per chunk
     std::span<const uint8_t> base_bytes;
     Digest base_hash{};
     if (chunk.value() < t.base_manifest->chunk_count()) {
