@@ -167,7 +167,9 @@ struct SwarmNode::Impl {
     ASSIGN_OR_RETURN(listener_, transport_.Listen(listen_address));
     address_ = listener_->address();
     started_ = true;
-    pool_ = std::make_unique<ThreadPool>(std::max<size_t>(options_.workers, 1));
+    size_t workers = options_.workers;
+    if (workers == 0) workers = std::clamp<size_t>(std::thread::hardware_concurrency(), 2, 8);
+    pool_ = std::make_unique<ThreadPool>(workers);
     event_thread_ = std::thread([this] { EventLoop(); });
     accept_thread_ = std::thread([this] { AcceptLoop(); });
     return Status::Ok();

@@ -60,8 +60,9 @@ struct SwarmNodeOptions {
   uint32_t max_outstanding = 64;
   uint32_t upload_slots = 0;  // default 4 for an agent, 8 for a source
   net::Duration request_timeout = std::chrono::seconds(30);
-  // Threads that check, decode and write received chunks.
-  size_t workers = 2;
+  // Threads that check, decode and write received chunks. 0: one per hardware thread, 2 to 8
+  // (a delta step is bound by decoding and hashing a whole version).
+  size_t workers = 0;
   // Delta payloads are fetched when the node's current version is the delta's base.
   bool use_delta = true;
   // When positive, logs one line per interval with the target's transfer rates and scheduler
