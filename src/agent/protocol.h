@@ -24,7 +24,7 @@ enum class MessageType : uint8_t {
   kEcho = 5,         // answered with kEcho: wakes a reader of the client's own connection
   // Swarm messages between peers (swarm_node.h). `code` of kHave is HaveFlags; of kRequest,
   // kCancel and kReject a PayloadKind.
-  kSwarmHave = 6,  // version, chunk: chunk count, code: kHaveFetchingPayloads or 0,
+  kSwarmHave = 6,  // version, chunk: chunk count, code: kHaveFetchingPayloads | kHaveSkipHeld,
                    // blob: whole-chunk bitset then payload bitset, (count + 7) / 8 bytes each
   kHave = 7,       // version, chunk, code: HaveFlags of what the sender now holds
   kRequest = 8,    // version, chunk, code: the PayloadKind wanted
@@ -38,6 +38,9 @@ inline constexpr uint8_t kHaveWhole = 1;
 inline constexpr uint8_t kHavePayload = 2;
 // kSwarmHave code: the sender fetches delta payloads (so payloads must stay replicated).
 inline constexpr uint8_t kHaveFetchingPayloads = 1;
+// kSwarmHave code: the sender needs no kHave for chunks it already holds (every node but a
+// source, whose EveryChunkReplicated counts them; a node that does not set it gets them all).
+inline constexpr uint8_t kHaveSkipHeld = 2;
 
 inline constexpr uint32_t kNoChunk = 0xffffffffu;
 // Bounds a message so a peer cannot make us allocate without limit (manifests are far smaller).

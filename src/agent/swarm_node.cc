@@ -89,6 +89,7 @@ struct SwarmNode::Impl {
     // What the peer said it holds (its own target version), guarded by Impl::mu_.
     Version remote_version;
     bool remote_fetching_payloads = false;
+    bool remote_skips_held = false;  // it needs no HAVEs for chunks it holds (kHaveSkipHeld)
     std::vector<bool> remote_whole, remote_payload;
     uint64_t registered_epoch = 0;  // epoch of the scheduler it was registered with (0: none)
   };
@@ -575,6 +576,7 @@ struct SwarmNode::Impl {
         if (p.registered_epoch != 0) Unregister(p);
         p.remote_version = v;
         p.remote_fetching_payloads = (m.code & kHaveFetchingPayloads) != 0;
+        p.remote_skips_held = (m.code & kHaveSkipHeld) != 0;
         p.remote_whole = std::move(whole).value();
         p.remote_payload = std::move(payload).value();
         Register(p);
@@ -654,7 +656,8 @@ struct SwarmNode::Impl {
               .version = target_.data->manifest.version.value(),
               .chunk = ChunkCount(),
               .code = static_cast<uint8_t>(
-                  target_.data->delta && !target_.complete ? kHaveFetchingPayloads : 0)};
+                  (target_.data->delta && !target_.complete ? kHaveFetchingPayloads : 0) |
+                  (target_.source ? 0 : kHaveSkipHeld))};
     m.blob = PackBits(target_.whole);
     std::vector<uint8_t> payload = PackBits(target_.payload);
     m.blob.insert(m.blob.end(), payload.begin(), payload.end());
@@ -856,6 +859,15 @@ struct SwarmNode::Impl {
         const uint8_t flags = static_cast<uint8_t>((target_.whole[c] ? kHaveWhole : 0) |
                                                    (target_.payload[c] ? kHavePayload : 0));
         for (auto& [id, p] : peers_) {
+          // A peer that already holds what we announce has no use for it: it will not ask us
+          // for the chunk. Only peers that said so in their have-set are skipped (a source
+          // does not: its EveryChunkReplicated counts every HAVE; nor does an older node).
+          // About half the HAVEs of a step go unsent.
+          const bool holder = p->remote_skips_held &&
+                              p->remote_version == target_.data->manifest.version &&
+                              c < p->remote_whole.size() && p->remote_whole[c] &&
+                              ((flags & kHavePayload) == 0 || p->remote_payload[c]);
+          if (holder) continue;
           SendTo(*p, {.type = MessageType::kHave, .version = version, .chunk = c, .code = flags});
         }
         return;

@@ -145,7 +145,8 @@ class SwarmNode {
   Status AbortTarget();
 
   // Whether every chunk of the target (and every payload, for a delta) is held by at least one
-  // connected peer (a publisher stops seeding once this holds).
+  // connected peer (a publisher stops seeding once this holds). Exact on a source (Seed): peers
+  // send a source every HAVE; others skip HAVEs for chunks a non-source node already holds.
   bool EveryChunkReplicated() const;
 
   // Closes every connection and joins every thread. Idempotent.
