@@ -91,8 +91,9 @@ struct SchedulerOptions {
   // Source behaviour: refuse requests for chunks already sent once while some chunk has never
   // been sent, so the source's upload spreads distinct chunks (each out once before any repeat).
   // After that first round, a repeat is refused to an asking peer for a while (the longer of
-  // refusal_backoff and twice the source's smoothed upload time, counted from the first refusal
-  // of that chunk to that peer): the peer we sent it to passes it on, and the asker gets it
+  // refusal_backoff and twice the source's upload time: smoothed over completed uploads, at
+  // least the age of the oldest running one; counted from the first refusal of that chunk to
+  // that peer): the peer we sent it to passes it on, and the asker gets it
   // there. With fewer chunks than peers the first round ends early, and without this the source
   // would send each chunk to most of the fleet. After the hold (none of the asker's own peers
   // had it to give) it is served.

@@ -163,11 +163,14 @@ TEST(Scheduler, SourceWithFewerChunksThanPeersSendsTheOthersToAHolder) {
   };
   EXPECT_EQ(Copy(src.OnRequestReceived(t0, PeerId(1), ChunkIndex(0))), send(1, 0));
   EXPECT_EQ(Copy(src.OnRequestReceived(t0, PeerId(2), ChunkIndex(1))), send(2, 1));
-  // Chunk 0 went to peer 1: peer 3 is sent there, again when it asks within the hold.
+  // Chunk 0 went to peer 1: peer 3 is sent there, again when it asks within the hold. No upload
+  // has completed, but the running ones are 3 s old at 3 s: the hold is 6 s by then, not 2.
   EXPECT_EQ(Copy(src.OnRequestReceived(t0, PeerId(3), ChunkIndex(0))), reject(3, 0));
   EXPECT_EQ(Copy(src.OnRequestReceived(t0 + seconds(1), PeerId(3), ChunkIndex(0))), reject(3, 0));
-  // Uploads take 3 s each, so the hold becomes 6 s: chunk 1 is refused to peer 3 from 3 s to 9 s.
+  EXPECT_EQ(Copy(src.OnRequestReceived(t0 + seconds(3), PeerId(3), ChunkIndex(0))), reject(3, 0));
+  // Both uploads took 3 s, so the hold is 6 s: chunk 1 is refused to peer 3 from 3 s to 9 s.
   EXPECT_TRUE(src.OnUploadDone(t0 + seconds(3), PeerId(2), ChunkIndex(1)).empty());
+  EXPECT_TRUE(src.OnUploadDone(t0 + seconds(3), PeerId(1), ChunkIndex(0)).empty());
   EXPECT_EQ(Copy(src.OnRequestReceived(t0 + seconds(3), PeerId(3), ChunkIndex(1))), reject(3, 1));
   // Chunk 0's hold for peer 3 began at 0 s: served at 6 s.
   EXPECT_EQ(Copy(src.OnRequestReceived(t0 + seconds(5), PeerId(3), ChunkIndex(0))), reject(3, 0));
@@ -177,9 +180,11 @@ TEST(Scheduler, SourceWithFewerChunksThanPeersSendsTheOthersToAHolder) {
   EXPECT_EQ(src.times_sent(ChunkIndex(0)), 2u);
   EXPECT_EQ(src.times_sent(ChunkIndex(1)), 2u);
   // A peer that connects later is held from its own first ask on.
-  EXPECT_TRUE(src.OnPeerConnected(t0 + seconds(9), PeerId(4), ChunkSet(2)).empty());
-  EXPECT_EQ(Copy(src.OnRequestReceived(t0 + seconds(9), PeerId(4), ChunkIndex(1))), reject(4, 1));
-  EXPECT_EQ(Copy(src.OnRequestReceived(t0 + seconds(15), PeerId(4), ChunkIndex(1))), send(4, 1));
+  EXPECT_TRUE(src.OnUploadDone(t0 + seconds(9), PeerId(3), ChunkIndex(0)).empty());
+  EXPECT_TRUE(src.OnUploadDone(t0 + seconds(12), PeerId(3), ChunkIndex(1)).empty());
+  EXPECT_TRUE(src.OnPeerConnected(t0 + seconds(12), PeerId(4), ChunkSet(2)).empty());
+  EXPECT_EQ(Copy(src.OnRequestReceived(t0 + seconds(12), PeerId(4), ChunkIndex(1))), reject(4, 1));
+  EXPECT_EQ(Copy(src.OnRequestReceived(t0 + seconds(18), PeerId(4), ChunkIndex(1))), send(4, 1));
 }
 
 TEST(Scheduler, EndgameAsksTwoPeersAndCancelsTheLoser) {
