@@ -13,8 +13,8 @@
 #
 #   sudo bash bench/cluster/run.sh N RATE SIZE [options]
 #     e.g. sudo bash bench/cluster/run.sh 16 50mbit 128MiB
-#   --wc PATH          weightcast binary (default build/cluster/src/cli/weightcast, then
-#                      build/release/src/cli/weightcast)
+#   --wc PATH          weightcast binary (default build/release/src/cli/weightcast, then
+#                      build/cluster/src/cli/weightcast)
 #   --systems LIST     comma list of http,libtorrent,weightcast (default all three)
 #   --no-delta         skip the weightcast delta step
 #   --fault KIND       none (default) | kill | linkdown | slow, applied to host N-1 in every
@@ -23,6 +23,7 @@
 #   --fault-at S       default 0.4 x S/B;  --down-for S  default 5
 #   --delay D          one-way delay added to each host's upload (needs netem)
 #   --chunk-size C     weightcast publish --chunk-size (default: the publisher's, 8MiB)
+#   --degree D         weightcast coordinator --degree: peers per agent (default: its own, 6)
 #   --heartbeat-timeout T  weightcast coordinator --heartbeat-timeout (default: its own, 3s;
 #                      nodes heartbeat 3x as often, which is how soon an agent hears of a version)
 #   --lr X             synth step learning rate (default 5e-7: ~1% of elements change)
@@ -73,6 +74,7 @@ while [[ $# -gt 0 ]]; do
     --lr) LR=$2; shift 2 ;;
     --chunk-size) WC_CHUNK_SIZE=$2; shift 2 ;;
     --heartbeat-timeout) WC_HEARTBEAT_TIMEOUT=$2; shift 2 ;;
+    --degree) WC_DEGREE=$2; shift 2 ;;
     --trace) WC_TRACE=$2; shift 2 ;;
     --work) WORK_ROOT=$2; shift 2 ;;
     --keep) KEEP=1; shift ;;
@@ -96,7 +98,7 @@ for s in ${SYSTEMS//,/ }; do
 done
 has_system() { [[ ,$SYSTEMS, == *,$1,* ]]; }
 if [[ -z $WC ]]; then
-  for c in "$root/build/cluster/src/cli/weightcast" "$root/build/release/src/cli/weightcast"; do
+  for c in "$root/build/release/src/cli/weightcast" "$root/build/cluster/src/cli/weightcast"; do
     [[ -x $c ]] && { WC=$c; break; }
   done
 fi
@@ -348,7 +350,7 @@ cat >"$W/params.json" <<EOF
 {"cluster_id": "$ID", "hosts": $N, "rate": "$RATE", "size": "$SIZE", "bytes": $S, "files": ${#FILES[@]},
  "bound_s": $BOUND, "fault": "$FAULT", "fault_host": $FH, "fault_at_s": $FAULT_AT,
  "down_for_s": $DOWN_FOR, "chunk_size": "${WC_CHUNK_SIZE:-default}",
- "heartbeat_timeout": "${WC_HEARTBEAT_TIMEOUT:-default}", "slow_rate": "$SLOW_RATE", "delay": "$DELAY", "lr": "$LR",
+ "heartbeat_timeout": "${WC_HEARTBEAT_TIMEOUT:-default}", "degree": "${WC_DEGREE:-default}", "slow_rate": "$SLOW_RATE", "delay": "$DELAY", "lr": "$LR",
  "iperf3_mbit": ${IPERF_MBIT:-0},
  "iperf3_ok": $([[ $check_ok -eq 0 ]] && echo true || echo false)}
 EOF
