@@ -951,8 +951,15 @@ struct SwarmNode::Impl {
                                             std::max<uint32_t>(options_.window_per_peer, 64));
     so.max_outstanding = std::min<uint32_t>(std::max<uint32_t>(options_.max_outstanding, 1) * scale,
                                             std::max<uint32_t>(options_.max_outstanding, 1024));
-    so.upload_slots = std::min<uint32_t>(options_.upload_slots * scale,
-                                         std::max<uint32_t>(options_.upload_slots, 64));
+    // A delta target still serves whole chunks to peers not on the base (late joiners), and
+    // each running upload holds its chunk in memory: the scaled slots are bounded so that they
+    // hold at most kUploadBudget of whole chunks (never fewer than the configured slots).
+    constexpr uint64_t kUploadBudget = uint64_t{256} << 20;
+    const uint64_t max_chunk = std::max<uint64_t>(t.manifest.chunk_size, 1);
+    const uint32_t budget_slots =
+        static_cast<uint32_t>(std::min<uint64_t>(kUploadBudget / max_chunk, 64));
+    so.upload_slots = std::max<uint32_t>(
+        options_.upload_slots, std::min<uint32_t>(options_.upload_slots * scale, budget_slots));
     so.serve_queue_limit = std::min<uint32_t>(so.serve_queue_limit * scale, 1024);
     target_.scheduler_window = so.window_per_peer;
     so.request_timeout = options_.request_timeout;

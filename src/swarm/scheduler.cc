@@ -463,14 +463,20 @@ bool Scheduler::HoldRepeat(Time now, PeerId peer, ChunkIndex chunk) {
   // peer that got the chunk from us to pass it on, short enough that an asker none of whose
   // own peers holds it (a tensor-subset neighbourhood) is served soon.
   // Until an upload completes, the oldest running one says how long uploads take at least
-  // (a first round of a few large chunks runs for seconds with no sample yet).
+  // (a first round of a few large chunks runs for seconds with no sample yet). Only until then:
+  // afterwards one stalled receiver must not stretch the hold for everyone. Capped by the
+  // request timeout, after which an asker would give up on us anyway.
   double upload_s = upload_s_;
-  for (const ServeItem& u : uploading_) {
-    upload_s = std::max(upload_s, std::chrono::duration<double>(now - u.started).count());
+  if (upload_s == 0) {
+    for (const ServeItem& u : uploading_) {
+      upload_s = std::max(upload_s, std::chrono::duration<double>(now - u.started).count());
+    }
   }
   const Duration hold = std::max<Duration>(
       options_.refusal_backoff,
-      std::chrono::duration_cast<Duration>(std::chrono::duration<double>(2 * upload_s)));
+      std::min<Duration>(
+          options_.request_timeout,
+          std::chrono::duration_cast<Duration>(std::chrono::duration<double>(2 * upload_s))));
   return now - since < hold;
 }
 
