@@ -38,3 +38,18 @@ wait_for() {
     sleep 0.2
   done
 }
+
+# make_versions N: $work/ckpt/1 is a small model (MODEL_SIZE, else the sourcing library's
+# default_model_size), 2..N training steps of it.
+make_versions() {
+  local n="$1" i
+  "$wc" synth model -o "$work/ckpt/step-0000" --size "${MODEL_SIZE:-${default_model_size:-8MiB}}" \
+    --seed 7 >/dev/null
+  if ((n > 1)); then
+    "$wc" synth steps --from "$work/ckpt/step-0000" -o "$work/ckpt" --steps $((n - 1)) \
+      --seed 7 >/dev/null
+  fi
+  for ((i = 1; i <= n; i++)); do
+    mv "$work/ckpt/step-$(printf %04d $((i - 1)))" "$work/ckpt/$i"
+  done
+}

@@ -10,6 +10,7 @@
 #   wait_for 30 all_current 1 a1 a2
 # shellcheck source=tests/integration/cluster_common.bash
 source "$(dirname "${BASH_SOURCE[0]}")/cluster_common.bash" "$1"
+default_model_size=6MiB  # make_versions' size unless MODEL_SIZE is set
 
 coordinator_flags=()
 start_coordinator() {
@@ -51,19 +52,6 @@ start_agent() {
   "$wc" agent --coordinator "$coord" --store "$work/$name" --channel "$channel" \
     --node-id "$id" --secret-file "$work/secret" "${extra[@]}" >>"$work/$name.log" 2>&1 &
   pids[$name]=$!
-}
-
-# make_versions N: $work/ckpt/1 is a small model, 2..N training steps of it.
-make_versions() {
-  local n="$1" i
-  "$wc" synth model -o "$work/ckpt/step-0000" --size "${MODEL_SIZE:-6MiB}" --seed 7 >/dev/null
-  if ((n > 1)); then
-    "$wc" synth steps --from "$work/ckpt/step-0000" -o "$work/ckpt" --steps $((n - 1)) \
-      --seed 7 >/dev/null
-  fi
-  for ((i = 1; i <= n; i++)); do
-    mv "$work/ckpt/step-$(printf %04d $((i - 1)))" "$work/ckpt/$i"
-  done
 }
 
 # publish I [FLAGS...]: publishes $work/ckpt/I as the channel's next version (background; seeds
