@@ -24,6 +24,9 @@
 #   --delay D          one-way delay added to each host's upload (needs netem)
 #   --chunk-size C     weightcast publish --chunk-size (default: the publisher's, 8MiB)
 #   --degree D         weightcast coordinator --degree: peers per agent (default: its own, 6)
+#   --commit-policy P  weightcast coordinator --commit-policy (default: its own, all: the fleet
+#                      commits together, so a slow host holds everyone's commit; quorum:0.9
+#                      lets 14 of 15 agents commit without it)
 #   --heartbeat-timeout T  weightcast coordinator --heartbeat-timeout (default: its own, 3s;
 #                      nodes heartbeat 3x as often, which is how soon an agent hears of a version)
 #   --lr X             synth step learning rate (default 5e-7: ~1% of elements change)
@@ -44,7 +47,7 @@ root=$(cd "$here/../.." && pwd)
 source "$here/netns.sh"
 PY=/usr/bin/python3  # Debian's python: python3-libtorrent is installed for it
 
-usage() { sed -n '2,35p' "$0" >&2; exit 2; }
+usage() { sed -n '2,41p' "$0" >&2; exit 2; }
 [[ $# -ge 3 ]] || usage
 N=$1 RATE=$2 SIZE=$3
 shift 3
@@ -58,6 +61,8 @@ DELAY=""
 LR=5e-7
 WC_CHUNK_SIZE=""
 WC_HEARTBEAT_TIMEOUT=""
+WC_DEGREE=""
+WC_COMMIT_POLICY=""
 WC_TRACE=""
 WORK_ROOT=/dev/shm
 KEEP=0
@@ -75,6 +80,7 @@ while [[ $# -gt 0 ]]; do
     --chunk-size) WC_CHUNK_SIZE=$2; shift 2 ;;
     --heartbeat-timeout) WC_HEARTBEAT_TIMEOUT=$2; shift 2 ;;
     --degree) WC_DEGREE=$2; shift 2 ;;
+    --commit-policy) WC_COMMIT_POLICY=$2; shift 2 ;;
     --trace) WC_TRACE=$2; shift 2 ;;
     --work) WORK_ROOT=$2; shift 2 ;;
     --keep) KEEP=1; shift ;;
@@ -350,7 +356,7 @@ cat >"$W/params.json" <<EOF
 {"cluster_id": "$ID", "hosts": $N, "rate": "$RATE", "size": "$SIZE", "bytes": $S, "files": ${#FILES[@]},
  "bound_s": $BOUND, "fault": "$FAULT", "fault_host": $FH, "fault_at_s": $FAULT_AT,
  "down_for_s": $DOWN_FOR, "chunk_size": "${WC_CHUNK_SIZE:-default}",
- "heartbeat_timeout": "${WC_HEARTBEAT_TIMEOUT:-default}", "degree": "${WC_DEGREE:-default}", "slow_rate": "$SLOW_RATE", "delay": "$DELAY", "lr": "$LR",
+ "heartbeat_timeout": "${WC_HEARTBEAT_TIMEOUT:-default}", "degree": "${WC_DEGREE:-default}", "commit_policy": "${WC_COMMIT_POLICY:-default}", "slow_rate": "$SLOW_RATE", "delay": "$DELAY", "lr": "$LR",
  "iperf3_mbit": ${IPERF_MBIT:-0},
  "iperf3_ok": $([[ $check_ok -eq 0 ]] && echo true || echo false)}
 EOF

@@ -113,6 +113,7 @@ wc_phases() {
   ip netns exec "$(cluster_ns "$ID" 0)" timeout "$life" "$WC" coordinator \
     --listen "$WC_COORD" --state-dir "$WCD/coord" --secret-file "$WC_SECRET" --node-id 1 \
     --address-file "$WCD/coord.addr" ${WC_HEARTBEAT_TIMEOUT:+--heartbeat-timeout "$WC_HEARTBEAT_TIMEOUT"} ${WC_DEGREE:+--degree "$WC_DEGREE"} \
+    ${WC_COMMIT_POLICY:+--commit-policy "$WC_COMMIT_POLICY"} \
     >"$WCD/coord.log" 2>&1 &
   local coord=$!
   pids+=("$coord")
