@@ -520,7 +520,7 @@ SparseValues ValuesOf(Transform t) {
 // is in cache: the base is read once, no whole-chunk copy of it is made, and the result is hashed
 // without another trip to memory. With `dst` empty the blocks go to a small scratch block and
 // only the hash is kept (a dry run before touching the caller's buffer).
-constexpr size_t kPatchBlock = 32 << 10;
+constexpr size_t kPatchBlock = kDecodeBlock;
 
 Status PatchAndHash(const Prepared& p, std::span<uint8_t> dst, CodecScratch::State& st) {
   const PayloadHeader& h = p.h;
@@ -573,6 +573,63 @@ Status DecodeChunkToBuffer(std::span<const uint8_t> payload, const HashedChunk& 
   buffer.resize(p.h.chunk_size);
   if (IsSparse(p.h.transform)) return PatchAndHash(p, buffer, st);
   return InverseWhole(p, buffer);
+}
+
+Status DecodeChunkUnverifiedInto(std::span<const uint8_t> payload, const HashedChunk& base,
+                                 const Digest* expected_target, std::span<uint8_t> out,
+                                 CodecScratch& scratch) {
+  CodecScratch::State& st = ScratchAccess::Get(scratch);
+  ASSIGN_OR_RETURN(Prepared p, Prepare(payload, base, expected_target, out.size(), st));
+  if (IsSparse(p.h.transform)) return PatchAndHash(p, out, st);
+  return InverseWhole(p, out);
+}
+
+Status DecodeChunkStreaming(std::span<const uint8_t> payload, const HashedChunk& base,
+                            const Digest* expected_target, uint64_t chunk_size,
+                            const DecodedBlockSink& sink, CodecScratch& scratch) {
+  CodecScratch::State& st = ScratchAccess::Get(scratch);
+  ASSIGN_OR_RETURN(Prepared p, Prepare(payload, base, expected_target, chunk_size, st));
+  const PayloadHeader& h = p.h;
+  Hasher hasher(h.hash_algorithm);
+  if (IsSparse(h.transform)) {
+    SparseApplier applier(p.stream, p.xor_base, h.segments, ValuesOf(h.transform));
+    st.block.resize(kDecodeBlock);
+    for (uint64_t at = 0; at < h.chunk_size; at += kDecodeBlock) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(kDecodeBlock, h.chunk_size - at));
+      const std::span<uint8_t> block = std::span<uint8_t>(st.block).first(n);
+      RETURN_IF_ERROR(applier.Fill(at, block));
+      hasher.Update(block);
+      RETURN_IF_ERROR(sink(at, block));
+    }
+    RETURN_IF_ERROR(applier.Finish());
+    return CheckTarget(hasher.Finish(), h);
+  }
+  // Planes and none undo their transform over the whole chunk; the result is then hashed and
+  // handed over a block at a time while it is in cache.
+  st.result.resize(h.chunk_size);
+  switch (h.transform) {
+    case Transform::kNone:
+      if (p.stream.size() != h.chunk_size) return Corrupt("delta payload: stream length");
+      if (!p.xor_base.empty()) {
+        for (uint64_t i = 0; i < h.chunk_size; ++i) st.result[i] = p.stream[i] ^ p.xor_base[i];
+      } else if (h.chunk_size != 0) {
+        std::memcpy(st.result.data(), p.stream.data(), h.chunk_size);
+      }
+      break;
+    case Transform::kPlanes:
+      RETURN_IF_ERROR(PlanesInverse(p.stream, p.xor_base, h.segments, st.result));
+      break;
+    case Transform::kSparse:
+    case Transform::kSparseDiff:
+      return Internal("unreachable");
+  }
+  for (uint64_t at = 0; at < h.chunk_size; at += kDecodeBlock) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kDecodeBlock, h.chunk_size - at));
+    const std::span<const uint8_t> block = std::span<const uint8_t>(st.result).subspan(at, n);
+    hasher.Update(block);
+    RETURN_IF_ERROR(sink(at, block));
+  }
+  return CheckTarget(hasher.Finish(), h);
 }
 
 std::string_view TransformName(Transform transform) {

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -159,6 +160,31 @@ Status DecodeChunk(std::span<const uint8_t> payload, const HashedChunk& base,
 Status DecodeChunkToBuffer(std::span<const uint8_t> payload, const HashedChunk& base,
                            const Digest* expected_target, uint64_t chunk_size,
                            std::vector<uint8_t>& buffer, CodecScratch& scratch);
+
+// Decodes straight into `out` (exactly the chunk length), which may be the bytes' final home,
+// e.g. a writable mapping of a staged file: the same checks as DecodeChunk in one pass (a sparse
+// payload is patched into `out` a block at a time and each block hashed while it is in cache;
+// no dry run, no copy). `out` is written BEFORE the result's hash is checked, so after an error
+// its contents are unspecified: the caller must not treat them as verified (a staged chunk is
+// not marked verified, so a resume fetches it again). Returns Ok only when the bytes in `out`
+// hash to the payload's target and to `expected_target` (when given).
+Status DecodeChunkUnverifiedInto(std::span<const uint8_t> payload, const HashedChunk& base,
+                                 const Digest* expected_target, std::span<uint8_t> out,
+                                 CodecScratch& scratch);
+
+// Receives a decoded chunk front to back in blocks of at most kDecodeBlock bytes: `offset` is
+// where `block` starts in the chunk; the span is valid only during the call. A non-OK status
+// stops decoding and is returned.
+using DecodedBlockSink = std::function<Status(uint64_t offset, std::span<const uint8_t> block)>;
+inline constexpr size_t kDecodeBlock = 32 << 10;
+
+// Decodes a chunk of `chunk_size` bytes and passes it to `sink` block by block, hashing each
+// block as it goes (one pass, the blocks come from a cache-sized scratch). The sink sees bytes
+// BEFORE the hash of the whole chunk is checked: the result is valid only if this returns Ok,
+// and on any error whatever the sink stored must be treated as unverified.
+Status DecodeChunkStreaming(std::span<const uint8_t> payload, const HashedChunk& base,
+                            const Digest* expected_target, uint64_t chunk_size,
+                            const DecodedBlockSink& sink, CodecScratch& scratch);
 
 std::string_view TransformName(Transform transform);
 std::string_view CoderName(Coder coder);

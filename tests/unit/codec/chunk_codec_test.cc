@@ -64,7 +64,23 @@ Status RoundTrip(const Bytes& base, const Bytes& target, std::span<const Segment
   if (out != target) return Internal("round trip differs");
   std::vector<uint8_t> buffer(3, 0xEE);
   RETURN_IF_ERROR(DecodeChunkToBuffer(enc->payload, b, &t.hash(), target.size(), buffer, scratch));
-  return buffer == target ? Status::Ok() : Internal("round trip to buffer differs");
+  if (buffer != target) return Internal("round trip to buffer differs");
+  Bytes into(target.size(), 0xEE);
+  RETURN_IF_ERROR(DecodeChunkUnverifiedInto(enc->payload, b, &t.hash(), into, scratch));
+  if (into != target) return Internal("round trip in place differs");
+  // Streaming: blocks arrive front to back, none empty or larger than kDecodeBlock.
+  Bytes streamed;
+  RETURN_IF_ERROR(DecodeChunkStreaming(
+      enc->payload, b, &t.hash(), target.size(),
+      [&](uint64_t offset, std::span<const uint8_t> block) -> Status {
+        if (offset != streamed.size() || block.empty() || block.size() > kDecodeBlock) {
+          return Internal("bad block at " + std::to_string(offset));
+        }
+        streamed.insert(streamed.end(), block.begin(), block.end());
+        return Status::Ok();
+      },
+      scratch));
+  return streamed == target ? Status::Ok() : Internal("streamed round trip differs");
 }
 
 TEST(ChunkCodec, RoundTripsRandomChunksWithEveryTransformAndCoder) {
@@ -313,6 +329,90 @@ TEST_F(DecodeFailure, DecodeToBufferGivesTheSameBytesAndTheSameRefusals) {
                                 nullptr, target_.size(), buffer, scratch)
                 .code(),
             Code::kFailedPrecondition);
+}
+
+// The one-pass decoders hand out bytes before the chunk's hash is checked: they must still refuse
+// every corruption, wrong base and wrong target that DecodeChunk refuses (the caller relies on
+// the status alone to decide whether the bytes count).
+TEST_F(DecodeFailure, OnePassDecodersRefuseWhatDecodeChunkRefuses) {
+  CodecScratch scratch;
+  const auto base = HashedChunk::Compute(base_, HashAlgorithm::kSha256);
+  auto sink_to = [](Bytes& out) {
+    return [&out](uint64_t offset, std::span<const uint8_t> block) -> Status {
+      if (offset + block.size() > out.size()) return Internal("block past the chunk");
+      std::memcpy(out.data() + offset, block.data(), block.size());
+      return Status::Ok();
+    };
+  };
+  int refused = 0;
+  for (size_t i = 0; i < payload_.size(); ++i) {
+    Bytes bad = payload_;
+    bad[i] ^= 0x10;
+    Bytes ref(target_.size(), 0x5A), into(target_.size(), 0x5A), streamed(target_.size(), 0x5A);
+    const Status want = DecodeChunk(bad, base, nullptr, ref, scratch);
+    const Status got_into = DecodeChunkUnverifiedInto(bad, base, nullptr, into, scratch);
+    const Status got_stream =
+        DecodeChunkStreaming(bad, base, nullptr, target_.size(), sink_to(streamed), scratch);
+    ASSERT_EQ(got_into.ok(), want.ok()) << "flip at " << i << ": " << got_into.ToString();
+    ASSERT_EQ(got_stream.ok(), want.ok()) << "flip at " << i << ": " << got_stream.ToString();
+    if (want.ok()) {
+      EXPECT_EQ(into, target_);
+      EXPECT_EQ(streamed, target_);
+    } else {
+      ++refused;
+      EXPECT_EQ(got_into.code(), want.code());
+      EXPECT_EQ(got_stream.code(), want.code());
+    }
+  }
+  EXPECT_GT(refused, 0);
+  Digest other{};
+  other[0] = 1;
+  Bytes out(target_.size());
+  EXPECT_EQ(DecodeChunkUnverifiedInto(payload_, base, &other, out, scratch).code(), Code::kCorrupt);
+  EXPECT_EQ(
+      DecodeChunkStreaming(payload_, base, &other, target_.size(), sink_to(out), scratch).code(),
+      Code::kCorrupt);
+  Bytes wrong_base = base_;
+  wrong_base[7] ^= 1;
+  const auto wb = HashedChunk::Compute(wrong_base, HashAlgorithm::kSha256);
+  EXPECT_EQ(DecodeChunkUnverifiedInto(payload_, wb, nullptr, out, scratch).code(),
+            Code::kFailedPrecondition);
+  EXPECT_EQ(
+      DecodeChunkStreaming(payload_, wb, nullptr, target_.size(), sink_to(out), scratch).code(),
+      Code::kFailedPrecondition);
+}
+
+// A payload whose stream is well formed but decodes to other bytes (here: a payload made against
+// another base, with its base hash forged to ours) reaches the sink and still fails on the hash.
+TEST_F(DecodeFailure, StreamingFailsOnTheHashAfterTheSinkSawEveryBlock) {
+  std::mt19937_64 rng(21);
+  Bytes other_base = base_;
+  for (size_t k = 0; k < other_base.size(); k += 3) other_base[k] ^= 0x40;
+  const Bytes other_target = Mutate(rng, other_base, 0.05, 2);
+  CodecScratch scratch;
+  auto e =
+      EncodeChunk(HashedChunk::Compute(other_base, HashAlgorithm::kSha256),
+                  HashedChunk::Compute(other_target, HashAlgorithm::kSha256), segs_, {}, scratch);
+  ASSERT_TRUE(e.ok());
+  ASSERT_EQ(e->encoding, ChunkEncoding::kXor);
+  Bytes forged = e->payload;
+  const Digest our_base = HashedChunk::Compute(base_, HashAlgorithm::kSha256).hash();
+  std::memcpy(forged.data() + 32, our_base.data(), our_base.size());  // base hash field
+  uint64_t seen = 0;
+  const Status s = DecodeChunkStreaming(
+      forged, HashedChunk::Compute(base_, HashAlgorithm::kSha256), nullptr, target_.size(),
+      [&](uint64_t, std::span<const uint8_t> block) {
+        seen += block.size();
+        return Status::Ok();
+      },
+      scratch);
+  EXPECT_EQ(s.code(), Code::kCorrupt) << s.ToString();
+  EXPECT_EQ(seen, target_.size());
+  // A sink error stops decoding and is returned as is.
+  const Status stopped = DecodeChunkStreaming(
+      payload_, HashedChunk::Compute(base_, HashAlgorithm::kSha256), nullptr, target_.size(),
+      [](uint64_t, std::span<const uint8_t>) { return IoError("disk gone"); }, scratch);
+  EXPECT_EQ(stopped.code(), Code::kIoError);
 }
 
 TEST_F(DecodeFailure, RejectsOutputOfTheWrongSize) {
