@@ -692,18 +692,20 @@ struct SwarmNode::Impl {
   }
 
   // Runs on a worker: checks the chunk (or payload, then the decoded chunk) against the manifest
-  // and writes it to the staging.
+  // and writes it to the staging. A chunk is marked verified only after its bytes hashed to the
+  // manifest's chunk hash.
   Verified VerifyAndStore(TargetData& t, const net::Frame& frame, PeerId from, ChunkIndex chunk,
                           PayloadKind kind) {
     Verified out{t.epoch, from, chunk, kind, Status::Ok()};
     const Manifest& m = t.manifest;
     const ByteRange range = m.ChunkRange(chunk);
     std::span<const uint8_t> payload = frame.chunk_payload();
-    const std::string what = "chunk " + std::to_string(chunk.value()) + " of " + V(m.version);
+    // Built only for an error: a delta step verifies hundreds of chunks a second.
+    auto what = [&] { return "chunk " + std::to_string(chunk.value()) + " of " + V(m.version); };
     if (kind == PayloadKind::kRaw) {
       if (payload.size() != range.size ||
           HashBytes(m.hash_algorithm, payload) != m.chunk_hashes[chunk.value()]) {
-        out.status = Corrupt(what + " does not match its manifest hash");
+        out.status = Corrupt(what() + " does not match its manifest hash");
         return out;
       }
       out.status = t.staged->WriteChunk(chunk, payload);
@@ -713,7 +715,7 @@ struct SwarmNode::Impl {
     const DeltaChunk& d = m.delta->chunks[chunk.value()];
     if (payload.size() != d.payload_size ||
         HashBytes(m.hash_algorithm, payload) != d.payload_hash) {
-      out.status = Corrupt(what + ": payload does not match its manifest hash");
+      out.status = Corrupt(what() + ": payload does not match its manifest hash");
       return out;
     }
     // The payload is the publisher's own: a failure from here on is not the sender's fault.
@@ -725,22 +727,32 @@ struct SwarmNode::Impl {
       base_bytes = t.base_bytes->Read(t.base_manifest->ChunkRange(chunk), base_scratch);
       base_hash = t.base_manifest->chunk_hashes[chunk.value()];
     }
-    // Reused per worker thread: a fresh vector would zero-fill a whole chunk per payload.
-    thread_local std::vector<uint8_t> decoded;
-    decoded.resize(range.size);
-    Status status = codec::DecodeChunk(
+    // One pass: each decoded block is hashed and written to the staged file while it is in
+    // cache (no dry run, no chunk-sized copy). The staged range holds unverified bytes until the
+    // decoder has checked the whole chunk's hash; the chunk is marked verified only then, so a
+    // failure (or a crash) leaves it missing and it is fetched again.
+    Status write_error;
+    Status status = codec::DecodeChunkStreaming(
         payload,
         base_bytes.empty()
             ? codec::HashedChunk::Compute({}, m.hash_algorithm)
             : codec::HashedChunk::FromVerifiedManifest(base_bytes, base_hash, m.hash_algorithm),
-        &m.chunk_hashes[chunk.value()], decoded, scratch);
+        &m.chunk_hashes[chunk.value()], range.size,
+        [&](uint64_t offset, std::span<const uint8_t> block) {
+          write_error = t.staged->WriteChunkPart(chunk, offset, block);
+          return write_error;
+        },
+        scratch);
+    if (!write_error.ok()) {
+      out.status = write_error;  // ours (disk), not a decode failure
+      return out;
+    }
     if (!status.ok()) {
-      out.status = status.WithContext(what);
+      out.status = status.WithContext(what());
       out.decode_failed = true;
       return out;
     }
-    out.status = t.staged->WriteChunk(chunk, decoded);
-    if (out.status.ok()) out.status = t.staged->MarkVerified(chunk);
+    out.status = t.staged->MarkVerified(chunk);
     if (out.status.ok() && t.payloads != nullptr) {
       t.payloads->Put(chunk, std::vector<uint8_t>(payload.begin(), payload.end()));
     }

@@ -189,18 +189,31 @@ Result<std::shared_ptr<StagingState>> StagingState::Load(const ChannelLayout& la
 }
 
 Status StagingState::WriteChunk(ChunkIndex index, std::span<const uint8_t> bytes) {
+  if (index.value() < manifest.chunk_count() && bytes.size() != manifest.ChunkRange(index).size) {
+    return InvalidArgument("chunk " + std::to_string(index.value()) + " has " +
+                           std::to_string(manifest.ChunkRange(index).size) + " bytes, got " +
+                           std::to_string(bytes.size()));
+  }
+  return WriteChunkPart(index, 0, bytes);
+}
+
+Status StagingState::WriteChunkPart(ChunkIndex index, uint64_t offset,
+                                    std::span<const uint8_t> bytes) {
   std::shared_lock io(io_mu);
   RETURN_IF_ERROR(CheckOpen());
   if (index.value() >= manifest.chunk_count()) {
     return OutOfRange("chunk " + std::to_string(index.value()) + " is beyond the " +
                       std::to_string(manifest.chunk_count()) + " chunks of the version");
   }
-  ByteRange range = manifest.ChunkRange(index);
-  if (bytes.size() != range.size) {
-    return InvalidArgument("chunk " + std::to_string(index.value()) + " has " +
-                           std::to_string(range.size) + " bytes, got " +
-                           std::to_string(bytes.size()));
+  const ByteRange chunk = manifest.ChunkRange(index);
+  if (offset > chunk.size || bytes.size() > chunk.size - offset) {
+    return InvalidArgument("bytes [" + std::to_string(offset) + ", " +
+                           std::to_string(offset + bytes.size()) + ") lie outside chunk " +
+                           std::to_string(index.value()) + " of " + std::to_string(chunk.size) +
+                           " bytes");
   }
+  const ByteRange range{chunk.offset + offset, bytes.size()};
+  if (range.size == 0) return Status::Ok();
   return ForEachSegment(
       manifest.files, range, [&](size_t file, uint64_t at, uint64_t len, uint64_t from) -> Status {
         const uint8_t* p = bytes.data() + from;

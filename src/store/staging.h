@@ -40,6 +40,8 @@ struct StagingState {
                                                     uint32_t batch);
 
   Status WriteChunk(ChunkIndex index, std::span<const uint8_t> bytes);
+  // Writes `bytes` at `offset` inside the chunk (a piece of it; the chunk stays unverified).
+  Status WriteChunkPart(ChunkIndex index, uint64_t offset, std::span<const uint8_t> bytes);
   Status MarkVerified(ChunkIndex index);
   Status Flush();
   bool HasChunk(ChunkIndex index) const;

@@ -314,6 +314,11 @@ Status StagedVersion::WriteChunk(ChunkIndex index, std::span<const uint8_t> byte
   return state_->WriteChunk(index, bytes);
 }
 
+Status StagedVersion::WriteChunkPart(ChunkIndex index, uint64_t offset,
+                                     std::span<const uint8_t> bytes) {
+  return state_->WriteChunkPart(index, offset, bytes);
+}
+
 Status StagedVersion::MarkVerified(ChunkIndex index) { return state_->MarkVerified(index); }
 
 Status StagedVersion::PutChunk(ChunkIndex index, std::span<const uint8_t> bytes) {

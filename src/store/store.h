@@ -79,6 +79,11 @@ class StagedVersion {
   // Writes the bytes of one chunk at its place in the flat byte space (pwrite; a chunk may span
   // files). `bytes` must be exactly the chunk's size. Does not verify or record the chunk.
   Status WriteChunk(ChunkIndex index, std::span<const uint8_t> bytes);
+  // Writes `bytes` at `offset` inside the chunk (a piece of it, e.g. a decoder's block written as
+  // it is produced; [offset, offset + size) must lie in the chunk). Like WriteChunk it neither
+  // verifies nor records: until MarkVerified the chunk counts as missing, so a resume fetches it
+  // again whatever was written.
+  Status WriteChunkPart(ChunkIndex index, uint64_t offset, std::span<const uint8_t> bytes);
   // Records that the chunk's bytes were written and verified by the caller. Persisted in batches
   // (StoreOptions::record_batch); data files are fsynced before their records are written.
   Status MarkVerified(ChunkIndex index);
