@@ -48,7 +48,9 @@ std::vector<Segment> ChunkSegments(const Manifest& manifest, ChunkIndex index);
 struct VersionCodecOptions {
   ChunkEncodeOptions chunk;
   size_t threads = 0;  // 0: one per core
-  size_t window = 0;   // chunks in flight; 0: 2 per thread
+  // Chunks in flight; 0: 2 per thread (EncodeVersion: at least 32 MiB of chunks, see
+  // version_codec.cc).
+  size_t window = 0;
 };
 
 // Receives encoded payloads in chunk order, one call at a time (kSame chunks are not passed).
@@ -60,6 +62,18 @@ using PayloadSink = std::function<Status(ChunkIndex, std::span<const uint8_t> pa
 Result<DeltaInfo> EncodeVersion(const Manifest& base, const SnapshotReader& base_bytes,
                                 const Manifest& target, const SnapshotReader& target_bytes,
                                 const PayloadSink& sink, const VersionCodecOptions& options = {});
+
+// EncodeVersion for a target whose chunk hashes are not known yet (a publisher building the
+// manifest from the bytes it encodes): `target` gives the layout (files, tensors, chunk size and
+// algorithm; its chunk hashes are ignored, e.g. BuildManifestLayout's placeholders). Each chunk
+// is hashed while it is compared with the base chunk (EncodeChunkHashing), so its bytes are read
+// from memory once, and the hashes go to `*target_hashes` (one per chunk, in order). The
+// DeltaInfo and the payloads are the ones EncodeVersion gives once the hashes are in `target`.
+// The base's hashes must be the verified ones of its bytes, as for EncodeVersion.
+Result<DeltaInfo> EncodeVersionHashing(const Manifest& base, const SnapshotReader& base_bytes,
+                                       const Manifest& target, const SnapshotReader& target_bytes,
+                                       const PayloadSink& sink, std::vector<Digest>* target_hashes,
+                                       const VersionCodecOptions& options = {});
 
 // Returns the payload of a chunk (kXor or kFull). Called from worker threads concurrently.
 using PayloadSource = std::function<Result<std::span<const uint8_t>>(ChunkIndex)>;

@@ -173,8 +173,8 @@ Result<std::vector<Digest>> HashChunks(const std::filesystem::path& root,
   return out;
 }
 
-Result<Manifest> BuildManifest(const Checkpoint& checkpoint, std::string channel, Version version,
-                               const BuildOptions& options) {
+Result<Manifest> BuildManifestLayout(const Checkpoint& checkpoint, std::string channel,
+                                     Version version, const BuildOptions& options) {
   RETURN_IF_ERROR(ValidateChannelName(channel));
   if (version.value() == 0) return InvalidArgument("version must be 1 or more");
   if (options.algorithm != HashAlgorithm::kSha256 &&
@@ -227,10 +227,31 @@ Result<Manifest> BuildManifest(const Checkpoint& checkpoint, std::string channel
       m.tensors.begin(), m.tensors.end(),
       [](const ManifestTensor& a, const ManifestTensor& b) { return a.offset < b.offset; });
 
-  ASSIGN_OR_RETURN(m.chunk_hashes, HashChunks(checkpoint.root, m.files, m.chunk_size,
-                                              m.hash_algorithm, options.threads));
-  m.root = ComputeRoot(m);
-  if (Status s = ValidateManifest(m); !s.ok()) {
+  RETURN_IF_ERROR(CheckLayout(m.files, m.chunk_size));
+  // Placeholders, so that chunk_count() and ChunkRange work before the hashes are known.
+  const uint64_t total = offset;
+  m.chunk_hashes.assign(total / m.chunk_size + (total % m.chunk_size != 0 ? 1 : 0), Digest{});
+  return m;
+}
+
+Status FinishManifest(Manifest& manifest, std::vector<Digest> chunk_hashes) {
+  if (chunk_hashes.size() != manifest.chunk_count()) {
+    return InvalidArgument(std::to_string(chunk_hashes.size()) +
+                           " chunk hashes for a manifest of " +
+                           std::to_string(manifest.chunk_count()) + " chunks");
+  }
+  manifest.chunk_hashes = std::move(chunk_hashes);
+  manifest.root = ComputeRoot(manifest);
+  return ValidateManifest(manifest);
+}
+
+Result<Manifest> BuildManifest(const Checkpoint& checkpoint, std::string channel, Version version,
+                               const BuildOptions& options) {
+  ASSIGN_OR_RETURN(Manifest m,
+                   BuildManifestLayout(checkpoint, std::move(channel), version, options));
+  ASSIGN_OR_RETURN(std::vector<Digest> hashes, HashChunks(checkpoint.root, m.files, m.chunk_size,
+                                                          m.hash_algorithm, options.threads));
+  if (Status s = FinishManifest(m, std::move(hashes)); !s.ok()) {
     return InvalidArgument(checkpoint.root.string() + ": " + s.message());
   }
   return m;

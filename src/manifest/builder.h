@@ -53,6 +53,18 @@ void UpdateStreaming(Hasher& hasher, HashAlgorithm algorithm, std::span<const ui
 Result<Manifest> BuildManifest(const Checkpoint& checkpoint, std::string channel, Version version,
                                const BuildOptions& options = {});
 
+// The manifest of a checkpoint without its chunk hashes and root: files, tensors, chunk size and
+// algorithm, from the headers only (no data byte is read). `chunk_hashes` holds one zero digest
+// per chunk, so that chunk_count() and ChunkRange() already work; the root is unset. For a caller
+// that hashes the chunks itself (the publisher hashes each chunk while delta-encoding it) and then
+// calls FinishManifest. Same checks as BuildManifest.
+Result<Manifest> BuildManifestLayout(const Checkpoint& checkpoint, std::string channel,
+                                     Version version, const BuildOptions& options = {});
+
+// Completes a manifest from BuildManifestLayout: sets the chunk hashes (one per chunk, in order)
+// and the root, then validates it. kInvalidArgument when the count does not match.
+Status FinishManifest(Manifest& manifest, std::vector<Digest> chunk_hashes);
+
 // Hashes the chunks of the flat byte space formed by `files` under `root` (used by BuildManifest
 // and by store verification). Fails if a file's size differs from its entry.
 Result<std::vector<Digest>> HashChunks(const std::filesystem::path& root,

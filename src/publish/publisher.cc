@@ -384,7 +384,10 @@ Result<PublishedVersion> Publisher::PublishDirectory(
                                   {"bytes", out.model_bytes},
                                   {"payload_bytes", out.payload_bytes},
                                   {"chunks", static_cast<uint64_t>(out.chunks)},
-                                  {"prepare_s", out.prepare_seconds}});
+                                  {"prepare_s", out.prepare_seconds},
+                                  {"import_s", prepared.import_seconds},
+                                  {"build_s", prepared.build_seconds},
+                                  {"encode_s", prepared.encode_seconds}});
   return out;
 }
 

@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "format/safetensors.h"
 #include "manifest/signed_manifest.h"
@@ -49,27 +52,55 @@ struct Encoded {
   uint64_t payload_bytes = 0;
 };
 
+// Encodes `target` (read from `target_dir`) against `base`. With `target_hashes`, the target's
+// chunk hashes are computed while encoding (its manifest's hashes are placeholders); without,
+// they are taken from its manifest.
 Result<Encoded> Encode(const Manifest& base, const fs::path& base_dir, const Manifest& target,
-                       const fs::path& target_dir, const codec::VersionCodecOptions& options) {
+                       const fs::path& target_dir, const codec::VersionCodecOptions& options,
+                       std::vector<Digest>* target_hashes = nullptr) {
   ASSIGN_OR_RETURN(codec::SnapshotReader base_bytes, codec::SnapshotReader::Open(base_dir, base));
   ASSIGN_OR_RETURN(codec::SnapshotReader target_bytes,
                    codec::SnapshotReader::Open(target_dir, target));
   Encoded out;
   out.payloads = std::make_shared<agent::PayloadCache>(target.version);
-  ASSIGN_OR_RETURN(out.delta, codec::EncodeVersion(
-                                  base, base_bytes, target, target_bytes,
-                                  [&](ChunkIndex index, std::span<const uint8_t> payload) {
-                                    out.payload_bytes += payload.size();
-                                    out.payloads->Put(index, std::vector<uint8_t>(payload.begin(),
-                                                                                  payload.end()));
-                                    return Status::Ok();
-                                  },
-                                  options));
+  const codec::PayloadSink sink = [&](ChunkIndex index, std::span<const uint8_t> payload) {
+    out.payload_bytes += payload.size();
+    out.payloads->Put(index, std::vector<uint8_t>(payload.begin(), payload.end()));
+    return Status::Ok();
+  };
+  if (target_hashes != nullptr) {
+    ASSIGN_OR_RETURN(out.delta, codec::EncodeVersionHashing(base, base_bytes, target, target_bytes,
+                                                            sink, target_hashes, options));
+  } else {
+    ASSIGN_OR_RETURN(out.delta,
+                     codec::EncodeVersion(base, base_bytes, target, target_bytes, sink, options));
+  }
   return out;
+}
+
+// The checkpoint as the store holds it must be the one the source directory showed: same files
+// at the same sizes (a trainer still writing, or replacing files, while we link them in).
+Status SameFiles(const Checkpoint& source, const Checkpoint& staged) {
+  const auto changed = [&](const std::string& what) {
+    return FailedPrecondition(source.root.string() + ": " + what +
+                              " changed while it was being published");
+  };
+  if (staged.files.size() != source.files.size()) return changed("the set of files");
+  for (size_t i = 0; i < source.files.size(); ++i) {
+    const CheckpointFile& a = source.files[i];
+    const CheckpointFile& b = staged.files[i];
+    if (a.relative_path != b.relative_path) return changed("the set of files");
+    if (a.size != b.size) return changed(a.relative_path);
+  }
+  return Status::Ok();
 }
 
 }  // namespace
 
+// One pass over the new bytes (docs/publish.md, "A version from a directory"): the files are
+// linked or copied into the store first, and everything after reads the store's files, so the
+// bytes hashed are the bytes the version serves; each chunk is hashed while it is encoded
+// against the base, and the commit does not hash again.
 Result<PreparedVersion> PrepareVersion(Store& store, const fs::path& dir,
                                        const PrepareOptions& options) {
   RETURN_IF_ERROR(ValidateChannelName(options.channel));
@@ -78,36 +109,56 @@ Result<PreparedVersion> PrepareVersion(Store& store, const fs::path& dir,
   ASSIGN_OR_RETURN(out.import_mode, ChooseImportMode(options.import, dir, store.root()));
 
   auto start = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(dir));
+  ASSIGN_OR_RETURN(Checkpoint source, OpenCheckpoint(dir));
   ASSIGN_OR_RETURN(Version next, store.NextVersion(options.channel));
   next = std::max(next, options.min_version);
-  ASSIGN_OR_RETURN(out.manifest, BuildManifest(checkpoint, options.channel, next, options.build));
+  std::vector<std::string> paths;
+  paths.reserve(source.files.size());
+  for (const CheckpointFile& f : source.files) paths.push_back(f.relative_path);
+  ASSIGN_OR_RETURN(ImportedFiles staged,
+                   store.StageImport(options.channel, next, paths, source.root, out.import_mode));
+  out.import_seconds = SecondsSince(start);
+
+  start = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(staged.dir()));
+  RETURN_IF_ERROR(SameFiles(source, checkpoint));
+  ASSIGN_OR_RETURN(out.manifest,
+                   BuildManifestLayout(checkpoint, options.channel, next, options.build));
   for (const auto& [key, value] : options.metadata) out.manifest.metadata[key] = value;
-  out.build_seconds = SecondsSince(start);
 
   // The base: the version the store has current, which is what the publisher last published
   // (or rolled back to). Nodes holding it fetch payloads; everyone else fetches whole chunks.
+  std::optional<Manifest> base;
   Result<Version> current = store.Current(options.channel);
   if (!current.ok() && current.status().code() != Code::kNotFound) return current.status();
   if (options.delta && current.ok()) {
-    ASSIGN_OR_RETURN(Manifest base, store.GetManifest(options.channel, *current));
-    if (DeltaPays(base, out.manifest)) {
-      start = std::chrono::steady_clock::now();
-      ASSIGN_OR_RETURN(Encoded encoded, Encode(base, store.VersionPath(options.channel, *current),
-                                               out.manifest, checkpoint.root, options.codec));
-      out.manifest.delta = std::move(encoded.delta);
-      out.payloads = std::move(encoded.payloads);
-      out.payload_bytes = encoded.payload_bytes;
-      out.encode_seconds = SecondsSince(start);
-    }
+    ASSIGN_OR_RETURN(Manifest m, store.GetManifest(options.channel, *current));
+    if (DeltaPays(m, out.manifest)) base = std::move(m);
+  }
+  std::vector<Digest> hashes;
+  if (base.has_value()) {
+    ASSIGN_OR_RETURN(Encoded encoded,
+                     Encode(*base, store.VersionPath(options.channel, base->version), out.manifest,
+                            staged.dir(), options.codec, &hashes));
+    out.manifest.delta = std::move(encoded.delta);
+    out.payloads = std::move(encoded.payloads);
+    out.payload_bytes = encoded.payload_bytes;
+    out.encode_seconds = SecondsSince(start);
+  } else {
+    ASSIGN_OR_RETURN(hashes, HashChunks(staged.dir(), out.manifest.files, out.manifest.chunk_size,
+                                        out.manifest.hash_algorithm, options.build.threads));
+    out.build_seconds = SecondsSince(start);
+  }
+  if (Status s = FinishManifest(out.manifest, std::move(hashes)); !s.ok()) {
+    return InvalidArgument(dir.string() + ": " + s.message());
   }
 
-  // The import hashes every byte again against the manifest, so a file the trainer changed
-  // after the manifest (or the payloads) were made is caught here, before anything is signed.
+  // No second hash: the manifest was built from the store's own files. A copy is private to the
+  // store; a hard link shares the trainer's inode, and CommitImport refuses one written to since
+  // it was linked (docs/publish.md says why hashing again would protect nothing more).
   start = std::chrono::steady_clock::now();
-  RETURN_IF_ERROR(
-      store.ImportDirectory(options.channel, out.manifest, checkpoint.root, out.import_mode));
-  out.import_seconds = SecondsSince(start);
+  RETURN_IF_ERROR(store.CommitImport(options.channel, out.manifest, std::move(staged)));
+  out.import_seconds += SecondsSince(start);
   out.signed_manifest = SignManifest(out.manifest, options.secret);
   return out;
 }

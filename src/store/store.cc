@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <map>
 #include <system_error>
+#include <utility>
 
 #include "manifest/builder.h"
 #include "store/store_impl.h"
@@ -304,6 +306,115 @@ Status StoreImpl::ImportDirectory(std::string_view channel, const Manifest& mani
   return CommitLocked(channel, v);
 }
 
+Result<ImportedFiles::Stamp> StoreImpl::StampOf(const std::filesystem::path& path,
+                                                std::string relative) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return ErrnoStatus("stat(" + path.string() + ")", errno);
+  if (!S_ISREG(st.st_mode)) return InvalidArgument(path.string() + ": not a regular file");
+  auto ns = [](const timespec& t) { return int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec; };
+  return ImportedFiles::Stamp{std::move(relative), static_cast<uint64_t>(st.st_size),
+                              static_cast<uint64_t>(st.st_ino), ns(st.st_mtim), ns(st.st_ctim)};
+}
+
+Result<ImportedFiles> StoreImpl::StageImport(std::string_view channel, Version version,
+                                             const std::vector<std::string>& paths,
+                                             const std::filesystem::path& dir, ImportMode mode) {
+  RETURN_IF_ERROR(CheckWritable());
+  RETURN_IF_ERROR(ValidateChannelName(channel));
+  if (version.value() == 0) return InvalidArgument("version must be 1 or more");
+  for (const std::string& p : paths) RETURN_IF_ERROR(ValidateRelativePath(p));
+  std::lock_guard lock(mu_);
+  ChannelLayout layout = Layout(channel);
+  if (Exists(layout.version_dir(version))) {
+    return AlreadyExists("version " + Name(channel, version) + " is already committed");
+  }
+  if (Exists(layout.staging_dir(version))) {
+    return AlreadyExists("version " + Name(channel, version) + " is already staging");
+  }
+  for (const auto& d : {layout.dir(), layout.staging_root()}) RETURN_IF_ERROR(MakeDirDurable(d));
+  // A name Open removes (not a version number): a crash before CommitImport leaves nothing that
+  // could be mistaken for a staging version. Not made durable: it is never needed after a crash.
+  const std::filesystem::path into = layout.staging_root() / (".import-" + VersionName(version));
+  RETURN_IF_ERROR(RemoveAll(into));
+  ImportedFiles out;
+  out.channel_ = std::string(channel);
+  out.version_ = version;
+  out.mode_ = mode;
+  out.dir_ = into;  // from here its destructor removes what was brought in
+  std::error_code ec;
+  std::filesystem::create_directories(into, ec);
+  if (ec) return IoError("mkdir(" + into.string() + "): " + ec.message());
+  for (const std::string& p : paths) {
+    const std::filesystem::path from = dir / p;
+    const std::filesystem::path to = into / p;
+    std::filesystem::create_directories(to.parent_path(), ec);
+    if (ec) return IoError("mkdir(" + to.parent_path().string() + "): " + ec.message());
+    ASSIGN_OR_RETURN(ImportedFiles::Stamp source, StampOf(from, p));
+    (void)source;  // refuses directories, devices and symlinks before linking them
+    if (mode == ImportMode::kHardlink) {
+      std::filesystem::create_hard_link(from, to, ec);
+      if (ec) return IoError("link(" + from.string() + " -> " + to.string() + "): " + ec.message());
+    } else {
+      std::filesystem::copy_file(from, to, std::filesystem::copy_options::none, ec);
+      if (ec) return IoError("copy(" + from.string() + " -> " + to.string() + "): " + ec.message());
+    }
+    ASSIGN_OR_RETURN(ImportedFiles::Stamp stamp, StampOf(to, p));
+    out.stamps_.push_back(std::move(stamp));
+  }
+  return out;
+}
+
+Status StoreImpl::CommitImport(std::string_view channel, const Manifest& manifest,
+                               ImportedFiles files) {
+  RETURN_IF_ERROR(CheckNewVersion(channel, manifest));
+  if (files.dir_.empty()) return FailedPrecondition("no staged import to commit");
+  if (files.channel_ != channel || files.version_ != manifest.version) {
+    return InvalidArgument("the staged import is " + Name(files.channel_, files.version_) +
+                           ", the manifest " + Name(channel, manifest.version));
+  }
+  std::map<std::string_view, const ImportedFiles::Stamp*> staged;
+  for (const ImportedFiles::Stamp& s : files.stamps_) staged[s.path] = &s;
+  if (staged.size() != manifest.files.size()) {
+    return InvalidArgument("the manifest lists " + std::to_string(manifest.files.size()) +
+                           " files, " + std::to_string(staged.size()) + " were imported");
+  }
+  // The last check before the version becomes current. In hard-link mode the staged file is the
+  // trainer's inode: a write since StageImport (during the hashing) changes its mtime/ctime.
+  for (const ManifestFile& f : manifest.files) {
+    auto it = staged.find(f.path);
+    if (it == staged.end()) return InvalidArgument(f.path + " was not imported");
+    const ImportedFiles::Stamp& before = *it->second;
+    ASSIGN_OR_RETURN(ImportedFiles::Stamp now, StampOf(files.dir_ / f.path, f.path));
+    if (now.size != f.size || before.size != f.size) {
+      return Corrupt(f.path + ": " + std::to_string(now.size) + " bytes, the manifest says " +
+                     std::to_string(f.size) + " (changed while it was being published)");
+    }
+    if (now.inode != before.inode || now.mtime_ns != before.mtime_ns ||
+        now.ctime_ns != before.ctime_ns) {
+      return Corrupt(f.path + " was modified while it was being published; nothing was committed");
+    }
+  }
+  std::lock_guard lock(mu_);
+  ChannelLayout layout = Layout(channel);
+  const Version v = manifest.version;
+  // The staged files are on the store's filesystem: linking them into the staging copies nothing.
+  ASSIGN_OR_RETURN(auto state,
+                   CreateStagingLocked(channel, manifest, &files.dir_, ImportMode::kHardlink));
+  auto fail = [&](Status st) {
+    state->Close();
+    staging_.erase({std::string(channel), v.value()});
+    std::filesystem::path doomed = layout.staging_root() / (".aborted-" + VersionName(v));
+    if (RenameDurable(layout.staging_dir(v), doomed).ok()) RemoveAll(doomed).IgnoreError();
+    return st;
+  };
+  for (size_t i = 0; i < manifest.files.size(); ++i) state->dirty[i].store(true);
+  for (uint32_t i = 0; i < manifest.chunk_count(); ++i) {
+    Status st = state->MarkVerified(ChunkIndex(i));
+    if (!st.ok()) return fail(st);
+  }
+  return CommitLocked(channel, v);
+}
+
 }  // namespace store
 
 const Manifest& StagedVersion::manifest() const { return state_->manifest; }
@@ -420,6 +531,40 @@ Status Store::ImportDirectory(std::string_view channel, const Manifest& manifest
                               const std::filesystem::path& dir, ImportMode mode) {
   return impl_->ImportDirectory(channel, manifest, dir, mode);
 }
+Result<ImportedFiles> Store::StageImport(std::string_view channel, Version version,
+                                         const std::vector<std::string>& paths,
+                                         const std::filesystem::path& dir, ImportMode mode) {
+  return impl_->StageImport(channel, version, paths, dir, mode);
+}
+Status Store::CommitImport(std::string_view channel, const Manifest& manifest,
+                           ImportedFiles files) {
+  return impl_->CommitImport(channel, manifest, std::move(files));
+}
+
+ImportedFiles::ImportedFiles(ImportedFiles&& other) noexcept { *this = std::move(other); }
+
+ImportedFiles& ImportedFiles::operator=(ImportedFiles&& other) noexcept {
+  if (this != &other) {
+    Release();
+    channel_ = std::move(other.channel_);
+    version_ = other.version_;
+    mode_ = other.mode_;
+    dir_ = std::exchange(other.dir_, {});
+    stamps_ = std::move(other.stamps_);
+  }
+  return *this;
+}
+
+ImportedFiles::~ImportedFiles() { Release(); }
+
+void ImportedFiles::Release() {
+  // Only names go: in hard-link mode the inodes live on in the trainer's directory and, after a
+  // commit, in versions/<v>.
+  if (!dir_.empty()) store::RemoveAll(dir_).IgnoreError();
+  dir_.clear();
+  stamps_.clear();
+}
+
 Result<std::vector<Version>> Store::CollectGarbage(std::string_view channel) {
   return impl_->CollectGarbage(channel);
 }

@@ -110,6 +110,44 @@ class StagedVersion {
   std::shared_ptr<store::StagingState> state_;
 };
 
+// A version's files brought into the store before its manifest exists (Store::StageImport), so
+// that the manifest can be built from the store's own files: the bytes hashed are the bytes the
+// version will serve. Move-only. Destroying it without Store::CommitImport removes the files; a
+// crash leaves them for the next Store::Open to remove (they are never a version).
+class ImportedFiles {
+ public:
+  ImportedFiles() = default;
+  ImportedFiles(ImportedFiles&& other) noexcept;
+  ImportedFiles& operator=(ImportedFiles&& other) noexcept;
+  ImportedFiles(const ImportedFiles&) = delete;
+  ImportedFiles& operator=(const ImportedFiles&) = delete;
+  ~ImportedFiles();
+
+  // The directory holding the files under their relative paths. Read them, never write them.
+  const std::filesystem::path& dir() const { return dir_; }
+  ImportMode mode() const { return mode_; }
+  Version version() const { return version_; }
+
+ private:
+  friend class store::StoreImpl;
+  // What a file looked like right after it was linked or copied in; CommitImport refuses a file
+  // that no longer does (in hard-link mode the trainer shares the inode).
+  struct Stamp {
+    std::string path;
+    uint64_t size = 0;
+    uint64_t inode = 0;
+    int64_t mtime_ns = 0;
+    int64_t ctime_ns = 0;
+  };
+  void Release();
+
+  std::string channel_;
+  Version version_;
+  ImportMode mode_ = ImportMode::kCopy;
+  std::filesystem::path dir_;
+  std::vector<Stamp> stamps_;
+};
+
 class Store {
  public:
   // Opens (creating if needed) the store at `root`. Unless read_only: takes the lock and
@@ -169,6 +207,22 @@ class Store {
   // staging: files are copied or hard-linked in, hashed against the manifest, then committed.
   Status ImportDirectory(std::string_view channel, const Manifest& manifest,
                          const std::filesystem::path& dir, ImportMode mode = ImportMode::kCopy);
+
+  // The import in two steps, for a caller that builds the manifest from the store's own files
+  // (publish::PrepareVersion: one pass over the bytes instead of hashing the source and then the
+  // import again):
+  // StageImport copies or hard-links `paths` (relative, as in a manifest) from `dir` into a
+  // private directory of the store for `version` (neither committed nor staging). Nothing is
+  // hashed. Fails (and leaves nothing behind) when a file is missing or is not a regular file.
+  Result<ImportedFiles> StageImport(std::string_view channel, Version version,
+                                    const std::vector<std::string>& paths,
+                                    const std::filesystem::path& dir, ImportMode mode);
+  // Commits `files` as `manifest` (validated; same version, exactly the staged paths at their
+  // sizes) WITHOUT hashing them again: the caller vouches that the manifest's chunk hashes were
+  // computed from files.dir(). Refuses with kCorrupt, committing nothing, when a staged file was
+  // modified, replaced or resized since StageImport (its size, inode, mtime or ctime changed).
+  // The staged files are removed either way.
+  Status CommitImport(std::string_view channel, const Manifest& manifest, ImportedFiles files);
 
   // Removes committed versions beyond the kept ones (never the current one). Returns the removed.
   Result<std::vector<Version>> CollectGarbage(std::string_view channel);

@@ -43,12 +43,19 @@ class StoreImpl {
                                          ChunkIndex index) const;
   Status ImportDirectory(std::string_view channel, const Manifest& manifest,
                          const std::filesystem::path& dir, ImportMode mode);
+  Result<ImportedFiles> StageImport(std::string_view channel, Version version,
+                                    const std::vector<std::string>& paths,
+                                    const std::filesystem::path& dir, ImportMode mode);
+  Status CommitImport(std::string_view channel, const Manifest& manifest, ImportedFiles files);
   Result<std::vector<Version>> CollectGarbage(std::string_view channel);
 
  private:
   using Key = std::pair<std::string, uint64_t>;
 
   Status CheckWritable() const;
+  // Size, inode and times of the regular file at `path` (kInvalidArgument for anything else).
+  static Result<ImportedFiles::Stamp> StampOf(const std::filesystem::path& path,
+                                              std::string relative);
   // Checks a manifest offered as a new version of `channel` (no lock needed: touches no state).
   Status CheckNewVersion(std::string_view channel, const Manifest& manifest) const;
   // Creates and registers the staging of a version that is neither committed nor staging

@@ -138,6 +138,51 @@ TEST(VersionCodec, SparseChangesMakeSmallPayloads) {
   EXPECT_LT(total, target.bytes.size() / 5);
 }
 
+// The publisher's one-pass encode: same delta table and payloads as EncodeVersion with the
+// hashes known, and the chunk hashes the manifest needs, from a target whose hashes are zeros.
+void ExpectHashingEncodeMatches(const Snapshot& base, const Snapshot& target) {
+  const Encoded want = Encode(base, target);
+  Manifest blank = target.manifest;
+  std::fill(blank.chunk_hashes.begin(), blank.chunk_hashes.end(), Digest{});
+  std::map<uint32_t, Bytes> payloads;
+  std::vector<Digest> hashes;
+  auto info = EncodeVersionHashing(base.manifest, SnapshotReader::FromMemory(base.bytes), blank,
+                                   SnapshotReader::FromMemory(target.bytes),
+                                   [&](ChunkIndex i, std::span<const uint8_t> p) {
+                                     payloads[i.value()].assign(p.begin(), p.end());
+                                     return Status::Ok();
+                                   },
+                                   &hashes, {{}, 2, 3});
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_EQ(hashes, target.manifest.chunk_hashes);
+  ASSERT_EQ(info->chunks.size(), want.info.chunks.size());
+  for (size_t i = 0; i < info->chunks.size(); ++i) {
+    EXPECT_EQ(info->chunks[i].encoding, want.info.chunks[i].encoding) << i;
+    EXPECT_EQ(info->chunks[i].payload_size, want.info.chunks[i].payload_size) << i;
+    EXPECT_EQ(info->chunks[i].payload_hash, want.info.chunks[i].payload_hash) << i;
+  }
+  EXPECT_EQ(payloads, want.payloads);
+}
+
+TEST(VersionCodec, HashingEncodeGivesTheSameDeltaAndTheTargetHashes) {
+  const Snapshot base = MakeBase(21);
+  ExpectHashingEncodeMatches(base, MakeTarget(base, 22, 0.002));  // sparse, one chunk same
+  ExpectHashingEncodeMatches(base, MakeTarget(base, 23, 0.9));    // dense: full chunks
+  Snapshot longer = MakeBase(21, 30011, 29000);                   // chunks the base lacks
+  longer.manifest = Layout(4096, 30011, 29000);
+  Finish(longer, 2, 2);
+  ExpectHashingEncodeMatches(base, longer);
+}
+
+TEST(VersionCodec, HashingEncodeRefusesWithoutAPlaceForTheHashes) {
+  const Snapshot base = MakeBase(24);
+  auto info = EncodeVersionHashing(
+      base.manifest, SnapshotReader::FromMemory(base.bytes), base.manifest,
+      SnapshotReader::FromMemory(base.bytes),
+      [](ChunkIndex, std::span<const uint8_t>) { return Status::Ok(); }, nullptr);
+  EXPECT_EQ(info.status().code(), Code::kInvalidArgument);
+}
+
 TEST(VersionCodec, TargetWithMoreChunksThanBaseSendsTheNewOnesFull) {
   const Snapshot base = MakeBase(5, 30011, 20003);
   Snapshot target = MakeBase(5, 30011, 29000);  // same prefix, longer second file

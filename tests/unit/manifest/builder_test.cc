@@ -79,6 +79,29 @@ TEST(BuildManifest, TranslatesTensorsToAbsoluteSortedOffsets) {
   EXPECT_EQ(m->tensors.back().name, "lm_head.weight");
 }
 
+TEST(BuildManifestLayout, PlusItsHashesIsTheManifestBuildManifestGives) {
+  TempDir dir;
+  Checkpoint ckpt = MakeSmallCheckpoint(dir.path());
+  const BuildOptions options{.chunk_size = kMinChunkSize};
+  Result<Manifest> full = BuildManifest(ckpt, "policy", Version(2), options);
+  ASSERT_TRUE(full.ok()) << full.status().ToString();
+  Result<Manifest> layout = BuildManifestLayout(ckpt, "policy", Version(2), options);
+  ASSERT_TRUE(layout.ok()) << layout.status().ToString();
+  // Chunk ranges work before the hashes are known; the hashes are placeholders.
+  ASSERT_EQ(layout->chunk_count(), full->chunk_count());
+  EXPECT_EQ(layout->ChunkRange(ChunkIndex(1)).offset, kMinChunkSize);
+  for (const Digest& d : layout->chunk_hashes) EXPECT_EQ(d, Digest{});
+  EXPECT_FALSE(ValidateManifest(*layout).ok());
+
+  Manifest m = *layout;
+  EXPECT_EQ(FinishManifest(m, {}).code(), Code::kInvalidArgument);  // wrong count
+  ASSERT_TRUE(FinishManifest(m, full->chunk_hashes).ok());
+  EXPECT_EQ(m.root, full->root);
+  EXPECT_EQ(SerializeManifest(m), SerializeManifest(*full));
+  EXPECT_EQ(BuildManifestLayout(ckpt, "policy", Version(2), {.chunk_size = 1}).status().code(),
+            Code::kInvalidArgument);
+}
+
 TEST(HashChunks, EqualsNaiveSingleThreadComputation) {
   TempDir dir;
   Checkpoint ckpt = MakeSmallCheckpoint(dir.path());

@@ -9,6 +9,7 @@
 #include "format/safetensors.h"
 #include "hash/digest.h"
 #include "manifest/signed_manifest.h"
+#include "store/layout.h"
 #include "synth/model.h"
 #include "testing/temp_dir.h"
 
@@ -269,6 +270,44 @@ TEST(PrepareVersion, BadInputLeavesTheStoreUnchanged) {
   auto next = f.store.NextVersion("policy");
   ASSERT_TRUE(next.ok());
   EXPECT_EQ(*next, Version(1));
+}
+
+// One pass over the bytes (hashing while encoding, from the store's copy) must give exactly the
+// manifest that hashing the trainer's directory gives: same chunk hashes, same root.
+TEST(PrepareVersion, OnePassManifestEqualsBuildManifestOfTheDirectory) {
+  Fixture f(2);
+  for (const char* step : {"step-0000", "step-0001", "step-0002"}) {
+    auto v = PrepareVersion(f.store, f.trainer / step, Options());
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    auto ckpt = OpenCheckpoint(f.trainer / step);
+    ASSERT_TRUE(ckpt.ok());
+    auto want = BuildManifest(*ckpt, "policy", v->manifest.version, Options().build);
+    ASSERT_TRUE(want.ok());
+    EXPECT_EQ(v->manifest.chunk_hashes, want->chunk_hashes) << step;
+    EXPECT_EQ(v->manifest.root, want->root) << step;
+    EXPECT_EQ(v->manifest.delta.has_value(), std::string(step) != "step-0000");
+    EXPECT_TRUE(f.store.Verify("policy", v->manifest.version).ok());
+  }
+}
+
+TEST(PrepareVersion, AFileMissingFromTheIndexFailsCleanly) {
+  Fixture f(1);
+  ASSERT_TRUE(PrepareVersion(f.store, f.trainer / "step-0000", Options()).ok());
+  // The index names a shard that is gone: refused before anything is imported or encoded.
+  fs::path step = f.trainer / "step-0001";
+  fs::path shard;
+  for (const auto& e : fs::directory_iterator(step)) {
+    if (e.path().extension() == ".safetensors") shard = e.path();
+  }
+  ASSERT_FALSE(shard.empty());
+  fs::remove(shard);
+  auto v = PrepareVersion(f.store, step, Options());
+  EXPECT_FALSE(v.ok());
+  EXPECT_EQ(*f.store.Current("policy"), Version(1));
+  EXPECT_EQ(*f.store.NextVersion("policy"), Version(2));
+  auto left = store::ListDir(f.dir.path() / "store/policy/staging");
+  ASSERT_TRUE(left.ok());
+  EXPECT_TRUE(left->empty());
 }
 
 TEST(ReloadVersion, RebuildsTheSamePayloadsAndSignature) {

@@ -1,6 +1,8 @@
 #include "store/store.h"
 
 #include <algorithm>
+#include <chrono>
+#include <fstream>
 #include <random>
 #include <thread>
 
@@ -338,6 +340,121 @@ TEST(Store, ImportRefusesFilesThatChangedSinceTheManifest) {
   store_test::WriteFiles(dir.path() / "ckpt", files);
   EXPECT_EQ(store.ImportDirectory("policy", m, dir.path() / "ckpt").code(), Code::kCorrupt);
   EXPECT_EQ(store.ImportDirectory("policy", m, dir.path() / "nowhere").code(), Code::kIoError);
+}
+
+std::vector<std::string> PathsOf(const std::vector<store_test::TestFile>& files) {
+  std::vector<std::string> out;
+  for (const auto& f : files) out.push_back(f.path);
+  return out;
+}
+
+TEST(Store, StagedImportCommitsWithoutHashingAgain) {
+  for (ImportMode mode : {ImportMode::kCopy, ImportMode::kHardlink}) {
+    TempDir dir;
+    Store store = OpenOrDie(dir.path() / "store");
+    auto files = SampleFiles(10);
+    store_test::WriteFiles(dir.path() / "ckpt", files);
+    auto staged =
+        store.StageImport("policy", Version(1), PathsOf(files), dir.path() / "ckpt", mode);
+    ASSERT_TRUE(staged.ok()) << staged.status().ToString();
+    const fs::path at = staged->dir();
+    EXPECT_EQ(ReadAll(at / files[3].path), files[3].bytes);
+    EXPECT_EQ(fs::hard_link_count(at / files[0].path), mode == ImportMode::kHardlink ? 2u : 1u);
+    EXPECT_EQ(store.Current("policy").status().code(), Code::kNotFound);  // nothing visible yet
+
+    Manifest m = MakeManifest("policy", Version(1), files);
+    ASSERT_TRUE(store.CommitImport("policy", m, std::move(*staged)).ok());
+    EXPECT_EQ(*store.Current("policy"), Version(1));
+    EXPECT_TRUE(store.Verify("policy", Version(1)).ok());
+    EXPECT_FALSE(fs::exists(at));  // the private names are gone, the version keeps the inodes
+    EXPECT_EQ(fs::hard_link_count(dir.path() / "store/policy/versions/1" / files[0].path),
+              mode == ImportMode::kHardlink ? 2u : 1u);
+  }
+}
+
+TEST(Store, StagedImportRefusesAFileWrittenAfterItWasLinked) {
+  TempDir dir;
+  Store store = OpenOrDie(dir.path() / "store");
+  auto files = SampleFiles(11);
+  store_test::WriteFiles(dir.path() / "ckpt", files);
+  auto staged = store.StageImport("policy", Version(1), PathsOf(files), dir.path() / "ckpt",
+                                  ImportMode::kHardlink);
+  ASSERT_TRUE(staged.ok()) << staged.status().ToString();
+  Manifest m = MakeManifest("policy", Version(1), files);  // "hashed" before the write below
+  const fs::path at = staged->dir();
+  {
+    // The trainer writes into the shared inode in place: same size, new bytes.
+    std::fstream f(dir.path() / "ckpt" / files[2].path, std::ios::in | std::ios::out);
+    f.seekp(10);
+    f.put('x');
+  }
+  // Timestamps are coarse (a jiffy); make sure the write lands on a later tick than the link.
+  const auto later = fs::last_write_time(at / files[2].path) + std::chrono::seconds(1);
+  fs::last_write_time(dir.path() / "ckpt" / files[2].path, later);
+  Status st = store.CommitImport("policy", m, std::move(*staged));
+  EXPECT_EQ(st.code(), Code::kCorrupt) << st.ToString();
+  EXPECT_NE(st.message().find(files[2].path), std::string::npos) << st.ToString();
+  EXPECT_EQ(store.Current("policy").status().code(), Code::kNotFound);
+  EXPECT_TRUE(store.ListStaging("policy")->empty());
+  EXPECT_FALSE(fs::exists(at));
+}
+
+TEST(Store, StagedImportBadInputLeavesNothing) {
+  TempDir dir;
+  Store store = OpenOrDie(dir.path() / "store");
+  auto files = SampleFiles(12);
+  store_test::WriteFiles(dir.path() / "ckpt", files);
+  std::vector<std::string> paths = PathsOf(files);
+  paths.push_back("missing.safetensors");
+  auto missing =
+      store.StageImport("policy", Version(1), paths, dir.path() / "ckpt", ImportMode::kCopy);
+  EXPECT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("missing.safetensors"), std::string::npos);
+  EXPECT_TRUE(store::ListDir(dir.path() / "store/policy/staging")->empty());
+  EXPECT_EQ(
+      store.StageImport("policy", Version(1), {"../x"}, dir.path() / "ckpt", ImportMode::kCopy)
+          .status()
+          .code(),
+      Code::kCorrupt);
+
+  // A manifest for other files, or another version, commits nothing.
+  auto staged = store.StageImport("policy", Version(1), PathsOf(files), dir.path() / "ckpt",
+                                  ImportMode::kCopy);
+  ASSERT_TRUE(staged.ok());
+  auto fewer = files;
+  fewer.pop_back();
+  Manifest other = MakeManifest("policy", Version(1), fewer);
+  EXPECT_EQ(store.CommitImport("policy", other, std::move(*staged)).code(), Code::kInvalidArgument);
+  staged = store.StageImport("policy", Version(1), PathsOf(files), dir.path() / "ckpt",
+                             ImportMode::kCopy);
+  ASSERT_TRUE(staged.ok());
+  EXPECT_EQ(
+      store.CommitImport("policy", MakeManifest("policy", Version(2), files), std::move(*staged))
+          .code(),
+      Code::kInvalidArgument);
+  EXPECT_EQ(store.Current("policy").status().code(), Code::kNotFound);
+  EXPECT_TRUE(store::ListDir(dir.path() / "store/policy/staging")->empty());
+
+  // Dropped without a commit (the publisher failed in between): removed, nothing visible.
+  {
+    auto dropped = store.StageImport("policy", Version(1), PathsOf(files), dir.path() / "ckpt",
+                                     ImportMode::kCopy);
+    ASSERT_TRUE(dropped.ok());
+  }
+  EXPECT_TRUE(store::ListDir(dir.path() / "store/policy/staging")->empty());
+}
+
+TEST(Store, OpenRemovesAnImportACrashLeftBehind) {
+  TempDir dir;
+  { OpenOrDie(dir.path() / "store"); }
+  // What a publisher killed between StageImport and CommitImport leaves.
+  const fs::path left = dir.path() / "store/policy/staging/.import-1/sub";
+  fs::create_directories(left);
+  store_test::WriteFiles(left, SampleFiles(13));
+  Store store = OpenOrDie(dir.path() / "store");
+  EXPECT_TRUE(store::ListDir(dir.path() / "store/policy/staging")->empty());
+  EXPECT_EQ(store.Current("policy").status().code(), Code::kNotFound);
+  EXPECT_TRUE(store.ListStaging("policy")->empty());
 }
 
 }  // namespace
