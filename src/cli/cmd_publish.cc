@@ -72,6 +72,8 @@ Status RunPublish(const PublishFlags& flags) {
   options.cluster = flags.node.cluster;
   options.node_id = PeerId(flags.node.node_id);
   options.build.chunk_size = chunk_size;
+  // --dir publishes a new version at once: re-encoding the previous one's payloads would delay it.
+  options.reseed_payloads = flags.dir.empty();
   ASSIGN_OR_RETURN(options.import, ParseImport(flags.import));
   options.log = metrics::Logger("publish", format);
   ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.node.secret_file));

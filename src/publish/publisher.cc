@@ -262,8 +262,11 @@ Status Publisher::Reconcile() {
     return current.status().code() == Code::kNotFound ? Status::Ok() : current.status();
   }
   ASSIGN_OR_RETURN(wire::ChannelLog log, ChannelLog());
-  ASSIGN_OR_RETURN(PreparedVersion prepared, ReloadVersion(*store_, *current, BaseOptions()));
-  if (current->value() > NewestLogged(log)) {
+  // A version the coordinator has not logged is about to be published: it needs its payloads.
+  const bool unlogged = current->value() > NewestLogged(log);
+  ASSIGN_OR_RETURN(PreparedVersion prepared, ReloadVersion(*store_, *current, BaseOptions(),
+                                                           unlogged || options_.reseed_payloads));
+  if (unlogged) {
     // Imported but never logged: the previous run died between the two. Publish it now, as a
     // full version unless its base is logged.
     const auto& delta = prepared.manifest.delta;

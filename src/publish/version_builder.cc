@@ -164,7 +164,7 @@ Result<PreparedVersion> PrepareVersion(Store& store, const fs::path& dir,
 }
 
 Result<PreparedVersion> ReloadVersion(const Store& store, Version version,
-                                      const PrepareOptions& options) {
+                                      const PrepareOptions& options, bool encode_payloads) {
   RETURN_IF_ERROR(ValidateChannelName(options.channel));
   if (options.secret.empty()) return InvalidArgument("no cluster secret to sign the manifest");
   PreparedVersion out;
@@ -172,7 +172,8 @@ Result<PreparedVersion> ReloadVersion(const Store& store, Version version,
   if (out.manifest.delta.has_value()) {
     const DeltaInfo& delta = *out.manifest.delta;
     for (const DeltaChunk& chunk : delta.chunks) out.payload_bytes += chunk.payload_size;
-    Result<Manifest> base = store.GetManifest(options.channel, delta.base_version);
+    Result<Manifest> base = encode_payloads ? store.GetManifest(options.channel, delta.base_version)
+                                            : Result<Manifest>(NotFound("payloads not wanted"));
     if (base.ok() && base->root == delta.base_root) {
       auto start = std::chrono::steady_clock::now();
       ASSIGN_OR_RETURN(

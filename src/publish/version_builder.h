@@ -74,7 +74,8 @@ Result<PreparedVersion> PrepareVersion(Store& store, const std::filesystem::path
 // store still holds with the same root, the payloads encoded again (the encoding is
 // deterministic, so they match the delta table). A delta whose base is gone comes back with
 // `payloads` null; its delta table stays, and nodes holding the base need a peer with payloads.
+// With `encode_payloads` false the payloads are not rebuilt (null): no byte is read.
 Result<PreparedVersion> ReloadVersion(const Store& store, Version version,
-                                      const PrepareOptions& options);
+                                      const PrepareOptions& options, bool encode_payloads = true);
 
 }  // namespace weightcast::publish

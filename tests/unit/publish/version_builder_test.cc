@@ -325,6 +325,15 @@ TEST(ReloadVersion, RebuildsTheSamePayloadsAndSignature) {
   }
   EXPECT_EQ(again->payload_bytes, v2->payload_bytes);
 
+  // Without payloads (a publisher about to publish its next version): the same signed
+  // manifest, delta table included, and nothing encoded.
+  auto bare = ReloadVersion(f.store, Version(2), Options(), /*encode_payloads=*/false);
+  ASSERT_TRUE(bare.ok()) << bare.status().ToString();
+  EXPECT_EQ(bare->signed_manifest, v2->signed_manifest);
+  EXPECT_EQ(bare->payloads, nullptr);
+  EXPECT_EQ(bare->encode_seconds, 0);
+  EXPECT_EQ(bare->payload_bytes, v2->payload_bytes);
+
   auto full = ReloadVersion(f.store, Version(1), Options());
   ASSERT_TRUE(full.ok());
   EXPECT_EQ(full->payloads, nullptr);
