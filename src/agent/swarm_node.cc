@@ -976,6 +976,15 @@ struct SwarmNode::Impl {
     target_.scheduler_window = so.window_per_peer;
     so.request_timeout = options_.request_timeout;
     so.spread_first = target_.source;
+    if (target_.source && t.manifest.delta) {
+      // Only chunks with a payload are ever asked of a delta source by nodes on the base.
+      so.spread = swarm::ChunkSet(n);
+      for (uint32_t i = 0; i < n; ++i) {
+        if (t.manifest.delta->chunks[i].encoding != ChunkEncoding::kSame) {
+          so.spread.Insert(ChunkIndex(i));
+        }
+      }
+    }
     so.seed = options_.node_id.value() ^ (t.manifest.version.value() << 20);
     ASSIGN_OR_RETURN(swarm::Scheduler scheduler, swarm::Scheduler::Create(std::move(so)));
     target_.scheduler.emplace(std::move(scheduler));

@@ -49,10 +49,12 @@ Result<Scheduler> Scheduler::Create(SchedulerOptions options) {
   // size() is the universe a set ranges over (0: not given), not its member count.
   if (options.initial_have.size() == 0) options.initial_have = ChunkSet(n);  // NOLINT
   if (options.want.size() == 0) options.want = ChunkSet::Full(n);            // NOLINT
-  if (options.initial_have.size() != n || options.want.size() != n) {
+  if (options.spread.size() == 0) options.spread = ChunkSet::Full(n);        // NOLINT
+  if (options.initial_have.size() != n || options.want.size() != n || options.spread.size() != n) {
     return InvalidArgument(
-        "swarm: initial_have/want sized " + std::to_string(options.initial_have.size()) + "/" +
-        std::to_string(options.want.size()) + ", expected " + std::to_string(n) + " chunks");
+        "swarm: initial_have/want/spread sized " + std::to_string(options.initial_have.size()) +
+        "/" + std::to_string(options.want.size()) + "/" + std::to_string(options.spread.size()) +
+        ", expected " + std::to_string(n) + " chunks");
   }
   if (options.window_per_peer == 0 || options.max_outstanding == 0) {
     return InvalidArgument("swarm: window_per_peer and max_outstanding must be positive");
@@ -84,7 +86,9 @@ Scheduler::Scheduler(SchedulerOptions options)
     }
   }
   missing_ = need_.count();
-  never_sent_ = have_.count();
+  for (uint32_t i = 0; i < n_; ++i) {
+    if (have_.Contains(ChunkIndex(i)) && options_.spread.Contains(ChunkIndex(i))) ++never_sent_;
+  }
   actions_.reserve(64);
 }
 
@@ -335,7 +339,7 @@ std::span<const Action> Scheduler::OnChunkVerified(Time now, ChunkIndex chunk, P
   }
   if (have_.Insert(chunk)) {
     ++stats_.chunks_verified;
-    ++never_sent_;
+    if (options_.spread.Contains(chunk)) ++never_sent_;
     if (need_.Erase(chunk)) --missing_;
     need_unrequested_.Erase(chunk);
     UpdateEndgame();
@@ -501,7 +505,7 @@ void Scheduler::TryServe(Time now) {
       Emit(ActionKind::kRejectRequest, item.peer, item.chunk);
       continue;
     }
-    if (sent++ == 0) --never_sent_;
+    if (sent++ == 0 && options_.spread.Contains(item.chunk)) --never_sent_;
     uploading_.push_back(item);
     uploading_.back().started = now;
     Emit(ActionKind::kSendChunk, item.peer, item.chunk);

@@ -98,6 +98,10 @@ struct SchedulerOptions {
   // would send each chunk to most of the fleet. After the hold (none of the asker's own peers
   // had it to give) it is served.
   bool spread_first = false;
+  // The chunks that first round covers; empty means all of them. A chunk outside it never keeps
+  // the round open: a delta source names the chunks that have payloads, since a `same` chunk is
+  // never asked for and, counted, would keep the round open for good (every repeat refused).
+  ChunkSet spread;
   uint64_t seed = 1;
 };
 
@@ -238,7 +242,7 @@ class Scheduler {
   std::vector<ServeItem> serve_queue_;
   std::vector<ServeItem> uploading_;
   std::vector<uint32_t> sent_count_;
-  uint32_t never_sent_ = 0;  // chunks we hold that we have never started uploading
+  uint32_t never_sent_ = 0;  // chunks in options_.spread we hold and never started uploading
   double upload_s_ = 0;      // smoothed seconds from kSendChunk to OnUploadDone (0: none yet)
   uint64_t arrivals_ = 0;
   std::mt19937_64 rng_;

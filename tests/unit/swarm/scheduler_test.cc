@@ -187,6 +187,43 @@ TEST(Scheduler, SourceWithFewerChunksThanPeersSendsTheOthersToAHolder) {
   EXPECT_EQ(Copy(src.OnRequestReceived(t0 + seconds(18), PeerId(4), ChunkIndex(1))), send(4, 1));
 }
 
+TEST(Scheduler, ChunksOutsideTheSpreadSetDoNotKeepTheFirstRoundOpen) {
+  // A delta source: chunk 2 is `same` (no payload), so nobody on the base ever asks for it.
+  // Counted in the first round, it would keep the round open and every repeat refused for good.
+  SchedulerOptions o;
+  o.chunk_count = 3;
+  o.initial_have = ChunkSet::Full(3);
+  o.upload_slots = 4;
+  o.refusal_backoff = seconds(2);
+  o.spread_first = true;
+  o.spread = Set(3, {0, 1});
+  Scheduler src = Make(o);
+  EXPECT_TRUE(src.OnPeerConnected(t0, PeerId(1), ChunkSet(3)).empty());
+  EXPECT_TRUE(src.OnPeerConnected(t0, PeerId(2), ChunkSet(3)).empty());
+  const auto send = [](uint64_t p, uint32_t c) {
+    return std::vector{Action{ActionKind::kSendChunk, PeerId(p), ChunkIndex(c)}};
+  };
+  const auto reject = [](uint64_t p, uint32_t c) {
+    return std::vector{Action{ActionKind::kRejectRequest, PeerId(p), ChunkIndex(c)}};
+  };
+  EXPECT_EQ(Copy(src.OnRequestReceived(t0, PeerId(1), ChunkIndex(0))), send(1, 0));
+  EXPECT_EQ(Copy(src.OnRequestReceived(t0, PeerId(2), ChunkIndex(1))), send(2, 1));
+  EXPECT_TRUE(src.OnUploadDone(t0 + seconds(1), PeerId(1), ChunkIndex(0)).empty());
+  EXPECT_TRUE(src.OnUploadDone(t0 + seconds(1), PeerId(2), ChunkIndex(1)).empty());
+  // Say peer 1 died before passing chunk 0 on: peer 2's repeat is held, then served.
+  EXPECT_EQ(Copy(src.OnRequestReceived(t0 + seconds(1), PeerId(2), ChunkIndex(0))), reject(2, 0));
+  EXPECT_EQ(Copy(src.OnRequestReceived(t0 + seconds(3), PeerId(2), ChunkIndex(0))), send(2, 0));
+  // A chunk outside the set is still served to whoever asks (a node not on the base).
+  EXPECT_EQ(Copy(src.OnRequestReceived(t0 + seconds(3), PeerId(1), ChunkIndex(2))), send(1, 2));
+}
+
+TEST(Scheduler, SpreadSetOfTheWrongSizeIsRefused) {
+  SchedulerOptions o;
+  o.chunk_count = 3;
+  o.spread = ChunkSet(2);
+  EXPECT_EQ(Scheduler::Create(o).status().code(), Code::kInvalidArgument);
+}
+
 TEST(Scheduler, EndgameAsksTwoPeersAndCancelsTheLoser) {
   SchedulerOptions o;
   o.chunk_count = 1;
