@@ -54,18 +54,21 @@ struct PreparedVersion {
   std::shared_ptr<agent::PayloadCache> payloads;
   uint64_t payload_bytes = 0;  // what a node holding the base receives
   ImportMode import_mode = ImportMode::kCopy;
-  double build_seconds = 0;   // manifest (hashing)
-  double encode_seconds = 0;  // delta encoding
-  double import_seconds = 0;  // import into the store (links or copies, re-hash, commit)
+  double build_seconds = 0;   // layout and hashing of a full version (0 for a delta)
+  double encode_seconds = 0;  // a delta: layout, then hashing and encoding in one pass
+  double import_seconds = 0;  // links or copies into the store, and the commit (no re-hash)
 };
 
 // The metadata key that records which directory a version was published from.
 inline constexpr std::string_view kSourceMetadataKey = "weightcast.publish.source";
 
-// Opens `dir` as a checkpoint, builds its manifest as the next version of the channel in `store`,
-// encodes it as a delta against the store's current version when there is one (same chunk size
-// and hash algorithm), imports the files into the store as a committed version and signs the
-// manifest. Leaves the store unchanged when it fails.
+// Opens `dir` as a checkpoint, brings its files into `store` (Store::StageImport), builds the
+// manifest of the next version of the channel from the store's copy, encoding it as a delta
+// against the store's current version when there is one (same chunk size and hash algorithm)
+// while hashing it, commits it (Store::CommitImport, no second hash) and signs the manifest.
+// Every new byte is read from memory once. Leaves the store unchanged when it fails; a file
+// that changes while it is published (other files or sizes than `dir` showed, or written to
+// after it was hard-linked) fails it.
 Result<PreparedVersion> PrepareVersion(Store& store, const std::filesystem::path& dir,
                                        const PrepareOptions& options);
 
