@@ -48,7 +48,8 @@ Status StoreImpl::RecoverChannel(const std::string& channel) {
     std::filesystem::path dir = layout.staging_root() / name;
     auto v = ParseVersionName(name);
     if (!v) {
-      // .partial-<v> (BeginStaging before its publishing rename), .aborted-<v>, .done-<v>.
+      // .partial-<v> (BeginStaging before its publishing rename), .aborted-<v>, .done-<v>,
+      // .import-<v> (a publisher's import that never reached CommitImport).
       RETURN_IF_ERROR(RemoveAll(dir));
       continue;
     }
