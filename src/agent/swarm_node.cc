@@ -11,6 +11,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <shared_mutex>
 #include <thread>
 #include <utility>
 #include <variant>
@@ -54,7 +55,12 @@ struct TargetData {
   std::shared_ptr<PayloadCache> payloads;             // payloads this node decoded (delta mode)
   std::optional<Manifest> base_manifest;
   std::optional<codec::SnapshotReader> base_bytes;
-  uint64_t epoch = 0;
+  // The scheduler generation. A worker may still be decoding for an old one after a restart;
+  // it holds write_mu shared while it checks its epoch and writes a block, and a restart moves
+  // the epoch on under write_mu exclusively: from then on no worker of an older epoch writes to
+  // the staging (its unverified blocks could otherwise land on a chunk the new epoch verified).
+  std::atomic<uint64_t> epoch{0};
+  std::shared_mutex write_mu;
 
   SharedBytes Payload(ChunkIndex chunk) const {
     if (seed_payloads != nullptr) {
@@ -685,8 +691,9 @@ struct SwarmNode::Impl {
     auto shared = std::make_shared<net::Frame>(std::move(frame));
     const PeerId from = p.id;
     const auto kind = static_cast<PayloadKind>(header->encoding);
-    pool_->Submit([this, data, shared, from, c, kind] {
-      Verified result = VerifyAndStore(*data, *shared, from, ChunkIndex(c), kind);
+    const uint64_t epoch = data->epoch;
+    pool_->Submit([this, data, shared, from, c, kind, epoch] {
+      Verified result = VerifyAndStore(*data, epoch, *shared, from, ChunkIndex(c), kind);
       Push(std::move(result));
     });
   }
@@ -694,9 +701,9 @@ struct SwarmNode::Impl {
   // Runs on a worker: checks the chunk (or payload, then the decoded chunk) against the manifest
   // and writes it to the staging. A chunk is marked verified only after its bytes hashed to the
   // manifest's chunk hash.
-  Verified VerifyAndStore(TargetData& t, const net::Frame& frame, PeerId from, ChunkIndex chunk,
-                          PayloadKind kind) {
-    Verified out{t.epoch, from, chunk, kind, Status::Ok()};
+  Verified VerifyAndStore(TargetData& t, uint64_t epoch, const net::Frame& frame, PeerId from,
+                          ChunkIndex chunk, PayloadKind kind) {
+    Verified out{epoch, from, chunk, kind, Status::Ok()};
     const Manifest& m = t.manifest;
     const ByteRange range = m.ChunkRange(chunk);
     std::span<const uint8_t> payload = frame.chunk_payload();
@@ -739,6 +746,13 @@ struct SwarmNode::Impl {
             : codec::HashedChunk::FromVerifiedManifest(base_bytes, base_hash, m.hash_algorithm),
         &m.chunk_hashes[chunk.value()], range.size,
         [&](uint64_t offset, std::span<const uint8_t> block) {
+          std::shared_lock current(t.write_mu);
+          if (t.epoch != epoch) {
+            // Restarted meanwhile: the new epoch may already hold this chunk, verified.
+            write_error = Aborted("the fetch restarted while chunk " +
+                                  std::to_string(chunk.value()) + " was decoding");
+            return write_error;
+          }
           write_error = t.staged->WriteChunkPart(chunk, offset, block);
           return write_error;
         },
@@ -941,7 +955,10 @@ struct SwarmNode::Impl {
   Status RestartScheduler() {
     TargetData& t = *target_.data;
     const uint32_t n = t.manifest.chunk_count();
-    t.epoch = ++next_epoch_;
+    {
+      std::unique_lock no_writer(t.write_mu);  // waits out a block being written
+      t.epoch = ++next_epoch_;
+    }
     target_.requested.clear();
     target_.serving.clear();
     target_.verifying.assign(n, false);
