@@ -345,18 +345,29 @@ Result<ImportedFiles> StoreImpl::StageImport(std::string_view channel, Version v
   std::filesystem::create_directories(into, ec);
   if (ec) return IoError("mkdir(" + into.string() + "): " + ec.message());
   for (const std::string& p : paths) {
-    const std::filesystem::path from = dir / p;
+    // A symlink in the checkpoint (OpenCheckpoint accepts them) brings in the file it names.
+    const std::filesystem::path from = std::filesystem::canonical(dir / p, ec);
+    if (ec) return IoError("resolve(" + (dir / p).string() + "): " + ec.message());
     const std::filesystem::path to = into / p;
     std::filesystem::create_directories(to.parent_path(), ec);
     if (ec) return IoError("mkdir(" + to.parent_path().string() + "): " + ec.message());
+    // Refuses directories and devices before linking them.
     ASSIGN_OR_RETURN(ImportedFiles::Stamp source, StampOf(from, p));
-    (void)source;  // refuses directories, devices and symlinks before linking them
     if (mode == ImportMode::kHardlink) {
       std::filesystem::create_hard_link(from, to, ec);
       if (ec) return IoError("link(" + from.string() + " -> " + to.string() + "): " + ec.message());
     } else {
       std::filesystem::copy_file(from, to, std::filesystem::copy_options::none, ec);
       if (ec) return IoError("copy(" + from.string() + " -> " + to.string() + "): " + ec.message());
+      // A trainer writing while we copied would leave a torn copy that hashes consistently:
+      // the source must be the same file, unchanged, after the copy as before it.
+      ASSIGN_OR_RETURN(ImportedFiles::Stamp after, StampOf(from, p));
+      if (after.size != source.size || after.inode != source.inode ||
+          after.mtime_ns != source.mtime_ns || after.ctime_ns != source.ctime_ns) {
+        return Corrupt(from.string() +
+                       " was modified while it was being copied into the store; nothing was "
+                       "committed");
+      }
     }
     ASSIGN_OR_RETURN(ImportedFiles::Stamp stamp, StampOf(to, p));
     out.stamps_.push_back(std::move(stamp));

@@ -372,6 +372,31 @@ TEST(Store, StagedImportCommitsWithoutHashingAgain) {
   }
 }
 
+TEST(Store, StagedImportBringsInTheFileASymlinkNames) {
+  // OpenCheckpoint accepts a symlink inside a checkpoint (a cache that links blobs): the store
+  // must hold the bytes it names as a regular file, in either mode.
+  for (ImportMode mode : {ImportMode::kCopy, ImportMode::kHardlink}) {
+    TempDir dir;
+    Store store = OpenOrDie(dir.path() / "store");
+    auto files = SampleFiles(12);
+    store_test::WriteFiles(dir.path() / "blobs", files);
+    fs::create_directories(dir.path() / "ckpt");
+    for (const auto& f : files) {
+      fs::create_directories((dir.path() / "ckpt" / f.path).parent_path());
+      fs::create_symlink(dir.path() / "blobs" / f.path, dir.path() / "ckpt" / f.path);
+    }
+    auto staged =
+        store.StageImport("policy", Version(1), PathsOf(files), dir.path() / "ckpt", mode);
+    ASSERT_TRUE(staged.ok()) << staged.status().ToString();
+    Manifest m = MakeManifest("policy", Version(1), files);
+    ASSERT_TRUE(store.CommitImport("policy", m, std::move(*staged)).ok());
+    const fs::path held = dir.path() / "store/policy/versions/1" / files[0].path;
+    EXPECT_FALSE(fs::is_symlink(held));
+    EXPECT_EQ(ReadAll(held), files[0].bytes);
+    EXPECT_TRUE(store.Verify("policy", Version(1)).ok());
+  }
+}
+
 TEST(Store, StagedImportRefusesAFileWrittenAfterItWasLinked) {
   TempDir dir;
   Store store = OpenOrDie(dir.path() / "store");
