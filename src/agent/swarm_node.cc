@@ -679,11 +679,15 @@ struct SwarmNode::Impl {
     if (!OnTarget(v)) return;  // a reply to a request of a target we left
     target_.bytes_received += size;
     const uint32_t c = header->chunk_index;
-    if (c >= ChunkCount() || target_.requested.erase({p.id.value(), c}) == 0) {
+    if (c >= ChunkCount() || header->encoding != static_cast<uint8_t>(FetchKind())) {
+      // Of another kind: a reply to a request from before a restart (payloads -> whole chunks).
+      // It must not count as the reply to the request for the same chunk sent since.
+      return;
+    }
+    if (target_.requested.erase({p.id.value(), c}) == 0) {
       return;  // cancelled while on the way, or never asked for: dropped unread
     }
-    if (target_.whole[c] || target_.verifying[c] ||
-        header->encoding != static_cast<uint8_t>(FetchKind())) {
+    if (target_.whole[c] || target_.verifying[c]) {
       return;  // an endgame duplicate: the scheduler cancels it once the first copy verifies
     }
     target_.verifying[c] = true;
@@ -958,6 +962,17 @@ struct SwarmNode::Impl {
     {
       std::unique_lock no_writer(t.write_mu);  // waits out a block being written
       t.epoch = ++next_epoch_;
+    }
+    // The old epoch's requests are abandoned: cancel them. A peer still holding one (queued, or
+    // uploading the old kind) would take the new epoch's request for that chunk as a duplicate,
+    // and the chunk would wait out the request timeout.
+    for (const auto& [peer, chunk] : target_.requested) {
+      auto it = peers_.find(peer);
+      if (it == peers_.end()) continue;
+      SendTo(*it->second, {.type = MessageType::kCancel,
+                           .version = t.manifest.version.value(),
+                           .chunk = chunk,
+                           .code = static_cast<uint8_t>(FetchKind())});
     }
     target_.requested.clear();
     target_.serving.clear();
