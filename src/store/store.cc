@@ -280,13 +280,7 @@ Status StoreImpl::ImportDirectory(std::string_view channel, const Manifest& mani
   ChannelLayout layout = Layout(channel);
   Version v = manifest.version;
   ASSIGN_OR_RETURN(auto state, CreateStagingLocked(channel, manifest, &dir, mode));
-  auto fail = [&](Status st) {
-    state->Close();
-    staging_.erase({std::string(channel), v.value()});
-    std::filesystem::path doomed = layout.staging_root() / (".aborted-" + VersionName(v));
-    if (RenameDurable(layout.staging_dir(v), doomed).ok()) RemoveAll(doomed).IgnoreError();
-    return st;
-  };
+  auto fail = [&](Status st) { return DropStagingLocked(channel, *state, std::move(st)); };
   // The source may differ from what the manifest describes (edited since it was built): every
   // byte is checked before the version can become current.
   auto hashes = HashChunks(layout.staging_files(v), manifest.files, manifest.chunk_size,
@@ -298,12 +292,26 @@ Status StoreImpl::ImportDirectory(std::string_view channel, const Manifest& mani
                           " does not match the manifest (files changed since it was built?)"));
     }
   }
-  for (size_t i = 0; i < manifest.files.size(); ++i) state->dirty[i].store(true);
-  for (uint32_t i = 0; i < manifest.chunk_count(); ++i) {
-    Status st = state->MarkVerified(ChunkIndex(i));
-    if (!st.ok()) return fail(st);
+  return CommitWholeStagingLocked(channel, *state);
+}
+
+Status StoreImpl::DropStagingLocked(std::string_view channel, StagingState& state, Status why) {
+  const Version v = state.manifest.version;
+  state.Close();
+  staging_.erase({std::string(channel), v.value()});
+  ChannelLayout layout = Layout(channel);
+  std::filesystem::path doomed = layout.staging_root() / (".aborted-" + VersionName(v));
+  if (RenameDurable(layout.staging_dir(v), doomed).ok()) RemoveAll(doomed).IgnoreError();
+  return why;
+}
+
+Status StoreImpl::CommitWholeStagingLocked(std::string_view channel, StagingState& state) {
+  for (size_t i = 0; i < state.manifest.files.size(); ++i) state.dirty[i].store(true);
+  for (uint32_t i = 0; i < state.manifest.chunk_count(); ++i) {
+    Status st = state.MarkVerified(ChunkIndex(i));
+    if (!st.ok()) return DropStagingLocked(channel, state, st);
   }
-  return CommitLocked(channel, v);
+  return CommitLocked(channel, state.manifest.version);
 }
 
 Result<ImportedFiles::Stamp> StoreImpl::StampOf(const std::filesystem::path& path,
@@ -406,24 +414,10 @@ Status StoreImpl::CommitImport(std::string_view channel, const Manifest& manifes
     }
   }
   std::lock_guard lock(mu_);
-  ChannelLayout layout = Layout(channel);
-  const Version v = manifest.version;
   // The staged files are on the store's filesystem: linking them into the staging copies nothing.
   ASSIGN_OR_RETURN(auto state,
                    CreateStagingLocked(channel, manifest, &files.dir_, ImportMode::kHardlink));
-  auto fail = [&](Status st) {
-    state->Close();
-    staging_.erase({std::string(channel), v.value()});
-    std::filesystem::path doomed = layout.staging_root() / (".aborted-" + VersionName(v));
-    if (RenameDurable(layout.staging_dir(v), doomed).ok()) RemoveAll(doomed).IgnoreError();
-    return st;
-  };
-  for (size_t i = 0; i < manifest.files.size(); ++i) state->dirty[i].store(true);
-  for (uint32_t i = 0; i < manifest.chunk_count(); ++i) {
-    Status st = state->MarkVerified(ChunkIndex(i));
-    if (!st.ok()) return fail(st);
-  }
-  return CommitLocked(channel, v);
+  return CommitWholeStagingLocked(channel, *state);
 }
 
 }  // namespace store

@@ -64,6 +64,11 @@ class StoreImpl {
                                                             const Manifest& manifest,
                                                             const std::filesystem::path* source,
                                                             ImportMode mode);
+  // Drops a staging that will not be committed and returns `why` (mu_ held).
+  Status DropStagingLocked(std::string_view channel, StagingState& state, Status why);
+  // Records every chunk of a staging whose files were brought in whole and already checked
+  // against the manifest, and commits it; on failure the staging is dropped (mu_ held).
+  Status CommitWholeStagingLocked(std::string_view channel, StagingState& state);
   // Recovery of one channel at Open (store_recovery.cc).
   Status RecoverChannel(const std::string& channel);
   // Switches `current` (mu_ held).
