@@ -179,7 +179,8 @@ using DecodedBlockSink = std::function<Status(uint64_t offset, std::span<const u
 inline constexpr size_t kDecodeBlock = 32 << 10;
 
 // Decodes a chunk of `chunk_size` bytes and passes it to `sink` block by block, hashing each
-// block as it goes (one pass, the blocks come from a cache-sized scratch). The sink sees bytes
+// block as it goes (sparse transforms: one pass, each block patched into a cache-sized scratch;
+// planes and none: the chunk is decoded whole into the scratch first). The sink sees bytes
 // BEFORE the hash of the whole chunk is checked: the result is valid only if this returns Ok,
 // and on any error whatever the sink stored must be treated as unverified.
 Status DecodeChunkStreaming(std::span<const uint8_t> payload, const HashedChunk& base,

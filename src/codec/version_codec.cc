@@ -47,7 +47,7 @@ size_t WindowFor(const VersionCodecOptions& options, const ThreadPool& pool) {
 // The encoder's default window is wider: its results are payloads, mostly far smaller than the
 // chunks, and every window ends in a barrier where the workers wait for the slowest chunk. A
 // window of 2 per thread with small chunks (256 KiB: 512 windows for 128 MiB) left the cores idle
-// a tenth of the time. Up to 32 MiB of chunks per window (payloads are at most a chunk each).
+// a tenth of the time. At least 32 MiB of chunks per window (payloads are at most a chunk each).
 size_t EncodeWindowFor(const VersionCodecOptions& options, const ThreadPool& pool,
                        uint64_t chunk_size) {
   if (options.window != 0) return options.window;
