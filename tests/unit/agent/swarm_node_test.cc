@@ -47,6 +47,24 @@ std::vector<TestFile> NextStep(std::vector<TestFile> files) {
   return files;
 }
 
+// Encodes `target` (bytes `target_flat`) as a delta against `base`, sets target.delta and puts
+// the payloads in `cache`, as a publisher does.
+Status MakeDelta(const Manifest& base, const std::string& base_flat, Manifest& target,
+                 const std::string& target_flat, PayloadCache& cache) {
+  ASSIGN_OR_RETURN(
+      DeltaInfo delta,
+      codec::EncodeVersion(base, codec::SnapshotReader::FromMemory(AsBytes(base_flat)), target,
+                           codec::SnapshotReader::FromMemory(AsBytes(target_flat)),
+                           [&](ChunkIndex c, std::span<const uint8_t> payload) {
+                             cache.Put(c, std::vector<uint8_t>(payload.begin(), payload.end()));
+                             return Status::Ok();
+                           }));
+  delta.base_version = base.version;
+  delta.base_root = base.root;
+  target.delta = std::move(delta);
+  return Status::Ok();
+}
+
 struct Node {
   std::unique_ptr<Store> store;
   std::unique_ptr<net::Transport> transport;
@@ -150,18 +168,8 @@ TEST_F(Swarm, FullVersionThenDeltaReachEveryAgent) {
   ASSERT_TRUE(StageAndCommit(*seed.store, kChannel, Version(2), v2_files).ok());
   Manifest v2 = MakeManifest(kChannel, Version(2), v2_files);
   const std::string flat1 = Flat(v1_files), flat2 = Flat(v2_files);
-  auto cache = std::make_shared<PayloadCache>(Version(2));
-  auto delta =
-      codec::EncodeVersion(v1, codec::SnapshotReader::FromMemory(AsBytes(flat1)), v2,
-                           codec::SnapshotReader::FromMemory(AsBytes(flat2)),
-                           [&](ChunkIndex c, std::span<const uint8_t> payload) {
-                             cache->Put(c, std::vector<uint8_t>(payload.begin(), payload.end()));
-                             return Status::Ok();
-                           });
-  ASSERT_TRUE(delta.ok()) << delta.status().ToString();
-  v2.delta = *delta;
-  v2.delta->base_version = Version(1);
-  v2.delta->base_root = v1.root;
+  auto cache = std::make_shared<PayloadCache>(v2.version);
+  ASSERT_TRUE(MakeDelta(v1, flat1, v2, flat2, *cache).ok());
   ASSERT_TRUE(seed.swarm->Seed(v2, SignManifest(v2, kSecret), cache).ok());
   for (size_t i = 1; i < nodes_.size(); ++i) {
     ASSERT_TRUE(nodes_[i]->swarm->Fetch(v2, SignManifest(v2, kSecret)).ok());
@@ -326,18 +334,8 @@ TEST_F(Swarm, DeltaChunkThatFailsItsHashIsNotVerifiedAndIsFetchedWhole) {
   ASSERT_TRUE(StageAndCommit(*seed.store, kChannel, Version(2), v2_files).ok());
   Manifest v2 = MakeManifest(kChannel, Version(2), v2_files);
   const std::string flat1 = Flat(v1_files), flat2 = Flat(v2_files);
-  auto cache = std::make_shared<PayloadCache>(Version(2));
-  auto delta =
-      codec::EncodeVersion(v1, codec::SnapshotReader::FromMemory(AsBytes(flat1)), v2,
-                           codec::SnapshotReader::FromMemory(AsBytes(flat2)),
-                           [&](ChunkIndex c, std::span<const uint8_t> payload) {
-                             cache->Put(c, std::vector<uint8_t>(payload.begin(), payload.end()));
-                             return Status::Ok();
-                           });
-  ASSERT_TRUE(delta.ok()) << delta.status().ToString();
-  v2.delta = *delta;
-  v2.delta->base_version = Version(1);
-  v2.delta->base_root = v1.root;
+  auto cache = std::make_shared<PayloadCache>(v2.version);
+  ASSERT_TRUE(MakeDelta(v1, flat1, v2, flat2, *cache).ok());
   // Chunk 0 changed (NextStep flips byte 10). Re-encode it against a base that differs from v1,
   // then make its header name v1's chunk: it parses, applies and fails only on the result hash.
   const ChunkIndex bad(0);
