@@ -52,8 +52,18 @@ Result<std::unique_ptr<RolloutDriver>> RolloutDriver::Create(RolloutDriverOption
   po.hook_failure = options.hook_failure;
   po.retry_backoff = options.retry_backoff;
   ASSIGN_OR_RETURN(rollout::Participant participant, rollout::Participant::Create(po, state));
-  return std::unique_ptr<RolloutDriver>(
+  auto driver = std::unique_ptr<RolloutDriver>(
       new RolloutDriver(std::move(options), store, node, std::move(hook), std::move(participant)));
+  driver->RefreshKept();
+  return driver;
+}
+
+void RolloutDriver::RefreshKept() {
+  kept_.clear();
+  if (options_.subset) return;  // a subset agent holds no whole version to switch to or serve
+  auto kept = store_.List(options_.channel);
+  if (!kept.ok()) return;
+  for (const VersionInfo& info : *kept) kept_.push_back(info.version);
 }
 
 RolloutDriver::RolloutDriver(RolloutDriverOptions options, Store& store, SwarmNode& node,
@@ -80,6 +90,7 @@ wire::ChannelProgress RolloutDriver::Progress() const {
   c.set_phase(static_cast<wire::Phase>(r.phase));
   c.set_current_version(r.current.value());
   c.set_error(r.error);
+  for (Version v : kept_) c.add_kept_versions(v.value());
   const SwarmProgress p = node_.progress();
   if (p.version == r.version) {
     c.set_chunks_done(p.chunks_done);
@@ -100,11 +111,14 @@ void RolloutDriver::OnTarget(const wire::ChannelTarget& target, coord::Coordinat
   t.current = Version(target.current_version());
   t.abort_reason = target.abort_reason();
   Execute(participant_.OnTarget(Now(), t), client);
-  // A node restarted with its current version committed has nothing to fetch, but peers that
-  // catch up need it to serve that version: make it the swarm target (complete at once).
+  // A node restarted with its current version committed has nothing to fetch, and a node that
+  // switched back to a kept version (a rollback) still has the newer one as its swarm target;
+  // peers that catch up need the current version served: make it the swarm target (complete at
+  // once). Only once settled: a version being prepared keeps the target.
   const Version current = participant_.current();
   if (fetching_.value() == 0 && client != nullptr && !options_.subset && current.value() != 0 &&
-      node_.progress().version < current && participant_.settled()) {
+      node_.progress().version != current && !participant_.wants(node_.progress().version) &&
+      participant_.settled()) {
     Status st = StartFetch(current, client);
     if (st.ok()) {
       Log("serving " + V(current) + " to peers");
@@ -208,6 +222,7 @@ void RolloutDriver::Execute(std::span<const rollout::ParticipantAction> span,
         Status st = Commit(a.version, client);
         Log((st.ok() ? "committed " : "commit of ") + V(a.version) +
             (st.ok() ? "" : " failed: " + st.ToString()));
+        RefreshKept();
         more = participant_.OnCommitted(Now(), a.version, st);
         break;
       }
@@ -216,6 +231,7 @@ void RolloutDriver::Execute(std::span<const rollout::ParticipantAction> span,
             options_.subset ? Status::Ok() : store_.Rollback(options_.channel, a.version).status();
         Log((st.ok() ? "switched current to " : "switch to ") + V(a.version) +
             (st.ok() ? " (kept version, nothing fetched)" : " failed: " + st.ToString()));
+        RefreshKept();
         more = participant_.OnSwitched(Now(), a.version, st);
         break;
       }

@@ -30,6 +30,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <weightcast/status.h>
 #include <weightcast/types.h>
@@ -92,6 +93,8 @@ class RolloutDriver {
   Status StartFetch(Version v, coord::CoordinatorClient* client);
   Status Commit(Version v, coord::CoordinatorClient* client);
   Status AbortStaging(Version v);
+  // Re-reads the committed versions the store keeps (after a commit or a switch collects some).
+  void RefreshKept();
 
   RolloutDriverOptions options_;
   Store& store_;
@@ -99,6 +102,7 @@ class RolloutDriver {
   EngineHook hook_;
   rollout::Participant participant_;
   Version fetching_;
+  std::vector<Version> kept_;  // what the store keeps, reported to the coordinator
   bool report_now_ = false;
 
   std::thread hook_thread_;

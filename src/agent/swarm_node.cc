@@ -1071,10 +1071,8 @@ struct SwarmNode::Impl {
       }
       return Status::Ok();
     }
-    if (manifest.version < cur.version) {
-      return FailedPrecondition(V(manifest.version) + " is older than the target " +
-                                V(cur.version));
-    }
+    // Another version, older ones included: after a rollback the fleet's current version is
+    // below the target, and this node must serve it (or fetch it) instead (issue 21).
     return std::nullopt;
   }
 

@@ -118,9 +118,9 @@ class SwarmNode {
 
   // Makes `manifest` (the verified contents of `signed_manifest`) the target: stages it (or
   // resumes its staging), copies chunks equal to the local base, and fetches the rest from
-  // peers. A target with a lower or equal version than the current target is refused
-  // (kFailedPrecondition) unless it is the same version (then a no-op); a higher one replaces
-  // the current target (its staging is aborted). A version already committed in the store
+  // peers. The same version as the target is a no-op (kFailedPrecondition if its root differs);
+  // another version, higher or lower (a rollback), replaces the target (a staging of a higher
+  // one is aborted, of a lower one kept). A version already committed in the store
   // becomes the target complete at once (served, nothing fetched). Does not block on transfer.
   Status Fetch(const Manifest& manifest, std::vector<uint8_t> signed_manifest);
   // Makes a version this node holds committed the target, as a source: serves every chunk and,

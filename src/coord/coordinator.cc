@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <list>
+#include <map>
+#include <set>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -566,12 +568,47 @@ Result<uint64_t> Coordinator::OnRollback(const net::PeerInfo& peer, const wire::
       return FailedPrecondition("rollback: an agent may only roll back a channel it follows");
     }
   }
-  ASSIGN_OR_RETURN(uint64_t version, log_->RecordRollback(request.channel(), request.version()));
+  ASSIGN_OR_RETURN(uint64_t target, log_->ResolveRollback(request.channel(), request.version()));
+  RETURN_IF_ERROR(CheckRollbackReachableLocked(request.channel(), target));
+  ASSIGN_OR_RETURN(uint64_t version, log_->RecordRollback(request.channel(), target));
   ChannelChangedLocked(request.channel());
   options_.log("" + request.channel() + " rolled back to v" + std::to_string(version) + " by " +
                NodeName(peer.node_id));
   channels_to_decide_.insert(request.channel());
   return version;
+}
+
+// A rollback makes current a version that agents either keep (they switch) or fetch from the
+// agents that keep it (issue 21: a target nobody keeps wedged the channel). Refused when live
+// agents that hold versions of the channel follow it and none of them keeps the target; the
+// error says what they keep. No such agent: nothing to check, the log change alone is made.
+Status Coordinator::CheckRollbackReachableLocked(const std::string& channel,
+                                                 uint64_t target) const {
+  std::map<uint64_t, uint32_t> keepers;  // version -> live agents keeping it
+  uint32_t live = 0;
+  for (const auto& [id, node] : nodes_) {
+    if (!node->alive || node->role != net::Role::kAgent || node->registration.source() ||
+        !Follows(node->registration, channel)) {
+      continue;
+    }
+    auto it = node->progress.find(channel);
+    if (it == node->progress.end()) continue;
+    const wire::ChannelProgress& p = it->second;
+    std::set<uint64_t> kept(p.kept_versions().begin(), p.kept_versions().end());
+    if (p.current_version() != 0) kept.insert(p.current_version());
+    if (kept.empty()) continue;  // holds nothing yet: neither a keeper nor stuck on one
+    ++live;
+    for (uint64_t v : kept) ++keepers[v];
+  }
+  if (live == 0 || keepers.contains(target)) return Status::Ok();
+  std::string kept;
+  for (const auto& [v, n] : keepers) {
+    kept += (kept.empty() ? "v" : ", v") + std::to_string(v) + " on " + std::to_string(n);
+  }
+  return FailedPrecondition("rollback: " + channel + " v" + std::to_string(target) +
+                            " is kept by none of the " + std::to_string(live) +
+                            " live agents (none could switch to it or serve it); they keep " +
+                            (kept.empty() ? std::string("nothing yet") : kept));
 }
 
 void Coordinator::Disconnected(uint64_t session) {

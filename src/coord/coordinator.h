@@ -128,6 +128,7 @@ class Coordinator {
   Result<wire::ManifestReply> OnGetManifest(const wire::GetManifest& request);
   wire::FleetStatus OnGetStatus(const wire::GetStatus& request);
   Result<uint64_t> OnRollback(const net::PeerInfo& peer, const wire::Rollback& request);
+  Status CheckRollbackReachableLocked(const std::string& channel, uint64_t target) const;
 
   // With mu_ held. Requests sweep at most once per sweep_period_ of clock time (the scan and a
   // peer-list rebuild are O(nodes)): a thousand nodes joining at once cost a few rebuilds, not a

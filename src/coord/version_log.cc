@@ -128,8 +128,9 @@ Status VersionLog::Apply(const state::LogRecord& record) {
                        std::to_string(channel.newest()));
       }
       channel.versions.push_back(entry);
-      if (entry.decision() == wire::DECISION_COMMIT && entry.version() > channel.current_version) {
-        channel.current_version = entry.version();
+      if (entry.decision() == wire::DECISION_COMMIT) {
+        channel.versions.back().set_committed_once(true);
+        if (entry.version() > channel.current_version) channel.current_version = entry.version();
       }
       break;
     }
@@ -143,6 +144,7 @@ Status VersionLog::Apply(const state::LogRecord& record) {
       }
       entry->set_decision(record.decision().decision());
       entry->set_abort_reason(record.decision().abort_reason());
+      if (entry->decision() == wire::DECISION_COMMIT) entry->set_committed_once(true);
       if (entry->decision() == wire::DECISION_COMMIT &&
           entry->version() > it->second.current_version) {
         it->second.current_version = entry->version();
@@ -158,6 +160,11 @@ Status VersionLog::Apply(const state::LogRecord& record) {
       }
       it->second.current_version = target;
       for (wire::VersionEntry& entry : it->second.versions) {
+        if (entry.version() == target) {
+          // Rolled back past before and now current again: committed, as it was.
+          entry.set_decision(wire::DECISION_COMMIT);
+          entry.clear_abort_reason();
+        }
         if (entry.version() <= target) continue;
         entry.set_decision(wire::DECISION_ABORT);
         entry.set_abort_reason(record.rollback().abort_reason());
@@ -283,7 +290,7 @@ Status VersionLog::RecordDecision(std::string_view channel, uint64_t version,
   return Append(std::move(record));
 }
 
-Result<uint64_t> VersionLog::RecordRollback(std::string_view channel, uint64_t version) {
+Result<uint64_t> VersionLog::ResolveRollback(std::string_view channel, uint64_t version) const {
   const ChannelState* state = this->channel(channel);
   if (state == nullptr || state->versions.empty()) {
     return NotFound("rollback: channel " + std::string(channel) + " has no published version");
@@ -306,14 +313,21 @@ Result<uint64_t> VersionLog::RecordRollback(std::string_view channel, uint64_t v
   if (entry == nullptr) {
     return FailedPrecondition("rollback: " + VersionName(channel, version) + " is not published");
   }
-  if (entry->decision() != wire::DECISION_COMMIT) {
+  if (!entry->committed_once()) {
     return FailedPrecondition("rollback: " + VersionName(channel, version) +
-                              " was never committed");
+                              " was never committed" +
+                              (entry->abort_reason().empty() ? std::string()
+                                                             : " (" + entry->abort_reason() + ")"));
   }
   if (version >= current) {
     return FailedPrecondition("rollback: " + VersionName(channel, version) +
                               " is not below the current v" + std::to_string(current));
   }
+  return version;
+}
+
+Result<uint64_t> VersionLog::RecordRollback(std::string_view channel, uint64_t version) {
+  ASSIGN_OR_RETURN(version, ResolveRollback(channel, version));
   state::LogRecord record;
   record.set_channel(std::string(channel));
   record.mutable_rollback()->set_version(version);

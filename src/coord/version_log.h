@@ -82,9 +82,13 @@ class VersionLog {
   Status RecordDecision(std::string_view channel, uint64_t version, wire::Decision decision,
                         std::string_view abort_reason);
 
-  // Switches the channel's current version back to `version` (0: the committed version below
-  // the current one), aborting every version above it. Refuses (kFailedPrecondition) a version
-  // that is not published, not committed, or not below the current one.
+  // The version a rollback to `version` would make current (0: the committed version below the
+  // current one), changing nothing. Refuses (kFailedPrecondition) a version that is not
+  // published, was never committed, or is not below the current one. A version committed once
+  // and rolled back past later may be returned to.
+  Result<uint64_t> ResolveRollback(std::string_view channel, uint64_t version) const;
+  // Switches the channel's current version back to ResolveRollback(channel, version), aborting
+  // every version above it (the target itself reads COMMIT again).
   Result<uint64_t> RecordRollback(std::string_view channel, uint64_t version);
 
   // The signed manifest of `version` (0: the newest) of `channel`; kNotFound when absent.

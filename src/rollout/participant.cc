@@ -88,8 +88,15 @@ Version Participant::Wanted() const {
   const Target& t = *target_;
   if (t.current.value() != 0 && t.current != current_) {
     // Catching up (or rolling back) comes first: the fleet's current version is what this
-    // node must serve before it prepares anything newer.
-    return kept_.contains(t.current) ? Version() : t.current;
+    // node must serve before it prepares anything newer. Unless it could not be fetched
+    // (nobody serves it any more): then a newer version is prepared meanwhile, since its commit
+    // is what moves the fleet past the unreachable one (issue 21: it wedged the channel).
+    if (kept_.contains(t.current)) return Version();
+    const Staging* s = Find(t.current);
+    if (s != nullptr && s->state == StageState::kFailed) {
+      if (Version newer = PrepareVersion(); newer > t.current) return newer;
+    }
+    return t.current;
   }
   return PrepareVersion();
 }

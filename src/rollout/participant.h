@@ -115,6 +115,9 @@ class Participant {
   Version current() const { return current_; }
   const std::set<Version>& kept() const { return kept_; }
   bool has_target() const { return target_.has_value(); }
+  // Whether `v` is a version the target still wants staged (the fleet's current one this node
+  // catches up to, or the undecided one it prepares).
+  bool wants(Version v) const { return IsWanted(v); }
   // Nothing outstanding and the node is where the target wants it.
   bool settled() const;
   // The earliest retry time, or Time::max().

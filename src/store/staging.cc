@@ -325,10 +325,6 @@ Status StagingState::SealForCommit() {
   for (const auto& dir : DirsOf(layout.staging_files(manifest.version), manifest)) {
     RETURN_IF_ERROR(FsyncPath(dir));
   }
-  for (int fd : fds) ::close(fd);
-  fds.clear();
-  record.Close();
-  closed = true;
   return Status::Ok();
 }
 

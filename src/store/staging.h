@@ -48,7 +48,8 @@ struct StagingState {
   Result<std::vector<uint8_t>> ReadChunk(ChunkIndex index) const;
 
   // For Commit: persists pending records, requires every chunk verified, fsyncs every file and
-  // directory of the version, then closes the handles. After this every call fails.
+  // directory of the version. Leaves the handles open: a commit that fails before its commit
+  // point is retried with them; Commit calls Close once the files are a version.
   Status SealForCommit();
   // Closes the handles without syncing (Abort).
   void Close();

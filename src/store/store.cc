@@ -185,19 +185,38 @@ Status StoreImpl::Commit(std::string_view channel, Version version) {
 }
 
 // The commit protocol. Each step is atomic and durable before the next starts; the crash cases
-// are argued in docs/store_layout.md.
+// are argued in docs/store_layout.md. A step that fails before the commit point leaves the
+// staging open and in the table, so the same Commit can be retried once its cause is gone (a full
+// disk freed); one that fails after it is finished by the next Commit, or by Open.
 Status StoreImpl::CommitLocked(std::string_view channel, Version v) {
   ChannelLayout layout = Layout(channel);
+  const Key key{std::string(channel), v.value()};
+  if (Exists(layout.version_dir(v)) && Exists(layout.staging_dir(v)) &&
+      !Exists(layout.staging_files(v))) {
+    // Past its commit point already (an earlier Commit failed after step 3).
+    if (auto it = staging_.find(key); it != staging_.end()) {
+      if (auto live = it->second.lock()) live->Close();
+      staging_.erase(it);
+    }
+    return FinishCommitLocked(layout, channel, v);
+  }
   ASSIGN_OR_RETURN(auto state, StagingLocked(channel, v));
   // 1. Every chunk verified, every byte and directory entry of the files durable.
   RETURN_IF_ERROR(state->SealForCommit());
-  staging_.erase({std::string(channel), v.value()});
   // 2. The manifest beside the version. A crash after this leaves an orphan manifest (no
   //    versions/<v>) that Open removes; the staging is intact and can be committed again.
   RETURN_IF_ERROR(WriteFileAtomic(layout.manifest_file(v), SerializeManifest(state->manifest)));
   // 3. The commit point: the files become versions/<v>. From here Open rolls the commit forward,
   //    recognising staging/<v> without its files/ directory.
   RETURN_IF_ERROR(RenameDurable(layout.staging_files(v), layout.version_dir(v)));
+  state->Close();
+  staging_.erase(key);
+  return FinishCommitLocked(layout, channel, v);
+}
+
+// Steps 4 and 5 of the commit protocol, for a version past its commit point.
+Status StoreImpl::FinishCommitLocked(const ChannelLayout& layout, std::string_view channel,
+                                     Version v) {
   // 4. `current` moves in one rename.
   RETURN_IF_ERROR(SwitchCurrentLocked(layout, v));
   // 5. Staging leftovers (manifest copy, record) go, renamed away first: a numbered staging

@@ -74,6 +74,7 @@ class StoreImpl {
   // Switches `current` (mu_ held).
   Status SwitchCurrentLocked(const ChannelLayout& layout, Version version);
   Status CommitLocked(std::string_view channel, Version version);
+  Status FinishCommitLocked(const ChannelLayout& layout, std::string_view channel, Version v);
   Result<std::vector<Version>> CollectLocked(std::string_view channel);
   Result<std::vector<Version>> CommittedLocked(const ChannelLayout& layout) const;
   Result<Version> CurrentLocked(const ChannelLayout& layout) const;

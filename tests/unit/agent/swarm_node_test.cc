@@ -381,18 +381,39 @@ TEST_F(Swarm, DeltaChunkThatFailsItsHashIsNotVerifiedAndIsFetchedWhole) {
   EXPECT_TRUE(agent.store->Verify(kChannel, Version(2)).ok());
 }
 
-TEST_F(Swarm, OlderTargetIsRefusedAndNewerReplacesTheStaging) {
+// Issue 21: after a rollback to a version this node no longer keeps, it fetches that older
+// version (it used to be refused as "older than the target", wedging the channel).
+TEST_F(Swarm, AnyOtherVersionReplacesTheTargetOlderOnesIncluded) {
   Node& agent = AddNode(2, false);
   Manifest v2 = MakeManifest(kChannel, Version(2), SampleFiles(7));
   Manifest v1 = MakeManifest(kChannel, Version(1), SampleFiles(8));
   Manifest v3 = MakeManifest(kChannel, Version(3), SampleFiles(9));
   ASSERT_TRUE(agent.swarm->Fetch(v2, SignManifest(v2, kSecret)).ok());
-  EXPECT_EQ(agent.swarm->Fetch(v1, SignManifest(v1, kSecret)).code(), Code::kFailedPrecondition);
+  ASSERT_TRUE(agent.swarm->Fetch(v1, SignManifest(v1, kSecret)).ok());
+  EXPECT_EQ(agent.swarm->progress().version, Version(1));
   ASSERT_TRUE(agent.swarm->Fetch(v3, SignManifest(v3, kSecret)).ok());
   auto staging = agent.store->ListStaging(kChannel);
   ASSERT_TRUE(staging.ok());
   EXPECT_EQ(*staging, std::vector<Version>{Version(3)});
   EXPECT_EQ(agent.swarm->progress().version, Version(3));
+}
+
+// The rolled-back-to version is served by a node that keeps it, and a node that does not keep
+// it fetches it from that node.
+TEST_F(Swarm, AnOlderVersionIsFetchedFromAPeerThatKeepsIt) {
+  Node& keeper = AddNode(1, false);
+  Node& agent = AddNode(2, false);
+  auto v1_files = SampleFiles(12);
+  Manifest v1 = MakeManifest(kChannel, Version(1), v1_files);
+  Manifest v2 = MakeManifest(kChannel, Version(2), SampleFiles(13));
+  ASSERT_TRUE(StageAndCommit(*keeper.store, kChannel, Version(1), v1_files).ok());
+  ASSERT_TRUE(agent.swarm->Fetch(v2, SignManifest(v2, kSecret)).ok());
+  ASSERT_TRUE(keeper.swarm->Fetch(v1, SignManifest(v1, kSecret)).ok());
+  ASSERT_TRUE(agent.swarm->Fetch(v1, SignManifest(v1, kSecret)).ok());
+  Mesh();
+  ASSERT_TRUE(agent.swarm->WaitComplete(kWait).ok()) << agent.swarm->progress().error;
+  ASSERT_TRUE(agent.swarm->CommitTarget().ok());
+  EXPECT_TRUE(agent.store->Verify(kChannel, Version(1)).ok());
 }
 
 }  // namespace

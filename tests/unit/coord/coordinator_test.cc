@@ -349,6 +349,49 @@ class ManualDecider : public Decider {
   }
 };
 
+// Issue 21 (1): a rollback to a version no live agent keeps is refused with what they do keep;
+// a version committed once and rolled back past later may be returned to.
+TEST(Coordinator, RollbackIsRefusedWhenNoLiveAgentKeepsTheTarget) {
+  CoordinatorHarness h;
+  ASSERT_TRUE(h.Start().ok());
+  auto pub = h.Connect(7, net::Role::kPublisher);
+  for (uint64_t v = 1; v <= 3; ++v) ASSERT_TRUE(pub->Publish(Signed(TestManifest("p", v, v))).ok());
+  auto agent = h.Connect(10, net::Role::kAgent);
+  ASSERT_TRUE(agent->Register(AgentRegistration(10, "p")).ok());
+  auto beat = [&](uint64_t current, std::vector<uint64_t> kept) {
+    wire::Heartbeat hb;
+    wire::ChannelProgress* p = hb.add_channels();
+    p->set_channel("p");
+    p->set_version(current);
+    p->set_phase(wire::PHASE_COMMITTED);
+    p->set_current_version(current);
+    for (uint64_t v : kept) p->add_kept_versions(v);
+    ASSERT_TRUE(agent->Heartbeat(hb).ok());
+  };
+  beat(3, {2, 3});
+  auto tool = h.Connect(9, net::Role::kTool);
+  auto refused = tool->Rollback("p", Version(1));
+  ASSERT_EQ(refused.status().code(), Code::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("kept by none of the 1 live agents"),
+            std::string::npos)
+      << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("v2 on 1, v3 on 1"), std::string::npos);
+  auto reply = agent->Heartbeat({});
+  ASSERT_TRUE(reply.ok());
+  EXPECT_EQ(reply->channels(0).current_version(), 3u) << "a refused rollback changed nothing";
+
+  ASSERT_EQ(*tool->Rollback("p", Version(2)), Version(2));
+  beat(2, {2, 3});
+  ASSERT_TRUE(pub->Publish(Signed(TestManifest("p", 4, 4))).ok());
+  beat(4, {2, 3, 4});
+  // v3 was committed, then rolled back past (it reads ABORT): still a version to return to.
+  auto back = tool->Rollback("p", Version(3));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  reply = agent->Heartbeat({});
+  ASSERT_TRUE(reply.ok());
+  EXPECT_EQ(reply->channels(0).current_version(), 3u);
+}
+
 TEST(Coordinator, DecisionsComeFromTheDecider) {
   CoordinatorOptions options;
   options.decider = std::make_shared<ManualDecider>();

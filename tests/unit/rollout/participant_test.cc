@@ -208,6 +208,28 @@ TEST(Participant, RollbackToAVersionNoLongerKeptFetchesIt) {
   EXPECT_EQ(Work(p.OnSwitched(T(1), Ver(2), NotFound("collected"))), std::vector{A(K::kFetch, 2)});
 }
 
+// Issue 21: a current version nobody serves (its fetch fails) must not hold up the next one; the
+// commit of the newer version moves the node past it.
+TEST(Participant, UnreachableCurrentDoesNotHoldUpANewerVersion) {
+  ParticipantOptions o;
+  o.retry_backoff = seconds(5);
+  Participant p = Make(At(3, {2, 3}), o);
+  EXPECT_EQ(Work(p.OnTarget(T(0), Tgt(3, Decision::kAbort, 1, "rolled back to v1"))),
+            std::vector{A(K::kFetch, 1)});
+  EXPECT_TRUE(Work(p.OnStaged(T(1), Ver(1), NotFound("no peer holds v1"))).empty());
+  EXPECT_EQ(p.report().phase, Phase::kFailed);
+  // v4 is published: prepared although v1 is not there yet.
+  EXPECT_EQ(Work(p.OnTarget(T(2), Tgt(4, Decision::kNone, 1))), std::vector{A(K::kFetch, 4)});
+  p.OnStaged(T(3), Ver(4), Status::Ok());
+  EXPECT_EQ(p.report(), (Report{Ver(4), Phase::kPrepared, Ver(3), ""}));
+  auto a = Work(p.OnTarget(T(4), Tgt(4, Decision::kCommit, 4)));
+  EXPECT_EQ(a.front(), A(K::kAbortStaging, 1));
+  EXPECT_EQ(Work(p.OnAborted(T(5), Ver(1), Status::Ok())), std::vector{A(K::kCommit, 4)});
+  p.OnCommitted(T(6), Ver(4), Status::Ok());
+  EXPECT_EQ(p.current(), Ver(4));
+  EXPECT_TRUE(p.settled());
+}
+
 TEST(Participant, RollbackDropsAPreparedPendingVersion) {
   Participant p = Make(At(3, {2, 3}));
   p.OnTarget(T(0), Tgt(4, Decision::kNone, 3));

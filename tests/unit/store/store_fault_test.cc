@@ -263,6 +263,58 @@ TEST(StoreFault, ACommitStoppedBeforeItsCommitPointCanBeRedone) {
   EXPECT_TRUE(store.Verify("policy", Version(1)).ok());
 }
 
+// Issue 21 (3): the disk filled while the manifest was written. The staging must stay whole and
+// open, so that the same handle commits once the cause is gone (it used to report "was committed
+// or aborted" until the agent restarted).
+TEST(StoreFault, ACommitWhoseManifestWriteFailedCanBeRetried) {
+  TempDir dir;
+  auto files = SampleFiles(10);
+  Store store = OpenOrDie(dir.path());
+  ASSERT_TRUE(StageAndCommit(store, "policy", Version(1), files).ok());
+  Manifest m = MakeManifest("policy", Version(2), files);
+  auto staged = store.BeginStaging("policy", m);
+  ASSERT_TRUE(staged.ok());
+  std::string flat = Flat(files);
+  for (uint32_t i = 0; i < m.chunk_count(); ++i) {
+    ASSERT_TRUE(staged->PutChunk(ChunkIndex(i), ChunkOf(flat, m, ChunkIndex(i))).ok());
+  }
+  // A directory where the manifest goes makes its write fail, as a full disk would.
+  fs::path blocker = dir.path() / "policy/manifests/2.wcm";
+  fs::create_directories(blocker / "x");
+  EXPECT_FALSE(store.Commit("policy", Version(2)).ok());
+  EXPECT_EQ(*store.Current("policy"), Version(1));
+  EXPECT_TRUE(staged->complete());
+  EXPECT_EQ(store.ListStaging("policy")->size(), 1u);
+  fs::remove_all(blocker);
+  ASSERT_TRUE(store.Commit("policy", Version(2)).ok());
+  EXPECT_EQ(*store.Current("policy"), Version(2));
+  EXPECT_TRUE(store.Verify("policy", Version(2)).ok());
+  EXPECT_TRUE(store.ListStaging("policy")->empty());
+}
+
+// A commit that failed after its commit point (the files are versions/<v>, `current` not yet
+// switched) is finished by the next Commit of that version, not only by the next Open.
+TEST(StoreFault, ACommitPastItsCommitPointIsFinishedByTheNextCommit) {
+  TempDir dir;
+  auto files = SampleFiles(11);
+  Store store = OpenOrDie(dir.path());
+  ASSERT_TRUE(StageAndCommit(store, "policy", Version(1), files).ok());
+  Manifest m = MakeManifest("policy", Version(2), files);
+  auto staged = store.BeginStaging("policy", m);
+  ASSERT_TRUE(staged.ok());
+  std::string flat = Flat(files);
+  for (uint32_t i = 0; i < m.chunk_count(); ++i) {
+    ASSERT_TRUE(staged->PutChunk(ChunkIndex(i), ChunkOf(flat, m, ChunkIndex(i))).ok());
+  }
+  fs::path ch = dir.path() / "policy";
+  fs::copy_file(ch / "staging/2/manifest.wcm", ch / "manifests/2.wcm");
+  fs::rename(ch / "staging/2/files", ch / "versions/2");
+  ASSERT_TRUE(store.Commit("policy", Version(2)).ok());
+  EXPECT_EQ(*store.Current("policy"), Version(2));
+  EXPECT_TRUE(store.ListStaging("policy")->empty());
+  EXPECT_TRUE(store.Verify("policy", Version(2)).ok());
+}
+
 TEST(StoreFault, DanglingOrForeignCurrentLinkIsReported) {
   TempDir dir;
   {
