@@ -294,11 +294,11 @@ def main():
             samplers.append(p)
             pipes.append(parent)
         if args.local:
-            publisher = weightcast.Publisher(None, CHANNEL, store=local_store,
+            publisher = weightcast.Publisher(local_store, CHANNEL,
                                              chunk_size=args.chunk_size)
         else:
-            publisher = weightcast.Publisher(address, CHANNEL, secret_file,
-                                             store=os.path.join(workdir, "publisher"),
+            publisher = weightcast.Publisher(os.path.join(workdir, "publisher"), CHANNEL,
+                                             coordinator=address, secret_file=secret_file,
                                              chunk_size=args.chunk_size)
 
         for conn in pipes:  # start the clock only once every sampler is listening

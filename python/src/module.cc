@@ -299,6 +299,12 @@ PYBIND11_MODULE(_weightcast, m) {
       .def("publish", &PyLocalPublisher::Publish, py::arg("tensors"), py::arg("metadata"))
       .def("close", &PyLocalPublisher::Close);
 
+  // The CLI's size rules ("1MiB", "64KiB", "4096"), so chunk_size= and the rate limits read
+  // sizes exactly as --chunk-size and --upload-limit do.
+  m.def(
+      "_parse_size",
+      [](const std::string& text) { return ValueOrThrow(weightcast::ParseSize(text)); },
+      py::arg("text"));
   m.def(
       "_dtype_bits",
       [](const std::string& name) {

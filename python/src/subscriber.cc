@@ -90,24 +90,56 @@ std::vector<TensorChange> ChangedTensors(const Manifest& from, const Manifest& t
 }
 
 StoreFollower::StoreFollower(std::filesystem::path root, std::string channel, UniqueFd inotify,
-                             UniqueFd wake)
+                             UniqueFd wake, std::chrono::nanoseconds store_grace)
     : root_(std::move(root)),
       channel_(std::move(channel)),
+      created_(std::chrono::steady_clock::now()),
+      store_grace_(store_grace),
       inotify_(std::move(inotify)),
       wake_(std::move(wake)) {}
 
 StoreFollower::~StoreFollower() = default;
 
 Result<std::unique_ptr<StoreFollower>> StoreFollower::Create(std::filesystem::path root,
-                                                             std::string channel) {
+                                                             std::string channel,
+                                                             std::chrono::nanoseconds store_grace) {
   if (root.empty()) return InvalidArgument("store path is empty");
   RETURN_IF_ERROR(ValidateChannelName(channel));
   UniqueFd inotify(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
   if (inotify.get() < 0) return ErrnoStatus("inotify_init1", errno);
   UniqueFd wake(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (wake.get() < 0) return ErrnoStatus("eventfd", errno);
-  return std::unique_ptr<StoreFollower>(
-      new StoreFollower(std::move(root), std::move(channel), std::move(inotify), std::move(wake)));
+  return std::unique_ptr<StoreFollower>(new StoreFollower(
+      std::move(root), std::move(channel), std::move(inotify), std::move(wake), store_grace));
+}
+
+Status StoreFollower::CheckRootIsStore() const {
+  // Every process that holds a store creates ROOT/.lock right after ROOT (docs/store_layout.md),
+  // so a directory without it is a store only while it is still empty.
+  std::error_code ec;
+  const auto root_status = std::filesystem::status(root_, ec);
+  bool missing = !std::filesystem::exists(root_status);
+  if (!missing && !std::filesystem::is_directory(root_status)) {
+    return FailedPrecondition(root_.string() +
+                              " is not a weightcast store (it is a file, not a directory)");
+  }
+  if (!missing && !std::filesystem::exists(root_ / ".lock", ec)) {
+    if (!std::filesystem::is_empty(root_, ec) && !ec) {
+      return FailedPrecondition(
+          root_.string() +
+          " is not a weightcast store (no .lock; a store is the --store directory of a "
+          "weightcast agent, or the store= of a Publisher)");
+    }
+    missing = true;
+  }
+  if (missing && std::chrono::steady_clock::now() - created_ >= store_grace_) {
+    return NotFound(
+        "no weightcast store at " + root_.string() + " after " +
+        std::to_string(std::chrono::duration_cast<std::chrono::seconds>(store_grace_).count()) +
+        " s: is a weightcast agent running with --store " + root_.string() +
+        ", or a Publisher with store=" + root_.string() + "?");
+  }
+  return Status::Ok();
 }
 
 void StoreFollower::Close() {
@@ -146,6 +178,7 @@ Result<std::shared_ptr<const Manifest>> StoreFollower::ManifestOf(Version versio
 }
 
 Result<std::optional<OpenedVersion>> StoreFollower::TryOpenCurrent(Version min_version) {
+  RETURN_IF_ERROR(CheckRootIsStore());
   StoreOptions options;
   options.read_only = true;
   auto store = Store::Open(root_, options);

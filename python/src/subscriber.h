@@ -72,10 +72,17 @@ std::vector<TensorChange> ChangedTensors(const Manifest& from, const Manifest& t
 // below); nothing else blocks beyond reading small files.
 class StoreFollower {
  public:
-  // `root` need not exist yet (the agent may not have created it); `channel` must be a valid
-  // channel name (kInvalidArgument otherwise).
-  static Result<std::unique_ptr<StoreFollower>> Create(std::filesystem::path root,
-                                                       std::string channel);
+  // How long `root` may be missing (or an empty directory) before Wait gives up on it.
+  static constexpr std::chrono::seconds kStoreGrace{5};
+
+  // `root` need not exist yet (the agent may not have created it), but once `store_grace` has
+  // passed since Create a Wait that still finds no store there fails with kNotFound, and a
+  // `root` that is a file, or a directory with files but without a store's `.lock`, fails
+  // every Wait at once (kFailedPrecondition): waiting on a path that is not a store would never
+  // end. `channel` must be a valid channel name (kInvalidArgument otherwise).
+  static Result<std::unique_ptr<StoreFollower>> Create(
+      std::filesystem::path root, std::string channel,
+      std::chrono::nanoseconds store_grace = kStoreGrace);
   ~StoreFollower();
   StoreFollower(const StoreFollower&) = delete;
   StoreFollower& operator=(const StoreFollower&) = delete;
@@ -103,7 +110,10 @@ class StoreFollower {
   const std::string& channel() const { return channel_; }
 
  private:
-  StoreFollower(std::filesystem::path root, std::string channel, UniqueFd inotify, UniqueFd wake);
+  StoreFollower(std::filesystem::path root, std::string channel, UniqueFd inotify, UniqueFd wake,
+                std::chrono::nanoseconds store_grace);
+  // OK when `root` is a store, or may still become one within the grace; see Create.
+  Status CheckRootIsStore() const;
   // The current version opened, or nullopt when the channel has none yet (or the version was
   // collected between reading `current` and opening its files: the caller looks again).
   Result<std::optional<OpenedVersion>> TryOpenCurrent(Version min_version);
@@ -113,6 +123,8 @@ class StoreFollower {
 
   const std::filesystem::path root_;
   const std::string channel_;
+  const std::chrono::steady_clock::time_point created_;
+  const std::chrono::nanoseconds store_grace_;
   UniqueFd inotify_;
   UniqueFd wake_;  // eventfd written by Close
   std::atomic<bool> closed_{false};

@@ -1,6 +1,6 @@
 """weightcast: move model weights from a trainer to the machines that sample or serve from them.
 
-    pub = weightcast.Publisher(coordinator, "policy", secret_file, store="/tmp/pub")
+    pub = weightcast.Publisher("/tmp/pub", "policy", coordinator, secret_file)
     pub.publish(model.state_dict(), step)            # tensors in memory -> a version
 
     sub = weightcast.Subscriber("/tmp/agent", "policy", coordinator, secret_file)

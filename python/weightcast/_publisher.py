@@ -4,7 +4,7 @@ import collections
 import collections.abc
 import time
 
-from . import _tensors, _weightcast
+from . import _options, _tensors, _weightcast
 
 
 class PublishResult(collections.namedtuple(
@@ -24,49 +24,61 @@ class PublishResult(collections.namedtuple(
 class Publisher:
     """Publishes dicts of tensors as versions of a channel.
 
-    * ``Publisher(coordinator, channel, secret_file, store=DIR)``: registers each version with the
-      coordinator (delta against the previous one) and seeds it to the agents from ``store``.
-    * ``Publisher(None, channel, store=DIR)``: commits each version into a local store only, for
-      subscribers on the same machine (``Subscriber(DIR, channel)``).
+    The arguments come in the order :class:`Subscriber` takes them, store first:
+
+    * ``Publisher(store, channel, coordinator=ADDR, secret_file=F)``: registers each version with
+      the coordinator (delta against the previous one) and seeds it to the agents from ``store``.
+    * ``Publisher(store, channel)``: commits each version into a local store only, for
+      subscribers on the same machine (``Subscriber(store, channel)``).
 
     ``publish(tensors, step)`` writes the tensors straight into a safetensors file inside the
     store (no checkpoint of the trainer's own), builds the manifest and commits it; the GIL is
     released while it works.
     """
 
-    def __init__(self, coordinator, channel, secret_file=None, store=None, *, chunk_size=None,
+    _OPTIONS = {
+        "listen": _options.text,
+        "cluster": _options.text,
+        "node_id": _options.integer,
+        "connect_timeout": _options.seconds,
+        "log_level": _options.text,
+        "log_file": _options.path,
+    }
+
+    def __init__(self, store, channel, coordinator=None, secret_file=None, *, chunk_size=None,
                  keep_versions=2, **publisher_options):
-        """``publisher_options`` (with a coordinator): listen ("127.0.0.1:0"), cluster, node_id,
-        connect_timeout (s), log_level ("warn"; also debug, info, error), log_file (default
-        stderr). The secret comes from secret_file or $WEIGHTCAST_SECRET. ``keep_versions``
-        applies to a local store."""
-        self.channel = channel
-        if chunk_size is None:
-            chunk_size = _weightcast.DEFAULT_CHUNK_SIZE
+        """``chunk_size``: bytes (int) or a size string as the CLI takes ("1MiB"); default
+        ``DEFAULT_CHUNK_SIZE``. ``publisher_options`` (with a coordinator): listen
+        ("127.0.0.1:0"), cluster, node_id, connect_timeout (s), log_level ("warn"; also debug,
+        info, error), log_file (default stderr). The secret comes from secret_file or
+        $WEIGHTCAST_SECRET. ``keep_versions`` applies to a local store. A mistyped keyword or a
+        value of the wrong type raises TypeError naming it."""
+        self.store = _options.path("store", store)
+        self.channel = _options.text("channel", channel)
+        options = _options.check(
+            "Publisher", publisher_options, self._OPTIONS,
+            also=("store", "channel", "coordinator", "secret_file", "chunk_size",
+                  "keep_versions"))
+        chunk_size = (_weightcast.DEFAULT_CHUNK_SIZE if chunk_size is None
+                      else _options.size("chunk_size", chunk_size))
+        keep_versions = _options.integer("keep_versions", keep_versions)
         if coordinator is None:
-            if store is None:
-                raise _weightcast.InvalidArgumentError(
-                    "a publisher without a coordinator needs store= (where versions are kept)")
-            if secret_file is not None or publisher_options:
+            if secret_file is not None or options:
                 raise _weightcast.InvalidArgumentError(
                     "secret_file and publisher options need a coordinator")
-            self.store = str(store)
-            self._core = _weightcast._LocalPublisher(self.store, channel, chunk_size,
+            self._core = _weightcast._LocalPublisher(self.store, self.channel, chunk_size,
                                                      keep_versions)
             self._remote = False
         else:
-            if store is None:
-                raise _weightcast.InvalidArgumentError("a publisher needs store= (a directory)")
-            self.store = str(store)
-            self._core = _weightcast._Publisher(
-                coordinator=coordinator, channel=channel,
-                secret_file=None if secret_file is None else str(secret_file),
-                store=self.store, chunk_size=chunk_size,
-                **publisher_options)
-            self._remote = True
             if keep_versions != 2:
                 raise _weightcast.InvalidArgumentError(
                     "keep_versions applies to a local publisher only")
+            self._core = _weightcast._Publisher(
+                coordinator=_options.text("coordinator", coordinator), channel=self.channel,
+                secret_file=None if secret_file is None else _options.path("secret_file",
+                                                                            secret_file),
+                store=self.store, chunk_size=chunk_size, **options)
+            self._remote = True
 
     def publish(self, tensors, step=None):
         """Publishes ``tensors`` (dict name -> torch tensor or numpy array, any dtype safetensors

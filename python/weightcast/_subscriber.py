@@ -1,6 +1,6 @@
 """Subscriber: receive the committed versions of a channel into memory-mapped views."""
 
-from . import _weightcast
+from . import _options, _weightcast
 from ._version import Version
 
 
@@ -29,30 +29,51 @@ class Subscriber:
     sampler can update only those. Errors are :class:`weightcast.Error` subclasses.
     """
 
+    _OPTIONS = {
+        "listen": _options.text,
+        "rack": _options.text,
+        "cluster": _options.text,
+        "node_id": _options.integer,
+        "upload_limit": _options.size,
+        "download_limit": _options.size,
+        "metrics": _options.text,
+        "log_level": _options.text,
+        "log_file": _options.path,
+    }
+
     def __init__(self, store, channel, coordinator=None, secret_file=None, **agent_options):
         """``agent_options`` (with a coordinator): listen ("127.0.0.1:0"), rack, cluster, node_id,
-        upload_limit and download_limit (bytes/s), metrics ("ip:port" for /metrics), log_level
-        ("warn"; also debug, info, error) and log_file (default stderr). The secret comes from
-        secret_file or $WEIGHTCAST_SECRET."""
-        self.channel = channel
-        self.store = str(store)
+        upload_limit and download_limit (bytes/s: an int or a size string like "100MiB"),
+        metrics ("ip:port" for /metrics), log_level ("warn"; also debug, info, error) and
+        log_file (default stderr). The secret comes from secret_file or $WEIGHTCAST_SECRET. A
+        mistyped keyword or a value of the wrong type raises TypeError naming it. Without a
+        coordinator, a ``store`` that is not a store (a file, a directory without the store's
+        ``.lock``) makes wait() raise FailedPreconditionError at once, and one that does not
+        exist NotFoundError once it is still missing 5 s after the Subscriber was made."""
+        self.channel = _options.text("channel", channel)
+        self.store = _options.path("store", store)
         self._last = None
+        if "tensors" in agent_options:
+            # A subset agent never commits (the store commits whole versions only), and
+            # wait() returns committed versions.
+            raise _weightcast.InvalidArgumentError(
+                "tensors= is not supported: a tensor-subset agent keeps its versions staged, "
+                "never committed, so wait() would never return")
+        options = _options.check("Subscriber", agent_options, self._OPTIONS,
+                                 also=("store", "channel", "coordinator", "secret_file"))
         if coordinator is None:
-            if secret_file is not None or agent_options:
+            if secret_file is not None or options:
                 raise _weightcast.InvalidArgumentError(
                     "secret_file and agent options need a coordinator (without one the "
                     "subscriber only reads a store that an agent maintains)")
-            self._core = _weightcast._StoreSubscriber(self.store, channel)
+            self._core = _weightcast._StoreSubscriber(self.store, self.channel)
         else:
-            if "tensors" in agent_options:
-                # A subset agent never commits (the store commits whole versions only), and
-                # wait() returns committed versions.
-                raise _weightcast.InvalidArgumentError(
-                    "tensors= is not supported: a tensor-subset agent keeps its versions staged, "
-                    "never committed, so wait() would never return")
             self._core = _weightcast._StoreSubscriber.with_agent(
-                store=self.store, channel=channel, coordinator=coordinator,
-                secret_file=None if secret_file is None else str(secret_file), **agent_options)
+                store=self.store, channel=self.channel,
+                coordinator=_options.text("coordinator", coordinator),
+                secret_file=None if secret_file is None else _options.path("secret_file",
+                                                                            secret_file),
+                **options)
 
     def wait(self, min_version=None, timeout=None):
         """The channel's committed current version once it is at least ``min_version`` (any

@@ -18,9 +18,11 @@ class TensorInfo(collections.namedtuple(
 class Version(collections.abc.Mapping):
     """One committed version of a channel.
 
-    ``version[name]`` is a view of the tensor's bytes in the version's files, without a copy:
-    a read-only numpy array for the dtypes numpy has, a ``torch.bfloat16`` tensor for BF16
-    (numpy has no bfloat16). ``numpy(name)`` and ``torch(name)`` choose explicitly.
+    ``version[name]`` is always a read-only numpy array of the tensor's values, a view of its
+    bytes in the version's files without a copy. For the dtypes whose values numpy cannot hold
+    (BF16, the float8 types, F6/F4) it raises TypeError instead of handing out raw bits that
+    look like numbers: ask ``torch(name)`` (or ``state_dict()``) for the values, ``numpy(name)``
+    for the raw bits.
 
     The files are memory-mapped copy-on-write (MAP_PRIVATE): views read the page cache, and a
     write through a torch view changes only this process's private copy, never the file. The
@@ -68,8 +70,11 @@ class Version(collections.abc.Mapping):
 
     def __getitem__(self, name):
         info = self._tensors[name]
-        if info.dtype == "BF16" and _tensors.torch is not None:
-            return self.torch(name)
+        if info.dtype in _tensors.RAW_IN_NUMPY:
+            raise TypeError(
+                f"tensor {name!r} is {info.dtype}, which numpy has no type for: use "
+                f"v.torch({name!r}) or v.state_dict() for its values, v.numpy({name!r}) for its "
+                "raw bits")
         return self.numpy(name)
 
     def __iter__(self):

@@ -14,6 +14,7 @@
 
 #include "agent/version_fetcher.h"
 #include "cli/command.h"
+#include "cli/node_flags.h"
 #include "manifest/builder.h"
 #include "net/handshake.h"
 #include "net/tcp_transport.h"
@@ -149,8 +150,7 @@ void SetupFetch(CLI::App& app) {
   cmd->add_option("--from", flags->from, "ip:port of the server")->required();
   cmd->add_option("--root", flags->root, "Store root directory")->required();
   cmd->add_option("--channel", flags->channel, "Channel to fetch")->required();
-  cmd->add_option("--secret-file", flags->secret_file,
-                  "File holding the cluster secret (default: $WEIGHTCAST_SECRET)");
+  cmd->add_option("--secret-file", flags->secret_file, kSecretFileHelp);
   cmd->add_option("--version", flags->version, "Version to fetch (default: the server's current)");
   cmd->add_option("--cluster", flags->cluster, "Cluster id both sides must share")
       ->capture_default_str();

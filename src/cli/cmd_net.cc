@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cli/command.h"
+#include "cli/node_flags.h"
 #include "net/handshake.h"
 #include "net/p2p.h"
 #include "net/tcp_transport.h"
@@ -92,8 +93,7 @@ Status RunSend(const NetFlags& flags) {
 }
 
 void AddCommon(CLI::App* cmd, NetFlags& flags) {
-  cmd->add_option("--secret-file", flags.secret_file,
-                  "File holding the cluster secret (default: $WEIGHTCAST_SECRET)");
+  cmd->add_option("--secret-file", flags.secret_file, kSecretFileHelp);
   cmd->add_option("--cluster", flags.cluster, "Cluster id both sides must share");
   cmd->add_option("--node-id", flags.node_id, "This node's id (default: random)");
   cmd->add_option("--timeout", flags.timeout_s, "Give up after this many seconds");

@@ -7,6 +7,7 @@
 
 #include "agent/version_server.h"
 #include "cli/command.h"
+#include "cli/node_flags.h"
 #include "manifest/builder.h"
 #include "net/handshake.h"
 #include "net/tcp_transport.h"
@@ -61,8 +62,7 @@ void SetupServe(CLI::App& app) {
   cmd->add_option("--channel", flags->channel, "Channel to serve")->required();
   cmd->add_option("--listen", flags->listen, "ip:port to listen on (port 0: any free port)")
       ->required();
-  cmd->add_option("--secret-file", flags->secret_file,
-                  "File holding the cluster secret (default: $WEIGHTCAST_SECRET)");
+  cmd->add_option("--secret-file", flags->secret_file, kSecretFileHelp);
   cmd->add_option("--cluster", flags->cluster, "Cluster id both sides must share")
       ->capture_default_str();
   cmd->add_option("--node-id", flags->node_id, "This node's id (default: random)");

@@ -7,8 +7,7 @@
 namespace weightcast::cli {
 
 void AddNodeFlags(CLI::App* cmd, NodeFlags& flags) {
-  cmd->add_option("--secret-file", flags.secret_file,
-                  "File holding the cluster secret (default: $WEIGHTCAST_SECRET)");
+  cmd->add_option("--secret-file", flags.secret_file, kSecretFileHelp);
   cmd->add_option("--cluster", flags.cluster, "Cluster id every node must share")
       ->capture_default_str();
   cmd->add_option("--node-id", flags.node_id, "This node's id (default: random)");

@@ -21,6 +21,12 @@ struct NodeFlags {
   std::string log_format = "text";
 };
 
+// The help of every --secret-file flag: the format and minimum are the ones LoadClusterSecret
+// enforces, so a user learns them before the error does.
+inline constexpr char kSecretFileHelp[] =
+    "File holding the cluster secret on its first line, at least 16 bytes; make one with "
+    "`weightcast keygen --out FILE` (default: $WEIGHTCAST_SECRET)";
+
 // Adds --secret-file, --cluster, --node-id and --log-format to `cmd`, bound to `flags` (which
 // must outlive the parse).
 void AddNodeFlags(CLI::App* cmd, NodeFlags& flags);

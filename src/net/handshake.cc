@@ -1,12 +1,19 @@
 #include "net/handshake.h"
 
+#include <fcntl.h>
 #include <openssl/rand.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "hash/digest.h"
 #include "net/wire.pb.h"
 #include "util/file.h"
+#include "util/text.h"
 
 namespace weightcast::net {
 namespace {
@@ -39,13 +46,26 @@ std::string_view RoleName(Role role) {
   return "unknown";
 }
 
-Result<std::string> LoadClusterSecret(const std::filesystem::path& path, std::string_view env_var) {
+void WarnToStderr(std::string_view message) {
+  std::fprintf(stderr, "weightcast: WARN %.*s\n", static_cast<int>(message.size()), message.data());
+}
+
+Result<std::string> LoadClusterSecret(const std::filesystem::path& path, std::string_view env_var,
+                                      const SecretWarnFn& warn) {
   std::string secret;
   std::string source;
   if (!path.empty()) {
     ASSIGN_OR_RETURN(secret, ReadFileToString(path, 1 << 16));
     while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r')) secret.pop_back();
     source = "secret file " + path.string();
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && (st.st_mode & 077) != 0 && warn) {
+      char mode[8];
+      std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+      warn("secret file " + path.string() + " has mode " + mode +
+           ": other users of this machine may read the cluster secret (chmod 600 " + path.string() +
+           ")");
+    }
   } else {
     std::string name(env_var);
     const char* value = std::getenv(name.c_str());
@@ -58,9 +78,52 @@ Result<std::string> LoadClusterSecret(const std::filesystem::path& path, std::st
   if (secret.size() < kMinSecretBytes) {
     return InvalidArgument(source + " holds " + std::to_string(secret.size()) +
                            " bytes; a cluster secret needs at least " +
-                           std::to_string(kMinSecretBytes));
+                           std::to_string(kMinSecretBytes) +
+                           " bytes (make one with: weightcast keygen --out FILE)");
   }
   return secret;
+}
+
+Result<std::string> GenerateClusterSecret() {
+  std::array<uint8_t, 32> bytes;
+  if (RAND_bytes(bytes.data(), static_cast<int>(bytes.size())) != 1) {
+    return Internal("OpenSSL's random generator failed; no secret was made");
+  }
+  return ToHex(bytes);
+}
+
+Status WriteSecretFile(const std::filesystem::path& path, std::string_view secret, bool overwrite) {
+  const std::string text = std::string(secret) + "\n";
+  if (!overwrite) {
+    // O_EXCL: an existing file (or a link planted at the path) is never followed or truncated.
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      if (errno == EEXIST) {
+        return AlreadyExists(path.string() + " exists; pass --force to replace it");
+      }
+      return IoError("create " + path.string() + ": " + std::strerror(errno));
+    }
+    Status written = WriteAll(fd, AsBytes(text), path.string());
+    if (written.ok() && ::fsync(fd) != 0) {
+      written = IoError("fsync " + path.string() + ": " + std::strerror(errno));
+    }
+    ::close(fd);
+    if (!written.ok()) ::unlink(path.c_str());
+    return written;
+  }
+  std::string tmp = path.string() + ".tmp-XXXXXX";
+  int fd = ::mkstemp(tmp.data());  // mode 0600
+  if (fd < 0) return IoError("create a file beside " + path.string() + ": " + std::strerror(errno));
+  Status written = WriteAll(fd, AsBytes(text), tmp);
+  if (written.ok() && ::fsync(fd) != 0) {
+    written = IoError("fsync " + tmp + ": " + std::strerror(errno));
+  }
+  ::close(fd);
+  if (written.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    written = IoError("replace " + path.string() + ": " + std::strerror(errno));
+  }
+  if (!written.ok()) ::unlink(tmp.c_str());
+  return written;
 }
 
 Handshake::Handshake(const Identity& self, std::string_view secret, bool initiator,

@@ -13,6 +13,7 @@
 #include <array>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -46,11 +47,30 @@ struct PeerInfo {
   std::string address;  // transport-specific ("127.0.0.1:7000", "mem:b")
 };
 
+// Receives a warning about the secret (one line, no trailing newline).
+using SecretWarnFn = std::function<void(std::string_view message)>;
+// Writes "weightcast: WARN <message>" to stderr.
+void WarnToStderr(std::string_view message);
+
 // Reads the cluster secret from a file (first line, trailing newline dropped) or, when `path`
 // is empty, from the environment variable `env_var`. Never from the command line: argv is
-// visible to every user of the machine. Rejects secrets shorter than kMinSecretBytes.
+// visible to every user of the machine. Rejects secrets shorter than kMinSecretBytes. A secret
+// file that other users may read (any group or other bit in its mode) is still loaded, since
+// refusing would break running clusters, but `warn` is told its path and mode.
 Result<std::string> LoadClusterSecret(const std::filesystem::path& path,
-                                      std::string_view env_var = "WEIGHTCAST_SECRET");
+                                      std::string_view env_var = "WEIGHTCAST_SECRET",
+                                      const SecretWarnFn& warn = WarnToStderr);
+
+// A fresh cluster secret: 32 bytes from OpenSSL's RAND_bytes, as 64 lowercase hex digits (text,
+// so it survives LoadClusterSecret's first-line rule and copy-paste). kInternal when the
+// random generator fails.
+Result<std::string> GenerateClusterSecret();
+
+// Writes `secret` and a newline to a new file `path` readable by its owner only (mode 0600).
+// Refuses (kAlreadyExists) when `path` exists, unless `overwrite`; then the old file is
+// replaced atomically (a 0600 temporary file beside it, renamed over it), so it is never seen
+// half-written or with a wider mode.
+Status WriteSecretFile(const std::filesystem::path& path, std::string_view secret, bool overwrite);
 
 class Handshake {
  public:

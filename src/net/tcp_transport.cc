@@ -41,7 +41,9 @@
 #include <condition_variable>
 #include <deque>
 #include <future>
+#include <list>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -197,16 +199,18 @@ std::unique_ptr<asio::ssl::context> MakeTlsContext(const TlsOptions& tls) {
   return context;
 }
 
-awaitable<Result<PeerInfo>> RunHandshake(Channel& channel, const Options& options, bool initiator);
+awaitable<Result<PeerInfo>> RunHandshake(Channel& channel, const Options& options, bool initiator,
+                                         std::atomic<bool>* spoke);
 
-// TLS first (when configured), then the HMAC handshake inside it.
-awaitable<Result<PeerInfo>> SecureAndAuthenticate(Shared& shared, Channel& channel,
-                                                  bool initiator) {
+// TLS first (when configured), then the HMAC handshake inside it. `spoke` (optional) is set
+// once the peer's Hello was accepted.
+awaitable<Result<PeerInfo>> SecureAndAuthenticate(Shared& shared, Channel& channel, bool initiator,
+                                                  std::atomic<bool>* spoke = nullptr) {
   if (shared.tls) {
     std::error_code ec = co_await channel.StartTls(*shared.tls, initiator);
     if (ec) co_return Unauthenticated("TLS handshake failed: " + ec.message());
   }
-  co_return co_await RunHandshake(channel, shared.options, initiator);
+  co_return co_await RunHandshake(channel, shared.options, initiator, spoke);
 }
 
 // Reads one frame (header, then body into its own buffer) with `max_body` as
@@ -260,7 +264,8 @@ awaitable<Status> WriteFrame(Channel& channel, const OutFrame& frame) {
 
 // Runs the handshake on a fresh socket. On failure it tells the peer why (best
 // effort).
-awaitable<Result<PeerInfo>> RunHandshake(Channel& channel, const Options& options, bool initiator) {
+awaitable<Result<PeerInfo>> RunHandshake(Channel& channel, const Options& options, bool initiator,
+                                         std::atomic<bool>* spoke) {
   Handshake hs(options.self, options.secret, initiator);
   Status sent = co_await WriteFrame(channel, hs.HelloFrame());
   if (!sent.ok()) co_return sent;
@@ -279,6 +284,7 @@ awaitable<Result<PeerInfo>> RunHandshake(Channel& channel, const Options& option
       }
       co_return reply.status();
     }
+    if (spoke != nullptr) *spoke = true;
     if (*reply) {
       Status s = co_await WriteFrame(channel, **reply);
       if (!s.ok()) co_return s;
@@ -581,6 +587,56 @@ class TcpConnection : public Connection {
   std::shared_ptr<TcpConn> conn_;
 };
 
+// One accepted socket still in the handshake, as the listener's admission control sees it.
+struct PendingHandshake {
+  std::string source;            // the peer's IP address, without the port
+  std::string from;              // address:port, for the log
+  asio::any_io_executor strand;  // the handshake's strand; the socket is touched only there
+  tcp::socket* socket = nullptr;
+  std::atomic<bool> spoke{false};  // the peer's Hello was accepted
+  // Only touched on `strand`.
+  bool done = false;                   // the handshake returned; `socket` may be gone
+  std::optional<Status> closed_early;  // why this node closed it before the handshake ended
+
+  // Closes the socket, which ends the handshake with `why`, unless it already ended. Runs on
+  // `strand`.
+  void CloseEarly(Status why) {
+    if (done || closed_early) return;
+    closed_early = std::move(why);
+    std::error_code ignored;
+    socket->close(ignored);
+  }
+};
+
+// Which pending handshake a new connection from `source` displaces, if any, and why. The list
+// is in accept order. Only silent connections (no Hello yet) count against the per-source cap,
+// so that peers behind one address that do handshake (a NAT, or loopback in tests) are not held
+// to it, while a flood of idle sockets from one address keeps displacing only its own oldest.
+std::shared_ptr<PendingHandshake> PickDisplaced(
+    const std::list<std::shared_ptr<PendingHandshake>>& pending, const std::string& source,
+    const Options& options, Status* why) {
+  uint32_t silent_from_source = 0;
+  std::shared_ptr<PendingHandshake> oldest_silent_from_source, oldest_silent;
+  for (const auto& p : pending) {
+    if (p->spoke.load()) continue;
+    if (!oldest_silent) oldest_silent = p;
+    if (p->source == source) {
+      if (!oldest_silent_from_source) oldest_silent_from_source = p;
+      ++silent_from_source;
+    }
+  }
+  const uint32_t per_source = options.max_silent_handshakes_per_source;
+  if (per_source > 0 && silent_from_source >= per_source) {
+    *why = Unavailable("displaced by a newer connection: too many silent connections from " +
+                       source + " in the handshake (" + std::to_string(per_source) + ")");
+    return oldest_silent_from_source;
+  }
+  if (pending.empty() || pending.size() < options.max_pending_handshakes) return nullptr;
+  *why = Unavailable("displaced by a newer connection: too many connections in the handshake (" +
+                     std::to_string(options.max_pending_handshakes) + ")");
+  return oldest_silent ? oldest_silent : pending.front();
+}
+
 struct ListenerState {
   explicit ListenerState(tcp::acceptor a) : acceptor(std::move(a)) {}
   tcp::acceptor acceptor;
@@ -588,8 +644,9 @@ struct ListenerState {
   std::condition_variable cv;
   std::deque<std::shared_ptr<TcpConn>> ready;
   bool closed = false;
-  // Accepted sockets still in the handshake (Options::max_pending_handshakes bounds it).
-  std::atomic<uint32_t> pending_handshakes{0};
+  // Accepted sockets still in the handshake, oldest first (bounded by PickDisplaced).
+  std::mutex pending_mu;
+  std::list<std::shared_ptr<PendingHandshake>> pending;
 
   // Stops accepting; safe from any thread but the io threads. Blocks until the
   // acceptor closed.
@@ -681,36 +738,48 @@ class TcpListener : public Listener {
 
   static awaitable<void> HandshakeAccepted(std::shared_ptr<Shared> shared,
                                            std::shared_ptr<Registry> registry,
-                                           std::shared_ptr<State> state, tcp::socket socket) {
+                                           std::shared_ptr<State> state,
+                                           std::unique_ptr<Channel> channel,
+                                           std::shared_ptr<PendingHandshake> pending) {
     const Options& options = shared->options;
-    // Released on every way out of this coroutine, the early co_returns included.
-    struct PendingSlot {
-      std::atomic<uint32_t>& count;
-      ~PendingSlot() { count.fetch_sub(1); }
-    } slot{state->pending_handshakes};
-    std::error_code ec;
-    tcp::endpoint remote = socket.remote_endpoint(ec);
-    const std::string from = ec ? "?" : EndpointString(remote);
-    auto channel = std::make_unique<Channel>(std::move(socket));
+    // On every way out of this coroutine, the early co_returns included (all on the strand):
+    // the socket is no longer ours to close, and the slot is free.
+    struct Release {
+      State& state;
+      std::shared_ptr<PendingHandshake> pending;
+      ~Release() {
+        pending->done = true;
+        std::lock_guard lock(state.pending_mu);
+        state.pending.remove(pending);
+      }
+    } release{*state, pending};
+    // The handlers may run after this frame is gone (expired just before cancel): CloseEarly
+    // checks `done` before touching the socket.
+    asio::steady_timer hello_deadline(channel->socket().get_executor());
+    hello_deadline.expires_after(options.hello_timeout);
+    Status silent = DeadlineExceeded(
+        "sent no Hello within " +
+        std::to_string(
+            std::chrono::duration_cast<std::chrono::milliseconds>(options.hello_timeout).count()) +
+        " ms");
+    hello_deadline.async_wait([pending, silent](std::error_code e) {
+      if (e || pending->spoke.load()) return;
+      pending->CloseEarly(silent);
+    });
     asio::steady_timer deadline(channel->socket().get_executor());
     deadline.expires_after(options.handshake_timeout);
-    auto timed_out = std::make_shared<bool>(false);
-    auto done = std::make_shared<bool>(false);
-    // The handler may run after this frame is gone (expired just before
-    // cancel): it checks `done` before touching the socket.
-    deadline.async_wait([sock = &channel->socket(), timed_out, done](std::error_code e) {
-      if (e || *done) return;
-      *timed_out = true;
-      std::error_code ignored;
-      sock->close(ignored);
+    deadline.async_wait([pending](std::error_code e) {
+      if (e) return;
+      pending->CloseEarly(DeadlineExceeded("handshake did not finish in time"));
     });
-    Result<PeerInfo> peer = co_await SecureAndAuthenticate(*shared, *channel, /*initiator=*/false);
-    *done = true;
+    Result<PeerInfo> peer =
+        co_await SecureAndAuthenticate(*shared, *channel, /*initiator=*/false, &pending->spoke);
+    pending->done = true;
+    hello_deadline.cancel();
     deadline.cancel();
     if (!peer.ok()) {
-      Status why =
-          *timed_out ? DeadlineExceeded("handshake did not finish in time") : peer.status();
-      options.log("tcp: refused peer " + from + ": " + why.ToString());
+      Status why = pending->closed_early ? *pending->closed_early : peer.status();
+      options.log("tcp: refused peer " + pending->from + ": " + why.ToString());
       co_return;
     }
     auto conn = std::make_shared<TcpConn>(shared, std::move(channel), std::move(*peer));
@@ -736,19 +805,26 @@ class TcpListener : public Listener {
         shared->options.log("tcp: accept failed: " + ec.message());
         continue;
       }
-      if (state->pending_handshakes.load() >= shared->options.max_pending_handshakes) {
-        std::error_code ignored;
-        tcp::endpoint remote = socket.remote_endpoint(ignored);
-        shared->options.log("tcp: refused peer " +
-                            (ignored ? std::string("?") : EndpointString(remote)) +
-                            ": too many connections in the handshake (" +
-                            std::to_string(shared->options.max_pending_handshakes) + ")");
-        socket.close(ignored);
-        continue;
+      auto pending = std::make_shared<PendingHandshake>();
+      tcp::endpoint remote = socket.remote_endpoint(ec);
+      pending->source = ec ? "?" : remote.address().to_string();
+      pending->from = ec ? "?" : EndpointString(remote);
+      pending->strand = socket.get_executor();
+      auto channel = std::make_unique<Channel>(std::move(socket));
+      pending->socket = &channel->socket();  // a Channel never moves
+      std::shared_ptr<PendingHandshake> displaced;
+      Status why;
+      {
+        std::lock_guard lock(state->pending_mu);
+        displaced = PickDisplaced(state->pending, pending->source, shared->options, &why);
+        if (displaced) state->pending.remove(displaced);
+        state->pending.push_back(pending);
       }
-      state->pending_handshakes.fetch_add(1);
-      auto executor = socket.get_executor();
-      asio::co_spawn(executor, HandshakeAccepted(shared, registry, state, std::move(socket)),
+      if (displaced) {
+        asio::post(displaced->strand, [displaced, why] { displaced->CloseEarly(why); });
+      }
+      asio::co_spawn(pending->strand,
+                     HandshakeAccepted(shared, registry, state, std::move(channel), pending),
                      asio::detached);
     }
   }

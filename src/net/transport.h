@@ -59,9 +59,18 @@ struct Options {
   // reading the socket and TCP flow control slows the sender.
   size_t receive_queue_bytes = 32u << 20;
   Duration handshake_timeout = std::chrono::seconds(5);
-  // Connections a listener holds in the handshake at once. Past it, a new connection is closed
-  // at once (and logged): unauthenticated peers cannot pile up sockets and buffers without bound.
+  // An accepted peer must have sent a Hello this node accepts (under TLS: finished the TLS
+  // handshake first) within hello_timeout; until then it is "silent". A real node sends its
+  // Hello as soon as it connects, so this closes idle sockets long before handshake_timeout.
+  Duration hello_timeout = std::chrono::seconds(3);
+  // Accepted sockets a listener holds in the handshake at once, overall and silent ones per
+  // source IP address. A new connection is never refused for want of a slot: it displaces the
+  // oldest silent pending connection of its source address when that address is at its cap,
+  // else, when the listener is full, the oldest silent one of any address (the oldest pending
+  // one when none is silent). A flood of idle sockets, which needs no key, thus cannot hold
+  // slots against peers that complete the handshake (docs/wire_format.md, "Handshake").
   uint32_t max_pending_handshakes = 64;
+  uint32_t max_silent_handshakes_per_source = 8;
   // A Ping goes out when nothing was sent for keepalive_interval; a peer from
   // which nothing (not even a Ping) arrived for keepalive_timeout is declared
   // dead and the connection fails with kDeadlineExceeded.

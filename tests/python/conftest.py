@@ -16,6 +16,6 @@ def store(tmp_path):
 
 @pytest.fixture
 def local_publisher(store):
-    publisher = weightcast.Publisher(None, "policy", store=store, chunk_size=SMALL_CHUNK)
+    publisher = weightcast.Publisher(store, "policy", chunk_size=SMALL_CHUNK)
     yield publisher
     publisher.close()

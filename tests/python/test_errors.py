@@ -32,7 +32,7 @@ def test_timeout_names_what_it_waited_for(store):
 
 def test_a_store_in_use_is_unavailable(store, local_publisher):
     with pytest.raises(weightcast.UnavailableError, match="in use by another process"):
-        weightcast.Publisher(None, "policy", store=store)
+        weightcast.Publisher(store, "policy")
 
 
 def test_bad_tensors_are_refused_before_anything_is_written(store, local_publisher):
@@ -50,14 +50,14 @@ def test_bad_tensors_are_refused_before_anything_is_written(store, local_publish
 
 
 def test_publisher_arguments_are_checked(store):
-    with pytest.raises(weightcast.InvalidArgumentError, match="store="):
+    with pytest.raises(TypeError, match="store must be a path"):
         weightcast.Publisher(None, "policy")
     with pytest.raises(weightcast.InvalidArgumentError, match="coordinator"):
         weightcast.Subscriber(store, "policy", secret_file="/nonexistent")
     with pytest.raises(weightcast.InvalidArgumentError):
-        weightcast.Publisher(None, "policy", store=store, chunk_size=100)
+        weightcast.Publisher(store, "policy", chunk_size=100)
     with pytest.raises(weightcast.InvalidArgumentError, match="keep_versions"):
-        weightcast.Publisher(None, "policy", store=store, keep_versions=0)
+        weightcast.Publisher(store, "policy", keep_versions=0)
 
 
 def test_a_damaged_version_is_corrupt(local_publisher, store):

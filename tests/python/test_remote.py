@@ -51,8 +51,8 @@ def policy_weights(seed, n=200_000):
 def test_publish_and_subscribe_round_trip(cluster, tmp_path):
     address, secret_file = cluster
     weights = policy_weights(1)
-    with weightcast.Publisher(address, "policy", secret_file, store=tmp_path / "publisher",
-                              chunk_size=SMALL_CHUNK) as pub, \
+    with weightcast.Publisher(tmp_path / "publisher", "policy", coordinator=address,
+                              secret_file=secret_file, chunk_size=SMALL_CHUNK) as pub, \
             weightcast.Subscriber(tmp_path / "agent", "policy", coordinator=address,
                                   secret_file=secret_file) as sub:
         first = pub.publish(weights, step=1)
@@ -60,11 +60,11 @@ def test_publish_and_subscribe_round_trip(cluster, tmp_path):
         v1 = sub.wait(1, timeout=30)
         assert v1.root == first.root and v1.step == 1
         for name, value in weights.items():
-            got = v1[name]
             if isinstance(value, torch.Tensor):
+                got = v1.torch(name)
                 assert torch.equal(got.view(torch.int16), value.view(torch.int16)), name
             else:
-                assert np.array_equal(got, value)
+                assert np.array_equal(v1[name], value)
 
         # An RL-like step: a few elements change; the delta is small and changed() finds them.
         weights2 = {k: (v.clone() if isinstance(v, torch.Tensor) else v.copy())
@@ -74,7 +74,7 @@ def test_publish_and_subscribe_round_trip(cluster, tmp_path):
         assert second.version == 2
         assert second.wire_bytes < second.total_bytes / 4
         v2 = sub.wait(2, timeout=30)
-        assert torch.equal(v2["layer.weight"].view(torch.int16),
+        assert torch.equal(v2.torch("layer.weight").view(torch.int16),
                            weights2["layer.weight"].view(torch.int16))
         changes = dict(sub.changed(v1))
         assert list(changes) == ["layer.weight"]
@@ -90,8 +90,8 @@ def test_wrong_secret_gets_nothing(cluster, tmp_path):
     address, secret_file = cluster
     wrong = tmp_path / "wrong"
     wrong.write_text(secrets.token_hex(32))
-    with weightcast.Publisher(address, "policy", secret_file, store=tmp_path / "publisher",
-                              chunk_size=SMALL_CHUNK) as pub:
+    with weightcast.Publisher(tmp_path / "publisher", "policy", coordinator=address,
+                              secret_file=secret_file, chunk_size=SMALL_CHUNK) as pub:
         pub.publish(policy_weights(1), step=1)
         with pytest.raises(weightcast.Error):
             with weightcast.Subscriber(tmp_path / "agent", "policy", coordinator=address,

@@ -29,7 +29,7 @@ def test_bf16_values_are_exact_and_torch_typed(local_publisher, store):
     w = torch.randn(257, 129).to(torch.bfloat16)
     local_publisher.publish({"w": w}, step=7)
     v = weightcast.Subscriber(store, "policy").wait(timeout=5)
-    got = v["w"]
+    got = v.torch("w")
     assert got.dtype == torch.bfloat16
     assert tuple(got.shape) == (257, 129)
     assert torch.equal(got.view(torch.int16), w.view(torch.int16))  # bit for bit
@@ -38,6 +38,20 @@ def test_bf16_values_are_exact_and_torch_typed(local_publisher, store):
     assert raw.dtype == np.uint16
     assert np.array_equal(raw, w.view(torch.int16).numpy().view(np.uint16))
     assert v.step == 7 and v.version == 1 and v.info("w").dtype == "BF16"
+
+
+def test_indexing_is_numpy_for_every_dtype_and_refuses_raw_bits(local_publisher, store):
+    # One rule, whatever the dtype and whether torch is importable: v[name] is a numpy array of
+    # the values; where numpy has no type for them (bf16) it says what to call instead.
+    local_publisher.publish({"f32": np.arange(4, dtype=np.float32),
+                             "bf16": torch.ones(4, dtype=torch.bfloat16)})
+    v = weightcast.Subscriber(store, "policy").wait(timeout=5)
+    assert isinstance(v["f32"], np.ndarray)
+    with pytest.raises(TypeError, match=r"'bf16' is BF16.*v\.torch\('bf16'\).*v\.numpy"):
+        v["bf16"]
+    assert v.torch("bf16").dtype == torch.bfloat16
+    assert v.numpy("bf16").dtype == np.uint16
+    assert set(v.state_dict()) == {"f32", "bf16"}
 
 
 def test_views_are_zero_copy_maps_of_the_committed_file(local_publisher, store):
@@ -109,7 +123,7 @@ def test_torch_inputs_round_trip(local_publisher, store):
 
 
 def test_views_outlive_collection_of_their_version(store):
-    with weightcast.Publisher(None, "policy", store=store, keep_versions=1) as pub:
+    with weightcast.Publisher(store, "policy", keep_versions=1) as pub:
         sub = weightcast.Subscriber(store, "policy")
         pub.publish({"a": np.full(4096, 1.0, dtype=np.float32)})
         v1 = sub.wait(timeout=5)

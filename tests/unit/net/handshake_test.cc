@@ -1,8 +1,11 @@
 #include "net/handshake.h"
 
+#include <sys/stat.h>
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 
 #include "net/wire.pb.h"
@@ -138,6 +141,87 @@ TEST(Handshake, LoadsSecretFromFileOrEnvironmentOnly) {
   EXPECT_EQ(LoadClusterSecret("", "WC_TEST_SECRET").status().code(), Code::kInvalidArgument);
   ::unsetenv("WC_TEST_SECRET");
   EXPECT_EQ(LoadClusterSecret("", "WC_TEST_SECRET").status().code(), Code::kNotFound);
+}
+
+std::string WriteTemp(const std::string& name, const std::string& text, mode_t mode) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::filesystem::remove(path);
+  {
+    std::ofstream f(path);
+    f << text;
+  }
+  EXPECT_EQ(::chmod(path.c_str(), mode), 0);
+  return path;
+}
+
+mode_t ModeOf(const std::string& path) {
+  struct stat st {};
+  EXPECT_EQ(::stat(path.c_str(), &st), 0);
+  return st.st_mode & 07777;
+}
+
+TEST(Handshake, SecretFileOthersCanReadIsLoadedWithAWarningNamingItsMode) {
+  const std::string path = WriteTemp("wc_secret_open", "0123456789abcdef0123\n", 0644);
+  std::vector<std::string> warnings;
+  auto collect = [&](std::string_view w) { warnings.emplace_back(w); };
+  auto secret = LoadClusterSecret(path, "WEIGHTCAST_SECRET", collect);
+  ASSERT_TRUE(secret.ok()) << secret.status().ToString();
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find(path), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find("mode 0644"), std::string::npos) << warnings[0];
+
+  ASSERT_EQ(::chmod(path.c_str(), 0640), 0);  // group-readable is as bad
+  warnings.clear();
+  ASSERT_TRUE(LoadClusterSecret(path, "WEIGHTCAST_SECRET", collect).ok());
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("mode 0640"), std::string::npos) << warnings[0];
+
+  ASSERT_EQ(::chmod(path.c_str(), 0600), 0);
+  warnings.clear();
+  ASSERT_TRUE(LoadClusterSecret(path, "WEIGHTCAST_SECRET", collect).ok());
+  EXPECT_TRUE(warnings.empty()) << warnings[0];
+}
+
+TEST(Handshake, ShortSecretErrorStatesTheMinimum) {
+  const std::string path = WriteTemp("wc_secret_short", "tooshort\n", 0600);
+  auto secret = LoadClusterSecret(path);
+  ASSERT_EQ(secret.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(secret.status().message().find("holds 8 bytes"), std::string::npos)
+      << secret.status().ToString();
+  EXPECT_NE(secret.status().message().find("at least 16 bytes"), std::string::npos)
+      << secret.status().ToString();
+  EXPECT_NE(secret.status().message().find("weightcast keygen"), std::string::npos)
+      << secret.status().ToString();
+}
+
+TEST(Handshake, GeneratedSecretIsHexAndLoadsBack) {
+  auto a = GenerateClusterSecret();
+  auto b = GenerateClusterSecret();
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->size(), 64u);
+  EXPECT_EQ(a->find_first_not_of("0123456789abcdef"), std::string::npos) << *a;
+  EXPECT_NE(*a, *b);
+  const std::string path = ::testing::TempDir() + "/wc_secret_generated";
+  std::filesystem::remove(path);
+  ASSERT_TRUE(WriteSecretFile(path, *a, /*overwrite=*/false).ok());
+  EXPECT_EQ(ModeOf(path), 0600u);
+  std::vector<std::string> warnings;
+  auto loaded = LoadClusterSecret(path, "WEIGHTCAST_SECRET",
+                                  [&](std::string_view w) { warnings.emplace_back(w); });
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(*loaded, *a);
+  EXPECT_TRUE(warnings.empty());
+}
+
+TEST(Handshake, SecretFileIsNotOverwrittenUnlessAsked) {
+  const std::string path = WriteTemp("wc_secret_existing", "the old secret, keep it\n", 0644);
+  Status refused = WriteSecretFile(path, "0123456789abcdef0123", /*overwrite=*/false);
+  EXPECT_EQ(refused.code(), Code::kAlreadyExists) << refused.ToString();
+  EXPECT_NE(refused.message().find("--force"), std::string::npos) << refused.ToString();
+  EXPECT_EQ(*LoadClusterSecret(path, "WEIGHTCAST_SECRET", {}), "the old secret, keep it");
+  ASSERT_TRUE(WriteSecretFile(path, "0123456789abcdef0123", /*overwrite=*/true).ok());
+  EXPECT_EQ(*LoadClusterSecret(path), "0123456789abcdef0123");
+  EXPECT_EQ(ModeOf(path), 0600u);  // the replacement does not inherit the old file's mode
 }
 
 }  // namespace

@@ -1,12 +1,15 @@
 #include "net/tcp_transport.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <thread>
 
 #include "net/wire.pb.h"
@@ -164,34 +167,122 @@ TEST(TcpTransport, SilentConnectionTimesOutInHandshake) {
   EXPECT_TRUE(log.Eventually("handshake did not finish in time")) << log.All();
 }
 
-TEST(TcpTransport, PendingHandshakesAreBounded) {
+// Reads until the peer closes; false when it did not within `limit` of the last byte.
+bool ClosedByPeerWithin(int fd, std::chrono::milliseconds limit) {
+  timeval tv{.tv_sec = static_cast<time_t>(limit.count() / 1000),
+             .tv_usec = static_cast<suseconds_t>(limit.count() % 1000 * 1000)};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  char buf[4096];
+  ssize_t n;
+  do {
+    n = ::read(fd, buf, sizeof(buf));
+  } while (n > 0);
+  // 0: an orderly close; ECONNRESET: closed with bytes unread. EAGAIN: the timeout passed.
+  return n == 0 || errno == ECONNRESET;
+}
+
+TEST(TcpTransport, FullListenerDisplacesOldestSilentConnection) {
   LogCapture log;
   Options opts = TestOptions(2, &log);
-  opts.handshake_timeout = 5s;
+  opts.handshake_timeout = 30s;
+  opts.hello_timeout = 30s;
   opts.max_pending_handshakes = 2;
+  opts.max_silent_handshakes_per_source = 0;  // only the listener-wide bound
   auto server = MakeTcp(opts);
   auto listener = server->Listen("127.0.0.1:0");
   ASSERT_TRUE(listener.ok());
-  // Two silent sockets fill the handshake slots; the third is closed at once, long before the
-  // handshake timeout would close it.
+  // Two silent sockets fill the handshake slots; the third displaces the older one, long before
+  // a timeout would close it, and is itself held.
   int idle1 = RawConnect((*listener)->address());
+  std::this_thread::sleep_for(50ms);
   int idle2 = RawConnect((*listener)->address());
-  std::this_thread::sleep_for(100ms);
-  auto start = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(50ms);
   int third = RawConnect((*listener)->address());
-  char buf[64];
-  while (::read(third, buf, sizeof(buf)) > 0) {
-  }
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
-  EXPECT_TRUE(log.Eventually("too many connections in the handshake")) << log.All();
-  ::close(third);
+  EXPECT_TRUE(ClosedByPeerWithin(idle1, 3s));
+  EXPECT_TRUE(log.Eventually("too many connections in the handshake (2)")) << log.All();
+  // The listener is still full of silent sockets, yet a real peer gets through.
+  auto client = MakeTcp(TestOptions(1, nullptr));
+  auto c = client->Connect((*listener)->address(), 3s);
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE((*listener)->Accept(3s).ok());
   ::close(idle1);
   ::close(idle2);
-  // Slots free again: a real peer gets through.
+  ::close(third);
+}
+
+TEST(TcpTransport, SilentConnectionsOfOneAddressDisplaceEachOther) {
+  LogCapture log;
+  Options opts = TestOptions(2, &log);
+  opts.handshake_timeout = 30s;
+  opts.hello_timeout = 30s;
+  opts.max_silent_handshakes_per_source = 2;
+  auto server = MakeTcp(opts);
+  auto listener = server->Listen("127.0.0.1:0");
+  ASSERT_TRUE(listener.ok());
+  int idle1 = RawConnect((*listener)->address());
+  std::this_thread::sleep_for(50ms);
+  int idle2 = RawConnect((*listener)->address());
+  std::this_thread::sleep_for(50ms);
+  int idle3 = RawConnect((*listener)->address());
+  EXPECT_TRUE(ClosedByPeerWithin(idle1, 3s));
+  EXPECT_TRUE(log.Eventually("too many silent connections from 127.0.0.1 in the handshake (2)"))
+      << log.All();
+  ::close(idle1);
+  ::close(idle2);
+  ::close(idle3);
+}
+
+TEST(TcpTransport, ConnectionWithoutHelloIsClosedAfterHelloTimeout) {
+  LogCapture log;
+  Options opts = TestOptions(2, &log);
+  opts.handshake_timeout = 30s;
+  opts.hello_timeout = 200ms;
+  auto server = MakeTcp(opts);
+  auto listener = server->Listen("127.0.0.1:0");
+  ASSERT_TRUE(listener.ok());
+  int fd = RawConnect((*listener)->address());
+  EXPECT_TRUE(ClosedByPeerWithin(fd, 3s));
+  ::close(fd);
+  EXPECT_TRUE(log.Eventually("sent no Hello within 200 ms")) << log.All();
+}
+
+// Issue 21 (6): ~100 sockets that connect and never say anything, which needs no key, locked
+// real peers out of the coordinator, agents and `weightcast serve`. With the default bounds,
+// and timeouts too long to help, all 16 real handshakes must still succeed at once.
+TEST(TcpTransport, IdleFloodFromOneAddressDoesNotLockOutRealPeers) {
+  Options opts = TestOptions(2, nullptr);
+  opts.log = [](std::string_view) {};
+  opts.handshake_timeout = 30s;
+  opts.hello_timeout = 30s;
+  auto server = MakeTcp(opts);
+  auto listener = server->Listen("127.0.0.1:0");
+  ASSERT_TRUE(listener.ok());
+  const std::string address = (*listener)->address();
+  std::vector<int> flood;
+  for (int i = 0; i < 100; ++i) flood.push_back(RawConnect(address));
+  std::this_thread::sleep_for(200ms);  // let the listener accept all of them
+
   auto client = MakeTcp(TestOptions(1, nullptr));
-  std::this_thread::sleep_for(200ms);
-  auto c = client->Connect((*listener)->address(), 5s);
-  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  std::atomic<int> established{0};
+  auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 4; ++i) {
+        auto c = client->Connect(address, 3s);
+        if (c.ok()) {
+          ++established;
+        } else {
+          ADD_FAILURE() << c.status().ToString();
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(established.load(), 16);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+  for (int i = 0; i < 16; ++i) EXPECT_TRUE((*listener)->Accept(1s).ok()) << i;
+  for (int fd : flood) ::close(fd);
 }
 
 TEST(TcpTransport, SenderBlocksInsteadOfBufferingWithoutBound) {
