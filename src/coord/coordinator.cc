@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <list>
 #include <map>
-#include <set>
 #include <optional>
+#include <set>
 #include <thread>
 #include <utility>
 

@@ -314,10 +314,9 @@ Result<uint64_t> VersionLog::ResolveRollback(std::string_view channel, uint64_t 
     return FailedPrecondition("rollback: " + VersionName(channel, version) + " is not published");
   }
   if (!entry->committed_once()) {
-    return FailedPrecondition("rollback: " + VersionName(channel, version) +
-                              " was never committed" +
-                              (entry->abort_reason().empty() ? std::string()
-                                                             : " (" + entry->abort_reason() + ")"));
+    return FailedPrecondition(
+        "rollback: " + VersionName(channel, version) + " was never committed" +
+        (entry->abort_reason().empty() ? std::string() : " (" + entry->abort_reason() + ")"));
   }
   if (version >= current) {
     return FailedPrecondition("rollback: " + VersionName(channel, version) +

@@ -60,6 +60,8 @@ constexpr uint32_t kHandshakeMaxFrameBytes = 64 << 10;
 constexpr size_t kMaxBatchBytes = 16u << 20;
 constexpr size_t kMaxBatchFrames = 64;
 constexpr size_t kPacedBatchBytes = 256u << 10;
+// Under a rate limit a chunk is read and written in pieces of this size, each paced.
+constexpr size_t kPacedPieceBytes = 256u << 10;
 
 // asio's transfer_all caps each read/write system call at 64 KiB and goes back
 // through the event loop between calls; for multi-megabyte chunks that costs
@@ -234,19 +236,29 @@ awaitable<Result<Frame>> ReadFrame(Channel& channel, uint32_t max_body, TokenBuc
   Frame frame;
   frame.type = header->type;
   frame.body.resize(header->length);
-  if (limit != nullptr && pacing != nullptr) {
-    Duration wait = limit->Reserve(kFrameHeaderSize + header->length);
-    if (wait > Duration(0)) {
-      if (paused != nullptr) *paused = true;
-      pacing->expires_after(wait);
-      co_await pacing->async_wait(asio::redirect_error(asio::use_awaitable, ec));
-      if (paused != nullptr) *paused = false;
-      if (progress != nullptr) *progress = NowNs();
+  // A rate limit paces chunk data only: control frames (heartbeats, requests, HAVEs) are small
+  // and must never wait behind the data's debt (issue 21: a download-limited agent's heartbeat
+  // replies waited seconds and the coordinator declared it dead). A chunk is read in paced
+  // pieces, so that a large one arrives as steady progress instead of one long stall.
+  const bool paced = limit != nullptr && pacing != nullptr && frame.type == FrameType::kChunk;
+  size_t at = 0;
+  while (at < frame.body.size()) {
+    const size_t piece =
+        paced ? std::min(kPacedPieceBytes, frame.body.size() - at) : frame.body.size() - at;
+    if (paced) {
+      Duration wait = limit->Reserve(piece + (at == 0 ? kFrameHeaderSize : 0));
+      if (wait > Duration(0)) {
+        if (paused != nullptr) *paused = true;
+        pacing->expires_after(wait);
+        co_await pacing->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+        if (paused != nullptr) *paused = false;
+        if (progress != nullptr) *progress = NowNs();
+      }
     }
-  }
-  if (!frame.body.empty()) {
-    ec = co_await channel.Read(asio::buffer(frame.body), TransferAllNotingProgress{progress});
+    ec = co_await channel.Read(asio::buffer(frame.body.data() + at, piece),
+                               TransferAllNotingProgress{progress});
     if (ec) co_return Unavailable("read: " + ec.message());
+    at += piece;
   }
   Status valid = ValidateFrameBody(frame.type, frame.body);
   if (!valid.ok()) co_return valid;
@@ -326,19 +338,24 @@ class TcpConn : public std::enable_shared_from_this<TcpConn> {
 
   const PeerInfo& peer() const { return peer_; }
 
+  // Control frames have a queue of their own that the writer empties first: a heartbeat or a
+  // request never waits behind megabytes of queued chunk data, nor for room among them.
   Status Send(OutFrame frame, Duration timeout) {
     RETURN_IF_ERROR(CheckSendable(frame));
     std::unique_lock lock(mu_);
     const size_t size = frame.wire_size();
+    const bool control = frame.type() != FrameType::kChunk;
+    size_t& queued = control ? control_bytes_ : data_bytes_;
     bool room = WaitFor(cv_, lock, timeout, [&] {
-      return !status_.ok() || send_bytes_ == 0 || send_bytes_ + size <= options_.send_queue_bytes;
+      return !status_.ok() || queued == 0 || queued + size <= options_.send_queue_bytes;
     });
     if (!status_.ok()) return status_;
     if (!room)
       return DeadlineExceeded("send queue full for " + std::to_string(timeout.count() / 1000000) +
                               " ms (peer is slow)");
+    queued += size;
     send_bytes_ += size;
-    send_queue_.push_back(std::move(frame));
+    (control ? control_queue_ : send_queue_).push_back(std::move(frame));
     WakeWriterLocked();
     return Status::Ok();
   }
@@ -383,7 +400,10 @@ class TcpConn : public std::enable_shared_from_this<TcpConn> {
       status_ = status;
       flushed_before_failure_ = send_bytes_ == 0;
       send_queue_.clear();  // releases keep_alive references of unsent chunks
+      control_queue_.clear();
       send_bytes_ = 0;
+      control_bytes_ = 0;
+      data_bytes_ = 0;
     }
     // Logged before waking waiters, so that whoever sees the failure can also
     // see the line.
@@ -425,15 +445,20 @@ class TcpConn : public std::enable_shared_from_this<TcpConn> {
       // Under a rate limit, batches stay small so that pacing is smooth rather
       // than one long wait followed by a burst.
       const size_t max_batch = self->options_.upload_limit ? kPacedBatchBytes : kMaxBatchBytes;
+      size_t control_bytes = 0;
+      size_t data_bytes = 0;
       {
         std::lock_guard lock(self->mu_);
         if (!self->status_.ok()) co_return;
-        while (
-            !self->send_queue_.empty() && batch.size() < kMaxBatchFrames &&
-            (batch.empty() || batch_bytes + self->send_queue_.front().wire_size() <= max_batch)) {
-          batch_bytes += self->send_queue_.front().wire_size();
-          batch.push_back(std::move(self->send_queue_.front()));
-          self->send_queue_.pop_front();
+        for (std::deque<OutFrame>* queue : {&self->control_queue_, &self->send_queue_}) {
+          size_t& taken = queue == &self->control_queue_ ? control_bytes : data_bytes;
+          while (!queue->empty() && batch.size() < kMaxBatchFrames &&
+                 (batch.empty() || batch_bytes + queue->front().wire_size() <= max_batch)) {
+            batch_bytes += queue->front().wire_size();
+            taken += queue->front().wire_size();
+            batch.push_back(std::move(queue->front()));
+            queue->pop_front();
+          }
         }
         if (batch.empty()) self->writer_waiting_ = true;
       }
@@ -442,40 +467,74 @@ class TcpConn : public std::enable_shared_from_this<TcpConn> {
         co_await self->write_wake_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
         std::lock_guard lock(self->mu_);
         if (!self->status_.ok()) co_return;
-        if (!ec && self->writer_waiting_ && self->send_queue_.empty()) {
+        if (!ec && self->writer_waiting_ && self->send_queue_.empty() &&
+            self->control_queue_.empty()) {
           // Idle for a whole interval: tell the peer we are alive.
           OutFrame ping = OutFrame::Make(FrameType::kPing, {});
           self->send_bytes_ += ping.wire_size();
-          self->send_queue_.push_back(std::move(ping));
+          self->control_bytes_ += ping.wire_size();
+          self->control_queue_.push_back(std::move(ping));
         }
         self->writer_waiting_ = false;
         continue;
-      }
-      if (self->options_.upload_limit) {
-        Duration wait = self->options_.upload_limit->Reserve(batch_bytes);
-        if (wait > Duration(0)) {
-          self->write_pacing_.expires_after(wait);
-          co_await self->write_pacing_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-          if (self->failed()) co_return;
-        }
       }
       buffers.clear();
       for (const OutFrame& f : batch) {
         buffers.emplace_back(f.head.data(), f.head_size);
         if (!f.payload.empty()) buffers.emplace_back(f.payload.data(), f.payload.size());
       }
-      ec = co_await self->channel_->Write(buffers);
+      if (self->options_.upload_limit && data_bytes > 0) {
+        // Paced: chunk data only, in pieces (a batch holds at most one piece's worth of frames,
+        // or one larger chunk, which goes out piece by piece).
+        ec = co_await PacedWrite(self, buffers);
+      } else {
+        ec = co_await self->channel_->Write(buffers);
+      }
       batch.clear();
       if (ec) {
-        self->Fail(Unavailable("write: " + ec.message()), !self->failed());
+        if (!self->failed()) self->Fail(Unavailable("write: " + ec.message()), true);
         co_return;
       }
       {
         std::lock_guard lock(self->mu_);
         self->send_bytes_ -= std::min(self->send_bytes_, batch_bytes);
+        self->control_bytes_ -= std::min(self->control_bytes_, control_bytes);
+        self->data_bytes_ -= std::min(self->data_bytes_, data_bytes);
       }
       self->cv_.notify_all();
     }
+  }
+
+  // Writes `buffers` in pieces of kPacedPieceBytes, each reserved from the upload limit first.
+  static awaitable<std::error_code> PacedWrite(const std::shared_ptr<TcpConn>& self,
+                                               const std::vector<asio::const_buffer>& buffers) {
+    std::error_code ec;
+    std::vector<asio::const_buffer> piece;
+    size_t i = 0;
+    size_t offset = 0;  // into buffers[i]
+    while (i < buffers.size()) {
+      piece.clear();
+      size_t piece_bytes = 0;
+      while (i < buffers.size() && piece_bytes < kPacedPieceBytes) {
+        const size_t take = std::min(buffers[i].size() - offset, kPacedPieceBytes - piece_bytes);
+        piece.emplace_back(static_cast<const uint8_t*>(buffers[i].data()) + offset, take);
+        piece_bytes += take;
+        offset += take;
+        if (offset == buffers[i].size()) {
+          ++i;
+          offset = 0;
+        }
+      }
+      Duration wait = self->options_.upload_limit->Reserve(piece_bytes);
+      if (wait > Duration(0)) {
+        self->write_pacing_.expires_after(wait);
+        co_await self->write_pacing_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+        if (self->failed()) co_return asio::error::operation_aborted;
+      }
+      ec = co_await self->channel_->Write(piece);
+      if (ec) co_return ec;
+    }
+    co_return std::error_code();
   }
 
   static awaitable<void> ReadLoop(std::shared_ptr<TcpConn> self) {
@@ -559,8 +618,11 @@ class TcpConn : public std::enable_shared_from_this<TcpConn> {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   Status status_;
-  std::deque<OutFrame> send_queue_;
-  size_t send_bytes_ = 0;  // queued or being written
+  std::deque<OutFrame> send_queue_;     // chunk frames
+  std::deque<OutFrame> control_queue_;  // everything else: written before any chunk frame
+  size_t send_bytes_ = 0;               // queued or being written, both queues
+  size_t control_bytes_ = 0;
+  size_t data_bytes_ = 0;
   bool flushed_before_failure_ = false;
   bool writer_waiting_ = false;
   std::deque<Frame> recv_queue_;

@@ -372,8 +372,7 @@ TEST(Coordinator, RollbackIsRefusedWhenNoLiveAgentKeepsTheTarget) {
   auto tool = h.Connect(9, net::Role::kTool);
   auto refused = tool->Rollback("p", Version(1));
   ASSERT_EQ(refused.status().code(), Code::kFailedPrecondition);
-  EXPECT_NE(refused.status().message().find("kept by none of the 1 live agents"),
-            std::string::npos)
+  EXPECT_NE(refused.status().message().find("kept by none of the 1 live agents"), std::string::npos)
       << refused.status().ToString();
   EXPECT_NE(refused.status().message().find("v2 on 1, v3 on 1"), std::string::npos);
   auto reply = agent->Heartbeat({});
