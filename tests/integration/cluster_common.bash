@@ -16,7 +16,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-head -c 48 /dev/urandom | base64 >"$work/secret"
+(umask 077 && head -c 48 /dev/urandom | base64 >"$work/secret")
 
 fail() {
   echo "FAIL: $*"
