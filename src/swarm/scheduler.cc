@@ -336,6 +336,13 @@ std::span<const Action> Scheduler::OnChunkVerified(Time now, ChunkIndex chunk, P
     }
     if (RemoveRequest(*src, chunk) && sent != Time::min()) RecordDelivery(now, *src, sent);
     src->consecutive_timeouts = 0;
+    // A peer that delivers is not stalled: its other requests queue behind this one on the same
+    // connection, so their deadlines count from this delivery. (Issue 21: on a rate-limited
+    // node a window of large chunks takes longer than the timeout to drain while bytes keep
+    // flowing; the queued requests timed out and were re-asked, over and over.)
+    for (Request& r : src->inflight) {
+      r.deadline = std::max(r.deadline, now + options_.request_timeout);
+    }
   }
   if (have_.Insert(chunk)) {
     ++stats_.chunks_verified;

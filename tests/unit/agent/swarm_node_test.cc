@@ -398,6 +398,27 @@ TEST_F(Swarm, AnyOtherVersionReplacesTheTargetOlderOnesIncluded) {
   EXPECT_EQ(agent.swarm->progress().version, Version(3));
 }
 
+// Issue 21 (3): a commit that failed for want of disk space (here: the manifest's place is taken)
+// succeeds when retried once the space is back, with no restart.
+TEST_F(Swarm, ACommitThatFailedIsRetriedOnceTheCauseIsGone) {
+  Node& seed = AddNode(1, /*source=*/true);
+  Node& agent = AddNode(2, false);
+  const auto files = SampleFiles(14);
+  ASSERT_TRUE(StageAndCommit(*seed.store, kChannel, Version(1), files).ok());
+  Manifest v1 = MakeManifest(kChannel, Version(1), files);
+  ASSERT_TRUE(seed.swarm->Seed(v1, SignManifest(v1, kSecret), nullptr).ok());
+  ASSERT_TRUE(agent.swarm->Fetch(v1, SignManifest(v1, kSecret)).ok());
+  Mesh();
+  ASSERT_TRUE(agent.swarm->WaitComplete(kWait).ok());
+  const std::filesystem::path blocker = dir_.path() / "n2" / kChannel / "manifests" / "1.wcm";
+  std::filesystem::create_directories(blocker / "x");
+  EXPECT_FALSE(agent.swarm->CommitTarget().ok());
+  std::filesystem::remove_all(blocker);
+  ASSERT_TRUE(agent.swarm->CommitTarget().ok());
+  EXPECT_TRUE(agent.store->Verify(kChannel, Version(1)).ok());
+  EXPECT_EQ(*agent.store->Current(kChannel), Version(1));
+}
+
 // The rolled-back-to version is served by a node that keeps it, and a node that does not keep
 // it fetches it from that node.
 TEST_F(Swarm, AnOlderVersionIsFetchedFromAPeerThatKeepsIt) {

@@ -267,6 +267,27 @@ TEST(Scheduler, ReissuesARequestPastItsDeadlineElsewhere) {
   EXPECT_EQ(s.stats().timeouts, 1u);
 }
 
+// Issue 21 (4): requests queued behind a delivering peer do not time out while it delivers.
+TEST(Scheduler, ADeliveryFromAPeerRestartsItsOtherRequestsDeadlines) {
+  SchedulerOptions o;
+  o.chunk_count = 3;
+  o.window_per_peer = 3;
+  o.endgame_max_requests = 1;
+  o.request_timeout = seconds(10);
+  Scheduler s = Make(o);
+  EXPECT_EQ(
+      Count(Copy(s.OnPeerConnected(t0, PeerId(1), Set(3, {0, 1, 2}))), ActionKind::kSendRequest),
+      3u);
+  (void)s.OnChunkVerified(Time(seconds(8)), ChunkIndex(0), PeerId(1));
+  EXPECT_EQ(s.next_deadline(), Time(seconds(18)));
+  EXPECT_TRUE(s.OnTimer(Time(seconds(12))).empty());
+  (void)s.OnChunkVerified(Time(seconds(16)), ChunkIndex(1), PeerId(1));
+  EXPECT_TRUE(s.OnTimer(Time(seconds(20))).empty());
+  // Silence for a whole timeout: that one times out.
+  EXPECT_EQ(Count(Copy(s.OnTimer(Time(seconds(26)))), ActionKind::kCancelRequest), 1u);
+  EXPECT_EQ(s.stats().timeouts, 1u);
+}
+
 TEST(Scheduler, DropsAPeerAfterRepeatedTimeouts) {
   SchedulerOptions o = OneChunkNoEndgame();
   o.max_consecutive_timeouts = 1;
