@@ -49,3 +49,17 @@ function(wc_add_unit_tests layer)
   gtest_discover_tests(${layer}_test PROPERTIES LABELS unit DISCOVERY_TIMEOUT 60
     WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
 endfunction()
+
+# wc_embed_asset(LAYER FILE NAME): compiles src/LAYER/FILE into wc_LAYER as
+# `weightcast::assets::NAME` (a std::string_view), rebuilt whenever FILE changes.
+function(wc_embed_asset layer file name)
+  set(in ${PROJECT_SOURCE_DIR}/src/${layer}/${file})
+  set(out ${PROJECT_BINARY_DIR}/gen/${layer}/${file}.cc)
+  add_custom_command(
+    OUTPUT ${out}
+    COMMAND ${CMAKE_COMMAND} -DIN=${in} -DOUT=${out} -DNAME=${name}
+            -P ${PROJECT_SOURCE_DIR}/cmake/EmbedAsset.cmake
+    DEPENDS ${in} ${PROJECT_SOURCE_DIR}/cmake/EmbedAsset.cmake
+    COMMENT "embed ${layer}/${file}")
+  target_sources(wc_${layer} PRIVATE ${out})
+endfunction()

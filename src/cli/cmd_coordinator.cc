@@ -12,6 +12,7 @@
 #include "cli/signal_stop.h"
 #include "coord/coordinator.h"
 #include "coord/coordinator_metrics.h"
+#include "coord/fleet_page.h"
 #include "coord/rollout_decider.h"
 #include "metrics/http_server.h"
 #include "metrics/log.h"
@@ -32,6 +33,7 @@ struct CoordinatorFlags {
   std::string commit_policy = "all";
   std::string prepare_deadline = "10m";
   std::string metrics;
+  std::string admin_secret_file;
   std::string address_file;
   NodeFlags node;
 };
@@ -51,6 +53,18 @@ Status RunCoordinator(const CoordinatorFlags& flags) {
   options.degree = flags.degree;
   options.log = log.AsLineFn();
   ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.node.secret_file));
+  coord::FleetPageOptions page;
+  if (!flags.admin_secret_file.empty()) {
+    if (flags.metrics.empty()) {
+      return InvalidArgument("--admin-secret-file needs --metrics (the page is served there)");
+    }
+    ASSIGN_OR_RETURN(page.admin_secret, net::LoadClusterSecret(flags.admin_secret_file));
+    if (page.admin_secret == options.secret) {
+      return InvalidArgument(
+          "--admin-secret-file holds the cluster secret: give the page a secret of its own "
+          "(weightcast keygen --out FILE)");
+    }
+  }
   // The two-phase rollout decides commits and aborts (docs/rollout.md).
   coord::RolloutDeciderOptions rollout;
   ASSIGN_OR_RETURN(rollout.policy, rollout::ParseCommitPolicy(flags.commit_policy));
@@ -78,8 +92,13 @@ Status RunCoordinator(const CoordinatorFlags& flags) {
   coord::ExportCoordinatorMetrics(*coordinator, registry);
   std::unique_ptr<metrics::MetricsServer> metrics_server;
   if (!flags.metrics.empty()) {
-    ASSIGN_OR_RETURN(metrics_server, metrics::MetricsServer::Start(registry, flags.metrics));
+    ASSIGN_OR_RETURN(metrics_server,
+                     metrics::MetricsServer::Start(registry, flags.metrics,
+                                                   coord::FleetPageRoutes(*coordinator, page)));
     log.Info("serving metrics", {{"address", "http://" + metrics_server->address() + "/metrics"}});
+    log.Info("serving the fleet page",
+             {{"address", "http://" + metrics_server->address() + "/"},
+              {"rollback_from_page", page.admin_secret.empty() ? "off" : "on"}});
   }
   ASSIGN_OR_RETURN(auto transport, net::TcpTransport::Create(std::move(net_options), 2));
   ASSIGN_OR_RETURN(auto listener, transport->Listen(flags.listen));
@@ -133,7 +152,11 @@ void SetupCoordinator(CLI::App& app) {
                   "A version not committed this long after its publication is aborted")
       ->capture_default_str();
   cmd->add_option("--metrics", flags->metrics,
-                  "ip:port to serve Prometheus metrics at /metrics (port 0: any free port)");
+                  "ip:port to serve Prometheus metrics at /metrics and the live fleet page at / "
+                  "(port 0: any free port)");
+  cmd->add_option("--admin-secret-file", flags->admin_secret_file,
+                  "File holding a secret (not the cluster secret; weightcast keygen) that allows "
+                  "rollbacks from the fleet page; without it the page is read-only");
   cmd->add_option("--address-file", flags->address_file,
                   "Once listening, write the bound address here (atomically), for scripts");
   AddNodeFlags(cmd, flags->node);

@@ -16,12 +16,11 @@
 #include <string>
 #include <thread>
 
-#include <google/protobuf/util/json_util.h>
-
 #include "cli/command.h"
 #include "cli/node_flags.h"
 #include "cli/status_view.h"
 #include "coord/client.h"
+#include "coord/status_json.h"
 #include "manifest/builder.h"
 #include "metrics/log.h"
 #include "net/handshake.h"
@@ -71,13 +70,7 @@ bool SleepUnlessInterrupted(Clock::duration d) {
 }
 
 Result<std::string> ToJson(const wire::FleetStatus& status) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  options.always_print_primitive_fields = true;
-  std::string out;
-  auto st = google::protobuf::util::MessageToJsonString(status, &out, options);
-  if (!st.ok()) return Internal("status as JSON: " + std::string(st.message()));
-  return out;
+  return coord::FleetStatusJson(status);
 }
 
 // Every selected channel has a published version that every live follower committed.

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <thread>
@@ -76,7 +77,8 @@ MetricsServer::MetricsServer(std::unique_ptr<Impl> impl, std::string address)
 MetricsServer::~MetricsServer() { Stop(); }
 
 Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(Registry& registry,
-                                                            std::string_view address) {
+                                                            std::string_view address,
+                                                            std::vector<HttpRoute> routes) {
   ASSIGN_OR_RETURN(HostPort where, ParseHostPort(address));
   auto impl = std::make_unique<Impl>();
   httplib::Server& server = impl->server;
@@ -104,11 +106,37 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(Registry& registry,
     res.set_header("Allow", "GET, HEAD");
     res.set_content("method not allowed\n", "text/plain; charset=utf-8");
   };
-  for (const char* path : {"/metrics", "/healthz"}) {
-    server.Post(path, method_not_allowed);
+  std::vector<std::string> get_paths = {"/metrics", "/healthz"};
+  std::vector<std::string> post_paths;
+  for (HttpRoute& route : routes) {
+    auto handler = [h = std::move(route.handler)](const httplib::Request& req,
+                                                  httplib::Response& res) {
+      HttpRequest in{req.path, req.body, req.get_header_value("Authorization")};
+      HttpReply out = h(in);
+      res.status = out.status;
+      for (const auto& [name, value] : out.headers) res.set_header(name, value);
+      res.set_content(std::move(out.body), out.content_type);
+    };
+    if (route.method == HttpRoute::Method::kGet) {
+      server.Get(route.path, std::move(handler));
+      get_paths.push_back(route.path);
+    } else {
+      server.Post(route.path, std::move(handler));
+      post_paths.push_back(route.path);
+    }
+  }
+  for (const std::string& path : get_paths) {
+    if (std::find(post_paths.begin(), post_paths.end(), path) == post_paths.end()) {
+      server.Post(path, method_not_allowed);
+    }
     server.Put(path, method_not_allowed);
     server.Delete(path, method_not_allowed);
     server.Patch(path, method_not_allowed);
+  }
+  for (const std::string& path : post_paths) {
+    if (std::find(get_paths.begin(), get_paths.end(), path) == get_paths.end()) {
+      server.Get(path, method_not_allowed);
+    }
   }
 
   int port = where.port;
