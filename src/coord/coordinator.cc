@@ -570,7 +570,7 @@ Result<uint64_t> Coordinator::OnRollback(const net::PeerInfo& peer, const wire::
   }
   ASSIGN_OR_RETURN(uint64_t target, log_->ResolveRollback(request.channel(), request.version()));
   RETURN_IF_ERROR(CheckRollbackReachableLocked(request.channel(), target));
-  ASSIGN_OR_RETURN(uint64_t version, log_->RecordRollback(request.channel(), target));
+  ASSIGN_OR_RETURN(uint64_t version, log_->RecordRollback(request.channel(), target, UnixMs()));
   ChannelChangedLocked(request.channel());
   options_.log("" + request.channel() + " rolled back to v" + std::to_string(version) + " by " +
                NodeName(peer.node_id));
@@ -741,7 +741,7 @@ void Coordinator::DecideLocked(const std::string& name, net::TimePoint now) {
   }
   for (const DecisionChange& change : options_.decider->Decide(*channel, nodes, now)) {
     Status recorded =
-        log_->RecordDecision(name, change.version, change.decision, change.abort_reason);
+        log_->RecordDecision(name, change.version, change.decision, change.abort_reason, UnixMs());
     if (!recorded.ok()) {
       options_.log("recording a decision for " + name + " v" + std::to_string(change.version) +
                    ": " + recorded.ToString());

@@ -128,6 +128,9 @@ Status VersionLog::Apply(const state::LogRecord& record) {
                        std::to_string(channel.newest()));
       }
       channel.versions.push_back(entry);
+      if (entry.decision() != wire::DECISION_NONE) {
+        channel.versions.back().set_decided_unix_ms(entry.published_unix_ms());
+      }
       if (entry.decision() == wire::DECISION_COMMIT) {
         channel.versions.back().set_committed_once(true);
         if (entry.version() > channel.current_version) channel.current_version = entry.version();
@@ -144,6 +147,7 @@ Status VersionLog::Apply(const state::LogRecord& record) {
       }
       entry->set_decision(record.decision().decision());
       entry->set_abort_reason(record.decision().abort_reason());
+      entry->set_decided_unix_ms(record.decision().unix_ms());
       if (entry->decision() == wire::DECISION_COMMIT) entry->set_committed_once(true);
       if (entry->decision() == wire::DECISION_COMMIT &&
           entry->version() > it->second.current_version) {
@@ -160,12 +164,17 @@ Status VersionLog::Apply(const state::LogRecord& record) {
       }
       it->second.current_version = target;
       for (wire::VersionEntry& entry : it->second.versions) {
-        if (entry.version() == target) {
+        if (entry.version() == target && entry.decision() != wire::DECISION_COMMIT) {
           // Rolled back past before and now current again: committed, as it was.
           entry.set_decision(wire::DECISION_COMMIT);
           entry.clear_abort_reason();
+          entry.set_decided_unix_ms(record.rollback().unix_ms());
         }
         if (entry.version() <= target) continue;
+        if (entry.decision() != wire::DECISION_ABORT ||
+            entry.abort_reason() != record.rollback().abort_reason()) {
+          entry.set_decided_unix_ms(record.rollback().unix_ms());
+        }
         entry.set_decision(wire::DECISION_ABORT);
         entry.set_abort_reason(record.rollback().abort_reason());
       }
@@ -277,7 +286,8 @@ Result<wire::VersionEntry> VersionLog::RecordPublish(const VerifiedPublish& publ
 }
 
 Status VersionLog::RecordDecision(std::string_view channel, uint64_t version,
-                                  wire::Decision decision, std::string_view abort_reason) {
+                                  wire::Decision decision, std::string_view abort_reason,
+                                  uint64_t unix_ms) {
   const ChannelState* state = this->channel(channel);
   if (state == nullptr || state->Find(version) == nullptr) {
     return NotFound("decision: " + VersionName(channel, version) + " is not published");
@@ -287,6 +297,7 @@ Status VersionLog::RecordDecision(std::string_view channel, uint64_t version,
   record.mutable_decision()->set_version(version);
   record.mutable_decision()->set_decision(decision);
   record.mutable_decision()->set_abort_reason(std::string(abort_reason));
+  record.mutable_decision()->set_unix_ms(unix_ms);
   return Append(std::move(record));
 }
 
@@ -325,12 +336,14 @@ Result<uint64_t> VersionLog::ResolveRollback(std::string_view channel, uint64_t 
   return version;
 }
 
-Result<uint64_t> VersionLog::RecordRollback(std::string_view channel, uint64_t version) {
+Result<uint64_t> VersionLog::RecordRollback(std::string_view channel, uint64_t version,
+                                            uint64_t unix_ms) {
   ASSIGN_OR_RETURN(version, ResolveRollback(channel, version));
   state::LogRecord record;
   record.set_channel(std::string(channel));
   record.mutable_rollback()->set_version(version);
   record.mutable_rollback()->set_abort_reason("rolled back to v" + std::to_string(version));
+  record.mutable_rollback()->set_unix_ms(unix_ms);
   RETURN_IF_ERROR(Append(std::move(record)));
   return version;
 }

@@ -80,7 +80,7 @@ class VersionLog {
 
   // Records a decision change of a published version (kNotFound for an unknown version).
   Status RecordDecision(std::string_view channel, uint64_t version, wire::Decision decision,
-                        std::string_view abort_reason);
+                        std::string_view abort_reason, uint64_t unix_ms = 0);
 
   // The version a rollback to `version` would make current (0: the committed version below the
   // current one), changing nothing. Refuses (kFailedPrecondition) a version that is not
@@ -89,7 +89,8 @@ class VersionLog {
   Result<uint64_t> ResolveRollback(std::string_view channel, uint64_t version) const;
   // Switches the channel's current version back to ResolveRollback(channel, version), aborting
   // every version above it (the target itself reads COMMIT again).
-  Result<uint64_t> RecordRollback(std::string_view channel, uint64_t version);
+  Result<uint64_t> RecordRollback(std::string_view channel, uint64_t version,
+                                  uint64_t unix_ms = 0);
 
   // The signed manifest of `version` (0: the newest) of `channel`; kNotFound when absent.
   Result<std::shared_ptr<const std::vector<uint8_t>>> GetManifest(std::string_view channel,
