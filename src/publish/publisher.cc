@@ -581,6 +581,11 @@ Status Publisher::Watch(const fs::path& dir, net::Duration settle) {
                   ? std::chrono::seconds(1)
                   : std::min<net::Duration>(2 * b->second.second, std::chrono::minutes(1));
           backoff[event.name] = {std::chrono::steady_clock::now() + wait, wait};
+          {
+            std::lock_guard lock(mu_);
+            publish_error_ =
+                "publishing " + event.path.string() + " failed: " + published.status().ToString();
+          }
           options_.log.Error("publishing failed; will retry",
                              {{"dir", event.path.string()},
                               {"error", published.status().ToString()},
@@ -588,6 +593,10 @@ Status Publisher::Watch(const fs::path& dir, net::Duration settle) {
           break;  // later directories wait: versions keep the trainer's order
         }
         backoff.erase(event.name);
+        {
+          std::lock_guard lock(mu_);
+          publish_error_.clear();
+        }
         RETURN_IF_ERROR(watcher.MarkPublished(event.name));
       }
     }
@@ -634,6 +643,7 @@ void Publisher::HeartbeatLoop() {
         ch->set_chunks_total(static_cast<uint32_t>(seeding_chunks_));
         ch->set_bytes_done(seeding_bytes_);
         ch->set_bytes_total(seeding_bytes_);
+        ch->set_error(publish_error_);
       }
     }
     if (heartbeat.channels_size() > 0) {

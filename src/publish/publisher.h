@@ -177,6 +177,9 @@ class Publisher {
   // the held heartbeat was sent; a call that starts later wakes it.
   int calls_in_flight_ = 0;
   bool heartbeat_held_ = false;
+  // Why the last publish of Watch failed (empty: it did not); guarded by mu_. Sent with each
+  // heartbeat (ChannelProgress.error), so `weightcast status` shows it beside this node.
+  std::string publish_error_;
   uint64_t seeding_chunks_ = 0;
   uint64_t seeding_bytes_ = 0;
   std::atomic<bool> stopping_{false};
