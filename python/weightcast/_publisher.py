@@ -106,7 +106,8 @@ class Publisher:
     def wait_until(self, until="replicated", timeout=None):
         """Blocks (GIL released) until the newest version is "replicated" (every chunk held by
         another node) or "complete" (every live agent committed it), like `weightcast publish
-        --until`. DeadlineExceededError after ``timeout`` seconds."""
+        --until`. DeadlineExceededError after ``timeout`` seconds; AbortedError ("vN was aborted:
+        <reason>") when the rollout aborts the version, since it can no longer get there."""
         if not self._remote:
             raise _weightcast.FailedPreconditionError("a local publisher seeds nothing")
         self._core.wait_until(until, timeout)

@@ -27,12 +27,28 @@ std::string Hostname() {
   return buf;
 }
 
+// Silence of the coordinator after which an agent that cannot reach it logs at ERROR: long enough
+// for a fleet started all at once (agents before the coordinator) to stay quiet.
+constexpr auto kUnreachableErrorAfter = std::chrono::seconds(10);
+// How often a lasting error is logged again.
+constexpr auto kErrorReminder = std::chrono::minutes(1);
+// The slowest retry of a refused handshake.
+constexpr auto kPermanentRetryMax = std::chrono::seconds(30);
+
 }  // namespace
 
 struct Agent::Impl {
   explicit Impl(AgentOptions o) : options(std::move(o)) {}
 
   void Log(const std::string& line) { options.log("agent: " + line); }
+  void LogError(const std::string& line) { options.log_error("agent: " + line); }
+
+  // A failed connect: logs it (ERROR for a permanent cause or a long outage, without repeating
+  // itself) and returns how long to wait before the next try.
+  net::Duration OnConnectFailed(const Status& status, net::Duration backoff);
+  void OnConnected();
+  // Shows `cause` (empty: none) as weightcast_agent_error{cause} 1 on /metrics.
+  void SetErrorCause(std::string_view cause);
 
   bool Sleep(net::Duration d) {
     std::unique_lock lock(mu);
@@ -86,7 +102,80 @@ struct Agent::Impl {
   bool long_poll = false;
   metrics::Registry registry;
   std::unique_ptr<metrics::MetricsServer> metrics_server;
+
+  // Connect failures since the last success (Run's thread only).
+  std::string error_cause;
+  std::string error_message;
+  std::chrono::steady_clock::time_point failing_since{};
+  std::chrono::steady_clock::time_point error_logged{};
+  bool error_logged_at_error = false;
+  std::string beat_error;  // the last refused heartbeat's message
+  std::chrono::steady_clock::time_point beat_error_logged{};
 };
+
+void Agent::Impl::SetErrorCause(std::string_view cause) {
+  if (cause == error_cause) return;
+  if (!error_cause.empty()) {
+    registry.Remove("weightcast_agent_error",
+                    {{"channel", options.channel}, {"cause", error_cause}});
+  }
+  error_cause = std::string(cause);
+  if (!error_cause.empty()) {
+    registry
+        .Gauge("weightcast_agent_error",
+               "1 while the agent cannot work with its coordinator, labelled with why "
+               "(wrong_secret, wrong_cluster, unreachable, ...)",
+               {{"channel", options.channel}, {"cause", error_cause}})
+        .Set(1);
+  }
+}
+
+net::Duration Agent::Impl::OnConnectFailed(const Status& status, net::Duration backoff) {
+  const auto now = std::chrono::steady_clock::now();
+  if (error_cause.empty()) failing_since = now;
+  const bool permanent = coord::IsPermanentConnectError(status);
+  const std::string_view cause = coord::ConnectErrorCause(status);
+  const bool changed = cause != error_cause || status.message() != error_message;
+  SetErrorCause(cause);
+  error_message = status.message();
+  const net::Duration next =
+      permanent
+          ? std::min<net::Duration>(std::max<net::Duration>(2 * backoff, std::chrono::seconds(1)),
+                                    kPermanentRetryMax)
+          : std::min<net::Duration>(2 * backoff, options.reconnect_max);
+  const std::string retry =
+      "retrying every " +
+      std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(next).count()) + "ms";
+  const bool long_outage = now - failing_since >= kUnreachableErrorAfter;
+  if (permanent || long_outage) {
+    if (changed || !error_logged_at_error || now - error_logged >= kErrorReminder) {
+      const std::string away = std::to_string(
+          std::chrono::duration_cast<std::chrono::seconds>(now - failing_since).count());
+      LogError(permanent ? "cannot work with the coordinator at " + options.coordinator + ": " +
+                               status.ToString() + "; this will not fix itself; " + retry
+                         : "coordinator at " + options.coordinator + " unreachable for " + away +
+                               "s: " + status.ToString() + "; still " + retry);
+      error_logged = now;
+      error_logged_at_error = true;
+    }
+  } else if (changed) {
+    Log("coordinator at " + options.coordinator + ": " + status.ToString() + "; " + retry);
+  }
+  return next;
+}
+
+void Agent::Impl::OnConnected() {
+  if (!error_cause.empty() && error_logged_at_error) {
+    Log("reached the coordinator again after " +
+        std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                           std::chrono::steady_clock::now() - failing_since)
+                           .count()) +
+        "s of errors");
+  }
+  SetErrorCause({});
+  error_message.clear();
+  error_logged_at_error = false;
+}
 
 Status Agent::Impl::Connect() {
   ASSIGN_OR_RETURN(client, coord::CoordinatorClient::Connect(*transport, options.coordinator,
@@ -101,7 +190,13 @@ Status Agent::Impl::Connect() {
   auto reply = client->Register(reg);
   if (!reply.ok()) {
     client.reset();
-    return reply.status();
+    const Code code = reply.status().code();
+    if (code == Code::kUnavailable || code == Code::kDeadlineExceeded || code == Code::kAborted) {
+      return reply.status();
+    }
+    // The coordinator answered and said no: retrying the same request changes nothing.
+    return FailedPrecondition("the coordinator refused to register this agent: " +
+                              reply.status().ToString());
   }
   // Heartbeat a few times per coordinator timeout (it says how often).
   if (reply->heartbeat_interval_ms() > 0) {
@@ -198,7 +293,12 @@ Status Agent::Impl::Run() {
   net.self.node_id = options.node_id;
   net.self.role = net::Role::kAgent;
   net.secret = options.secret;
-  net.log = options.log;
+  // The transport logs every failed connect; those to the coordinator are the loop's to report
+  // (once per cause, at ERROR when it lasts), not one line per retry.
+  net.log = [log = options.log,
+             skip = "tcp: connect to " + options.coordinator + " failed"](std::string_view line) {
+    if (!line.starts_with(skip)) log(line);
+  };
   if (options.upload_limit != 0) {
     net.upload_limit = std::make_shared<net::TokenBucket>(
         options.upload_limit, std::max<uint64_t>(options.upload_limit / 10, 1 << 20));
@@ -268,14 +368,12 @@ Status Agent::Impl::Run() {
     if (client == nullptr) {
       Status connected = Connect();
       if (!connected.ok()) {
-        Log("coordinator at " + options.coordinator + ": " + connected.ToString() +
-            "; retrying in " +
-            std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(backoff).count()) +
-            "ms");
-        if (!Sleep(backoff)) break;
-        backoff = std::min<net::Duration>(backoff * 2, options.reconnect_max);
+        const net::Duration wait = backoff;
+        backoff = OnConnectFailed(connected, backoff);
+        if (!Sleep(wait)) break;
         continue;
       }
+      OnConnected();
       backoff = std::chrono::milliseconds(100);
     }
     Status beat = Beat();
@@ -290,7 +388,16 @@ Status Agent::Impl::Run() {
         result = beat;
         break;
       }
-      Log("heartbeat: " + beat.ToString());
+      // The coordinator answered and refused (e.g. another agent registered with this node id
+      // replaced this one): a person has to look, so ERROR, but not on every heartbeat.
+      const auto now = std::chrono::steady_clock::now();
+      if (beat.message() != beat_error || now - beat_error_logged >= kErrorReminder) {
+        LogError("the coordinator refused a heartbeat: " + beat.ToString());
+        beat_error = beat.message();
+        beat_error_logged = now;
+      }
+    } else {
+      beat_error.clear();
     }
     if (done) break;
     {
@@ -335,6 +442,11 @@ Result<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
     options.node_id = PeerId((uint64_t{rd()} << 32 | rd()) & 0x7fffffffffffffffULL);
   }
   if (!options.log) options.log = [](std::string_view) {};
+  if (!options.log_error) {
+    options.log_error = [log = options.log](std::string_view line) {
+      log("ERROR " + std::string(line));
+    };
+  }
   return std::unique_ptr<Agent>(new Agent(std::make_unique<Impl>(std::move(options))));
 }
 

@@ -11,7 +11,11 @@
 // `current`), drops its staging on ABORT, switches to a kept version on a rollback and runs the
 // engine hook. The coordinator being unreachable stops nothing
 // but the heartbeats: the swarm keeps fetching and serving, and the agent reconnects with
-// exponential backoff.
+// exponential backoff. A failure that waiting will not fix (the coordinator refused our
+// handshake: wrong secret or cluster) is logged at ERROR at once and retried slowly (a secret may
+// be fixed on the coordinator's side); an unreachable coordinator is logged at ERROR once it has
+// been away kUnreachableErrorAfter, then reminded of every minute. While either lasts, /metrics
+// has weightcast_agent_error{cause="..."} 1 (causes: coord::ConnectErrorCause).
 //
 // Threading: Run blocks the calling thread; Stop may be called from any thread (a signal
 // handler thread included) and makes Run return.
@@ -55,6 +59,9 @@ struct AgentOptions {
   uint32_t hook_retries = 2;
   rollout::HookFailure hook_failure = rollout::HookFailure::kReport;
   net::LogFn log = net::LogToStderr;
+  // Errors that need a person (a refused handshake, a coordinator unreachable for long): logged
+  // at ERROR. Empty: `log` with an "ERROR " prefix.
+  net::LogFn log_error;
 };
 
 class Agent {

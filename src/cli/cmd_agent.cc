@@ -43,6 +43,12 @@ struct AgentFlags {
 Status RunAgent(const AgentFlags& flags) {
   ASSIGN_OR_RETURN(metrics::LogFormat format, metrics::ParseLogFormat(flags.node.log_format));
   RETURN_IF_ERROR(ValidateChannelName(flags.channel));
+  // Flag errors before anything starts: a bad address would otherwise be retried forever.
+  RETURN_IF_ERROR(ValidateAddressFlag("--coordinator", flags.coordinator));
+  RETURN_IF_ERROR(ValidateAddressFlag("--listen", flags.listen, /*allow_port_zero=*/true));
+  if (!flags.metrics.empty()) {
+    RETURN_IF_ERROR(ValidateAddressFlag("--metrics", flags.metrics, /*allow_port_zero=*/true));
+  }
   metrics::Logger log("agent", format);
   agent::AgentOptions options;
   options.coordinator = flags.coordinator;
@@ -74,6 +80,7 @@ Status RunAgent(const AgentFlags& flags) {
   options.hook_retries = flags.hook_retries;
   ASSIGN_OR_RETURN(options.hook_failure, rollout::ParseHookFailure(flags.hook_failure));
   options.log = log.AsLineFn();
+  options.log_error = [log](std::string_view line) { log.Error(line); };
 
   // Before any thread starts, so that every thread has the signals blocked.
   SignalStopper signals;

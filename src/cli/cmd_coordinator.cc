@@ -82,7 +82,18 @@ Status RunCoordinator(const CoordinatorFlags& flags) {
       PeerId(flags.node.node_id != 0 ? flags.node.node_id : std::random_device{}());
   net_options.self.role = net::Role::kCoordinator;
   net_options.secret = options.secret;
-  net_options.log = log.AsLineFn();
+  // A node refused for its secret or cluster is misconfigured and keeps retrying: WARN, so that
+  // it stands out among the INFO lines (docs/coordinator.md, "Membership and liveness").
+  net_options.log = [log](std::string_view line) {
+    const bool misconfigured = line.starts_with("tcp: refused peer ") &&
+                               (line.find("UNAUTHENTICATED") != std::string_view::npos ||
+                                line.find("FAILED_PRECONDITION") != std::string_view::npos);
+    if (misconfigured) {
+      log.Warn(std::string(line) + " (a node with another cluster secret or --cluster?)");
+    } else {
+      log.Info(line);
+    }
+  };
 
   // Before any thread starts, so that every thread has the signals blocked.
   SignalStopper signals;

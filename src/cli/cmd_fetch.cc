@@ -87,6 +87,7 @@ class ProgressPrinter {
 Status RunFetch(const FetchFlags& flags) {
   RETURN_IF_ERROR(ValidateChannelName(flags.channel));
   if (flags.version && *flags.version == 0) return InvalidArgument("--version must be above 0");
+  RETURN_IF_ERROR(ValidateAddressFlag("--from", flags.from));
   net::Options options;
   ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.secret_file));
   options.self.cluster_id = flags.cluster;

@@ -4,6 +4,7 @@
 // The cluster secret comes from --secret-file or WEIGHTCAST_SECRET, never from the command line.
 #include <atomic>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <mutex>
@@ -39,6 +40,10 @@ struct PublishFlags {
   NodeFlags node;
 };
 
+// How long `publish --dir` waits for an unreachable coordinator, at start and afterwards (the
+// --help text and docs/publish.md give the same number).
+constexpr auto kUnreachableTimeout = std::chrono::seconds(30);
+
 Result<publish::ImportPolicy> ParseImport(std::string_view text) {
   if (text == "auto") return publish::ImportPolicy::kAuto;
   if (text == "copy") return publish::ImportPolicy::kCopy;
@@ -53,6 +58,20 @@ Status RunPublish(const PublishFlags& flags) {
   }
   RETURN_IF_ERROR(ValidateChannelName(flags.channel));
   ASSIGN_OR_RETURN(metrics::LogFormat format, metrics::ParseLogFormat(flags.node.log_format));
+  // Flag errors before the store is opened or the coordinator is dialled.
+  RETURN_IF_ERROR(ValidateAddressFlag("--coordinator", flags.coordinator));
+  RETURN_IF_ERROR(ValidateAddressFlag("--listen", flags.listen, /*allow_port_zero=*/true));
+  if (!flags.metrics.empty()) {
+    RETURN_IF_ERROR(ValidateAddressFlag("--metrics", flags.metrics, /*allow_port_zero=*/true));
+  }
+  if (!flags.dir.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(flags.dir, ec)) {
+      return InvalidArgument(
+          "--dir " + flags.dir + ": " +
+          (std::filesystem::exists(flags.dir, ec) ? "not a directory" : "no such directory"));
+    }
+  }
   ASSIGN_OR_RETURN(publish::SeedUntil until,
                    publish::ParseSeedUntil(!flags.until.empty() ? flags.until
                                            : flags.dir.empty()  ? "never"
@@ -74,6 +93,8 @@ Status RunPublish(const PublishFlags& flags) {
   options.build.chunk_size = chunk_size;
   // --dir publishes a new version at once: re-encoding the previous one's payloads would delay it.
   options.reseed_payloads = flags.dir.empty();
+  // A one-shot --dir ends when the coordinator stays away (--watch waits it out, at ERROR).
+  if (!flags.dir.empty()) options.unreachable_timeout = kUnreachableTimeout;
   ASSIGN_OR_RETURN(options.import, ParseImport(flags.import));
   options.log = metrics::Logger("publish", format);
   ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.node.secret_file));
@@ -146,6 +167,13 @@ void SetupPublish(CLI::App& app) {
       "--dir publishes one directory (then seeds until --until, default replicated); --watch "
       "publishes every checkpoint directory a trainer saves under DIR, in natural order, once "
       "complete and unchanged for --settle (until stopped)");
+  cmd->footer(
+      "With --dir the command ends by itself: exit 0 once --until holds; exit 1 when the version "
+      "is aborted (\"vN was aborted: <reason>\"), when the coordinator refuses the handshake "
+      "(wrong secret or cluster; at once) or when it is unreachable for 30 s (at start or "
+      "later); exit 2 for bad flags (an address that is not ip:port, a missing --dir), before "
+      "anything starts. --watch keeps retrying an unreachable coordinator after it started, "
+      "logging at ERROR.");
   cmd->add_option("--coordinator", flags->coordinator, "Coordinator address (host:port)")
       ->required();
   cmd->add_option("--store", flags->store, "The publisher's store directory")->required();

@@ -58,6 +58,7 @@ Switched CountSwitched(const wire::FleetStatus& status, const std::string& chann
 Status RunRollback(const RollbackFlags& flags) {
   RETURN_IF_ERROR(ValidateChannelName(flags.channel));
   ASSIGN_OR_RETURN(metrics::LogFormat format, metrics::ParseLogFormat(flags.node.log_format));
+  RETURN_IF_ERROR(ValidateAddressFlag("--coordinator", flags.coordinator));
   ASSIGN_OR_RETURN(auto timeout, ParseDuration(flags.timeout));
   ASSIGN_OR_RETURN(auto connect_timeout, ParseDuration(flags.connect_timeout));
   if (connect_timeout <= std::chrono::nanoseconds::zero()) {
@@ -89,6 +90,17 @@ Status RunRollback(const RollbackFlags& flags) {
   while (true) {
     auto status = (*client)->GetStatus(flags.channel);
     if (status.ok()) {
+      // A later rollback or a newer committed version moved the fleet elsewhere: it will never
+      // settle on `to`, so waiting out --timeout would only hide that.
+      for (const wire::ChannelLog& channel_log : status->channels()) {
+        if (channel_log.channel() == flags.channel && channel_log.current_version() != 0 &&
+            channel_log.current_version() != to) {
+          return Aborted("the fleet no longer switches to version " + std::to_string(to) +
+                         ": the coordinator now has version " +
+                         std::to_string(channel_log.current_version()) +
+                         " current (a newer commit or another rollback)");
+        }
+      }
       last = CountSwitched(*status, flags.channel, to);
       if (last.done == last.followers) {
         std::printf("channel %s: %u of %u live agents have version %llu current\n",
@@ -96,7 +108,8 @@ Status RunRollback(const RollbackFlags& flags) {
                     static_cast<unsigned long long>(to));
         return Status::Ok();
       }
-    } else if (status.status().code() == Code::kUnavailable) {
+    } else if (status.status().code() != Code::kDeadlineExceeded) {
+      // Only a slow answer is worth another try within --timeout.
       return status.status().WithContext("waiting for the fleet to switch");
     }
     if (Clock::now() >= deadline) {

@@ -115,6 +115,7 @@ class StatusCommand {
         timeout > Clock::duration::zero() ? Clock::now() + timeout : Clock::time_point::max();
     TerminalRedraw redraw(tty ? QueryTerminal().columns : 0);
     std::vector<std::string> last_lines;
+    std::string last_error;
     while (true) {
       auto status = Poll();
       if (status.ok()) {
@@ -136,9 +137,16 @@ class StatusCommand {
         std::fflush(stdout);
         Remember(std::move(status).value());
         if (flags_.until_complete && AllComplete(summaries)) return Status::Ok();
-      } else {
+        if (flags_.until_complete) RETURN_IF_ERROR(AbortedNewest(summaries));
+        if (!last_error.empty()) log_.Info("the coordinator answers again");
+        last_error.clear();
+      } else if (coord::IsPermanentConnectError(status.status())) {
+        return status.status();  // a reconnect refused: waiting will not help
+      } else if (status.status().message() != last_error) {
+        // Once per distinct error, not on every poll.
         log_.Warn("coordinator unreachable; retrying",
                   {{"coordinator", flags_.coordinator}, {"error", status.status().ToString()}});
+        last_error = status.status().message();
       }
       if (Clock::now() >= deadline) {
         return DeadlineExceeded(
@@ -200,13 +208,27 @@ class StatusCommand {
       if (!known)
         return NotFound("channel '" + flags_.channel + "' is not known to the coordinator");
     }
-    if (flags_.until_complete && !AllComplete(Summarize(now, nullptr, flags_.channel))) {
+    const std::vector<ChannelSummary> summaries = Summarize(now, nullptr, flags_.channel);
+    if (flags_.until_complete && !AllComplete(summaries)) {
+      RETURN_IF_ERROR(AbortedNewest(summaries));
       return FailedPrecondition("the newest version is not committed by every live agent yet");
     }
     return Status::Ok();
   }
 
   // Rates over a few seconds are steadier than over one poll: the oldest snapshot kept.
+  // --until-complete cannot hold while a channel's newest version is aborted (deadline,
+  // superseded, rolled back past): kAborted with the coordinator's reason.
+  static Status AbortedNewest(const std::vector<ChannelSummary>& summaries) {
+    for (const ChannelSummary& s : summaries) {
+      if (s.version != 0 && !s.complete() && s.entry.decision() == wire::DECISION_ABORT) {
+        return Aborted("channel " + s.channel + ": v" + std::to_string(s.version) +
+                       " was aborted: " + s.entry.abort_reason());
+      }
+    }
+    return Status::Ok();
+  }
+
   const wire::FleetStatus* EarlierSnapshot(const wire::FleetStatus& now) const {
     for (const wire::FleetStatus& s : history_) {
       if (s.now_unix_ms() < now.now_unix_ms()) return &s;
@@ -255,6 +277,7 @@ class StatusCommand {
 Status RunStatus(const StatusFlags& flags) {
   if (!flags.channel.empty()) RETURN_IF_ERROR(ValidateChannelName(flags.channel));
   ASSIGN_OR_RETURN(metrics::LogFormat format, metrics::ParseLogFormat(flags.node.log_format));
+  RETURN_IF_ERROR(ValidateAddressFlag("--coordinator", flags.coordinator));
   ASSIGN_OR_RETURN(auto interval, ParseDuration(flags.interval));
   if (interval < std::chrono::milliseconds(50)) {
     return InvalidArgument("--interval must be at least 50ms");
@@ -299,8 +322,9 @@ void SetupStatus(CLI::App& app) {
       "--timeout 10m\n"
       "On a terminal the view is redrawn in place; otherwise one line per channel is printed each "
       "time it changes. Exit status: 0 ok (with --until-complete: every live agent following the "
-      "channel committed its newest version), 1 unreachable coordinator, timeout or interrupt, 2 "
-      "bad flags.");
+      "channel committed its newest version), 1 unreachable coordinator, refused handshake "
+      "(wrong secret or cluster), timeout or interrupt, or with --until-complete a newest version "
+      "the rollout aborted (\"vN was aborted: <reason>\"), 2 bad flags.");
   cmd->add_option("--coordinator", flags->coordinator, "Coordinator address, ip:port")->required();
   cmd->add_option("--channel", flags->channel, "Only this channel (default: every channel)");
   cmd->add_flag("--once", flags->once, "Print one snapshot and exit");

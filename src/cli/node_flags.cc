@@ -1,6 +1,10 @@
 #include "cli/node_flags.h"
 
+#include <arpa/inet.h>
+
+#include <cstdlib>
 #include <random>
+#include <string>
 
 #include "net/handshake.h"
 
@@ -13,6 +17,37 @@ void AddNodeFlags(CLI::App* cmd, NodeFlags& flags) {
   cmd->add_option("--node-id", flags.node_id, "This node's id (default: random)");
   cmd->add_option("--log-format", flags.log_format, "Log lines on stderr: text or json")
       ->capture_default_str();
+}
+
+Status ValidateAddressFlag(std::string_view flag, std::string_view value, bool allow_port_zero) {
+  auto bad = [&](const std::string& why) {
+    return InvalidArgument(std::string(flag) + " '" + std::string(value) + "': " + why);
+  };
+  const size_t colon = value.rfind(':');
+  if (colon == std::string_view::npos) return bad("not ip:port (no port)");
+  std::string host(value.substr(0, colon));
+  const std::string port_text(value.substr(colon + 1));
+  if (port_text.empty() || port_text.size() > 5 ||
+      port_text.find_first_not_of("0123456789") != std::string::npos) {
+    return bad("the port must be a number from " + std::string(allow_port_zero ? "0" : "1") +
+               " to 65535");
+  }
+  const unsigned long port = std::strtoul(port_text.c_str(), nullptr, 10);
+  if (port > 65535 || (port == 0 && !allow_port_zero)) {
+    return bad("port " + port_text + " is out of range (" + (allow_port_zero ? "0" : "1") +
+               " to 65535)");
+  }
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  // The transport takes IP addresses only (it resolves no names): the same rule as there.
+  in_addr v4{};
+  in6_addr v6{};
+  if (host != "localhost" && ::inet_pton(AF_INET, host.c_str(), &v4) != 1 &&
+      ::inet_pton(AF_INET6, host.c_str(), &v6) != 1) {
+    return bad("'" + host + "' is not an IP address (host names are not resolved)");
+  }
+  return Status::Ok();
 }
 
 Result<net::Options> ToolTransportOptions(const NodeFlags& flags) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include <CLI/CLI.hpp>
 
@@ -30,6 +31,13 @@ inline constexpr char kSecretFileHelp[] =
 // Adds --secret-file, --cluster, --node-id and --log-format to `cmd`, bound to `flags` (which
 // must outlive the parse).
 void AddNodeFlags(CLI::App* cmd, NodeFlags& flags);
+
+// Checks the ip:port in flag `flag` before anything starts: a typo (no port, a port above
+// 65535, a host name where an IP address is needed) is a flag error (kInvalidArgument, exit 2)
+// naming the flag, not a connection retried forever. Port 0 only when `allow_port_zero` (a
+// listen address: any free port).
+Status ValidateAddressFlag(std::string_view flag, std::string_view value,
+                           bool allow_port_zero = false);
 
 // Transport options of a short-lived tool (status, rollback) talking to the coordinator: the
 // cluster secret loaded, the cluster id, the node id (random when 0) and the tool role.

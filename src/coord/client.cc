@@ -29,7 +29,60 @@ wire::Envelope::BodyCase ExpectedReply(wire::Envelope::BodyCase request) {
   }
 }
 
+bool Contains(const Status& status, std::string_view text) {
+  return status.message().find(text) != std::string::npos;
+}
+
+// The transport's handshake errors, in the words an operator needs. Either side may notice
+// first: our own check (kUnauthenticated, kFailedPrecondition) or the coordinator's ErrorReport
+// (kAborted "peer refused the connection: ..."), so both are mapped.
+Status ExplainHandshakeError(const Status& status, std::string_view address) {
+  const std::string at = "coordinator " + std::string(address) + ": ";
+  const bool refused = status.code() == Code::kAborted && Contains(status, "peer refused");
+  if (status.code() == Code::kUnauthenticated ||
+      (refused && Contains(status, "proof of the cluster secret"))) {
+    return Unauthenticated(at +
+                           "the coordinator refused our handshake: wrong cluster secret? "
+                           "(--secret-file or $WEIGHTCAST_SECRET must hold the coordinator's; " +
+                           status.message() + ")");
+  }
+  if ((status.code() == Code::kFailedPrecondition || refused) && Contains(status, "cluster '")) {
+    return FailedPrecondition(
+        at + "wrong cluster (--cluster must match the coordinator's): " + status.message());
+  }
+  if ((status.code() == Code::kFailedPrecondition || refused) &&
+      Contains(status, "protocol version")) {
+    return FailedPrecondition(at + "incompatible weightcast versions: " + status.message());
+  }
+  return status.WithContext("coordinator " + std::string(address));
+}
+
 }  // namespace
+
+bool IsPermanentConnectError(const Status& status) {
+  return status.code() == Code::kUnauthenticated || status.code() == Code::kFailedPrecondition ||
+         status.code() == Code::kInvalidArgument;
+}
+
+std::string_view ConnectErrorCause(const Status& status) {
+  switch (status.code()) {
+    case Code::kUnauthenticated:
+      return "wrong_secret";
+    case Code::kFailedPrecondition:
+      if (Contains(status, "not a coordinator")) return "not_coordinator";
+      if (Contains(status, "protocol version")) return "protocol_version";
+      if (Contains(status, "wrong cluster")) return "wrong_cluster";
+      return "refused";
+    case Code::kInvalidArgument:
+      return "bad_address";
+    case Code::kUnavailable:
+    case Code::kDeadlineExceeded:
+    case Code::kAborted:
+      return "unreachable";
+    default:
+      return "other";
+  }
+}
 
 CoordinatorClient::CoordinatorClient(std::unique_ptr<net::Connection> connection)
     : connection_(std::move(connection)) {}
@@ -38,9 +91,7 @@ Result<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(net::Trans
                                                                       std::string_view address,
                                                                       net::Duration timeout) {
   auto connection = transport.Connect(address, timeout);
-  if (!connection.ok()) {
-    return connection.status().WithContext("coordinator " + std::string(address));
-  }
+  if (!connection.ok()) return ExplainHandshakeError(connection.status(), address);
   if (connection.value()->peer().role != net::Role::kCoordinator) {
     return FailedPrecondition("coordinator " + std::string(address) + " is a " +
                               std::string(net::RoleName(connection.value()->peer().role)) +

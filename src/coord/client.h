@@ -20,9 +20,21 @@
 
 namespace weightcast::coord {
 
+// Whether a Connect failure will not go away by waiting: the coordinator refused our handshake
+// (kUnauthenticated: another cluster secret), speaks for another cluster or protocol version, or
+// is not a coordinator (kFailedPrecondition), or the address is malformed (kInvalidArgument).
+// Callers report these as misconfiguration at ERROR; one-shot commands end on them.
+bool IsPermanentConnectError(const Status& status);
+// A short cause for logs and metric labels: "wrong_secret", "wrong_cluster", "not_coordinator",
+// "protocol_version", "bad_address", "refused" (another kFailedPrecondition), "unreachable"
+// (connection refused, timed out, closed) or "other".
+std::string_view ConnectErrorCause(const Status& status);
+
 class CoordinatorClient {
  public:
   // Connects and authenticates (the transport's handshake) to the coordinator at `address`.
+  // A refused handshake says so in plain words ("the coordinator refused our handshake: wrong
+  // cluster secret?"); see IsPermanentConnectError for which failures are worth retrying.
   static Result<std::unique_ptr<CoordinatorClient>> Connect(
       net::Transport& transport, std::string_view address,
       net::Duration timeout = std::chrono::seconds(10));

@@ -22,6 +22,10 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// An outage this long is logged at ERROR (once, then every kErrorReminder).
+constexpr auto kUnreachableErrorAfter = std::chrono::seconds(10);
+constexpr auto kErrorReminder = std::chrono::minutes(1);
+
 bool Transient(const Status& st) {
   return st.code() == Code::kUnavailable || st.code() == Code::kDeadlineExceeded;
 }
@@ -127,7 +131,12 @@ Status Publisher::Start() {
   net.self.role = net::Role::kPublisher;
   net.secret = options_.secret;
   net.upload_limit = options_.upload_limit;
-  net.log = options_.log.AsLineFn();
+  // Failed connects to the coordinator are reported by the callers that retry them (once, then
+  // at ERROR when it lasts), not one line per retry.
+  net.log = [log = options_.log,
+             skip = "tcp: connect to " + options_.coordinator + " failed"](std::string_view line) {
+    if (!line.starts_with(skip)) log(line);
+  };
   ASSIGN_OR_RETURN(transport_, net::TcpTransport::Create(std::move(net), 2));
 
   agent::SwarmNodeOptions node;
@@ -150,8 +159,18 @@ Status Publisher::Start() {
       connected = ConnectLocked();
     }
     if (connected.ok()) break;
-    if (!Transient(connected) || std::chrono::steady_clock::now() >= deadline) {
-      return connected.WithContext("coordinator " + options_.coordinator);
+    if (!Transient(connected)) {
+      return connected.message().starts_with("coordinator ")
+                 ? connected
+                 : connected.WithContext("coordinator " + options_.coordinator);
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return Status(connected.code(),
+                    "gave up on the coordinator at " + options_.coordinator + " after " +
+                        std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                                           options_.connect_timeout)
+                                           .count()) +
+                        "s: " + connected.message());
     }
     if (backoff == std::chrono::milliseconds(100)) {
       options_.log.Warn("waiting for the coordinator",
@@ -302,6 +321,8 @@ Status Publisher::Reconcile() {
 Status Publisher::PublishSigned(const PreparedVersion& prepared) {
   const Version version = prepared.manifest.version;
   bool retried = false;
+  const auto start = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point error_logged{};
   while (!Stopping()) {
     Result<Version> logged = Call<Version>(
         [&](coord::CoordinatorClient& c) { return c.Publish(prepared.signed_manifest); });
@@ -313,9 +334,28 @@ Status Publisher::PublishSigned(const PreparedVersion& prepared) {
       return Status::Ok();
     }
     if (Transient(logged.status()) || logged.status().code() == Code::kAborted) {
+      const auto now = std::chrono::steady_clock::now();
+      if (options_.unreachable_timeout != net::kForever &&
+          now - start >= options_.unreachable_timeout) {
+        return Unavailable("the coordinator at " + options_.coordinator + " did not take version " +
+                           std::to_string(version.value()) + " within " +
+                           std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                                              options_.unreachable_timeout)
+                                              .count()) +
+                           "s: " + logged.status().ToString());
+      }
       if (!retried) {
         options_.log.Warn("coordinator unreachable; retrying the publish",
                           {{"version", version.value()}, {"error", logged.status().ToString()}});
+      } else if (now - start >= kUnreachableErrorAfter && now - error_logged >= kErrorReminder) {
+        // A long outage needs a person; said again every minute, not on every retry.
+        options_.log.Error(
+            "the coordinator is still unreachable; the version waits to be published",
+            {{"version", version.value()},
+             {"coordinator", options_.coordinator},
+             {"waited_s", SecondsSince(start)},
+             {"error", logged.status().ToString()}});
+        error_logged = now;
       }
       retried = true;
       SleepFor(std::chrono::seconds(1));
@@ -403,8 +443,7 @@ agent::SwarmProgress Publisher::progress() const {
   return node_ ? node_->progress() : agent::SwarmProgress{};
 }
 
-Result<bool> Publisher::Holds(SeedUntil until) {
-  const Version version = seeding();
+bool Publisher::Holds(SeedUntil until, Version version, const wire::FleetStatus& status) {
   switch (until) {
     case SeedUntil::kNever:
       return false;
@@ -413,9 +452,6 @@ Result<bool> Publisher::Holds(SeedUntil until) {
     case SeedUntil::kComplete:
       break;
   }
-  ASSIGN_OR_RETURN(wire::FleetStatus status,
-                   Call<wire::FleetStatus>(
-                       [&](coord::CoordinatorClient& c) { return c.GetStatus(options_.channel); }));
   uint32_t agents = 0;
   for (const wire::NodeStatus& node : status.nodes()) {
     if (node.source() || !node.alive()) continue;
@@ -439,10 +475,50 @@ Result<bool> Publisher::Holds(SeedUntil until) {
 Status Publisher::WaitUntil(SeedUntil until, net::Duration timeout) {
   if (seeding().value() == 0) return FailedPrecondition("nothing is being seeded");
   const auto start = std::chrono::steady_clock::now();
+  // A plain pair rather than std::optional: GCC 12 warns (maybe-uninitialized) on the latter.
+  bool unreachable = false;
+  std::chrono::steady_clock::time_point unreachable_since{};
   for (;;) {
     if (stopping_) return Aborted("stopped");
-    Result<bool> holds = Holds(until);
-    if (holds.ok() && *holds) return Status::Ok();
+    const Version version = seeding();
+    const std::string v = "v" + std::to_string(version.value());
+    // kNever seeds until Stop whatever the coordinator says; the others ask it every poll, both
+    // for kComplete and to notice a version that can no longer get there.
+    if (until != SeedUntil::kNever) {
+      Result<wire::FleetStatus> status = Call<wire::FleetStatus>(
+          [&](coord::CoordinatorClient& c) { return c.GetStatus(options_.channel); });
+      const auto now = std::chrono::steady_clock::now();
+      if (status.ok()) {
+        if (unreachable) options_.log.Info("the coordinator answers again");
+        unreachable = false;
+        if (Holds(until, version, *status)) return Status::Ok();
+        for (const wire::ChannelLog& log : status->channels()) {
+          if (log.channel() != options_.channel) continue;
+          for (const wire::VersionEntry& e : log.versions()) {
+            if (e.version() == version.value() && e.decision() == wire::DECISION_ABORT) {
+              return Aborted(v + " was aborted: " +
+                             (e.abort_reason().empty() ? "no reason given" : e.abort_reason()));
+            }
+          }
+        }
+      } else if (!Transient(status.status())) {
+        return status.status().WithContext("waiting for " + v);
+      } else if (until == SeedUntil::kReplicated && node_->EveryChunkReplicated()) {
+        return Status::Ok();  // the peers, not the coordinator, say so
+      } else if (!unreachable) {
+        unreachable = true;
+        unreachable_since = now;
+        options_.log.Warn("coordinator unreachable while waiting; retrying",
+                          {{"version", version.value()}, {"error", status.status().ToString()}});
+      } else if (options_.unreachable_timeout != net::kForever &&
+                 now - unreachable_since >= options_.unreachable_timeout) {
+        return Unavailable("the coordinator at " + options_.coordinator + " was unreachable for " +
+                           std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                                              options_.unreachable_timeout)
+                                              .count()) +
+                           "s while waiting for " + v + ": " + status.status().ToString());
+      }
+    }
     if (timeout != net::kForever && std::chrono::steady_clock::now() - start >= timeout) {
       return DeadlineExceeded("seeding version " + std::to_string(seeding().value()) +
                               ": the condition did not hold in time");
@@ -505,6 +581,11 @@ Status Publisher::Watch(const fs::path& dir, net::Duration settle) {
                   ? std::chrono::seconds(1)
                   : std::min<net::Duration>(2 * b->second.second, std::chrono::minutes(1));
           backoff[event.name] = {std::chrono::steady_clock::now() + wait, wait};
+          {
+            std::lock_guard lock(mu_);
+            publish_error_ =
+                "publishing " + event.path.string() + " failed: " + published.status().ToString();
+          }
           options_.log.Error("publishing failed; will retry",
                              {{"dir", event.path.string()},
                               {"error", published.status().ToString()},
@@ -512,6 +593,10 @@ Status Publisher::Watch(const fs::path& dir, net::Duration settle) {
           break;  // later directories wait: versions keep the trainer's order
         }
         backoff.erase(event.name);
+        {
+          std::lock_guard lock(mu_);
+          publish_error_.clear();
+        }
         RETURN_IF_ERROR(watcher.MarkPublished(event.name));
       }
     }
@@ -558,6 +643,7 @@ void Publisher::HeartbeatLoop() {
         ch->set_chunks_total(static_cast<uint32_t>(seeding_chunks_));
         ch->set_bytes_done(seeding_bytes_);
         ch->set_bytes_total(seeding_bytes_);
+        ch->set_error(publish_error_);
       }
     }
     if (heartbeat.channels_size() > 0) {
@@ -572,7 +658,14 @@ void Publisher::HeartbeatLoop() {
     if (!reply.ok()) {
       if (stopping_) return;
       if (!failing) {
-        options_.log.Warn("heartbeat failed; reconnecting", {{"error", reply.status().ToString()}});
+        if (coord::IsPermanentConnectError(reply.status())) {
+          options_.log.Error(
+              "cannot reconnect to the coordinator; this will not fix itself",
+              {{"coordinator", options_.coordinator}, {"error", reply.status().ToString()}});
+        } else {
+          options_.log.Warn("heartbeat failed; reconnecting",
+                            {{"error", reply.status().ToString()}});
+        }
       }
       failing = true;
       long_poll = false;  // sleep before the next try

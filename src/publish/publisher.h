@@ -64,8 +64,13 @@ struct PublisherOptions {
   ImportPolicy import = ImportPolicy::kAuto;
   // How often WaitUntil and Watch look again.
   net::Duration poll_interval = std::chrono::milliseconds(200);
-  // Give up connecting to the coordinator at Create after this long.
+  // Give up connecting to the coordinator at Create after this long. A refused handshake (wrong
+  // secret or cluster, coord::IsPermanentConnectError) fails at once.
   net::Duration connect_timeout = std::chrono::seconds(30);
+  // After Create: how long PublishDirectory and WaitUntil wait out an unreachable coordinator
+  // before failing with kUnavailable. kForever (the default, and `publish --watch`): until Stop,
+  // logging at ERROR once the outage lasts. A one-shot `publish --dir` sets it, so that it ends.
+  net::Duration unreachable_timeout = net::kForever;
   metrics::Logger log{"publish"};
   metrics::Registry* metrics = nullptr;  // optional; must outlive the publisher
   // Optional: once it reads true, Create stops waiting for the coordinator and fails with
@@ -111,7 +116,10 @@ class Publisher {
       const std::filesystem::path& dir, const std::map<std::string, std::string>& metadata = {});
 
   // Blocks until `until` holds for the newest version seeded (OK), Stop (kAborted) or `timeout`
-  // (kDeadlineExceeded). kFailedPrecondition when nothing is seeded.
+  // (kDeadlineExceeded). kFailedPrecondition when nothing is seeded. With kReplicated or
+  // kComplete it also ends when the version can no longer get there: aborted by the rollout
+  // (deadline, superseded, rolled back past; kAborted "vN was aborted: <reason>"), the
+  // coordinator unreachable for unreachable_timeout (kUnavailable), or a call it refuses.
   Status WaitUntil(SeedUntil until, net::Duration timeout = net::kForever);
 
   // Publishes every checkpoint directory that appears under `dir` (publish/watcher.h) until
@@ -145,7 +153,8 @@ class Publisher {
   PrepareOptions BaseOptions() const;
   Status PublishSigned(const PreparedVersion& prepared);
   Status StartSeeding(const PreparedVersion& prepared);
-  Result<bool> Holds(SeedUntil until);
+  // Whether `until` holds for `version`, given the coordinator's view of the channel (kComplete).
+  bool Holds(SeedUntil until, Version version, const coord::wire::FleetStatus& status);
   void HeartbeatLoop();
   bool SleepFor(net::Duration d);  // false when stopping
   bool Stopping() const { return stopping_ || (options_.cancel != nullptr && *options_.cancel); }
@@ -168,6 +177,9 @@ class Publisher {
   // the held heartbeat was sent; a call that starts later wakes it.
   int calls_in_flight_ = 0;
   bool heartbeat_held_ = false;
+  // Why the last publish of Watch failed (empty: it did not); guarded by mu_. Sent with each
+  // heartbeat (ChannelProgress.error), so `weightcast status` shows it beside this node.
+  std::string publish_error_;
   uint64_t seeding_chunks_ = 0;
   uint64_t seeding_bytes_ = 0;
   std::atomic<bool> stopping_{false};

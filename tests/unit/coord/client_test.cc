@@ -159,5 +159,56 @@ TEST(CoordinatorClient, RefusesOversizedMessages) {
   EXPECT_EQ(ParseEnvelope(garbage).status().code(), Code::kCorrupt);
 }
 
+// A coordinator that answers nothing: these connects fail in the handshake.
+std::vector<wire::Envelope> NoAnswer(const wire::Envelope&) { return {}; }
+
+TEST(CoordinatorClient, WrongSecretIsAPermanentErrorThatSaysSo) {
+  ClientFixture f;
+  ScriptedServer server(f.network, NoAnswer, net::Role::kCoordinator);
+  net::Options options = NodeOptions(8, net::Role::kAgent);
+  options.secret = "another secret, not the coordinator's";
+  auto transport = f.network.CreateTransport("wrong", options);
+  auto client = CoordinatorClient::Connect(*transport, "mem:coord");
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), Code::kUnauthenticated);
+  EXPECT_NE(client.status().message().find(
+                "the coordinator refused our handshake: wrong cluster secret?"),
+            std::string::npos)
+      << client.status().message();
+  EXPECT_TRUE(IsPermanentConnectError(client.status()));
+  EXPECT_EQ(ConnectErrorCause(client.status()), "wrong_secret");
+}
+
+TEST(CoordinatorClient, WrongClusterIsAPermanentErrorThatSaysSo) {
+  ClientFixture f;
+  ScriptedServer server(f.network, NoAnswer, net::Role::kCoordinator);
+  net::Options options = NodeOptions(8, net::Role::kAgent);
+  options.self.cluster_id = "elsewhere";
+  auto transport = f.network.CreateTransport("other", options);
+  auto client = CoordinatorClient::Connect(*transport, "mem:coord");
+  ASSERT_FALSE(client.ok());
+  EXPECT_TRUE(IsPermanentConnectError(client.status())) << client.status().ToString();
+  EXPECT_EQ(ConnectErrorCause(client.status()), "wrong_cluster") << client.status().ToString();
+}
+
+TEST(CoordinatorClient, NotACoordinatorIsPermanent) {
+  ClientFixture f;
+  ScriptedServer server(f.network, NoAnswer, net::Role::kAgent);
+  auto client = CoordinatorClient::Connect(*f.transport, "mem:coord");
+  ASSERT_FALSE(client.ok());
+  EXPECT_TRUE(IsPermanentConnectError(client.status()));
+  EXPECT_EQ(ConnectErrorCause(client.status()), "not_coordinator");
+}
+
+TEST(CoordinatorClient, UnreachableIsWorthRetrying) {
+  ClientFixture f;
+  auto client = CoordinatorClient::Connect(*f.transport, "mem:nobody");
+  ASSERT_FALSE(client.ok());
+  EXPECT_FALSE(IsPermanentConnectError(client.status())) << client.status().ToString();
+  EXPECT_FALSE(IsPermanentConnectError(Unavailable("connect: connection refused")));
+  EXPECT_EQ(ConnectErrorCause(Unavailable("connect: connection refused")), "unreachable");
+  EXPECT_EQ(ConnectErrorCause(DeadlineExceeded("connect timed out")), "unreachable");
+}
+
 }  // namespace
 }  // namespace weightcast::coord

@@ -241,6 +241,37 @@ TEST(Publisher, AWrongSecretIsRefusedByTheCoordinator) {
   EXPECT_FALSE(Publisher::Create(o).ok());
 }
 
+TEST(Publisher, AWrongSecretFailsAtOnceNotAfterTheConnectTimeout) {
+  Fixture f(0);
+  PublisherOptions o = f.Options();
+  o.secret = "another-cluster-secret-0123456789";
+  o.connect_timeout = 60s;
+  const auto start = std::chrono::steady_clock::now();
+  auto created = Publisher::Create(o);
+  ASSERT_FALSE(created.ok());
+  EXPECT_EQ(created.status().code(), Code::kUnauthenticated) << created.status().ToString();
+  EXPECT_NE(created.status().message().find("wrong cluster secret?"), std::string::npos)
+      << created.status().ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s) << "a refused handshake is not retried";
+}
+
+TEST(Publisher, WaitUntilEndsWhenTheCoordinatorStaysAway) {
+  Fixture f(0);
+  PublisherOptions o = f.Options();
+  o.unreachable_timeout = 500ms;
+  auto publisher = Publisher::Create(o);
+  ASSERT_TRUE(publisher.ok()) << publisher.status().ToString();
+  ASSERT_TRUE((*publisher)->PublishDirectory(f.trainer / "step-0000").ok());
+  f.coordinator.reset();  // gone for good
+  const auto start = std::chrono::steady_clock::now();
+  for (SeedUntil until : {SeedUntil::kComplete, SeedUntil::kReplicated}) {
+    Status waited = (*publisher)->WaitUntil(until, 60s);
+    EXPECT_EQ(waited.code(), Code::kUnavailable) << waited.ToString();
+    EXPECT_NE(waited.message().find("unreachable for"), std::string::npos) << waited.ToString();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);
+}
+
 TEST(ParseSeedUntil, KnowsTheThreeModes) {
   EXPECT_EQ(*ParseSeedUntil("replicated"), SeedUntil::kReplicated);
   EXPECT_EQ(*ParseSeedUntil("complete"), SeedUntil::kComplete);
