@@ -89,8 +89,7 @@ class VersionLog {
   Result<uint64_t> ResolveRollback(std::string_view channel, uint64_t version) const;
   // Switches the channel's current version back to ResolveRollback(channel, version), aborting
   // every version above it (the target itself reads COMMIT again).
-  Result<uint64_t> RecordRollback(std::string_view channel, uint64_t version,
-                                  uint64_t unix_ms = 0);
+  Result<uint64_t> RecordRollback(std::string_view channel, uint64_t version, uint64_t unix_ms = 0);
 
   // The signed manifest of `version` (0: the newest) of `channel`; kNotFound when absent.
   Result<std::shared_ptr<const std::vector<uint8_t>>> GetManifest(std::string_view channel,
