@@ -89,8 +89,11 @@ wait_for 10 grep -q 'ERROR.*refused our handshake: wrong cluster secret' "$work/
 metrics_url="$(grep -o 'http://[0-9.:]*/metrics' "$work/wrong.log" | head -n 1)"
 [[ -n "$metrics_url" ]] || fail "the agent did not say where its metrics are"
 scrape() { python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' "$metrics_url"; }
-scrape | grep -q 'weightcast_agent_error{.*cause="wrong_secret".*} 1' ||
-  fail "no weightcast_agent_error{cause=wrong_secret} on /metrics: $(scrape | grep agent_error)"
+# Into a variable first: `scrape | grep -q` closes the pipe at the first match, and the writer's
+# BrokenPipeError under pipefail failed the check although the line was there.
+page_text="$(scrape)"
+grep -q 'weightcast_agent_error{.*cause="wrong_secret".*} 1' <<<"$page_text" ||
+  fail "no weightcast_agent_error{cause=wrong_secret} on /metrics: $(grep agent_error <<<"$page_text")"
 grep -q "WARN.*refused peer .*does not verify" "$work/coord.log" || fail "the coordinator did not WARN of it"
 
 # The agent of the closed port: ERROR after its 10 s outage, a handful of lines in all.
