@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <random>
+#include <set>
 
 #include "agent/rollout_driver.h"
 #include "coord/client.h"
@@ -34,6 +35,14 @@ constexpr auto kUnreachableErrorAfter = std::chrono::seconds(10);
 constexpr auto kErrorReminder = std::chrono::minutes(1);
 // The slowest retry of a refused handshake.
 constexpr auto kPermanentRetryMax = std::chrono::seconds(30);
+// Peers that get a series of their own in weightcast_agent_verify_failures_total; the ones
+// after them share peer="other", so the label stays bounded (about the degree: a peer that sends
+// bad data is banned, so only a handful ever do).
+constexpr size_t kMaxFailurePeers = 16;
+constexpr char kVerifyFailures[] = "weightcast_agent_verify_failures_total";
+
+// Request-to-verified times of chunks: 1 ms to about 16 s.
+std::vector<double> ChunkFetchBuckets() { return metrics::ExponentialBuckets(0.001, 4, 8); }
 
 }  // namespace
 
@@ -49,6 +58,14 @@ struct Agent::Impl {
   void OnConnected();
   // Shows `cause` (empty: none) as weightcast_agent_error{cause} 1 on /metrics.
   void SetErrorCause(std::string_view cause);
+  // Counts a chunk from `peer` that failed its hash check (any thread).
+  void CountBadChunk(PeerId peer);
+  // weightcast_agent_failed: 1 while the participant reports PHASE_FAILED (Run's thread).
+  void UpdateFailed(const wire::ChannelProgress& progress) {
+    if (failed_gauge != nullptr) {
+      failed_gauge->Set(progress.phase() == wire::PHASE_FAILED ? 1.0 : 0.0);
+    }
+  }
 
   bool Sleep(net::Duration d) {
     std::unique_lock lock(mu);
@@ -102,6 +119,9 @@ struct Agent::Impl {
   bool long_poll = false;
   metrics::Registry registry;
   std::unique_ptr<metrics::MetricsServer> metrics_server;
+  metrics::Gauge* failed_gauge = nullptr;
+  std::mutex failures_mu;
+  std::set<uint64_t> failure_peers;  // guarded by failures_mu: those with a series of their own
 
   // Connect failures since the last success (Run's thread only).
   std::string error_cause;
@@ -128,6 +148,23 @@ void Agent::Impl::SetErrorCause(std::string_view cause) {
                {{"channel", options.channel}, {"cause", error_cause}})
         .Set(1);
   }
+}
+
+void Agent::Impl::CountBadChunk(PeerId peer) {
+  std::string label;
+  {
+    std::lock_guard lock(failures_mu);
+    if (failure_peers.contains(peer.value()) || failure_peers.size() < kMaxFailurePeers) {
+      failure_peers.insert(peer.value());
+      label = std::to_string(peer.value());
+    } else {
+      label = "other";
+    }
+  }
+  registry
+      .Counter(kVerifyFailures, "Chunks received that failed their hash check, by sending peer",
+               {{"channel", options.channel}, {"peer", label}})
+      .Add();
 }
 
 net::Duration Agent::Impl::OnConnectFailed(const Status& status, net::Duration backoff) {
@@ -215,6 +252,7 @@ Status Agent::Impl::Connect() {
 Status Agent::Impl::Beat() {
   wire::Heartbeat hb;
   *hb.add_channels() = rollout->Progress();
+  UpdateFailed(hb.channels(0));
   rollout->clear_report_now();
   // Ask to be held until something changes (a coordinator without long polls ignores it).
   hb.set_wait_ms(static_cast<uint32_t>(
@@ -315,6 +353,12 @@ Status Agent::Impl::Run() {
   so.tensor_patterns = options.tensor_patterns;
   so.corrupt_uploads_for_testing = options.corrupt_uploads_for_testing;
   so.log = options.log;
+  const metrics::Labels labels = {{"channel", options.channel}};
+  so.chunk_fetch_seconds =
+      &registry.Histogram("weightcast_agent_chunk_fetch_seconds",
+                          "Seconds from a chunk's request to its verification (chunks from peers)",
+                          ChunkFetchBuckets(), labels);
+  so.on_bad_chunk = [this](PeerId peer) { CountBadChunk(peer); };
   node = std::make_unique<SwarmNode>(*store, *transport, std::move(so));
   RETURN_IF_ERROR(node->Start(options.listen));
   RolloutDriverOptions ro;
@@ -331,7 +375,6 @@ Status Agent::Impl::Run() {
     Log("TESTING ONLY: every chunk this node uploads is corrupted");
   }
 
-  const metrics::Labels labels = {{"channel", options.channel}};
   SwarmNode* n = node.get();
   registry.CounterFunc("weightcast_agent_bytes_received_total", "Chunk bytes received from peers",
                        labels, [n] { return n->counters().bytes_received; });
@@ -356,6 +399,23 @@ Status Agent::Impl::Run() {
                        auto c = s->Current(channel);
                        return c.ok() ? static_cast<double>(c->value()) : 0.0;
                      });
+  failed_gauge = &registry.Gauge("weightcast_agent_failed",
+                                 "1 while the agent reports the FAILED phase for the channel's "
+                                 "target version (the coordinator has the error)",
+                                 labels);
+  UpdateFailed(rollout->Progress());
+  net::Transport* t = transport.get();
+  const std::string transport_name = "tcp";
+  registry.CounterFunc(
+      "weightcast_agent_transport_bytes_total",
+      "Frame bytes the transport moved (peers and coordinator), by direction",
+      {{"channel", options.channel}, {"transport", transport_name}, {"direction", "rx"}},
+      [t] { return t->stats().bytes_received; });
+  registry.CounterFunc(
+      "weightcast_agent_transport_bytes_total",
+      "Frame bytes the transport moved (peers and coordinator), by direction",
+      {{"channel", options.channel}, {"transport", transport_name}, {"direction", "tx"}},
+      [t] { return t->stats().bytes_sent; });
   if (!options.metrics.empty()) {
     ASSIGN_OR_RETURN(metrics_server, metrics::MetricsServer::Start(registry, options.metrics));
     Log("serving metrics at http://" + metrics_server->address() + "/metrics");
@@ -407,6 +467,7 @@ Status Agent::Impl::Run() {
     // Fetch results, hook results and retries; then heartbeat at once if the coordinator
     // waits for what changed (PREPARED, COMMITTED, FAILED).
     rollout->Poll(client.get());
+    UpdateFailed(rollout->Progress());
     if (rollout->report_now()) continue;
     // The coordinator holds the next heartbeat until there is news: that is the wait.
     if (long_poll && beat.ok()) continue;

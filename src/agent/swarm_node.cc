@@ -21,6 +21,7 @@
 #include "codec/version_codec.h"
 #include "hash/digest.h"
 #include "manifest/signed_manifest.h"
+#include "metrics/registry.h"
 #include "swarm/scheduler.h"
 #include "util/thread_pool.h"
 
@@ -698,6 +699,10 @@ struct SwarmNode::Impl {
     const uint64_t epoch = data->epoch;
     pool_->Submit([this, data, shared, from, c, kind, epoch] {
       Verified result = VerifyAndStore(*data, epoch, *shared, from, ChunkIndex(c), kind);
+      if (result.status.code() == Code::kCorrupt && !result.decode_failed &&
+          options_.on_bad_chunk) {
+        options_.on_bad_chunk(from);
+      }
       Push(std::move(result));
     });
   }
@@ -786,6 +791,10 @@ struct SwarmNode::Impl {
       target_.whole[c] = true;
       if (e.kind == PayloadKind::kCodec) target_.payload[c] = true;
       Execute(target_.scheduler->OnChunkVerified(Now(), e.chunk, e.from));
+      const swarm::Duration took = target_.scheduler->last_fetch_time();
+      if (options_.chunk_fetch_seconds != nullptr && took >= swarm::Duration::zero()) {
+        options_.chunk_fetch_seconds->Observe(std::chrono::duration<double>(took).count());
+      }
       return;
     }
     if (e.decode_failed) {

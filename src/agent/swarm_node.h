@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -36,6 +37,10 @@
 #include "manifest/manifest.h"
 #include "net/transport.h"
 #include "store/store.h"
+
+namespace weightcast::metrics {
+class Histogram;
+}  // namespace weightcast::metrics
 
 namespace weightcast::agent {
 
@@ -73,6 +78,13 @@ struct SwarmNodeOptions {
   // peers detect and drop it).
   bool corrupt_uploads_for_testing = false;
   net::LogFn log = net::LogToStderr;
+  // Metrics (optional; must outlive the node). Observed with the seconds from a chunk's request
+  // to its verification, once per chunk verified from the peer it was asked of: a relaxed
+  // atomic add or two on the event thread.
+  metrics::Histogram* chunk_fetch_seconds = nullptr;
+  // Called with the peer whose chunk (or delta payload) failed its manifest hash check, on the
+  // worker thread that checked it, with no lock of the node held (it may register metrics).
+  std::function<void(PeerId)> on_bad_chunk{};
 };
 
 struct SwarmProgress {

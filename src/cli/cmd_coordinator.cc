@@ -97,9 +97,11 @@ Status RunCoordinator(const CoordinatorFlags& flags) {
 
   // Before any thread starts, so that every thread has the signals blocked.
   SignalStopper signals;
+  // Before the coordinator, which updates its per-channel metrics in it until it is destroyed.
+  metrics::Registry registry;
+  options.metrics = &registry;
   ASSIGN_OR_RETURN(std::unique_ptr<coord::Coordinator> coordinator,
                    coord::Coordinator::Open(std::move(options)));
-  metrics::Registry registry;
   coord::ExportCoordinatorMetrics(*coordinator, registry);
   std::unique_ptr<metrics::MetricsServer> metrics_server;
   if (!flags.metrics.empty()) {

@@ -95,8 +95,9 @@ struct Coordinator::Node {
 Coordinator::Coordinator(CoordinatorOptions options)
     : options_(std::move(options)),
       clock_(options_.clock != nullptr ? *options_.clock : net::Clock::Real()),
-      sweep_period_(std::min<net::Duration>(options_.heartbeat_interval / 4,
-                                            std::chrono::milliseconds(100))) {}
+      sweep_period_(
+          std::min<net::Duration>(options_.heartbeat_interval / 4, std::chrono::milliseconds(100))),
+      channel_metrics_(options_.metrics) {}
 
 Coordinator::~Coordinator() { Stop(); }
 
@@ -130,6 +131,7 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Open(CoordinatorOptions option
   uint64_t versions = 0;
   for (const auto& [name, channel] : coordinator->log_->channels()) {
     versions += channel.versions.size();
+    coordinator->channel_metrics_.Update(channel);
   }
   coordinator->options_.log(
       "recovered " + std::to_string(recovery.records) + " log records, " +
@@ -494,6 +496,14 @@ Result<uint64_t> Coordinator::OnPublish(const net::PeerInfo& peer, const wire::P
                    log_->RecordPublish(verified, peer.node_id, UnixMs(), decision.decision,
                                        decision.abort_reason));
   ++counters_.versions_published;
+  if (const ChannelState* recorded = log_->channel(m.channel); recorded != nullptr) {
+    const wire::VersionEntry* applied = recorded->Find(entry.version());
+    if (applied != nullptr && applied->decision() != wire::DECISION_NONE) {
+      channel_metrics_.Decided(*recorded, *applied);
+    } else {
+      channel_metrics_.Update(*recorded);
+    }
+  }
   ChannelChangedLocked(m.channel);
   options_.log("published " + m.channel + " v" + std::to_string(entry.version()) + " (" +
                FormatBytes(entry.total_bytes()) + ", " + std::to_string(entry.chunk_count()) +
@@ -571,6 +581,9 @@ Result<uint64_t> Coordinator::OnRollback(const net::PeerInfo& peer, const wire::
   ASSIGN_OR_RETURN(uint64_t target, log_->ResolveRollback(request.channel(), request.version()));
   RETURN_IF_ERROR(CheckRollbackReachableLocked(request.channel(), target));
   ASSIGN_OR_RETURN(uint64_t version, log_->RecordRollback(request.channel(), target, UnixMs()));
+  if (const ChannelState* channel = log_->channel(request.channel()); channel != nullptr) {
+    channel_metrics_.RolledBack(*channel);
+  }
   ChannelChangedLocked(request.channel());
   options_.log("" + request.channel() + " rolled back to v" + std::to_string(version) + " by " +
                NodeName(peer.node_id));
@@ -747,6 +760,9 @@ void Coordinator::DecideLocked(const std::string& name, net::TimePoint now) {
                    ": " + recorded.ToString());
       return;
     }
+    if (const wire::VersionEntry* entry = channel->Find(change.version); entry != nullptr) {
+      channel_metrics_.Decided(*channel, *entry);
+    }
     ChannelChangedLocked(name);
     options_.log("" + name + " v" + std::to_string(change.version) + ": " +
                  wire::Decision_Name(change.decision) +
@@ -756,9 +772,33 @@ void Coordinator::DecideLocked(const std::string& name, net::TimePoint now) {
 
 void Coordinator::CountMembersLocked() {
   uint64_t alive = 0;
-  for (const auto& [id, node] : nodes_) alive += node->alive ? 1 : 0;
+  std::map<std::string, ChannelAgentCounts, std::less<>> agents;
+  for (const auto& [name, channel] : log_->channels()) agents[name];
+  for (const auto& [id, node] : nodes_) {
+    alive += node->alive ? 1 : 0;
+    if (node->role != net::Role::kAgent || node->registration.source()) continue;
+    for (const std::string& name : node->registration.channels()) {
+      ChannelAgentCounts& counts = agents[name];
+      if (!node->alive) {
+        ++counts.dead;
+        continue;
+      }
+      auto progress = node->progress.find(name);
+      if (progress == node->progress.end()) continue;  // no report yet: neither failed nor behind
+      if (progress->second.phase() == wire::PHASE_FAILED) {
+        ++counts.failed;
+        continue;
+      }
+      const ChannelState* channel = log_->channel(name);
+      if (channel != nullptr && channel->current_version != 0 &&
+          progress->second.current_version() != channel->current_version) {
+        ++counts.lagging;
+      }
+    }
+  }
   counters_.members_alive = alive;
   counters_.members_dead = nodes_.size() - alive;
+  channel_metrics_.SetAgents(agents);
 }
 
 void Coordinator::CloseSession(uint64_t session) {

@@ -35,6 +35,7 @@
 #include <weightcast/types.h>
 
 #include "coord/coord.pb.h"
+#include "coord/coordinator_metrics.h"
 #include "coord/decide.h"
 #include "coord/version_log.h"
 #include "net/clock.h"
@@ -75,6 +76,8 @@ struct CoordinatorOptions {
   std::function<uint64_t()> unix_ms;  // wall clock for timestamps; null: system_clock
   std::shared_ptr<Decider> decider;   // null: EachDecider
   net::LogFn log = net::LogToStderr;  // one line per event worth an operator's attention
+  // Where the per-channel metrics go (ChannelMetrics); must outlive the coordinator. Null: none.
+  metrics::Registry* metrics = nullptr;
 };
 
 class Coordinator {
@@ -137,6 +140,7 @@ class Coordinator {
   void SweepLocked(net::TimePoint now);
   void RebuildPeerListsLocked();
   void DecideLocked(const std::string& channel, net::TimePoint now);
+  // Member counts, and per channel the failed, lagging and dead agents (ChannelMetrics).
   void CountMembersLocked();
   uint64_t UnixMs() const;
 
@@ -168,6 +172,7 @@ class Coordinator {
 
   mutable std::mutex mu_;
   std::unique_ptr<VersionLog> log_;
+  ChannelMetrics channel_metrics_;
   std::map<PeerId, std::unique_ptr<Node>> nodes_;
   net::TimePoint last_sweep_{};
   bool membership_changed_ = true;  // peer lists must be rebuilt before they are served

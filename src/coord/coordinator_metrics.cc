@@ -1,8 +1,11 @@
 #include "coord/coordinator_metrics.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "coord/coordinator.h"
 
 namespace weightcast::coord {
 namespace {
@@ -74,6 +77,94 @@ void ExportCoordinatorMetrics(const Coordinator& coordinator, metrics::Registry&
 void RemoveCoordinatorMetrics(metrics::Registry& registry) {
   for (const Simple& s : kSimple) registry.Remove(s.name, {});
   for (const auto& [body, type] : RequestTypes()) registry.Remove(kRequests, {{"type", type}});
+}
+
+}  // namespace weightcast::coord
+
+namespace weightcast::coord {
+
+std::vector<double> ChannelMetrics::RolloutBuckets() {
+  return metrics::ExponentialBuckets(0.5, 2, 15);
+}
+
+ChannelMetrics::Series* ChannelMetrics::Find(std::string_view channel) {
+  if (registry_ == nullptr) return nullptr;
+  if (auto it = channels_.find(channel); it != channels_.end()) return &it->second;
+  metrics::Registry& r = *registry_;
+  const metrics::Labels labels = {{"channel", std::string(channel)}};
+  Series s{
+      .current_version = &r.Gauge("weightcast_coordinator_current_version",
+                                  "The version the fleet should have current", labels),
+      .committed_version =
+          &r.Gauge("weightcast_coordinator_committed_version",
+                   "Newest version ever committed (a rollback below it leaves it here)", labels),
+      .commits = &r.Counter("weightcast_coordinator_commits_total",
+                            "Versions decided COMMIT by the rollout policy", labels),
+      .aborts = &r.Counter("weightcast_coordinator_aborts_total",
+                           "Versions decided ABORT by the rollout policy", labels),
+      .rollbacks =
+          &r.Counter("weightcast_coordinator_rollbacks_total", "Rollbacks recorded", labels),
+      .rollout_seconds = &r.Histogram("weightcast_coordinator_rollout_seconds",
+                                      "Seconds from a version's publication to its commit decision",
+                                      RolloutBuckets(), labels),
+      .agents_failed = &r.Gauge("weightcast_coordinator_agents_failed",
+                                "Live agents reporting the FAILED phase", labels),
+      .agents_lagging =
+          &r.Gauge("weightcast_coordinator_agents_lagging",
+                   "Live agents, not failed, whose current version is not the channel's", labels),
+      .agents_dead = &r.Gauge("weightcast_coordinator_agents_dead",
+                              "Agents past their heartbeat timeout, not yet forgotten", labels),
+  };
+  return &channels_.emplace(std::string(channel), s).first->second;
+}
+
+void ChannelMetrics::Update(const ChannelState& channel) {
+  Series* s = Find(channel.name);
+  if (s == nullptr) return;
+  uint64_t committed = 0;
+  for (const wire::VersionEntry& entry : channel.versions) {
+    if (entry.committed_once() || entry.decision() == wire::DECISION_COMMIT) {
+      committed = std::max(committed, entry.version());
+    }
+  }
+  s->current_version->Set(static_cast<double>(channel.current_version));
+  s->committed_version->Set(static_cast<double>(committed));
+}
+
+void ChannelMetrics::Decided(const ChannelState& channel, const wire::VersionEntry& entry) {
+  Series* s = Find(channel.name);
+  if (s == nullptr) return;
+  if (entry.decision() == wire::DECISION_COMMIT) {
+    s->commits->Add();
+    // A wall clock stepped back between the two reads as 0, not as a negative duration.
+    const uint64_t ms = entry.decided_unix_ms() > entry.published_unix_ms()
+                            ? entry.decided_unix_ms() - entry.published_unix_ms()
+                            : 0;
+    s->rollout_seconds->Observe(static_cast<double>(ms) / 1000.0);
+  } else if (entry.decision() == wire::DECISION_ABORT) {
+    s->aborts->Add();
+  }
+  Update(channel);
+}
+
+void ChannelMetrics::RolledBack(const ChannelState& channel) {
+  Series* s = Find(channel.name);
+  if (s == nullptr) return;
+  s->rollbacks->Add();
+  Update(channel);
+}
+
+void ChannelMetrics::SetAgents(
+    const std::map<std::string, ChannelAgentCounts, std::less<>>& counts) {
+  if (registry_ == nullptr) return;
+  for (const auto& [name, c] : counts) Find(name);
+  for (auto& [name, s] : channels_) {
+    auto it = counts.find(name);
+    const ChannelAgentCounts c = it == counts.end() ? ChannelAgentCounts{} : it->second;
+    s.agents_failed->Set(static_cast<double>(c.failed));
+    s.agents_lagging->Set(static_cast<double>(c.lagging));
+    s.agents_dead->Set(static_cast<double>(c.dead));
+  }
 }
 
 }  // namespace weightcast::coord

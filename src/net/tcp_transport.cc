@@ -98,9 +98,17 @@ std::string EndpointString(const tcp::endpoint& ep) {
 // (the TLS stream refers to the socket), so it lives behind a unique_ptr. Reads
 // and writes may be outstanding at the same time (one of each), from the
 // connection's strand.
+// Bytes read and written by every Channel of a transport: one relaxed add per completed read
+// or write, never per byte.
+struct WireBytes {
+  std::atomic<uint64_t> received{0};
+  std::atomic<uint64_t> sent{0};
+};
+
 class Channel {
  public:
-  explicit Channel(tcp::socket socket) : socket_(std::move(socket)) {}
+  // `bytes` must outlive the channel (the transport's Shared state holds it).
+  Channel(tcp::socket socket, WireBytes& bytes) : socket_(std::move(socket)), bytes_(bytes) {}
   tcp::socket& socket() { return socket_; }
   bool tls() const { return tls_ != nullptr; }
 
@@ -116,31 +124,36 @@ class Channel {
   template <typename Buffers, typename Condition>
   awaitable<std::error_code> Read(const Buffers& buffers, Condition condition) {
     std::error_code ec;
+    size_t n = 0;
     if (tls_) {
-      co_await asio::async_read(*tls_, buffers, condition,
-                                asio::redirect_error(asio::use_awaitable, ec));
+      n = co_await asio::async_read(*tls_, buffers, condition,
+                                    asio::redirect_error(asio::use_awaitable, ec));
     } else {
-      co_await asio::async_read(socket_, buffers, condition,
-                                asio::redirect_error(asio::use_awaitable, ec));
+      n = co_await asio::async_read(socket_, buffers, condition,
+                                    asio::redirect_error(asio::use_awaitable, ec));
     }
+    bytes_.received.fetch_add(n, std::memory_order_relaxed);
     co_return ec;
   }
 
   template <typename Buffers>
   awaitable<std::error_code> Write(const Buffers& buffers) {
     std::error_code ec;
+    size_t n = 0;
     if (tls_) {
-      co_await asio::async_write(*tls_, buffers, TransferAllLarge{},
-                                 asio::redirect_error(asio::use_awaitable, ec));
+      n = co_await asio::async_write(*tls_, buffers, TransferAllLarge{},
+                                     asio::redirect_error(asio::use_awaitable, ec));
     } else {
-      co_await asio::async_write(socket_, buffers, TransferAllLarge{},
-                                 asio::redirect_error(asio::use_awaitable, ec));
+      n = co_await asio::async_write(socket_, buffers, TransferAllLarge{},
+                                     asio::redirect_error(asio::use_awaitable, ec));
     }
+    bytes_.sent.fetch_add(n, std::memory_order_relaxed);
     co_return ec;
   }
 
  private:
   tcp::socket socket_;
+  WireBytes& bytes_;
   std::unique_ptr<asio::ssl::stream<tcp::socket&>> tls_;
 };
 
@@ -184,6 +197,7 @@ struct Shared {
   asio::io_context io;
   Options options;
   std::unique_ptr<asio::ssl::context> tls;  // set when options.tls.enabled
+  WireBytes bytes;
 };
 
 // TLS 1.2+ with mutual certificate verification against the cluster CA. Throws
@@ -872,7 +886,7 @@ class TcpListener : public Listener {
       pending->source = ec ? "?" : remote.address().to_string();
       pending->from = ec ? "?" : EndpointString(remote);
       pending->strand = socket.get_executor();
-      auto channel = std::make_unique<Channel>(std::move(socket));
+      auto channel = std::make_unique<Channel>(std::move(socket), shared->bytes);
       pending->socket = &channel->socket();  // a Channel never moves
       std::shared_ptr<PendingHandshake> displaced;
       Status why;
@@ -924,6 +938,11 @@ class TcpTransportImpl : public Transport {
     return {shared_->tls ? "tcp+tls" : "tcp", shared_->tls == nullptr, true};
   }
 
+  TransportStats stats() const override {
+    return {shared_->bytes.received.load(std::memory_order_relaxed),
+            shared_->bytes.sent.load(std::memory_order_relaxed)};
+  }
+
   Result<std::unique_ptr<Listener>> Listen(std::string_view address) override {
     ASSIGN_OR_RETURN(tcp::endpoint endpoint, ParseEndpoint(address));
     try {
@@ -969,7 +988,7 @@ class TcpTransportImpl : public Transport {
       std::shared_ptr<Shared> shared, tcp::endpoint endpoint, Duration timeout,
       std::shared_ptr<std::promise<Result<std::shared_ptr<TcpConn>>>> promise) {
     auto executor = co_await asio::this_coro::executor;
-    auto channel = std::make_unique<Channel>(tcp::socket(executor));
+    auto channel = std::make_unique<Channel>(tcp::socket(executor), shared->bytes);
     tcp::socket& socket = channel->socket();
     asio::steady_timer deadline(executor);
     auto timed_out = std::make_shared<bool>(false);

@@ -147,10 +147,20 @@ class Listener {
   virtual void Close() = 0;
 };
 
+// Bytes a transport moved over all its connections (for /metrics).
+struct TransportStats {
+  uint64_t bytes_received = 0;
+  uint64_t bytes_sent = 0;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;  // closes listeners and connections it created
   virtual Capabilities capabilities() const = 0;
+  // Frame bytes (headers and bodies; handshakes and pings included) read and written by every
+  // connection since the transport was created; under TLS, the bytes before encryption. Never
+  // blocks; any thread. A transport that does not count returns zeros.
+  virtual TransportStats stats() const { return {}; }
   // Never blocks.
   virtual Result<std::unique_ptr<Listener>> Listen(std::string_view address) = 0;
   // Blocks until connected and authenticated, or `timeout` / failure (the

@@ -328,13 +328,17 @@ std::span<const Action> Scheduler::OnChunkVerified(Time now, ChunkIndex chunk, P
   if (chunk.value() >= n_) return Flush();
   const bool cap_was_full = outstanding_ >= options_.max_outstanding;
   bool cancelled = false;
+  last_fetch_time_ = Duration(-1);
   Peer* src = FindPeer(from);
   if (src != nullptr) {
     Time sent = Time::min();
     for (const Request& r : src->inflight) {
       if (r.chunk == chunk) sent = r.sent;
     }
-    if (RemoveRequest(*src, chunk) && sent != Time::min()) RecordDelivery(now, *src, sent);
+    if (RemoveRequest(*src, chunk) && sent != Time::min()) {
+      last_fetch_time_ = std::max(Duration::zero(), now - sent);
+      RecordDelivery(now, *src, sent);
+    }
     src->consecutive_timeouts = 0;
     // A peer that delivers is not stalled: its other requests queue behind this one on the same
     // connection, so their deadlines count from this delivery. (Issue 21: on a rate-limited

@@ -147,6 +147,10 @@ class Scheduler {
   uint32_t missing() const { return missing_; }
   bool in_endgame() const { return in_endgame_; }
   const SchedulerStats& stats() const { return stats_; }
+  // Request to verification of the chunk the last OnChunkVerified call accepted from the peer
+  // that had been asked for it; negative when that call matched no request of that peer (a
+  // chunk nobody asked for, or a verification after the request was reissued elsewhere).
+  Duration last_fetch_time() const { return last_fetch_time_; }
   // How many connected peers hold `chunk` (what rarest-first ranks by).
   uint32_t availability(ChunkIndex chunk) const { return availability_[chunk.value()]; }
   // How many times this node started uploading `chunk`.
@@ -226,6 +230,7 @@ class Scheduler {
   ChunkSet have_;
   ChunkSet need_;              // wanted and not yet verified
   ChunkSet need_unrequested_;  // needed and asked of nobody right now
+  Duration last_fetch_time_{-1};
   uint32_t missing_ = 0;
   bool in_endgame_ = false;
   bool complete_emitted_ = false;

@@ -6,14 +6,18 @@
 
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "agent/payload_cache.h"
 #include "agent/protocol.h"
 #include "agent/swarm_node.h"
 #include "codec/version_codec.h"
 #include "manifest/signed_manifest.h"
+#include "metrics/registry.h"
 #include "net/memory_transport.h"
 #include "unit/store/store_test_util.h"
 
@@ -88,6 +92,7 @@ class Swarm : public ::testing::Test {
                        .tensor_patterns = std::move(patterns),
                        .source = source,
                        .corrupt_uploads_for_testing = corrupt};
+    if (tweak_) tweak_(id, o);
     o.log = [id](std::string_view line) {
       if (getenv("SWARM_TEST_LOG") != nullptr)
         fprintf(stderr, "[%d] %.*s\n", int(id), int(line.size()), line.data());
@@ -110,6 +115,8 @@ class Swarm : public ::testing::Test {
     for (auto& n : nodes_) n->swarm->Stop();
   }
 
+  // Changes the options of each node AddNode makes (metrics hooks).
+  std::function<void(uint64_t id, SwarmNodeOptions&)> tweak_;
   TempDir dir_;
   net::FakeClock clock_;
   net::MemoryNetwork network_{clock_};
@@ -435,6 +442,64 @@ TEST_F(Swarm, AnOlderVersionIsFetchedFromAPeerThatKeepsIt) {
   ASSERT_TRUE(agent.swarm->WaitComplete(kWait).ok()) << agent.swarm->progress().error;
   ASSERT_TRUE(agent.swarm->CommitTarget().ok());
   EXPECT_TRUE(agent.store->Verify(kChannel, Version(1)).ok());
+}
+
+}  // namespace
+}  // namespace weightcast::agent
+
+namespace weightcast::agent {
+namespace {
+
+TEST_F(Swarm, TimesChunkFetchesAndNamesThePeerOfABadChunk) {
+  metrics::Histogram fetch_seconds(metrics::ExponentialBuckets(0.001, 4, 8));
+  std::mutex mu;
+  std::vector<uint64_t> bad_peers;
+  tweak_ = [&](uint64_t id, SwarmNodeOptions& o) {
+    if (id == 1) return;
+    o.chunk_fetch_seconds = &fetch_seconds;
+    o.on_bad_chunk = [&](PeerId peer) {
+      std::lock_guard lock(mu);
+      bad_peers.push_back(peer.value());
+    };
+  };
+  Node& seed = AddNode(1, true);
+  const auto files = SampleFiles(3, 4);
+  ASSERT_TRUE(StageAndCommit(*seed.store, kChannel, Version(1), files).ok());
+  Manifest v1 = MakeManifest(kChannel, Version(1), files);
+  Node& agent = AddNode(2, false);
+  ASSERT_TRUE(seed.swarm->Seed(v1, SignManifest(v1, kSecret), nullptr).ok());
+  ASSERT_TRUE(agent.swarm->Fetch(v1, SignManifest(v1, kSecret)).ok());
+  Mesh();
+  ASSERT_TRUE(agent.swarm->WaitComplete(kWait).ok());
+  // Every chunk came from the one peer it was asked of: each is timed once at most (the last
+  // one's event may still be on its way when WaitComplete returns).
+  const uint64_t chunks = agent.swarm->progress().chunks_total;
+  EXPECT_GE(fetch_seconds.count(), 1u);
+  EXPECT_LE(fetch_seconds.count(), chunks);
+  EXPECT_GE(fetch_seconds.sum(), 0.0);
+  {
+    std::lock_guard lock(mu);
+    EXPECT_TRUE(bad_peers.empty());
+  }
+
+  // A corrupt uploader is named by its node id.
+  Node& bad = AddNode(3, true, {}, /*corrupt=*/true);
+  ASSERT_TRUE(StageAndCommit(*bad.store, kChannel, Version(1), files).ok());
+  ASSERT_TRUE(bad.swarm->Seed(v1, SignManifest(v1, kSecret), nullptr).ok());
+  Node& victim = AddNode(4, false);
+  ASSERT_TRUE(victim.swarm->Fetch(v1, SignManifest(v1, kSecret)).ok());
+  victim.swarm->SetPeers(std::vector<PeerAddress>{bad.address, victim.address});
+  bad.swarm->SetPeers(std::vector<PeerAddress>{bad.address, victim.address});
+  for (int i = 0; i < 500; ++i) {
+    {
+      std::lock_guard lock(mu);
+      if (!bad_peers.empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::lock_guard lock(mu);
+  ASSERT_FALSE(bad_peers.empty());
+  EXPECT_EQ(bad_peers.front(), 3u);
 }
 
 }  // namespace

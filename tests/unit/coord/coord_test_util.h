@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -82,7 +83,7 @@ class CoordinatorHarness {
     o.state_dir = dir_.path() / "state";
     o.secret = kSecret;
     o.clock = &clock_;
-    o.unix_ms = [] { return uint64_t{1'700'000'000'000}; };
+    o.unix_ms = [this] { return unix_ms_.load(); };
     o.log = [](std::string_view) {};
     return o;
   }
@@ -115,6 +116,8 @@ class CoordinatorHarness {
   }
 
   void Advance(net::Duration by) { clock_.Advance(by); }
+  // The wall clock the coordinator stamps versions and decisions with.
+  void SetUnixMs(uint64_t ms) { unix_ms_ = ms; }
 
   Coordinator& coordinator() { return *coordinator_; }
   const std::filesystem::path& dir() const { return dir_.path(); }
@@ -122,6 +125,7 @@ class CoordinatorHarness {
 
  private:
   CoordinatorOptions base_;
+  std::atomic<uint64_t> unix_ms_{1'700'000'000'000};
   weightcast::testing::TempDir dir_;
   net::FakeClock clock_;
   net::MemoryNetwork network_{clock_};

@@ -91,6 +91,23 @@ TEST(TcpTransport, HandshakeThenChunksBothWays) {
   EXPECT_EQ(control->body.size(), 100u);
 }
 
+TEST(TcpTransport, CountsTheBytesItMovesBothWays) {
+  LogCapture log;
+  Pair p = Connect(TestOptions(2, &log, Role::kCoordinator), TestOptions(1, &log));
+  ASSERT_TRUE(p.server && p.client);
+  const TransportStats before = p.client_transport->stats();
+  EXPECT_GT(before.bytes_sent, 0u);  // the handshake
+  EXPECT_GT(before.bytes_received, 0u);
+  auto payload = std::make_shared<std::vector<uint8_t>>(Pattern(1 << 20, 3));
+  ASSERT_TRUE(p.client->SendChunk({.version = 1, .chunk_index = 0}, *payload, payload).ok());
+  auto f = p.server->Receive(5s);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  ASSERT_TRUE(p.client->Flush(5s).ok());
+  const TransportStats after = p.client_transport->stats();
+  EXPECT_GE(after.bytes_sent - before.bytes_sent, payload->size());
+  EXPECT_GE(p.server_transport->stats().bytes_received, payload->size());
+}
+
 TEST(TcpTransport, WrongSecretIsDisconnectedWithLoggedReason) {
   LogCapture log;
   auto server = MakeTcp(TestOptions(2, &log));

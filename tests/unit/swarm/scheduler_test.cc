@@ -288,6 +288,32 @@ TEST(Scheduler, ADeliveryFromAPeerRestartsItsOtherRequestsDeadlines) {
   EXPECT_EQ(s.stats().timeouts, 1u);
 }
 
+TEST(Scheduler, ReportsTheFetchTimeOfEachRequestedChunk) {
+  SchedulerOptions o;
+  o.chunk_count = 3;
+  o.window_per_peer = 2;
+  o.endgame_max_requests = 1;
+  Scheduler s = Make(o);
+  EXPECT_LT(s.last_fetch_time(), Duration::zero());  // nothing verified yet
+  std::vector<Action> a = Copy(s.OnPeerConnected(t0, PeerId(1), Set(3, {0, 1, 2})));
+  ASSERT_EQ(Count(a, ActionKind::kSendRequest), 2u);
+  // A request sent at 0 and verified at 3 s; its replacement request goes out at 3 s.
+  a = Copy(s.OnChunkVerified(Time(seconds(3)), a[0].chunk, PeerId(1)));
+  EXPECT_EQ(s.last_fetch_time(), seconds(3));
+  ASSERT_EQ(Count(a, ActionKind::kSendRequest), 1u);
+  const ChunkIndex third = std::find_if(a.begin(), a.end(), [](const Action& x) {
+                             return x.kind == ActionKind::kSendRequest;
+                           })->chunk;
+  (void)s.OnChunkVerified(Time(seconds(5)), third, PeerId(1));
+  EXPECT_EQ(s.last_fetch_time(), seconds(2));
+  // A chunk from a peer that was never asked for it is not timed.
+  (void)s.OnPeerConnected(Time(seconds(5)), PeerId(2), Set(3, {0, 1, 2}));
+  ChunkIndex left(0);
+  while (s.have().Contains(left)) left = ChunkIndex(left.value() + 1);
+  (void)s.OnChunkVerified(Time(seconds(6)), left, PeerId(2));
+  EXPECT_LT(s.last_fetch_time(), Duration::zero());
+}
+
 TEST(Scheduler, DropsAPeerAfterRepeatedTimeouts) {
   SchedulerOptions o = OneChunkNoEndgame();
   o.max_consecutive_timeouts = 1;
