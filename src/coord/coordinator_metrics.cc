@@ -13,6 +13,7 @@ const std::vector<std::pair<wire::Envelope::BodyCase, std::string>>& RequestType
       {wire::Envelope::kRegister, "register"},    {wire::Envelope::kHeartbeat, "heartbeat"},
       {wire::Envelope::kPublish, "publish"},      {wire::Envelope::kGetManifest, "get_manifest"},
       {wire::Envelope::kGetStatus, "get_status"}, {wire::Envelope::kRollback, "rollback"},
+      {wire::Envelope::kLeave, "leave"},
   };
   return *types;
 }
