@@ -1,21 +1,32 @@
 #!/usr/bin/python3
 """Turns one cluster run's work directory (bench/cluster/run.sh) into a table and one JSON line.
 
-  report.py WORK_DIR
+  report.py WORK_DIR [PLOT_DIR]
 
 Reads WORK_DIR/params.json, WORK_DIR/vmstat.log (vmstat -n -t 1, UTC), WORK_DIR/diff.json and
 per phase WORK_DIR/ph/<phase>/: system, go ({"t0"}), res.<host>.json ({"done"[, "rc"]}),
 tx_before / tx_after (bytes each host's link sent, one line per host), t_end, timed_out,
 mismatched, fault_time. Every figure printed is computed here from those measurements.
 Exit 1 when a phase has hosts that did not finish or hold wrong files (faulted host excepted).
+Also writes, per phase, PLOT_DIR/<phase>/completion.csv and progress.csv (default PLOT_DIR:
+WORK_DIR/plots) in the format of `weightcast sim --out`, and progress.png from them when gnuplot
+is installed, with the script the simulator uses (src/sim/progress_plot.gnuplot). The benchmark
+measures when each host finished, not its bytes over time: progress.csv's fraction is the
+fraction of hosts done, and bytes_in is left empty.
 """
 
 import calendar
 import json
 import os
+import shutil
 import statistics
+import subprocess
 import sys
 import time
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+PLOT_SCRIPT = os.path.join(ROOT, "src", "sim", "progress_plot.gnuplot")
+FAULT_ROLES = {"kill": "dies", "slow": "straggler", "linkdown": "linkdown"}
 
 
 def read(path, default=None):
@@ -146,7 +157,54 @@ def phase_figures(ph_dir, params):
             if " published " in line and "prepare_s=" in line:
                 fig["publish_prepare_s"] = round(float(line.split("prepare_s=")[1].split()[0]), 3)
     fig["_t0"], fig["_t_end"] = t0, t_end
+    fig["_times"], fig["_up"] = times, up
     return fig
+
+
+def write_progress(out_dir, name, fig, params):
+    """completion.csv and progress.csv of one phase (weightcast sim's columns), progress.png
+    when gnuplot is there. Returns the PNG's path, or None when none was drawn."""
+    n = params["hosts"]
+    times, up = fig["_times"], fig["_up"]
+    d = os.path.join(out_dir, name)
+    os.makedirs(d, exist_ok=True)
+
+    def out_bytes(host):
+        return str(up[host]) if host < len(up) else ""
+
+    rows = ["node,role,completed_at_s,bytes_in,bytes_out", f"0,source,0.000,,{out_bytes(0)}"]
+    for host in range(1, n):
+        role = "healthy"
+        if params["fault"] != "none" and host == params["fault_host"]:
+            role = FAULT_ROLES.get(params["fault"], params["fault"])
+        done = f"{times[host]:.3f}" if host in times else ""
+        rows.append(f"{host},{role},{done},,{out_bytes(host)}")
+    with open(os.path.join(d, "completion.csv"), "w") as f:
+        f.write("\n".join(rows) + "\n")
+    receivers = max(1, n - 1)
+    progress = ["t_s,fraction,complete", "0.000,0.00000,0"]
+    for i, t in enumerate(sorted(times.values()), start=1):
+        progress.append(f"{t:.3f},{i / receivers:.5f},{i}")
+    with open(os.path.join(d, "progress.csv"), "w") as f:
+        f.write("\n".join(progress) + "\n")
+    if shutil.which("gnuplot") is None or not os.path.exists(PLOT_SCRIPT):
+        return None
+
+    def q(text):
+        return "'" + str(text).replace("'", "''") + "'"
+
+    png = os.path.join(d, "progress.png")
+    title = f"{name}: {n} hosts at {params['rate']}"
+    inputs = (f"completion={q(os.path.join(d, 'completion.csv'))}; "
+              f"progress={q(os.path.join(d, 'progress.csv'))}; output={q(png)}; "
+              f"receivers={receivers}; bound={float(params['bound_s'])}; "
+              f"title={q(title)}; "
+              f"progress_title='hosts done'; steps=1")
+    r = subprocess.run(["gnuplot", "-e", inputs, PLOT_SCRIPT], capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"report: gnuplot failed for {name}: {r.stderr.strip()}", file=sys.stderr)
+        return None
+    return png
 
 
 def main():
@@ -155,7 +213,9 @@ def main():
     samples = vmstat_samples(os.path.join(work, "vmstat.log"))
     diff = read_json(os.path.join(work, "diff.json"), {}) or {}
     bound = params["bound_s"]
+    plot_dir = sys.argv[2] if len(sys.argv) > 2 else os.path.join(work, "plots")
     phases = {}
+    pngs = []
     ph_root = os.path.join(work, "ph")
     order = ["http", "libtorrent", "weightcast", "weightcast_delta"]
     for name in order:
@@ -164,7 +224,10 @@ def main():
             fig = phase_figures(d, params)
             if "_t0" in fig:
                 fig["idle_cpu"] = idle_between(samples, fig["_t0"], fig["_t_end"])
-                del fig["_t0"], fig["_t_end"]
+                png = write_progress(plot_dir, name, fig, params)
+                if png:
+                    pngs.append(png)
+                del fig["_t0"], fig["_t_end"], fig["_times"], fig["_up"]
             phases[name] = fig
 
     ok = all(not f.get("missing_hosts") and not f.get("mismatched_hosts") and "error" not in f
@@ -225,6 +288,9 @@ def main():
               f"{num(f['source_upload_vs_size'], '7.2f')}"
               f"{(str(idle.get('mean', '-')) + '/' + str(idle.get('min', '-'))):>16}  "
               + "; ".join(notes))
+    print(f"progress CSVs in {plot_dir}" + (f", plots: {', '.join(pngs)}" if pngs else
+                                             " (no plots: gnuplot is not installed)"),
+          file=sys.stderr)
     if goals:
         print("goals: " + ", ".join(f"{k}={'met' if v else 'NOT met'}" for k, v in goals.items()))
     print(json.dumps(out, separators=(",", ":")))

@@ -36,6 +36,10 @@
 #   --trace MS         weightcast nodes log a line of rates and scheduler state every MS ms
 #                      (WEIGHTCAST_SWARM_TRACE); bench/cluster/trace.py summarises a kept run
 #   --check-seconds S  length of the iperf3 check of the shaping (default 4)
+#   --plot-dir DIR     per system DIR/<system>/completion.csv and progress.csv (the columns of
+#                      `weightcast sim --out`, from each host's finish time and upload) and, with
+#                      gnuplot, progress.png drawn by src/sim/progress_plot.gnuplot like `sim
+#                      --plot` (default build/bench-cluster under the repository)
 # Output: progress on stderr; a table, then one JSON object as the last line, on stdout.
 # Exit: 0 when every system's run completed (goals are reported, not enforced), 1 on failure,
 # 2 on bad arguments, 77 when network namespaces cannot be created here.
@@ -47,7 +51,7 @@ root=$(cd "$here/../.." && pwd)
 source "$here/netns.sh"
 PY=/usr/bin/python3  # Debian's python: python3-libtorrent is installed for it
 
-usage() { sed -n '2,41p' "$0" >&2; exit 2; }
+usage() { sed -n '2,45p' "$0" >&2; exit 2; }
 [[ $# -ge 3 ]] || usage
 N=$1 RATE=$2 SIZE=$3
 shift 3
@@ -67,6 +71,7 @@ WC_TRACE=""
 WORK_ROOT=/dev/shm
 KEEP=0
 CHECK_SECONDS=4
+PLOT_DIR=""
 while [[ $# -gt 0 ]]; do
   case $1 in
     --wc) WC=$2; shift 2 ;;
@@ -85,6 +90,7 @@ while [[ $# -gt 0 ]]; do
     --work) WORK_ROOT=$2; shift 2 ;;
     --keep) KEEP=1; shift ;;
     --check-seconds) CHECK_SECONDS=$2; shift 2 ;;
+    --plot-dir) PLOT_DIR=$2; shift 2 ;;
     -h|--help) usage ;;
     *) echo "unknown option: $1" >&2; usage ;;
   esac
@@ -360,5 +366,5 @@ cat >"$W/params.json" <<EOF
  "iperf3_mbit": ${IPERF_MBIT:-0},
  "iperf3_ok": $([[ $check_ok -eq 0 ]] && echo true || echo false)}
 EOF
-$PY "$here/report.py" "$W" || failed=1
+$PY "$here/report.py" "$W" "${PLOT_DIR:-$root/build/bench-cluster}" || failed=1
 exit $failed

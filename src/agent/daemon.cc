@@ -485,7 +485,12 @@ Status Agent::Impl::Run() {
   }
   cv.notify_all();
   waker.join();
-  if (client) client->Close();
+  if (client) {
+    // A normal stop leaves the fleet (coord.proto Leave) so that it is not shown dead; an agent
+    // ending on an error stays listed, and is marked dead, for someone to look at.
+    if (result.ok()) client->Leave().IgnoreError();
+    client->Close();
+  }
   if (metrics_server) metrics_server->Stop();
   node->Stop();
   return result;

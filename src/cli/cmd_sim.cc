@@ -17,6 +17,7 @@
 #include "cli/command.h"
 #include "rollout/types.h"
 #include "sim/fleet.h"
+#include "sim/progress_plot.h"
 #include "sim/reference.h"
 #include "sim/rollout.h"
 #include "util/file.h"
@@ -114,20 +115,21 @@ Status WriteOutputs(const SimFlags& f, const sim::FleetResult& r) {
   }
   RETURN_IF_ERROR(WriteFileAtomic(dir / "progress.csv", progress.str()));
   if (!f.plot) return Status::Ok();
-  // Completion-time CDF and fleet progress, side by side.
+  // Completion-time CDF and fleet progress, side by side: the plot bench/cluster draws too
+  // (src/sim/progress_plot.gnuplot), with its inputs set first so that sim.gnuplot reruns alone.
+  auto quoted = [](const std::filesystem::path& p) {
+    std::string q = "'";
+    for (char c : p.string()) q += c == '\'' ? std::string("''") : std::string(1, c);
+    return q + "'";
+  };
   std::ostringstream gp;
-  gp << "set terminal pngcairo size 1200,450\n"
-     << "set output '" << (dir / "sim.png").string() << "'\n"
-     << "set datafile separator ','\nset key bottom right\nset grid\n"
-     << "set multiplot layout 1,2\n"
-     << "set title 'completion time CDF'\nset xlabel 'seconds'\nset ylabel 'fraction of nodes'\n"
-     << "set arrow 1 from " << r.lower_bound << ",0 to " << r.lower_bound << ",1 nohead dt 2\n"
-     << "plot '" << (dir / "completion.csv").string() << "' skip 2 using 3:(1.0/"
-     << (r.nodes.size() - 1) << ") smooth cumulative title 'receivers'\n"
-     << "unset arrow 1\nset title 'progress'\nset ylabel 'fraction'\n"
-     << "plot '" << (dir / "progress.csv").string()
-     << "' skip 1 using 1:2 with lines title 'bytes verified'\n"
-     << "unset multiplot\n";
+  gp << "completion = " << quoted(dir / "completion.csv") << "\n"
+     << "progress = " << quoted(dir / "progress.csv") << "\n"
+     << "output = " << quoted(dir / "sim.png") << "\n"
+     << "receivers = " << (r.nodes.size() > 1 ? r.nodes.size() - 1 : 1) << "\n"
+     << "bound = " << r.lower_bound << "\n"
+     << "title = 'weightcast sim'\nprogress_title = 'bytes verified'\n"
+     << assets::kProgressPlotGnuplot;
   RETURN_IF_ERROR(WriteFileAtomic(dir / "sim.gnuplot", gp.str()));
   const std::string cmd = "gnuplot '" + (dir / "sim.gnuplot").string() + "'";
   if (std::system(cmd.c_str()) != 0) {

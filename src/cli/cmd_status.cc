@@ -2,7 +2,9 @@
 // Polls GetStatus and draws cli/status_view: progress bars per channel and a fleet table,
 // redrawn in place on a terminal; one summary line per change otherwise. --once prints one
 // snapshot, --json prints FleetStatus as JSON, --until-complete waits for the newest version to
-// be committed everywhere. The cluster secret comes from --secret-file or WEIGHTCAST_SECRET.
+// be committed everywhere, --all also lists the nodes that left on purpose. The view fits the
+// terminal's width ($COLUMNS, else 80, when stdout is not a terminal). The cluster secret comes
+// from --secret-file or WEIGHTCAST_SECRET.
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
@@ -10,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <memory>
 #include <random>
@@ -39,6 +42,7 @@ struct StatusFlags {
   bool once = false;
   bool json = false;
   bool until_complete = false;
+  bool all = false;  // also nodes that left
   std::string interval = "500ms";
   std::string timeout = "0";
   std::string connect_timeout = "5s";
@@ -69,8 +73,16 @@ bool SleepUnlessInterrupted(Clock::duration d) {
   return false;
 }
 
-Result<std::string> ToJson(const wire::FleetStatus& status) {
-  return coord::FleetStatusJson(status);
+// Nodes that left are always fetched, so that the view can count what it hides; the JSON has
+// them only with --all, like the coordinator's own default.
+Result<std::string> ToJson(const wire::FleetStatus& status, bool all) {
+  if (all) return coord::FleetStatusJson(status);
+  wire::FleetStatus without = status;
+  without.clear_nodes();
+  for (const wire::NodeStatus& node : status.nodes()) {
+    if (!node.left()) *without.add_nodes() = node;
+  }
+  return coord::FleetStatusJson(without);
 }
 
 // Every selected channel has a published version that every live follower committed.
@@ -83,16 +95,19 @@ bool AllComplete(const std::vector<ChannelSummary>& summaries) {
 }
 
 struct TerminalSize {
-  int columns = 100;
+  int columns = 80;
   int rows = 40;
 };
+// The terminal's size (TIOCGWINSZ), else $COLUMNS columns, else 80 (ResolveWidth).
 TerminalSize QueryTerminal() {
   TerminalSize size;
   winsize ws{};
+  int tty_columns = 0;
   if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) {
-    size.columns = ws.ws_col;
-    size.rows = ws.ws_row;
+    tty_columns = ws.ws_col;
+    if (ws.ws_row > 0) size.rows = ws.ws_row;
   }
+  size.columns = ResolveWidth(tty_columns, std::getenv("COLUMNS"));
   return size;
 }
 
@@ -123,12 +138,13 @@ class StatusCommand {
         const wire::FleetStatus* earlier = EarlierSnapshot(now);
         std::vector<ChannelSummary> summaries = Summarize(now, earlier, flags_.channel);
         if (flags_.json) {
-          ASSIGN_OR_RETURN(std::string json, ToJson(now));
+          ASSIGN_OR_RETURN(std::string json, ToJson(now, flags_.all));
           std::printf("%s\n", json.c_str());
         } else if (tty) {
           TerminalSize size = QueryTerminal();
           ViewOptions options{.channel = flags_.channel,
                               .width = size.columns,
+                              .show_left = flags_.all,
                               .max_table_rows = TableRows(size, summaries.size())};
           std::fputs(redraw.Next(RenderStatus(now, earlier, options)).c_str(), stdout);
         } else {
@@ -183,7 +199,7 @@ class StatusCommand {
     if (client_ == nullptr) {
       ASSIGN_OR_RETURN(client_, Connect());
     }
-    auto status = client_->GetStatus(flags_.channel);
+    auto status = client_->GetStatus(flags_.channel, /*include_left=*/true);
     if (!status.ok() && (status.status().code() == Code::kUnavailable ||
                          status.status().code() == Code::kDeadlineExceeded)) {
       client_.reset();
@@ -192,13 +208,16 @@ class StatusCommand {
   }
 
   Status Once() {
-    ASSIGN_OR_RETURN(wire::FleetStatus now, client_->GetStatus(flags_.channel));
+    ASSIGN_OR_RETURN(wire::FleetStatus now,
+                     client_->GetStatus(flags_.channel, /*include_left=*/true));
     if (flags_.json) {
-      ASSIGN_OR_RETURN(std::string json, ToJson(now));
+      ASSIGN_OR_RETURN(std::string json, ToJson(now, flags_.all));
       std::printf("%s\n", json.c_str());
     } else {
-      ViewOptions options{.channel = flags_.channel, .width = 100, .max_table_rows = 0};
-      if (isatty(STDOUT_FILENO) == 1) options.width = QueryTerminal().columns;
+      ViewOptions options{.channel = flags_.channel,
+                          .width = QueryTerminal().columns,
+                          .show_left = flags_.all,
+                          .max_table_rows = 0};
       std::fputs(RenderStatus(now, nullptr, options).c_str(), stdout);
     }
     std::fflush(stdout);
@@ -328,6 +347,9 @@ void SetupStatus(CLI::App& app) {
   cmd->add_option("--coordinator", flags->coordinator, "Coordinator address, ip:port")->required();
   cmd->add_option("--channel", flags->channel, "Only this channel (default: every channel)");
   cmd->add_flag("--once", flags->once, "Print one snapshot and exit");
+  cmd->add_flag("--all", flags->all,
+                "Also list the nodes that left the fleet on purpose (a finished publish, a "
+                "stopped agent); hidden by default");
   cmd->add_flag("--json", flags->json,
                 "Print the coordinator's FleetStatus as JSON (one object per line per poll)");
   cmd->add_flag("--until-complete", flags->until_complete,

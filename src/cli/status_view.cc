@@ -1,9 +1,15 @@
 #include "cli/status_view.h"
 
 #include <algorithm>
+#include <array>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <initializer_list>
 #include <map>
+#include <set>
 
 #include "metrics/log.h"
 #include "util/text.h"
@@ -65,32 +71,32 @@ std::string FormatAgo(uint64_t ms) {
 // Network-supplied text (host names, racks, errors) must not drive the terminal.
 std::string Safe(std::string_view text) { return EscapeControlBytes(text); }
 
-// A table drawn with columns padded to their widest cell.
-class Table {
- public:
-  explicit Table(std::vector<std::string> header) { rows_.push_back(std::move(header)); }
-  void Add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
-  std::string Render() const {
-    std::vector<size_t> widths;
-    for (const auto& row : rows_) {
-      widths.resize(std::max(widths.size(), row.size()));
-      for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
-    }
-    std::string out;
-    for (const auto& row : rows_) {
-      std::string line;
-      for (size_t i = 0; i < row.size(); ++i) {
-        line += row[i];
-        if (i + 1 < row.size()) line.append(widths[i] - row[i].size() + 2, ' ');
-      }
-      out += line + "\n";
-    }
-    return out;
+const wire::VersionEntry* FindEntry(const wire::ChannelLog& log, uint64_t version) {
+  for (const wire::VersionEntry& e : log.versions()) {
+    if (e.version() == version) return &e;
   }
+  return nullptr;
+}
 
- private:
-  std::vector<std::vector<std::string>> rows_;
-};
+// What the bars of `log` measure: the newest version, unless it was aborted (a rollback past it
+// or a failed rollout) while the fleet has a current version to stay on.
+uint64_t TargetVersion(const wire::ChannelLog& log) {
+  if (log.versions().empty()) return 0;
+  const wire::VersionEntry& newest = log.versions(log.versions_size() - 1);
+  if (newest.decision() == wire::DECISION_ABORT && log.current_version() != 0 &&
+      log.current_version() < newest.version() && FindEntry(log, log.current_version())) {
+    return log.current_version();
+  }
+  return newest.version();
+}
+
+// `p` (of a node) has `target` current. Below the newest version (after a rollback) only that
+// version counts, not a later one the node has not switched away from yet.
+bool HasCurrent(const wire::ChannelProgress& p, uint64_t target, uint64_t newest) {
+  if (target == 0) return false;
+  if (p.version() == target && p.phase() == wire::PHASE_COMMITTED) return true;
+  return target < newest ? p.current_version() == target : p.current_version() >= target;
+}
 
 // Summary of one channel without rates.
 ChannelSummary SummarizeChannel(const wire::FleetStatus& status, const wire::ChannelLog& log) {
@@ -100,9 +106,14 @@ ChannelSummary SummarizeChannel(const wire::FleetStatus& status, const wire::Cha
   if (!log.versions().empty()) {
     s.entry = log.versions(log.versions_size() - 1);
     s.version = s.entry.version();
+    s.target = TargetVersion(log);
+    s.target_entry = *FindEntry(log, s.target);
   }
-  const uint64_t v = s.version;
+  const uint64_t v = s.target;
+  const wire::VersionEntry& e = s.target_entry;
+  const bool delta_version = e.base_version() != 0 && e.payload_bytes() > 0;
   for (const wire::NodeStatus& node : status.nodes()) {
+    if (node.left()) continue;  // gone on purpose: neither a follower nor dead
     const wire::ChannelProgress* p = FindProgress(node, log.channel());
     if (p == nullptr) continue;
     if (v != 0 && p->version() == v) {
@@ -117,27 +128,38 @@ ChannelSummary SummarizeChannel(const wire::FleetStatus& status, const wire::Cha
     ++s.followers;
     if (v == 0) continue;
     // What this node wants of v: its own figures once it reported on v (a tensor subset wants
-    // fewer chunks), else the whole version.
+    // fewer chunks), else the whole version. A node fetching a delta wants its payloads (and
+    // one that holds the base and has not started will): wire bytes against payload_bytes.
     const bool on_v = p->version() == v && p->bytes_total() > 0;
-    const uint64_t want_bytes = on_v ? p->bytes_total() : s.entry.total_bytes();
-    const uint64_t want_chunks = on_v ? p->chunks_total() : s.entry.chunk_count();
+    const bool delta =
+        delta_version && (on_v ? p->delta()
+                               : p->version() != v && p->current_version() == e.base_version() &&
+                                     node.tensor_patterns_size() == 0);
+    uint64_t want_bytes = on_v ? p->bytes_total() : e.total_bytes();
+    if (delta) {
+      want_bytes = e.payload_bytes();
+      ++s.delta_followers;
+    }
+    const uint64_t want_chunks = on_v ? p->chunks_total() : e.chunk_count();
     s.bytes_total += want_bytes;
     s.chunks_total += want_chunks;
-    const bool committed =
-        p->current_version() >= v || (p->version() == v && p->phase() == wire::PHASE_COMMITTED);
+    const bool committed = HasCurrent(*p, v, s.version);
+    const bool prepared = !committed && p->version() == v && p->phase() == wire::PHASE_PREPARED;
     if (committed) {
       ++s.committed;
-    } else if (p->version() == v && p->phase() == wire::PHASE_PREPARED) {
+    } else if (prepared) {
       ++s.prepared;
       if (node.tensor_patterns_size() > 0) ++s.subset_prepared;
     }
-    if (committed || (p->version() == v && p->phase() == wire::PHASE_PREPARED)) {
+    if (committed || prepared) {
       s.bytes_done += want_bytes;
       s.chunks_done += want_chunks;
     } else if (on_v) {
       if (p->phase() == wire::PHASE_FAILED) ++s.failed;
-      s.bytes_done += std::min(p->bytes_done(), want_bytes);
+      s.bytes_done += std::min(delta ? p->bytes_received() : p->bytes_done(), want_bytes);
       s.chunks_done += std::min<uint64_t>(p->chunks_done(), want_chunks);
+    } else if (p->version() == v && p->phase() == wire::PHASE_FAILED) {
+      ++s.failed;
     }
   }
   return s;
@@ -151,11 +173,11 @@ std::vector<ChannelSummary> Summarize(const wire::FleetStatus& now,
   for (const wire::ChannelLog& log : now.channels()) {
     if (!channel.empty() && log.channel() != channel) continue;
     ChannelSummary s = SummarizeChannel(now, log);
-    if (earlier != nullptr && s.version != 0 && now.now_unix_ms() > earlier->now_unix_ms()) {
+    if (earlier != nullptr && s.target != 0 && now.now_unix_ms() > earlier->now_unix_ms()) {
       for (const wire::ChannelLog& before_log : earlier->channels()) {
         if (before_log.channel() != log.channel()) continue;
         ChannelSummary before = SummarizeChannel(*earlier, before_log);
-        if (before.version != s.version) break;  // a new version: its rate starts from scratch
+        if (before.target != s.target) break;  // a new version: its rate starts from scratch
         const double dt = static_cast<double>(now.now_unix_ms() - earlier->now_unix_ms()) / 1000;
         // Sums over live nodes can shrink when a node dies; a negative rate means nothing.
         auto rate = [dt](uint64_t after, uint64_t before_value) {
@@ -166,7 +188,7 @@ std::vector<ChannelSummary> Summarize(const wire::FleetStatus& now,
         break;
       }
     }
-    if (s.version != 0 && s.followers > 0 && s.bytes_done >= s.bytes_total &&
+    if (s.target != 0 && s.followers > 0 && s.bytes_done >= s.bytes_total &&
         s.nodes_done() == s.followers) {
       s.eta_s = 0;
     } else if (s.verified_bytes_per_s && *s.verified_bytes_per_s > 0) {
@@ -218,7 +240,8 @@ std::string FormatRate(std::optional<double> bytes_per_s) {
 std::string RenderSummaryLine(const ChannelSummary& s) {
   std::string line = Safe(s.channel);
   if (s.version == 0) return line + " no version published";
-  line += " v" + std::to_string(s.version);
+  line += " v" + std::to_string(s.target);
+  if (s.target != s.version) line += " (v" + std::to_string(s.version) + " aborted)";
   line += " bytes " + Percent(s.bytes_done, s.bytes_total);
   line += " chunks " + std::to_string(s.chunks_done) + "/" + std::to_string(s.chunks_total);
   line += " nodes " + std::to_string(s.nodes_done()) + "/" + std::to_string(s.followers);
@@ -226,23 +249,222 @@ std::string RenderSummaryLine(const ChannelSummary& s) {
   if (s.failed > 0) line += " failed " + std::to_string(s.failed);
   line += " " + FormatRate(s.verified_bytes_per_s);
   line += " ETA " + FormatEta(s.eta_s);
-  if (s.complete()) line += " complete";
+  if (s.complete()) {
+    line += " complete";
+  } else if (s.target != s.version && s.settled()) {
+    line += " settled";
+  }
   return line;
 }
+
+int ResolveWidth(int tty_columns, const char* columns_env) {
+  if (tty_columns > 0) return tty_columns;
+  if (columns_env != nullptr) {
+    char* end = nullptr;
+    const long columns = std::strtol(columns_env, &end, 10);
+    if (end != columns_env && *end == '\0' && columns >= 20 && columns <= 10'000) {
+      return static_cast<int>(columns);
+    }
+  }
+  return 80;
+}
+
+namespace {
+
+// One fleet-table row and the note lines (errors) drawn under it.
+struct Row {
+  int priority;  // 0 failed, 1 dead, 2 not done, 3 done, 4 left: what to keep when rows are short
+  bool failed;
+  bool source;
+  uint64_t node_id;
+  std::vector<std::string> cells;
+  std::vector<std::string> notes;
+};
+
+// The fleet table's columns, and how they give way to a narrow terminal.
+enum Column {
+  kNode,
+  kRack,
+  kAlive,
+  kChannel,
+  kPhase,
+  kVersion,
+  kCurrent,
+  kDone,
+  kIn,
+  kOut,
+  kHeartbeat,
+  kColumns
+};
+constexpr std::array<std::string_view, kColumns> kHeaders = {
+    "NODE",    "RACK", "ALIVE", "CHANNEL", "PHASE",    "VERSION",
+    "CURRENT", "DONE", "IN",    "OUT",     "HEARTBEAT"};
+constexpr std::array<std::string_view, kColumns> kShortHeaders = {
+    "NODE", "RACK", "ALIVE", "CHAN", "PHASE", "VER", "CUR", "DONE", "IN", "OUT", "HEARTBEAT"};
+
+// `cell` cut to `width` columns, '~' marking the cut.
+std::string Fit(const std::string& cell, size_t width) {
+  if (cell.size() <= width) return cell;
+  if (width == 0) return "";
+  return TruncateColumns(cell, width - 1) + "~";
+}
+
+// The table fitted to `width` (0: no limit): headers abbreviated, then columns shortened and
+// dropped in order of need; what was dropped is said in the last line.
+std::string RenderTable(const std::vector<Row>& rows, int width, bool one_channel) {
+  std::array<size_t, kColumns> natural{};
+  for (const Row& r : rows) {
+    for (size_t c = 0; c < kColumns; ++c) natural[c] = std::max(natural[c], r.cells[c].size());
+  }
+  std::array<bool, kColumns> shown{};
+  shown.fill(true);
+  bool short_headers = false;
+  std::array<size_t, kColumns> widths{};
+  auto header = [&](size_t c) { return short_headers ? kShortHeaders[c] : kHeaders[c]; };
+  std::array<size_t, kColumns> cap{};
+  cap.fill(SIZE_MAX);
+  auto total = [&] {
+    size_t sum = 0, n = 0;
+    for (size_t c = 0; c < kColumns; ++c) {
+      if (!shown[c]) continue;
+      widths[c] = std::max(std::min(natural[c], cap[c]), header(c).size());
+      sum += widths[c];
+      ++n;
+    }
+    return sum + (n > 0 ? 2 * (n - 1) : 0);
+  };
+  // In order, until the table fits: abbreviate, shorten long host names, drop what the channel
+  // block above already says or what matters least while a rollout runs. NODE, ALIVE, PHASE and
+  // DONE always stay.
+  struct Step {
+    enum { kAbbreviate, kCap, kDrop } what;
+    Column column;
+    size_t cap;
+  };
+  std::vector<Step> steps = {
+      {Step::kAbbreviate, kNode, 0}, {Step::kDrop, kRack, 0}, {Step::kCap, kNode, 20}};
+  if (one_channel) steps.push_back({Step::kDrop, kChannel, 0});
+  for (Step step : std::initializer_list<Step>{{Step::kDrop, kIn, 0},
+                                               {Step::kCap, kNode, 12},
+                                               {Step::kCap, kPhase, 9},
+                                               {Step::kDrop, kCurrent, 0},
+                                               {Step::kDrop, kVersion, 0},
+                                               {Step::kDrop, kOut, 0},
+                                               {Step::kDrop, kHeartbeat, 0},
+                                               {Step::kDrop, kChannel, 0},
+                                               {Step::kCap, kNode, 6}}) {
+    steps.push_back(step);
+  }
+  std::vector<std::string_view> dropped;
+  for (const Step& step : steps) {
+    if (width <= 0 || total() <= static_cast<size_t>(width)) break;
+    switch (step.what) {
+      case Step::kAbbreviate:
+        short_headers = true;
+        break;
+      case Step::kCap:
+        cap[step.column] = std::min(cap[step.column], step.cap);
+        break;
+      case Step::kDrop:
+        if (shown[step.column]) dropped.push_back(kHeaders[step.column]);
+        shown[step.column] = false;
+        break;
+    }
+  }
+  total();
+  std::string out;
+  auto line = [&](auto cell_of) {
+    std::string text;
+    for (size_t c = 0; c < kColumns; ++c) {
+      if (!shown[c]) continue;
+      if (!text.empty()) text += "  ";
+      std::string cell = Fit(cell_of(c), widths[c]);
+      text += cell;
+      text.append(widths[c] - std::min(widths[c], cell.size()), ' ');
+    }
+    while (!text.empty() && text.back() == ' ') text.pop_back();
+    out += text + "\n";
+  };
+  line([&](size_t c) { return std::string(header(c)); });
+  for (const Row& r : rows) {
+    line([&](size_t c) { return r.cells[c]; });
+    for (const std::string& note : r.notes) out += note;
+  }
+  if (!dropped.empty()) {
+    std::string names;
+    for (std::string_view d : dropped) names += (names.empty() ? "" : ", ") + std::string(d);
+    out += "(not shown at " + std::to_string(width) + " columns: " + names + "; see --json)\n";
+  }
+  return out;
+}
+
+// `text` as lines of at most `width` columns (0: one line), the later ones indented by
+// `indent` spaces; broken at spaces where it can.
+std::string Wrap(std::string_view text, int width, size_t indent) {
+  if (width <= 0 || text.size() <= static_cast<size_t>(width)) return std::string(text) + "\n";
+  std::string out;
+  size_t room = static_cast<size_t>(width);
+  bool first = true;
+  while (!text.empty()) {
+    if (!first) out.append(indent, ' ');
+    size_t take = text.size();
+    if (take > room) {
+      take = room;
+      const size_t space = text.substr(0, room + 1).rfind(' ');
+      if (space != std::string_view::npos && space > room / 2) take = space;
+      // Keep UTF-8 sequences whole.
+      while (take > 0 && take < text.size() &&
+             (static_cast<unsigned char>(text[take]) & 0xc0) == 0x80) {
+        --take;
+      }
+      if (take == 0) take = std::min(room, text.size());
+    }
+    out += std::string(text.substr(0, take)) + "\n";
+    text.remove_prefix(take);
+    while (!text.empty() && text.front() == ' ') text.remove_prefix(1);
+    first = false;
+    room = static_cast<size_t>(std::max<int>(width - static_cast<int>(indent), 10));
+  }
+  return out;
+}
+
+}  // namespace
 
 std::string RenderStatus(const wire::FleetStatus& now, const wire::FleetStatus* earlier,
                          const ViewOptions& options) {
   std::string out;
-  size_t live = 0;
-  for (const wire::NodeStatus& node : now.nodes()) live += node.alive() ? 1 : 0;
-  out += "weightcast status  " +
-         metrics::FormatTimestamp(
-             std::chrono::system_clock::time_point(std::chrono::milliseconds(now.now_unix_ms()))) +
-         "  nodes " + std::to_string(now.nodes_size()) + " (" + std::to_string(live) + " live, " +
-         std::to_string(static_cast<size_t>(now.nodes_size()) - live) + " dead)\n";
+  size_t live = 0, dead = 0, left = 0;
+  for (const wire::NodeStatus& node : now.nodes()) {
+    if (node.left()) {
+      ++left;
+    } else if (node.alive()) {
+      ++live;
+    } else {
+      ++dead;
+    }
+  }
+  const std::string when = metrics::FormatTimestamp(
+      std::chrono::system_clock::time_point(std::chrono::milliseconds(now.now_unix_ms())));
+  std::string nodes = "nodes " + std::to_string(live + dead) + " (" + std::to_string(live) +
+                      " live, " + std::to_string(dead) + " dead)";
+  if (left > 0) nodes += ", " + std::to_string(left) + " left";
+  // The first of these that fits: the hint about hidden nodes shortens before it goes.
+  std::vector<std::string> headers;
+  if (left > 0 && !options.show_left) {
+    headers = {"weightcast status  " + when + "  " + nodes + " (--all shows them)",
+               "weightcast status  " + when + "  " + nodes + " (--all)",
+               when + "  " + nodes + " (--all)"};
+  }
+  headers.push_back("weightcast status  " + when + "  " + nodes);
+  std::string header = headers.back();
+  for (const std::string& h : headers) {
+    if (options.width <= 0 || h.size() <= static_cast<size_t>(options.width)) {
+      header = h;
+      break;
+    }
+  }
+  out += header + "\n";
 
-  // Bars take what the labels leave of the width, within reason.
-  const int bar = std::clamp(options.width - 60, 10, 40);
   std::vector<ChannelSummary> summaries = Summarize(now, earlier, options.channel);
   if (summaries.empty()) {
     out += options.channel.empty() ? "no channels yet\n"
@@ -254,20 +476,65 @@ std::string RenderStatus(const wire::FleetStatus& now, const wire::FleetStatus* 
       out += "  no version published yet\n";
       continue;
     }
-    out += "  v" + std::to_string(s.version);
-    if (s.entry.base_version() != 0) {
-      out += " (delta of v" + std::to_string(s.entry.base_version()) + ", payload " +
-             FormatBytes(s.entry.payload_bytes()) + ")";
-    }
-    out += ", " + FormatBytes(s.entry.total_bytes());
-    if (s.current_version != 0 && s.current_version != s.version) {
-      out += "  fleet current v" + std::to_string(s.current_version);
-    }
+    auto describe = [&](const wire::VersionEntry& e) {
+      std::string text = "v" + std::to_string(e.version());
+      if (e.base_version() != 0) {
+        text += " (delta of v" + std::to_string(e.base_version()) + ", payload " +
+                FormatBytes(e.payload_bytes()) + ")";
+      }
+      return text + ", " + FormatBytes(e.total_bytes());
+    };
+    // The channel's line; a part that would not fit goes on a line of its own.
+    std::vector<std::string> parts = {describe(s.entry)};
     if (s.entry.decision() == wire::DECISION_ABORT) {
-      out += "  ABORTED: " + Safe(s.entry.abort_reason());
+      parts.push_back("ABORTED: " + Safe(s.entry.abort_reason()));
     }
-    if (s.complete()) out += "  complete";
-    out += "\n";
+    std::string line = out.substr(out.rfind('\n') + 1);
+    out.resize(out.size() - line.size());
+    auto add = [&](const std::string& part, bool own_line) {
+      if (own_line || (options.width > 0 &&
+                       line.size() + 2 + part.size() > static_cast<size_t>(options.width))) {
+        out += line + "\n";
+        line = "  " + part;
+      } else {
+        line += "  " + part;
+      }
+    };
+    for (const std::string& part : parts) add(part, false);
+    if (s.target != s.version) {
+      // Rolled back or aborted: the bars are about the version the fleet stays on.
+      add("fleet current " + describe(s.target_entry) + (s.settled() ? "  settled" : ""), true);
+    } else if (s.current_version != 0 && s.current_version != s.version) {
+      add("fleet current v" + std::to_string(s.current_version), false);
+    }
+    if (s.complete()) add("complete", false);
+    out += line + "\n";
+
+    const std::string bytes_figures =
+        FormatBytes(s.bytes_done) + " / " + FormatBytes(s.bytes_total);
+    std::string bytes_detail = bytes_figures + (s.delta_followers > 0 ? " (delta payloads)" : "");
+    const std::string chunks_detail =
+        std::to_string(s.chunks_done) + " / " + std::to_string(s.chunks_total);
+    std::string nodes_detail =
+        std::to_string(s.nodes_done()) + " / " + std::to_string(s.followers) + " done (" +
+        std::to_string(s.committed) + " committed, " + std::to_string(s.prepared) + " prepared)";
+    if (s.failed > 0) nodes_detail += ", " + std::to_string(s.failed) + " failed";
+    if (s.dead > 0) nodes_detail += ", " + std::to_string(s.dead) + " dead";
+    // Bars take what the labels and details leave of the width: "  nodes  [" bar "] 100.0%  ".
+    constexpr int kFixed = 2 + 7 + 2 + 1 + 6 + 2;
+    auto bar_for = [&] {
+      const size_t detail =
+          std::max({bytes_detail.size(), chunks_detail.size(), nodes_detail.size()});
+      return options.width <= 0 ? 40 : options.width - kFixed - static_cast<int>(detail);
+    };
+    if (bar_for() < 10) {
+      // Narrow: the short forms.
+      nodes_detail = std::to_string(s.nodes_done()) + "/" + std::to_string(s.followers) + " done";
+      if (s.failed > 0) nodes_detail += ", " + std::to_string(s.failed) + " failed";
+      if (s.dead > 0) nodes_detail += ", " + std::to_string(s.dead) + " dead";
+      bytes_detail = bytes_figures + (s.delta_followers > 0 ? " delta" : "");
+    }
+    const int bar = std::clamp(bar_for(), 10, 60);
     char pct[16];
     auto row = [&](std::string_view label, uint64_t done, uint64_t total, std::string detail) {
       std::snprintf(pct, sizeof(pct), "%6s", Percent(done, total).c_str());
@@ -276,70 +543,79 @@ std::string RenderStatus(const wire::FleetStatus& now, const wire::FleetStatus* 
       out.append(7 - label.size(), ' ');
       out += ProgressBar(Fraction(done, total), bar) + " " + pct + "  " + detail + "\n";
     };
-    row("bytes", s.bytes_done, s.bytes_total,
-        FormatBytes(s.bytes_done) + " / " + FormatBytes(s.bytes_total));
-    row("chunks", s.chunks_done, s.chunks_total,
-        std::to_string(s.chunks_done) + " / " + std::to_string(s.chunks_total));
-    std::string nodes_detail =
-        std::to_string(s.nodes_done()) + " / " + std::to_string(s.followers) + " done (" +
-        std::to_string(s.committed) + " committed, " + std::to_string(s.prepared) + " prepared)";
-    if (s.failed > 0) nodes_detail += ", " + std::to_string(s.failed) + " failed";
-    if (s.dead > 0) nodes_detail += ", " + std::to_string(s.dead) + " dead";
+    row("bytes", s.bytes_done, s.bytes_total, bytes_detail);
+    row("chunks", s.chunks_done, s.chunks_total, chunks_detail);
     row("nodes", s.nodes_done(), s.followers, nodes_detail);
-    out += "  rate   verified " + FormatRate(s.verified_bytes_per_s) + ", received " +
-           FormatRate(s.received_bytes_per_s) + ", sent " + FormatBytes(s.bytes_sent) +
-           " in all  ETA " + FormatEta(s.eta_s) + "\n";
+    std::string rate = "  rate   verified " + FormatRate(s.verified_bytes_per_s) + ", received " +
+                       FormatRate(s.received_bytes_per_s) + ", sent " + FormatBytes(s.bytes_sent) +
+                       " in all  ETA " + FormatEta(s.eta_s);
+    if (options.width > 0 && rate.size() > static_cast<size_t>(options.width)) {
+      rate = "  rate   " + FormatRate(s.verified_bytes_per_s) + "  ETA " + FormatEta(s.eta_s);
+    }
+    out += rate + "\n";
   }
 
   // The fleet table: one row per node and channel it reports on (or one row with no channel).
-  struct Row {
-    int priority;  // 0 dead, 1 failed, 2 not done, 3 done: what to keep when rows are short
-    bool source;
-    uint64_t node_id;
-    std::vector<std::string> cells;
-  };
-  std::map<std::string, uint64_t> newest;
-  for (const ChannelSummary& s : summaries) newest[s.channel] = s.version;
+  std::map<std::string, std::pair<uint64_t, uint64_t>> targets;  // channel -> target, newest
+  for (const ChannelSummary& s : summaries) targets[s.channel] = {s.target, s.version};
   std::vector<Row> rows;
-  std::vector<std::string> errors;
+  std::set<std::string> channels_shown;
   for (const wire::NodeStatus& node : now.nodes()) {
+    if (node.left() && !options.show_left) continue;
     std::string name = std::to_string(node.node_id());
     if (!node.hostname().empty()) name += " " + Safe(node.hostname());
     if (node.source()) name += " (source)";
-    auto base = [&](int priority) {
-      Row r{priority, node.source(), node.node_id(), {}};
-      r.cells = {name, node.rack().empty() ? "-" : Safe(node.rack()),
-                 node.alive() ? "yes" : "DEAD"};
+    const std::string alive = node.left() ? "left" : node.alive() ? "yes" : "DEAD";
+    auto base = [&](int priority, bool failed) {
+      Row r{priority, failed, node.source(), node.node_id(), {}, {}};
+      r.cells = {name, node.rack().empty() ? "-" : Safe(node.rack()), alive};
       return r;
     };
     bool any = false;
     for (const wire::ChannelProgress& p : node.channels()) {
       if (!options.channel.empty() && p.channel() != options.channel) continue;
       any = true;
-      auto it = newest.find(p.channel());
-      bool done = p.phase() == wire::PHASE_SEEDING ||
-                  (it != newest.end() && it->second != 0 && p.current_version() >= it->second);
-      int priority = !node.alive() ? 0 : p.phase() == wire::PHASE_FAILED ? 1 : !done ? 2 : 3;
-      Row r = base(priority);
+      channels_shown.insert(p.channel());
+      auto it = targets.find(p.channel());
+      const bool current =
+          it != targets.end() && HasCurrent(p, it->second.first, it->second.second);
+      const bool done = p.phase() == wire::PHASE_SEEDING || current;
+      const bool failed = p.phase() == wire::PHASE_FAILED;
+      const int priority = node.left() ? 4 : failed ? 0 : !node.alive() ? 1 : !done ? 2 : 3;
+      Row r = base(priority, failed);
       std::string phase(PhaseName(p.phase()));
       if (p.phase() == wire::PHASE_FETCHING && p.delta()) phase += "/delta";
       uint64_t done_bytes = p.bytes_done(), total_bytes = p.bytes_total();
-      if (p.phase() == wire::PHASE_COMMITTED || p.phase() == wire::PHASE_SEEDING) {
-        done_bytes = total_bytes;
+      if (p.phase() == wire::PHASE_FETCHING && p.delta() && it != targets.end()) {
+        // A delta fetch: wire bytes against the payloads it needs.
+        for (const wire::ChannelLog& log : now.channels()) {
+          if (log.channel() != p.channel()) continue;
+          const wire::VersionEntry* e = FindEntry(log, p.version());
+          if (e != nullptr && e->payload_bytes() > 0) {
+            done_bytes = p.bytes_received();
+            total_bytes = e->payload_bytes();
+          }
+        }
+      }
+      std::string done_cell = Percent(done_bytes, total_bytes);
+      if (p.phase() == wire::PHASE_COMMITTED || p.phase() == wire::PHASE_SEEDING || current) {
+        done_cell = "100.0%";
       }
       r.cells.insert(r.cells.end(),
                      {Safe(p.channel()), phase, p.version() ? std::to_string(p.version()) : "-",
-                      p.current_version() ? std::to_string(p.current_version()) : "-",
-                      Percent(done_bytes, total_bytes), FormatBytes(p.bytes_received()),
-                      FormatBytes(p.bytes_sent()), FormatAgo(node.last_heartbeat_ms_ago())});
-      rows.push_back(std::move(r));
+                      p.current_version() ? std::to_string(p.current_version()) : "-", done_cell,
+                      FormatBytes(p.bytes_received()), FormatBytes(p.bytes_sent()),
+                      FormatAgo(node.last_heartbeat_ms_ago())});
       if (!p.error().empty()) {
-        errors.push_back("node " + std::to_string(node.node_id()) + " " + Safe(p.channel()) + " v" +
-                         std::to_string(p.version()) + ": " + Safe(p.error()));
+        r.notes.push_back(Wrap("    error: node " + std::to_string(node.node_id()) + " " +
+                                   Safe(p.channel()) + " v" + std::to_string(p.version()) + ": " +
+                                   Safe(p.error()),
+                               options.width, 6));
       }
+      rows.push_back(std::move(r));
     }
     if (!any) {
-      Row r = base(node.alive() ? 2 : 0);
+      Row r = base(node.left() ? 4 : node.alive() ? 2 : 1, false);
       r.cells.insert(r.cells.end(),
                      {"-", "-", "-", "-", "-", "-", "-", FormatAgo(node.last_heartbeat_ms_ago())});
       rows.push_back(std::move(r));
@@ -352,17 +628,24 @@ std::string RenderStatus(const wire::FleetStatus& now, const wire::FleetStatus* 
     hidden = rows.size() - options.max_table_rows;
     rows.resize(options.max_table_rows);
   }
+  // Failed ones first, with their errors; then the sources, then by node id.
   std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+    if (a.failed != b.failed) return a.failed;
     if (a.source != b.source) return a.source;
     return a.node_id < b.node_id;
   });
-  Table table({"NODE", "RACK", "ALIVE", "CHANNEL", "PHASE", "VERSION", "CURRENT", "DONE", "IN",
-               "OUT", "HEARTBEAT"});
-  for (Row& r : rows) table.Add(std::move(r.cells));
-  out += "\n" + table.Render();
+  out += "\n" + RenderTable(rows, options.width, channels_shown.size() <= 1);
   if (hidden > 0) out += "... " + std::to_string(hidden) + " more rows (done ones first hidden)\n";
-  for (const std::string& e : errors) out += "error: " + e + "\n";
-  return out;
+  if (options.width <= 0) return out;
+  // Whatever is still too long is cut, so that nothing wraps.
+  std::string fitted;
+  std::string_view rest = out;
+  while (!rest.empty()) {
+    const size_t nl = rest.find('\n');
+    fitted += TruncateColumns(rest.substr(0, nl), static_cast<size_t>(options.width)) + "\n";
+    rest.remove_prefix(nl == std::string_view::npos ? rest.size() : nl + 1);
+  }
+  return fitted;
 }
 
 std::string TruncateColumns(std::string_view line, size_t columns) {

@@ -2,13 +2,17 @@
 // the snapshots (no I/O, no clock: times come from FleetStatus::now_unix_ms), so the drawing is
 // unit-tested and the command only polls and prints.
 //
-// Per channel, for its newest version:
-//   bytes   model bytes verified by the live agents following the channel / what they want
+// Per channel, for the version the fleet is heading for (the newest, or after a rollback or an
+// aborted rollout the fleet's current one):
+//   bytes   bytes verified by the live agents following the channel / what they want: model
+//           bytes, or for an agent fetching a delta the payload bytes it receives
 //   chunks  the same in chunks
 //   nodes   live followers that have the version PREPARED or COMMITTED / live followers
-//   rate    model bytes verified per second and wire bytes received per second, between an
-//           earlier snapshot and this one; ETA = bytes left / verified rate
-// then a fleet table: one row per node and channel.
+//   rate    those bytes per second and wire bytes received per second, between an earlier
+//           snapshot and this one; ETA = bytes left / verified rate
+// then a fleet table: one row per node and channel, failed ones first with their errors, fitted
+// to the width by shortening and then dropping the least needed columns. Nodes that left the
+// fleet on purpose (NodeStatus.left) are hidden unless asked for.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +32,10 @@ struct ChannelSummary {
   uint64_t version = 0;             // newest published; 0: none yet
   uint64_t current_version = 0;     // the version the fleet should have current
   coord::wire::VersionEntry entry;  // the log entry of `version` (empty when none)
+  // The version the counts below are about: `version`, unless it was aborted (rolled back past,
+  // or its rollout failed) while the fleet has a current version: then current_version.
+  uint64_t target = 0;
+  coord::wire::VersionEntry target_entry;
 
   uint64_t bytes_done = 0;
   uint64_t bytes_total = 0;
@@ -41,7 +49,10 @@ struct ChannelSummary {
   // Live followers that want only some tensors (NodeStatus::tensor_patterns) and have them
   // PREPARED: such an agent keeps a subset staged and never commits it, so it is done.
   uint32_t subset_prepared = 0;
-  uint64_t bytes_received = 0;  // wire bytes, every node (sources too), for `version`
+  // Live followers whose bytes count delta payloads (fetching, or holding the base of, a delta
+  // `target`) instead of model bytes.
+  uint32_t delta_followers = 0;
+  uint64_t bytes_received = 0;  // wire bytes, every node (sources too), for `target`
   uint64_t bytes_sent = 0;
 
   // From the earlier snapshot; empty without one, or when it was about another version.
@@ -50,11 +61,13 @@ struct ChannelSummary {
   std::optional<double> eta_s;  // empty: unknown (no rate yet, or nothing moves)
 
   uint32_t nodes_done() const { return prepared + committed; }
-  // Every live follower has `version` committed, or prepared when it wants a tensor subset (and
+  // Every live follower has `target` committed, or prepared when it wants a tensor subset (and
   // there is at least one follower).
-  bool complete() const {
-    return version != 0 && followers > 0 && committed + subset_prepared == followers;
+  bool settled() const {
+    return target != 0 && followers > 0 && committed + subset_prepared == followers;
   }
+  // Settled on the newest version (`status --until-complete`).
+  bool complete() const { return version != 0 && target == version && settled(); }
 };
 
 // Summaries of every channel in `now` (or only `channel` when not empty), in the order of
@@ -64,10 +77,11 @@ std::vector<ChannelSummary> Summarize(const coord::wire::FleetStatus& now,
                                       std::string_view channel = {});
 
 struct ViewOptions {
-  std::string channel;  // empty: every channel
-  int width = 100;      // columns available
-  // Rows of the fleet table to draw at most (0: all); the rest are counted in one line. Dead
-  // nodes and nodes not done are drawn before done ones when rows are short.
+  std::string channel;     // empty: every channel
+  int width = 100;         // columns available; every line fits (0: no limit)
+  bool show_left = false;  // list nodes that left (NodeStatus.left) too
+  // Rows of the fleet table to draw at most (0: all); the rest are counted in one line. Failed,
+  // dead and unfinished nodes are drawn before done ones when rows are short.
   size_t max_table_rows = 0;
 };
 
@@ -78,6 +92,10 @@ std::string RenderStatus(const coord::wire::FleetStatus& now,
 // One line per channel, for logs and pipes: "policy v4 bytes 50.0% chunks 64/128 nodes 2/8
 // 25.0 MiB/s ETA 20s".
 std::string RenderSummaryLine(const ChannelSummary& summary);
+
+// The width to draw at: the terminal's (`tty_columns`, from TIOCGWINSZ; 0 when stdout is not a
+// terminal), else $COLUMNS (`columns_env`, may be null) when it is a sane number, else 80.
+int ResolveWidth(int tty_columns, const char* columns_env);
 
 // "[#####.....]": exactly width+2 characters; fraction clamped to [0, 1]; full only at 1.
 std::string ProgressBar(double fraction, int width);

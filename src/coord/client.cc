@@ -24,6 +24,8 @@ wire::Envelope::BodyCase ExpectedReply(wire::Envelope::BodyCase request) {
       return wire::Envelope::kFleetStatus;
     case wire::Envelope::kRollback:
       return wire::Envelope::kRollbackReply;
+    case wire::Envelope::kLeave:
+      return wire::Envelope::kLeaveReply;
     default:
       return wire::Envelope::BODY_NOT_SET;
   }
@@ -114,8 +116,9 @@ Status CoordinatorClient::Wake() {
   return connection_->SendControl(body, std::chrono::seconds(1));
 }
 
-Result<wire::Envelope> CoordinatorClient::Call(wire::Envelope request) {
+Result<wire::Envelope> CoordinatorClient::Call(wire::Envelope request, net::Duration timeout) {
   std::lock_guard lock(mu_);
+  if (timeout == net::Duration::zero()) timeout = timeout_;
   if (connection_ == nullptr) return Unavailable("coordinator client is closed");
   const wire::Envelope::BodyCase expected = ExpectedReply(request.body_case());
   if (expected == wire::Envelope::BODY_NOT_SET) {
@@ -128,8 +131,8 @@ Result<wire::Envelope> CoordinatorClient::Call(wire::Envelope request) {
   // One deadline for the send and for every receive: replies to earlier calls that timed out may
   // still arrive first and are skipped, without extending the wait.
   const net::Clock& clock = net::Clock::Real();
-  const bool forever = timeout_ >= std::chrono::hours(24 * 365);
-  const net::TimePoint deadline = forever ? net::TimePoint::max() : clock.Now() + timeout_;
+  const bool forever = timeout >= std::chrono::hours(24 * 365);
+  const net::TimePoint deadline = forever ? net::TimePoint::max() : clock.Now() + timeout;
   auto remaining = [&]() -> net::Duration {
     if (forever) return net::kForever;
     return std::max(net::Duration::zero(), deadline - clock.Now());
@@ -198,8 +201,14 @@ Result<std::vector<uint8_t>> CoordinatorClient::GetManifest(std::string_view cha
 }
 
 Result<wire::FleetStatus> CoordinatorClient::GetStatus(std::string_view channel) {
+  return GetStatus(channel, false);
+}
+
+Result<wire::FleetStatus> CoordinatorClient::GetStatus(std::string_view channel,
+                                                       bool include_left) {
   wire::Envelope envelope;
   envelope.mutable_get_status()->set_channel(std::string(channel));
+  envelope.mutable_get_status()->set_include_left(include_left);
   ASSIGN_OR_RETURN(wire::Envelope reply, Call(std::move(envelope)));
   return std::move(*reply.mutable_fleet_status());
 }
@@ -210,6 +219,12 @@ Result<Version> CoordinatorClient::Rollback(std::string_view channel, Version ve
   envelope.mutable_rollback()->set_version(version.value());
   ASSIGN_OR_RETURN(wire::Envelope reply, Call(std::move(envelope)));
   return Version(reply.rollback_reply().version());
+}
+
+Status CoordinatorClient::Leave(net::Duration timeout) {
+  wire::Envelope envelope;
+  envelope.mutable_leave();
+  return Call(std::move(envelope), timeout).status();
 }
 
 }  // namespace weightcast::coord

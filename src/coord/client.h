@@ -54,7 +54,14 @@ class CoordinatorClient {
   // The signed manifest of `version` (0: the newest) of `channel`; the caller verifies it.
   Result<std::vector<uint8_t>> GetManifest(std::string_view channel, Version version);
   Result<wire::FleetStatus> GetStatus(std::string_view channel = {});
+  // With include_left, also the nodes that sent Leave (NodeStatus.left).
+  Result<wire::FleetStatus> GetStatus(std::string_view channel, bool include_left);
   Result<Version> Rollback(std::string_view channel, Version version);
+  // Tells the coordinator this node stops on purpose (coord.proto Leave), waiting at most
+  // `timeout` for the answer; call it last, before Close. A coordinator that does not know Leave
+  // answers with an error (kInvalidArgument), which callers may ignore: the node is then marked
+  // dead once its heartbeats stop, as before.
+  Status Leave(net::Duration timeout = std::chrono::seconds(2));
 
   void set_timeout(net::Duration timeout) { timeout_ = timeout; }
   // Closes the connection; a call in flight returns kUnavailable. Any thread; does not wait for
@@ -63,7 +70,8 @@ class CoordinatorClient {
 
  private:
   explicit CoordinatorClient(std::unique_ptr<net::Connection> connection);
-  Result<wire::Envelope> Call(wire::Envelope request);
+  // `timeout` zero: timeout_.
+  Result<wire::Envelope> Call(wire::Envelope request, net::Duration timeout = {});
 
   std::mutex mu_;
   // Set once by the constructor, never reset, so Wake and Close use it without mu_ (Connection

@@ -74,6 +74,9 @@ struct Coordinator::Node {
   uint64_t session = 0;  // the connection that registered last
   bool connected = false;
   bool alive = false;
+  // Sent Leave: stopped on purpose. Not alive; shown in status only when asked for. Cleared by
+  // a registration or a heartbeat (the node is back).
+  bool left = false;
   wire::Register registration;
   net::TimePoint last_seen{};
   std::map<std::string, wire::ChannelProgress, std::less<>> progress;
@@ -215,6 +218,10 @@ std::optional<wire::Envelope> Coordinator::Dispatch(uint64_t session, const net:
     case wire::Envelope::kGetStatus:
       *reply.mutable_fleet_status() = OnGetStatus(request.get_status());
       break;
+    case wire::Envelope::kLeave:
+      failed = OnLeave(session, peer);
+      if (failed.ok()) reply.mutable_leave_reply();
+      break;
     case wire::Envelope::kRollback: {
       auto r = OnRollback(peer, request.rollback());
       if (r.ok()) {
@@ -283,6 +290,7 @@ Result<wire::RegisterReply> Coordinator::OnRegister(uint64_t session, const net:
   node.session = session;
   node.connected = true;
   node.alive = true;
+  node.left = false;
   node.registration = request;
   node.last_seen = now;
   node.progress.clear();
@@ -328,8 +336,10 @@ Result<std::optional<wire::HeartbeatReply>> Coordinator::OnHeartbeat(
   ++counters_.heartbeats;
   node.last_seen = now;
   if (!node.alive) {
-    // Same connection, same registration: a node that was only slow comes back as it was.
+    // Same connection, same registration: a node that was only slow (or that left and thought
+    // better of it) comes back as it was.
     node.alive = true;
+    node.left = false;
     membership_changed_ = true;
     options_.log("" + NodeName(node.id) + " is alive again");
   }
@@ -538,12 +548,14 @@ wire::FleetStatus Coordinator::OnGetStatus(const wire::GetStatus& request) {
   status.set_now_unix_ms(UnixMs());
   for (const auto& [id, node] : nodes_) {
     if (!filter.empty() && !Follows(node->registration, filter)) continue;
+    if (node->left && !request.include_left()) continue;
     wire::NodeStatus* out = status.add_nodes();
     out->set_node_id(id.value());
     out->set_address(node->registration.peer_address());
     out->set_rack(node->registration.rack());
     out->set_source(node->registration.source());
     out->set_alive(node->alive);
+    out->set_left(node->left);
     out->set_last_heartbeat_ms_ago(Millis(now - node->last_seen));
     out->set_hostname(node->registration.hostname());
     *out->mutable_tensor_patterns() = node->registration.tensor_patterns();
@@ -560,6 +572,34 @@ wire::FleetStatus Coordinator::OnGetStatus(const wire::GetStatus& request) {
   }
   if (!filter.empty() && status.channels_size() == 0) status.add_channels()->set_channel(filter);
   return status;
+}
+
+Status Coordinator::OnLeave(uint64_t session, const net::PeerInfo& peer) {
+  const net::TimePoint now = clock_.Now();
+  std::lock_guard lock(mu_);
+  auto it = nodes_.find(peer.node_id);
+  if (it == nodes_.end()) {
+    return FailedPrecondition("leave: " + NodeName(peer.node_id) + " is not registered");
+  }
+  Node& node = *it->second;
+  if (node.session != session) {
+    // A newer registration of the same id is the node now: this connection speaks for no one.
+    return FailedPrecondition("leave: this connection of " + NodeName(node.id) +
+                              " was replaced by a newer registration");
+  }
+  if (node.left) return Status::Ok();
+  ++counters_.nodes_left;
+  node.left = true;
+  node.last_seen = now;  // forgotten forget_after from now, like a node that just died
+  if (node.alive) {
+    node.alive = false;
+    membership_changed_ = true;
+  }
+  options_.log("" + NodeName(node.id) + " (" + node.registration.peer_address() + ") left");
+  // Its peers get lists without it and commit policies stop waiting for it now, not at the
+  // heartbeat timeout.
+  SweepLocked(now);
+  return Status::Ok();
 }
 
 Result<uint64_t> Coordinator::OnRollback(const net::PeerInfo& peer, const wire::Rollback& request) {
@@ -772,6 +812,7 @@ void Coordinator::DecideLocked(const std::string& name, net::TimePoint now) {
 
 void Coordinator::CountMembersLocked() {
   uint64_t alive = 0;
+<<<<<<< HEAD
   std::map<std::string, ChannelAgentCounts, std::less<>> agents;
   for (const auto& [name, channel] : log_->channels()) agents[name];
   for (const auto& [id, node] : nodes_) {
@@ -799,6 +840,15 @@ void Coordinator::CountMembersLocked() {
   counters_.members_alive = alive;
   counters_.members_dead = nodes_.size() - alive;
   channel_metrics_.SetAgents(agents);
+=======
+  uint64_t left = 0;
+  for (const auto& [id, node] : nodes_) {
+    alive += node->alive ? 1 : 0;
+    left += node->left ? 1 : 0;
+  }
+  counters_.members_alive = alive;
+  counters_.members_dead = nodes_.size() - alive - left;
+>>>>>>> fix-20-status
 }
 
 void Coordinator::CloseSession(uint64_t session) {

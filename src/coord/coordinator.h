@@ -53,7 +53,8 @@ struct CoordinatorCounters {
   std::atomic<uint64_t> nodes_died{0};
   std::atomic<uint64_t> peer_list_builds{0};
   std::atomic<uint64_t> members_alive{0};      // a level, not a count
-  std::atomic<uint64_t> members_dead{0};       // known, not alive, not yet forgotten
+  std::atomic<uint64_t> members_dead{0};       // known, not alive, not left, not yet forgotten
+  std::atomic<uint64_t> nodes_left{0};         // Leave requests taken
   std::atomic<uint64_t> heartbeats_held{0};    // parked long polls now (a level)
   std::atomic<uint64_t> heartbeats_pushed{0};  // parked long polls answered because of a change
   // Requests by Envelope body case (coord.proto field number), for the "by type" counters.
@@ -130,6 +131,7 @@ class Coordinator {
   Result<uint64_t> OnPublish(const net::PeerInfo& peer, const wire::Publish& request);
   Result<wire::ManifestReply> OnGetManifest(const wire::GetManifest& request);
   wire::FleetStatus OnGetStatus(const wire::GetStatus& request);
+  Status OnLeave(uint64_t session, const net::PeerInfo& peer);
   Result<uint64_t> OnRollback(const net::PeerInfo& peer, const wire::Rollback& request);
   Status CheckRollbackReachableLocked(const std::string& channel, uint64_t target) const;
 

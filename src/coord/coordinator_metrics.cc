@@ -16,6 +16,7 @@ const std::vector<std::pair<wire::Envelope::BodyCase, std::string>>& RequestType
       {wire::Envelope::kRegister, "register"},    {wire::Envelope::kHeartbeat, "heartbeat"},
       {wire::Envelope::kPublish, "publish"},      {wire::Envelope::kGetManifest, "get_manifest"},
       {wire::Envelope::kGetStatus, "get_status"}, {wire::Envelope::kRollback, "rollback"},
+      {wire::Envelope::kLeave, "leave"},
   };
   return *types;
 }
@@ -43,6 +44,8 @@ constexpr Simple kSimple[] = {
      false, &CoordinatorCounters::versions_published},
     {"weightcast_coordinator_node_deaths_total", "Times a node was marked dead", false,
      &CoordinatorCounters::nodes_died},
+    {"weightcast_coordinator_node_leaves_total", "Times a node left on purpose (Leave)", false,
+     &CoordinatorCounters::nodes_left},
     {"weightcast_coordinator_peer_list_builds_total", "Peer-list rebuilds after membership changes",
      false, &CoordinatorCounters::peer_list_builds},
     {"weightcast_coordinator_request_errors_total", "Requests answered with an error", false,

@@ -715,7 +715,12 @@ void Publisher::Stop() {
   }
   {
     std::lock_guard lock(client_mu_);
-    if (client_ != nullptr) client_->Close();
+    if (client_ != nullptr) {
+      // A stop on purpose: listed as left, not dead, once it is gone. Best effort; an older
+      // coordinator refuses it and marks this node dead at its heartbeat timeout as before.
+      client_->Leave().IgnoreError();
+      client_->Close();
+    }
   }
   if (node_ != nullptr) node_->Stop();
 }

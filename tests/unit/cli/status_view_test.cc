@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 namespace weightcast::cli {
@@ -94,6 +95,11 @@ TEST(Summarize, CountsLiveFollowersAndComputesRateAndEta) {
   now.mutable_nodes(6)->set_source(true);  // the publisher is not a follower
   src->set_bytes_sent(250 * kMiB);
 
+  // Whole versions here (node 6 holds v1 and would fetch a delta of it: see DeltaFetches...).
+  for (wire::FleetStatus* f : {&before, &now}) {
+    f->mutable_channels(0)->mutable_versions(1)->clear_base_version();
+    f->mutable_channels(0)->mutable_versions(1)->clear_payload_bytes();
+  }
   std::vector<ChannelSummary> s = Summarize(now, &before);
   ASSERT_EQ(s.size(), 1u);
   EXPECT_EQ(s[0].channel, "policy");
@@ -164,19 +170,21 @@ TEST(RenderStatus, DrawsBarsAndAFleetTableWithDeadNodes) {
   AddNode(before, 1, true, wire::PHASE_FETCHING, 2, 1, 0);
   AddNode(before, 2, true, wire::PHASE_FETCHING, 2, 1, 0);
   wire::FleetStatus now = Fleet(12'000);
-  AddNode(now, 1, true, wire::PHASE_FETCHING, 2, 1, 50)->set_delta(true);
+  AddNode(now, 1, true, wire::PHASE_FETCHING, 2, 1, 50);
   AddNode(now, 2, true, wire::PHASE_COMMITTED, 2, 2, 100);
   wire::ChannelProgress* bad = AddNode(now, 3, false, wire::PHASE_FAILED, 2, 1, 10);
   bad->set_error("hash mismatch\x1b[2J");
 
-  std::string text = RenderStatus(now, &before, {.channel = "", .width = 80});
-  // Bars are 20 wide at 80 columns: 150 of 200 MiB -> 15 of 20.
-  EXPECT_NE(text.find("  bytes  [###############.....]  75.0%  150.00 MiB / 200.00 MiB\n"),
+  std::string text = RenderStatus(now, &before, {.channel = "", .width = 100});
+  // The bars take what the longest detail leaves: 100 - 20 - 44 = 36; 150 of 200 MiB -> 27.
+  EXPECT_NE(text.find("  bytes  [###########################.........]  75.0%  150.00 MiB / "
+                      "200.00 MiB\n"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("  chunks [###############.....]  75.0%  150 / 200\n"), std::string::npos);
-  EXPECT_NE(text.find("  nodes  [##########..........]  50.0%  1 / 2 done (1 committed, 0 "
-                      "prepared), 1 dead\n"),
+  EXPECT_NE(text.find("  chunks [###########################.........]  75.0%  150 / 200\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("  nodes  [##################..................]  50.0%  1 / 2 done (1 "
+                      "committed, 0 prepared), 1 dead\n"),
             std::string::npos);
   // 150 MiB verified in 2 s, 50 left.
   EXPECT_NE(text.find("verified 75.00 MiB/s"), std::string::npos);
@@ -188,13 +196,212 @@ TEST(RenderStatus, DrawsBarsAndAFleetTableWithDeadNodes) {
   EXPECT_NE(text.find("NODE"), std::string::npos);
   EXPECT_NE(text.find("3 host3"), std::string::npos);
   EXPECT_NE(text.find("DEAD"), std::string::npos);
-  EXPECT_NE(text.find("FETCHING/delta"), std::string::npos);
   EXPECT_NE(text.find("12s ago"), std::string::npos);
   EXPECT_NE(text.find("error: node 3 policy v2: hash mismatch\\x1b[2J\n"), std::string::npos);
   EXPECT_EQ(text.find('\x1b'), std::string::npos);
-  // Rows sorted by node id.
+  // The failed node first, the others by node id.
+  EXPECT_LT(text.find("3 host3"), text.find("1 host1"));
   EXPECT_LT(text.find("1 host1"), text.find("2 host2"));
-  EXPECT_LT(text.find("2 host2"), text.find("3 host3"));
+}
+
+// Every line of `text` is at most `width` columns.
+void ExpectFits(const std::string& text, size_t width) {
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t nl = text.find('\n', start);
+    if (nl == std::string::npos) nl = text.size();
+    EXPECT_LE(nl - start, width) << "line: " << text.substr(start, nl - start);
+    start = nl + 1;
+  }
+}
+
+// The header line of the fleet table.
+std::string TableHeader(const std::string& text) {
+  const size_t at = text.find("NODE");
+  return at == std::string::npos ? "" : text.substr(at, text.find('\n', at) - at);
+}
+
+TEST(RenderStatus, FitsTheWidthAndKeepsOutAndHeartbeatWhileThereIsRoom) {
+  wire::FleetStatus now = Fleet(1000);
+  AddNode(now, 1, true, wire::PHASE_FETCHING, 2, 1, 50)->set_bytes_sent(7 * kMiB);
+  AddNode(now, 1234567, true, wire::PHASE_COMMITTED, 2, 2, 100);
+  now.mutable_nodes(1)->set_hostname("gpu-node-017.rack-b.example.internal");
+  now.mutable_nodes(1)->set_rack("rack-b");
+
+  const std::string wide = RenderStatus(now, nullptr, {.channel = "", .width = 200});
+  size_t at = 0;
+  for (const char* column : {"NODE", "RACK", "ALIVE", "CHANNEL", "PHASE", "VERSION", "CURRENT",
+                             "DONE", "IN", "OUT", "HEARTBEAT"}) {
+    const size_t next = TableHeader(wide).find(column, at);
+    EXPECT_NE(next, std::string::npos) << column;
+    at = next;
+  }
+  EXPECT_NE(wide.find("1234567 gpu-node-017.rack-b.example.internal  rack-b"), std::string::npos)
+      << wide;
+  EXPECT_EQ(wide.find("not shown"), std::string::npos);
+  ExpectFits(wide, 200);
+
+  // 80 columns (the default without a terminal): OUT and HEARTBEAT are still there; RACK,
+  // CHANNEL (one channel, named above) and IN give way, and the view says so.
+  const std::string text = RenderStatus(now, nullptr, {.channel = "", .width = 80});
+  ExpectFits(text, 80);
+  const std::string header = TableHeader(text);
+  EXPECT_NE(header.find("OUT"), std::string::npos) << text;
+  EXPECT_NE(header.find("HEARTBEAT"), std::string::npos) << text;
+  EXPECT_NE(header.find("DONE"), std::string::npos);
+  EXPECT_EQ(header.find("RACK"), std::string::npos);
+  EXPECT_NE(text.find("(not shown at 80 columns: RACK, CHANNEL, IN;"), std::string::npos) << text;
+  EXPECT_NE(text.find("not shown at 80 columns"), std::string::npos);
+  EXPECT_NE(text.find("7.00 MiB"), std::string::npos) << text;  // node 1's OUT
+  EXPECT_NE(text.find("0.3s ago"), std::string::npos);
+  // The long host name is cut, marked with '~'.
+  EXPECT_NE(text.find("1234567 gpu-node-01~"), std::string::npos) << text;
+  // Bars take what is left: 80 - 20 - 36.
+  EXPECT_NE(text.find("  bytes  [" + std::string(18, '#') + std::string(6, '.') + "]"),
+            std::string::npos)
+      << text;
+
+  // Very narrow: the columns that must stay still do; nothing is wider than the screen.
+  const std::string narrow = RenderStatus(now, nullptr, {.channel = "", .width = 40});
+  ExpectFits(narrow, 40);
+  EXPECT_NE(TableHeader(narrow).find("PHASE"), std::string::npos) << narrow;
+  EXPECT_NE(TableHeader(narrow).find("DONE"), std::string::npos) << narrow;
+  EXPECT_NE(narrow.find("  nodes  ["), std::string::npos);
+}
+
+TEST(ResolveWidth, TerminalThenColumnsThenEighty) {
+  EXPECT_EQ(ResolveWidth(132, "90"), 132);
+  EXPECT_EQ(ResolveWidth(0, "90"), 90);
+  EXPECT_EQ(ResolveWidth(0, nullptr), 80);
+  EXPECT_EQ(ResolveWidth(0, "wide"), 80);
+  EXPECT_EQ(ResolveWidth(0, "90x"), 80);
+  EXPECT_EQ(ResolveWidth(0, "3"), 80);
+}
+
+TEST(Summarize, DeltaFetchesCountPayloadBytesNotModelBytes) {
+  // v2 is a delta of v1 with 3 MiB of payloads in a 100 MiB model.
+  wire::FleetStatus now = Fleet(1000);
+  AddNode(now, 1, true, wire::PHASE_FETCHING, 2, 1, 50)->set_delta(true);
+  now.mutable_nodes(0)->mutable_channels(0)->set_bytes_received(kMiB);
+  wire::ChannelProgress* done = AddNode(now, 2, true, wire::PHASE_COMMITTED, 2, 2, 100);
+  done->set_delta(true);
+  done->set_bytes_received(3 * kMiB + 4096);            // headers too: clamped to the payloads
+  AddNode(now, 3, true, wire::PHASE_IDLE, 1, 1, 0, 0);  // holds the base: will fetch the delta
+  auto s = Summarize(now, nullptr);
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].delta_followers, 3u);
+  EXPECT_EQ(s[0].bytes_total, 9 * kMiB);
+  EXPECT_EQ(s[0].bytes_done, 4 * kMiB);
+  // Chunks stay chunks.
+  EXPECT_EQ(s[0].chunks_total, 300u);
+  std::string text = RenderStatus(now, nullptr, {.channel = "", .width = 100});
+  EXPECT_NE(text.find("4.00 MiB / 9.00 MiB (delta payloads)"), std::string::npos) << text;
+  // The fetching node's DONE is its wire bytes against the payloads: 1 of 3 MiB.
+  EXPECT_NE(text.find("33.3%"), std::string::npos) << text;
+
+  // A node fetching the whole version (no base) still counts model bytes.
+  wire::FleetStatus full = Fleet(1000);
+  AddNode(full, 1, true, wire::PHASE_FETCHING, 2, 0, 50);
+  s = Summarize(full, nullptr);
+  EXPECT_EQ(s[0].delta_followers, 0u);
+  EXPECT_EQ(s[0].bytes_total, 100 * kMiB);
+  EXPECT_EQ(s[0].bytes_done, 50 * kMiB);
+}
+
+TEST(Summarize, AfterARollbackTheBarsShowTheFleetsCurrentVersion) {
+  // v2 was committed, then rolled back to v1: v2 reads ABORT, v1 is current.
+  wire::FleetStatus now = Fleet(1000);
+  wire::ChannelLog* log = now.mutable_channels(0);
+  log->mutable_versions(0)->set_decision(wire::DECISION_COMMIT);
+  log->mutable_versions(1)->set_decision(wire::DECISION_ABORT);
+  log->mutable_versions(1)->set_abort_reason("rolled back to v1");
+  log->mutable_versions(1)->set_committed_once(true);
+  log->set_current_version(1);
+  AddNode(now, 1, true, wire::PHASE_IDLE, 2, 1, 0, 0);
+  AddNode(now, 2, true, wire::PHASE_COMMITTED, 1, 1, 100);
+  auto s = Summarize(now, nullptr);
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].version, 2u);
+  EXPECT_EQ(s[0].target, 1u);
+  EXPECT_EQ(s[0].committed, 2u);
+  EXPECT_EQ(s[0].bytes_done, s[0].bytes_total);
+  EXPECT_EQ(s[0].bytes_total, 200 * kMiB);
+  EXPECT_TRUE(s[0].settled());
+  EXPECT_FALSE(s[0].complete());  // the newest is not committed: --until-complete waits
+  std::string text = RenderStatus(now, nullptr, {.channel = "", .width = 100});
+  EXPECT_NE(text.find("ABORTED: rolled back to v1"), std::string::npos) << text;
+  EXPECT_NE(text.find("fleet current v1, 100.00 MiB  settled"), std::string::npos) << text;
+  EXPECT_NE(text.find("  bytes  [" + std::string(44, '#') + "] 100.0%"), std::string::npos) << text;
+  EXPECT_NE(text.find("  nodes  [" + std::string(44, '#') + "] 100.0%  2 / 2 done"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("  0.0%"), std::string::npos) << text;
+  EXPECT_EQ(RenderSummaryLine(s[0]),
+            "policy v1 (v2 aborted) bytes 100.0% chunks 200/200 nodes 2/2 - ETA 0s settled");
+
+  // A node still on v2 has not switched back yet: not done.
+  AddNode(now, 3, true, wire::PHASE_COMMITTED, 2, 2, 100);
+  s = Summarize(now, nullptr);
+  EXPECT_EQ(s[0].committed, 2u);
+  EXPECT_EQ(s[0].followers, 3u);
+  EXPECT_FALSE(s[0].settled());
+}
+
+TEST(RenderStatus, NodesThatLeftAreHiddenUnlessAskedFor) {
+  wire::FleetStatus now = Fleet(1000);
+  AddNode(now, 1, true, wire::PHASE_COMMITTED, 2, 2, 100);
+  AddNode(now, 2, false, wire::PHASE_FETCHING, 2, 1, 10);  // dead
+  for (uint64_t id : {5, 6, 7}) {
+    AddNode(now, id, false, wire::PHASE_SEEDING, 2, 2, 100);
+    now.mutable_nodes(now.nodes_size() - 1)->set_source(true);
+    now.mutable_nodes(now.nodes_size() - 1)->set_left(true);
+  }
+  // A follower that left is not one any more: v2 is complete on the one live follower.
+  AddNode(now, 8, false, wire::PHASE_FETCHING, 2, 1, 10);
+  now.mutable_nodes(now.nodes_size() - 1)->set_left(true);
+  auto s = Summarize(now, nullptr);
+  EXPECT_EQ(s[0].followers, 1u);
+  EXPECT_EQ(s[0].dead, 1u);
+
+  std::string text = RenderStatus(now, nullptr, {.channel = "", .width = 120});
+  EXPECT_NE(text.find("nodes 2 (1 live, 1 dead), 4 left (--all shows them)"), std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("5 host5"), std::string::npos) << text;
+  EXPECT_EQ(text.find("8 host8"), std::string::npos);
+  EXPECT_NE(text.find("2 host2"), std::string::npos);
+
+  text = RenderStatus(now, nullptr, {.channel = "", .width = 120, .show_left = true});
+  EXPECT_NE(text.find("nodes 2 (1 live, 1 dead), 4 left\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("5 host5 (source)"), std::string::npos) << text;
+  EXPECT_NE(text.find("left"), std::string::npos);
+  // Narrow: the hint is shortened, not cut.
+  text = RenderStatus(now, nullptr, {.channel = "", .width = 80});
+  EXPECT_NE(text.find("Z  nodes 2 (1 live, 1 dead), 4 left (--all)\n"), std::string::npos) << text;
+  ExpectFits(text, 80);
+  EXPECT_NE(text.find("\n  complete\n"), std::string::npos) << text;  // on a line of its own
+}
+
+TEST(RenderStatus, FailedAgentsComeFirstWithTheirErrors) {
+  wire::FleetStatus now = Fleet(1000);
+  for (uint64_t id = 1; id <= 6; ++id) AddNode(now, id, true, wire::PHASE_COMMITTED, 2, 2, 100);
+  AddNode(now, 9, true, wire::PHASE_FAILED, 2, 1, 40)
+      ->set_error(
+          "disk full: no space left on device while staging model.safetensors, and "
+          "this message goes on for longer than one line of the terminal");
+  std::string text = RenderStatus(now, nullptr, {.channel = "", .width = 80, .max_table_rows = 3});
+  ExpectFits(text, 80);
+  const size_t header = text.find("NODE");
+  const size_t failed = text.find("9 host9");
+  ASSERT_NE(failed, std::string::npos) << text;
+  // The failed row is the first one under the header, its error right under it (wrapped, not
+  // cut), before the other nodes.
+  EXPECT_EQ(text.find('\n', header) + 1, failed) << text;
+  const size_t error = text.find("error: node 9 policy v2: disk full");
+  ASSERT_NE(error, std::string::npos) << text;
+  EXPECT_LT(failed, error);
+  EXPECT_LT(error, text.find("1 host1"));
+  EXPECT_NE(text.find("terminal"), std::string::npos) << text;
+  EXPECT_NE(text.find("6 / 7 done"), std::string::npos);
 }
 
 TEST(RenderStatus, ShortTablesKeepDeadAndUnfinishedNodes) {

@@ -425,6 +425,88 @@ TEST(Coordinator, DecisionsComeFromTheDecider) {
   EXPECT_EQ(status->channels(0).current_version(), 1u);
 }
 
+// A node that sends Leave is gone at once: out of its peers' lists and the commit policy's
+// count, and out of status unless include_left asks for it; it is not counted dead.
+TEST(Coordinator, LeaveMarksANodeLeftNotDeadAndDropsItAtOnce) {
+  CoordinatorOptions options;
+  options.decider = std::make_shared<ManualDecider>();
+  CoordinatorHarness h(options);
+  ASSERT_TRUE(h.Start().ok());
+  auto pub = h.Connect(7, net::Role::kPublisher);
+  ASSERT_TRUE(pub->Publish(Signed(TestManifest("p", 1, 1))).ok());
+  auto a = h.Connect(10, net::Role::kAgent);
+  auto b = h.Connect(11, net::Role::kAgent);
+  ASSERT_TRUE(a->Register(AgentRegistration(10, "p")).ok());
+  ASSERT_TRUE(b->Register(AgentRegistration(11, "p")).ok());
+  h.coordinator().Sweep();
+  auto reply = a->Heartbeat({});
+  ASSERT_TRUE(reply.ok());
+  EXPECT_EQ(PeerIds(*reply), (std::set<uint64_t>{11}));
+
+  // a prepared v1; b has not: the policy waits for b.
+  wire::Heartbeat prepared;
+  prepared.add_channels()->set_channel("p");
+  prepared.mutable_channels(0)->set_version(1);
+  prepared.mutable_channels(0)->set_phase(wire::PHASE_PREPARED);
+  reply = a->Heartbeat(prepared);
+  ASSERT_TRUE(reply.ok());
+  EXPECT_EQ(reply->channels(0).decision(), wire::DECISION_NONE);
+
+  // b leaves, well within its heartbeat timeout: v1 commits now, a's list loses b.
+  ASSERT_TRUE(b->Leave().ok());
+  reply = a->Heartbeat(prepared);
+  ASSERT_TRUE(reply.ok());
+  EXPECT_EQ(reply->channels(0).decision(), wire::DECISION_COMMIT);
+  EXPECT_TRUE(PeerIds(*reply).empty());
+
+  auto status = a->GetStatus();
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(FindNode(*status, 11), nullptr);
+  ASSERT_NE(FindNode(*status, 10), nullptr);
+  EXPECT_FALSE(FindNode(*status, 10)->left());
+  status = a->GetStatus("", /*include_left=*/true);
+  ASSERT_TRUE(status.ok());
+  const wire::NodeStatus* left = FindNode(*status, 11);
+  ASSERT_NE(left, nullptr);
+  EXPECT_TRUE(left->left());
+  EXPECT_FALSE(left->alive());
+  EXPECT_EQ(h.coordinator().counters().nodes_left.load(), 1u);
+  // Past the heartbeat timeout it is still left, never dead.
+  h.Advance(std::chrono::seconds(5));
+  ASSERT_TRUE(a->Heartbeat({}).ok());
+  h.coordinator().Sweep();
+  EXPECT_EQ(h.coordinator().counters().members_dead.load(), 0u);
+  EXPECT_EQ(h.coordinator().counters().nodes_died.load(), 0u);
+  status = a->GetStatus("", true);
+  ASSERT_TRUE(status.ok());
+  ASSERT_NE(FindNode(*status, 11), nullptr);
+  EXPECT_TRUE(FindNode(*status, 11)->left());
+
+  // Registering again brings it back as a member.
+  b.reset();
+  b = h.Connect(11, net::Role::kAgent);
+  ASSERT_TRUE(b->Register(AgentRegistration(11, "p")).ok());
+  status = a->GetStatus();
+  ASSERT_TRUE(status.ok());
+  ASSERT_NE(FindNode(*status, 11), nullptr);
+  EXPECT_TRUE(FindNode(*status, 11)->alive());
+  EXPECT_FALSE(FindNode(*status, 11)->left());
+
+  // A node that never sends Leave (an older one) dies at the timeout as before.
+  h.Advance(std::chrono::seconds(5));
+  ASSERT_TRUE(a->Heartbeat({}).ok());
+  h.coordinator().Sweep();
+  status = a->GetStatus("", true);
+  ASSERT_TRUE(status.ok());
+  ASSERT_NE(FindNode(*status, 11), nullptr);
+  EXPECT_FALSE(FindNode(*status, 11)->alive());
+  EXPECT_FALSE(FindNode(*status, 11)->left());
+  EXPECT_EQ(h.coordinator().counters().members_dead.load(), 1u);
+  // Leave from a node that never registered is refused.
+  auto stranger = h.Connect(99, net::Role::kAgent);
+  EXPECT_EQ(stranger->Leave().code(), Code::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace weightcast::coord
 
