@@ -812,11 +812,13 @@ void Coordinator::DecideLocked(const std::string& name, net::TimePoint now) {
 
 void Coordinator::CountMembersLocked() {
   uint64_t alive = 0;
-<<<<<<< HEAD
+  uint64_t left = 0;
   std::map<std::string, ChannelAgentCounts, std::less<>> agents;
   for (const auto& [name, channel] : log_->channels()) agents[name];
   for (const auto& [id, node] : nodes_) {
     alive += node->alive ? 1 : 0;
+    left += node->left ? 1 : 0;
+    if (node->left) continue;  // left on purpose: neither dead nor behind
     if (node->role != net::Role::kAgent || node->registration.source()) continue;
     for (const std::string& name : node->registration.channels()) {
       ChannelAgentCounts& counts = agents[name];
@@ -838,17 +840,8 @@ void Coordinator::CountMembersLocked() {
     }
   }
   counters_.members_alive = alive;
-  counters_.members_dead = nodes_.size() - alive;
-  channel_metrics_.SetAgents(agents);
-=======
-  uint64_t left = 0;
-  for (const auto& [id, node] : nodes_) {
-    alive += node->alive ? 1 : 0;
-    left += node->left ? 1 : 0;
-  }
-  counters_.members_alive = alive;
   counters_.members_dead = nodes_.size() - alive - left;
->>>>>>> fix-20-status
+  channel_metrics_.SetAgents(agents);
 }
 
 void Coordinator::CloseSession(uint64_t session) {
