@@ -37,6 +37,20 @@ void StagePartly(const fs::path& root, const Manifest& m, const std::string& fla
   }
 }
 
+// Commits `files` as version 1 of "policy", then stages them as version 2 with every chunk put:
+// a staging ready to commit.
+StagedVersion CommitOneStageTwo(Store& store, const std::vector<store_test::TestFile>& files) {
+  EXPECT_TRUE(StageAndCommit(store, "policy", Version(1), files).ok());
+  Manifest m = MakeManifest("policy", Version(2), files);
+  auto staged = store.BeginStaging("policy", m);
+  EXPECT_TRUE(staged.ok());
+  std::string flat = Flat(files);
+  for (uint32_t i = 0; i < m.chunk_count(); ++i) {
+    EXPECT_TRUE(staged->PutChunk(ChunkIndex(i), ChunkOf(flat, m, ChunkIndex(i))).ok());
+  }
+  return std::move(staged).value();
+}
+
 void Append(const fs::path& path, std::string_view bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::app);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
@@ -225,14 +239,7 @@ TEST(StoreFault, OpenFinishesACommitPastItsCommitPoint) {
   auto files = SampleFiles(8);
   {
     Store store = OpenOrDie(dir.path());
-    ASSERT_TRUE(StageAndCommit(store, "policy", Version(1), files).ok());
-    Manifest m = MakeManifest("policy", Version(2), files);
-    auto staged = store.BeginStaging("policy", m);
-    ASSERT_TRUE(staged.ok());
-    std::string flat = Flat(files);
-    for (uint32_t i = 0; i < m.chunk_count(); ++i) {
-      ASSERT_TRUE(staged->PutChunk(ChunkIndex(i), ChunkOf(flat, m, ChunkIndex(i))).ok());
-    }
+    CommitOneStageTwo(store, files);
   }
   // What Commit does up to its commit point, then a "crash": the manifest is in place and the
   // files were renamed, but `current` still names version 1.
@@ -270,20 +277,13 @@ TEST(StoreFault, ACommitWhoseManifestWriteFailedCanBeRetried) {
   TempDir dir;
   auto files = SampleFiles(10);
   Store store = OpenOrDie(dir.path());
-  ASSERT_TRUE(StageAndCommit(store, "policy", Version(1), files).ok());
-  Manifest m = MakeManifest("policy", Version(2), files);
-  auto staged = store.BeginStaging("policy", m);
-  ASSERT_TRUE(staged.ok());
-  std::string flat = Flat(files);
-  for (uint32_t i = 0; i < m.chunk_count(); ++i) {
-    ASSERT_TRUE(staged->PutChunk(ChunkIndex(i), ChunkOf(flat, m, ChunkIndex(i))).ok());
-  }
+  StagedVersion staged = CommitOneStageTwo(store, files);
   // A directory where the manifest goes makes its write fail, as a full disk would.
   fs::path blocker = dir.path() / "policy/manifests/2.wcm";
   fs::create_directories(blocker / "x");
   EXPECT_FALSE(store.Commit("policy", Version(2)).ok());
   EXPECT_EQ(*store.Current("policy"), Version(1));
-  EXPECT_TRUE(staged->complete());
+  EXPECT_TRUE(staged.complete());
   EXPECT_EQ(store.ListStaging("policy")->size(), 1u);
   fs::remove_all(blocker);
   ASSERT_TRUE(store.Commit("policy", Version(2)).ok());
@@ -298,14 +298,7 @@ TEST(StoreFault, ACommitPastItsCommitPointIsFinishedByTheNextCommit) {
   TempDir dir;
   auto files = SampleFiles(11);
   Store store = OpenOrDie(dir.path());
-  ASSERT_TRUE(StageAndCommit(store, "policy", Version(1), files).ok());
-  Manifest m = MakeManifest("policy", Version(2), files);
-  auto staged = store.BeginStaging("policy", m);
-  ASSERT_TRUE(staged.ok());
-  std::string flat = Flat(files);
-  for (uint32_t i = 0; i < m.chunk_count(); ++i) {
-    ASSERT_TRUE(staged->PutChunk(ChunkIndex(i), ChunkOf(flat, m, ChunkIndex(i))).ok());
-  }
+  StagedVersion staged = CommitOneStageTwo(store, files);
   fs::path ch = dir.path() / "policy";
   fs::copy_file(ch / "staging/2/manifest.wcm", ch / "manifests/2.wcm");
   fs::rename(ch / "staging/2/files", ch / "versions/2");
