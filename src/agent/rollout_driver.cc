@@ -116,8 +116,9 @@ void RolloutDriver::OnTarget(const wire::ChannelTarget& target, coord::Coordinat
   // peers that catch up need the current version served: make it the swarm target (complete at
   // once). Only once settled: a version being prepared keeps the target.
   const Version current = participant_.current();
+  const Version swarm_target = node_.progress().version;  // 0: none (a restarted node)
   if (fetching_.value() == 0 && client != nullptr && !options_.subset && current.value() != 0 &&
-      node_.progress().version != current && !participant_.wants(node_.progress().version) &&
+      swarm_target != current && (swarm_target.value() == 0 || !participant_.wants(swarm_target)) &&
       participant_.settled()) {
     Status st = StartFetch(current, client);
     if (st.ok()) {

@@ -59,4 +59,20 @@ for a in a1 a2 a3; do
   diff -r "$work/a4/$channel/versions/2" "$work/$a/$channel/versions/2" >/dev/null ||
     fail "$a's v2 differs"
 done
+# Agents restarted with nothing to fetch serve their current version: with the publisher gone
+# and every agent restarted, a new node still gets v2.
+kill_process pub
+for a in a1 a2 a3 a4; do
+  kill_process "$a"
+  echo "--- restarted" >>"$work/$a.log"
+  start_agent "$a"
+done
+for a in a1 a2 a3 a4; do
+  wait_for 20 bash -c "sed -n '/^--- restarted/,\$p' '$work/$a.log' | grep -q 'serving v2 to peers'" ||
+    fail "$a, restarted with v2 current, does not serve it"
+done
+start_agent a5
+wait_for 60 all_current 2 a5 || fail "a5 did not get v2 from the restarted agents"
+diff -r "$work/a4/$channel/versions/2" "$work/a5/$channel/versions/2" >/dev/null ||
+  fail "a5's v2 differs"
 echo "PASS rollout_unkept"
