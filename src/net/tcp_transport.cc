@@ -37,6 +37,8 @@
 #include <asio/use_awaitable.hpp>
 #include <asio/write.hpp>
 
+#include <sys/ioctl.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -669,6 +671,10 @@ struct PendingHandshake {
   std::string from;              // address:port, for the log
   asio::any_io_executor strand;  // the handshake's strand; the socket is touched only there
   tcp::socket* socket = nullptr;
+  // The socket's descriptor, for a FIONREAD from the accept loop (never for I/O): once the
+  // handshake closed it, a reused number misjudges one admission at worst.
+  int fd = -1;
+  std::chrono::steady_clock::time_point accepted_at{};
   std::atomic<bool> spoke{false};  // the peer's Hello was accepted
   // Only touched on `strand`.
   bool done = false;                   // the handshake returned; `socket` may be gone
@@ -688,21 +694,37 @@ struct PendingHandshake {
 // is in accept order. Only silent connections (no Hello yet) count against the per-source cap,
 // so that peers behind one address that do handshake (a NAT, or loopback in tests) are not held
 // to it, while a flood of idle sockets from one address keeps displacing only its own oldest.
+//
+// Silent means nothing came from the peer: its Hello was not accepted and no byte waits in the
+// socket. A real peer's Hello may still be unread when many connect at once on a loaded machine
+// (32 agents of one host in a test); counting those as silent displaced real peers by each other.
+// For the same reason the per-source rule spares connections younger than
+// Options::silent_grace.
+
+bool Silent(const PendingHandshake& p) {
+  if (p.spoke.load()) return false;
+  int waiting = 0;
+  return !(p.fd >= 0 && ::ioctl(p.fd, FIONREAD, &waiting) == 0 && waiting > 0);
+}
+
 std::shared_ptr<PendingHandshake> PickDisplaced(
     const std::list<std::shared_ptr<PendingHandshake>>& pending, const std::string& source,
     const Options& options, Status* why) {
+  const auto now = std::chrono::steady_clock::now();
   uint32_t silent_from_source = 0;
   std::shared_ptr<PendingHandshake> oldest_silent_from_source, oldest_silent;
   for (const auto& p : pending) {
-    if (p->spoke.load()) continue;
+    if (!Silent(*p)) continue;
     if (!oldest_silent) oldest_silent = p;
     if (p->source == source) {
-      if (!oldest_silent_from_source) oldest_silent_from_source = p;
+      if (!oldest_silent_from_source && now - p->accepted_at >= options.silent_grace) {
+        oldest_silent_from_source = p;
+      }
       ++silent_from_source;
     }
   }
   const uint32_t per_source = options.max_silent_handshakes_per_source;
-  if (per_source > 0 && silent_from_source >= per_source) {
+  if (per_source > 0 && silent_from_source >= per_source && oldest_silent_from_source) {
     *why = Unavailable("displaced by a newer connection: too many silent connections from " +
                        source + " in the handshake (" + std::to_string(per_source) + ")");
     return oldest_silent_from_source;
@@ -888,6 +910,8 @@ class TcpListener : public Listener {
       pending->strand = socket.get_executor();
       auto channel = std::make_unique<Channel>(std::move(socket), shared->bytes);
       pending->socket = &channel->socket();  // a Channel never moves
+      pending->fd = channel->socket().native_handle();
+      pending->accepted_at = std::chrono::steady_clock::now();
       std::shared_ptr<PendingHandshake> displaced;
       Status why;
       {

@@ -71,6 +71,9 @@ struct Options {
   // slots against peers that complete the handshake (docs/wire_format.md, "Handshake").
   uint32_t max_pending_handshakes = 64;
   uint32_t max_silent_handshakes_per_source = 8;
+  // The per-source rule spares connections younger than this: a real peer's Hello may still be
+  // unread when many of one address connect at once on a loaded machine.
+  Duration silent_grace = std::chrono::milliseconds(250);
   // A Ping goes out when nothing was sent for keepalive_interval; a peer from
   // which nothing (not even a Ping) arrived for keepalive_timeout is declared
   // dead and the connection fails with kDeadlineExceeded.
