@@ -49,6 +49,8 @@
 #include <thread>
 #include <vector>
 
+#include "net/admission.h"
+
 namespace weightcast::net {
 namespace {
 
@@ -690,49 +692,33 @@ struct PendingHandshake {
   }
 };
 
-// Which pending handshake a new connection from `source` displaces, if any, and why. The list
-// is in accept order. Only silent connections (no Hello yet) count against the per-source cap,
-// so that peers behind one address that do handshake (a NAT, or loopback in tests) are not held
-// to it, while a flood of idle sockets from one address keeps displacing only its own oldest.
-//
-// Silent means nothing came from the peer: its Hello was not accepted and no byte waits in the
-// socket. A real peer's Hello may still be unread when many connect at once on a loaded machine
-// (32 agents of one host in a test); counting those as silent displaced real peers by each other.
-// For the same reason the per-source rule spares connections younger than
-// Options::silent_grace.
-
+// Silent (net/admission.h): nothing came from the peer, neither an accepted Hello nor a byte
+// waiting in the socket.
 bool Silent(const PendingHandshake& p) {
   if (p.spoke.load()) return false;
   int waiting = 0;
   return !(p.fd >= 0 && ::ioctl(p.fd, FIONREAD, &waiting) == 0 && waiting > 0);
 }
 
-std::shared_ptr<PendingHandshake> PickDisplaced(
-    const std::list<std::shared_ptr<PendingHandshake>>& pending, const std::string& source,
+// The pending handshake a new connection from `source` displaces (net/admission.h), removed
+// from `pending`; null when there is room. With the listener's pending_mu held.
+std::shared_ptr<PendingHandshake> TakeDisplaced(
+    std::list<std::shared_ptr<PendingHandshake>>& pending, const std::string& source,
     const Options& options, Status* why) {
   const auto now = std::chrono::steady_clock::now();
-  uint32_t silent_from_source = 0;
-  std::shared_ptr<PendingHandshake> oldest_silent_from_source, oldest_silent;
+  std::vector<HandshakeSlot> slots;
+  slots.reserve(pending.size());
   for (const auto& p : pending) {
-    if (!Silent(*p)) continue;
-    if (!oldest_silent) oldest_silent = p;
-    if (p->source == source) {
-      if (!oldest_silent_from_source && now - p->accepted_at >= options.silent_grace) {
-        oldest_silent_from_source = p;
-      }
-      ++silent_from_source;
-    }
+    slots.push_back(
+        {p->source, Silent(*p), std::chrono::duration_cast<Duration>(now - p->accepted_at)});
   }
-  const uint32_t per_source = options.max_silent_handshakes_per_source;
-  if (per_source > 0 && silent_from_source >= per_source && oldest_silent_from_source) {
-    *why = Unavailable("displaced by a newer connection: too many silent connections from " +
-                       source + " in the handshake (" + std::to_string(per_source) + ")");
-    return oldest_silent_from_source;
-  }
-  if (pending.empty() || pending.size() < options.max_pending_handshakes) return nullptr;
-  *why = Unavailable("displaced by a newer connection: too many connections in the handshake (" +
-                     std::to_string(options.max_pending_handshakes) + ")");
-  return oldest_silent ? oldest_silent : pending.front();
+  std::optional<Displacement> d = PickDisplaced(slots, source, options);
+  if (!d) return nullptr;
+  auto it = std::next(pending.begin(), static_cast<std::ptrdiff_t>(d->index));
+  std::shared_ptr<PendingHandshake> displaced = *it;
+  pending.erase(it);
+  *why = std::move(d->why);
+  return displaced;
 }
 
 struct ListenerState {
@@ -742,7 +728,7 @@ struct ListenerState {
   std::condition_variable cv;
   std::deque<std::shared_ptr<TcpConn>> ready;
   bool closed = false;
-  // Accepted sockets still in the handshake, oldest first (bounded by PickDisplaced).
+  // Accepted sockets still in the handshake, oldest first (bounded by TakeDisplaced).
   std::mutex pending_mu;
   std::list<std::shared_ptr<PendingHandshake>> pending;
 
@@ -916,8 +902,7 @@ class TcpListener : public Listener {
       Status why;
       {
         std::lock_guard lock(state->pending_mu);
-        displaced = PickDisplaced(state->pending, pending->source, shared->options, &why);
-        if (displaced) state->pending.remove(displaced);
+        displaced = TakeDisplaced(state->pending, pending->source, shared->options, &why);
         state->pending.push_back(pending);
       }
       if (displaced) {
