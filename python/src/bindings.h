@@ -55,5 +55,7 @@ std::string LoadSecret(const std::optional<std::string>& secret_file);
 
 // Registers the coordinated Publisher (remote.cc).
 void RegisterRemote(py::module_& m);
+// Registers the live tensors (live_module.cc).
+void RegisterLive(py::module_& m);
 
 }  // namespace weightcast::python

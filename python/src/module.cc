@@ -240,6 +240,9 @@ class PyLocalPublisher {
     out["total_bytes"] = r.total_bytes;
     out["chunk_count"] = r.chunk_count;
     out["root"] = ToHex(r.root);
+    out["delta"] = r.delta;
+    out["wire_bytes"] = r.wire_bytes;
+    out["seconds"] = r.seconds;
     return out;
   }
 
@@ -259,6 +262,7 @@ PYBIND11_MODULE(_weightcast, m) {
   m.doc() = "weightcast C++ core (use the `weightcast` package, not this module directly)";
   RegisterErrors(m);
   RegisterRemote(m);
+  RegisterLive(m);
   m.attr("DEFAULT_CHUNK_SIZE") = weightcast::kDefaultChunkSize;
   m.attr("MIN_CHUNK_SIZE") = weightcast::kMinChunkSize;
   m.attr("MAX_CHUNK_SIZE") = weightcast::kMaxChunkSize;

@@ -1,5 +1,7 @@
 #include "tensor_writer.h"
 
+#include "publish/local_publish.h"
+
 #include <algorithm>
 #include <set>
 #include <system_error>
@@ -54,22 +56,23 @@ Result<std::filesystem::path> PrepareScratchDir(const std::filesystem::path& sto
 Result<LocalPublishResult> CommitDirectory(Store& store, std::string_view channel,
                                            const std::filesystem::path& dir, uint64_t chunk_size,
                                            const std::map<std::string, std::string>& metadata) {
-  ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(dir));
-  ASSIGN_OR_RETURN(Version version, store.NextVersion(channel));
-  BuildOptions options;
+  publish::LocalPublishOptions options;
+  options.channel = std::string(channel);
   options.chunk_size = chunk_size;
-  ASSIGN_OR_RETURN(Manifest manifest,
-                   BuildManifest(checkpoint, std::string(channel), version, options));
-  // Metadata is outside the root hash (manifest_format.md), so adding it keeps the root valid.
-  manifest.metadata = metadata;
-  RETURN_IF_ERROR(store.ImportDirectory(channel, manifest, dir, ImportMode::kHardlink));
+  options.metadata = metadata;
+  Result<publish::PreparedVersion> published = publish::PublishLocal(store, dir, options);
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);  // the store holds its own links to the files now
+  if (!published.ok()) return published.status();
+  const Manifest& manifest = published->manifest;
   LocalPublishResult result;
-  result.version = version;
+  result.version = manifest.version;
   result.total_bytes = manifest.total_size();
   result.chunk_count = manifest.chunk_count();
   result.root = manifest.root;
+  result.delta = manifest.delta.has_value();
+  result.wire_bytes = manifest.delta.has_value() ? published->payload_bytes : manifest.total_size();
+  result.seconds = published->build_seconds + published->encode_seconds + published->import_seconds;
   return result;
 }
 

@@ -43,11 +43,15 @@ struct LocalPublishResult {
   uint64_t total_bytes = 0;
   uint32_t chunk_count = 0;
   Digest root{};
+  bool delta = false;       // encoded against the previous version, payloads in a delta file
+  uint64_t wire_bytes = 0;  // what a reader holding the previous version reads (payloads)
+  double seconds = 0;       // hashing, encoding and committing
 };
 
 // Commits the checkpoint in `dir` into `store` as the next version of `channel` (hard links, then
-// removes `dir`), with `metadata` in the manifest. For a publisher without a coordinator: agents
-// or subscribers on the same machine read the store.
+// removes `dir`), with `metadata` in the manifest: a delta against the current version with its
+// delta file (publish::PublishLocal). For a publisher without a coordinator: agents or
+// subscribers on the same machine read the store, and samplers patch their live tensors.
 Result<LocalPublishResult> CommitDirectory(Store& store, std::string_view channel,
                                            const std::filesystem::path& dir, uint64_t chunk_size,
                                            const std::map<std::string, std::string>& metadata);

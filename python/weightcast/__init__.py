@@ -28,6 +28,7 @@ from ._weightcast import (  # noqa: F401
     UnauthenticatedError,
     UnavailableError,
 )
+from ._live import LiveTensors  # noqa: F401
 from ._publisher import Publisher, PublishResult  # noqa: F401
 from ._subscriber import Subscriber  # noqa: F401
 from ._version import TensorInfo, Version  # noqa: F401

@@ -101,6 +101,25 @@ class Subscriber:
             to = _version_number(version, "version")
         return [(name, list(ranges)) for name, ranges in self._core.changed(since, to)]
 
+    def update(self, live, version=None):
+        """Brings ``live`` (a :class:`LiveTensors`) to ``version`` (default: the last one wait()
+        returned) and returns a dict: ``version``, ``from_version``, ``delta`` (patched from the
+        payloads: only changed elements written), ``chunks_patched`` / ``_copied`` /
+        ``_unchanged`` / ``_repaired`` (patched, failed the manifest's check, copied whole),
+        ``payload_bytes``, ``copied_bytes``, ``apply_seconds`` and ``blocked_seconds`` (the time
+        the live weights were unusable: the whole apply in place, the flip with ``flip=True``),
+        ``note`` (why no delta was used, or what was repaired). A registered tensor missing from
+        the version, or of another dtype or shape, raises FailedPreconditionError and leaves the
+        live weights as they were. Blocks without the GIL."""
+        if version is None:
+            if self._last is None:
+                raise _weightcast.FailedPreconditionError(
+                    "update() needs a version: call wait() first or pass version=")
+            to = self._last
+        else:
+            to = _version_number(version, "version")
+        return live._apply(self.store, self.channel, to)
+
     def status(self):
         """Progress of the in-process agent (dict: version, bytes_received, peers,
         current_version, ...), or None without one."""

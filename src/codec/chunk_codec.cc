@@ -421,8 +421,8 @@ struct Prepared {
 // Everything before the inverse transform: header, hash algorithm, target, base and size checks,
 // then the coder (into st.stream unless stored).
 Result<Prepared> Prepare(std::span<const uint8_t> payload, const HashedChunk& base,
-                         const Digest* expected_target, uint64_t out_size,
-                         CodecScratch::State& st) {
+                         const Digest* expected_target, uint64_t out_size, CodecScratch::State& st,
+                         bool check_base = true) {
   Prepared p;
   ASSIGN_OR_RETURN(p.h, ParsePayloadHeader(payload));
   const PayloadHeader& h = p.h;
@@ -441,7 +441,7 @@ Result<Prepared> Prepare(std::span<const uint8_t> payload, const HashedChunk& ba
     return Corrupt("delta payload is for a chunk of " + std::to_string(h.chunk_size) +
                    " bytes, the output holds " + std::to_string(out_size));
   }
-  if (is_xor) {
+  if (is_xor && check_base) {
     if (base.bytes().size() != h.chunk_size || base.hash() != h.base_hash) {
       return FailedPrecondition("delta payload applies to base chunk " + ToHex(h.base_hash) +
                                 ", we hold " + ToHex(base.hash()) + " (" +
@@ -630,6 +630,115 @@ Status DecodeChunkStreaming(std::span<const uint8_t> payload, const HashedChunk&
     RETURN_IF_ERROR(sink(at, block));
   }
   return CheckTarget(hasher.Finish(), h);
+}
+
+namespace {
+
+// SparseApplier::Placement over a chunk's pieces: a cursor that only moves forward, since the
+// applier visits changes in increasing offset order.
+class PiecePlacement final : public SparseApplier::Placement {
+ public:
+  explicit PiecePlacement(std::span<const ChunkPiece> pieces) : pieces_(pieces) {}
+
+  uint8_t* At(uint64_t offset, uint64_t len) override {
+    while (i_ < pieces_.size() && start_ + pieces_[i_].size() <= offset)
+      start_ += pieces_[i_++].size();
+    if (i_ == pieces_.size() || offset + len > start_ + pieces_[i_].size()) {
+      straddled_ = true;  // an element across two pieces: the pieces do not follow the tensors
+      return nullptr;
+    }
+    const ChunkPiece& p = pieces_[i_];
+    return p.live.empty() ? nullptr : p.live.data() + (offset - start_);
+  }
+  bool straddled() const { return straddled_; }
+
+ private:
+  std::span<const ChunkPiece> pieces_;
+  size_t i_ = 0;
+  uint64_t start_ = 0;  // chunk offset of pieces_[i_]
+  bool straddled_ = false;
+};
+
+}  // namespace
+
+Status ApplyChunkInPlace(std::span<const uint8_t> payload, const Digest& base_hash,
+                         std::span<const ChunkPiece> pieces, CodecScratch& scratch) {
+  CodecScratch::State& st = ScratchAccess::Get(scratch);
+  ASSIGN_OR_RETURN(const PayloadHeader h, ParsePayloadHeader(payload));
+  uint64_t chunk_size = 0;
+  for (const ChunkPiece& p : pieces) chunk_size += p.size();
+  if (chunk_size != h.chunk_size) {
+    return FailedPrecondition("delta payload is for a chunk of " + std::to_string(h.chunk_size) +
+                              " bytes, the live chunk holds " + std::to_string(chunk_size));
+  }
+  const bool is_xor = h.encoding == ChunkEncoding::kXor;
+  if (is_xor && h.base_hash != base_hash) {
+    return FailedPrecondition("delta payload applies to base chunk " + ToHex(h.base_hash) +
+                              ", the live chunk is " + ToHex(base_hash));
+  }
+  // Prepare checks sizes and the base against a HashedChunk; the base bytes themselves are the
+  // live pieces, so give it the vouched hash over an empty span and skip its size check.
+  Prepared p;
+  {
+    const HashedChunk vouched =
+        HashedChunk::FromVerifiedManifest(std::span<const uint8_t>(), base_hash, h.hash_algorithm);
+    Result<Prepared> r = Prepare(payload, vouched, nullptr, h.chunk_size, st, /*check_base=*/false);
+    if (!r.ok()) return r.status();
+    p = std::move(*r);
+  }
+  if (is_xor && IsSparse(h.transform)) {
+    SparseApplier applier(p.stream, {}, h.segments, ValuesOf(h.transform));
+    PiecePlacement placement(pieces);
+    RETURN_IF_ERROR(applier.ApplyInPlace(placement));
+    if (placement.straddled()) {
+      return Corrupt("delta payload changes an element across two live pieces");
+    }
+    return Status::Ok();
+  }
+  // Dense forms: gather (the base, for xor), undo the transform, write the live pieces back.
+  st.result.resize(h.chunk_size);
+  if (is_xor) {
+    uint64_t at = 0;
+    for (const ChunkPiece& piece : pieces) {
+      const std::span<const uint8_t> src =
+          piece.live.empty() ? piece.fixed : std::span<const uint8_t>(piece.live);
+      if (!src.empty()) std::memcpy(st.result.data() + at, src.data(), src.size());
+      at += src.size();
+    }
+    p.xor_base = st.result;
+  }
+  std::vector<uint8_t>& out = st.block;
+  out.resize(h.chunk_size);
+  switch (h.transform) {
+    case Transform::kNone:
+      if (p.stream.size() != h.chunk_size) return Corrupt("delta payload: stream length");
+      for (uint64_t i = 0; i < h.chunk_size; ++i) {
+        out[i] =
+            p.xor_base.empty() ? p.stream[i] : static_cast<uint8_t>(p.stream[i] ^ p.xor_base[i]);
+      }
+      break;
+    case Transform::kPlanes:
+      RETURN_IF_ERROR(PlanesInverse(p.stream, p.xor_base, h.segments, out));
+      break;
+    case Transform::kSparse:
+    case Transform::kSparseDiff:
+      // A full payload is never sparse (the encoder only makes sparse xor payloads).
+      return Corrupt("delta payload: a sparse transform on a full chunk");
+  }
+  uint64_t at = 0;
+  for (const ChunkPiece& piece : pieces) {
+    if (!piece.live.empty()) std::memcpy(piece.live.data(), out.data() + at, piece.live.size());
+    at += piece.size();
+  }
+  return Status::Ok();
+}
+
+Digest HashPieces(std::span<const ChunkPiece> pieces, HashAlgorithm algorithm) {
+  Hasher hasher(algorithm);
+  for (const ChunkPiece& p : pieces) {
+    hasher.Update(p.live.empty() ? p.fixed : std::span<const uint8_t>(p.live));
+  }
+  return hasher.Finish();
 }
 
 std::string_view TransformName(Transform transform) {

@@ -187,6 +187,30 @@ Status DecodeChunkStreaming(std::span<const uint8_t> payload, const HashedChunk&
                             const Digest* expected_target, uint64_t chunk_size,
                             const DecodedBlockSink& sink, CodecScratch& scratch);
 
+// One piece of a chunk that lies scattered in memory the caller holds, e.g. the live tensors a
+// sampler serves from: `live` bytes the apply may rewrite, or `fixed` bytes it must leave as they
+// are (they already hold the target's bytes, e.g. a file header read from the store). Exactly one
+// of the two is non-empty. Pieces are given front to back and cover the chunk without gaps.
+struct ChunkPiece {
+  std::span<uint8_t> live;
+  std::span<const uint8_t> fixed;
+  uint64_t size() const { return live.empty() ? fixed.size() : live.size(); }
+};
+
+// Applies a kXor payload to a chunk where it lies, its live pieces holding the base chunk whose
+// hash is `base_hash` (the caller vouches for it: the bytes were verified as that chunk), or a
+// kFull payload whatever they hold. Sparse payloads rewrite only the changed elements (no pass
+// over the chunk); planes and none gather the chunk into a scratch buffer, undo the transform and
+// write the live pieces back. Does NOT verify the result: the caller hashes the pieces
+// (HashPieces) and compares with its manifest. Errors: kFailedPrecondition (the payload names
+// another base, or another chunk size) with nothing written; kCorrupt (a bad payload) possibly
+// after some live bytes were rewritten, so the caller must then treat the chunk as damaged.
+Status ApplyChunkInPlace(std::span<const uint8_t> payload, const Digest& base_hash,
+                         std::span<const ChunkPiece> pieces, CodecScratch& scratch);
+
+// The hash of a chunk held in pieces (front to back), as the manifest computes it.
+Digest HashPieces(std::span<const ChunkPiece> pieces, HashAlgorithm algorithm);
+
 std::string_view TransformName(Transform transform);
 std::string_view CoderName(Coder coder);
 std::string_view EncodingName(ChunkEncoding encoding);

@@ -585,9 +585,8 @@ Status SparseApplier::Advance() {
       ++j_;
       off_ = seg_off_ + i * static_cast<uint64_t>(width_);
       len_ = static_cast<uint64_t>(width_);
-      const uint64_t b = LoadLow(base_.data() + off_, len_);
-      const uint64_t mask = width_ == 8 ? ~0ull : (1ull << (8 * width_)) - 1;
-      value_ = diff_ ? ((b + (((v >> 1) ^ ((v & 1) ? mask : 0)) & mask)) & mask) : (b ^ v);
+      raw_ = v;
+      raw_is_diff_ = diff_;
       pending_ = true;
       return Status::Ok();
     }
@@ -596,7 +595,8 @@ Status SparseApplier::Advance() {
       if (tail_len_ != 0) {
         off_ = seg_off_ + n_ * static_cast<uint64_t>(width_);
         len_ = tail_len_;
-        value_ = LoadLow(base_.data() + off_, len_) ^ LoadLow(data_ + tail_pos_, len_);
+        raw_ = LoadLow(data_ + tail_pos_, len_);
+        raw_is_diff_ = false;  // tails are always XORs
         pending_ = true;
         return Status::Ok();
       }
@@ -626,6 +626,7 @@ Status SparseApplier::Fill(uint64_t offset, std::span<uint8_t> dst) {
       if (done_) break;
       RETURN_IF_ERROR(Advance());
       if (!pending_) break;
+      value_ = Combine(LoadLow(base_.data() + off_, len_));
     }
     if (off_ >= end) break;
     if (off_ >= offset && off_ + len_ <= end) {
@@ -641,6 +642,28 @@ Status SparseApplier::Fill(uint64_t offset, std::span<uint8_t> dst) {
     pending_ = false;
   }
   return Status::Ok();
+}
+
+uint64_t SparseApplier::Combine(uint64_t base) const {
+  if (!raw_is_diff_) return base ^ raw_;
+  const uint64_t mask = len_ == 8 ? ~0ull : (1ull << (8 * len_)) - 1;
+  const uint64_t delta = ((raw_ >> 1) ^ ((raw_ & 1) ? mask : 0)) & mask;  // un-zigzag
+  return (base + delta) & mask;
+}
+
+Status SparseApplier::ApplyInPlace(Placement& at) {
+  if (!base_.empty()) return Internal("sparse applier: ApplyInPlace wants an empty base");
+  while (true) {
+    RETURN_IF_ERROR(Advance());
+    if (!pending_) break;
+    uint8_t* p = at.At(off_, len_);
+    if (p != nullptr) {
+      const uint64_t v = Combine(LoadLow(p, len_));
+      std::memcpy(p, &v, len_);
+    }
+    pending_ = false;
+  }
+  return Finish();
 }
 
 Status SparseApplier::Finish() {

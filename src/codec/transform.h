@@ -118,13 +118,31 @@ class SparseApplier {
   // After the last Fill: fails unless every segment was read and no stream bytes are left over.
   Status Finish();
 
+  // Where the bytes of a chunk held elsewhere lie (for ApplyInPlace): At(offset, len) returns
+  // the `len` contiguous, writable bytes at chunk offset `offset`, or nullptr for bytes the
+  // caller does not hold (that change is skipped). Called in increasing offset order.
+  class Placement {
+   public:
+    virtual uint8_t* At(uint64_t offset, uint64_t len) = 0;
+
+   protected:
+    ~Placement() = default;
+  };
+  // Applies the changes to the chunk where it lies, the bytes there being the base's: only the
+  // changed elements are read and rewritten (a 1%-changed chunk touches 1% of its elements), so
+  // a live copy of the weights is patched without a pass over it. Construct the applier with an
+  // empty base. Checks the whole stream (as Finish does); on kCorrupt some elements may have
+  // been rewritten already, so the caller must treat the chunk as damaged.
+  Status ApplyInPlace(Placement& at);
+
  private:
   struct Plane {
     const uint8_t* data = nullptr;
     uint8_t bits = 0;  // 0, 1, 2, 4 or 8 bits per value
   };
   Status StartSegment();
-  Status Advance();  // makes the next change pending, or sets done_
+  Status Advance();                       // makes the next change pending, or sets done_
+  uint64_t Combine(uint64_t base) const;  // the pending change's new value over `base`'s
   bool ReadPlaneHeader(Plane* plane, uint64_t count);
 
   const uint8_t* data_;
@@ -150,10 +168,13 @@ class SparseApplier {
   uint64_t tail_len_ = 0;
   bool tail_done_ = false;
   bool done_ = false;
-  // The change to write next: `len` bytes at chunk offset `off`, little-endian in `value`.
+  // The change to write next: `len` bytes at chunk offset `off`; `raw` is the stream's value
+  // (an XOR, or a zigzag difference when raw_is_diff), `value` the result over the base (Fill).
   bool pending_ = false;
   uint64_t off_ = 0;
   uint64_t len_ = 0;
+  uint64_t raw_ = 0;
+  bool raw_is_diff_ = false;
   uint64_t value_ = 0;
 };
 

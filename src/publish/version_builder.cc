@@ -157,6 +157,8 @@ Result<PreparedVersion> PrepareVersion(Store& store, const fs::path& dir,
   // store; a hard link shares the trainer's inode, and CommitImport refuses one written to since
   // it was linked (docs/publish.md says why hashing again would protect nothing more).
   start = std::chrono::steady_clock::now();
+  if (options.before_commit)
+    RETURN_IF_ERROR(options.before_commit(out.manifest, out.payloads.get()));
   RETURN_IF_ERROR(store.CommitImport(options.channel, out.manifest, std::move(staged)));
   out.import_seconds += SecondsSince(start);
   out.signed_manifest = SignManifest(out.manifest, options.secret);

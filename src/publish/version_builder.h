@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -44,6 +45,10 @@ struct PrepareOptions {
   ImportPolicy import = ImportPolicy::kAuto;
   // Carried in the manifest's metadata (not part of the root), e.g. the source directory.
   std::map<std::string, std::string> metadata;
+  // Called once the manifest is final and before the version becomes current, with the version's
+  // payloads (null for a full version): e.g. live::WriteDeltaFile, so that readers on this
+  // machine find the payloads as soon as they can see the version. An error fails the publish.
+  std::function<Status(const Manifest&, const agent::PayloadCache*)> before_commit;
 };
 
 struct PreparedVersion {

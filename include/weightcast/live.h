@@ -1,0 +1,77 @@
+// Live tensors: the memory a sampler serves from, updated in place from the versions of a store
+// on this machine (docs/live.md).
+//
+//   auto live = weightcast::LiveTensors::Register({{"w", "BF16", {4096, 4096}, ptr, bytes}});
+//   // ... a Subscriber says version 7 is committed in /dev/shm/wc (channel "policy") ...
+//   auto report = (*live)->ApplyFromStore("/dev/shm/wc", "policy", weightcast::Version(7));
+//
+// When the tensors hold the version a delta names as its base, only the payloads are read and
+// only the changed elements rewritten; each rewritten chunk is then checked against the
+// version's manifest, and one that does not match is copied whole from the store. Otherwise the
+// chunks that differ are copied from the version's files and checked.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <weightcast/status.h>
+#include <weightcast/types.h>
+
+namespace weightcast {
+
+// One tensor's memory, owned by the caller, which keeps it alive and does not read it during an
+// apply (in place) or keeps a second copy to read meanwhile (flip). C-contiguous, little-endian.
+struct LiveTensorView {
+  std::string name;
+  std::string dtype;  // as spelled in safetensors: "BF16", "F32", "F8_E4M3", ...
+  std::vector<uint64_t> shape;
+  void* data = nullptr;
+  uint64_t size = 0;  // bytes; must equal dtype x shape
+};
+
+struct LiveApplyReport {
+  Version from;        // the version the tensors held (0: none known)
+  Version to;          // the version they hold now
+  bool delta = false;  // patched from payloads (only changed elements written)
+  uint32_t chunks_patched = 0;
+  uint32_t chunks_copied = 0;
+  uint32_t chunks_unchanged = 0;
+  uint32_t chunks_repaired = 0;  // patched, failed the manifest's check, copied whole
+  uint64_t payload_bytes = 0;    // payload bytes read
+  uint64_t copied_bytes = 0;     // bytes copied from the version's files
+  double seconds = 0;            // time the tensors were being written
+  std::string note;              // why no delta was used, or what was repaired
+};
+
+// Not thread-safe: one apply at a time, from any thread.
+class LiveTensors {
+ public:
+  // kInvalidArgument for an empty or duplicate name, an unknown dtype or a size that is not
+  // dtype x shape.
+  static Result<std::unique_ptr<LiveTensors>> Register(std::vector<LiveTensorView> tensors);
+  ~LiveTensors();
+  LiveTensors(const LiveTensors&) = delete;
+  LiveTensors& operator=(const LiveTensors&) = delete;
+
+  // Brings the tensors to committed version `version` of `channel` in the store at `store` (read
+  // only, beside the process that writes it). Blocks on memory work. kFailedPrecondition, the
+  // tensors untouched, when a registered tensor is missing from the version or has another
+  // dtype or shape; kNotFound when the store no longer has the version; kCorrupt when a chunk
+  // cannot be made to match the manifest (the tensors then hold no known version).
+  Result<LiveApplyReport> ApplyFromStore(const std::filesystem::path& store,
+                                         std::string_view channel, Version version);
+
+  // The version the tensors hold (0: none known).
+  Version version() const;
+
+ private:
+  struct Impl;
+  explicit LiveTensors(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace weightcast

@@ -1,0 +1,107 @@
+"""Live tensors: the weights a sampler serves from, updated in place or flipped (docs/live.md)."""
+
+import time
+
+import numpy as np
+
+from . import _weightcast
+from ._tensors import _NAME_OF_NUMPY, _NAME_OF_TORCH, is_torch_tensor, torch
+
+
+def _view(name, t):
+    """(name, dtype, shape, address, nbytes) of writable, C-contiguous CPU memory."""
+    if is_torch_tensor(t):
+        if t.device.type != "cpu" or not t.is_contiguous():
+            raise _weightcast.InvalidArgumentError(
+                f"live tensor {name}: must be a contiguous CPU tensor (is {t.device}, "
+                f"contiguous={t.is_contiguous()})")
+        dtype = _NAME_OF_TORCH.get(t.dtype)
+        if dtype is None:
+            raise _weightcast.InvalidArgumentError(
+                f"live tensor {name}: torch dtype {t.dtype} has no safetensors type")
+        return (name, dtype, list(t.shape), t.data_ptr(), t.numel() * t.element_size())
+    if isinstance(t, np.ndarray):
+        if not t.flags.c_contiguous or not t.flags.writeable:
+            raise _weightcast.InvalidArgumentError(
+                f"live tensor {name}: must be a writable C-contiguous array")
+        if t.dtype.byteorder == ">":
+            raise _weightcast.InvalidArgumentError(f"live tensor {name}: big-endian array")
+        dtype = _NAME_OF_NUMPY.get(t.dtype.newbyteorder("="))
+        if dtype is None:
+            raise _weightcast.InvalidArgumentError(
+                f"live tensor {name}: numpy dtype {t.dtype} has no safetensors type "
+                "(bf16 as a torch.bfloat16 tensor)")
+        return (name, dtype, list(t.shape), t.ctypes.data, t.nbytes)
+    raise _weightcast.InvalidArgumentError(
+        f"live tensor {name}: expected a torch tensor or a numpy array, not {type(t).__name__}")
+
+
+def _copy(t):
+    return t.clone() if is_torch_tensor(t) else np.array(t, copy=True)
+
+
+class LiveTensors:
+    """The tensors a sampler serves from, brought to each new version by ``Subscriber.update``.
+
+    ``LiveTensors(model)`` (an ``nn.Module``: its ``state_dict()``, which shares the parameters'
+    memory) or ``LiveTensors({name: tensor})`` (torch CPU tensors or numpy arrays, any dtype the
+    format has, bf16 and fp8 included). Only the changed elements are written.
+
+    ``flip=False`` (in place): ``update`` writes into these tensors; the caller must not sample
+    during it, and the report's ``blocked_seconds`` is the whole apply.
+
+    ``flip=True``: a second copy is kept; ``update`` writes the new version into the copy not in
+    use, then flips: ``.tensors`` is the new dict and, for a module, its parameters and buffers
+    are re-pointed at it (``param.data = ...``), which is all the sampler waits for
+    (``blocked_seconds``). The old copy is brought up to date at the next update (two deltas).
+    """
+
+    def __init__(self, tensors, flip=False):
+        self._module = None
+        if torch is not None and isinstance(tensors, torch.nn.Module):
+            self._module = tensors
+            tensors = tensors.state_dict(keep_vars=False)
+        if not isinstance(tensors, dict) or not tensors:
+            raise _weightcast.InvalidArgumentError(
+                "LiveTensors takes an nn.Module or a non-empty dict of name -> tensor")
+        self.flip = bool(flip)
+        front = dict(tensors)
+        self._sets = [(front, _weightcast._LiveTensors([_view(n, t) for n, t in front.items()]))]
+        if self.flip:
+            back = {n: _copy(t) for n, t in front.items()}
+            self._sets.append((back, _weightcast._LiveTensors([_view(n, t) for n, t in back.items()])))
+        self._front = 0
+
+    @property
+    def tensors(self):
+        """The dict of tensors to serve from now (after a flip, the other copy)."""
+        return self._sets[self._front][0]
+
+    @property
+    def version(self):
+        """The version ``tensors`` hold (0: none yet)."""
+        return self._sets[self._front][1].version
+
+    def _apply(self, store, channel, version):
+        if not self.flip:
+            start = time.perf_counter()
+            report = self._sets[0][1].apply_from_store(store, channel, version)
+            report["blocked_seconds"] = time.perf_counter() - start
+            return report
+        back = 1 - self._front
+        report = self._sets[back][1].apply_from_store(store, channel, version)
+        start = time.perf_counter()
+        self._front = back
+        if self._module is not None:
+            self._repoint(self._sets[back][0])
+        report["blocked_seconds"] = time.perf_counter() - start
+        return report
+
+    def _repoint(self, tensors):
+        for name, t in tensors.items():
+            owner, _, leaf = name.rpartition(".")
+            module = self._module.get_submodule(owner) if owner else self._module
+            if leaf in module._parameters and module._parameters[leaf] is not None:
+                module._parameters[leaf].data = t
+            elif leaf in module._buffers and module._buffers[leaf] is not None:
+                module._buffers[leaf] = t

@@ -1,0 +1,315 @@
+#include "live/live_set.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+
+#include "format/safetensors.h"
+#include "hash/digest.h"
+
+namespace weightcast::live {
+
+namespace {
+
+class HostTensorMemory final : public TensorMemory {
+ public:
+  Status Patch(std::span<const uint8_t> payload, const Digest& base_hash,
+               std::span<const codec::ChunkPiece> pieces) override {
+    return codec::ApplyChunkInPlace(payload, base_hash, pieces, scratch_);
+  }
+  void Copy(std::span<uint8_t> live, std::span<const uint8_t> from) override {
+    if (!live.empty()) std::memcpy(live.data(), from.data(), live.size());
+  }
+  Digest Hash(std::span<const codec::ChunkPiece> pieces, HashAlgorithm algorithm) override {
+    return codec::HashPieces(pieces, algorithm);
+  }
+
+ private:
+  codec::CodecScratch scratch_;
+};
+
+std::string Describe(DType dtype, const std::vector<uint64_t>& shape) {
+  std::string s(DTypeName(dtype));
+  s += " [";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// A chunk of the target as the live tensors and the target's files hold it: for each piece, the
+// live bytes (when a registered tensor covers it) and the file bytes at the same place.
+struct Piece {
+  std::span<uint8_t> live;
+  std::span<const uint8_t> file;
+};
+
+class ChunkLayout {
+ public:
+  ChunkLayout(const Manifest& m, const std::vector<std::span<const uint8_t>>& files,
+              const std::map<std::string, const LiveTensor*>& live)
+      : m_(m), files_(files), live_(live) {}
+
+  // The pieces of chunk `index`, front to back; false when no registered tensor is in it.
+  bool Build(ChunkIndex index, std::vector<Piece>& out) const {
+    out.clear();
+    const ByteRange r = m_.ChunkRange(index);
+    uint64_t at = r.offset;
+    bool any_live = false;
+    for (const ManifestTensor* t : m_.TensorsIn(r)) {
+      auto it = live_.find(t->name);
+      if (it == live_.end()) continue;
+      const uint64_t begin = std::max(t->offset, r.offset);
+      const uint64_t end = std::min(t->offset + t->size, r.end());
+      AddFile(at, begin, out);
+      Piece p;
+      p.live = it->second->bytes.subspan(begin - t->offset, end - begin);
+      p.file = FileBytes(begin, end - begin);
+      out.push_back(p);
+      any_live = true;
+      at = end;
+    }
+    AddFile(at, r.end(), out);
+    return any_live;
+  }
+
+ private:
+  // Fixed pieces for [begin, end), split where files meet.
+  void AddFile(uint64_t begin, uint64_t end, std::vector<Piece>& out) const {
+    while (begin < end) {
+      const ManifestFile& f = FileAt(begin);
+      const uint64_t stop = std::min(end, f.offset + f.size);
+      out.push_back(Piece{{}, FileBytes(begin, stop - begin)});
+      begin = stop;
+    }
+  }
+  const ManifestFile& FileAt(uint64_t offset) const {
+    auto it = std::partition_point(m_.files.begin(), m_.files.end(), [&](const ManifestFile& f) {
+      return f.offset + f.size <= offset;
+    });
+    return *it;
+  }
+  // A tensor's bytes lie in one file, so a live piece never crosses files.
+  std::span<const uint8_t> FileBytes(uint64_t offset, uint64_t size) const {
+    const ManifestFile& f = FileAt(offset);
+    const size_t index = static_cast<size_t>(&f - m_.files.data());
+    return files_[index].subspan(offset - f.offset, size);
+  }
+
+  const Manifest& m_;
+  const std::vector<std::span<const uint8_t>>& files_;
+  const std::map<std::string, const LiveTensor*>& live_;
+};
+
+std::vector<codec::ChunkPiece> AsChunkPieces(const std::vector<Piece>& pieces) {
+  std::vector<codec::ChunkPiece> out;
+  out.reserve(pieces.size());
+  for (const Piece& p : pieces) {
+    codec::ChunkPiece c;
+    if (p.live.empty()) {
+      c.fixed = p.file;
+    } else {
+      c.live = p.live;
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+// The registered tensors sit where they sat in `held`, with the same chunk size: a chunk index
+// then names the same live bytes in both versions, so payloads and unchanged-chunk skips apply.
+bool SameLayout(const Manifest& held, const Manifest& target,
+                const std::map<std::string, const LiveTensor*>& live) {
+  if (held.chunk_size != target.chunk_size || held.chunk_count() != target.chunk_count()) {
+    return false;
+  }
+  std::map<std::string_view, const ManifestTensor*> before;
+  for (const ManifestTensor& t : held.tensors) before[t.name] = &t;
+  for (const ManifestTensor& t : target.tensors) {
+    if (!live.contains(t.name)) continue;
+    auto it = before.find(t.name);
+    if (it == before.end() || it->second->offset != t.offset || it->second->size != t.size) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+std::unique_ptr<TensorMemory> HostMemory() { return std::make_unique<HostTensorMemory>(); }
+
+LiveSet::LiveSet(std::vector<LiveTensor> tensors, std::unique_ptr<TensorMemory> memory)
+    : tensors_(std::move(tensors)), memory_(std::move(memory)) {}
+
+Result<std::unique_ptr<LiveSet>> LiveSet::Create(std::vector<LiveTensor> tensors,
+                                                 std::unique_ptr<TensorMemory> memory) {
+  std::set<std::string_view> names;
+  for (const LiveTensor& t : tensors) {
+    if (t.name.empty()) return InvalidArgument("a live tensor has an empty name");
+    if (!names.insert(t.name).second) return InvalidArgument("live tensor '" + t.name + "' twice");
+    ASSIGN_OR_RETURN(const uint64_t size, TensorByteSize(t.dtype, t.shape));
+    if (size != t.bytes.size()) {
+      return InvalidArgument("live tensor '" + t.name + "' (" + Describe(t.dtype, t.shape) +
+                             ") needs " + std::to_string(size) + " bytes, it has " +
+                             std::to_string(t.bytes.size()));
+    }
+  }
+  if (memory == nullptr) memory = HostMemory();
+  return std::unique_ptr<LiveSet>(new LiveSet(std::move(tensors), std::move(memory)));
+}
+
+Version LiveSet::version() const { return held_ ? held_->version : Version(0); }
+
+Result<ApplyReport> LiveSet::Apply(const VersionView& target, const ApplyOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  if (target.manifest == nullptr) return InvalidArgument("no target manifest");
+  const Manifest& m = *target.manifest;
+  if (target.files.size() != m.files.size()) {
+    return InvalidArgument("target has " + std::to_string(m.files.size()) + " files, " +
+                           std::to_string(target.files.size()) + " mapped");
+  }
+  for (size_t i = 0; i < m.files.size(); ++i) {
+    if (target.files[i].size() != m.files[i].size) {
+      return Corrupt(m.files[i].path + " is " + std::to_string(target.files[i].size()) +
+                     " bytes, its manifest says " + std::to_string(m.files[i].size));
+    }
+  }
+  // Every registered tensor must be in the target as it is registered; checked before any write.
+  std::map<std::string_view, const ManifestTensor*> in_target;
+  for (const ManifestTensor& t : m.tensors) in_target[t.name] = &t;
+  std::map<std::string, const LiveTensor*> live;
+  for (const LiveTensor& t : tensors_) {
+    auto it = in_target.find(t.name);
+    if (it == in_target.end()) {
+      return FailedPrecondition("live tensor '" + t.name + "' is not in v" +
+                                std::to_string(m.version.value()) +
+                                "; the live weights are unchanged");
+    }
+    if (it->second->dtype != t.dtype || it->second->shape != t.shape) {
+      return FailedPrecondition("live tensor '" + t.name + "' is " + Describe(t.dtype, t.shape) +
+                                ", v" + std::to_string(m.version.value()) + " has " +
+                                Describe(it->second->dtype, it->second->shape) +
+                                "; the live weights are unchanged");
+    }
+    live[t.name] = &t;
+  }
+
+  ApplyReport report;
+  report.from = version();
+  report.to = m.version;
+  const bool same_layout = held_ != nullptr && SameLayout(*held_, m, live);
+  const bool base_held = held_ != nullptr && m.delta.has_value() &&
+                         m.delta->base_version == held_->version &&
+                         m.delta->base_root == held_->root;
+  report.delta = same_layout && base_held && target.delta != nullptr;
+  if (!report.delta) {
+    report.note =
+        held_ == nullptr       ? "the tensors hold no known version"
+        : !m.delta.has_value() ? "v" + std::to_string(m.version.value()) + " is a full version"
+        : !base_held           ? "the tensors hold v" + std::to_string(held_->version.value()) +
+                           ", the delta's base is v" + std::to_string(m.delta->base_version.value())
+        : !same_layout ? "the tensors moved between the versions"
+                       : "no delta file for v" + std::to_string(m.version.value());
+  }
+
+  // From here on the tensors are being rewritten: until the end they hold no known version.
+  std::shared_ptr<const Manifest> held = std::move(held_);
+  std::set<uint32_t> unverified = std::move(unverified_);
+  held_.reset();
+  unverified_.clear();
+  if (!same_layout) unverified.clear();  // chunk indices of another layout mean nothing here
+
+  const ChunkLayout layout(m, target.files, live);
+  std::vector<Piece> pieces;
+  std::set<uint32_t> left_unverified;
+  auto copy_whole = [&](ChunkIndex index, std::vector<codec::ChunkPiece>& chunk) -> Status {
+    for (const Piece& p : pieces) {
+      if (!p.live.empty()) {
+        memory_->Copy(p.live, p.file);
+        report.copied_bytes += p.live.size();
+      }
+    }
+    if (memory_->Hash(chunk, m.hash_algorithm) != m.chunk_hashes[index.value()]) {
+      return Corrupt("chunk " + std::to_string(index.value()) + " of v" +
+                     std::to_string(m.version.value()) +
+                     " does not match its manifest even as copied from the store's files");
+    }
+    return Status::Ok();
+  };
+  for (uint32_t i = 0; i < m.chunk_count(); ++i) {
+    const ChunkIndex index(i);
+    if (!layout.Build(index, pieces)) continue;
+    std::vector<codec::ChunkPiece> chunk = AsChunkPieces(pieces);
+    const bool was_unverified = unverified.contains(i);
+    const bool check = options.verify;
+    const Digest& want = m.chunk_hashes[i];
+    if (report.delta) {
+      const DeltaChunk& d = m.delta->chunks[i];
+      if (d.encoding == ChunkEncoding::kSame) {
+        ++report.chunks_unchanged;
+        if (was_unverified) {
+          if (!check) {
+            left_unverified.insert(i);
+          } else if (memory_->Hash(chunk, m.hash_algorithm) != want) {
+            RETURN_IF_ERROR(copy_whole(index, chunk));
+            ++report.chunks_repaired;
+          }
+        }
+        continue;
+      }
+      Status s;
+      Result<std::span<const uint8_t>> payload = target.delta->Payload(m, index);
+      if (payload.ok()) {
+        report.payload_bytes += payload->size();
+        s = memory_->Patch(*payload, held->chunk_hashes[i], chunk);
+      } else {
+        s = payload.status();
+      }
+      if (s.ok() && !check) {
+        left_unverified.insert(i);
+        ++report.chunks_patched;
+        continue;
+      }
+      if (s.ok() && memory_->Hash(chunk, m.hash_algorithm) == want) {
+        ++report.chunks_patched;
+        continue;
+      }
+      // A damaged payload, a damaged base (live bytes changed behind our back) or a decoder bug:
+      // never keep the result; take the chunk whole from the store.
+      if (report.note.empty()) {
+        report.note =
+            "chunk " + std::to_string(i) + ": " +
+            (s.ok() ? std::string("patched result does not match the manifest") : s.message()) +
+            "; copied whole";
+      }
+      RETURN_IF_ERROR(copy_whole(index, chunk));
+      ++report.chunks_repaired;
+      continue;
+    }
+    // No usable delta: copy what differs from the version held (same layout, same hash and
+    // checked), everything else.
+    if (same_layout && !was_unverified && held->chunk_hashes[i] == want) {
+      ++report.chunks_unchanged;
+      continue;
+    }
+    for (const Piece& p : pieces) {
+      if (!p.live.empty()) {
+        memory_->Copy(p.live, p.file);
+        report.copied_bytes += p.live.size();
+      }
+    }
+    ++report.chunks_copied;
+    if (!check) {
+      left_unverified.insert(i);
+    } else if (memory_->Hash(chunk, m.hash_algorithm) != want) {
+      return Corrupt("chunk " + std::to_string(i) + " of v" + std::to_string(m.version.value()) +
+                     " does not match its manifest as copied from the store's files");
+    }
+  }
+  held_ = target.manifest;
+  unverified_ = std::move(left_unverified);
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return report;
+}
+
+}  // namespace weightcast::live

@@ -1,0 +1,112 @@
+// Live tensors: the memory a sampler serves from, brought from one version to the next in place.
+//
+// A LiveSet is a set of registered tensors (the caller's memory) and the version they hold. Apply
+// brings them to a target version: when they hold the version the target's delta names as its
+// base, each changed chunk's payload is patched into them where they lie (a sparse payload
+// rewrites only the changed elements) and the chunk is then checked against the target manifest;
+// otherwise, or for a chunk whose payload or check fails, the chunk's bytes are copied from the
+// target's files and checked. Nothing diverges silently: a chunk that cannot be made to match the
+// manifest fails the apply, and the set then holds no version (the next Apply copies every chunk).
+// The argument is in docs/live.md.
+//
+// Thread-safety: none; one caller at a time (the Python binding holds a lock). Apply blocks on
+// memory work only (no I/O beyond reading the mapped files).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <weightcast/status.h>
+#include <weightcast/types.h>
+
+#include "codec/chunk_codec.h"
+#include "live/delta_file.h"
+#include "manifest/manifest.h"
+
+namespace weightcast::live {
+
+// One tensor a sampler serves from: memory the caller owns and keeps alive while it is
+// registered, little-endian, C-contiguous, exactly dtype x shape bytes.
+struct LiveTensor {
+  std::string name;
+  DType dtype = DType::kBF16;
+  std::vector<uint64_t> shape;
+  std::span<uint8_t> bytes;
+};
+
+// Where live tensors live, and the three things done to them: patch a chunk with a payload, copy
+// bytes in, hash a chunk. Host memory now (HostMemory); a device implementation (CUDA kernels
+// for the patch and the hash, cudaMemcpy for the copy) goes behind the same calls without
+// touching the protocol. A ChunkPiece's `live` span is then an address range in that memory.
+class TensorMemory {
+ public:
+  virtual ~TensorMemory() = default;
+  // codec::ApplyChunkInPlace: the live pieces hold the base chunk `base_hash` names.
+  virtual Status Patch(std::span<const uint8_t> payload, const Digest& base_hash,
+                       std::span<const codec::ChunkPiece> pieces) = 0;
+  virtual void Copy(std::span<uint8_t> live, std::span<const uint8_t> from) = 0;
+  virtual Digest Hash(std::span<const codec::ChunkPiece> pieces, HashAlgorithm algorithm) = 0;
+};
+std::unique_ptr<TensorMemory> HostMemory();
+
+// A version as a reader on this machine sees it: its manifest (which the store verified), its
+// files mapped read-only (one span per manifest file), and its delta payloads when kept.
+struct VersionView {
+  std::shared_ptr<const Manifest> manifest;
+  std::vector<std::span<const uint8_t>> files;
+  const DeltaFile* delta = nullptr;
+};
+
+struct ApplyOptions {
+  // Hash every chunk written and compare it with the target manifest. Off only for a step of a
+  // chain whose last step verifies: the set remembers the chunks it did not check, and the next
+  // verifying Apply checks them too.
+  bool verify = true;
+};
+
+struct ApplyReport {
+  Version from;  // what the tensors held before (0: nothing known)
+  Version to;
+  bool delta = false;  // patched from payloads; otherwise chunks were copied from the files
+  uint32_t chunks_patched = 0;
+  uint32_t chunks_copied = 0;
+  uint32_t chunks_unchanged = 0;
+  uint32_t chunks_repaired = 0;  // patched, failed the check, then copied whole
+  uint64_t payload_bytes = 0;    // payload bytes read
+  uint64_t copied_bytes = 0;     // bytes copied from the files into live tensors
+  double seconds = 0;
+  std::string note;  // why no delta was used, or what was repaired
+};
+
+class LiveSet {
+ public:
+  // kInvalidArgument for an empty or duplicate name, or bytes whose size is not dtype x shape.
+  static Result<std::unique_ptr<LiveSet>> Create(std::vector<LiveTensor> tensors,
+                                                 std::unique_ptr<TensorMemory> memory = nullptr);
+
+  // Brings the tensors to `target` (see the file comment). Before anything is written, every
+  // registered tensor must be in the target with the same dtype and shape: kFailedPrecondition
+  // naming the first that is not, the tensors untouched and still holding their version. Tensors
+  // of the target that are not registered are not read. kCorrupt when a chunk cannot be made to
+  // match the manifest even from the files: the tensors then hold no known version.
+  Result<ApplyReport> Apply(const VersionView& target, const ApplyOptions& options = {});
+
+  // The version the tensors hold (0 when none is known), and its manifest.
+  Version version() const;
+  const std::shared_ptr<const Manifest>& held() const { return held_; }
+  const std::vector<LiveTensor>& tensors() const { return tensors_; }
+
+ private:
+  LiveSet(std::vector<LiveTensor> tensors, std::unique_ptr<TensorMemory> memory);
+
+  std::vector<LiveTensor> tensors_;
+  std::unique_ptr<TensorMemory> memory_;
+  std::shared_ptr<const Manifest> held_;  // null: no known version
+  std::set<uint32_t> unverified_;         // chunks of held_ written without a check
+};
+
+}  // namespace weightcast::live

@@ -1,0 +1,83 @@
+#include "live/store_view.h"
+
+#include "store/store.h"
+
+namespace weightcast::live {
+
+Result<std::unique_ptr<OpenedVersion>> OpenedVersion::Open(const std::filesystem::path& store_root,
+                                                           std::string_view channel,
+                                                           Version version) {
+  StoreOptions options;
+  options.read_only = true;
+  ASSIGN_OR_RETURN(Store store, Store::Open(store_root, options));
+  ASSIGN_OR_RETURN(Manifest manifest, store.GetManifest(channel, version));
+  auto out = std::unique_ptr<OpenedVersion>(new OpenedVersion());
+  const std::filesystem::path dir = store.VersionPath(channel, version);
+  for (const ManifestFile& f : manifest.files) {
+    Result<MappedFile> file = MappedFile::Open(dir / f.path);
+    if (!file.ok()) {
+      return NotFound("v" + std::to_string(version.value()) + " of " + std::string(channel) +
+                      " is gone from " + store_root.string() + ": " + file.status().message());
+    }
+    out->files_.push_back(std::move(*file));
+  }
+  Result<DeltaFile> delta = DeltaFile::Open(store_root, manifest);
+  if (delta.ok()) out->delta_ = std::move(*delta);
+  out->manifest_ = std::make_shared<const Manifest>(std::move(manifest));
+  return out;
+}
+
+VersionView OpenedVersion::view() const {
+  VersionView v;
+  v.manifest = manifest_;
+  for (const MappedFile& f : files_) v.files.push_back(f.bytes());
+  v.delta = delta_.has_value() ? &*delta_ : nullptr;
+  return v;
+}
+
+Result<ApplyReport> ApplyFromStore(const std::filesystem::path& store_root,
+                                   std::string_view channel, Version version, LiveSet& live) {
+  ASSIGN_OR_RETURN(std::unique_ptr<OpenedVersion> target,
+                   OpenedVersion::Open(store_root, channel, version));
+  // A chain: every version after the held one up to the target, each a delta onto the one
+  // before it, with its delta file.
+  std::vector<std::unique_ptr<OpenedVersion>> steps;
+  const Version held = live.version();
+  if (held.value() != 0 && held.value() + 1 < version.value()) {
+    for (uint64_t v = held.value() + 1; v < version.value(); ++v) {
+      Result<std::unique_ptr<OpenedVersion>> step =
+          OpenedVersion::Open(store_root, channel, Version(v));
+      if (!step.ok() || !(*step)->has_delta()) {
+        steps.clear();
+        break;
+      }
+      steps.push_back(std::move(*step));
+    }
+    if (!steps.empty() && !target->has_delta()) steps.clear();
+  }
+  ApplyReport total;
+  total.from = held;
+  total.to = version;
+  total.delta = true;
+  auto add = [&](const ApplyReport& r) {
+    total.delta = total.delta && r.delta;
+    total.chunks_patched += r.chunks_patched;
+    total.chunks_copied += r.chunks_copied;
+    total.chunks_unchanged += r.chunks_unchanged;
+    total.chunks_repaired += r.chunks_repaired;
+    total.payload_bytes += r.payload_bytes;
+    total.copied_bytes += r.copied_bytes;
+    total.seconds += r.seconds;
+    if (total.note.empty()) total.note = r.note;
+  };
+  for (const auto& step : steps) {
+    Result<ApplyReport> r = live.Apply(step->view(), ApplyOptions{.verify = false});
+    if (!r.ok()) break;  // the final Apply below copies whatever the chain left unknown
+    add(*r);
+  }
+  ASSIGN_OR_RETURN(const ApplyReport last, live.Apply(target->view()));
+  add(last);
+  return total;
+}
+
+}  // namespace weightcast::live

@@ -1,0 +1,199 @@
+"""LiveTensors: samplers' live tensors brought to each version in place or by a flip, touching only
+the changed elements, checked against the manifest (docs/live.md)."""
+
+import multiprocessing
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import weightcast
+from conftest import SMALL_CHUNK
+
+
+def model(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "embed": torch.randn(512, 256, generator=g).to(torch.bfloat16),
+        "norm": torch.randn(256, generator=g),
+        "proj": torch.randn(300, 333, generator=g).to(torch.bfloat16),
+        "step": torch.tensor([0], dtype=torch.int64),
+    }
+
+
+def rl_step(state, seed):
+    """~1% of the bf16 elements move by one ulp; the int64 counter moves too."""
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, t in state.items():
+        if t.dtype == torch.bfloat16:
+            bits = t.view(torch.int16).clone()
+            mask = torch.rand(bits.shape, generator=g) < 0.01
+            bits[mask] += 1
+            out[name] = bits.view(torch.bfloat16)
+        else:
+            out[name] = t.clone()
+    out["step"] = state["step"] + 1
+    return out
+
+
+def same(a, b):
+    return all(torch.equal(a[n].view(torch.uint8) if a[n].dtype == torch.bfloat16 else a[n],
+                           b[n].view(torch.uint8) if b[n].dtype == torch.bfloat16 else b[n])
+               for n in a)
+
+
+@pytest.mark.parametrize("flip", [False, True])
+def test_each_step_is_patched_from_the_delta_bit_identical(store, local_publisher, flip):
+    state = model()
+    local_publisher.publish(state)
+    sub = weightcast.Subscriber(store, "policy")
+    mine = {n: torch.zeros_like(t) for n, t in state.items()}
+    live = weightcast.LiveTensors(mine, flip=flip)
+    sub.wait()
+    first = sub.update(live)
+    assert not first["delta"] and first["chunks_copied"] > 0
+    assert same(live.tensors, state)
+    for step in range(1, 5):
+        state = rl_step(state, step)
+        r = local_publisher.publish(state)
+        sub.wait(r.version)
+        report = sub.update(live)
+        assert same(live.tensors, state), step
+        assert report["version"] == r.version
+        if not flip or step >= 2:  # the second copy holds nothing until its first update
+            assert report["delta"], report["note"]
+            assert report["copied_bytes"] == 0
+            assert report["chunks_repaired"] == 0
+        assert live.version == r.version
+    sub.close()
+
+
+def test_flip_repoints_a_modules_parameters(store, local_publisher):
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.Linear(256, 8)).to(torch.bfloat16)
+    state = {n: t.detach().clone() for n, t in net.state_dict().items()}
+    local_publisher.publish(state)
+    sampler = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.Linear(256, 8)).to(torch.bfloat16)
+    live = weightcast.LiveTensors(sampler, flip=True)
+    sub = weightcast.Subscriber(store, "policy")
+    for step in range(3):
+        if step:
+            state = {n: t.clone() for n, t in rl_step(dict(state, step=torch.tensor([0])), step).items()
+                     if n != "step"}
+            local_publisher.publish(state)
+        v = sub.wait(step + 1)
+        report = sub.update(live)
+        assert report["blocked_seconds"] < 0.5
+        for n, t in sampler.state_dict().items():
+            assert torch.equal(t.view(torch.int16), state[n].view(torch.int16)), (step, n)
+        assert v.version == step + 1
+    sub.close()
+
+
+def test_a_damaged_live_tensor_is_repaired_not_kept(store, local_publisher):
+    state = model()
+    local_publisher.publish(state)
+    sub = weightcast.Subscriber(store, "policy")
+    live = weightcast.LiveTensors({n: torch.zeros_like(t) for n, t in state.items()})
+    sub.wait()
+    sub.update(live)
+    state = rl_step(state, 1)
+    local_publisher.publish(state)
+    live.tensors["embed"].view(torch.int16)[7, 7] ^= 0x100  # e.g. the caller wrote into the weights
+    sub.wait(2)
+    report = sub.update(live)
+    assert report["chunks_repaired"] == 1, report
+    assert "does not match" in report["note"]
+    assert same(live.tensors, state)
+    sub.close()
+
+
+def test_a_shape_mismatch_is_an_error_and_touches_nothing(store, local_publisher):
+    state = model()
+    local_publisher.publish(state)
+    sub = weightcast.Subscriber(store, "policy")
+    wrong = {"embed": torch.zeros(256, 512, dtype=torch.bfloat16)}
+    live = weightcast.LiveTensors(wrong)
+    sub.wait()
+    with pytest.raises(weightcast.FailedPreconditionError, match=r"embed.*\[256, 512\].*\[512, 256\]"):
+        sub.update(live)
+    assert torch.count_nonzero(wrong["embed"].view(torch.int16)) == 0
+    assert live.version == 0
+    sub.close()
+
+
+def test_numpy_arrays_and_bad_registrations(store, local_publisher):
+    arrays = {"a": np.arange(20000, dtype=np.float32), "b": np.arange(7, dtype=np.int16)}
+    local_publisher.publish(arrays)
+    mine = {n: np.zeros_like(a) for n, a in arrays.items()}
+    live = weightcast.LiveTensors(mine)
+    sub = weightcast.Subscriber(store, "policy")
+    sub.wait()
+    sub.update(live)
+    assert all(np.array_equal(mine[n], arrays[n]) for n in arrays)
+    with pytest.raises(weightcast.InvalidArgumentError, match="writable"):
+        ro = np.zeros(4, dtype=np.float32)
+        ro.flags.writeable = False
+        weightcast.LiveTensors({"x": ro})
+    with pytest.raises(weightcast.InvalidArgumentError, match="contiguous"):
+        weightcast.LiveTensors({"x": torch.zeros(4, 4).t()})
+    with pytest.raises(weightcast.FailedPreconditionError, match="update\\(\\) needs a version"):
+        weightcast.Subscriber(store, "policy").update(live)
+    sub.close()
+
+
+def _sampler(store, steps, conn):
+    sub = weightcast.Subscriber(store, "policy")
+    live = None
+    for version in range(1, steps + 1):
+        sub.wait(version, timeout=60)
+        if live is None:
+            v = sub.wait(version)
+            live = weightcast.LiveTensors({n: torch.zeros_like(t) for n, t in v.state_dict().items()})
+        report = sub.update(live, version)
+        digest = {n: t.view(torch.uint8).clone().numpy().tobytes() if t.dtype == torch.bfloat16
+                  else t.numpy().tobytes() for n, t in live.tensors.items()}
+        conn.send((version, report["delta"], digest))
+    sub.close()
+    conn.close()
+
+
+def test_two_sampler_processes_over_a_memory_store(tmp_path):
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") else str(tmp_path)
+    store = os.path.join(shm, f"wc-test-live-{os.getpid()}")
+    pub = weightcast.Publisher(store, "policy", chunk_size=SMALL_CHUNK)
+    ctx = multiprocessing.get_context("fork")
+    pipes, procs = [], []
+    steps = 4
+    try:
+        for _ in range(2):
+            parent, child = ctx.Pipe()
+            p = ctx.Process(target=_sampler, args=(store, steps, child))
+            p.start()
+            pipes.append(parent)
+            procs.append(p)
+        state = model()
+        for version in range(1, steps + 1):
+            if version > 1:
+                state = rl_step(state, version)
+            pub.publish(state)
+            want = {n: t.view(torch.uint8).numpy().tobytes() if t.dtype == torch.bfloat16
+                    else t.numpy().tobytes() for n, t in state.items()}
+            for conn in pipes:
+                assert conn.poll(60), "a sampler did not answer"
+                got_version, delta, digest = conn.recv()
+                assert got_version == version
+                assert delta == (version > 1)
+                assert digest == want
+        for p in procs:
+            p.join(30)
+            assert p.exitcode == 0
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        pub.close()
+        import shutil
+        shutil.rmtree(store, ignore_errors=True)

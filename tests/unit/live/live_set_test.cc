@@ -1,0 +1,277 @@
+#include "live/live_set.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <random>
+
+#include "format/safetensors.h"
+#include "live/delta_file.h"
+#include "live/store_view.h"
+#include "publish/version_builder.h"
+#include "store/store.h"
+#include "testing/temp_dir.h"
+
+namespace weightcast::live {
+namespace {
+
+namespace fs = std::filesystem;
+using ::weightcast::testing::TempDir;
+
+// A small model: two bf16 matrices around an f32 vector, so chunks hold several tensors and the
+// file header, and tensors cross chunk boundaries (64 KiB chunks).
+struct Model {
+  std::vector<uint16_t> a = std::vector<uint16_t>(256 * 512);
+  std::vector<float> b = std::vector<float>(1000);
+  std::vector<uint16_t> c = std::vector<uint16_t>(300 * 333);
+};
+
+Model FirstModel() {
+  Model m;
+  std::mt19937 rng(7);
+  for (auto& x : m.a) x = static_cast<uint16_t>(0x3c00 + rng() % 0x400);
+  for (auto& x : m.b) x = static_cast<float>(rng() % 1000) / 7.0f;
+  for (auto& x : m.c) x = static_cast<uint16_t>(0x3c00 + rng() % 0x400);
+  return m;
+}
+
+// An RL-like step: ~1% of the bf16 elements move by one ulp.
+void Step(Model& m, uint32_t seed) {
+  std::mt19937 rng(seed);
+  for (auto& x : m.a)
+    if (rng() % 100 == 0) ++x;
+  for (auto& x : m.c)
+    if (rng() % 100 == 0) --x;
+}
+
+template <typename T>
+std::span<const uint8_t> Bytes(const std::vector<T>& v) {
+  return {reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(T)};
+}
+
+void WriteModel(const fs::path& dir, const Model& m) {
+  fs::create_directories(dir);
+  std::vector<TensorSpec> specs = {
+      {"a", DType::kBF16, {256, 512}}, {"b", DType::kF32, {1000}}, {"c", DType::kBF16, {300, 333}}};
+  auto w = SafetensorsWriter::Create(dir / "model.safetensors", specs);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  ASSERT_TRUE((*w)->Append(Bytes(m.a)).ok());
+  ASSERT_TRUE((*w)->Append(Bytes(m.b)).ok());
+  ASSERT_TRUE((*w)->Append(Bytes(m.c)).ok());
+  ASSERT_TRUE((*w)->Finish().ok());
+}
+
+struct Fixture {
+  TempDir dir;
+  fs::path root = dir.path() / "store";
+  std::optional<Store> store;
+  Model model = FirstModel();
+  uint32_t steps = 0;
+
+  Fixture() {
+    auto s = Store::Open(root);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    store.emplace(std::move(*s));
+  }
+
+  // Publishes the model as the next version, with a delta file when it is a delta.
+  Version Publish(bool delta_file = true) {
+    const fs::path src = dir.path() / ("step-" + std::to_string(steps++));
+    WriteModel(src, model);
+    publish::PrepareOptions o;
+    o.channel = "policy";
+    o.secret = "test";
+    o.build.chunk_size = kMinChunkSize;
+    o.build.algorithm = HashAlgorithm::kXxh3_128;
+    o.build.threads = 1;
+    o.codec.threads = 1;
+    o.import = publish::ImportPolicy::kCopy;
+    if (delta_file) {
+      o.before_commit = [this](const Manifest& m, const agent::PayloadCache* payloads) -> Status {
+        if (payloads == nullptr) return Status::Ok();
+        return WriteDeltaFile(root, m, [&](ChunkIndex i) -> std::span<const uint8_t> {
+          auto p = payloads->Get(i);
+          return p ? std::span<const uint8_t>(*p) : std::span<const uint8_t>();
+        });
+      };
+    }
+    auto v = publish::PrepareVersion(*store, src, o);
+    EXPECT_TRUE(v.ok()) << v.status().ToString();
+    return v->manifest.version;
+  }
+};
+
+// The sampler's own copy of the weights.
+struct Live {
+  Model m;
+  std::unique_ptr<LiveSet> set;
+  Live() {
+    std::vector<LiveTensor> t = {
+        {"a", DType::kBF16, {256, 512}, {reinterpret_cast<uint8_t*>(m.a.data()), m.a.size() * 2}},
+        {"b", DType::kF32, {1000}, {reinterpret_cast<uint8_t*>(m.b.data()), m.b.size() * 4}},
+        {"c", DType::kBF16, {300, 333}, {reinterpret_cast<uint8_t*>(m.c.data()), m.c.size() * 2}}};
+    auto s = LiveSet::Create(std::move(t));
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    set = std::move(*s);
+  }
+  bool Equals(const Model& other) const {
+    return m.a == other.a && m.b == other.b && m.c == other.c;
+  }
+};
+
+TEST(LiveSet, AFirstApplyCopiesEverythingAndVerifies) {
+  Fixture f;
+  const Version v1 = f.Publish();
+  Live live;
+  auto r = ApplyFromStore(f.root, "policy", v1, *live.set);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(live.Equals(f.model));
+  EXPECT_FALSE(r->delta);
+  EXPECT_GT(r->chunks_copied, 0u);
+  EXPECT_EQ(live.set->version(), v1);
+}
+
+TEST(LiveSet, ADeltaIsPatchedInPlaceTouchingOnlyPayloads) {
+  Fixture f;
+  const Version v1 = f.Publish();
+  Live live;
+  ASSERT_TRUE(ApplyFromStore(f.root, "policy", v1, *live.set).ok());
+  Step(f.model, 1);
+  const Version v2 = f.Publish();
+  auto r = ApplyFromStore(f.root, "policy", v2, *live.set);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->delta) << r->note;
+  EXPECT_GT(r->chunks_patched, 0u);
+  EXPECT_EQ(r->chunks_copied, 0u);
+  EXPECT_EQ(r->chunks_repaired, 0u);
+  EXPECT_EQ(r->copied_bytes, 0u);
+  EXPECT_GT(r->payload_bytes, 0u);
+  EXPECT_TRUE(live.Equals(f.model));
+  EXPECT_EQ(live.set->version(), v2);
+}
+
+TEST(LiveSet, AChainOfDeltasBringsASecondBufferTwoVersionsBehind) {
+  Fixture f;
+  const Version v1 = f.Publish();
+  Live live;
+  ASSERT_TRUE(ApplyFromStore(f.root, "policy", v1, *live.set).ok());
+  Step(f.model, 1);
+  f.Publish();
+  Step(f.model, 2);
+  const Version v3 = f.Publish();
+  auto r = ApplyFromStore(f.root, "policy", v3, *live.set);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->delta) << r->note;
+  EXPECT_EQ(r->chunks_copied + r->chunks_repaired, 0u);
+  EXPECT_TRUE(live.Equals(f.model));
+}
+
+TEST(LiveSet, WithoutTheDeltasBaseOnlyTheChangedChunksAreCopied) {
+  Fixture f;
+  const Version v1 = f.Publish();
+  Live live;
+  ASSERT_TRUE(ApplyFromStore(f.root, "policy", v1, *live.set).ok());
+  // Change only tensor b: every chunk without b's bytes is unchanged.
+  f.model.b[3] += 1.0f;
+  const Version v2 = f.Publish(/*delta_file=*/false);
+  auto r = ApplyFromStore(f.root, "policy", v2, *live.set);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->delta);
+  EXPECT_NE(r->note.find("no delta file"), std::string::npos) << r->note;
+  EXPECT_GE(r->chunks_copied, 1u);
+  EXPECT_LE(r->chunks_copied, 2u);
+  EXPECT_GT(r->chunks_unchanged, 5u);
+  EXPECT_TRUE(live.Equals(f.model));
+}
+
+TEST(LiveSet, ADamagedBaseIsCaughtAndTheChunkCopiedWhole) {
+  Fixture f;
+  const Version v1 = f.Publish();
+  Live live;
+  ASSERT_TRUE(ApplyFromStore(f.root, "policy", v1, *live.set).ok());
+  Step(f.model, 1);
+  const Version v2 = f.Publish();
+  live.m.a[1000] ^= 0x40;  // a memory error, or a caller writing into the weights
+  auto r = ApplyFromStore(f.root, "policy", v2, *live.set);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->chunks_repaired, 1u);
+  EXPECT_NE(r->note.find("does not match"), std::string::npos) << r->note;
+  EXPECT_TRUE(live.Equals(f.model));
+}
+
+TEST(LiveSet, ACorruptedPayloadIsRefusedBeforeDecodingAndTheChunkCopiedWhole) {
+  Fixture f;
+  const Version v1 = f.Publish();
+  Live live;
+  ASSERT_TRUE(ApplyFromStore(f.root, "policy", v1, *live.set).ok());
+  Step(f.model, 1);
+  const Version v2 = f.Publish();
+  // Flip one bit in the last payload byte of the delta file.
+  const fs::path path = DeltaFilePath(f.root, "policy", v2);
+  {
+    std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekg(-1, std::ios::end);
+    char c = 0;
+    io.get(c);
+    io.seekp(-1, std::ios::end);
+    io.put(static_cast<char>(c ^ 1));
+  }
+  auto r = ApplyFromStore(f.root, "policy", v2, *live.set);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->chunks_repaired, 1u);
+  EXPECT_NE(r->note.find("payload hash"), std::string::npos) << r->note;
+  EXPECT_TRUE(live.Equals(f.model));
+}
+
+TEST(LiveSet, AShapeMismatchIsAnErrorAndLeavesTheLiveWeightsUntouched) {
+  Fixture f;
+  const Version v1 = f.Publish();
+  std::vector<uint16_t> wrong(256 * 512);
+  std::vector<LiveTensor> t = {{"a",
+                                DType::kBF16,
+                                {512, 256},
+                                {reinterpret_cast<uint8_t*>(wrong.data()), wrong.size() * 2}}};
+  auto set = LiveSet::Create(std::move(t));
+  ASSERT_TRUE(set.ok());
+  auto r = ApplyFromStore(f.root, "policy", v1, **set);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("BF16 [512, 256]"), std::string::npos)
+      << r.status().message();
+  EXPECT_NE(r.status().message().find("BF16 [256, 512]"), std::string::npos)
+      << r.status().message();
+  for (uint16_t x : wrong) ASSERT_EQ(x, 0);
+  EXPECT_EQ((*set)->version(), Version(0));
+}
+
+TEST(LiveSet, ASubsetOfTensorsIsServedAndTheRestIgnored) {
+  Fixture f;
+  const Version v1 = f.Publish();
+  std::vector<float> b(1000);
+  std::vector<LiveTensor> t = {
+      {"b", DType::kF32, {1000}, {reinterpret_cast<uint8_t*>(b.data()), b.size() * 4}}};
+  auto set = LiveSet::Create(std::move(t));
+  ASSERT_TRUE(set.ok());
+  ASSERT_TRUE(ApplyFromStore(f.root, "policy", v1, **set).ok());
+  EXPECT_EQ(b, f.model.b);
+  f.model.b[999] = -1.0f;
+  Step(f.model, 4);
+  const Version v2 = f.Publish();
+  auto r = ApplyFromStore(f.root, "policy", v2, **set);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(b, f.model.b);
+}
+
+TEST(LiveSet, RegistrationChecksSizes) {
+  std::vector<uint8_t> bytes(10);
+  EXPECT_EQ(LiveSet::Create({{"x", DType::kBF16, {4}, bytes}}).status().code(),
+            Code::kInvalidArgument);
+  EXPECT_EQ(LiveSet::Create({{"x", DType::kU8, {10}, bytes}, {"x", DType::kU8, {10}, bytes}})
+                .status()
+                .code(),
+            Code::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace weightcast::live
