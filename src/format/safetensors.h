@@ -90,6 +90,16 @@ struct TensorSpec {
 // Streams a safetensors file to disk in bounded memory: the header is written first (tensors
 // laid out in the given order, 8-byte aligned data), then the data of each tensor in that order
 // through Append. Not thread-safe. Finish() checks every byte was written and fsyncs.
+// The header of a safetensors file laying out `tensors` in the given order: the 8-byte length,
+// the JSON, then spaces so the data section starts at a multiple of 8 (readers may then map
+// tensors of 8-byte types in place). kInvalidArgument for empty, duplicate or reserved names.
+struct EncodedHeader {
+  std::string bytes;        // length prefix + padded JSON
+  uint64_t data_bytes = 0;  // size of the data section it declares
+};
+Result<EncodedHeader> EncodeSafetensorsHeader(const std::vector<TensorSpec>& tensors,
+                                              const std::map<std::string, std::string>& metadata);
+
 class SafetensorsWriter {
  public:
   static Result<std::unique_ptr<SafetensorsWriter>> Create(

@@ -117,14 +117,9 @@ class FileSafetensorsWriter final : public SafetensorsWriter {
   std::vector<uint8_t> buffer_;
 };
 
-struct EncodedHeader {
-  std::string bytes;        // length prefix + padded JSON
-  uint64_t data_bytes = 0;  // size of the data section it declares
-};
+}  // namespace
 
-// Builds the header bytes: 8-byte length, JSON, then spaces so the data section starts at a
-// multiple of 8 (readers may then map tensors of 8-byte types in place).
-Result<EncodedHeader> BuildHeader(const std::vector<TensorSpec>& tensors,
+Result<EncodedHeader> EncodeSafetensorsHeader(const std::vector<TensorSpec>& tensors,
                                   const std::map<std::string, std::string>& metadata) {
   // ordered_json keeps the layout order in the header, which makes files easy to read by eye.
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
@@ -169,12 +164,10 @@ Result<EncodedHeader> BuildHeader(const std::vector<TensorSpec>& tensors,
   return EncodedHeader{std::move(out), offset};
 }
 
-}  // namespace
-
 Result<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Create(
     const std::filesystem::path& path, std::vector<TensorSpec> tensors,
     const std::map<std::string, std::string>& metadata) {
-  Result<EncodedHeader> header = BuildHeader(tensors, metadata);
+  Result<EncodedHeader> header = EncodeSafetensorsHeader(tensors, metadata);
   if (!header.ok()) return header.status().WithContext(path.string());
 
   // A name no other writer will pick: a dot file beside the target, so directory listings that

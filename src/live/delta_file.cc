@@ -60,13 +60,18 @@ fs::path DeltaFilePath(const fs::path& store_root, std::string_view channel, Ver
 
 Status WriteDeltaFile(const fs::path& store_root, const Manifest& manifest,
                       const PayloadOf& payload_of) {
+  return WriteDeltaFileAt(DeltaFilePath(store_root, manifest.channel, manifest.version), manifest,
+                          payload_of);
+}
+
+Status WriteDeltaFileAt(const fs::path& path, const Manifest& manifest,
+                        const PayloadOf& payload_of) {
   if (!manifest.delta.has_value()) return InvalidArgument("version has no delta table");
   const DeltaInfo& d = *manifest.delta;
   if (d.chunks.size() != manifest.chunk_count()) {
     return InvalidArgument("delta table has " + std::to_string(d.chunks.size()) +
                            " chunks, the manifest " + std::to_string(manifest.chunk_count()));
   }
-  const fs::path path = DeltaFilePath(store_root, manifest.channel, manifest.version);
   std::error_code ec;
   fs::create_directories(path.parent_path(), ec);
   if (ec) return IoError("mkdir " + path.parent_path().string() + ": " + ec.message());
@@ -104,9 +109,12 @@ Status WriteDeltaFile(const fs::path& store_root, const Manifest& manifest,
 }
 
 Result<DeltaFile> DeltaFile::Open(const fs::path& store_root, const Manifest& manifest) {
+  return OpenAt(DeltaFilePath(store_root, manifest.channel, manifest.version), manifest);
+}
+
+Result<DeltaFile> DeltaFile::OpenAt(const fs::path& path, const Manifest& manifest) {
   if (!manifest.delta.has_value()) return NotFound("version has no delta table");
   const DeltaInfo& d = *manifest.delta;
-  const fs::path path = DeltaFilePath(store_root, manifest.channel, manifest.version);
   std::error_code ec;
   if (!fs::exists(path, ec)) return NotFound("no delta file " + path.string());
   DeltaFile out;

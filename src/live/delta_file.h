@@ -37,6 +37,9 @@ using PayloadOf = std::function<std::span<const uint8_t>(ChunkIndex index)>;
 // at most a cache. Replaces an older file of the same version.
 Status WriteDeltaFile(const std::filesystem::path& store_root, const Manifest& manifest,
                       const PayloadOf& payload_of);
+// The same, at an explicit path (a memory channel's directory).
+Status WriteDeltaFileAt(const std::filesystem::path& path, const Manifest& manifest,
+                        const PayloadOf& payload_of);
 
 // A delta file opened read-only against the manifest it must belong to.
 class DeltaFile {
@@ -45,6 +48,7 @@ class DeltaFile {
   // payload total, file size). kNotFound when there is no file; kCorrupt when it does not belong
   // to `manifest` or is truncated. Payload hashes are checked later, one by one (Payload).
   static Result<DeltaFile> Open(const std::filesystem::path& store_root, const Manifest& manifest);
+  static Result<DeltaFile> OpenAt(const std::filesystem::path& path, const Manifest& manifest);
 
   // The payload of chunk `index`, checked against the manifest's payload hash (kCorrupt if it
   // differs). Empty for a `same` chunk.

@@ -4,6 +4,12 @@
 
 namespace weightcast::live {
 
+OpenedVersion::OpenedVersion(Manifest manifest, std::vector<MappedFile> files,
+                             std::optional<DeltaFile> delta)
+    : manifest_(std::make_shared<const Manifest>(std::move(manifest))),
+      files_(std::move(files)),
+      delta_(std::move(delta)) {}
+
 Result<std::unique_ptr<OpenedVersion>> OpenedVersion::Open(const std::filesystem::path& store_root,
                                                            std::string_view channel,
                                                            Version version) {
@@ -11,20 +17,19 @@ Result<std::unique_ptr<OpenedVersion>> OpenedVersion::Open(const std::filesystem
   options.read_only = true;
   ASSIGN_OR_RETURN(Store store, Store::Open(store_root, options));
   ASSIGN_OR_RETURN(Manifest manifest, store.GetManifest(channel, version));
-  auto out = std::unique_ptr<OpenedVersion>(new OpenedVersion());
   const std::filesystem::path dir = store.VersionPath(channel, version);
+  std::vector<MappedFile> files;
   for (const ManifestFile& f : manifest.files) {
     Result<MappedFile> file = MappedFile::Open(dir / f.path);
     if (!file.ok()) {
       return NotFound("v" + std::to_string(version.value()) + " of " + std::string(channel) +
                       " is gone from " + store_root.string() + ": " + file.status().message());
     }
-    out->files_.push_back(std::move(*file));
+    files.push_back(std::move(*file));
   }
-  Result<DeltaFile> delta = DeltaFile::Open(store_root, manifest);
-  if (delta.ok()) out->delta_ = std::move(*delta);
-  out->manifest_ = std::make_shared<const Manifest>(std::move(manifest));
-  return out;
+  std::optional<DeltaFile> delta;
+  if (Result<DeltaFile> d = DeltaFile::Open(store_root, manifest); d.ok()) delta = std::move(*d);
+  return std::make_unique<OpenedVersion>(std::move(manifest), std::move(files), std::move(delta));
 }
 
 VersionView OpenedVersion::view() const {
@@ -35,25 +40,21 @@ VersionView OpenedVersion::view() const {
   return v;
 }
 
-Result<ApplyReport> ApplyFromStore(const std::filesystem::path& store_root,
-                                   std::string_view channel, Version version, LiveSet& live) {
-  ASSIGN_OR_RETURN(std::unique_ptr<OpenedVersion> target,
-                   OpenedVersion::Open(store_root, channel, version));
+Result<ApplyReport> ApplyChain(Version version, LiveSet& live, const OpenVersionFn& open) {
+  ASSIGN_OR_RETURN(std::unique_ptr<OpenedVersion> target, open(version));
   // A chain: every version after the held one up to the target, each a delta onto the one
   // before it, with its delta file.
   std::vector<std::unique_ptr<OpenedVersion>> steps;
   const Version held = live.version();
-  if (held.value() != 0 && held.value() + 1 < version.value()) {
+  if (held.value() != 0 && held.value() + 1 < version.value() && target->has_delta()) {
     for (uint64_t v = held.value() + 1; v < version.value(); ++v) {
-      Result<std::unique_ptr<OpenedVersion>> step =
-          OpenedVersion::Open(store_root, channel, Version(v));
+      Result<std::unique_ptr<OpenedVersion>> step = open(Version(v));
       if (!step.ok() || !(*step)->has_delta()) {
         steps.clear();
         break;
       }
       steps.push_back(std::move(*step));
     }
-    if (!steps.empty() && !target->has_delta()) steps.clear();
   }
   ApplyReport total;
   total.from = held;
@@ -78,6 +79,13 @@ Result<ApplyReport> ApplyFromStore(const std::filesystem::path& store_root,
   ASSIGN_OR_RETURN(const ApplyReport last, live.Apply(target->view()));
   add(last);
   return total;
+}
+
+Result<ApplyReport> ApplyFromStore(const std::filesystem::path& store_root,
+                                   std::string_view channel, Version version, LiveSet& live) {
+  return ApplyChain(version, live, [&](Version v) {
+    return OpenedVersion::Open(store_root, channel, v);
+  });
 }
 
 }  // namespace weightcast::live

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -26,6 +27,9 @@ class OpenedVersion {
   // kNotFound when the channel has no such committed version (any more).
   static Result<std::unique_ptr<OpenedVersion>> Open(const std::filesystem::path& store_root,
                                                      std::string_view channel, Version version);
+  // From parts a caller opened itself (a memory channel's slot and files).
+  OpenedVersion(Manifest manifest, std::vector<MappedFile> files, std::optional<DeltaFile> delta);
+
   VersionView view() const;
   const Manifest& manifest() const { return *manifest_; }
   bool has_delta() const { return delta_.has_value(); }
@@ -35,6 +39,14 @@ class OpenedVersion {
   std::vector<MappedFile> files_;
   std::optional<DeltaFile> delta_;
 };
+
+using OpenVersionFn = std::function<Result<std::unique_ptr<OpenedVersion>>(Version)>;
+
+// Brings `live` to `version`, opening versions with `open`: when the tensors hold an older
+// version and every version in between opens with a delta file, the deltas are applied one
+// after another, only the last step verifying (it checks every chunk any step wrote); otherwise
+// one Apply of `version` itself, which copies the chunks that differ.
+Result<ApplyReport> ApplyChain(Version version, LiveSet& live, const OpenVersionFn& open);
 
 // Brings `live` to `version` of the store's `channel`. When the tensors hold an older version
 // and the store keeps every version in between with its delta file, the deltas are applied one
