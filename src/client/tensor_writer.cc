@@ -1,4 +1,4 @@
-#include "tensor_writer.h"
+#include "client/tensor_writer.h"
 
 #include <algorithm>
 #include <set>
@@ -8,7 +8,7 @@
 #include "manifest/builder.h"
 #include "util/text.h"
 
-namespace weightcast::python {
+namespace weightcast::client {
 
 Status WriteTensorsFile(const std::filesystem::path& path, std::vector<TensorBytes> tensors) {
   std::set<std::string_view> names;
@@ -73,4 +73,4 @@ Result<LocalPublishResult> CommitDirectory(Store& store, std::string_view channe
   return result;
 }
 
-}  // namespace weightcast::python
+}  // namespace weightcast::client
