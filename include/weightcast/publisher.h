@@ -160,7 +160,9 @@ class Publisher {
 
   // Deals with the pending publishes as `pending` says, stops seeding, joins the publisher's
   // threads and releases the store. Later calls fail with kFailedPrecondition; handles stay
-  // valid (their results were set). Idempotent; blocks.
+  // valid (their results were set). Idempotent; blocks. A coordinated publish waits out a
+  // coordinator that went away (as Publish does), so kFinish waits for it too; kAbort does not.
+  // Safe at process exit as long as the caller's buffers of copy-false publishes still live.
   void Close(PendingPublishes pending = PendingPublishes::kFinish);
 
   struct Impl;
