@@ -3,11 +3,8 @@
 #include <pybind11/stl.h>
 
 #include <cmath>
-#include <cstdio>
 #include <map>
-#include <memory>
-
-#include "net/handshake.h"
+#include <string>
 
 namespace weightcast::python {
 
@@ -89,9 +86,9 @@ std::optional<std::chrono::nanoseconds> ToDuration(std::optional<double> seconds
   return std::chrono::nanoseconds(static_cast<int64_t>(*seconds * 1e9));
 }
 
-std::vector<TensorBytes> TensorsFromPython(const py::list& tensors,
-                                           std::vector<py::buffer_info>& pinned) {
-  std::vector<TensorBytes> items;
+std::vector<TensorView> TensorsFromPython(const py::list& tensors,
+                                          std::vector<py::buffer_info>& pinned) {
+  std::vector<TensorView> items;
   pinned.clear();
   pinned.reserve(tensors.size());  // no reallocation: the spans point into these
   items.reserve(tensors.size());
@@ -99,9 +96,9 @@ std::vector<TensorBytes> TensorsFromPython(const py::list& tensors,
     auto tuple = item.cast<py::tuple>();
     if (tuple.size() != 4)
       Throw(InvalidArgument("a tensor entry is not (name, dtype, shape, buffer)"));
-    TensorBytes t;
+    TensorView t;
     t.name = tuple[0].cast<std::string>();
-    t.dtype = ValueOrThrow(ParseDType(tuple[1].cast<std::string>()));
+    t.dtype = tuple[1].cast<std::string>();
     t.shape = tuple[2].cast<std::vector<uint64_t>>();
     pinned.push_back(tuple[3].cast<py::buffer>().request());
     const py::buffer_info& info = pinned.back();
@@ -111,44 +108,6 @@ std::vector<TensorBytes> TensorsFromPython(const py::list& tensors,
     items.push_back(std::move(t));
   }
   return items;
-}
-
-metrics::Logger MakeLogger(const std::string& component, const std::string& level,
-                           const std::string& file) {
-  metrics::LogLevel min_level;
-  if (level == "debug") {
-    min_level = metrics::LogLevel::kDebug;
-  } else if (level == "info") {
-    min_level = metrics::LogLevel::kInfo;
-  } else if (level == "warn") {
-    min_level = metrics::LogLevel::kWarn;
-  } else if (level == "error") {
-    min_level = metrics::LogLevel::kError;
-  } else {
-    Throw(InvalidArgument("log_level must be debug, info, warn or error, not '" + level + "'"));
-  }
-  if (file.empty()) {
-    metrics::Logger logger(component);
-    logger.set_min_level(min_level);
-    return logger;
-  }
-  std::shared_ptr<FILE> out(std::fopen(file.c_str(), "ae"), [](FILE* f) {
-    if (f != nullptr) std::fclose(f);
-  });
-  if (out == nullptr) Throw(ErrnoStatus("fopen(" + file + ")", errno));
-  metrics::Logger logger(component, metrics::LogFormat::kText, [out](std::string_view line) {
-    std::fwrite(line.data(), 1, line.size(), out.get());
-    std::fputc('\n', out.get());
-    std::fflush(out.get());
-  });
-  logger.set_min_level(min_level);
-  return logger;
-}
-
-std::string LoadSecret(const std::optional<std::string>& secret_file) {
-  Result<std::string> secret = net::LoadClusterSecret(secret_file.value_or(""));
-  if (!secret.ok()) Throw(secret.status().WithContext("cluster secret"));
-  return std::move(secret).value();
 }
 
 }  // namespace weightcast::python

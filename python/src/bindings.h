@@ -1,5 +1,7 @@
-// Helpers every binding file of the `_weightcast` extension shares: C++ Status -> Python
-// exception, tensors handed over from Python, loggers for the in-process daemons.
+// Helpers every binding file of the `_weightcast` extension shares: Status -> Python exception,
+// timeouts and tensors handed over from Python. The extension binds the public C++ API only
+// (<weightcast/...>, docs/cpp_api.md); each binding file registers its classes with one
+// Register* function that module.cc calls at import.
 // Every function here needs the GIL unless it says otherwise.
 #pragma once
 
@@ -7,13 +9,10 @@
 
 #include <chrono>
 #include <optional>
-#include <string>
 #include <vector>
 
 #include <weightcast/status.h>
-
-#include "metrics/log.h"
-#include "tensor_writer.h"
+#include <weightcast/tensor.h>
 
 namespace weightcast::python {
 
@@ -40,22 +39,40 @@ std::optional<std::chrono::nanoseconds> ToDuration(std::optional<double> seconds
 
 // Tensors from Python: a list of (name, safetensors dtype name, shape, buffer) whose buffers are
 // C-contiguous (python/weightcast/_tensors.py prepares them). The buffer_infos pin the memory:
-// keep `pinned` alive while the returned spans are used (with the GIL released).
-std::vector<TensorBytes> TensorsFromPython(const py::list& tensors,
-                                           std::vector<py::buffer_info>& pinned);
+// keep `pinned` alive while the returned views are used (with the GIL released).
+std::vector<TensorView> TensorsFromPython(const py::list& tensors,
+                                          std::vector<py::buffer_info>& pinned);
 
-// A logger for an in-process daemon: events at `level` ("debug", "info", "warn", "error") and
-// above, appended to `file` (stderr when empty). Thread-safe; needs no GIL once made.
-metrics::Logger MakeLogger(const std::string& component, const std::string& level,
-                           const std::string& file);
+// Calls `wait(slice)` (with the GIL released) in slices of at most 200 ms until it returns
+// anything but kDeadlineExceeded or `timeout` passes, checking for Ctrl-C between slices (a
+// KeyboardInterrupt then propagates). Returns the last result.
+template <typename T, typename Fn>
+Result<T> WaitInSlices(std::optional<std::chrono::nanoseconds> timeout, Fn&& wait) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = timeout ? Clock::now() + *timeout : Clock::time_point::max();
+  constexpr auto kSlice = std::chrono::milliseconds(200);
+  while (true) {
+    const auto now = Clock::now();
+    const std::chrono::nanoseconds slice =
+        deadline == Clock::time_point::max()
+            ? std::chrono::nanoseconds(kSlice)
+            : std::min<std::chrono::nanoseconds>(
+                  kSlice, std::max<Clock::duration>(deadline - now, Clock::duration::zero()));
+    Result<T> result = [&] {
+      py::gil_scoped_release release;
+      return wait(slice);
+    }();
+    if (result.ok() || result.status().code() != Code::kDeadlineExceeded ||
+        Clock::now() >= deadline) {
+      return result;
+    }
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+  }
+}
 
-// The cluster secret from `secret_file`, or $WEIGHTCAST_SECRET when None (never from an argument
-// value: argv and Python reprs leak).
-std::string LoadSecret(const std::optional<std::string>& secret_file);
-
-// Registers the coordinated Publisher (remote.cc).
-void RegisterRemote(py::module_& m);
-// Registers the live tensors (live_module.cc).
-void RegisterLive(py::module_& m);
+// Registers the classes of each binding file (publisher_module.cc, subscriber_module.cc).
+void RegisterPublisher(py::module_& m);
+void RegisterSubscriber(py::module_& m);
+void RegisterLive(py::module_& m);  // live_module.cc
 
 }  // namespace weightcast::python

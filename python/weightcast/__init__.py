@@ -2,6 +2,7 @@
 
     pub = weightcast.Publisher("/tmp/pub", "policy", coordinator, secret_file)
     pub.publish(model.state_dict(), step)            # tensors in memory -> a version
+    h = pub.publish_async(model.state_dict(), step)  # returns once the bytes are copied
 
     sub = weightcast.Subscriber("/tmp/agent", "policy", coordinator, secret_file)
     v = sub.wait()                                   # zero-copy views of the committed files
@@ -29,7 +30,7 @@ from ._weightcast import (  # noqa: F401
     UnavailableError,
 )
 from ._live import LiveTensors  # noqa: F401
-from ._publisher import Publisher, PublishResult  # noqa: F401
+from ._publisher import PublishHandle, Publisher, PublishResult  # noqa: F401
 from ._subscriber import Subscriber  # noqa: F401
 from ._version import TensorInfo, Version  # noqa: F401
 

@@ -1,8 +1,10 @@
 """Publisher: turn tensors in memory into a version of a channel, without a checkpoint."""
 
+import atexit
 import collections
 import collections.abc
 import time
+import weakref
 
 from . import _options, _tensors, _weightcast
 
@@ -21,6 +23,65 @@ class PublishResult(collections.namedtuple(
         return self.total_bytes / self.wire_bytes
 
 
+def _publishable(tensors, step):
+    if not isinstance(tensors, collections.abc.Mapping) or not tensors:
+        raise _weightcast.InvalidArgumentError(
+            "tensors must be a non-empty dict of name -> tensor")
+    if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
+        raise _weightcast.InvalidArgumentError(f"step must be an int, not {step!r}")
+    return [_tensors.to_publishable(name, value) for name, value in tensors.items()]
+
+
+def _result(out, step, seconds):
+    return PublishResult(version=out["version"], step=step, total_bytes=out["total_bytes"],
+                         chunk_count=out["chunk_count"], root=out["root"],
+                         wire_bytes=out.get("wire_bytes"), seconds=seconds)
+
+
+class PublishHandle:
+    """One publish_async(): ``done()``, ``wait(timeout)`` -> PublishResult (``seconds``: from
+    the publish_async() call until it completed) or the publish's error, and ``wait_until(until,
+    timeout)`` as Publisher.wait_until for this publish's version."""
+
+    def __init__(self, core, step):
+        self._core = core
+        self.step = step
+
+    def done(self):
+        """Whether the publish completed (succeeded or failed). Never blocks."""
+        return self._core.done()
+
+    def wait(self, timeout=None):
+        """Blocks (GIL released) until the publish completed and returns its PublishResult, or
+        raises its error. DeadlineExceededError after ``timeout`` seconds (the publish goes
+        on)."""
+        out = self._core.wait(_options.seconds("timeout", timeout))
+        return _result(out, self.step, seconds=out["seconds"])
+
+    def wait_until(self, until="replicated", timeout=None):
+        """wait(), then as Publisher.wait_until. FailedPreconditionError for a local publisher."""
+        self._core.wait_until(until, _options.seconds("timeout", timeout))
+
+    def __repr__(self):
+        state = "done" if self.done() else "pending"
+        return f"<weightcast.PublishHandle step={self.step} {state}>"
+
+
+# Every open Publisher, closed at interpreter exit (waiting for its queued publishes) while the
+# interpreter still runs, so that no publish is cut off and the publisher's thread never needs
+# the GIL of an interpreter that is finalizing.
+_open_publishers = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_publishers():
+    for publisher in list(_open_publishers):
+        try:
+            publisher.close()
+        except Exception:  # noqa: BLE001 - exiting anyway; one failure must not skip the rest
+            pass
+
+
 class Publisher:
     """Publishes dicts of tensors as versions of a channel.
 
@@ -33,7 +94,13 @@ class Publisher:
 
     ``publish(tensors, step)`` writes the tensors straight into a safetensors file inside the
     store (no checkpoint of the trainer's own), builds the manifest and commits it; the GIL is
-    released while it works.
+    released while it works. ``publish_async(tensors, step)`` returns once the bytes are
+    snapshotted and does the rest on the publisher's thread.
+
+    Errors come within seconds: a wrong secret raises UnauthenticatedError, a coordinator that
+    cannot be reached within ``connect_timeout`` (default 5 s) UnavailableError, and a store path
+    that is not a store (a file, a directory with files but without a store's ``.lock``)
+    FailedPreconditionError.
     """
 
     _OPTIONS = {
@@ -49,7 +116,7 @@ class Publisher:
                  keep_versions=2, **publisher_options):
         """``chunk_size``: bytes (int) or a size string as the CLI takes ("1MiB"); default
         ``DEFAULT_CHUNK_SIZE``. ``publisher_options`` (with a coordinator): listen
-        ("127.0.0.1:0"), cluster, node_id, connect_timeout (s), log_level ("warn"; also debug,
+        ("127.0.0.1:0"), cluster, node_id, connect_timeout (s, default 5), log_level ("warn"; also debug,
         info, error), log_file (default stderr). The secret comes from secret_file or
         $WEIGHTCAST_SECRET. ``keep_versions`` applies to a local store. A mistyped keyword or a
         value of the wrong type raises TypeError naming it."""
@@ -66,55 +133,72 @@ class Publisher:
             if secret_file is not None or options:
                 raise _weightcast.InvalidArgumentError(
                     "secret_file and publisher options need a coordinator")
-            self._core = _weightcast._LocalPublisher(self.store, self.channel, chunk_size,
-                                                     keep_versions)
+            self._core = _weightcast._Publisher(store=self.store, channel=self.channel,
+                                                chunk_size=chunk_size,
+                                                keep_versions=keep_versions)
             self._remote = False
         else:
             if keep_versions != 2:
                 raise _weightcast.InvalidArgumentError(
                     "keep_versions applies to a local publisher only")
             self._core = _weightcast._Publisher(
-                coordinator=_options.text("coordinator", coordinator), channel=self.channel,
+                store=self.store, channel=self.channel,
+                coordinator=_options.text("coordinator", coordinator),
                 secret_file=None if secret_file is None else _options.path("secret_file",
                                                                             secret_file),
-                store=self.store, chunk_size=chunk_size, **options)
+                chunk_size=chunk_size, **options)
             self._remote = True
+        _open_publishers.add(self)
 
     def publish(self, tensors, step=None):
         """Publishes ``tensors`` (dict name -> torch tensor or numpy array, any dtype safetensors
         has, bf16 included; GPU or non-contiguous tensors are copied to contiguous CPU memory
-        first) as the next version. Returns a PublishResult."""
-        if not isinstance(tensors, collections.abc.Mapping) or not tensors:
-            raise _weightcast.InvalidArgumentError(
-                "tensors must be a non-empty dict of name -> tensor")
-        if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
-            raise _weightcast.InvalidArgumentError(f"step must be an int, not {step!r}")
-        items = [_tensors.to_publishable(name, value) for name, value in tensors.items()]
-        metadata = {} if step is None else {"step": str(step)}
+        first) as the next version, after any publish_async() still queued. Blocks until it is
+        committed (and, with a coordinator, registered and seeding). Returns a PublishResult."""
+        items = _publishable(tensors, step)
         start = time.perf_counter()
-        out = self._core.publish(items, metadata)
-        seconds = time.perf_counter() - start
-        return PublishResult(version=out["version"], step=step, total_bytes=out["total_bytes"],
-                             chunk_count=out["chunk_count"], root=out["root"],
-                             wire_bytes=out.get("wire_bytes"), seconds=seconds)
+        out = self._core.publish(items, step)
+        return _result(out, step, seconds=time.perf_counter() - start)
+
+    def publish_async(self, tensors, step=None, copy=True):
+        """Like publish(), but returns a :class:`PublishHandle` as soon as the tensors' bytes
+        are snapshotted; the rest of the publish runs on the publisher's own thread, after the
+        publishes submitted before it (in submission order).
+
+        ``copy=True``: the bytes are copied once into memory the publisher owns, so the caller
+        may change its tensors as soon as this returns. ``copy=False``: nothing is copied; the
+        caller must not change the tensors until the handle is done() (the handle keeps them
+        alive until then). GPU or non-contiguous tensors are first copied to contiguous CPU
+        memory either way (that copy is then the snapshot).
+
+        Dropping the handle does not cancel the publish. close() (and interpreter exit, which
+        closes every open Publisher) waits for queued publishes; ``close(abort_pending=True)``
+        fails those not started with AbortedError."""
+        if not isinstance(copy, bool):
+            raise TypeError(f"copy must be a bool, not {type(copy).__name__} {copy!r}")
+        items = _publishable(tensors, step)
+        return PublishHandle(self._core.publish_async(items, step, copy), step)
 
     def status(self):
         """Seeding progress of the newest version (dict: version, bytes_sent, peers, address,
-        ...) for a coordinated publisher, else None."""
+        error, ...) for a coordinated publisher, else None."""
         return self._core.status() if self._remote else None
 
     def wait_until(self, until="replicated", timeout=None):
-        """Blocks (GIL released) until the newest version is "replicated" (every chunk held by
-        another node) or "complete" (every live agent committed it), like `weightcast publish
-        --until`. DeadlineExceededError after ``timeout`` seconds; AbortedError ("vN was aborted:
+        """Waits for the publishes submitted before the call, then blocks (GIL released) until
+        the newest version is "replicated" (every chunk held by another node) or "complete"
+        (every live agent committed it), like `weightcast publish --until`.
+        DeadlineExceededError after ``timeout`` seconds; AbortedError ("vN was aborted:
         <reason>") when the rollout aborts the version, since it can no longer get there."""
         if not self._remote:
             raise _weightcast.FailedPreconditionError("a local publisher seeds nothing")
         self._core.wait_until(until, timeout)
 
-    def close(self):
-        """Stops seeding (coordinated) and releases the store."""
-        self._core.close()
+    def close(self, abort_pending=False):
+        """Waits for the queued publishes (or, with ``abort_pending``, fails those not started
+        yet with AbortedError), stops seeding (coordinated) and releases the store."""
+        _open_publishers.discard(self)
+        self._core.close(abort_pending)
 
     def __enter__(self):
         return self

@@ -37,6 +37,7 @@ class Subscriber:
         "upload_limit": _options.size,
         "download_limit": _options.size,
         "metrics": _options.text,
+        "connect_timeout": _options.seconds,
         "log_level": _options.text,
         "log_file": _options.path,
     }
@@ -44,9 +45,13 @@ class Subscriber:
     def __init__(self, store, channel, coordinator=None, secret_file=None, **agent_options):
         """``agent_options`` (with a coordinator): listen ("127.0.0.1:0"), rack, cluster, node_id,
         upload_limit and download_limit (bytes/s: an int or a size string like "100MiB"),
-        metrics ("ip:port" for /metrics), log_level ("warn"; also debug, info, error) and
-        log_file (default stderr). The secret comes from secret_file or $WEIGHTCAST_SECRET. A
-        mistyped keyword or a value of the wrong type raises TypeError naming it. Without a
+        metrics ("ip:port" for /metrics), connect_timeout (s, default 5: wait() raises
+        UnavailableError when the agent has not reached the coordinator that long after the
+        Subscriber was made), log_level ("warn"; also debug, info, error) and log_file (default
+        stderr). The secret comes from secret_file or $WEIGHTCAST_SECRET. A wrong secret makes
+        wait() raise UnauthenticatedError as soon as the coordinator refuses the agent; a store
+        path that is not a store raises FailedPreconditionError here. A mistyped keyword or a
+        value of the wrong type raises TypeError naming it. Without a
         coordinator, a ``store`` that is not a store (a file, a directory without the store's
         ``.lock``) makes wait() raise FailedPreconditionError at once, and one that does not
         exist NotFoundError once it is still missing 5 s after the Subscriber was made."""

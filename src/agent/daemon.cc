@@ -131,6 +131,12 @@ struct Agent::Impl {
   bool error_logged_at_error = false;
   std::string beat_error;  // the last refused heartbeat's message
   std::chrono::steady_clock::time_point beat_error_logged{};
+
+  // What the last connect attempt failed with (OK once connected) and whether one ever
+  // succeeded, for Agent::coordinator_error from any thread; guarded by health_mu.
+  mutable std::mutex health_mu;
+  Status coordinator_error;
+  bool registered = false;
 };
 
 void Agent::Impl::SetErrorCause(std::string_view cause) {
@@ -175,6 +181,10 @@ net::Duration Agent::Impl::OnConnectFailed(const Status& status, net::Duration b
   const bool changed = cause != error_cause || status.message() != error_message;
   SetErrorCause(cause);
   error_message = status.message();
+  {
+    std::lock_guard lock(health_mu);
+    coordinator_error = status;
+  }
   const net::Duration next =
       permanent
           ? std::min<net::Duration>(std::max<net::Duration>(2 * backoff, std::chrono::seconds(1)),
@@ -212,6 +222,9 @@ void Agent::Impl::OnConnected() {
   SetErrorCause({});
   error_message.clear();
   error_logged_at_error = false;
+  std::lock_guard lock(health_mu);
+  coordinator_error = Status::Ok();
+  registered = true;
 }
 
 Status Agent::Impl::Connect() {
@@ -534,6 +547,14 @@ PeerId Agent::id() const { return impl_->options.node_id; }
 std::string Agent::address() const { return impl_->node ? impl_->node->address() : ""; }
 SwarmProgress Agent::progress() const {
   return impl_->node ? impl_->node->progress() : SwarmProgress{};
+}
+Status Agent::coordinator_error() const {
+  std::lock_guard lock(impl_->health_mu);
+  return impl_->coordinator_error;
+}
+bool Agent::registered() const {
+  std::lock_guard lock(impl_->health_mu);
+  return impl_->registered;
 }
 
 }  // namespace weightcast::agent

@@ -82,6 +82,11 @@ class Agent {
   PeerId id() const;
   std::string address() const;
   SwarmProgress progress() const;
+  // Why the last attempt to connect to and register with the coordinator failed (OK before the
+  // first attempt and while connected; coord::IsPermanentConnectError tells a refusal from an
+  // outage), and whether the agent ever registered. Safe from any thread.
+  Status coordinator_error() const;
+  bool registered() const;
 
   struct Impl;
 

@@ -137,3 +137,81 @@ def test_a_tensor_subset_is_refused_since_it_is_never_committed(cluster, tmp_pat
     with pytest.raises(weightcast.InvalidArgumentError, match="never committed"):
         weightcast.Subscriber(tmp_path / "agent", "policy", coordinator=address,
                               secret_file=secret_file, tensors=["layer.*"])
+
+
+def test_publish_async_through_a_coordinator(cluster, tmp_path):
+    address, secret_file = cluster
+    weights = policy_weights(3)
+    with weightcast.Publisher(tmp_path / "publisher", "policy", coordinator=address,
+                              secret_file=secret_file, chunk_size=SMALL_CHUNK) as pub, \
+            weightcast.Subscriber(tmp_path / "agent", "policy", coordinator=address,
+                                  secret_file=secret_file) as sub:
+        handle = pub.publish_async(weights, step=1)
+        weights["layer.weight"].fill_(0)  # the copy was taken before publish_async returned
+        handle.wait_until("replicated", timeout=30)
+        result = handle.wait()
+        assert result.version == 1 and result.wire_bytes == result.total_bytes
+        v = sub.wait(1, timeout=30)
+        assert v.root == result.root
+        assert torch.equal(v.torch("layer.weight").view(torch.int16),
+                           policy_weights(3)["layer.weight"].view(torch.int16))
+
+
+# Issue 15: a wrong secret, an unreachable coordinator or a store path that is not a store is its
+# own error within seconds, not a DeadlineExceededError at the end of a timeout.
+
+def test_a_wrong_secret_is_unauthenticated_within_seconds(cluster, tmp_path):
+    address, _ = cluster
+    wrong = tmp_path / "wrong"
+    wrong.write_text(secrets.token_hex(32))
+    start = time.monotonic()
+    with pytest.raises(weightcast.UnauthenticatedError, match="wrong cluster secret"):
+        weightcast.Publisher(tmp_path / "publisher", "policy", coordinator=address,
+                             secret_file=str(wrong))
+    assert time.monotonic() - start < 5
+    with weightcast.Subscriber(tmp_path / "agent", "policy", coordinator=address,
+                               secret_file=str(wrong), log_level="error",
+                               log_file=tmp_path / "agent.log") as sub:
+        start = time.monotonic()
+        with pytest.raises(weightcast.UnauthenticatedError, match="wrong cluster secret"):
+            sub.wait(1, timeout=30)
+        assert time.monotonic() - start < 5
+        assert sub.status()["error"].startswith("UNAUTHENTICATED: ")
+
+
+def test_an_unreachable_coordinator_is_unavailable_within_seconds(tmp_path):
+    secret_file = tmp_path / "secret"
+    secret_file.write_text(secrets.token_hex(32))
+    secret_file.chmod(0o600)
+    nobody = "127.0.0.1:1"  # nothing listens there: every connect is refused
+    start = time.monotonic()
+    with pytest.raises(weightcast.UnavailableError, match="127.0.0.1:1"):
+        weightcast.Publisher(tmp_path / "publisher", "policy", coordinator=nobody,
+                             secret_file=str(secret_file))  # default connect_timeout: 5 s
+    assert time.monotonic() - start < 10
+    with weightcast.Subscriber(tmp_path / "agent", "policy", coordinator=nobody,
+                               secret_file=str(secret_file), connect_timeout=1,
+                               log_file=tmp_path / "agent.log") as sub:
+        start = time.monotonic()
+        with pytest.raises(weightcast.UnavailableError, match="has not reached the coordinator"):
+            sub.wait(1, timeout=30)
+        assert time.monotonic() - start < 5
+        assert sub.status()["error"].startswith("UNAVAILABLE: ")
+
+
+def test_a_store_path_that_is_not_a_store_is_a_failed_precondition(cluster, tmp_path):
+    address, secret_file = cluster
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "notes.txt").write_text("mine")
+    with pytest.raises(weightcast.FailedPreconditionError, match="not a weightcast store"):
+        weightcast.Publisher(home, "policy", coordinator=address, secret_file=secret_file)
+    with pytest.raises(weightcast.FailedPreconditionError, match="not a weightcast store"):
+        weightcast.Publisher(home, "policy")
+    with pytest.raises(weightcast.FailedPreconditionError, match="not a weightcast store"):
+        weightcast.Subscriber(home, "policy", coordinator=address, secret_file=secret_file)
+    start = time.monotonic()
+    with pytest.raises(weightcast.FailedPreconditionError, match="not a weightcast store"):
+        weightcast.Subscriber(home, "policy").wait(timeout=30)
+    assert time.monotonic() - start < 5
+    assert not (home / ".lock").exists()

@@ -1,4 +1,4 @@
-// Writing tensors held in memory (by Python) as a checkpoint directory, and committing such a
+// Writing tensors held in memory as a checkpoint directory, and committing such a
 // directory into a local store: what a publisher does instead of asking the trainer to save one.
 #pragma once
 
@@ -16,7 +16,7 @@
 #include "manifest/manifest.h"
 #include "store/store.h"
 
-namespace weightcast::python {
+namespace weightcast::client {
 
 // One tensor's bytes in memory, C-contiguous, little-endian, borrowed from the caller.
 struct TensorBytes {
@@ -56,4 +56,4 @@ Result<LocalPublishResult> CommitDirectory(Store& store, std::string_view channe
                                            const std::filesystem::path& dir, uint64_t chunk_size,
                                            const std::map<std::string, std::string>& metadata);
 
-}  // namespace weightcast::python
+}  // namespace weightcast::client

@@ -1,8 +1,8 @@
-#include "agent_runner.h"
+#include "client/agent_runner.h"
 
 #include <utility>
 
-namespace weightcast::python {
+namespace weightcast::client {
 
 Result<std::unique_ptr<AgentRunner>> AgentRunner::Start(agent::AgentOptions options,
                                                         std::function<void()> on_exit) {
@@ -38,4 +38,4 @@ void AgentRunner::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-}  // namespace weightcast::python
+}  // namespace weightcast::client

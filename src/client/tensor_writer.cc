@@ -1,4 +1,4 @@
-#include "tensor_writer.h"
+#include "client/tensor_writer.h"
 
 #include "publish/local_publish.h"
 
@@ -10,7 +10,7 @@
 #include "manifest/builder.h"
 #include "util/text.h"
 
-namespace weightcast::python {
+namespace weightcast::client {
 
 Status WriteTensorsFile(const std::filesystem::path& path, std::vector<TensorBytes> tensors) {
   std::set<std::string_view> names;
@@ -76,4 +76,4 @@ Result<LocalPublishResult> CommitDirectory(Store& store, std::string_view channe
   return result;
 }
 
-}  // namespace weightcast::python
+}  // namespace weightcast::client

@@ -1,6 +1,5 @@
-// The receiving side of the Python module, in plain C++ (no Python types): waiting for a
-// channel's committed version in a store, opening its files, and telling which tensor bytes
-// changed between two versions. module.cc wraps it for Python.
+// Waiting for a channel's committed version in a store on this machine and opening its files:
+// the reading half of weightcast::Subscriber (subscriber.cc).
 #pragma once
 
 #include <atomic>
@@ -20,7 +19,7 @@
 
 #include "manifest/manifest.h"
 
-namespace weightcast::python {
+namespace weightcast::client {
 
 // An owned file descriptor, closed on destruction. Move-only.
 class UniqueFd {
@@ -48,20 +47,6 @@ struct OpenedVersion {
   std::shared_ptr<const Manifest> manifest;
   std::vector<UniqueFd> files;  // one per manifest->files entry, same order, sizes checked
 };
-
-// The bytes of one tensor that differ between two versions, as [begin, end) offsets into the
-// tensor's data, sorted and merged.
-struct TensorChange {
-  std::string name;
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;
-};
-
-// Tensors of `to` whose bytes may differ from `from`, at chunk granularity: a tensor at the same
-// flat offset with the same dtype and shape reports only its bytes inside chunks whose hashes
-// (and ranges) differ; a new tensor, or one whose place, dtype or shape changed, reports all its
-// bytes. Tensors only in `from` are not reported (there is nothing to update them to). Tensors
-// with no changed byte are left out. Pure function.
-std::vector<TensorChange> ChangedTensors(const Manifest& from, const Manifest& to);
 
 // Follows one channel of a store on this machine, read-only (the store is maintained by an agent
 // in this process or another one). Never changes the store and takes no lock, so it can run
@@ -134,4 +119,4 @@ class StoreFollower {
   std::map<uint64_t, std::shared_ptr<const Manifest>> seen_;
 };
 
-}  // namespace weightcast::python
+}  // namespace weightcast::client

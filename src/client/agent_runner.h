@@ -1,5 +1,5 @@
-// An agent::Agent running inside the Python process, on a thread of its own, for a Subscriber
-// with a coordinator. Plain C++ (no Python types).
+// An agent::Agent running inside this process, on a thread of its own, for a Subscriber with a
+// coordinator.
 #pragma once
 
 #include <functional>
@@ -13,7 +13,7 @@
 
 #include "agent/daemon.h"
 
-namespace weightcast::python {
+namespace weightcast::client {
 
 class AgentRunner {
  public:
@@ -33,6 +33,8 @@ class AgentRunner {
   agent::SwarmProgress progress() const { return agent_->progress(); }
   std::string address() const { return agent_->address(); }
   PeerId id() const { return agent_->id(); }
+  Status coordinator_error() const { return agent_->coordinator_error(); }
+  bool registered() const { return agent_->registered(); }
 
   // Makes Run return and joins its thread. Blocks until the agent has stopped. Idempotent.
   void Stop();
@@ -47,4 +49,4 @@ class AgentRunner {
   Status status_;
 };
 
-}  // namespace weightcast::python
+}  // namespace weightcast::client

@@ -1,0 +1,88 @@
+// Options of a Publisher (publisher.h) and a Subscriber (subscriber.h): plain structs, filled in
+// by the caller and checked by Open, which names the option that is wrong (kInvalidArgument).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include <weightcast/status.h>
+
+namespace weightcast {
+
+// Chunk sizes a manifest accepts (docs/manifest_format.md), and the one a publisher uses unless
+// told otherwise.
+struct ChunkSizeLimits {
+  static constexpr uint64_t kMin = 64ull << 10;
+  static constexpr uint64_t kDefault = 8ull << 20;
+  static constexpr uint64_t kMax = 256ull << 20;
+};
+
+// The least severe events an in-process daemon logs.
+enum class LogLevel { kDebug, kInfo, kWarn, kError };
+
+// "debug", "info", "warn" or "error"; kInvalidArgument naming `text` otherwise.
+Result<LogLevel> ParseLogLevel(std::string_view text);
+
+// A byte count as the CLI reads --chunk-size and --upload-limit: "4194304", "4MiB", "4M"
+// (binary), "1.5GB" (decimal), "10k". kInvalidArgument naming the input for negatives, garbage
+// and overflow.
+Result<uint64_t> ParseByteSize(std::string_view text);
+
+// Where the cluster secret comes from: `secret` itself when not empty, else the first line of
+// `secret_file` when not empty, else $WEIGHTCAST_SECRET. Keep secrets out of argv (it is visible
+// to every user of the machine).
+struct SecretSource {
+  std::string secret;
+  std::filesystem::path secret_file;
+};
+
+struct PublisherOptions {
+  // The publisher's own store: every version is committed there before it is announced. Created
+  // when missing; a path that exists and is not a store (a file, or a directory with files but
+  // without the `.lock` every store has) fails Open with kFailedPrecondition.
+  std::filesystem::path store;
+  std::string channel;  // the model being published, e.g. "policy"
+  // host:port of the coordinator. Empty: a local publisher, which only commits each version into
+  // `store` for subscribers and agents on this machine.
+  std::string coordinator;
+  SecretSource secret;                              // with a coordinator only
+  uint64_t chunk_size = ChunkSizeLimits::kDefault;  // bytes, in [kMin, kMax]
+  uint32_t keep_versions = 2;                       // local publisher: versions kept (>= 1)
+  std::string listen = "127.0.0.1:0";               // where peers fetch from this node
+  std::string cluster = "default";                  // must match the coordinator's
+  uint64_t node_id = 0;                             // 0: random
+  // Open fails (kUnavailable) when the coordinator cannot be reached for this long; a refused
+  // handshake fails at once (kUnauthenticated: wrong secret; kFailedPrecondition: wrong cluster).
+  std::chrono::nanoseconds connect_timeout = std::chrono::seconds(5);
+  LogLevel log_level = LogLevel::kWarn;
+  std::filesystem::path log_file;  // appended to; empty: stderr
+};
+
+struct SubscriberOptions {
+  // Without a coordinator: the store that an agent (or a local Publisher) on this machine
+  // maintains, read-only. With one: the store of the agent the Subscriber runs in this process.
+  std::filesystem::path store;
+  std::string channel;
+  // host:port of the coordinator. Empty: no agent; the Subscriber only reads `store`.
+  std::string coordinator;
+  // The options below apply with a coordinator only (they configure the in-process agent).
+  SecretSource secret;
+  std::string listen = "127.0.0.1:0";  // where peers reach this node
+  std::string rack;
+  std::string cluster = "default";
+  uint64_t node_id = 0;         // 0: random
+  uint64_t upload_limit = 0;    // bytes/s; 0: unlimited
+  uint64_t download_limit = 0;  // bytes/s; 0: unlimited
+  std::string metrics;          // ip:port to serve /metrics on; empty: none
+  // Wait fails with kUnavailable once the agent has not reached the coordinator for this long
+  // since Open (it never registered). After it once did, outages are waited out: the agent
+  // reconnects, and status().error says why it cannot.
+  std::chrono::nanoseconds connect_timeout = std::chrono::seconds(5);
+  LogLevel log_level = LogLevel::kWarn;
+  std::filesystem::path log_file;  // appended to; empty: stderr
+};
+
+}  // namespace weightcast

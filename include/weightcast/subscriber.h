@@ -1,0 +1,171 @@
+// The sampler side: receive the committed versions of a channel and read their tensors in place,
+// as spans of the version's mapped files (docs/cpp_api.md).
+//
+//   weightcast::SubscriberOptions options;
+//   options.store = "/scratch/agent";
+//   options.channel = "policy";
+//   options.coordinator = "10.0.0.1:7000";      // empty: read a store an agent maintains
+//   auto subscriber = weightcast::Subscriber::Open(options);
+//   auto v = (*subscriber)->Wait();             // blocks until a version is committed
+//   for (const weightcast::TensorView& t : v->tensors()) use(t.name, t.bytes);
+//   auto next = (*subscriber)->Wait(v->version() + 1);
+//   auto changes = (*subscriber)->Changed(v->version(), next->version());
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <weightcast/options.h>
+#include <weightcast/progress.h>
+#include <weightcast/status.h>
+#include <weightcast/tensor.h>
+
+namespace weightcast {
+
+// A file of a version: its path relative to the version's directory, and its size.
+struct VersionFile {
+  std::string path;
+  uint64_t size = 0;
+};
+
+// Where a tensor lives in a version.
+struct TensorLocation {
+  std::string name;
+  std::string dtype;  // safetensors spelling, "BF16"
+  std::vector<uint64_t> shape;
+  size_t file_index = 0;  // into ReceivedVersion::files()
+  uint64_t offset = 0;    // of its first byte in that file
+  uint64_t size = 0;      // bytes
+};
+
+// The bytes of one tensor that may differ between two versions: [begin, end) offsets into the
+// tensor's data, sorted and merged.
+struct TensorChange {
+  std::string name;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+};
+
+// One committed version, open: its files are mapped read-only once, when Wait returns it, and
+// stay mapped (and readable, even after the store collects the version: committed files are
+// unlinked, never rewritten) as long as any copy of the handle lives. Copies are cheap and share
+// the mapping. Every method is const, never blocks and is safe from any thread.
+class ReceivedVersion {
+ public:
+  ReceivedVersion();  // empty: no files, no tensors
+  ~ReceivedVersion();
+  ReceivedVersion(const ReceivedVersion&);
+  ReceivedVersion& operator=(const ReceivedVersion&);
+  ReceivedVersion(ReceivedVersion&&) noexcept;
+  ReceivedVersion& operator=(ReceivedVersion&&) noexcept;
+
+  const std::string& channel() const;
+  uint64_t version() const;
+  std::optional<int64_t> step() const;        // the publisher's step, when it gave one
+  const std::filesystem::path& path() const;  // the version's directory when it was opened
+  const std::string& root() const;            // the root hash, lowercase hex
+  uint64_t chunk_size() const;
+  uint64_t total_size() const;
+  uint32_t chunk_count() const;
+  const std::map<std::string, std::string>& metadata() const;
+  std::optional<uint64_t> base_version() const;  // the base of a delta version
+
+  const std::vector<VersionFile>& files() const;                // manifest order
+  const std::vector<TensorLocation>& tensor_locations() const;  // offset order
+
+  // Every tensor (offset order), or one by name (kNotFound), with `bytes` pointing into the
+  // mapped files: valid as long as this handle or a copy of it lives. Read-only memory.
+  std::vector<TensorView> tensors() const;
+  Result<TensorView> tensor(std::string_view name) const;
+
+  // The whole file `index` as mapped (empty for an empty file or a bad index).
+  std::span<const uint8_t> file_bytes(size_t index) const;
+
+  // A descriptor of file `index`, open read-only, owned by the handle: valid until
+  // CloseDescriptors or until the last copy is destroyed (-1 after, or for a bad index). For
+  // callers that map the files themselves (the Python module does).
+  int file_descriptor(size_t index) const;
+  // Closes the descriptors (not the mappings) for every copy. Not thread-safe against
+  // file_descriptor on another thread.
+  void CloseDescriptors() const;
+
+  // The library makes versions; Impl is opaque.
+  struct Impl;
+  explicit ReceivedVersion(std::shared_ptr<Impl> impl);
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+// Follows one channel. Without a coordinator it reads, read-only and without a lock, the store
+// that an agent (or a local Publisher) on this machine maintains. With one it runs an agent in
+// this process (its own threads) that joins the coordinator, fetches each version from its peers
+// into `store`, verifies and commits it; the Subscriber reads what it commits.
+//
+// Thread-safety: every method is safe from any thread; Close wakes a blocked Wait.
+class Subscriber {
+ public:
+  // Checks `options`. With a coordinator: also loads the secret, checks the store path and
+  // starts the agent. Errors: kInvalidArgument (an option, a channel name), kNotFound (no
+  // secret), kFailedPrecondition (with a coordinator: a store path that is not a store).
+  // Without one, a path that is not a store fails the first Wait instead (see Wait).
+  static Result<std::unique_ptr<Subscriber>> Open(SubscriberOptions options);
+  // Close().
+  ~Subscriber();
+  Subscriber(const Subscriber&) = delete;
+  Subscriber& operator=(const Subscriber&) = delete;
+
+  // Blocks until the channel's committed current version is at least `min_version` (any version
+  // when 0), then opens and maps it. Wakes on changes of the store (inotify), so it returns
+  // within milliseconds of a commit. Errors:
+  //  - kDeadlineExceeded once `timeout` passes (nullopt: no limit), naming what it waited for;
+  //  - kAborted after Close;
+  //  - without a coordinator: kFailedPrecondition at once for a store path that is a file or a
+  //    directory with files but without a store's `.lock`; kNotFound when there is still no
+  //    store 5 s after Open (an agent that starts a little later is waited for);
+  //  - with one: the agent's own error once it stopped; kUnauthenticated (wrong secret) or
+  //    kFailedPrecondition (wrong cluster, registration refused) as soon as the coordinator
+  //    refused the agent; kUnavailable when the agent has not reached the coordinator within
+  //    connect_timeout of Open;
+  //  - kCorrupt for a committed file whose size disagrees with its manifest.
+  Result<ReceivedVersion> Wait(uint64_t min_version = 0,
+                               std::optional<std::chrono::nanoseconds> timeout = std::nullopt);
+
+  // The tensors of version `to` whose bytes may differ from version `since`, at chunk
+  // granularity, from the two manifests' chunk hashes: a tensor at the same place with the same
+  // dtype and shape reports only its bytes inside chunks that differ; a new tensor, or one whose
+  // dtype, shape or place changed, is reported whole; tensors only in `since` are not reported.
+  // Both versions must have been returned by Wait or still be in the store (kNotFound).
+  Result<std::vector<TensorChange>> Changed(uint64_t since, uint64_t to) const;
+
+  // The in-process agent's progress and the store's current version. kFailedPrecondition
+  // without a coordinator. Never blocks beyond reading a small file.
+  Result<NodeStatus> status() const;
+
+  bool has_agent() const;
+  const std::filesystem::path& store() const;
+  const std::string& channel() const;
+
+  // "no version 3 of channel policy in store /x": what Wait(min_version) waits for, in words.
+  std::string Describe(uint64_t min_version) const;
+
+  // Wakes a blocked Wait (and fails later ones) with kAborted and stops the agent (joining its
+  // threads). Versions already returned stay valid. Idempotent; blocks while the agent stops.
+  void Close();
+
+  struct Impl;
+
+ private:
+  explicit Subscriber(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace weightcast

@@ -1,0 +1,209 @@
+// Bindings of weightcast::Subscriber and ReceivedVersion (<weightcast/subscriber.h>):
+// `_StoreSubscriber` and `_OpenedVersion`. python/weightcast/_subscriber.py and _version.py wrap
+// them; Python maps the files itself (copy-on-write), from the descriptors the version holds.
+#include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <weightcast/subscriber.h>
+
+#include "bindings.h"
+
+namespace weightcast::python {
+namespace {
+
+// What Python sees of a ReceivedVersion: plain data plus the open descriptors.
+class PyOpenedVersion {
+ public:
+  explicit PyOpenedVersion(ReceivedVersion version) : version_(std::move(version)) {}
+
+  const std::string& channel() const { return version_.channel(); }
+  uint64_t version() const { return version_.version(); }
+  std::string path() const { return version_.path().string(); }
+  const std::string& root() const { return version_.root(); }
+  uint64_t chunk_size() const { return version_.chunk_size(); }
+  uint64_t total_size() const { return version_.total_size(); }
+  uint32_t chunk_count() const { return version_.chunk_count(); }
+  const std::map<std::string, std::string>& metadata() const { return version_.metadata(); }
+  std::optional<uint64_t> base_version() const { return version_.base_version(); }
+
+  // [(relative path, size)], in manifest order.
+  py::list files() const {
+    py::list out;
+    for (const VersionFile& f : version_.files()) out.append(py::make_tuple(f.path, f.size));
+    return out;
+  }
+  // [(name, dtype, shape, file index, offset in the file, byte size)], in offset order.
+  py::list tensors() const {
+    py::list out;
+    for (const TensorLocation& t : version_.tensor_locations()) {
+      py::tuple shape(t.shape.size());
+      for (size_t i = 0; i < t.shape.size(); ++i) shape[i] = py::int_(t.shape[i]);
+      out.append(py::make_tuple(t.name, t.dtype, shape, t.file_index, t.offset, t.size));
+    }
+    return out;
+  }
+  int fileno(size_t index) const {
+    const int fd = version_.file_descriptor(index);
+    if (fd < 0) {
+      Throw(FailedPrecondition("file " + std::to_string(index) + " of version " +
+                               std::to_string(version()) + " is not open"));
+    }
+    return fd;
+  }
+  // Python has mapped what it needs; the mappings hold their own descriptors.
+  void close_files() { version_.CloseDescriptors(); }
+
+ private:
+  ReceivedVersion version_;
+};
+
+class PySubscriber {
+ public:
+  explicit PySubscriber(std::unique_ptr<Subscriber> subscriber)
+      : subscriber_(std::move(subscriber)) {}
+
+  static std::unique_ptr<PySubscriber> Local(const std::filesystem::path& store,
+                                             const std::string& channel) {
+    SubscriberOptions options;
+    options.store = store;
+    options.channel = channel;
+    return std::make_unique<PySubscriber>(ValueOrThrow(Subscriber::Open(std::move(options))));
+  }
+
+  // A subscriber with its own agent: the agent joins the coordinator and maintains `store`.
+  static std::unique_ptr<PySubscriber> WithAgent(
+      const std::filesystem::path& store, const std::string& channel,
+      const std::string& coordinator, const std::optional<std::string>& secret_file,
+      const std::string& listen, const std::string& rack, const std::string& cluster,
+      uint64_t node_id, uint64_t upload_limit, uint64_t download_limit, const std::string& metrics,
+      const std::string& log_level, const std::string& log_file,
+      std::optional<double> connect_timeout) {
+    SubscriberOptions options;
+    options.store = store;
+    options.channel = channel;
+    options.coordinator = coordinator;
+    options.secret.secret_file = secret_file.value_or("");
+    options.listen = listen;
+    options.rack = rack;
+    options.cluster = cluster;
+    options.node_id = node_id;
+    options.upload_limit = upload_limit;
+    options.download_limit = download_limit;
+    options.metrics = metrics;
+    options.log_level = ValueOrThrow(ParseLogLevel(log_level));
+    options.log_file = log_file;
+    if (auto timeout = ToDuration(connect_timeout)) options.connect_timeout = *timeout;
+    Result<std::unique_ptr<Subscriber>> opened = [&] {
+      py::gil_scoped_release release;  // starts the agent's threads
+      return Subscriber::Open(std::move(options));
+    }();
+    return std::make_unique<PySubscriber>(ValueOrThrow(std::move(opened)));
+  }
+
+  // Destroyed with the GIL held; stopping the agent joins its threads.
+  ~PySubscriber() {
+    py::gil_scoped_release release;
+    subscriber_.reset();
+  }
+
+  std::unique_ptr<PyOpenedVersion> Wait(uint64_t min_version, std::optional<double> timeout_s) {
+    Result<ReceivedVersion> opened = WaitInSlices<ReceivedVersion>(
+        ToDuration(timeout_s),
+        [&](std::chrono::nanoseconds slice) { return subscriber_->Wait(min_version, slice); });
+    if (!opened.ok() && opened.status().code() == Code::kDeadlineExceeded) {
+      std::ostringstream text;
+      text << subscriber_->Describe(min_version) << " within " << *timeout_s << " s";
+      Throw(DeadlineExceeded(text.str()));
+    }
+    return std::make_unique<PyOpenedVersion>(ValueOrThrow(std::move(opened)));
+  }
+
+  // [(tensor name, [(begin, end), ...])] of `to` against `since`.
+  py::list Changed(uint64_t since, uint64_t to) {
+    Result<std::vector<TensorChange>> changes = [&] {
+      py::gil_scoped_release release;
+      return subscriber_->Changed(since, to);
+    }();
+    py::list out;
+    for (const TensorChange& c : ValueOrThrow(std::move(changes))) {
+      py::list ranges;
+      for (const auto& [begin, end] : c.ranges) ranges.append(py::make_tuple(begin, end));
+      out.append(py::make_tuple(c.name, ranges));
+    }
+    return out;
+  }
+
+  // The in-process agent's progress and the store's current version; None without an agent.
+  py::object Progress() {
+    if (!subscriber_->has_agent()) return py::none();
+    const NodeStatus s = ValueOrThrow(subscriber_->status());
+    py::dict d;
+    d["version"] = s.version;
+    d["delta"] = s.delta;
+    d["chunks_done"] = s.chunks_done;
+    d["chunks_total"] = s.chunks_total;
+    d["bytes_received"] = s.bytes_received;
+    d["bytes_sent"] = s.bytes_sent;
+    d["chunks_failed"] = s.chunks_failed;
+    d["peers"] = s.peers;
+    d["complete"] = s.complete;
+    d["error"] = s.error;
+    d["address"] = s.address;
+    d["node_id"] = s.node_id;
+    d["current_version"] = s.current_version;
+    d["running"] = s.running;
+    return d;
+  }
+
+  void Close() {
+    py::gil_scoped_release release;  // joins the agent's threads
+    subscriber_->Close();
+  }
+
+ private:
+  std::unique_ptr<Subscriber> subscriber_;
+};
+
+}  // namespace
+
+void RegisterSubscriber(py::module_& m) {
+  py::class_<PyOpenedVersion>(m, "_OpenedVersion")
+      .def_property_readonly("channel", &PyOpenedVersion::channel)
+      .def_property_readonly("version", &PyOpenedVersion::version)
+      .def_property_readonly("path", &PyOpenedVersion::path)
+      .def_property_readonly("root", &PyOpenedVersion::root)
+      .def_property_readonly("chunk_size", &PyOpenedVersion::chunk_size)
+      .def_property_readonly("total_size", &PyOpenedVersion::total_size)
+      .def_property_readonly("chunk_count", &PyOpenedVersion::chunk_count)
+      .def_property_readonly("metadata", &PyOpenedVersion::metadata)
+      .def_property_readonly("base_version", &PyOpenedVersion::base_version)
+      .def("files", &PyOpenedVersion::files)
+      .def("tensors", &PyOpenedVersion::tensors)
+      .def("fileno", &PyOpenedVersion::fileno, py::arg("index"))
+      .def("close_files", &PyOpenedVersion::close_files);
+
+  py::class_<PySubscriber>(m, "_StoreSubscriber")
+      .def(py::init(&PySubscriber::Local), py::arg("store"), py::arg("channel"))
+      .def("wait", &PySubscriber::Wait, py::arg("min_version") = 0, py::arg("timeout") = py::none())
+      .def_static("with_agent", &PySubscriber::WithAgent, py::kw_only(), py::arg("store"),
+                  py::arg("channel"), py::arg("coordinator"), py::arg("secret_file"),
+                  py::arg("listen") = "127.0.0.1:0", py::arg("rack") = "",
+                  py::arg("cluster") = "default", py::arg("node_id") = 0,
+                  py::arg("upload_limit") = 0, py::arg("download_limit") = 0,
+                  py::arg("metrics") = "", py::arg("log_level") = "warn", py::arg("log_file") = "",
+                  py::arg("connect_timeout") = py::none())
+      .def("changed", &PySubscriber::Changed, py::arg("since"), py::arg("to"))
+      .def("status", &PySubscriber::Progress)
+      .def("close", &PySubscriber::Close);
+}
+
+}  // namespace weightcast::python

@@ -1,0 +1,438 @@
+// weightcast::Publisher (include/weightcast/publisher.h): a queue of publishes run in order on
+// one thread of its own, each writing its tensors as a checkpoint directory inside the store and
+// committing it (local) or handing it to publish::Publisher (coordinated).
+#include <weightcast/publisher.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <new>
+#include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "client/common.h"
+#include "client/tensor_writer.h"
+#include "manifest/builder.h"
+#include "publish/publisher.h"
+#include "store/store.h"
+#include "util/text.h"
+
+namespace weightcast {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+Clock::time_point DeadlineAfter(std::optional<std::chrono::nanoseconds> timeout) {
+  if (!timeout) return Clock::time_point::max();
+  const auto now = Clock::now();
+  if (*timeout >= Clock::time_point::max() - now) return Clock::time_point::max();
+  return now + std::chrono::ceil<Clock::duration>(*timeout);
+}
+
+// What is left of `deadline` as a timeout for the internal calls (net::kForever: none).
+net::Duration Remaining(Clock::time_point deadline) {
+  if (deadline == Clock::time_point::max()) return net::kForever;
+  return std::max<net::Duration>(deadline - Clock::now(), net::Duration::zero());
+}
+
+publish::SeedUntil ToInternal(SeedUntil until) {
+  switch (until) {
+    case SeedUntil::kReplicated:
+      return publish::SeedUntil::kReplicated;
+    case SeedUntil::kComplete:
+      return publish::SeedUntil::kComplete;
+    case SeedUntil::kNever:
+      return publish::SeedUntil::kNever;
+  }
+  return publish::SeedUntil::kReplicated;
+}
+
+}  // namespace
+
+struct PublishHandle::State {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<Result<PublishResult>> result;  // set once, when the publish completed
+  std::weak_ptr<Publisher::Impl> publisher;     // for WaitUntil
+
+  void Finish(Result<PublishResult> r) {
+    {
+      std::lock_guard lock(mu);
+      result.emplace(std::move(r));
+    }
+    cv.notify_all();
+  }
+  // The result, or kDeadlineExceeded once `deadline` passes first.
+  Result<PublishResult> WaitFor(Clock::time_point deadline,
+                                std::optional<std::chrono::nanoseconds> timeout) {
+    std::unique_lock lock(mu);
+    if (deadline == Clock::time_point::max()) {
+      cv.wait(lock, [&] { return result.has_value(); });
+    } else if (!cv.wait_until(lock, deadline, [&] { return result.has_value(); })) {
+      return DeadlineExceeded("the publish is not done within " +
+                              client::FormatSeconds(timeout.value_or(std::chrono::nanoseconds(0))));
+    }
+    return *result;
+  }
+};
+
+struct Publisher::Impl : std::enable_shared_from_this<Publisher::Impl> {
+  // One submitted publish. Invariant: `tensors` point into `owned` (copy) or into the caller's
+  // memory, which `keep_alive` (if any) keeps valid, until the job is released.
+  struct Job {
+    std::vector<client::TensorBytes> tensors;
+    std::unique_ptr<uint8_t[]> owned;
+    std::shared_ptr<const void> keep_alive;
+    std::optional<int64_t> step;
+    Clock::time_point submitted;
+    std::shared_ptr<PublishHandle::State> state;
+  };
+
+  explicit Impl(PublisherOptions o) : options(std::move(o)) {}
+
+  Status Start();
+  Result<PublishHandle> Submit(std::span<const TensorView> tensors, std::optional<int64_t> step,
+                               AsyncOptions async);
+  void WorkerLoop();
+  Result<PublishResult> Run(const Job& job);
+  Result<PublishResult> RunLocal(const Job& job, const std::map<std::string, std::string>& meta);
+  Result<PublishResult> RunCoordinated(const Job& job,
+                                       const std::map<std::string, std::string>& meta);
+  Status WaitUntil(SeedUntil until, Clock::time_point deadline);
+  std::shared_ptr<publish::Publisher> Remote() const {
+    std::lock_guard lock(mu);
+    return remote;
+  }
+  void Close(PendingPublishes pending);
+
+  const PublisherOptions options;
+  std::unique_ptr<Store> store;  // local only; used by the worker thread alone
+  // Coordinated only. Shared so that a WaitUntil or status on another thread keeps it alive
+  // while Close stops it (Stop makes their blocking calls return).
+  std::shared_ptr<publish::Publisher> remote;
+
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Job> queue;  // guarded by mu
+  bool busy = false;      // the worker runs a job; guarded by mu
+  bool closing = false;   // no more submissions; guarded by mu
+  bool abort_queued = false;
+  std::shared_ptr<PublishHandle::State> last;  // the newest submitted; guarded by mu
+  std::thread worker;
+
+  std::mutex close_mu;  // one Close at a time
+  bool closed = false;  // guarded by close_mu
+};
+
+Status Publisher::Impl::Start() {
+  RETURN_IF_ERROR(ValidateChannelName(options.channel));
+  if (options.chunk_size < ChunkSizeLimits::kMin || options.chunk_size > ChunkSizeLimits::kMax) {
+    return InvalidArgument("chunk_size " + std::to_string(options.chunk_size) + " is outside [" +
+                           std::to_string(ChunkSizeLimits::kMin) + ", " +
+                           std::to_string(ChunkSizeLimits::kMax) + "]");
+  }
+  RETURN_IF_ERROR(client::CheckStorePath(options.store));
+  if (options.coordinator.empty()) {
+    StoreOptions store_options;
+    store_options.keep_versions = options.keep_versions;
+    ASSIGN_OR_RETURN(Store opened, Store::Open(options.store, store_options));
+    store = std::make_unique<Store>(std::move(opened));
+  } else {
+    publish::PublisherOptions po;
+    ASSIGN_OR_RETURN(po.log, client::MakeLogger("publish", options.log_level, options.log_file));
+    ASSIGN_OR_RETURN(po.secret, client::LoadSecret(options.secret));
+    po.coordinator = options.coordinator;
+    po.channel = options.channel;
+    po.store = options.store;
+    po.build.chunk_size = options.chunk_size;
+    po.listen = options.listen;
+    po.cluster = options.cluster;
+    po.node_id = PeerId(options.node_id);
+    po.connect_timeout = options.connect_timeout;
+    auto created = publish::Publisher::Create(std::move(po));
+    if (!created.ok()) {
+      // Giving up on an unreachable coordinator is kUnavailable whatever the last try said
+      // (a connect that timed out says kDeadlineExceeded).
+      if (created.status().code() == Code::kDeadlineExceeded) {
+        return Unavailable(created.status().message());
+      }
+      return created.status();
+    }
+    remote = std::move(created).value();
+  }
+  worker = std::thread([this] { WorkerLoop(); });
+  return Status::Ok();
+}
+
+Result<PublishHandle> Publisher::Impl::Submit(std::span<const TensorView> tensors,
+                                              std::optional<int64_t> step, AsyncOptions async) {
+  ASSIGN_OR_RETURN(std::vector<client::TensorBytes> checked, client::CheckTensors(tensors));
+  Job job;
+  job.submitted = Clock::now();
+  job.step = step;
+  if (async.copy) {
+    uint64_t total = 0;
+    for (const client::TensorBytes& t : checked) total += t.bytes.size();
+    job.owned.reset(new (std::nothrow) uint8_t[std::max<uint64_t>(total, 1)]);
+    if (job.owned == nullptr) {
+      return ResourceExhausted("cannot allocate " + FormatBytes(total) +
+                               " to copy the tensors (publish with copy off instead)");
+    }
+    uint64_t at = 0;
+    for (client::TensorBytes& t : checked) {
+      if (!t.bytes.empty()) std::memcpy(job.owned.get() + at, t.bytes.data(), t.bytes.size());
+      t.bytes = {job.owned.get() + at, t.bytes.size()};
+      at += t.bytes.size();
+    }
+  }
+  job.tensors = std::move(checked);
+  job.keep_alive = std::move(async.keep_alive);
+  auto state = std::make_shared<PublishHandle::State>();
+  job.state = state;
+  {
+    std::lock_guard lock(mu);
+    if (closing) return FailedPrecondition("publisher is closed");
+    state->publisher = weak_from_this();
+    last = state;
+    queue.push_back(std::move(job));
+  }
+  cv.notify_all();
+  return PublishHandle(std::move(state));
+}
+
+void Publisher::Impl::WorkerLoop() {
+  while (true) {
+    Job job;
+    {
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return !queue.empty() || closing; });
+      if (queue.empty()) return;  // closing, and nothing left
+      job = std::move(queue.front());
+      queue.pop_front();
+      busy = true;
+    }
+    Result<PublishResult> result = Run(job);
+    std::shared_ptr<PublishHandle::State> state = std::move(job.state);
+    // Release the caller's buffers (and our copy) before the handle says done: from then on the
+    // caller may change them.
+    job = Job();
+    state->Finish(std::move(result));
+    {
+      std::lock_guard lock(mu);
+      busy = false;
+    }
+    cv.notify_all();
+  }
+}
+
+Result<PublishResult> Publisher::Impl::Run(const Job& job) {
+  std::map<std::string, std::string> metadata;
+  if (job.step) metadata["step"] = std::to_string(*job.step);
+  Result<PublishResult> result =
+      remote != nullptr ? RunCoordinated(job, metadata) : RunLocal(job, metadata);
+  if (result.ok()) {
+    result->step = job.step;
+    result->seconds = std::chrono::duration<double>(Clock::now() - job.submitted).count();
+  }
+  return result;
+}
+
+Result<PublishResult> Publisher::Impl::RunLocal(const Job& job,
+                                                const std::map<std::string, std::string>& meta) {
+  ASSIGN_OR_RETURN(std::filesystem::path dir,
+                   client::PrepareScratchDir(store->root(), options.channel));
+  RETURN_IF_ERROR(client::WriteTensorsFile(dir / "model.safetensors", job.tensors));
+  ASSIGN_OR_RETURN(client::LocalPublishResult r,
+                   client::CommitDirectory(*store, options.channel, dir, options.chunk_size, meta));
+  PublishResult out;
+  out.version = r.version.value();
+  out.total_bytes = r.total_bytes;
+  out.chunk_count = r.chunk_count;
+  out.root = ToHex(r.root);
+  out.delta = r.delta;
+  // What a sampler on this machine holding the previous version reads (docs/live.md).
+  out.wire_bytes = r.wire_bytes;
+  out.prepare_seconds = r.seconds;
+  return out;
+}
+
+Result<PublishResult> Publisher::Impl::RunCoordinated(
+    const Job& job, const std::map<std::string, std::string>& meta) {
+  ASSIGN_OR_RETURN(std::filesystem::path dir,
+                   client::PrepareScratchDir(options.store, options.channel));
+  RETURN_IF_ERROR(client::WriteTensorsFile(dir / "model.safetensors", job.tensors));
+  auto published = remote->PublishDirectory(dir, meta);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);  // imported (linked or copied) into the store
+  if (!published.ok()) return published.status();
+  // The root, from the manifest the publisher committed (a read-only open takes no lock).
+  StoreOptions read_only;
+  read_only.read_only = true;
+  ASSIGN_OR_RETURN(Store read, Store::Open(options.store, read_only));
+  ASSIGN_OR_RETURN(Manifest manifest, read.GetManifest(options.channel, published->version));
+  PublishResult out;
+  out.version = published->version.value();
+  out.total_bytes = published->model_bytes;
+  out.chunk_count = published->chunks;
+  out.root = ToHex(manifest.root);
+  out.delta = published->delta;
+  // What a node that holds the previous version receives: the payloads of a delta, or every
+  // chunk of a full version.
+  out.wire_bytes = published->delta ? published->payload_bytes : published->model_bytes;
+  out.prepare_seconds = published->prepare_seconds;
+  return out;
+}
+
+Status Publisher::Impl::WaitUntil(SeedUntil until, Clock::time_point deadline) {
+  std::shared_ptr<publish::Publisher> seeder = Remote();
+  if (seeder == nullptr) {
+    if (options.coordinator.empty()) {
+      return FailedPrecondition("a local publisher seeds nothing");
+    }
+    return FailedPrecondition("publisher is closed");
+  }
+  return seeder->WaitUntil(ToInternal(until), Remaining(deadline));
+}
+
+void Publisher::Impl::Close(PendingPublishes pending) {
+  std::lock_guard close_lock(close_mu);
+  if (closed) return;
+  std::deque<Job> dropped;
+  {
+    std::lock_guard lock(mu);
+    closing = true;
+    if (pending == PendingPublishes::kAbort) dropped.swap(queue);
+  }
+  cv.notify_all();
+  for (Job& job : dropped) {
+    std::shared_ptr<PublishHandle::State> state = std::move(job.state);
+    job = Job();
+    state->Finish(Aborted("the publisher was closed before this publish started"));
+  }
+  std::shared_ptr<publish::Publisher> seeder = Remote();
+  // Stopping the seeder makes a running PublishDirectory return (kAborted) instead of waiting
+  // out an unreachable coordinator.
+  if (pending == PendingPublishes::kAbort && seeder != nullptr) seeder->Stop();
+  if (worker.joinable()) worker.join();
+  if (seeder != nullptr) seeder->Stop();
+  {
+    std::lock_guard lock(mu);
+    remote.reset();
+  }
+  store.reset();
+  closed = true;
+}
+
+PublishHandle::PublishHandle() = default;
+PublishHandle::~PublishHandle() = default;
+PublishHandle::PublishHandle(const PublishHandle&) = default;
+PublishHandle& PublishHandle::operator=(const PublishHandle&) = default;
+PublishHandle::PublishHandle(PublishHandle&&) noexcept = default;
+PublishHandle& PublishHandle::operator=(PublishHandle&&) noexcept = default;
+PublishHandle::PublishHandle(std::shared_ptr<State> state) : state_(std::move(state)) {}
+
+bool PublishHandle::done() const {
+  if (state_ == nullptr) return false;
+  std::lock_guard lock(state_->mu);
+  return state_->result.has_value();
+}
+
+Result<PublishResult> PublishHandle::Wait(std::optional<std::chrono::nanoseconds> timeout) const {
+  if (state_ == nullptr) return FailedPrecondition("empty PublishHandle");
+  return state_->WaitFor(DeadlineAfter(timeout), timeout);
+}
+
+Status PublishHandle::WaitUntil(SeedUntil until,
+                                std::optional<std::chrono::nanoseconds> timeout) const {
+  if (state_ == nullptr) return FailedPrecondition("empty PublishHandle");
+  const Clock::time_point deadline = DeadlineAfter(timeout);
+  Result<PublishResult> result = state_->WaitFor(deadline, timeout);
+  if (!result.ok()) return result.status();
+  std::shared_ptr<Publisher::Impl> publisher = state_->publisher.lock();
+  if (publisher == nullptr) return FailedPrecondition("publisher is closed");
+  return publisher->WaitUntil(until, deadline);
+}
+
+Result<std::unique_ptr<Publisher>> Publisher::Open(PublisherOptions options) {
+  auto impl = std::make_shared<Impl>(std::move(options));
+  RETURN_IF_ERROR(impl->Start());
+  return std::unique_ptr<Publisher>(new Publisher(std::move(impl)));
+}
+
+Publisher::Publisher(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Publisher::~Publisher() { Close(PendingPublishes::kFinish); }
+
+Result<PublishResult> Publisher::Publish(std::span<const TensorView> tensors,
+                                         std::optional<int64_t> step) {
+  AsyncOptions in_place;
+  in_place.copy = false;  // the caller's bytes stay valid: we wait below
+  ASSIGN_OR_RETURN(PublishHandle handle, PublishAsync(tensors, step, std::move(in_place)));
+  return handle.Wait();
+}
+
+Result<PublishHandle> Publisher::PublishAsync(std::span<const TensorView> tensors,
+                                              std::optional<int64_t> step, AsyncOptions options) {
+  return impl_->Submit(tensors, step, std::move(options));
+}
+
+Status Publisher::WaitUntil(SeedUntil until, std::optional<std::chrono::nanoseconds> timeout) {
+  const Clock::time_point deadline = DeadlineAfter(timeout);
+  std::shared_ptr<PublishHandle::State> last;
+  {
+    std::lock_guard lock(impl_->mu);
+    last = impl_->last;
+  }
+  if (impl_->options.coordinator.empty()) {
+    return FailedPrecondition("a local publisher seeds nothing");
+  }
+  if (last != nullptr) {
+    // A failed publish does not stop the wait: the newest version seeded is still one to wait
+    // for. Only the deadline does.
+    Result<PublishResult> waited = last->WaitFor(deadline, timeout);
+    if (!waited.ok() && waited.status().code() == Code::kDeadlineExceeded) return waited.status();
+  }
+  return impl_->WaitUntil(until, deadline);
+}
+
+Result<NodeStatus> Publisher::status() const {
+  std::shared_ptr<publish::Publisher> seeder = impl_->Remote();
+  if (seeder == nullptr) {
+    if (impl_->options.coordinator.empty()) {
+      return FailedPrecondition("a local publisher seeds nothing");
+    }
+    return FailedPrecondition("publisher is closed");
+  }
+  const agent::SwarmProgress p = seeder->progress();
+  NodeStatus s;
+  s.version = p.version.value();
+  s.delta = p.delta;
+  s.chunks_done = p.chunks_done;
+  s.chunks_total = p.chunks_total;
+  s.bytes_done = p.bytes_done;
+  s.bytes_total = p.bytes_total;
+  s.bytes_received = p.bytes_received;
+  s.bytes_sent = p.bytes_sent;
+  s.chunks_failed = p.chunks_failed;
+  s.peers = p.peers;
+  s.complete = p.complete;
+  s.committed = p.committed;
+  s.error = p.error;
+  s.address = seeder->address();
+  s.node_id = seeder->node_id().value();
+  s.running = !seeder->stopped();
+  return s;
+}
+
+bool Publisher::coordinated() const { return !impl_->options.coordinator.empty(); }
+const std::filesystem::path& Publisher::store() const { return impl_->options.store; }
+const std::string& Publisher::channel() const { return impl_->options.channel; }
+
+void Publisher::Close(PendingPublishes pending) { impl_->Close(pending); }
+
+}  // namespace weightcast

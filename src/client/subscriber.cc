@@ -1,0 +1,342 @@
+// weightcast::Subscriber and ReceivedVersion (include/weightcast/subscriber.h): a StoreFollower
+// on the store, plus, with a coordinator, an agent in this process that maintains it.
+#include <weightcast/subscriber.h>
+
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <charconv>
+#include <mutex>
+#include <utility>
+
+#include "client/agent_runner.h"
+#include "client/changed_tensors.h"
+#include "client/common.h"
+#include "client/store_follower.h"
+#include "coord/client.h"
+#include "format/safetensors.h"
+#include "util/text.h"
+
+namespace weightcast {
+
+using Clock = std::chrono::steady_clock;
+
+struct ReceivedVersion::Impl {
+  ~Impl() {
+    for (const std::span<const uint8_t>& m : maps) {
+      if (!m.empty()) ::munmap(const_cast<uint8_t*>(m.data()), m.size());
+    }
+  }
+
+  // Maps every file of `opened` and describes its tensors.
+  static Result<std::shared_ptr<Impl>> Make(client::OpenedVersion opened);
+
+  client::OpenedVersion opened;
+  std::string root;
+  std::vector<VersionFile> files;
+  std::vector<TensorLocation> tensors;
+  std::vector<std::span<const uint8_t>> maps;  // one per file; empty for an empty file
+  std::mutex fd_mu;                            // guards opened.files against CloseDescriptors
+};
+
+Result<std::shared_ptr<ReceivedVersion::Impl>> ReceivedVersion::Impl::Make(
+    client::OpenedVersion opened) {
+  auto impl = std::make_shared<Impl>();
+  const Manifest& m = *opened.manifest;
+  impl->root = ToHex(m.root);
+  for (size_t i = 0; i < m.files.size(); ++i) {
+    impl->files.push_back({m.files[i].path, m.files[i].size});
+    const uint64_t size = m.files[i].size;
+    if (size == 0) {
+      impl->maps.emplace_back();
+      continue;
+    }
+    void* addr = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, opened.files[i].get(), 0);
+    if (addr == MAP_FAILED) {
+      return ErrnoStatus("mmap(" + (opened.dir / m.files[i].path).string() + ")", errno);
+    }
+    impl->maps.emplace_back(static_cast<const uint8_t*>(addr), size);
+  }
+  for (const ManifestTensor& t : m.tensors) {
+    TensorLocation location;
+    location.name = t.name;
+    location.dtype = std::string(DTypeName(t.dtype));
+    location.shape = t.shape;
+    location.file_index = t.file_index;
+    location.offset = t.offset - m.files.at(t.file_index).offset;
+    location.size = t.size;
+    impl->tensors.push_back(std::move(location));
+  }
+  impl->opened = std::move(opened);
+  return impl;
+}
+
+ReceivedVersion::ReceivedVersion() = default;
+ReceivedVersion::~ReceivedVersion() = default;
+ReceivedVersion::ReceivedVersion(const ReceivedVersion&) = default;
+ReceivedVersion& ReceivedVersion::operator=(const ReceivedVersion&) = default;
+ReceivedVersion::ReceivedVersion(ReceivedVersion&&) noexcept = default;
+ReceivedVersion& ReceivedVersion::operator=(ReceivedVersion&&) noexcept = default;
+ReceivedVersion::ReceivedVersion(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+namespace {
+
+const std::string kEmptyString;
+const std::filesystem::path kEmptyPath;
+const std::map<std::string, std::string> kEmptyMap;
+const std::vector<VersionFile> kNoFiles;
+const std::vector<TensorLocation> kNoTensors;
+
+}  // namespace
+
+const std::string& ReceivedVersion::channel() const {
+  return impl_ ? impl_->opened.channel : kEmptyString;
+}
+uint64_t ReceivedVersion::version() const { return impl_ ? impl_->opened.version.value() : 0; }
+std::optional<int64_t> ReceivedVersion::step() const {
+  auto it = metadata().find("step");
+  if (it == metadata().end()) return std::nullopt;
+  int64_t step = 0;
+  const char* end = it->second.data() + it->second.size();
+  auto [ptr, ec] = std::from_chars(it->second.data(), end, step);
+  if (ec != std::errc() || ptr != end) return std::nullopt;
+  return step;
+}
+const std::filesystem::path& ReceivedVersion::path() const {
+  return impl_ ? impl_->opened.dir : kEmptyPath;
+}
+const std::string& ReceivedVersion::root() const { return impl_ ? impl_->root : kEmptyString; }
+uint64_t ReceivedVersion::chunk_size() const {
+  return impl_ ? impl_->opened.manifest->chunk_size : 0;
+}
+uint64_t ReceivedVersion::total_size() const {
+  return impl_ ? impl_->opened.manifest->total_size() : 0;
+}
+uint32_t ReceivedVersion::chunk_count() const {
+  return impl_ ? impl_->opened.manifest->chunk_count() : 0;
+}
+const std::map<std::string, std::string>& ReceivedVersion::metadata() const {
+  return impl_ ? impl_->opened.manifest->metadata : kEmptyMap;
+}
+std::optional<uint64_t> ReceivedVersion::base_version() const {
+  if (!impl_ || !impl_->opened.manifest->delta) return std::nullopt;
+  return impl_->opened.manifest->delta->base_version.value();
+}
+const std::vector<VersionFile>& ReceivedVersion::files() const {
+  return impl_ ? impl_->files : kNoFiles;
+}
+const std::vector<TensorLocation>& ReceivedVersion::tensor_locations() const {
+  return impl_ ? impl_->tensors : kNoTensors;
+}
+
+std::vector<TensorView> ReceivedVersion::tensors() const {
+  std::vector<TensorView> out;
+  if (!impl_) return out;
+  out.reserve(impl_->tensors.size());
+  for (const TensorLocation& t : impl_->tensors) {
+    const std::span<const uint8_t> file = impl_->maps[t.file_index];
+    out.push_back({t.name, t.dtype, t.shape,
+                   t.size == 0 ? std::span<const uint8_t>() : file.subspan(t.offset, t.size)});
+  }
+  return out;
+}
+
+Result<TensorView> ReceivedVersion::tensor(std::string_view name) const {
+  if (impl_) {
+    for (const TensorLocation& t : impl_->tensors) {
+      if (t.name != name) continue;
+      const std::span<const uint8_t> file = impl_->maps[t.file_index];
+      return TensorView{t.name, t.dtype, t.shape,
+                        t.size == 0 ? std::span<const uint8_t>() : file.subspan(t.offset, t.size)};
+    }
+  }
+  return NotFound("no tensor " + std::string(name) + " in version " + std::to_string(version()) +
+                  " of channel " + channel());
+}
+
+std::span<const uint8_t> ReceivedVersion::file_bytes(size_t index) const {
+  if (!impl_ || index >= impl_->maps.size()) return {};
+  return impl_->maps[index];
+}
+
+int ReceivedVersion::file_descriptor(size_t index) const {
+  if (!impl_) return -1;
+  std::lock_guard lock(impl_->fd_mu);
+  if (index >= impl_->opened.files.size()) return -1;
+  return impl_->opened.files[index].get();
+}
+
+void ReceivedVersion::CloseDescriptors() const {
+  if (!impl_) return;
+  std::lock_guard lock(impl_->fd_mu);
+  impl_->opened.files.clear();
+}
+
+struct Subscriber::Impl {
+  Impl(SubscriberOptions o, std::unique_ptr<client::StoreFollower> f)
+      : options(std::move(o)), follower(std::move(f)), opened_at(Clock::now()) {}
+
+  // With an agent: its failure, a refusal by the coordinator, or a coordinator it has not
+  // reached within connect_timeout of Open. OK otherwise (and without an agent).
+  Status AgentError() const;
+  Result<ReceivedVersion> Opened(Result<client::OpenedVersion> opened) const;
+
+  const SubscriberOptions options;
+  // Invariant: `agent` is declared after `follower`, so it is stopped (and its on_exit, which
+  // closes the follower, has run) before the follower is destroyed.
+  std::unique_ptr<client::StoreFollower> follower;
+  std::unique_ptr<client::AgentRunner> agent;
+  const Clock::time_point opened_at;
+  std::mutex close_mu;
+};
+
+Status Subscriber::Impl::AgentError() const {
+  if (agent == nullptr) return Status::Ok();
+  if (agent->exited()) {
+    const Status failure = agent->failure();
+    if (!failure.ok()) return failure.WithContext("in-process agent");
+    return Aborted("the in-process agent stopped");
+  }
+  const Status error = agent->coordinator_error();
+  if (error.ok()) return Status::Ok();
+  if (coord::IsPermanentConnectError(error)) return error;
+  if (!agent->registered() && Clock::now() - opened_at >= options.connect_timeout) {
+    return Unavailable("the in-process agent has not reached the coordinator at " +
+                       options.coordinator + " within " +
+                       client::FormatSeconds(options.connect_timeout) + ": " + error.message());
+  }
+  return Status::Ok();
+}
+
+Result<ReceivedVersion> Subscriber::Impl::Opened(Result<client::OpenedVersion> opened) const {
+  if (!opened.ok()) return opened.status();
+  ASSIGN_OR_RETURN(std::shared_ptr<ReceivedVersion::Impl> impl,
+                   ReceivedVersion::Impl::Make(std::move(opened).value()));
+  return ReceivedVersion(std::move(impl));
+}
+
+Result<std::unique_ptr<Subscriber>> Subscriber::Open(SubscriberOptions options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<client::StoreFollower> follower,
+                   client::StoreFollower::Create(options.store, options.channel));
+  auto impl = std::make_unique<Impl>(std::move(options), std::move(follower));
+  const SubscriberOptions& o = impl->options;
+  if (!o.coordinator.empty()) {
+    RETURN_IF_ERROR(client::CheckStorePath(o.store));
+    agent::AgentOptions a;
+    a.coordinator = o.coordinator;
+    a.store_dir = o.store.string();
+    a.channel = o.channel;
+    a.listen = o.listen;
+    a.rack = o.rack;
+    a.metrics = o.metrics;
+    a.upload_limit = o.upload_limit;
+    a.download_limit = o.download_limit;
+    ASSIGN_OR_RETURN(a.secret, client::LoadSecret(o.secret));
+    a.cluster = o.cluster;
+    a.node_id = PeerId(o.node_id);
+    ASSIGN_OR_RETURN(metrics::Logger logger, client::MakeLogger("agent", o.log_level, o.log_file));
+    a.log = logger.AsLineFn();
+    // Errors that need a person (a refused handshake) show at the default level, warn.
+    a.log_error = [logger](std::string_view line) { logger.Error(line); };
+    client::StoreFollower* f = impl->follower.get();
+    // A dead agent wakes a blocked Wait, which then returns the agent's error.
+    ASSIGN_OR_RETURN(impl->agent, client::AgentRunner::Start(std::move(a), [f] { f->Close(); }));
+  }
+  return std::unique_ptr<Subscriber>(new Subscriber(std::move(impl)));
+}
+
+Subscriber::Subscriber(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Subscriber::~Subscriber() { Close(); }
+
+Result<ReceivedVersion> Subscriber::Wait(uint64_t min_version,
+                                         std::optional<std::chrono::nanoseconds> timeout) {
+  const Version wanted(min_version);
+  const auto timed_out = [&] {
+    return DeadlineExceeded(Describe(min_version) + " within " +
+                            client::FormatSeconds(timeout.value_or(std::chrono::nanoseconds(0))));
+  };
+  if (impl_->agent == nullptr) {
+    Result<client::OpenedVersion> opened = impl_->follower->Wait(wanted, timeout);
+    if (!opened.ok() && opened.status().code() == Code::kDeadlineExceeded) return timed_out();
+    return impl_->Opened(std::move(opened));
+  }
+  const Clock::time_point deadline =
+      timeout ? Clock::now() + std::chrono::ceil<Clock::duration>(*timeout)
+              : Clock::time_point::max();
+  // The agent's health is looked at between slices of the wait.
+  constexpr auto kSlice = std::chrono::milliseconds(100);
+  while (true) {
+    RETURN_IF_ERROR(impl_->AgentError());
+    const auto now = Clock::now();
+    const std::chrono::nanoseconds slice =
+        deadline == Clock::time_point::max()
+            ? std::chrono::nanoseconds(kSlice)
+            : std::min<std::chrono::nanoseconds>(
+                  kSlice, std::max<Clock::duration>(deadline - now, Clock::duration::zero()));
+    Result<client::OpenedVersion> opened = impl_->follower->Wait(wanted, slice);
+    if (opened.ok()) return impl_->Opened(std::move(opened));
+    if (opened.status().code() == Code::kAborted) {
+      RETURN_IF_ERROR(impl_->AgentError());
+      return opened.status();
+    }
+    if (opened.status().code() != Code::kDeadlineExceeded) return opened.status();
+    if (Clock::now() >= deadline) return timed_out();
+  }
+}
+
+Result<std::vector<TensorChange>> Subscriber::Changed(uint64_t since, uint64_t to) const {
+  ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> from,
+                   impl_->follower->ManifestOf(Version(since)));
+  ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> target,
+                   impl_->follower->ManifestOf(Version(to)));
+  return client::ChangedTensors(*from, *target);
+}
+
+Result<NodeStatus> Subscriber::status() const {
+  if (impl_->agent == nullptr) {
+    return FailedPrecondition("a subscriber without a coordinator runs no agent");
+  }
+  const client::AgentRunner& agent = *impl_->agent;
+  const agent::SwarmProgress p = agent.progress();
+  NodeStatus s;
+  s.version = p.version.value();
+  s.delta = p.delta;
+  s.chunks_done = p.chunks_done;
+  s.chunks_total = p.chunks_total;
+  s.bytes_done = p.bytes_done;
+  s.bytes_total = p.bytes_total;
+  s.bytes_received = p.bytes_received;
+  s.bytes_sent = p.bytes_sent;
+  s.chunks_failed = p.chunks_failed;
+  s.peers = p.peers;
+  s.complete = p.complete;
+  s.committed = p.committed;
+  s.error = p.error;
+  s.running = !agent.exited();
+  if (s.error.empty()) {
+    const Status failure = s.running ? agent.coordinator_error() : agent.failure();
+    if (!failure.ok()) s.error = failure.ToString();
+  }
+  s.address = agent.address();
+  s.node_id = agent.id().value();
+  Result<Version> current = impl_->follower->Current();
+  s.current_version = current.ok() ? current->value() : 0;
+  return s;
+}
+
+bool Subscriber::has_agent() const { return impl_->agent != nullptr; }
+const std::filesystem::path& Subscriber::store() const { return impl_->options.store; }
+const std::string& Subscriber::channel() const { return impl_->options.channel; }
+
+std::string Subscriber::Describe(uint64_t min_version) const {
+  return impl_->follower->Describe(Version(min_version));
+}
+
+void Subscriber::Close() {
+  std::lock_guard lock(impl_->close_mu);
+  impl_->follower->Close();
+  if (impl_->agent != nullptr) impl_->agent->Stop();
+}
+
+}  // namespace weightcast
