@@ -14,11 +14,13 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <weightcast/status.h>
+#include <weightcast/tensor.h>
 #include <weightcast/types.h>
 
 namespace weightcast {
@@ -65,6 +67,11 @@ class LiveTensors {
   Result<LiveApplyReport> ApplyFromStore(const std::filesystem::path& store,
                                          std::string_view channel, Version version);
 
+  // The same from a memory channel (MemoryPublisher) in `dir`. kAborted when the version was
+  // overwritten by two newer ones while it was applied (apply the current one).
+  Result<LiveApplyReport> ApplyFromMemory(const std::filesystem::path& dir,
+                                          std::string_view channel, Version version);
+
   // The version the tensors hold (0: none known).
   Version version() const;
 
@@ -73,5 +80,58 @@ class LiveTensors {
   explicit LiveTensors(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// A memory channel's publisher (docs/live.md, "Memory channel"): versions kept in shared memory
+// under DIR/<channel>.memory (DIR on tmpfs, e.g. /dev/shm/...) for samplers on this machine, two
+// slots reused in turn, so a publish copies the tensors into pages that already exist. Each
+// version after the first is a delta against the previous one, its payloads in a delta file.
+struct MemoryPublisherOptions {
+  uint64_t chunk_size = 8ull << 20;
+  size_t threads = 0;   // hashing and encoding; 0: one per core
+  bool sha256 = false;  // chunk hashes: XXH3-128 by default (same-host readers), or SHA-256
+};
+
+struct MemoryPublishResult {
+  Version version;
+  bool delta = false;
+  uint64_t total_bytes = 0;
+  uint64_t payload_bytes = 0;  // what a sampler holding the previous version reads
+  std::string root;            // lowercase hex
+  double snapshot_seconds = 0;  // the copy of the tensors: what the trainer waits for
+  double encode_seconds = 0;    // hashing and delta encoding
+  double publish_seconds = 0;   // manifest, delta file, the switch of the current version
+};
+
+// Thread-safety: Snapshot and Finish may be called from different threads; one publish at a
+// time (a Snapshot waits for the previous Finish).
+class MemoryPublisher {
+ public:
+  static Result<std::unique_ptr<MemoryPublisher>> Open(const std::filesystem::path& dir,
+                                                       std::string channel,
+                                                       const MemoryPublisherOptions& options = {});
+  ~MemoryPublisher();
+  MemoryPublisher(const MemoryPublisher&) = delete;
+  MemoryPublisher& operator=(const MemoryPublisher&) = delete;
+
+  // Copies `tensors` into the free slot; once it returns the caller may change them. `step`
+  // goes into the manifest's metadata. kInvalidArgument (nothing changed) for bad tensors.
+  Status Snapshot(const std::vector<TensorView>& tensors, std::optional<int64_t> step);
+  // Publishes the last snapshot: hashes it, encodes it against the current version, writes its
+  // manifest and delta file, then makes it current.
+  Result<MemoryPublishResult> Finish();
+  // Snapshot, then Finish.
+  Result<MemoryPublishResult> Publish(const std::vector<TensorView>& tensors,
+                                      std::optional<int64_t> step);
+
+ private:
+  struct Impl;
+  explicit MemoryPublisher(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Blocks until the memory channel's current version is at least `min_version` (inotify), then
+// returns it. kDeadlineExceeded after `timeout_seconds` (nullopt: no limit).
+Result<Version> WaitMemoryVersion(const std::filesystem::path& dir, std::string_view channel,
+                                  Version min_version, std::optional<double> timeout_seconds);
 
 }  // namespace weightcast

@@ -5,8 +5,12 @@
 #include <pybind11/stl/filesystem.h>
 
 #include <weightcast/live.h>
+#include <chrono>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <thread>
 
 #include "bindings.h"
 
@@ -35,12 +39,13 @@ class PyLiveTensors {
   }
 
   py::dict ApplyFromStore(const std::filesystem::path& store, const std::string& channel,
-                          uint64_t version) {
+                          uint64_t version, bool memory) {
     Result<LiveApplyReport> r = Internal("not run");
     {
       py::gil_scoped_release release;
       const std::lock_guard lock(mu_);
-      r = live_->ApplyFromStore(store, channel, Version(version));
+      r = memory ? live_->ApplyFromMemory(store, channel, Version(version))
+                 : live_->ApplyFromStore(store, channel, Version(version));
     }
     const LiveApplyReport& x = ValueOrThrow(std::move(r));
     py::dict out;
@@ -68,14 +73,144 @@ class PyLiveTensors {
   std::unique_ptr<LiveTensors> live_;
 };
 
+py::dict ToDict(const MemoryPublishResult& r) {
+  py::dict out;
+  out["version"] = r.version.value();
+  out["delta"] = r.delta;
+  out["total_bytes"] = r.total_bytes;
+  out["wire_bytes"] = r.payload_bytes;
+  out["chunk_count"] = 0;
+  out["root"] = r.root;
+  out["snapshot_seconds"] = r.snapshot_seconds;
+  out["encode_seconds"] = r.encode_seconds;
+  out["publish_seconds"] = r.publish_seconds;
+  return out;
+}
+
+// One publish_async of a memory channel: its result once the background finish is done.
+struct PendingPublish {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<Result<MemoryPublishResult>> result;
+
+  bool Done() {
+    const std::lock_guard lock(mu);
+    return result.has_value();
+  }
+  // The result (raises its error); DeadlineExceededError when `timeout` passes first.
+  py::dict Wait(std::optional<double> timeout) {
+    bool ready = false;
+    {
+      py::gil_scoped_release release;
+      std::unique_lock lock(mu);
+      const auto has = [&] { return result.has_value(); };
+      if (timeout) {
+        ready = cv.wait_for(lock, std::chrono::duration<double>(*timeout), has);
+      } else {
+        cv.wait(lock, has);
+        ready = true;
+      }
+    }
+    if (!ready) Throw(DeadlineExceeded("publish not finished within the timeout"));
+    Result<MemoryPublishResult> r = *result;
+    return ToDict(ValueOrThrow(std::move(r)));
+  }
+};
+
+// A memory channel's publisher. publish_async snapshots in the caller's thread (GIL released)
+// and finishes on a background thread; the next publish waits for that finish.
+class PyMemoryPublisher {
+ public:
+  PyMemoryPublisher(const std::filesystem::path& dir, const std::string& channel,
+                    uint64_t chunk_size, size_t threads, bool sha256) {
+    MemoryPublisherOptions o;
+    o.chunk_size = chunk_size;
+    o.threads = threads;
+    o.sha256 = sha256;
+    publisher_ = ValueOrThrow(MemoryPublisher::Open(dir, channel, o));
+  }
+  ~PyMemoryPublisher() {
+    if (finisher_.joinable()) finisher_.join();
+  }
+
+  py::dict Publish(const py::list& tensors, std::optional<int64_t> step) {
+    Join();
+    std::vector<py::buffer_info> pinned;
+    std::vector<TensorView> views = TensorsFromPython(tensors, pinned);
+    Result<MemoryPublishResult> r = Internal("not run");
+    {
+      py::gil_scoped_release release;
+      r = publisher_->Publish(views, step);
+    }
+    return ToDict(ValueOrThrow(std::move(r)));
+  }
+
+  // Returns once the tensors are copied into the free slot; the finish runs on a thread.
+  std::shared_ptr<PendingPublish> PublishAsync(const py::list& tensors,
+                                               std::optional<int64_t> step) {
+    Join();
+    std::vector<py::buffer_info> pinned;
+    std::vector<TensorView> views = TensorsFromPython(tensors, pinned);
+    Status s;
+    {
+      py::gil_scoped_release release;
+      s = publisher_->Snapshot(views, step);
+    }
+    ThrowIfError(s);
+    auto state = std::make_shared<PendingPublish>();
+    MemoryPublisher* publisher = publisher_.get();
+    finisher_ = std::thread([publisher, state] {
+      Result<MemoryPublishResult> r = publisher->Finish();
+      const std::lock_guard lock(state->mu);
+      state->result = std::move(r);
+      state->cv.notify_all();
+    });
+    return state;
+  }
+
+  void Close() { Join(); }
+
+ private:
+  void Join() {
+    if (finisher_.joinable()) {
+      py::gil_scoped_release release;
+      finisher_.join();
+    }
+  }
+  std::unique_ptr<MemoryPublisher> publisher_;
+  std::thread finisher_;
+};
+
 }  // namespace
 
 void RegisterLive(py::module_& m) {
   py::class_<PyLiveTensors>(m, "_LiveTensors")
       .def(py::init<const py::list&>(), py::arg("tensors"))
-      .def("apply_from_store", &PyLiveTensors::ApplyFromStore, py::arg("store"), py::arg("channel"),
-           py::arg("version"))
+      .def("apply_from_store", &PyLiveTensors::ApplyFromStore, py::arg("store"),
+           py::arg("channel"), py::arg("version"), py::arg("memory") = false)
       .def_property_readonly("version", &PyLiveTensors::version);
+  py::class_<PyMemoryPublisher>(m, "_MemoryPublisher")
+      .def(py::init<const std::filesystem::path&, const std::string&, uint64_t, size_t, bool>(),
+           py::arg("dir"), py::arg("channel"), py::arg("chunk_size"), py::arg("threads") = 0,
+           py::arg("sha256") = false)
+      .def("publish", &PyMemoryPublisher::Publish, py::arg("tensors"), py::arg("step"))
+      .def("publish_async", &PyMemoryPublisher::PublishAsync, py::arg("tensors"), py::arg("step"))
+      .def("close", &PyMemoryPublisher::Close);
+  py::class_<PendingPublish, std::shared_ptr<PendingPublish>>(m, "_MemoryPublishHandle")
+      .def("done", &PendingPublish::Done)
+      .def("wait", &PendingPublish::Wait, py::arg("timeout") = py::none());
+  m.def(
+      "_wait_memory",
+      [](const std::filesystem::path& dir, const std::string& channel, uint64_t min_version,
+         std::optional<double> timeout) {
+        Result<Version> v = Internal("not run");
+        {
+          py::gil_scoped_release release;
+          v = WaitMemoryVersion(dir, channel, Version(min_version), timeout);
+        }
+        return ValueOrThrow(std::move(v)).value();
+      },
+      py::arg("dir"), py::arg("channel"), py::arg("min_version"), py::arg("timeout"));
 }
 
 }  // namespace weightcast::python

@@ -82,14 +82,14 @@ class LiveTensors:
         """The version ``tensors`` hold (0: none yet)."""
         return self._sets[self._front][1].version
 
-    def _apply(self, store, channel, version):
+    def _apply(self, store, channel, version, memory=False):
         if not self.flip:
             start = time.perf_counter()
-            report = self._sets[0][1].apply_from_store(store, channel, version)
+            report = self._sets[0][1].apply_from_store(str(store), channel, version, memory)
             report["blocked_seconds"] = time.perf_counter() - start
             return report
         back = 1 - self._front
-        report = self._sets[back][1].apply_from_store(store, channel, version)
+        report = self._sets[back][1].apply_from_store(str(store), channel, version, memory)
         start = time.perf_counter()
         self._front = back
         if self._module is not None:
@@ -105,3 +105,57 @@ class LiveTensors:
                 module._parameters[leaf].data = t
             elif leaf in module._buffers and module._buffers[leaf] is not None:
                 module._buffers[leaf] = t
+
+
+class _MemoryHandleCore:
+    """PublishHandle's core for a memory channel's publish_async."""
+
+    def __init__(self, pending, start):
+        self._pending = pending
+        self._start = start
+
+    def done(self):
+        return self._pending.done()
+
+    def wait(self, timeout=None):
+        out = dict(self._pending.wait(timeout))
+        out["seconds"] = time.perf_counter() - self._start
+        return out
+
+    def wait_until(self, until, timeout):
+        raise _weightcast.FailedPreconditionError("a memory channel seeds nothing")
+
+
+class _MemoryCore:
+    """Publisher's core for ``memory=True``: versions in shared memory for samplers on this
+    machine (two slots reused in turn; docs/live.md, "Memory channel")."""
+
+    def __init__(self, store, channel, chunk_size):
+        self._p = _weightcast._MemoryPublisher(str(store), channel, chunk_size)
+
+    def publish(self, items, step):
+        return self._p.publish(items, step)
+
+    def publish_async(self, items, step, copy):
+        # The snapshot is always a copy, into the slot the samplers read: copy=False saves
+        # nothing here and the caller may change its tensors once this returns.
+        start = time.perf_counter()
+        return _MemoryHandleCore(self._p.publish_async(items, step), start)
+
+    def status(self):
+        return None
+
+    def close(self, abort_pending=False):
+        self._p.close()
+
+
+class MemoryVersion:
+    """What ``Subscriber(..., memory=True).wait()`` returns: the version number. A memory
+    channel's bytes are reached through ``Subscriber.update(LiveTensors)``, which checks them;
+    there are no views of them (a slot is rewritten two versions later)."""
+
+    def __init__(self, version):
+        self.version = version
+
+    def __repr__(self):
+        return f"<weightcast.MemoryVersion {self.version}>"

@@ -113,7 +113,7 @@ class Publisher:
     }
 
     def __init__(self, store, channel, coordinator=None, secret_file=None, *, chunk_size=None,
-                 keep_versions=2, **publisher_options):
+                 keep_versions=2, memory=False, **publisher_options):
         """``chunk_size``: bytes (int) or a size string as the CLI takes ("1MiB"); default
         ``DEFAULT_CHUNK_SIZE``. ``publisher_options`` (with a coordinator): listen
         ("127.0.0.1:0"), cluster, node_id, connect_timeout (s, default 5), log_level ("warn"; also debug,
@@ -125,11 +125,21 @@ class Publisher:
         options = _options.check(
             "Publisher", publisher_options, self._OPTIONS,
             also=("store", "channel", "coordinator", "secret_file", "chunk_size",
-                  "keep_versions"))
+                  "keep_versions", "memory"))
         chunk_size = (_weightcast.DEFAULT_CHUNK_SIZE if chunk_size is None
                       else _options.size("chunk_size", chunk_size))
         keep_versions = _options.integer("keep_versions", keep_versions)
-        if coordinator is None:
+        if not isinstance(memory, bool):
+            raise TypeError(f"memory must be a bool, not {type(memory).__name__} {memory!r}")
+        if memory:
+            if coordinator is not None or secret_file is not None or options:
+                raise _weightcast.InvalidArgumentError(
+                    "memory=True keeps versions in shared memory for samplers on this machine; "
+                    "it takes no coordinator, secret_file or publisher options")
+            from ._live import _MemoryCore
+            self._core = _MemoryCore(self.store, self.channel, chunk_size)
+            self._remote = False
+        elif coordinator is None:
             if secret_file is not None or options:
                 raise _weightcast.InvalidArgumentError(
                     "secret_file and publisher options need a coordinator")

@@ -42,7 +42,8 @@ class Subscriber:
         "log_file": _options.path,
     }
 
-    def __init__(self, store, channel, coordinator=None, secret_file=None, **agent_options):
+    def __init__(self, store, channel, coordinator=None, secret_file=None, *, memory=False,
+                 **agent_options):
         """``agent_options`` (with a coordinator): listen ("127.0.0.1:0"), rack, cluster, node_id,
         upload_limit and download_limit (bytes/s: an int or a size string like "100MiB"),
         metrics ("ip:port" for /metrics), connect_timeout (s, default 5: wait() raises
@@ -65,8 +66,18 @@ class Subscriber:
                 "tensors= is not supported: a tensor-subset agent keeps its versions staged, "
                 "never committed, so wait() would never return")
         options = _options.check("Subscriber", agent_options, self._OPTIONS,
-                                 also=("store", "channel", "coordinator", "secret_file"))
-        if coordinator is None:
+                                 also=("store", "channel", "coordinator", "secret_file", "memory"))
+        if not isinstance(memory, bool):
+            raise TypeError(f"memory must be a bool, not {type(memory).__name__} {memory!r}")
+        self._memory = memory
+        self._closed = False
+        if memory:
+            if coordinator is not None or secret_file is not None or options:
+                raise _weightcast.InvalidArgumentError(
+                    "memory=True follows a memory channel on this machine (Publisher(..., "
+                    "memory=True)); it takes no coordinator, secret_file or agent options")
+            self._core = None
+        elif coordinator is None:
             if secret_file is not None or options:
                 raise _weightcast.InvalidArgumentError(
                     "secret_file and agent options need a coordinator (without one the "
@@ -86,6 +97,14 @@ class Subscriber:
         DeadlineExceededError (also a TimeoutError) when it passes. To follow every new version:
         ``v = sub.wait(); v = sub.wait(v.version + 1)``."""
         minimum = 0 if min_version is None else _version_number(min_version, "min_version")
+        if self._memory:
+            from ._live import MemoryVersion
+            if self._closed:
+                raise _weightcast.AbortedError("the subscriber was closed")
+            number = _weightcast._wait_memory(str(self.store), self.channel, max(minimum, 1),
+                                              timeout)
+            self._last = number
+            return MemoryVersion(number)
         version = Version(self._core.wait(minimum, timeout))
         self._last = version.version
         return version
@@ -96,6 +115,9 @@ class Subscriber:
         ``since_version``, at chunk granularity, from the two manifests' chunk hashes. New
         tensors and tensors whose dtype, shape or place changed are listed whole; tensors
         that disappeared are not listed."""
+        if self._memory:
+            raise _weightcast.FailedPreconditionError(
+                "changed() reads a store; a memory channel is read with update(LiveTensors)")
         since = _version_number(since_version, "since_version")
         if version is None:
             if self._last is None:
@@ -123,17 +145,19 @@ class Subscriber:
             to = self._last
         else:
             to = _version_number(version, "version")
-        return live._apply(self.store, self.channel, to)
+        return live._apply(self.store, self.channel, to, memory=self._memory)
 
     def status(self):
         """Progress of the in-process agent (dict: version, bytes_received, peers,
         current_version, ...), or None without one."""
-        return self._core.status()
+        return None if self._core is None else self._core.status()
 
     def close(self):
         """Stops the in-process agent (if any) and wakes a blocked wait() with AbortedError.
         Versions already returned stay valid."""
-        self._core.close()
+        self._closed = True
+        if self._core is not None:
+            self._core.close()
 
     def __enter__(self):
         return self

@@ -3,13 +3,35 @@
 
 #include "format/safetensors.h"
 #include "live/live_set.h"
+#include "live/memory_channel.h"
 #include "live/store_view.h"
+#include "util/text.h"
 
 namespace weightcast {
 
 struct LiveTensors::Impl {
   std::unique_ptr<live::LiveSet> set;
 };
+
+namespace {
+
+LiveApplyReport ToPublic(const live::ApplyReport& r) {
+  LiveApplyReport out;
+  out.from = r.from;
+  out.to = r.to;
+  out.delta = r.delta;
+  out.chunks_patched = r.chunks_patched;
+  out.chunks_copied = r.chunks_copied;
+  out.chunks_unchanged = r.chunks_unchanged;
+  out.chunks_repaired = r.chunks_repaired;
+  out.payload_bytes = r.payload_bytes;
+  out.copied_bytes = r.copied_bytes;
+  out.seconds = r.seconds;
+  out.note = r.note;
+  return out;
+}
+
+}  // namespace
 
 LiveTensors::LiveTensors(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 LiveTensors::~LiveTensors() = default;
@@ -37,21 +59,75 @@ Result<LiveApplyReport> LiveTensors::ApplyFromStore(const std::filesystem::path&
                                                     std::string_view channel, Version version) {
   ASSIGN_OR_RETURN(const live::ApplyReport r,
                    live::ApplyFromStore(store, channel, version, *impl_->set));
-  LiveApplyReport out;
-  out.from = r.from;
-  out.to = r.to;
-  out.delta = r.delta;
-  out.chunks_patched = r.chunks_patched;
-  out.chunks_copied = r.chunks_copied;
-  out.chunks_unchanged = r.chunks_unchanged;
-  out.chunks_repaired = r.chunks_repaired;
-  out.payload_bytes = r.payload_bytes;
-  out.copied_bytes = r.copied_bytes;
-  out.seconds = r.seconds;
-  out.note = r.note;
-  return out;
+  return ToPublic(r);
+}
+
+
+Result<LiveApplyReport> LiveTensors::ApplyFromMemory(const std::filesystem::path& dir,
+                                                     std::string_view channel, Version version) {
+  ASSIGN_OR_RETURN(const live::ApplyReport r,
+                   live::ApplyFromMemory(dir, channel, version, *impl_->set));
+  return ToPublic(r);
 }
 
 Version LiveTensors::version() const { return impl_->set->version(); }
+
+struct MemoryPublisher::Impl {
+  std::unique_ptr<live::MemoryChannelWriter> writer;
+};
+
+MemoryPublisher::MemoryPublisher(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+MemoryPublisher::~MemoryPublisher() = default;
+
+Result<std::unique_ptr<MemoryPublisher>> MemoryPublisher::Open(const std::filesystem::path& dir,
+                                                               std::string channel,
+                                                               const MemoryPublisherOptions& options) {
+  live::MemoryChannelOptions o;
+  o.chunk_size = options.chunk_size;
+  o.threads = options.threads;
+  o.algorithm = options.sha256 ? HashAlgorithm::kSha256 : HashAlgorithm::kXxh3_128;
+  auto impl = std::make_unique<Impl>();
+  ASSIGN_OR_RETURN(impl->writer, live::MemoryChannelWriter::Open(dir, std::move(channel), o));
+  return std::unique_ptr<MemoryPublisher>(new MemoryPublisher(std::move(impl)));
+}
+
+Status MemoryPublisher::Snapshot(const std::vector<TensorView>& tensors,
+                                 std::optional<int64_t> step) {
+  std::vector<live::SnapshotTensor> items;
+  items.reserve(tensors.size());
+  for (const TensorView& t : tensors) {
+    Result<DType> dtype = ParseDType(t.dtype);
+    if (!dtype.ok()) return InvalidArgument("tensor '" + t.name + "': " + dtype.status().message());
+    items.push_back(live::SnapshotTensor{t.name, *dtype, t.shape, t.bytes});
+  }
+  std::map<std::string, std::string> metadata;
+  if (step.has_value()) metadata["step"] = std::to_string(*step);
+  return impl_->writer->Snapshot(std::move(items), std::move(metadata));
+}
+
+Result<MemoryPublishResult> MemoryPublisher::Finish() {
+  ASSIGN_OR_RETURN(const live::MemoryPublished p, impl_->writer->Finish());
+  MemoryPublishResult out;
+  out.version = p.version;
+  out.delta = p.delta;
+  out.total_bytes = p.total_bytes;
+  out.payload_bytes = p.payload_bytes;
+  out.root = ToHex(p.root);
+  out.snapshot_seconds = p.snapshot_seconds;
+  out.encode_seconds = p.encode_seconds;
+  out.publish_seconds = p.publish_seconds;
+  return out;
+}
+
+Result<MemoryPublishResult> MemoryPublisher::Publish(const std::vector<TensorView>& tensors,
+                                                     std::optional<int64_t> step) {
+  RETURN_IF_ERROR(Snapshot(tensors, step));
+  return Finish();
+}
+
+Result<Version> WaitMemoryVersion(const std::filesystem::path& dir, std::string_view channel,
+                                  Version min_version, std::optional<double> timeout_seconds) {
+  return live::WaitMemoryChannel(dir, channel, min_version, timeout_seconds, nullptr);
+}
 
 }  // namespace weightcast
