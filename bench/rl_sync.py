@@ -281,6 +281,7 @@ class WeightcastSampler(SamplerStrategy):
     def receive(self, version, holder):
         c = self.config
         v = self.sub.wait(version, timeout=c["timeout"])
+        woke = time.time()
         if v.version != version:
             raise RuntimeError(f"wait({version}) returned version {v.version}")
         self.versions[v.version] = v
@@ -312,7 +313,7 @@ class WeightcastSampler(SamplerStrategy):
         keep = {holder.current.version} | ({holder.standby.version} if holder.standby else set())
         for n in [n for n in self.versions if n not in keep]:
             del self.versions[n]
-        out = {"blocked_s": blocked, "write_s": write_s, "written_bytes": written}
+        out = {"blocked_s": blocked, "write_s": write_s, "written_bytes": written, "woke": woke}
         status = self.sub.status()
         if status is not None:
             if status.get("version") == version:
@@ -381,6 +382,7 @@ def sampler_main(index, strategy_cls, config, spec, conn):
             marks.append(cpu_self())
             r = strategy.receive(version, holder)
             done = time.monotonic()
+            r["done_wall"] = time.time()
             h0 = time.thread_time()
             digest = holder.current.digest()
             hashes.append(time.thread_time() - h0)
@@ -658,8 +660,9 @@ def run_method(name, spec, args, workroot):
             changed = rl_step(live, step, args.changed, args.seed) if step else 0
             expected = live.digest()
             cpu0 = cpu_self()
-            t0 = time.monotonic()
+            t0, t0_wall = time.monotonic(), time.time()
             pub = trainer.publish(live, step)
+            pub["returned_wall"] = time.time()
             acks = [receive(conn, args.timeout, "ok") for conn in pipes]
             trainer_cpu = cpu_self() - cpu0
             for _, index, version, done, digest, r in acks:
@@ -681,7 +684,10 @@ def run_method(name, spec, args, workroot):
                    "wire_bytes": pub.get("wire_bytes"),
                    "bytes_received": received if any(x is not None for x in received) else None,
                    "delta": pub.get("delta"), "publish": pub.get("extra"),
-                   "sampler_extra": [r.get("extra") for r in rs if r.get("extra")] or None}
+                   "sampler_extra": [r.get("extra") for r in rs if r.get("extra")] or None,
+                   "times": {"start": t0_wall, "published": pub["returned_wall"],
+                             "woke": [r.get("woke") for r in rs],
+                             "done": [r["done_wall"] for r in rs]}}
             steps.append(row)
             print_step(name, row)
         for conn in pipes:
@@ -694,8 +700,14 @@ def run_method(name, spec, args, workroot):
         for row in steps:
             row["sampler_cpu_s"] = [c[row["step"]] for c in cpus]
         result = {"steps": steps, "sampler_maxrss_kib": maxrss, "work_dir": workroot}
-        if isinstance(trainer, WeightcastTrainer) and trainer.coordinated:
-            result["publish_log"] = trainer.publish_log()
+        if isinstance(trainer, WeightcastTrainer):
+            if trainer.coordinated:
+                result["publish_log"] = trainer.publish_log()
+                timelines = [agent_timeline(os.path.join(workdir, f"sampler{i}.log"))
+                             for i in range(args.samplers)]
+            else:
+                timelines = None
+            result["breakdown"] = breakdown(steps, timelines)
         if args.keep:
             result["workdir"] = workdir
         return result
@@ -713,6 +725,56 @@ def run_method(name, spec, args, workroot):
                 print(f"{name}: close: {e}", file=sys.stderr)
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+AGENT_EVENT = re.compile(r"^(\S+Z) \w+ agent (?:swarm policy: |agent: )"
+                         r"(?:(target) v(\d+)|v(\d+) (complete) in|(committed) v(\d+))")
+
+
+def agent_timeline(path):
+    """{version: {"target"|"complete"|"committed": wall time}} from an agent's info log."""
+    out = {}
+    try:
+        lines = open(path, errors="replace").read().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        m = AGENT_EVENT.match(line)
+        if not m:
+            continue
+        ts = datetime.datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+            tzinfo=datetime.timezone.utc).timestamp()
+        event = m.group(2) or m.group(5) or m.group(6)
+        version = int(m.group(3) or m.group(4) or m.group(7))
+        out.setdefault(version, {}).setdefault(event, ts)
+    return out
+
+
+def breakdown(steps, timelines):
+    """Where a delta step's time goes, median over delta steps of the slowest sampler's phases
+    (wall clock; the agent's log has millisecond stamps, and logs "committed" just after the
+    commit a wait() wakes on, so `wake` can be slightly negative): publish() (trainer), publish
+    returned -> agent has the target (notify), -> every chunk verified (fetch: transfer, decode,
+    check), -> committed (the commit decision), -> wait() returned (wake), -> live tensors
+    written (copy). A local store: publish start -> wait() returned, then copy."""
+    phases = {}
+    for row in steps[1:]:
+        t = row["times"]
+        version = row["step"] + 1
+        last = max(range(len(t["done"])), key=lambda i: t["done"][i])
+        marks = [("publish", t["start"]), ("notify", t["published"])]
+        if timelines is not None:
+            ev = timelines[last].get(version, {})
+            if not all(k in ev for k in ("target", "complete", "committed")):
+                continue
+            marks += [("fetch", ev["target"]), ("commit", ev["complete"]),
+                      ("wake", ev["committed"])]
+        else:  # a local store: the commit is inside publish(); the samplers wake on it
+            marks = [("publish_to_wake", t["start"])]
+        marks += [("copy", t["woke"][last]), ("end", t["done"][last])]
+        for (name, at), (_, until) in zip(marks, marks[1:]):
+            phases.setdefault(name, []).append(until - at)
+    return {name: statistics.median(v) for name, v in phases.items()}
 
 
 class Mismatch(RuntimeError):
@@ -775,6 +837,8 @@ def method_figures(result, ref):
     pubs = [r["publish"] for r in deltas if r.get("publish")]
     if pubs:
         out["prepare_s"] = summary([p.get("prepare_s") for p in pubs])
+    if result.get("breakdown"):
+        out["breakdown_s"] = result["breakdown"]
     if result.get("publish_log"):
         logs = [l for l in result["publish_log"] if l.get("delta") == "true"]
         for k in ("prepare_s", "import_s", "build_s", "encode_s"):
@@ -911,7 +975,10 @@ def main():
     finally:
         timer.cancel()
         for root in roots.values():
-            shutil.rmtree(root, ignore_errors=True)
+            if args.keep:
+                print(f"  kept {root}")
+            else:
+                shutil.rmtree(root, ignore_errors=True)
 
     figures = {}
     print("summary (delta steps: median [min-max]; ratios against gloo's full broadcast, one "
@@ -934,6 +1001,12 @@ def main():
         if rt:
             line += "  | " + " ".join(f"{k}={v:.3f}" for k, v in rt.items())
         print(line)
+        if f.get("breakdown_s"):
+            print(f"  {'':<14} delta step, slowest sampler (median): " + ", ".join(
+                f"{k} {v * 1e3:.0f} ms" for k, v in f["breakdown_s"].items()) +
+                (f"; publish(): encode {f['log_encode_s']['median'] * 1e3:.0f} ms, import "
+                 f"{f['log_import_s']['median'] * 1e3:.0f} ms of prepare "
+                 f"{f['log_prepare_s']['median'] * 1e3:.0f} ms" if "log_encode_s" in f else ""))
     out = {"bench": "rl_sync", "params": n_params, "bytes": model_bytes, "shape": shape,
            "tensors": len(spec), "samplers": args.samplers, "steps": args.steps,
            "changed": args.changed,
