@@ -211,10 +211,11 @@ def rl_step(live, step, changed, seed):
 class Holder:
     """What the sampler's engine reads: `current` (a Live). A flip strategy keeps a `standby`."""
 
-    def __init__(self, spec):
+    def __init__(self, spec, copies=1):
         self.spec = spec
         self.current = Live(spec)
-        self.standby = None
+        # Allocated (and made resident) before the first version, like an engine's second copy.
+        self.standby = Live(spec) if copies > 1 else None
 
 
 class SamplerStrategy:
@@ -285,8 +286,6 @@ class WeightcastSampler(SamplerStrategy):
         if v.version != version:
             raise RuntimeError(f"wait({version}) returned version {v.version}")
         self.versions[v.version] = v
-        if c["flip"] and holder.standby is None:
-            holder.standby = Live(holder.spec)
         target = holder.standby if c["flip"] else holder.current
         since = target.version
         if since is None:
@@ -373,7 +372,7 @@ def sampler_main(index, strategy_cls, config, spec, conn):
     try:
         if weightcast is None:  # spawned rather than forked
             weightcast = _import_weightcast()
-        holder = Holder(spec)
+        holder = Holder(spec, config.get("live_copies", 1))
         strategy = strategy_cls(index, config)
         strategy.open()
         conn.send(("ready", index))
@@ -630,13 +629,13 @@ def memory_estimate(name, model_bytes, samplers):
 
 
 def run_method(name, spec, args, workroot):
-    make_trainer, strategy_cls, _ = METHODS[name]
+    make_trainer, strategy_cls, copies = METHODS[name]
     if strategy_cls is LiveSampler:
         return {"skipped": LiveSampler.available()}
     workdir = tempfile.mkdtemp(prefix=f"{name}-", dir=workroot)
     trainer = make_trainer(args)
     config = trainer.start(workdir)
-    config.update(versions=args.steps + 1, timeout=args.timeout)
+    config.update(versions=args.steps + 1, timeout=args.timeout, live_copies=copies)
     methods = mp.get_all_start_methods()
     ctx = mp.get_context(args.start_method or ("fork" if "fork" in methods else "spawn"))
     procs, pipes = [], []
@@ -659,12 +658,13 @@ def run_method(name, spec, args, workroot):
         for step in range(args.steps + 1):
             changed = rl_step(live, step, args.changed, args.seed) if step else 0
             expected = live.digest()
-            cpu0 = cpu_self()
+            cpu0, sys0 = cpu_self(), resource.getrusage(resource.RUSAGE_SELF).ru_stime
             t0, t0_wall = time.monotonic(), time.time()
             pub = trainer.publish(live, step)
             pub["returned_wall"] = time.time()
             acks = [receive(conn, args.timeout, "ok") for conn in pipes]
             trainer_cpu = cpu_self() - cpu0
+            trainer_sys = resource.getrusage(resource.RUSAGE_SELF).ru_stime - sys0
             for _, index, version, done, digest, r in acks:
                 if version != step + 1:
                     raise RuntimeError(f"sampler {index} acknowledged v{version}, expected "
@@ -678,6 +678,7 @@ def run_method(name, spec, args, workroot):
                    "changed_elements": changed,
                    "step_s": max(a[3] for a in acks) - t0,
                    "trainer_blocked_s": pub["blocked_s"], "trainer_cpu_s": trainer_cpu,
+                   "trainer_sys_s": trainer_sys,
                    "sampler_blocked_s": max(r["blocked_s"] for r in rs),
                    "sampler_write_s": max(r.get("write_s", r["blocked_s"]) for r in rs),
                    "written_bytes": max(r.get("written_bytes", 0) for r in rs),
@@ -820,7 +821,7 @@ def method_figures(result, ref):
     out = {"full_s": full["step_s"], "step_s": med("step_s"),
            "trainer_blocked_s": med("trainer_blocked_s"),
            "trainer_blocked_full_s": full["trainer_blocked_s"],
-           "trainer_cpu_s": med("trainer_cpu_s"),
+           "trainer_cpu_s": med("trainer_cpu_s"), "trainer_sys_s": med("trainer_sys_s"),
            "sampler_blocked_s": med("sampler_blocked_s"),
            "sampler_write_s": med("sampler_write_s"),
            "sampler_blocked_full_s": full["sampler_blocked_s"],
