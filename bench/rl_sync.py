@@ -37,7 +37,9 @@ sampler received (sub.status(), coordinator modes) against the version's payload
 
     bash bench/rl_sync.sh --params 20M --steps 2 --samplers 2      # quick (< 60 s)
     bash bench/rl_sync.sh --params 100M --samplers 4
-    bash bench/rl_sync.sh --params 500M --samplers 4               # 1 GiB; ~13 GiB of RAM
+    bash bench/rl_sync.sh --params 500M --samplers 4               # 1 GiB model
+    (at 500M with 4 samplers the coordinated methods' five stores do not fit --mem-budget and go
+    to /tmp; see docs/bench/rl_sync.md)
 """
 
 import argparse
@@ -383,6 +385,8 @@ def sampler_main(index, strategy_cls, config, spec, conn):
             done = time.monotonic()
             r["done_wall"] = time.time()
             h0 = time.thread_time()
+            if config.get("corrupt") and index == 0 and version == config["versions"]:
+                holder.current.all_bytes[7] ^= 1  # --check-the-check: must fail the run
             digest = holder.current.digest()
             hashes.append(time.thread_time() - h0)
             conn.send(("ok", index, version, done, digest, r))
@@ -635,7 +639,8 @@ def run_method(name, spec, args, workroot):
     workdir = tempfile.mkdtemp(prefix=f"{name}-", dir=workroot)
     trainer = make_trainer(args)
     config = trainer.start(workdir)
-    config.update(versions=args.steps + 1, timeout=args.timeout, live_copies=copies)
+    config.update(versions=args.steps + 1, timeout=args.timeout, live_copies=copies,
+                  corrupt=args.check_the_check)
     methods = mp.get_all_start_methods()
     ctx = mp.get_context(args.start_method or ("fork" if "fork" in methods else "spawn"))
     procs, pipes = [], []
@@ -893,6 +898,9 @@ def main():
     parser.add_argument("--deadline", type=float, default=1800.0,
                         help="seconds the whole run may take: then it cleans up and exits 124")
     parser.add_argument("--keep", action="store_true", help="keep the work directories")
+    parser.add_argument("--check-the-check", action="store_true",
+                        help="flip one bit in sampler 0's live copy at the last step: the run "
+                        "must report the mismatch and exit 1")
     args = parser.parse_args()
     if args.samplers < 1 or args.steps < 1 or not 0 < args.changed < 1:
         parser.error("--samplers and --steps must be >= 1 and --changed in (0, 1)")
