@@ -328,31 +328,50 @@ class WeightcastSampler(SamplerStrategy):
         self.sub.close()
 
 
-class LiveSampler(WeightcastSampler):
-    """HOOK for the memory-to-memory path the lead engineer is building (issue 15): the
-    subscriber writes a version straight into the caller's live tensors. Not implemented here.
-
-    To add it (~30 lines): in receive(), replace the wait()/changed()/copy loop with the new
-    call, e.g.
-
-        start = time.monotonic()
-        result = self.sub.update(holder.current.tensors, version, timeout=...)  # the new API
-        return {"blocked_s": <what the API reports as the live tensors' write or flip time>,
-                "bytes_received": self.sub.status()["bytes_received"], ...}
-
-    and, with a flip, hand it both holder.current and a standby Live and swap them as
-    WeightcastSampler does. The trainer side is WeightcastTrainer(coordinator=True) unchanged,
-    so METHODS["live"] already pairs them; available() below gates the method.
-    """
+class LiveSampler(SamplerStrategy):
+    """The memory-to-memory path (issue 15, docs/live.md): Subscriber(memory=True) follows the
+    trainer's memory channel and update() patches only the changed elements into the live
+    tensors, every written chunk checked against the manifest. In place, or with a flip into the
+    standby copy (config["flip"])."""
 
     @staticmethod
     def available():
-        if not hasattr(weightcast.Subscriber, "update"):
-            return "weightcast.Subscriber has no update() in this build"
-        return "not implemented in bench/rl_sync.py yet (see LiveSampler)"
+        if not hasattr(weightcast, "LiveTensors"):
+            return "weightcast has no LiveTensors in this build"
+        return None
+
+    def open(self):
+        c = self.config
+        self.sub = weightcast.Subscriber(c["memory_dir"], CHANNEL, memory=True)
+        self.live = None
 
     def receive(self, version, holder):
-        raise NotImplementedError(LiveSampler.available())
+        c = self.config
+        if self.live is None:
+            second = holder.standby.tensors if c["flip"] else None
+            self.live = weightcast.LiveTensors(holder.current.tensors, flip=c["flip"], second=second)
+            # Which Live the front copy is, by the address of its memory.
+            self.lives = {holder.current.flat.data_ptr(): holder.current}
+            if c["flip"]:
+                self.lives[holder.standby.flat.data_ptr()] = holder.standby
+        got = self.sub.wait(version, timeout=c["timeout"])
+        woke = time.time()
+        if got.version != version:
+            raise RuntimeError(f"wait({version}) returned version {got.version}")
+        report = self.sub.update(self.live, version)
+        front = self.lives[next(iter(self.live.tensors.values())).data_ptr()]
+        if c["flip"] and front is not holder.current:
+            holder.current, holder.standby = holder.standby, holder.current
+        holder.current.version = version
+        return {"blocked_s": report["blocked_seconds"], "write_s": report["apply_seconds"],
+                "written_bytes": report["copied_bytes"], "woke": woke,
+                "bytes_received": report["payload_bytes"] if report["delta"] else None,
+                "extra": {"delta": report["delta"], "patched": report["chunks_patched"],
+                          "copied": report["chunks_copied"], "repaired": report["chunks_repaired"],
+                          "note": report["note"]}}
+
+    def close(self):
+        self.sub.close()
 
 
 def die_with_parent():
@@ -581,13 +600,52 @@ def start_coordinator(workdir, secret_file, heartbeat_timeout):
 
 
 # name -> (trainer side factory, sampler strategy, live copies per sampler)
+class LiveTrainer(TrainerSide):
+    """Publisher(memory=True): publish_async() copies the tensors into the free shared-memory
+    slot and returns (what the trainer waits for); hashing, delta encoding and the switch of the
+    current version run behind it."""
+
+    def __init__(self, args, flip=False):
+        super().__init__(args)
+        self.flip = flip
+        self.handle = None
+
+    def start(self, workdir):
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") else workdir
+        self.memory_dir = os.path.join(shm, f"wc-rl-sync-{os.getpid()}")
+        return {"memory_dir": self.memory_dir, "timeout": self.args.timeout, "flip": self.flip}
+
+    def open(self):
+        self.publisher = weightcast.Publisher(self.memory_dir, CHANNEL, memory=True,
+                                              chunk_size=self.args.chunk_size)
+
+    def publish(self, live, step):
+        if self.handle is not None:
+            prev = self.handle.wait()  # the previous publish's finish (normally long done)
+            self.last = prev
+        start = time.monotonic()
+        self.handle = self.publisher.publish_async(live.tensors, step=step)
+        blocked = time.monotonic() - start
+        out = {"blocked_s": blocked}
+        r = self.handle.wait()  # for its figures only; the samplers did not wait for this
+        out.update(wire_bytes=r.wire_bytes, version=r.version, total_bytes=r.total_bytes)
+        return out
+
+    def close(self):
+        try:
+            self.publisher.close()
+        finally:
+            shutil.rmtree(self.memory_dir, ignore_errors=True)
+
+
 METHODS = {
     "gloo": (lambda a: GlooTrainer(a), GlooSampler, 1),
     "wc-local": (lambda a: WeightcastTrainer(a, False), WeightcastSampler, 1),
     "wc-local-flip": (lambda a: WeightcastTrainer(a, False, flip=True), WeightcastSampler, 2),
     "wc-coord": (lambda a: WeightcastTrainer(a, True), WeightcastSampler, 1),
     "wc-coord-flip": (lambda a: WeightcastTrainer(a, True, flip=True), WeightcastSampler, 2),
-    "live": (lambda a: WeightcastTrainer(a, True), LiveSampler, 1),
+    "live": (lambda a: LiveTrainer(a), LiveSampler, 1),
+    "live-flip": (lambda a: LiveTrainer(a, flip=True), LiveSampler, 2),
 }
 
 
@@ -628,13 +686,13 @@ def memory_estimate(name, model_bytes, samplers):
     anon = model_bytes * (1 + samplers * copies)
     if name == "gloo":
         return anon, 0
-    stores = 1 + (samplers if name.startswith("wc-coord") or name == "live" else 0)
+    stores = 1 + (samplers if name.startswith("wc-coord") else 0)
     return anon, 3 * model_bytes * stores
 
 
 def run_method(name, spec, args, workroot):
     make_trainer, strategy_cls, copies = METHODS[name]
-    if strategy_cls is LiveSampler:
+    if strategy_cls is LiveSampler and LiveSampler.available() is not None:
         return {"skipped": LiveSampler.available()}
     workdir = tempfile.mkdtemp(prefix=f"{name}-", dir=workroot)
     trainer = make_trainer(args)

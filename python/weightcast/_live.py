@@ -50,13 +50,14 @@ class LiveTensors:
     ``flip=False`` (in place): ``update`` writes into these tensors; the caller must not sample
     during it, and the report's ``blocked_seconds`` is the whole apply.
 
-    ``flip=True``: a second copy is kept; ``update`` writes the new version into the copy not in
+    ``flip=True``: a second copy is kept (made here, or ``second=`` a dict of the same tensors
+    the caller allocated); ``update`` writes the new version into the copy not in
     use, then flips: ``.tensors`` is the new dict and, for a module, its parameters and buffers
     are re-pointed at it (``param.data = ...``), which is all the sampler waits for
     (``blocked_seconds``). The old copy is brought up to date at the next update (two deltas).
     """
 
-    def __init__(self, tensors, flip=False):
+    def __init__(self, tensors, flip=False, second=None):
         self._module = None
         if torch is not None and isinstance(tensors, torch.nn.Module):
             self._module = tensors
@@ -67,8 +68,16 @@ class LiveTensors:
         self.flip = bool(flip)
         front = dict(tensors)
         self._sets = [(front, _weightcast._LiveTensors([_view(n, t) for n, t in front.items()]))]
+        if second is not None and not self.flip:
+            raise _weightcast.InvalidArgumentError("second= is the flip's other copy: pass flip=True")
         if self.flip:
-            back = {n: _copy(t) for n, t in front.items()}
+            if second is None:
+                back = {n: _copy(t) for n, t in front.items()}
+            else:
+                back = dict(second)
+                if set(back) != set(front):
+                    raise _weightcast.InvalidArgumentError(
+                        "second= must hold the same tensor names as the first copy")
             self._sets.append((back, _weightcast._LiveTensors([_view(n, t) for n, t in back.items()])))
         self._front = 0
 
