@@ -661,6 +661,65 @@ class PiecePlacement final : public SparseApplier::Placement {
 
 }  // namespace
 
+namespace {
+
+// Hashes bytes [begin, end) of a chunk held in pieces.
+void HashPieceRange(std::span<const ChunkPiece> pieces, uint64_t begin, uint64_t end,
+                    Hasher& hasher) {
+  uint64_t at = 0;
+  for (const ChunkPiece& p : pieces) {
+    const uint64_t size = p.size();
+    if (at + size > begin && at < end) {
+      const uint64_t from = std::max(begin, at) - at;
+      const uint64_t to = std::min(end, at + size) - at;
+      const std::span<const uint8_t> bytes =
+          p.live.empty() ? p.fixed : std::span<const uint8_t>(p.live);
+      hasher.Update(bytes.subspan(from, to - from));
+    }
+    at += size;
+    if (at >= end) break;
+  }
+}
+
+}  // namespace
+
+Result<Digest> ApplyChunkInPlaceHashing(std::span<const uint8_t> payload, const Digest& base_hash,
+                                        std::span<const ChunkPiece> pieces,
+                                        HashAlgorithm algorithm, CodecScratch& scratch) {
+  ASSIGN_OR_RETURN(const PayloadHeader h, ParsePayloadHeader(payload));
+  if (h.encoding != ChunkEncoding::kXor || !IsSparse(h.transform)) {
+    RETURN_IF_ERROR(ApplyChunkInPlace(payload, base_hash, pieces, scratch));
+    return HashPieces(pieces, algorithm);
+  }
+  CodecScratch::State& st = ScratchAccess::Get(scratch);
+  uint64_t chunk_size = 0;
+  for (const ChunkPiece& p : pieces) chunk_size += p.size();
+  if (chunk_size != h.chunk_size) {
+    return FailedPrecondition("delta payload is for a chunk of " + std::to_string(h.chunk_size) +
+                              " bytes, the live chunk holds " + std::to_string(chunk_size));
+  }
+  if (h.base_hash != base_hash) {
+    return FailedPrecondition("delta payload applies to base chunk " + ToHex(h.base_hash) +
+                              ", the live chunk is " + ToHex(base_hash));
+  }
+  const HashedChunk vouched =
+      HashedChunk::FromVerifiedManifest(std::span<const uint8_t>(), base_hash, h.hash_algorithm);
+  ASSIGN_OR_RETURN(const Prepared p,
+                   Prepare(payload, vouched, nullptr, h.chunk_size, st, /*check_base=*/false));
+  SparseApplier applier(p.stream, {}, h.segments, ValuesOf(h.transform));
+  PiecePlacement placement(pieces);
+  Hasher hasher(algorithm);
+  constexpr uint64_t kBlock = 64 << 10;
+  for (uint64_t at = 0; at < h.chunk_size; at += kBlock) {
+    const uint64_t end = std::min(h.chunk_size, at + kBlock);
+    RETURN_IF_ERROR(applier.ApplyInPlaceUntil(placement, end));
+    HashPieceRange(pieces, at, end, hasher);
+  }
+  RETURN_IF_ERROR(applier.Finish());
+  if (placement.straddled()) return Corrupt("delta payload changes an element across two live pieces");
+  return hasher.Finish();
+}
+
 Status ApplyChunkInPlace(std::span<const uint8_t> payload, const Digest& base_hash,
                          std::span<const ChunkPiece> pieces, CodecScratch& scratch) {
   CodecScratch::State& st = ScratchAccess::Get(scratch);

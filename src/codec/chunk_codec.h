@@ -208,6 +208,13 @@ struct ChunkPiece {
 Status ApplyChunkInPlace(std::span<const uint8_t> payload, const Digest& base_hash,
                          std::span<const ChunkPiece> pieces, CodecScratch& scratch);
 
+// ApplyChunkInPlace and then the hash of the result (as HashPieces), in one pass: a sparse
+// payload is patched and hashed a block at a time, so each block is hashed while its patched
+// cache lines are still in cache (one trip through memory instead of two).
+Result<Digest> ApplyChunkInPlaceHashing(std::span<const uint8_t> payload, const Digest& base_hash,
+                                        std::span<const ChunkPiece> pieces,
+                                        HashAlgorithm algorithm, CodecScratch& scratch);
+
 // The hash of a chunk held in pieces (front to back), as the manifest computes it.
 Digest HashPieces(std::span<const ChunkPiece> pieces, HashAlgorithm algorithm);
 

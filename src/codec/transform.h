@@ -134,6 +134,9 @@ class SparseApplier {
   // empty base. Checks the whole stream (as Finish does); on kCorrupt some elements may have
   // been rewritten already, so the caller must treat the chunk as damaged.
   Status ApplyInPlace(Placement& at);
+  // The same for the changes before chunk offset `end` only (calls with increasing `end`, then
+  // Finish), so a caller can hash each block right after it was patched, while it is in cache.
+  Status ApplyInPlaceUntil(Placement& at, uint64_t end);
 
  private:
   struct Plane {

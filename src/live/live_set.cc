@@ -18,6 +18,11 @@ class HostTensorMemory final : public TensorMemory {
                std::span<const codec::ChunkPiece> pieces) override {
     return codec::ApplyChunkInPlace(payload, base_hash, pieces, scratch_);
   }
+  Result<Digest> PatchAndHash(std::span<const uint8_t> payload, const Digest& base_hash,
+                              std::span<const codec::ChunkPiece> pieces,
+                              HashAlgorithm algorithm) override {
+    return codec::ApplyChunkInPlaceHashing(payload, base_hash, pieces, algorithm, scratch_);
+  }
   void Copy(std::span<uint8_t> live, std::span<const uint8_t> from) override {
     if (!live.empty()) std::memcpy(live.data(), from.data(), live.size());
   }
@@ -258,19 +263,26 @@ Result<ApplyReport> LiveSet::Apply(const VersionView& target, const ApplyOptions
         continue;
       }
       Status s;
+      bool matches = false;
       Result<std::span<const uint8_t>> payload = target.delta->Payload(m, index);
-      if (payload.ok()) {
+      if (!payload.ok()) {
+        s = payload.status();
+      } else if (!check) {
         report.payload_bytes += payload->size();
         s = memory_->Patch(*payload, held->chunk_hashes[i], chunk);
+        if (s.ok()) {
+          left_unverified.insert(i);
+          ++report.chunks_patched;
+          continue;
+        }
       } else {
-        s = payload.status();
+        report.payload_bytes += payload->size();
+        Result<Digest> got = memory_->PatchAndHash(*payload, held->chunk_hashes[i], chunk,
+                                                   m.hash_algorithm);
+        s = got.status();
+        matches = got.ok() && *got == want;
       }
-      if (s.ok() && !check) {
-        left_unverified.insert(i);
-        ++report.chunks_patched;
-        continue;
-      }
-      if (s.ok() && memory_->Hash(chunk, m.hash_algorithm) == want) {
+      if (matches) {
         ++report.chunks_patched;
         continue;
       }

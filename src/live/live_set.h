@@ -48,6 +48,10 @@ class TensorMemory {
   // codec::ApplyChunkInPlace: the live pieces hold the base chunk `base_hash` names.
   virtual Status Patch(std::span<const uint8_t> payload, const Digest& base_hash,
                        std::span<const codec::ChunkPiece> pieces) = 0;
+  // Patch, then the hash of the patched chunk, in one pass where the form allows.
+  virtual Result<Digest> PatchAndHash(std::span<const uint8_t> payload, const Digest& base_hash,
+                                      std::span<const codec::ChunkPiece> pieces,
+                                      HashAlgorithm algorithm) = 0;
   virtual void Copy(std::span<uint8_t> live, std::span<const uint8_t> from) = 0;
   virtual Digest Hash(std::span<const codec::ChunkPiece> pieces, HashAlgorithm algorithm) = 0;
 };
