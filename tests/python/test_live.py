@@ -197,3 +197,90 @@ def test_two_sampler_processes_over_a_memory_store(tmp_path):
         pub.close()
         import shutil
         shutil.rmtree(store, ignore_errors=True)
+
+
+def _memory_sampler(directory, steps, flip, conn):
+    sub = weightcast.Subscriber(directory, "policy", memory=True)
+    live = None
+    for version in range(1, steps + 1):
+        got = sub.wait(version, timeout=60)
+        assert got.version == version
+        if live is None:
+            live = weightcast.LiveTensors({n: torch.zeros_like(t) for n, t in model().items()},
+                                          flip=flip)
+        report = sub.update(live, version)
+        digest = {n: t.view(torch.uint8).clone().numpy().tobytes() if t.dtype == torch.bfloat16
+                  else t.numpy().tobytes() for n, t in live.tensors.items()}
+        conn.send((version, report["delta"], report["chunks_repaired"], digest))
+    sub.close()
+    conn.close()
+
+
+@pytest.mark.parametrize("flip", [False, True])
+def test_two_sampler_processes_over_a_memory_channel(flip):
+    """The memory channel (Publisher(memory=True)): publish_async snapshots into shared memory,
+    two sampler processes patch their live tensors from it, bit-identical at every step."""
+    directory = f"/dev/shm/wc-test-memory-{os.getpid()}-{int(flip)}"
+    pub = weightcast.Publisher(directory, "policy", memory=True, chunk_size=SMALL_CHUNK)
+    ctx = multiprocessing.get_context("fork")
+    pipes, procs = [], []
+    steps = 5
+    try:
+        for _ in range(2):
+            parent, child = ctx.Pipe()
+            p = ctx.Process(target=_memory_sampler, args=(directory, steps, flip, child))
+            p.start()
+            pipes.append(parent)
+            procs.append(p)
+        state = model()
+        for version in range(1, steps + 1):
+            if version > 1:
+                state = rl_step(state, version)
+            want = {n: t.view(torch.uint8).numpy().tobytes() if t.dtype == torch.bfloat16
+                    else t.numpy().tobytes() for n, t in state.items()}
+            handle = pub.publish_async(state, step=version)
+            # The snapshot is taken: changing the tensors now must not reach the samplers.
+            state["embed"].view(torch.int16)[0, 0] += 7
+            state["embed"].view(torch.int16)[0, 0] -= 7
+            scratch = {n: t.clone() for n, t in state.items()}
+            state["norm"].zero_()
+            state = scratch
+            result = handle.wait(60)
+            assert result.version == version
+            for conn in pipes:
+                assert conn.poll(60), "a sampler did not answer"
+                got_version, delta, repaired, digest = conn.recv()
+                assert got_version == version
+                assert repaired == 0
+                # In place: a delta from v2 on; flipped: the second copy first gets v2 whole.
+                assert delta == (version > (2 if flip else 1))
+                assert digest == want
+        for p in procs:
+            p.join(30)
+            assert p.exitcode == 0
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        pub.close()
+        import shutil
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_memory_channel_errors(tmp_path):
+    sub = weightcast.Subscriber(tmp_path, "policy", memory=True)
+    with pytest.raises(weightcast.DeadlineExceededError):
+        sub.wait(timeout=0.2)
+    with pytest.raises(weightcast.FailedPreconditionError, match="update"):
+        sub.changed(1)
+    with pytest.raises(weightcast.InvalidArgumentError, match="memory=True"):
+        weightcast.Publisher(tmp_path, "policy", coordinator="127.0.0.1:1", memory=True)
+    with pytest.raises(TypeError, match="memory"):
+        weightcast.Subscriber(tmp_path, "policy", memory="yes")
+    pub = weightcast.Publisher(tmp_path, "policy", memory=True, chunk_size=SMALL_CHUNK)
+    pub.publish({"w": torch.zeros(1000, dtype=torch.bfloat16)})
+    live = weightcast.LiveTensors({"w": torch.zeros(999, dtype=torch.bfloat16)})
+    assert sub.wait(timeout=5).version == 1
+    with pytest.raises(weightcast.FailedPreconditionError, match=r"\[999\].*\[1000\]"):
+        sub.update(live)
+    pub.close()
