@@ -18,6 +18,13 @@
 //   mmap_nopopulate, stream_sparse (a file sized by ftruncate, not preallocated),
 //   stream_populate (the base range prefaulted with MADV_POPULATE_READ): variants on request
 //   floor:   one memcpy of the base and one SHA-256 pass over it: what no decoder can avoid
+// Issue 15 (docs/verification.md), the agent's two --verify-result settings side by side, each
+// with the payload's SHA-256 check the agent makes first:
+//   verify_sha256: payload SHA-256, then DecodeChunkStreaming hashing the result with SHA-256
+//   verify_fast:   CheckedPayload (payload SHA-256), then the fast DecodeChunkStreaming overload
+//                  (the result checked against its XXH3-128)
+//   sha256_pass, xxh3_pass: one SHA-256 / XXH3-128 pass over the target's bytes (from memory,
+//                  chunk by chunk), the references the two settings are bounded by
 // Reports process CPU seconds (getrusage, user + system) per mode (median over rounds), the
 // preallocation's CPU, and old over each one-pass mode. Every mode's staged file is checked to
 // hold the target. Last line: one JSON object.
@@ -118,8 +125,9 @@ Args Parse(int argc, char** argv) {
   }
   for (const std::string& m : a.modes) {
     static const char* known[] = {
-        "old",           "stream",          "buffer", "mmap", "mmap_nopopulate",
-        "stream_sparse", "stream_populate", "floor"};
+        "old",           "stream",          "buffer", "mmap",          "mmap_nopopulate",
+        "stream_sparse", "stream_populate", "floor",  "verify_sha256", "verify_fast",
+        "sha256_pass",   "xxh3_pass"};
     if (std::find(std::begin(known), std::end(known), m) == std::end(known)) {
       Die("unknown mode " + m);
     }
@@ -154,7 +162,7 @@ void Generate(const Args& a, std::vector<uint8_t>& base, std::vector<uint8_t>& t
 }
 
 struct Encoded {
-  std::vector<Digest> base_hashes, target_hashes;
+  std::vector<Digest> base_hashes, target_hashes, target_fast, payload_sha;
   std::vector<std::vector<uint8_t>> payloads;
   uint64_t payload_bytes = 0;
 };
@@ -224,6 +232,9 @@ int main(int argc, char** argv) {
       if (e->encoding == ChunkEncoding::kSame) Die("a chunk did not change; raise --changed");
       v.base_hashes.push_back(hb.hash());
       v.target_hashes.push_back(ht.hash());
+      v.target_fast.push_back(
+          HashBytes(HashAlgorithm::kXxh3_128, std::span<const uint8_t>(target).subspan(at, n)));
+      v.payload_sha.push_back(Sha256(e->payload));
       v.payload_bytes += e->payload.size();
       v.payloads.push_back(std::move(e->payload));
     }
@@ -300,6 +311,32 @@ int main(int argc, char** argv) {
     });
     ::munmap(m, size);
   };
+  auto run_verify = [&](int fd, bool fast) {
+    parallel([&](uint64_t c, CodecScratch& sc, std::vector<uint8_t>&) {
+      const uint64_t at = c * chunk, n = std::min(chunk, size - at);
+      const DecodedBlockSink sink = [&](uint64_t off, std::span<const uint8_t> block) {
+        PwriteAll(fd, block.data(), block.size(), at + off);
+        return Status::Ok();
+      };
+      auto checked = CheckedPayload::Check(v.payloads[c], v.payloads[c].size(), v.payload_sha[c]);
+      Check(checked.status(), "payload hash");
+      Check(fast ? DecodeChunkStreaming(*checked, hashed_base(c), &v.target_hashes[c],
+                                        v.target_fast[c], n, sink, sc)
+                 : DecodeChunkStreaming(v.payloads[c], hashed_base(c), &v.target_hashes[c], n, sink,
+                                        sc),
+            "decode");
+    });
+  };
+  auto hash_pass = [&](HashAlgorithm alg) {
+    parallel([&](uint64_t c, CodecScratch&, std::vector<uint8_t>&) {
+      const uint64_t at = c * chunk, n = std::min(chunk, size - at);
+      Hasher h(alg);
+      UpdateStreaming(h, alg, std::span<const uint8_t>(target).subspan(at, n));
+      if (h.Finish() != (alg == HashAlgorithm::kSha256 ? v.target_hashes[c] : v.target_fast[c])) {
+        Die("hash pass mismatch");
+      }
+    });
+  };
   auto floor = [&]() {
     decoded.resize(chunk);
     Hasher h(HashAlgorithm::kSha256);
@@ -317,7 +354,8 @@ int main(int argc, char** argv) {
   for (int r = 0; r < a.rounds; ++r) {
     for (const std::string& mode : modes) {
       int fd = -1;
-      if (mode != "floor") {
+      const bool no_file = mode == "floor" || mode == "sha256_pass" || mode == "xxh3_pass";
+      if (!no_file) {
         const double t0 = CpuSeconds();
         fd = OpenStaged(staged_path, size, mode != "stream_sparse");
         prealloc.push_back(CpuSeconds() - t0);
@@ -331,6 +369,10 @@ int main(int argc, char** argv) {
       if (mode == "mmap") run_mmap(fd, true);
       if (mode == "mmap_nopopulate") run_mmap(fd, false);
       if (mode == "floor") floor();
+      if (mode == "verify_sha256") run_verify(fd, false);
+      if (mode == "verify_fast") run_verify(fd, true);
+      if (mode == "sha256_pass") hash_pass(HashAlgorithm::kSha256);
+      if (mode == "xxh3_pass") hash_pass(HashAlgorithm::kXxh3_128);
       cpu[mode].push_back(CpuSeconds() - t0);
       if (fd >= 0) {
         // Check what landed in the file is the target, then drop it.
@@ -372,6 +414,17 @@ int main(int argc, char** argv) {
     if (cpu.count("old") == 0 || cpu.count(mode) == 0) continue;
     std::snprintf(buf, sizeof(buf), ",\"old_over_%s\":%.2f", mode,
                   median(cpu["old"]) / median(cpu[mode]));
+    json += buf;
+  }
+  if (cpu.count("verify_sha256") != 0 && cpu.count("verify_fast") != 0) {
+    std::snprintf(buf, sizeof(buf), ",\"sha256_over_fast\":%.2f",
+                  median(cpu["verify_sha256"]) / median(cpu["verify_fast"]));
+    json += buf;
+  }
+  for (const char* pass : {"sha256_pass", "xxh3_pass"}) {
+    if (cpu.count(pass) == 0) continue;
+    std::snprintf(buf, sizeof(buf), ",\"%s_gb_per_cpu_s\":%.2f", pass,
+                  static_cast<double>(size) / 1e9 / median(cpu[pass]));
     json += buf;
   }
   json += "}";

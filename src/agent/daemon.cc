@@ -365,6 +365,7 @@ Status Agent::Impl::Run() {
   so.manifest_secret = options.secret;
   so.tensor_patterns = options.tensor_patterns;
   so.corrupt_uploads_for_testing = options.corrupt_uploads_for_testing;
+  so.verify_result = options.verify_result;
   so.log = options.log;
   const metrics::Labels labels = {{"channel", options.channel}};
   so.chunk_fetch_seconds =
@@ -399,6 +400,15 @@ Status Agent::Impl::Run() {
   registry.CounterFunc("weightcast_agent_chunks_failed_total",
                        "Chunks received that failed their hash check", labels,
                        [n] { return n->counters().chunks_failed; });
+  for (const bool fast : {true, false}) {
+    registry.CounterFunc(
+        "weightcast_agent_delta_chunks_total",
+        "Chunks rebuilt from delta payloads and verified, by what checked the result",
+        {{"channel", options.channel}, {"check", fast ? "fast" : "sha256"}}, [n, fast] {
+          const SwarmCounters c = n->counters();
+          return fast ? c.delta_chunks_fast : c.delta_chunks_sha256;
+        });
+  }
   registry.CounterFunc("weightcast_agent_peers_dropped_total", "Peers dropped (bad data, timeouts)",
                        labels, [n] { return n->counters().peers_dropped; });
   registry.GaugeFunc("weightcast_agent_peers", "Connected peers", labels,

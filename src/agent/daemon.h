@@ -52,6 +52,9 @@ struct AgentOptions {
   PeerId node_id;  // 0: random
   net::Duration reconnect_max = std::chrono::seconds(2);
   bool corrupt_uploads_for_testing = false;
+  // What a chunk rebuilt from a delta payload is checked against (SwarmNodeOptions::verify_result,
+  // docs/verification.md): the signed manifest's XXH3-128 when it has fast hashes, or SHA-256.
+  codec::VerifyResult verify_result = codec::VerifyResult::kFast;
   // Engine hand-off after every change of current (docs/rollout.md): a command and/or a URL,
   // retried hook_retries times; a final failure is reported, and with kRollback the agent asks
   // the coordinator to roll the fleet back.

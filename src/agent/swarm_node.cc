@@ -121,6 +121,7 @@ struct SwarmNode::Impl {
     PayloadKind kind;
     Status status;               // kCorrupt: the peer's fault; other errors: ours (disk)
     bool decode_failed = false;  // an authentic payload did not decode onto our base
+    bool fast = false;           // a rebuilt chunk checked by its fast hash, not its SHA-256
   };
   struct UploadDone {
     uint64_t epoch;
@@ -729,8 +730,20 @@ struct SwarmNode::Impl {
       return out;
     }
     const DeltaChunk& d = m.delta->chunks[chunk.value()];
-    if (payload.size() != d.payload_size ||
-        HashBytes(m.hash_algorithm, payload) != d.payload_hash) {
+    // The payload first, before a byte of it is parsed: its SHA-256 is in the signed manifest.
+    // With the fast check (docs/verification.md) that hash is what makes the payload trusted
+    // input, so the rebuilt chunk needs only its XXH3-128; otherwise it is hashed with SHA-256.
+    std::optional<codec::CheckedPayload> checked;
+    if (codec::UsesFastCheck(m, options_.verify_result)) {
+      Result<codec::CheckedPayload> c =
+          codec::CheckedPayload::Check(payload, d.payload_size, d.payload_hash);
+      if (!c.ok()) {
+        out.status = Corrupt(what() + ": payload does not match its manifest hash");
+        return out;
+      }
+      checked = *c;
+    } else if (payload.size() != d.payload_size ||
+               HashBytes(m.delta->payload_hash_algorithm, payload) != d.payload_hash) {
       out.status = Corrupt(what() + ": payload does not match its manifest hash");
       return out;
     }
@@ -748,24 +761,27 @@ struct SwarmNode::Impl {
     // decoder has checked the whole chunk's hash; the chunk is marked verified only then, so a
     // failure (or a crash) leaves it missing and it is fetched again.
     Status write_error;
-    Status status = codec::DecodeChunkStreaming(
-        payload,
+    const codec::HashedChunk base =
         base_bytes.empty()
             ? codec::HashedChunk::Compute({}, m.hash_algorithm)
-            : codec::HashedChunk::FromVerifiedManifest(base_bytes, base_hash, m.hash_algorithm),
-        &m.chunk_hashes[chunk.value()], range.size,
-        [&](uint64_t offset, std::span<const uint8_t> block) {
-          std::shared_lock current(t.write_mu);
-          if (t.epoch != epoch) {
-            // Restarted meanwhile: the new epoch may already hold this chunk, verified.
-            write_error = Aborted("the fetch restarted while chunk " +
-                                  std::to_string(chunk.value()) + " was decoding");
-            return write_error;
-          }
-          write_error = t.staged->WriteChunkPart(chunk, offset, block);
-          return write_error;
-        },
-        scratch);
+            : codec::HashedChunk::FromVerifiedManifest(base_bytes, base_hash, m.hash_algorithm);
+    const codec::DecodedBlockSink sink = [&](uint64_t offset, std::span<const uint8_t> block) {
+      std::shared_lock current(t.write_mu);
+      if (t.epoch != epoch) {
+        // Restarted meanwhile: the new epoch may already hold this chunk, verified.
+        write_error = Aborted("the fetch restarted while chunk " + std::to_string(chunk.value()) +
+                              " was decoding");
+        return write_error;
+      }
+      write_error = t.staged->WriteChunkPart(chunk, offset, block);
+      return write_error;
+    };
+    const Digest* expected = &m.chunk_hashes[chunk.value()];
+    Status status =
+        checked
+            ? codec::DecodeChunkStreaming(*checked, base, expected, m.fast_hashes[chunk.value()],
+                                          range.size, sink, scratch)
+            : codec::DecodeChunkStreaming(payload, base, expected, range.size, sink, scratch);
     if (!write_error.ok()) {
       out.status = write_error;  // ours (disk), not a decode failure
       return out;
@@ -775,6 +791,7 @@ struct SwarmNode::Impl {
       out.decode_failed = true;
       return out;
     }
+    out.fast = checked.has_value();
     out.status = t.staged->MarkVerified(chunk);
     if (out.status.ok() && t.payloads != nullptr) {
       t.payloads->Put(chunk, std::vector<uint8_t>(payload.begin(), payload.end()));
@@ -789,7 +806,10 @@ struct SwarmNode::Impl {
     if (e.status.ok()) {
       ++chunks_verified_;
       target_.whole[c] = true;
-      if (e.kind == PayloadKind::kCodec) target_.payload[c] = true;
+      if (e.kind == PayloadKind::kCodec) {
+        target_.payload[c] = true;
+        ++(e.fast ? delta_chunks_fast_ : delta_chunks_sha256_);
+      }
       Execute(target_.scheduler->OnChunkVerified(Now(), e.chunk, e.from));
       const swarm::Duration took = target_.scheduler->last_fetch_time();
       if (options_.chunk_fetch_seconds != nullptr && took >= swarm::Duration::zero()) {
@@ -1155,7 +1175,12 @@ struct SwarmNode::Impl {
               base->ChunkRange(c).size != manifest.ChunkRange(c).size) {
             continue;
           }
-          if (data->staged->PutChunk(c, bytes->Read(base->ChunkRange(c), scratch)).ok()) {
+          // Equal chunk hashes: the bytes are our verified base's. Checked again on the way
+          // into the staging (a base changed on disk, a memory error), by the fast hash when the
+          // manifest has them (nothing here came from a peer).
+          const std::span<const uint8_t> same = bytes->Read(base->ChunkRange(c), scratch);
+          if (codec::CheckLocalCopy(manifest, c, same, options_.verify_result).ok() &&
+              data->staged->WriteChunk(c, same).ok() && data->staged->MarkVerified(c).ok()) {
             whole[i] = true;
             ++copied;
           }
@@ -1409,7 +1434,7 @@ struct SwarmNode::Impl {
   bool qstop_ = false;
 
   std::atomic<uint64_t> bytes_received_{0}, bytes_sent_{0}, chunks_verified_{0}, chunks_failed_{0},
-      peers_dropped_{0};
+      peers_dropped_{0}, delta_chunks_fast_{0}, delta_chunks_sha256_{0};
 };
 
 SwarmNode::SwarmNode(Store& store, net::Transport& transport, SwarmNodeOptions options)
@@ -1449,8 +1474,10 @@ void SwarmNode::SetPeers(std::span<const PeerAddress> peers) { impl_->SetPeers(p
 SwarmProgress SwarmNode::progress() const { return impl_->Progress(); }
 
 SwarmCounters SwarmNode::counters() const {
-  return {impl_->bytes_received_.load(), impl_->bytes_sent_.load(), impl_->chunks_verified_.load(),
-          impl_->chunks_failed_.load(), impl_->peers_dropped_.load()};
+  return {impl_->bytes_received_.load(),     impl_->bytes_sent_.load(),
+          impl_->chunks_verified_.load(),    impl_->chunks_failed_.load(),
+          impl_->peers_dropped_.load(),      impl_->delta_chunks_fast_.load(),
+          impl_->delta_chunks_sha256_.load()};
 }
 
 Status SwarmNode::WaitComplete(net::Duration timeout) { return impl_->WaitComplete(timeout); }

@@ -15,8 +15,9 @@
 // each side sends its have-set for its target version (whole chunks and delta payloads as two
 // bitsets), then Have announcements, Request(version, chunk, kind), Cancel, Reject. Every chunk
 // is checked against the manifest hash before it is stored or served (a payload against its
-// payload hash before it is decoded); a peer that sends a bad one is dropped and the chunk is
-// fetched elsewhere.
+// payload hash, SHA-256, before it is decoded; the chunk rebuilt from it against the manifest's
+// fast hash, XXH3-128, or with verify_result kSha256 against its SHA-256: docs/verification.md);
+// a peer that sends a bad one is dropped and the chunk is fetched elsewhere.
 //
 // Thread-safety: every public method is safe from any thread. The Store and Transport must
 // outlive the node; Stop (or the destructor) joins every thread.
@@ -34,6 +35,7 @@
 #include <weightcast/types.h>
 
 #include "agent/payload_cache.h"
+#include "codec/chunk_codec.h"
 #include "manifest/manifest.h"
 #include "net/transport.h"
 #include "store/store.h"
@@ -70,6 +72,10 @@ struct SwarmNodeOptions {
   size_t workers = 0;
   // Delta payloads are fetched when the node's current version is the delta's base.
   bool use_delta = true;
+  // What a chunk rebuilt from a delta payload (and a chunk copied from the local base) is checked
+  // against: the signed manifest's XXH3-128 when it has fast hashes (kFast), or its SHA-256
+  // chunk hash always (kSha256). Whole chunks from peers are always checked with SHA-256.
+  codec::VerifyResult verify_result = codec::VerifyResult::kFast;
   // When positive, logs one line per interval with the target's transfer rates and scheduler
   // state (a debugging aid for benchmarks). Zero: the WEIGHTCAST_SWARM_TRACE environment
   // variable (milliseconds) decides; unset: no trace.
@@ -113,6 +119,10 @@ struct SwarmCounters {
   uint64_t chunks_verified = 0;
   uint64_t chunks_failed = 0;
   uint64_t peers_dropped = 0;
+  // Chunks rebuilt from delta payloads and verified, by what checked the result: the manifest's
+  // XXH3-128 (fast) or its SHA-256 chunk hash.
+  uint64_t delta_chunks_fast = 0;
+  uint64_t delta_chunks_sha256 = 0;
 };
 
 class SwarmNode {

@@ -19,6 +19,7 @@
 #include <weightcast/status.h>
 #include <weightcast/types.h>
 
+#include "codec/chunk_codec.h"
 #include "net/transport.h"
 #include "store/store.h"
 
@@ -37,6 +38,11 @@ struct FetchOptions {
   size_t window = 8;                 // chunk requests in flight
   size_t workers = 2;                // threads that receive, decode, verify and write
   bool use_delta = true;
+  // What a chunk copied from the local base is checked against (the manifest's fast hash, when it
+  // has them, or its chunk hash). Delta payloads from a version server are encoded on the fly,
+  // so no signed manifest vouches for them: the chunks rebuilt from them are always checked
+  // against the chunk hash (SHA-256), whatever this says (docs/verification.md).
+  codec::VerifyResult verify_result = codec::VerifyResult::kFast;
   // No reply for this long fails the fetch (measured on the transport's clock).
   net::Duration receive_timeout = net::kForever;
   std::function<void(const FetchProgress&)> progress{};  // called from worker threads, serialized

@@ -33,6 +33,7 @@ struct AgentFlags {
   uint64_t exit_after = 0;
   NodeFlags node;
   bool corrupt_uploads_for_testing = false;
+  std::string verify_result = "fast";
   std::string hook_command;
   std::string hook_url;
   uint32_t hook_retries = 2;
@@ -71,6 +72,7 @@ Status RunAgent(const AgentFlags& flags) {
   options.cluster = flags.node.cluster;
   options.node_id = PeerId(flags.node.node_id);
   options.corrupt_uploads_for_testing = flags.corrupt_uploads_for_testing;
+  ASSIGN_OR_RETURN(options.verify_result, ParseVerifyResultFlag(flags.verify_result));
   options.hook.command = flags.hook_command;
   options.hook.url = flags.hook_url;
   ASSIGN_OR_RETURN(auto hook_timeout, ParseDuration(flags.hook_timeout));
@@ -116,6 +118,7 @@ void SetupAgent(CLI::App& app) {
   cmd->add_option("--exit-after", flags->exit_after,
                   "Exit 0 once this version (or a newer one) is committed and current");
   AddNodeFlags(cmd, flags->node);
+  AddVerifyResultFlag(cmd, flags->verify_result);
   cmd->add_option("--hook-command", flags->hook_command,
                   "Engine hand-off: run this (sh -c) after every change of current, with the "
                   "channel, version and directory as arguments and in WEIGHTCAST_CHANNEL, "

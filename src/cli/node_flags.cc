@@ -19,6 +19,14 @@ void AddNodeFlags(CLI::App* cmd, NodeFlags& flags) {
       ->capture_default_str();
 }
 
+void AddVerifyResultFlag(CLI::App* cmd, std::string& value) {
+  cmd->add_option("--verify-result", value, kVerifyResultHelp)->capture_default_str();
+}
+
+Result<codec::VerifyResult> ParseVerifyResultFlag(std::string_view value) {
+  return codec::ParseVerifyResult(value);
+}
+
 Status ValidateAddressFlag(std::string_view flag, std::string_view value, bool allow_port_zero) {
   auto bad = [&](const std::string& why) {
     return InvalidArgument(std::string(flag) + " '" + std::string(value) + "': " + why);

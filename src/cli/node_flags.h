@@ -11,6 +11,7 @@
 
 #include <weightcast/status.h>
 
+#include "codec/chunk_codec.h"
 #include "net/transport.h"
 
 namespace weightcast::cli {
@@ -31,6 +32,17 @@ inline constexpr char kSecretFileHelp[] =
 // Adds --secret-file, --cluster, --node-id and --log-format to `cmd`, bound to `flags` (which
 // must outlive the parse).
 void AddNodeFlags(CLI::App* cmd, NodeFlags& flags);
+
+// --verify-result for every process that receives versions (agent): what a chunk rebuilt from a
+// delta payload is checked against (docs/verification.md). `value` starts as the default.
+inline constexpr char kVerifyResultHelp[] =
+    "What a chunk rebuilt from a delta payload is checked against, after the payload matched its "
+    "SHA-256 in the signed manifest: fast (the manifest's XXH3-128 of the chunk, when it has "
+    "fast hashes; else sha256) or sha256 (the chunk's SHA-256, always). Whole chunks from peers "
+    "are always checked with SHA-256";
+void AddVerifyResultFlag(CLI::App* cmd, std::string& value);
+// The flag's value as the codec's setting; kInvalidArgument (a flag error) naming the flag.
+Result<codec::VerifyResult> ParseVerifyResultFlag(std::string_view value);
 
 // Checks the ip:port in flag `flag` before anything starts: a typo (no port, a port above
 // 65535, a host name where an IP address is needed) is a flag error (kInvalidArgument, exit 2)

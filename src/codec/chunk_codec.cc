@@ -212,10 +212,11 @@ Result<EncodedChunk> EncodeFull(const HashedChunk& target, std::span<const Segme
 
 // `target_hash` null: hash the target while scanning it (sparse) or before (planes), and store
 // the hash in `*hashed`. Returns a kSame chunk when the hash turns out equal to the base's.
+// With `fast_hashed` (only with `hashed`), the target's XXH3-128 is computed in the same feed.
 Result<EncodedChunk> EncodeXor(const HashedChunk& base, std::span<const uint8_t> target,
                                const Digest* target_hash, Digest* hashed,
                                std::span<const Segment> segments, const ChunkEncodeOptions& options,
-                               CodecScratch::State& st) {
+                               CodecScratch::State& st, Digest* fast_hashed = nullptr) {
   const uint64_t size = target.size();
   const bool automatic = options.xor_transform == Transform::kNone;
   const Transform transform = automatic ? options.sparse_form : options.xor_transform;
@@ -228,18 +229,19 @@ Result<EncodedChunk> EncodeXor(const HashedChunk& base, std::span<const uint8_t>
   h.segments.assign(segments.begin(), segments.end());
   st.stream.clear();
   st.sections.clear();
-  std::optional<Hasher> hasher;
+  std::optional<Hasher> hasher, fast;
   std::optional<HashFeed> feed;
   if (target_hash == nullptr) {
     hasher.emplace(base.algorithm());
-    feed.emplace(*hasher, target);
+    if (fast_hashed != nullptr) fast.emplace(HashAlgorithm::kXxh3_128);
+    feed.emplace(*hasher, target, fast ? &*fast : nullptr);
   }
   if (IsSparse(transform)) {
     const uint64_t changed = SparseForward(
         target, base.bytes(), segments,
         transform == Transform::kSparseDiff ? SparseValues::kDiff : SparseValues::kXor,
         options.varint_gaps, st.stream, &st.sections, feed ? &*feed : nullptr);
-    if (feed) *hashed = feed->Finish();
+    if (feed) *hashed = feed->Finish(fast_hashed);
     uint64_t elements = 0;
     for (const Segment& s : segments) elements += s.size / s.width;
     // One pass decides: the sparse stream is built while counting, and redone as planes only
@@ -252,7 +254,7 @@ Result<EncodedChunk> EncodeXor(const HashedChunk& base, std::span<const uint8_t>
       PlaneSections(segments, st.sections);
     }
   } else {
-    if (feed) *hashed = feed->Finish();
+    if (feed) *hashed = feed->Finish(fast_hashed);
     st.stream.resize(size);
     PlanesForward(target, base.bytes(), segments, st.stream);
     PlaneSections(segments, st.sections);
@@ -383,16 +385,18 @@ Result<EncodedChunk> EncodeChunk(const HashedChunk& base, const HashedChunk& tar
 Result<EncodedChunk> EncodeChunkHashing(const HashedChunk& base, std::span<const uint8_t> target,
                                         std::span<const Segment> segments,
                                         const ChunkEncodeOptions& options, CodecScratch& scratch,
-                                        Digest* target_hash) {
+                                        Digest* target_hash, Digest* fast_hash) {
   RETURN_IF_ERROR(CheckSegmentsArg(segments, target.size()));
   if (base.bytes().size() != target.size() || target.empty()) {
+    // No base chunk to compare with (a new or resized chunk): the target is read for each hash.
     const HashedChunk t = HashedChunk::Compute(target, base.algorithm());
     *target_hash = t.hash();
+    if (fast_hash != nullptr) *fast_hash = HashBytes(HashAlgorithm::kXxh3_128, target);
     return EncodeChunk(base, t, segments, options, scratch);
   }
   CodecScratch::State& st = ScratchAccess::Get(scratch);
   ASSIGN_OR_RETURN(EncodedChunk best,
-                   EncodeXor(base, target, nullptr, target_hash, segments, options, st));
+                   EncodeXor(base, target, nullptr, target_hash, segments, options, st, fast_hash));
   if (best.encoding != ChunkEncoding::kSame &&
       static_cast<double>(best.payload.size()) >
           options.try_full_above * static_cast<double>(target.size())) {
@@ -416,14 +420,22 @@ struct Prepared {
   PayloadHeader h;
   std::span<const uint8_t> stream;
   std::span<const uint8_t> xor_base;  // empty for kFull
+  // The fast check: the result must have this XXH3-128 (and is not hashed with h.hash_algorithm).
+  const Digest* fast = nullptr;
+
+  // What the result is hashed with.
+  HashAlgorithm result_algorithm() const {
+    return fast != nullptr ? HashAlgorithm::kXxh3_128 : h.hash_algorithm;
+  }
 };
 
 // Everything before the inverse transform: header, hash algorithm, target, base and size checks,
 // then the coder (into st.stream unless stored).
 Result<Prepared> Prepare(std::span<const uint8_t> payload, const HashedChunk& base,
-                         const Digest* expected_target, uint64_t out_size, CodecScratch::State& st,
-                         bool check_base = true) {
+                         const Digest* expected_target, const Digest* fast, uint64_t out_size,
+                         CodecScratch::State& st, bool check_base = true) {
   Prepared p;
+  p.fast = fast;
   ASSIGN_OR_RETURN(p.h, ParsePayloadHeader(payload));
   const PayloadHeader& h = p.h;
   const bool is_xor = h.encoding == ChunkEncoding::kXor;
@@ -483,9 +495,20 @@ Result<Prepared> Prepare(std::span<const uint8_t> payload, const HashedChunk& ba
   return p;
 }
 
-Status CheckTarget(const Digest& got, const PayloadHeader& h) {
-  if (got != h.target_hash) {
-    return Corrupt("delta payload decodes to " + ToHex(got) + ", expected " + ToHex(h.target_hash));
+// `got` is the result's hash with p.result_algorithm().
+Status CheckTarget(const Digest& got, const Prepared& p) {
+  if (p.fast != nullptr) {
+    if (got != *p.fast) {
+      return Corrupt("delta payload decodes to a chunk whose xxh3-128 is " +
+                     ToHex(std::span(got).first(16)) + ", the manifest's fast hash is " +
+                     ToHex(std::span(*p.fast).first(16)) +
+                     " (a base that is not what its hash says, a decoder bug or a memory error)");
+    }
+    return Status::Ok();
+  }
+  if (got != p.h.target_hash) {
+    return Corrupt("delta payload decodes to " + ToHex(got) + ", expected " +
+                   ToHex(p.h.target_hash));
   }
   return Status::Ok();
 }
@@ -509,7 +532,7 @@ Status InverseWhole(const Prepared& p, std::span<uint8_t> result) {
     case Transform::kSparseDiff:
       return Internal("sparse payloads are applied block by block");
   }
-  return CheckTarget(HashChunk(h.hash_algorithm, result), h);
+  return CheckTarget(HashChunk(p.result_algorithm(), result), p);
 }
 
 SparseValues ValuesOf(Transform t) {
@@ -525,7 +548,7 @@ constexpr size_t kPatchBlock = kDecodeBlock;
 Status PatchAndHash(const Prepared& p, std::span<uint8_t> dst, CodecScratch::State& st) {
   const PayloadHeader& h = p.h;
   SparseApplier applier(p.stream, p.xor_base, h.segments, ValuesOf(h.transform));
-  Hasher hasher(h.hash_algorithm);
+  Hasher hasher(p.result_algorithm());
   if (dst.empty()) st.block.resize(kPatchBlock);
   for (uint64_t at = 0; at < h.chunk_size; at += kPatchBlock) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(kPatchBlock, h.chunk_size - at));
@@ -535,15 +558,14 @@ Status PatchAndHash(const Prepared& p, std::span<uint8_t> dst, CodecScratch::Sta
     hasher.Update(block);
   }
   RETURN_IF_ERROR(applier.Finish());
-  return CheckTarget(hasher.Finish(), h);
+  return CheckTarget(hasher.Finish(), p);
 }
 
-}  // namespace
-
-Status DecodeChunk(std::span<const uint8_t> payload, const HashedChunk& base,
-                   const Digest* expected_target, std::span<uint8_t> out, CodecScratch& scratch) {
+Status DecodeInto(std::span<const uint8_t> payload, const HashedChunk& base,
+                  const Digest* expected_target, const Digest* fast, std::span<uint8_t> out,
+                  CodecScratch& scratch) {
   CodecScratch::State& st = ScratchAccess::Get(scratch);
-  ASSIGN_OR_RETURN(Prepared p, Prepare(payload, base, expected_target, out.size(), st));
+  ASSIGN_OR_RETURN(Prepared p, Prepare(payload, base, expected_target, fast, out.size(), st));
   if (IsSparse(p.h.transform)) {
     // Verify without writing `out`, then patch `out` directly: two reads of the base, but no
     // chunk-sized scratch and no copy of the result.
@@ -565,32 +587,32 @@ Status DecodeChunk(std::span<const uint8_t> payload, const HashedChunk& base,
   return Status::Ok();
 }
 
-Status DecodeChunkToBuffer(std::span<const uint8_t> payload, const HashedChunk& base,
-                           const Digest* expected_target, uint64_t chunk_size,
-                           std::vector<uint8_t>& buffer, CodecScratch& scratch) {
+Status DecodeToBuffer(std::span<const uint8_t> payload, const HashedChunk& base,
+                      const Digest* expected_target, const Digest* fast, uint64_t chunk_size,
+                      std::vector<uint8_t>& buffer, CodecScratch& scratch) {
   CodecScratch::State& st = ScratchAccess::Get(scratch);
-  ASSIGN_OR_RETURN(Prepared p, Prepare(payload, base, expected_target, chunk_size, st));
+  ASSIGN_OR_RETURN(Prepared p, Prepare(payload, base, expected_target, fast, chunk_size, st));
   buffer.resize(p.h.chunk_size);
   if (IsSparse(p.h.transform)) return PatchAndHash(p, buffer, st);
   return InverseWhole(p, buffer);
 }
 
-Status DecodeChunkUnverifiedInto(std::span<const uint8_t> payload, const HashedChunk& base,
-                                 const Digest* expected_target, std::span<uint8_t> out,
-                                 CodecScratch& scratch) {
+Status DecodeUnverifiedInto(std::span<const uint8_t> payload, const HashedChunk& base,
+                            const Digest* expected_target, const Digest* fast,
+                            std::span<uint8_t> out, CodecScratch& scratch) {
   CodecScratch::State& st = ScratchAccess::Get(scratch);
-  ASSIGN_OR_RETURN(Prepared p, Prepare(payload, base, expected_target, out.size(), st));
+  ASSIGN_OR_RETURN(Prepared p, Prepare(payload, base, expected_target, fast, out.size(), st));
   if (IsSparse(p.h.transform)) return PatchAndHash(p, out, st);
   return InverseWhole(p, out);
 }
 
-Status DecodeChunkStreaming(std::span<const uint8_t> payload, const HashedChunk& base,
-                            const Digest* expected_target, uint64_t chunk_size,
-                            const DecodedBlockSink& sink, CodecScratch& scratch) {
+Status DecodeStreaming(std::span<const uint8_t> payload, const HashedChunk& base,
+                       const Digest* expected_target, const Digest* fast, uint64_t chunk_size,
+                       const DecodedBlockSink& sink, CodecScratch& scratch) {
   CodecScratch::State& st = ScratchAccess::Get(scratch);
-  ASSIGN_OR_RETURN(Prepared p, Prepare(payload, base, expected_target, chunk_size, st));
+  ASSIGN_OR_RETURN(Prepared p, Prepare(payload, base, expected_target, fast, chunk_size, st));
   const PayloadHeader& h = p.h;
-  Hasher hasher(h.hash_algorithm);
+  Hasher hasher(p.result_algorithm());
   if (IsSparse(h.transform)) {
     SparseApplier applier(p.stream, p.xor_base, h.segments, ValuesOf(h.transform));
     st.block.resize(kDecodeBlock);
@@ -602,7 +624,7 @@ Status DecodeChunkStreaming(std::span<const uint8_t> payload, const HashedChunk&
       RETURN_IF_ERROR(sink(at, block));
     }
     RETURN_IF_ERROR(applier.Finish());
-    return CheckTarget(hasher.Finish(), h);
+    return CheckTarget(hasher.Finish(), p);
   }
   // Planes and none undo their transform over the whole chunk; the result is then hashed and
   // handed over a block at a time while it is in cache.
@@ -629,7 +651,92 @@ Status DecodeChunkStreaming(std::span<const uint8_t> payload, const HashedChunk&
     hasher.Update(block);
     RETURN_IF_ERROR(sink(at, block));
   }
-  return CheckTarget(hasher.Finish(), h);
+  return CheckTarget(hasher.Finish(), p);
+}
+
+}  // namespace
+
+Status DecodeChunk(std::span<const uint8_t> payload, const HashedChunk& base,
+                   const Digest* expected_target, std::span<uint8_t> out, CodecScratch& scratch) {
+  return DecodeInto(payload, base, expected_target, nullptr, out, scratch);
+}
+
+Status DecodeChunk(const CheckedPayload& payload, const HashedChunk& base,
+                   const Digest* expected_target, const Digest& fast_target, std::span<uint8_t> out,
+                   CodecScratch& scratch) {
+  return DecodeInto(payload.bytes(), base, expected_target, &fast_target, out, scratch);
+}
+
+Status DecodeChunkToBuffer(std::span<const uint8_t> payload, const HashedChunk& base,
+                           const Digest* expected_target, uint64_t chunk_size,
+                           std::vector<uint8_t>& buffer, CodecScratch& scratch) {
+  return DecodeToBuffer(payload, base, expected_target, nullptr, chunk_size, buffer, scratch);
+}
+
+Status DecodeChunkToBuffer(const CheckedPayload& payload, const HashedChunk& base,
+                           const Digest* expected_target, const Digest& fast_target,
+                           uint64_t chunk_size, std::vector<uint8_t>& buffer,
+                           CodecScratch& scratch) {
+  return DecodeToBuffer(payload.bytes(), base, expected_target, &fast_target, chunk_size, buffer,
+                        scratch);
+}
+
+Status DecodeChunkUnverifiedInto(std::span<const uint8_t> payload, const HashedChunk& base,
+                                 const Digest* expected_target, std::span<uint8_t> out,
+                                 CodecScratch& scratch) {
+  return DecodeUnverifiedInto(payload, base, expected_target, nullptr, out, scratch);
+}
+
+Status DecodeChunkUnverifiedInto(const CheckedPayload& payload, const HashedChunk& base,
+                                 const Digest* expected_target, const Digest& fast_target,
+                                 std::span<uint8_t> out, CodecScratch& scratch) {
+  return DecodeUnverifiedInto(payload.bytes(), base, expected_target, &fast_target, out, scratch);
+}
+
+Status DecodeChunkStreaming(std::span<const uint8_t> payload, const HashedChunk& base,
+                            const Digest* expected_target, uint64_t chunk_size,
+                            const DecodedBlockSink& sink, CodecScratch& scratch) {
+  return DecodeStreaming(payload, base, expected_target, nullptr, chunk_size, sink, scratch);
+}
+
+Status DecodeChunkStreaming(const CheckedPayload& payload, const HashedChunk& base,
+                            const Digest* expected_target, const Digest& fast_target,
+                            uint64_t chunk_size, const DecodedBlockSink& sink,
+                            CodecScratch& scratch) {
+  return DecodeStreaming(payload.bytes(), base, expected_target, &fast_target, chunk_size, sink,
+                         scratch);
+}
+
+std::string_view VerifyResultName(VerifyResult v) {
+  return v == VerifyResult::kSha256 ? "sha256" : "fast";
+}
+
+Result<VerifyResult> ParseVerifyResult(std::string_view name) {
+  if (name == "fast") return VerifyResult::kFast;
+  if (name == "sha256") return VerifyResult::kSha256;
+  return InvalidArgument("--verify-result must be fast or sha256, not '" + std::string(name) + "'");
+}
+
+Result<CheckedPayload> CheckedPayload::Check(std::span<const uint8_t> payload,
+                                             uint64_t expected_size,
+                                             const Digest& expected_sha256) {
+  if (payload.size() != expected_size) {
+    return Corrupt("delta payload of " + std::to_string(payload.size()) +
+                   " bytes, the manifest lists " + std::to_string(expected_size));
+  }
+  // Prefetching feed: payloads arrive from memory, not from cache (builder.h).
+  Hasher hasher(HashAlgorithm::kSha256);
+  UpdateStreaming(hasher, HashAlgorithm::kSha256, payload);
+  if (hasher.Finish() != expected_sha256) {
+    return Corrupt("delta payload does not match its sha256 in the manifest");
+  }
+  return CheckedPayload(payload);
+}
+
+bool UsesFastCheck(const Manifest& manifest, VerifyResult mode) {
+  return mode == VerifyResult::kFast && manifest.has_fast_hashes() &&
+         manifest.hash_algorithm == HashAlgorithm::kSha256 && manifest.delta.has_value() &&
+         manifest.delta->payload_hash_algorithm == HashAlgorithm::kSha256;
 }
 
 namespace {
@@ -705,7 +812,7 @@ Result<Digest> ApplyChunkInPlaceHashing(std::span<const uint8_t> payload, const 
   const HashedChunk vouched =
       HashedChunk::FromVerifiedManifest(std::span<const uint8_t>(), base_hash, h.hash_algorithm);
   ASSIGN_OR_RETURN(const Prepared p,
-                   Prepare(payload, vouched, nullptr, h.chunk_size, st, /*check_base=*/false));
+                   Prepare(payload, vouched, nullptr, nullptr, h.chunk_size, st, /*check_base=*/false));
   SparseApplier applier(p.stream, {}, h.segments, ValuesOf(h.transform));
   PiecePlacement placement(pieces);
   Hasher hasher(algorithm);
@@ -741,7 +848,7 @@ Status ApplyChunkInPlace(std::span<const uint8_t> payload, const Digest& base_ha
   {
     const HashedChunk vouched =
         HashedChunk::FromVerifiedManifest(std::span<const uint8_t>(), base_hash, h.hash_algorithm);
-    Result<Prepared> r = Prepare(payload, vouched, nullptr, h.chunk_size, st, /*check_base=*/false);
+    Result<Prepared> r = Prepare(payload, vouched, nullptr, nullptr, h.chunk_size, st, /*check_base=*/false);
     if (!r.ok()) return r.status();
     p = std::move(*r);
   }

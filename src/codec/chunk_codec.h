@@ -10,12 +10,21 @@
 // HashedChunk, whose hash was either computed from its bytes or vouched for by a verified
 // manifest, so the base check cannot be skipped. Any failure leaves `out` untouched and returns
 // kFailedPrecondition (wrong base: fetch the chunk `full` instead) or kCorrupt (bad payload).
+//
+// The fast check (docs/verification.md): a payload whose bytes matched the SHA-256 that a signed
+// manifest's delta table lists for it is a CheckedPayload; the decoder overloads that take one
+// check the rebuilt chunk against the manifest's XXH3-128 of it (Manifest::fast_hashes) instead
+// of hashing it with SHA-256. The payload's SHA-256 fixes every input of a deterministic decoder
+// but the base, which the receiver verified; the XXH3 then catches a base that is not what its
+// hash says, a decoder bug or a memory error. Nothing an attacker sends reaches the XXH3 without
+// passing a SHA-256 first.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include <weightcast/status.h>
@@ -88,6 +97,41 @@ class HashedChunk {
   HashAlgorithm algorithm_ = HashAlgorithm::kSha256;
 };
 
+// What a receiver checks a chunk rebuilt from a delta payload against (`--verify-result`).
+enum class VerifyResult : uint8_t {
+  // The manifest's XXH3-128 of the chunk, after the payload matched its SHA-256, when the signed
+  // manifest has fast hashes (and SHA-256 payload hashes); otherwise as kSha256. The default.
+  kFast = 0,
+  // The manifest's chunk hash (SHA-256) of the rebuilt chunk, always: the check of every build
+  // before issue 15, at SHA-256 speed.
+  kSha256 = 1,
+};
+std::string_view VerifyResultName(VerifyResult v);  // "fast", "sha256"
+Result<VerifyResult> ParseVerifyResult(std::string_view name);
+
+// A delta payload whose bytes matched the size and SHA-256 that a verified manifest's delta table
+// lists for its chunk. Only Check makes one (it hashes the bytes), so a decoder handed a
+// CheckedPayload knows the payload is the publisher's own, byte for byte. Does not own the bytes;
+// they must outlive it.
+class CheckedPayload {
+ public:
+  // kCorrupt (nothing decoded) when the size or the SHA-256 differ from `expected_size` and
+  // `expected_sha256` (DeltaChunk::payload_size and payload_hash of a table whose
+  // payload_hash_algorithm is SHA-256).
+  static Result<CheckedPayload> Check(std::span<const uint8_t> payload, uint64_t expected_size,
+                                      const Digest& expected_sha256);
+  std::span<const uint8_t> bytes() const { return bytes_; }
+
+ private:
+  explicit CheckedPayload(std::span<const uint8_t> bytes) : bytes_(bytes) {}
+  std::span<const uint8_t> bytes_;
+};
+
+// Whether the chunks of `manifest` rebuilt from its delta payloads are checked with the fast path
+// under `mode`: kFast, the manifest has fast hashes, and its delta table's payload hashes are
+// SHA-256.
+bool UsesFastCheck(const Manifest& manifest, VerifyResult mode);
+
 struct ChunkEncodeOptions {
   Coder coder = Coder::kZstd;
   int zstd_level = 1;
@@ -137,11 +181,12 @@ Result<EncodedChunk> EncodeChunk(const HashedChunk& base, const HashedChunk& tar
 // EncodeChunk for a target whose hash is not known yet (a publisher that has not built the
 // manifest): hashes `target` with the base's algorithm while comparing it with the base, so its
 // bytes are read from memory once, and stores the hash in `*target_hash`. Same result as
-// EncodeChunk(base, HashedChunk::Compute(target, base.algorithm()), ...).
+// EncodeChunk(base, HashedChunk::Compute(target, base.algorithm()), ...). With `fast_hash`, the
+// target's XXH3-128 goes there too, from the same pass (the manifest's fast hash).
 Result<EncodedChunk> EncodeChunkHashing(const HashedChunk& base, std::span<const uint8_t> target,
                                         std::span<const Segment> segments,
                                         const ChunkEncodeOptions& options, CodecScratch& scratch,
-                                        Digest* target_hash);
+                                        Digest* target_hash, Digest* fast_hash = nullptr);
 
 // Encodes `target` as kFull alone (no base), e.g. for a receiver that has no usable base.
 Result<EncodedChunk> EncodeFullChunk(const HashedChunk& target, std::span<const Segment> segments,
@@ -154,12 +199,25 @@ Result<EncodedChunk> EncodeFullChunk(const HashedChunk& target, std::span<const 
 Status DecodeChunk(std::span<const uint8_t> payload, const HashedChunk& base,
                    const Digest* expected_target, std::span<uint8_t> out, CodecScratch& scratch);
 
+// The fast-check overloads of the four decoders below: the same checks of the payload, base and
+// target hash fields, but the rebuilt chunk is hashed with XXH3-128 only and must equal
+// `fast_target` (the manifest's fast hash of the chunk; kCorrupt otherwise, with the same
+// guarantees about `out` as the overload it mirrors). The payload's SHA-256 was checked when the
+// CheckedPayload was made.
+Status DecodeChunk(const CheckedPayload& payload, const HashedChunk& base,
+                   const Digest* expected_target, const Digest& fast_target, std::span<uint8_t> out,
+                   CodecScratch& scratch);
+
 // The same checks, decoding into `buffer` (resized to chunk_size) without the final copy. Use it
 // only for a private staging buffer (a pool slot): on error its contents are unspecified, so it
 // must never be the caller's target itself.
 Status DecodeChunkToBuffer(std::span<const uint8_t> payload, const HashedChunk& base,
                            const Digest* expected_target, uint64_t chunk_size,
                            std::vector<uint8_t>& buffer, CodecScratch& scratch);
+Status DecodeChunkToBuffer(const CheckedPayload& payload, const HashedChunk& base,
+                           const Digest* expected_target, const Digest& fast_target,
+                           uint64_t chunk_size, std::vector<uint8_t>& buffer,
+                           CodecScratch& scratch);
 
 // Decodes straight into `out` (exactly the chunk length), which may be the bytes' final home,
 // e.g. a writable mapping of a staged file: the same checks as DecodeChunk in one pass (a sparse
@@ -171,6 +229,9 @@ Status DecodeChunkToBuffer(std::span<const uint8_t> payload, const HashedChunk& 
 Status DecodeChunkUnverifiedInto(std::span<const uint8_t> payload, const HashedChunk& base,
                                  const Digest* expected_target, std::span<uint8_t> out,
                                  CodecScratch& scratch);
+Status DecodeChunkUnverifiedInto(const CheckedPayload& payload, const HashedChunk& base,
+                                 const Digest* expected_target, const Digest& fast_target,
+                                 std::span<uint8_t> out, CodecScratch& scratch);
 
 // Receives a decoded chunk front to back in blocks of at most kDecodeBlock bytes: `offset` is
 // where `block` starts in the chunk; the span is valid only during the call. A non-OK status
@@ -186,6 +247,10 @@ inline constexpr size_t kDecodeBlock = 32 << 10;
 Status DecodeChunkStreaming(std::span<const uint8_t> payload, const HashedChunk& base,
                             const Digest* expected_target, uint64_t chunk_size,
                             const DecodedBlockSink& sink, CodecScratch& scratch);
+Status DecodeChunkStreaming(const CheckedPayload& payload, const HashedChunk& base,
+                            const Digest* expected_target, const Digest& fast_target,
+                            uint64_t chunk_size, const DecodedBlockSink& sink,
+                            CodecScratch& scratch);
 
 // One piece of a chunk that lies scattered in memory the caller holds, e.g. the live tensors a
 // sampler serves from: `live` bytes the apply may rewrite, or `fixed` bytes it must leave as they

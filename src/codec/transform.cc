@@ -746,12 +746,14 @@ void HashFeed::UptoOffset(uint64_t end) {
     const uint64_t next_end = std::min<uint64_t>(chunk_.size(), done_ + n + kPiece);
     for (uint64_t q = done_ + n; q < next_end; q += 64) __builtin_prefetch(chunk_.data() + q);
     hasher_.Update(chunk_.subspan(done_, n));
+    if (fast_ != nullptr) fast_->Update(chunk_.subspan(done_, n));
     done_ += n;
   }
 }
 
-Digest HashFeed::Finish() {
+Digest HashFeed::Finish(Digest* fast) {
   UptoOffset(chunk_.size());
+  if (fast != nullptr && fast_ != nullptr) *fast = fast_->Finish();
   return hasher_.Finish();
 }
 

@@ -69,16 +69,20 @@ enum class SparseValues : uint8_t {
 // transform reaches it, so the target crosses the memory bus once instead of twice.
 class HashFeed {
  public:
-  HashFeed(Hasher& hasher, std::span<const uint8_t> chunk) : hasher_(hasher), chunk_(chunk) {}
+  // With `fast` (an XXH3-128 hasher), every piece is fed to it too, while it is in cache.
+  HashFeed(Hasher& hasher, std::span<const uint8_t> chunk, Hasher* fast = nullptr)
+      : hasher_(hasher), fast_(fast), chunk_(chunk) {}
   // Hashes whole pieces until every byte before `p` (a pointer into the chunk) is hashed.
   void Upto(const uint8_t* p) { UptoOffset(static_cast<uint64_t>(p - chunk_.data())); }
   void UptoOffset(uint64_t end);
-  Digest Finish();  // hashes the rest and returns the digest
+  // Hashes the rest and returns the digest (and the fast hasher's in `*fast`, when both given).
+  Digest Finish(Digest* fast = nullptr);
 
   static constexpr uint64_t kPiece = 4 << 10;
 
  private:
   Hasher& hasher_;
+  Hasher* fast_ = nullptr;
   std::span<const uint8_t> chunk_;
   uint64_t done_ = 0;
 };

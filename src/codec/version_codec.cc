@@ -4,6 +4,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "util/text.h"
@@ -126,6 +127,7 @@ namespace {
 Result<DeltaInfo> EncodeAll(const Manifest& base, const SnapshotReader& base_bytes,
                             const Manifest& target, const SnapshotReader& target_bytes,
                             const PayloadSink& sink, std::vector<Digest>* target_hashes,
+                            std::vector<Digest>* target_fast_hashes,
                             const VersionCodecOptions& options) {
   if (base.hash_algorithm != target.hash_algorithm) {
     return InvalidArgument("base and target manifests use different chunk hash algorithms");
@@ -137,9 +139,11 @@ Result<DeltaInfo> EncodeAll(const Manifest& base, const SnapshotReader& base_byt
   DeltaInfo info;
   info.base_version = base.version;
   info.base_root = base.root;
+  info.payload_hash_algorithm = HashAlgorithm::kSha256;
   const uint32_t count = target.chunk_count();
   info.chunks.resize(count);
   if (target_hashes != nullptr) target_hashes->assign(count, Digest{});
+  if (target_fast_hashes != nullptr) target_fast_hashes->assign(count, Digest{});
 
   ThreadPool pool(options.threads);
   WorkerPool workers;
@@ -159,8 +163,9 @@ Result<DeltaInfo> EncodeAll(const Manifest& base, const SnapshotReader& base_byt
       const std::vector<Segment> segs = ChunkSegments(target, i);
       if (target_hashes != nullptr) {
         // An absent base chunk (empty, zero hash) makes EncodeChunkHashing hash and send full.
-        results[k] =
-            EncodeChunkHashing(hb, t, segs, options.chunk, w->codec, &(*target_hashes)[i.value()]);
+        results[k] = EncodeChunkHashing(
+            hb, t, segs, options.chunk, w->codec, &(*target_hashes)[i.value()],
+            target_fast_hashes != nullptr ? &(*target_fast_hashes)[i.value()] : nullptr);
       } else {
         const auto ht = HashedChunk::FromVerifiedManifest(t, target.chunk_hashes[i.value()], alg);
         results[k] = br.size != 0 ? EncodeChunk(hb, ht, segs, options.chunk, w->codec)
@@ -176,7 +181,7 @@ Result<DeltaInfo> EncodeAll(const Manifest& base, const SnapshotReader& base_byt
       d.encoding = e.encoding;
       d.payload_size = e.payload.size();
       if (e.encoding != ChunkEncoding::kSame) {
-        d.payload_hash = HashBytes(alg, e.payload);
+        d.payload_hash = Sha256(e.payload);
         RETURN_IF_ERROR(sink(i, e.payload));
       }
       e.payload = {};  // release as soon as it is written
@@ -190,15 +195,17 @@ Result<DeltaInfo> EncodeAll(const Manifest& base, const SnapshotReader& base_byt
 Result<DeltaInfo> EncodeVersion(const Manifest& base, const SnapshotReader& base_bytes,
                                 const Manifest& target, const SnapshotReader& target_bytes,
                                 const PayloadSink& sink, const VersionCodecOptions& options) {
-  return EncodeAll(base, base_bytes, target, target_bytes, sink, nullptr, options);
+  return EncodeAll(base, base_bytes, target, target_bytes, sink, nullptr, nullptr, options);
 }
 
 Result<DeltaInfo> EncodeVersionHashing(const Manifest& base, const SnapshotReader& base_bytes,
                                        const Manifest& target, const SnapshotReader& target_bytes,
                                        const PayloadSink& sink, std::vector<Digest>* target_hashes,
-                                       const VersionCodecOptions& options) {
+                                       const VersionCodecOptions& options,
+                                       std::vector<Digest>* target_fast_hashes) {
   if (target_hashes == nullptr) return InvalidArgument("no place for the target's chunk hashes");
-  return EncodeAll(base, base_bytes, target, target_bytes, sink, target_hashes, options);
+  return EncodeAll(base, base_bytes, target, target_bytes, sink, target_hashes, target_fast_hashes,
+                   options);
 }
 
 Status DecodeVersion(const Manifest& base, const SnapshotReader& base_bytes, const Manifest& target,
@@ -223,6 +230,7 @@ Status DecodeVersion(const Manifest& base, const SnapshotReader& base_bytes, con
     return InvalidArgument("base bytes do not match the base manifest's size");
   }
   const HashAlgorithm alg = target.hash_algorithm;
+  const bool fast = UsesFastCheck(target, options.verify_result);
   ThreadPool pool(options.threads);
   WorkerPool workers;
   const size_t window = WindowFor(options, pool);
@@ -250,15 +258,24 @@ Status DecodeVersion(const Manifest& base, const SnapshotReader& base_bytes, con
           return Status::Ok();
         }
         ASSIGN_OR_RETURN(std::span<const uint8_t> payload, payloads(i));
-        if (payload.size() != d.payload_size || HashBytes(alg, payload) != d.payload_hash) {
+        std::optional<CheckedPayload> checked;
+        if (fast) {
+          Result<CheckedPayload> c = CheckedPayload::Check(payload, d.payload_size, d.payload_hash);
+          if (!c.ok()) return Corrupt("payload does not match the delta table's size and hash");
+          checked = *c;
+        } else if (payload.size() != d.payload_size ||
+                   HashBytes(delta.payload_hash_algorithm, payload) != d.payload_hash) {
           return Corrupt("payload does not match the delta table's size and hash");
         }
         std::unique_ptr<Worker> w = workers.Take();
         const auto b = base_bytes.Read(br, w->base_gather);
         const Digest base_hash = br.size != 0 ? base.chunk_hashes[i.value()] : Digest{};
+        const HashedChunk hb = HashedChunk::FromVerifiedManifest(b, base_hash, alg);
         const Status s =
-            DecodeChunkToBuffer(payload, HashedChunk::FromVerifiedManifest(b, base_hash, alg),
-                                &target.chunk_hashes[i.value()], tr.size, buf, w->codec);
+            checked ? DecodeChunkToBuffer(*checked, hb, &target.chunk_hashes[i.value()],
+                                          target.fast_hashes[i.value()], tr.size, buf, w->codec)
+                    : DecodeChunkToBuffer(payload, hb, &target.chunk_hashes[i.value()], tr.size,
+                                          buf, w->codec);
         workers.Give(std::move(w));
         RETURN_IF_ERROR(s);
         ready[k] = buf;
@@ -270,6 +287,24 @@ Status DecodeVersion(const Manifest& base, const SnapshotReader& base_bytes, con
       RETURN_IF_ERROR(statuses[k].WithContext(ChunkName(i)));
       RETURN_IF_ERROR(sink(i, ready[k]));
     }
+  }
+  return Status::Ok();
+}
+
+Status CheckLocalCopy(const Manifest& manifest, ChunkIndex index, std::span<const uint8_t> bytes,
+                      VerifyResult mode) {
+  const uint32_t i = index.value();
+  if (i >= manifest.chunk_count() || bytes.size() != manifest.ChunkRange(index).size) {
+    return Corrupt("chunk " + std::to_string(i) + ": " + std::to_string(bytes.size()) +
+                   " bytes do not fit the manifest");
+  }
+  const bool fast = mode == VerifyResult::kFast && manifest.has_fast_hashes();
+  const Digest got =
+      fast ? HashBytes(HashAlgorithm::kXxh3_128, bytes) : HashBytes(manifest.hash_algorithm, bytes);
+  if (got != (fast ? manifest.fast_hashes[i] : manifest.chunk_hashes[i])) {
+    return Corrupt("chunk " + std::to_string(i) +
+                   " copied from the local base does not match its " +
+                   (fast ? "fast hash" : "hash") + " in the manifest");
   }
   return Status::Ok();
 }

@@ -51,13 +51,18 @@ struct VersionCodecOptions {
   // Chunks in flight; 0: 2 per thread (EncodeVersion: at least 32 MiB of chunks, see
   // version_codec.cc).
   size_t window = 0;
+  // DecodeVersion: what a chunk rebuilt from a payload is checked against (chunk_codec.h). kFast
+  // only for a target manifest whose signature was verified (the fast check leans on its delta
+  // table and fast hashes, which the root does not cover); hence kSha256 by default.
+  VerifyResult verify_result = VerifyResult::kSha256;
 };
 
 // Receives encoded payloads in chunk order, one call at a time (kSame chunks are not passed).
 using PayloadSink = std::function<Status(ChunkIndex, std::span<const uint8_t> payload)>;
 
 // Encodes `target` against `base`. Chunk hashes come from the manifests (the bytes must be the
-// ones the manifests describe). Returns the DeltaInfo a delta manifest of `target` carries. Fails
+// ones the manifests describe). Returns the DeltaInfo a delta manifest of `target` carries (its
+// payload hashes are SHA-256 of the payloads, whatever the chunk hash algorithm). Fails
 // if the hash algorithms differ or a sink call fails. The base may be any earlier version.
 Result<DeltaInfo> EncodeVersion(const Manifest& base, const SnapshotReader& base_bytes,
                                 const Manifest& target, const SnapshotReader& target_bytes,
@@ -69,11 +74,14 @@ Result<DeltaInfo> EncodeVersion(const Manifest& base, const SnapshotReader& base
 // is hashed while it is compared with the base chunk (EncodeChunkHashing), so its bytes are read
 // from memory once, and the hashes go to `*target_hashes` (one per chunk, in order). The
 // DeltaInfo and the payloads are the ones EncodeVersion gives once the hashes are in `target`.
-// The base's hashes must be the verified ones of its bytes, as for EncodeVersion.
+// The base's hashes must be the verified ones of its bytes, as for EncodeVersion. With
+// `target_fast_hashes`, each chunk's XXH3-128 goes there too, from the same pass (the manifest's
+// fast hashes).
 Result<DeltaInfo> EncodeVersionHashing(const Manifest& base, const SnapshotReader& base_bytes,
                                        const Manifest& target, const SnapshotReader& target_bytes,
                                        const PayloadSink& sink, std::vector<Digest>* target_hashes,
-                                       const VersionCodecOptions& options = {});
+                                       const VersionCodecOptions& options = {},
+                                       std::vector<Digest>* target_fast_hashes = nullptr);
 
 // Returns the payload of a chunk (kXor or kFull). Called from worker threads concurrently.
 using PayloadSource = std::function<Result<std::span<const uint8_t>>(ChunkIndex)>;
@@ -84,12 +92,23 @@ using VerifiedChunkSink = std::function<Status(ChunkIndex, std::span<const uint8
 // manifest) and the payloads of `target.delta`. Refuses with kFailedPrecondition when the delta
 // names another base. Each payload is checked against the payload hash in the delta table, then
 // decoded; each chunk is checked against the target manifest's chunk hash before it reaches the
-// sink. `same` chunks are passed through without hashing: their base hash equals the target's.
+// sink, or against its fast hash (XXH3-128) when options.verify_result and the manifest allow
+// (UsesFastCheck). `same` chunks are passed through without hashing: their base hash equals the
+// target's.
 // Stops at the first failure (kCorrupt / kFailedPrecondition, naming the chunk); the sink has
 // then seen only verified chunks before it.
 Status DecodeVersion(const Manifest& base, const SnapshotReader& base_bytes, const Manifest& target,
                      const PayloadSource& payloads, const VerifiedChunkSink& sink,
                      const VersionCodecOptions& options = {});
+
+// Checks the bytes of chunk `index` of `manifest` that a receiver copied from its own verified
+// base (a `same` chunk: the base's chunk hash equals the target's), before it records them as
+// verified: against the manifest's fast hash when it has them and `mode` is kFast (no byte here
+// came from a peer, so XXH3 only has to catch a base that changed since it was verified, or a
+// memory error), else against the chunk hash. kCorrupt on a mismatch. Never use it for bytes a
+// peer sent: those need the chunk hash (SHA-256).
+Status CheckLocalCopy(const Manifest& manifest, ChunkIndex index, std::span<const uint8_t> bytes,
+                      VerifyResult mode);
 
 // Catch-up planning for a receiver several versions behind.
 enum class CatchUpAction : uint8_t {

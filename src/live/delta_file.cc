@@ -153,7 +153,7 @@ Result<std::span<const uint8_t>> DeltaFile::Payload(const Manifest& manifest,
   const DeltaChunk& c = manifest.delta->chunks[i];
   const std::span<const uint8_t> p = file_.bytes().subspan(offsets_[i], c.payload_size);
   if (c.encoding == ChunkEncoding::kSame) return p;
-  if (HashBytes(manifest.hash_algorithm, p) != c.payload_hash) {
+  if (HashBytes(manifest.delta->payload_hash_algorithm, p) != c.payload_hash) {
     return Corrupt("delta file " + file_.path().string() + ": payload of chunk " +
                    std::to_string(i) + " does not match the manifest's payload hash");
   }

@@ -40,13 +40,19 @@ struct BuildOptions {
   uint64_t chunk_size = kDefaultChunkSize;
   HashAlgorithm algorithm = HashAlgorithm::kSha256;
   size_t threads = 0;  // 0: one per core
+  // Also an XXH3-128 per chunk (Manifest::fast_hashes), in the same pass as the SHA-256 while the
+  // bytes are in cache, so that agents check chunks rebuilt from deltas at memory speed
+  // (docs/verification.md). Only for SHA-256 manifests; ignored for xxh3-128.
+  bool fast_hashes = true;
 };
 
 // Feeds `bytes` to `hasher` (of `algorithm`) as fast as data streaming from memory allows. For
 // SHA-256: in 4 KiB pieces, prefetching the next piece while the current one is hashed, about
 // 1.4x faster than one Update over the whole span (docs/bench/manifest.md). XXH3 outruns the
 // hardware prefetcher on its own and gets one Update.
-void UpdateStreaming(Hasher& hasher, HashAlgorithm algorithm, std::span<const uint8_t> bytes);
+// With `fast` (an XXH3-128 hasher), each piece is also fed to it while it is in cache.
+void UpdateStreaming(Hasher& hasher, HashAlgorithm algorithm, std::span<const uint8_t> bytes,
+                     Hasher* fast = nullptr);
 
 // Builds the manifest of a checkpoint: streams every file (mmap), hashing chunks on a thread pool,
 // and computes the root. Memory is bounded by the pool, not the checkpoint size.
@@ -64,12 +70,23 @@ Result<Manifest> BuildManifestLayout(const Checkpoint& checkpoint, std::string c
 // Completes a manifest from BuildManifestLayout: sets the chunk hashes (one per chunk, in order)
 // and the root, then validates it. kInvalidArgument when the count does not match.
 Status FinishManifest(Manifest& manifest, std::vector<Digest> chunk_hashes);
+// The same, also setting the fast hashes (empty: none; else one XXH3-128 per chunk).
+Status FinishManifest(Manifest& manifest, std::vector<Digest> chunk_hashes,
+                      std::vector<Digest> fast_hashes);
 
 // Hashes the chunks of the flat byte space formed by `files` under `root` (used by BuildManifest
-// and by store verification). Fails if a file's size differs from its entry.
+// and by store verification). Fails if a file's size differs from its entry. With
+// `fast_hashes`, also the XXH3-128 of every chunk, in the same pass (each 4 KiB piece is fed to
+// both hashers while it is in cache), into `*fast_hashes`.
 Result<std::vector<Digest>> HashChunks(const std::filesystem::path& root,
                                        const std::vector<ManifestFile>& files, uint64_t chunk_size,
-                                       HashAlgorithm algorithm, size_t threads = 0);
+                                       HashAlgorithm algorithm, size_t threads = 0,
+                                       std::vector<Digest>* fast_hashes = nullptr);
+
+// Whether a manifest built with `options` carries fast hashes.
+inline bool WantsFastHashes(const BuildOptions& options) {
+  return options.fast_hashes && options.algorithm == HashAlgorithm::kSha256;
+}
 
 // The root hash: SHA-256 over the canonical encoding of the version's content (files, tensors,
 // chunk size, hash algorithm, chunk hashes). Channel, version number and delta section are not

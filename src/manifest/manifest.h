@@ -57,6 +57,10 @@ struct DeltaInfo {
   Version base_version;
   Digest base_root{};
   std::vector<DeltaChunk> chunks;  // one per chunk of the version
+  // What every payload_hash is: SHA-256 for everything written since issue 15. A manifest written
+  // before, of an xxh3-128 version, parses with kXxh3_128 here (its payloads were hashed with the
+  // chunk algorithm); such a table never enables the fast check (docs/verification.md).
+  HashAlgorithm payload_hash_algorithm = HashAlgorithm::kSha256;
 };
 
 struct ByteRange {
@@ -74,12 +78,18 @@ struct Manifest {
   std::vector<ManifestFile> files;
   std::vector<ManifestTensor> tensors;  // sorted by offset
   std::vector<Digest> chunk_hashes;
+  // Empty, or one XXH3-128 per chunk (16 digest bytes, then 16 zero bytes, like an xxh3-128 chunk
+  // hash) of a SHA-256 manifest, computed in the same pass as the chunk hashes. An agent checks a
+  // chunk it rebuilt from an authenticated delta payload against it instead of the SHA-256
+  // (docs/verification.md). Not part of the root: the signature covers it, as it covers `delta`.
+  std::vector<Digest> fast_hashes;
   std::map<std::string, std::string> metadata;
   std::optional<DeltaInfo> delta;
   Digest root{};  // see ComputeRoot
 
   uint64_t total_size() const;
   uint32_t chunk_count() const { return static_cast<uint32_t>(chunk_hashes.size()); }
+  bool has_fast_hashes() const { return !fast_hashes.empty(); }
   ByteRange ChunkRange(ChunkIndex index) const;
   // Chunks that hold any byte of the tensors whose names match `pattern` (glob: * and ?).
   std::vector<ChunkIndex> ChunksForTensors(std::string_view pattern) const;

@@ -32,6 +32,33 @@ Result<Digest> ToDigest(const std::string& bytes, std::string_view what) {
   return d;
 }
 
+// A 16-byte XXH3-128 digest on the wire, stored as a Digest with a zero tail (digest.h).
+Result<Digest> ToFastDigest(const std::string& bytes, std::string_view what) {
+  Digest d{};
+  if (bytes.size() != 16) {
+    return Corrupt(std::string(what) + " is " + std::to_string(bytes.size()) +
+                   " bytes, expected 16 (xxh3-128)");
+  }
+  std::memcpy(d.data(), bytes.data(), 16);
+  return d;
+}
+
+Result<HashAlgorithm> FromProtoAlgorithm(int value, std::string_view what) {
+  switch (value) {
+    case pb::HASH_ALGORITHM_SHA256:
+      return HashAlgorithm::kSha256;
+    case pb::HASH_ALGORITHM_XXH3_128:
+      return HashAlgorithm::kXxh3_128;
+    default:
+      return Corrupt("unknown " + std::string(what) + " " + std::to_string(value));
+  }
+}
+
+pb::HashAlgorithm ToProtoAlgorithm(HashAlgorithm algorithm) {
+  return algorithm == HashAlgorithm::kXxh3_128 ? pb::HASH_ALGORITHM_XXH3_128
+                                               : pb::HASH_ALGORITHM_SHA256;
+}
+
 Status CheckCount(size_t count, size_t limit, std::string_view what) {
   if (count > limit) {
     return Corrupt("manifest lists " + std::to_string(count) + " " + std::string(what) +
@@ -72,10 +99,11 @@ Status PrescanCounts(std::span<const uint8_t> bytes) {
   static constexpr Limit kTopLevel[] = {{6, kMaxManifestFiles, "files"},
                                         {7, kMaxManifestTensors, "tensors"},
                                         {8, kMaxManifestChunks, "chunk hashes"},
-                                        {9, kMaxMetadataEntries, "metadata entries"}};
+                                        {9, kMaxMetadataEntries, "metadata entries"},
+                                        {12, kMaxManifestChunks, "fast hashes"}};
   constexpr uint32_t kDeltaField = 10;
   constexpr uint32_t kDeltaChunksField = 3;
-  size_t counts[11] = {};
+  size_t counts[13] = {};
   size_t delta_chunks = 0;
   google::protobuf::io::CodedInputStream in(bytes.data(), static_cast<int>(bytes.size()));
   for (uint32_t tag = in.ReadTag(); tag != 0; tag = in.ReadTag()) {
@@ -120,6 +148,8 @@ Result<Manifest> FromProto(const pb::Manifest& p) {
       CheckCount(static_cast<size_t>(p.tensors_size()), kMaxManifestTensors, "tensors"));
   RETURN_IF_ERROR(
       CheckCount(static_cast<size_t>(p.chunk_hashes_size()), kMaxManifestChunks, "chunks"));
+  RETURN_IF_ERROR(
+      CheckCount(static_cast<size_t>(p.fast_hashes_size()), kMaxManifestChunks, "fast hashes"));
   RETURN_IF_ERROR(CheckCount(p.metadata().size(), kMaxMetadataEntries, "metadata entries"));
   if (p.channel().size() > kMaxChannelBytes) {
     return Corrupt("channel name is " + std::to_string(p.channel().size()) +
@@ -130,16 +160,8 @@ Result<Manifest> FromProto(const pb::Manifest& p) {
   m.format_version = p.format_version();
   m.channel = p.channel();
   m.version = Version(p.version());
-  switch (p.hash_algorithm()) {
-    case pb::HASH_ALGORITHM_SHA256:
-      m.hash_algorithm = HashAlgorithm::kSha256;
-      break;
-    case pb::HASH_ALGORITHM_XXH3_128:
-      m.hash_algorithm = HashAlgorithm::kXxh3_128;
-      break;
-    default:
-      return Corrupt("unknown chunk hash algorithm " + std::to_string(p.hash_algorithm()));
-  }
+  ASSIGN_OR_RETURN(m.hash_algorithm,
+                   FromProtoAlgorithm(p.hash_algorithm(), "chunk hash algorithm"));
   m.chunk_size = p.chunk_size();
 
   m.files.reserve(static_cast<size_t>(p.files_size()));
@@ -184,6 +206,13 @@ Result<Manifest> FromProto(const pb::Manifest& p) {
     m.chunk_hashes.push_back(d);
   }
 
+  m.fast_hashes.reserve(static_cast<size_t>(p.fast_hashes_size()));
+  for (const std::string& h : p.fast_hashes()) {
+    ASSIGN_OR_RETURN(Digest d,
+                     ToFastDigest(h, "fast hash " + std::to_string(m.fast_hashes.size())));
+    m.fast_hashes.push_back(d);
+  }
+
   for (const auto& [key, value] : p.metadata()) m.metadata.emplace(key, value);
 
   if (p.has_delta()) {
@@ -193,6 +222,13 @@ Result<Manifest> FromProto(const pb::Manifest& p) {
     DeltaInfo d;
     d.base_version = Version(pd.base_version());
     ASSIGN_OR_RETURN(d.base_root, ToDigest(pd.base_root(), "delta base root"));
+    // Absent in manifests written before payload hashes were always SHA-256: the chunk algorithm.
+    if (pd.payload_hash_algorithm() == pb::HASH_ALGORITHM_UNSPECIFIED) {
+      d.payload_hash_algorithm = m.hash_algorithm;
+    } else {
+      ASSIGN_OR_RETURN(d.payload_hash_algorithm,
+                       FromProtoAlgorithm(pd.payload_hash_algorithm(), "payload hash algorithm"));
+    }
     d.chunks.reserve(static_cast<size_t>(pd.chunks_size()));
     for (const pb::DeltaChunk& c : pd.chunks()) {
       const std::string index = std::to_string(d.chunks.size());
@@ -218,8 +254,7 @@ void ToProto(const Manifest& m, pb::Manifest& p) {
   p.set_format_version(m.format_version);
   p.set_channel(m.channel);
   p.set_version(m.version.value());
-  p.set_hash_algorithm(m.hash_algorithm == HashAlgorithm::kXxh3_128 ? pb::HASH_ALGORITHM_XXH3_128
-                                                                    : pb::HASH_ALGORITHM_SHA256);
+  p.set_hash_algorithm(ToProtoAlgorithm(m.hash_algorithm));
   p.set_chunk_size(m.chunk_size);
   p.mutable_files()->Reserve(static_cast<int>(m.files.size()));
   for (const ManifestFile& f : m.files) {
@@ -240,11 +275,16 @@ void ToProto(const Manifest& m, pb::Manifest& p) {
   }
   p.mutable_chunk_hashes()->Reserve(static_cast<int>(m.chunk_hashes.size()));
   for (const Digest& d : m.chunk_hashes) p.add_chunk_hashes(DigestBytes(d));
+  p.mutable_fast_hashes()->Reserve(static_cast<int>(m.fast_hashes.size()));
+  for (const Digest& d : m.fast_hashes) {
+    p.add_fast_hashes(std::string(reinterpret_cast<const char*>(d.data()), 16));
+  }
   for (const auto& [key, value] : m.metadata) (*p.mutable_metadata())[key] = value;
   if (m.delta.has_value()) {
     pb::Delta* d = p.mutable_delta();
     d->set_base_version(m.delta->base_version.value());
     d->set_base_root(DigestBytes(m.delta->base_root));
+    d->set_payload_hash_algorithm(ToProtoAlgorithm(m.delta->payload_hash_algorithm));
     for (const DeltaChunk& c : m.delta->chunks) {
       pb::DeltaChunk* out = d->add_chunks();
       out->set_encoding(static_cast<pb::ChunkEncoding>(c.encoding));

@@ -102,6 +102,29 @@ Status CheckChunks(const Manifest& m) {
   return Status::Ok();
 }
 
+// Fast hashes are XXH3-128 digests beside SHA-256 chunk hashes; an xxh3-128 manifest's chunk
+// hashes are that already.
+Status CheckFastHashes(const Manifest& m) {
+  if (m.fast_hashes.empty()) return Status::Ok();
+  if (m.hash_algorithm != HashAlgorithm::kSha256) {
+    return Corrupt("fast hashes in an " + std::string(HashAlgorithmName(m.hash_algorithm)) +
+                   " manifest (its chunk hashes are the fast check already)");
+  }
+  if (m.fast_hashes.size() != m.chunk_hashes.size()) {
+    return Corrupt("manifest lists " + std::to_string(m.fast_hashes.size()) + " fast hashes for " +
+                   std::to_string(m.chunk_hashes.size()) + " chunks (one per chunk, or none)");
+  }
+  for (size_t i = 0; i < m.fast_hashes.size(); ++i) {
+    for (size_t b = 16; b < 32; ++b) {
+      if (m.fast_hashes[i][b] != 0) {
+        return Corrupt("fast hash " + std::to_string(i) +
+                       ": an xxh3-128 hash must have its last 16 bytes zero");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 Status CheckTensors(const Manifest& m) {
   if (m.tensors.size() > kMaxManifestTensors) {
     return Corrupt("manifest lists " + std::to_string(m.tensors.size()) +
@@ -178,6 +201,13 @@ Status CheckDelta(const Manifest& m) {
                    " must be between 1 and the version (" + std::to_string(m.version.value()) +
                    ") exclusive");
   }
+  // SHA-256 always; the chunk algorithm is accepted for tables written before that rule.
+  if (d.payload_hash_algorithm != HashAlgorithm::kSha256 &&
+      d.payload_hash_algorithm != m.hash_algorithm) {
+    return Corrupt("delta payload hashes are " +
+                   std::string(HashAlgorithmName(d.payload_hash_algorithm)) +
+                   "; they must be sha256");
+  }
   if (d.chunks.size() != m.chunk_hashes.size()) {
     return Corrupt("delta describes " + std::to_string(d.chunks.size()) +
                    " chunks, the version has " + std::to_string(m.chunk_hashes.size()));
@@ -235,6 +265,7 @@ Status ValidateManifest(const Manifest& m) {
   if (m.version.value() == 0) return Corrupt("manifest version is 0 (versions start at 1)");
   RETURN_IF_ERROR(CheckFiles(m));
   RETURN_IF_ERROR(CheckChunks(m));
+  RETURN_IF_ERROR(CheckFastHashes(m));
   RETURN_IF_ERROR(CheckTensors(m));
   RETURN_IF_ERROR(CheckMetadata(m));
   RETURN_IF_ERROR(CheckDelta(m));

@@ -70,7 +70,8 @@ bool SameDelta(const std::optional<DeltaInfo>& a, const std::optional<DeltaInfo>
   if (a.has_value() != b.has_value()) return false;
   if (!a.has_value()) return true;
   if (a->base_version != b->base_version || a->base_root != b->base_root ||
-      a->chunks.size() != b->chunks.size()) {
+      a->chunks.size() != b->chunks.size() ||
+      a->payload_hash_algorithm != b->payload_hash_algorithm) {
     return false;
   }
   for (size_t i = 0; i < a->chunks.size(); ++i) {

@@ -54,10 +54,11 @@ struct Encoded {
 
 // Encodes `target` (read from `target_dir`) against `base`. With `target_hashes`, the target's
 // chunk hashes are computed while encoding (its manifest's hashes are placeholders); without,
-// they are taken from its manifest.
+// they are taken from its manifest. With `target_fast_hashes` too, its fast hashes as well.
 Result<Encoded> Encode(const Manifest& base, const fs::path& base_dir, const Manifest& target,
                        const fs::path& target_dir, const codec::VersionCodecOptions& options,
-                       std::vector<Digest>* target_hashes = nullptr) {
+                       std::vector<Digest>* target_hashes = nullptr,
+                       std::vector<Digest>* target_fast_hashes = nullptr) {
   ASSIGN_OR_RETURN(codec::SnapshotReader base_bytes, codec::SnapshotReader::Open(base_dir, base));
   ASSIGN_OR_RETURN(codec::SnapshotReader target_bytes,
                    codec::SnapshotReader::Open(target_dir, target));
@@ -69,8 +70,9 @@ Result<Encoded> Encode(const Manifest& base, const fs::path& base_dir, const Man
     return Status::Ok();
   };
   if (target_hashes != nullptr) {
-    ASSIGN_OR_RETURN(out.delta, codec::EncodeVersionHashing(base, base_bytes, target, target_bytes,
-                                                            sink, target_hashes, options));
+    ASSIGN_OR_RETURN(out.delta,
+                     codec::EncodeVersionHashing(base, base_bytes, target, target_bytes, sink,
+                                                 target_hashes, options, target_fast_hashes));
   } else {
     ASSIGN_OR_RETURN(out.delta,
                      codec::EncodeVersion(base, base_bytes, target, target_bytes, sink, options));
@@ -135,21 +137,23 @@ Result<PreparedVersion> PrepareVersion(Store& store, const fs::path& dir,
     ASSIGN_OR_RETURN(Manifest m, store.GetManifest(options.channel, *current));
     if (DeltaPays(m, out.manifest)) base = std::move(m);
   }
-  std::vector<Digest> hashes;
+  // The fast hashes come from the same pass as the chunk hashes (docs/verification.md).
+  std::vector<Digest> hashes, fast_hashes;
+  std::vector<Digest>* fast = WantsFastHashes(options.build) ? &fast_hashes : nullptr;
   if (base.has_value()) {
     ASSIGN_OR_RETURN(Encoded encoded,
                      Encode(*base, store.VersionPath(options.channel, base->version), out.manifest,
-                            staged.dir(), options.codec, &hashes));
+                            staged.dir(), options.codec, &hashes, fast));
     out.manifest.delta = std::move(encoded.delta);
     out.payloads = std::move(encoded.payloads);
     out.payload_bytes = encoded.payload_bytes;
     out.encode_seconds = SecondsSince(start);
   } else {
     ASSIGN_OR_RETURN(hashes, HashChunks(staged.dir(), out.manifest.files, out.manifest.chunk_size,
-                                        out.manifest.hash_algorithm, options.build.threads));
+                                        out.manifest.hash_algorithm, options.build.threads, fast));
     out.build_seconds = SecondsSince(start);
   }
-  if (Status s = FinishManifest(out.manifest, std::move(hashes)); !s.ok()) {
+  if (Status s = FinishManifest(out.manifest, std::move(hashes), std::move(fast_hashes)); !s.ok()) {
     return InvalidArgument(dir.string() + ": " + s.message());
   }
 
@@ -185,10 +189,18 @@ Result<PreparedVersion> ReloadVersion(const Store& store, Version version,
       // The payload hashes say whether the encoder produced the same bytes as when the version
       // was first published; if not (another build of the codec), the stored table is what the
       // coordinator and the agents hold, so the fresh payloads cannot be served under it.
+      // A table written before payload hashes were always SHA-256 is compared in its own
+      // algorithm.
       bool same = encoded.delta.chunks.size() == delta.chunks.size();
       for (size_t i = 0; same && i < delta.chunks.size(); ++i) {
-        same = encoded.delta.chunks[i].encoding == delta.chunks[i].encoding &&
-               encoded.delta.chunks[i].payload_hash == delta.chunks[i].payload_hash;
+        same = encoded.delta.chunks[i].encoding == delta.chunks[i].encoding;
+        if (!same || delta.payload_hash_algorithm == encoded.delta.payload_hash_algorithm) {
+          same = same && encoded.delta.chunks[i].payload_hash == delta.chunks[i].payload_hash;
+        } else if (delta.chunks[i].encoding != ChunkEncoding::kSame) {
+          agent::SharedBytes p = encoded.payloads->Get(ChunkIndex(static_cast<uint32_t>(i)));
+          same = p != nullptr &&
+                 HashBytes(delta.payload_hash_algorithm, *p) == delta.chunks[i].payload_hash;
+        }
       }
       if (same) out.payloads = std::move(encoded.payloads);
       out.encode_seconds = SecondsSince(start);

@@ -6,6 +6,8 @@
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -194,6 +196,102 @@ TEST_F(Swarm, FullVersionThenDeltaReachEveryAgent) {
     // Far less than the version crossed the wire: the unchanged chunks were copied locally.
     EXPECT_LT(nodes_[i]->swarm->progress().bytes_received, v2.total_size() / 2);
   }
+}
+
+// The XXH3-128 of every chunk of `m` (bytes `flat`), as a publisher adds them (issue 15). The
+// root does not cover them: a manifest with them names the same version.
+Manifest WithFastHashes(Manifest m, const std::string& flat) {
+  m.fast_hashes.clear();
+  for (uint32_t i = 0; i < m.chunk_count(); ++i) {
+    m.fast_hashes.push_back(
+        HashBytes(HashAlgorithm::kXxh3_128, store_test::ChunkOf(flat, m, ChunkIndex(i))));
+  }
+  return m;
+}
+
+// Issue 15: with fast hashes in the signed manifest, an agent checks each chunk it rebuilt from
+// a payload against the XXH3-128 (after the payload matched its SHA-256); with verify_result
+// kSha256 against the SHA-256 as before. Both commit the published bytes.
+TEST_F(Swarm, DeltaChunksAreCheckedByTheFastHashOrBySha256AsConfigured) {
+  tweak_ = [](uint64_t id, SwarmNodeOptions& o) {
+    if (id == 3) o.verify_result = codec::VerifyResult::kSha256;
+  };
+  Node& seed = AddNode(1, /*source=*/true);
+  const auto v1_files = SampleFiles(8, 4);
+  Node& fast = AddNode(2, false);
+  Node& sha = AddNode(3, false);
+  for (Node* n : {&seed, &fast, &sha}) {
+    ASSERT_TRUE(StageAndCommit(*n->store, kChannel, Version(1), v1_files).ok());
+  }
+  Manifest v1 = MakeManifest(kChannel, Version(1), v1_files);
+  const auto v2_files = NextStep(v1_files);
+  ASSERT_TRUE(StageAndCommit(*seed.store, kChannel, Version(2), v2_files).ok());
+  const std::string flat1 = Flat(v1_files), flat2 = Flat(v2_files);
+  Manifest v2 = WithFastHashes(MakeManifest(kChannel, Version(2), v2_files), flat2);
+  auto cache = std::make_shared<PayloadCache>(v2.version);
+  ASSERT_TRUE(MakeDelta(v1, flat1, v2, flat2, *cache).ok());
+  ASSERT_EQ(v2.delta->payload_hash_algorithm, HashAlgorithm::kSha256);
+  ASSERT_TRUE(seed.swarm->Seed(v2, SignManifest(v2, kSecret), cache).ok());
+  for (Node* n : {&fast, &sha}) {
+    ASSERT_TRUE(n->swarm->Fetch(v2, SignManifest(v2, kSecret)).ok());
+    ASSERT_TRUE(n->swarm->progress().delta);
+  }
+  Mesh();
+  for (Node* n : {&fast, &sha}) {
+    ASSERT_TRUE(n->swarm->WaitComplete(kWait).ok());
+    EXPECT_TRUE(n->swarm->progress().delta) << "no fallback to whole chunks";
+    ASSERT_TRUE(n->swarm->CommitTarget().ok());
+    EXPECT_EQ(ReadAll(n->store->CurrentPath(kChannel) / "a.safetensors"), v2_files[0].bytes);
+    EXPECT_EQ(ReadAll(n->store->CurrentPath(kChannel) / "c.safetensors"), v2_files[3].bytes);
+    EXPECT_TRUE(n->store->Verify(kChannel, Version(2)).ok());
+  }
+  EXPECT_EQ(fast.swarm->counters().delta_chunks_fast, cache->size());
+  EXPECT_EQ(fast.swarm->counters().delta_chunks_sha256, 0u);
+  EXPECT_EQ(sha.swarm->counters().delta_chunks_sha256, cache->size());
+  EXPECT_EQ(sha.swarm->counters().delta_chunks_fast, 0u);
+}
+
+// A base chunk whose bytes are not what its hash says (a memory error, a file changed on disk
+// after the commit): the payload is authentic, so only the XXH3 of the rebuilt chunk can tell.
+// The agent refuses the delta loudly, fetches whole chunks and commits exactly the published
+// bytes; the rotten bytes never count as verified.
+TEST_F(Swarm, ABadBaseIsCaughtByTheFastHashAndTheChunkIsFetchedWhole) {
+  Node& seed = AddNode(1, /*source=*/true);
+  const auto v1_files = SampleFiles(9, 4);
+  ASSERT_TRUE(StageAndCommit(*seed.store, kChannel, Version(1), v1_files).ok());
+  Manifest v1 = MakeManifest(kChannel, Version(1), v1_files);
+  Node& agent = AddNode(2, false);
+  ASSERT_TRUE(StageAndCommit(*agent.store, kChannel, Version(1), v1_files).ok());
+  {
+    // Byte 20 of a.safetensors: chunk 0, which v2 changes (NextStep flips byte 10).
+    const auto path = agent.store->VersionPath(kChannel, Version(1)) / "a.safetensors";
+    std::filesystem::permissions(path, std::filesystem::perms::owner_write,
+                                 std::filesystem::perm_options::add);
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good());
+    f.seekp(20);
+    const char rotten = static_cast<char>(v1_files[0].bytes[20] ^ 0x04);
+    f.write(&rotten, 1);
+  }
+  ASSERT_FALSE(agent.store->Verify(kChannel, Version(1)).ok());
+  const auto v2_files = NextStep(v1_files);
+  ASSERT_TRUE(StageAndCommit(*seed.store, kChannel, Version(2), v2_files).ok());
+  const std::string flat1 = Flat(v1_files), flat2 = Flat(v2_files);
+  Manifest v2 = WithFastHashes(MakeManifest(kChannel, Version(2), v2_files), flat2);
+  auto cache = std::make_shared<PayloadCache>(v2.version);
+  ASSERT_TRUE(MakeDelta(v1, flat1, v2, flat2, *cache).ok());
+  ASSERT_EQ(v2.delta->chunks[0].encoding, ChunkEncoding::kXor);
+  ASSERT_TRUE(seed.swarm->Seed(v2, SignManifest(v2, kSecret), cache).ok());
+  ASSERT_TRUE(agent.swarm->Fetch(v2, SignManifest(v2, kSecret)).ok());
+  ASSERT_TRUE(agent.swarm->progress().delta);
+  Mesh();
+  const Status done = agent.swarm->WaitComplete(kWait);
+  ASSERT_TRUE(done.ok()) << done.ToString() << " err " << agent.swarm->progress().error;
+  EXPECT_FALSE(agent.swarm->progress().delta) << "the failed check switched to whole chunks";
+  EXPECT_EQ(agent.swarm->counters().chunks_failed, 0u) << "the seed sent nothing bad";
+  ASSERT_TRUE(agent.swarm->CommitTarget().ok());
+  EXPECT_EQ(ReadAll(agent.store->CurrentPath(kChannel) / "a.safetensors"), v2_files[0].bytes);
+  EXPECT_TRUE(agent.store->Verify(kChannel, Version(2)).ok());
 }
 
 TEST_F(Swarm, CorruptUploaderIsDroppedAndTheVersionStillCompletes) {
