@@ -1,27 +1,31 @@
 #!/usr/bin/env python3
 """An RL loop on weightcast: a trainer publishes its policy every step, 4 samplers receive it.
 
-The trainer trains a small policy network (torch, CPU) with REINFORCE on CartPole (written
-inline below). Every step it publishes the policy's weights as bf16 through weightcast.Publisher,
-straight from memory. Four sampler processes each run a weightcast.Subscriber with its own store
-and its own in-process agent; each receives every version, updates its own copy of the weights
-from only the byte ranges changed() reports, checks the result is bit-identical to what the
-trainer published (SHA-256 sent back over a pipe), runs episodes with it and sends them back for
-the next update.
+The trainer trains a policy of 100M parameters by default (torch, CPU) with REINFORCE on
+CartPole (written inline below). Like an LLM's, most of its weights (a table over the
+discretized observation) are untouched by a step, so between versions most bf16 values are
+bit-identical. Every step it publishes the weights as bf16 through weightcast.Publisher, straight
+from memory. Four sampler processes each serve from their own bf16 copy of the policy
+(weightcast.LiveTensors): every version is brought into it in place, writing only what changed
+and checking each written chunk against the version's manifest; the sampler sends a SHA-256 of
+its live weights back over a pipe (the trainer checks it equals its own), runs episodes with it
+and sends them back for the next update.
 
-It starts its own coordinator (the `weightcast` binary: $WEIGHTCAST_BIN or the one the module was
-built with) on loopback, and cleans everything up on exit. Per step it prints the sync latency
-(publish start until the last sampler holds the version), the bytes a node received and the
-compression ratio of the delta, and the bytes the trainer's node uploaded.
+By default it starts its own coordinator (the `weightcast` binary: $WEIGHTCAST_BIN or the one the
+module was built with) on loopback and each sampler runs an in-process agent with its own store;
+with --local the trainer publishes into a memory channel in shared memory and the samplers patch
+their live weights from its delta payloads. It cleans everything up on exit.
 
 Columns: return (mean episode return of the samplers with that version), publish (time of
-publish()), sync (publish start until the last sampler holds the version), size (model bytes),
-received (bytes a node holding the previous version receives), ratio (size / received), sent
-(bytes the trainer's node uploaded of that version; samplers also forward to each other).
+publish()), sync (publish start until the last sampler's live weights hold the version), size
+(model bytes), received (bytes a node holding the previous version receives), ratio (size /
+received), sent (bytes the trainer's node uploaded of that version; samplers also forward to each
+other).
 
-    python3 examples/rl_loop.py              # 5 steps
-    python3 examples/rl_loop.py --steps 50   # watch the return climb
-    python3 examples/rl_loop.py --local      # no coordinator: one shared store on this machine
+    python3 examples/rl_loop.py                  # 5 steps, 100M parameters
+    python3 examples/rl_loop.py --steps 50       # watch the return climb
+    python3 examples/rl_loop.py --local          # one machine: a memory channel, no coordinator
+    python3 examples/rl_loop.py --params 4000000 # a small policy
 """
 
 import argparse
@@ -118,11 +122,34 @@ class CartPole:
         return self.state.astype(np.float32), 1.0, done
 
 
-def make_policy(hidden):
-    return torch.nn.Sequential(
-        torch.nn.Linear(4, hidden), torch.nn.Tanh(),
-        torch.nn.Linear(hidden, hidden), torch.nn.Tanh(),
-        torch.nn.Linear(hidden, 2))
+LEVELS = 18  # per observation dimension: the table has LEVELS**4 rows
+
+
+class TablePolicy(torch.nn.Module):
+    """A policy shaped like an LLM's weights where they matter here: most parameters sit in a
+    table (an embedding of the discretized observation) of which a step touches a few rows, so
+    between RL steps most weights are bit-identical, as in LLM post-training; a small MLP head
+    over [row, observation] changes every step."""
+
+    def __init__(self, params, hidden):
+        super().__init__()
+        rows = LEVELS ** 4
+        dim = max(8, params // rows)
+        self.table = torch.nn.Embedding(rows, dim)
+        self.head = torch.nn.Sequential(torch.nn.Linear(dim + 4, hidden), torch.nn.Tanh(),
+                                        torch.nn.Linear(hidden, 2))
+
+    def forward(self, obs):
+        obs = obs.reshape(-1, 4)
+        # CartPole's observations, squashed to (0, 1) and cut into LEVELS buckets each.
+        level = ((torch.tanh(obs.float() / 2) + 1) / 2 * LEVELS).long().clamp(0, LEVELS - 1)
+        row = ((level[:, 0] * LEVELS + level[:, 1]) * LEVELS + level[:, 2]) * LEVELS + level[:, 3]
+        x = torch.cat([self.table(row), obs.to(self.table.weight.dtype)], dim=1)
+        return self.head(x).squeeze(0)
+
+
+def make_policy(args):
+    return TablePolicy(args.params, args.hidden)
 
 
 def digest_of(named_bytes):
@@ -143,7 +170,7 @@ def run_episodes(policy, episodes, rng):
             obs, done = env.reset(), False
             observations, actions, rewards = [], [], []
             while not done:
-                logits = policy(torch.from_numpy(obs))
+                logits = policy(torch.from_numpy(obs)).float()
                 action = int(rng.random() < torch.softmax(logits, -1)[1].item())
                 observations.append(obs)
                 actions.append(action)
@@ -154,46 +181,34 @@ def run_episodes(policy, episodes, rng):
 
 
 def sampler_main(index, args, coordinator, secret_file, store, conn):
-    """One sampler process: receive each version, check it, roll out, report."""
+    """One sampler process: receive each version into its live weights, check, roll out."""
     torch.set_num_threads(1)
     rng = np.random.default_rng(1000 + index)
-    policy = make_policy(args.hidden)
-    names = list(policy.state_dict())
-    own = {}  # this sampler's copy of the weights: raw bf16 bits (uint16), patched in place
+    # The sampler serves from a bf16 copy of the policy; LiveTensors brings its parameters to
+    # every version in place, writing only the elements that changed.
+    policy = make_policy(args).to(torch.bfloat16)
+    for p in policy.parameters():
+        p.requires_grad_(False)
     patched_bytes = 0
     try:
         if coordinator is None:
-            sub = weightcast.Subscriber(store, CHANNEL)
+            sub = weightcast.Subscriber(store, CHANNEL, memory=True)
         else:
             sub = weightcast.Subscriber(store, CHANNEL, coordinator=coordinator,
                                         secret_file=secret_file)
+        live = weightcast.LiveTensors(policy)
         with sub:
             conn.send(("ready", index))
-            previous = None
             for version_number in range(1, args.steps + 2):
-                version = sub.wait(version_number, timeout=args.timeout)
+                sub.wait(version_number, timeout=args.timeout)
                 received = time.time()
-                if previous is None:
-                    for name in names:
-                        own[name] = version.numpy(name).copy()
-                        patched_bytes += own[name].nbytes
-                else:
-                    # Only the byte ranges whose chunks changed are copied.
-                    for name, ranges in sub.changed(previous, version):
-                        target = own[name].reshape(-1).view(np.uint8)
-                        source = np.frombuffer(version.bytes_of(name), dtype=np.uint8)
-                        for begin, end in ranges:
-                            target[begin:end] = source[begin:end]
-                            patched_bytes += end - begin
-                digest = digest_of({n: own[n].tobytes() for n in names})
-                policy.load_state_dict({
-                    n: torch.from_numpy(own[n].view(np.int16)).view(torch.bfloat16).float()
-                    for n in names})
+                report = sub.update(live, version_number)
+                patched_bytes += report["copied_bytes"] + report["payload_bytes"]
+                digest = digest_of({n: t.view(torch.int16).numpy().tobytes()
+                                    for n, t in live.tensors.items()})
                 episodes = run_episodes(policy, args.episodes, rng)
-                conn.send(("ok", index, version.version, version.step, digest, received,
+                conn.send(("ok", index, report["version"], None, digest, received,
                            patched_bytes, episodes))
-                previous = version
-                del version  # the views go; the mapping with them
     except Exception as e:  # reported to the trainer, which fails the run with it
         conn.send(("error", index, f"{type(e).__name__}: {e}"))
     finally:
@@ -250,15 +265,18 @@ def main():
     parser.add_argument("--steps", type=int, default=5, help="training steps (versions - 1)")
     parser.add_argument("--samplers", type=int, default=4)
     parser.add_argument("--episodes", type=int, default=4, help="episodes per sampler per step")
-    parser.add_argument("--hidden", type=int, default=256, help="hidden layer width")
+    parser.add_argument("--params", type=int, default=100_000_000,
+                        help="policy parameters (most in the observation table)")
+    parser.add_argument("--hidden", type=int, default=256, help="hidden width of the head")
     parser.add_argument("--lr", type=float, default=1e-4)
-    parser.add_argument("--chunk-size", type=int, default=weightcast._weightcast.MIN_CHUNK_SIZE)
+    parser.add_argument("--chunk-size", type=int, default=1 << 20)
     parser.add_argument("--timeout", type=float, default=60.0,
                         help="seconds a sampler waits for a version before failing")
     parser.add_argument("--heartbeat-timeout", default="900ms",
                         help="the coordinator's --heartbeat-timeout (agents poll at a third)")
     parser.add_argument("--local", action="store_true",
-                        help="no coordinator or agents: samplers read the trainer's store")
+                        help="no coordinator or agents: samplers follow the trainer's memory "
+                             "channel (shared memory on this machine)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args()
     if args.steps < 1 or args.samplers < 1 or args.episodes < 1:
@@ -269,11 +287,13 @@ def main():
     workdir = tempfile.mkdtemp(prefix="weightcast-rl-")
     coordinator = None
     samplers = []
+    local_store = None
     try:
         secret_file = os.path.join(workdir, "secret")
         with open(os.open(secret_file, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
             f.write(secrets.token_hex(32))
-        local_store = os.path.join(workdir, "store")
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") else workdir
+        local_store = tempfile.mkdtemp(prefix="weightcast-rl-", dir=shm)
         address = None
         if not args.local:
             coordinator, address = start_coordinator(workdir, secret_file,
@@ -294,7 +314,7 @@ def main():
             samplers.append(p)
             pipes.append(parent)
         if args.local:
-            publisher = weightcast.Publisher(local_store, CHANNEL,
+            publisher = weightcast.Publisher(local_store, CHANNEL, memory=True,
                                              chunk_size=args.chunk_size)
         else:
             publisher = weightcast.Publisher(os.path.join(workdir, "publisher"), CHANNEL,
@@ -308,11 +328,11 @@ def main():
             if message[0] == "error":
                 raise RuntimeError(f"sampler {message[1]}: {message[2]}")
 
-        policy = make_policy(args.hidden)
+        policy = make_policy(args)
         optimizer = torch.optim.Adam(policy.parameters(), lr=args.lr)
         n_params = sum(p.numel() for p in policy.parameters())
         print(f"policy: {n_params} parameters, {2 * n_params} bytes as bf16; "
-              f"{args.samplers} samplers; {'local store' if args.local else address}")
+              f"{args.samplers} samplers; {'memory channel ' + local_store if args.local else address}")
         print(f"{'step':>4} {'ver':>4} {'return':>7} {'publish':>8} {'sync':>8} "
               f"{'size':>9} {'received':>9} {'ratio':>6} {'sent':>9}  identical")
         totals = {"size": 0, "wire": 0}
@@ -331,9 +351,9 @@ def main():
                 if message[0] == "error":
                     raise RuntimeError(f"sampler {message[1]}: {message[2]}")
                 _, index, version, got_step, digest, received, _, eps = message
-                if version != result.version or got_step != step:
-                    raise RuntimeError(f"sampler {index} got version {version} (step {got_step}),"
-                                       f" expected {result.version} (step {step})")
+                if version != result.version:
+                    raise RuntimeError(f"sampler {index} got version {version}, expected "
+                                       f"{result.version} (step {step})")
                 if digest != expected:
                     raise RuntimeError(f"sampler {index}: weights of version {version} differ "
                                        "from the trainer's")
@@ -386,6 +406,8 @@ def main():
             print(f"work directory kept: {workdir}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
+            if local_store is not None:
+                shutil.rmtree(local_store, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "rl_lo
 
 
 def test_rl_loop_two_steps():
-    result = subprocess.run([sys.executable, EXAMPLE, "--steps", "2"],
+    # A 4M-parameter policy keeps the smoke test short (the default is 100M).
+    result = subprocess.run([sys.executable, EXAMPLE, "--steps", "2", "--params", "4000000"],
                             capture_output=True, text=True, timeout=240)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
@@ -21,4 +22,19 @@ def test_rl_loop_two_steps():
     for line in lines[1:]:
         size, received = int(line.split()[5]), int(line.split()[6])
         assert received < size, line
+    assert "bit-identical to the trainer at every step" in result.stdout
+
+
+def test_rl_loop_local_memory_channel():
+    """--local: the samplers patch their live weights from the trainer's memory channel."""
+    result = subprocess.run([sys.executable, EXAMPLE, "--steps", "2", "--params", "4000000",
+                             "--local"], capture_output=True, text=True, timeout=240)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    lines = [line for line in result.stdout.splitlines() if re.match(r"^\s+\d+\s+\d+\s", line)]
+    assert len(lines) == 3, output
+    assert all(line.endswith("4/4 ok") for line in lines), output
+    for line in lines[1:]:
+        size, received = int(line.split()[5]), int(line.split()[6])
+        assert received * 20 < size, line  # a step touches few rows of the table
     assert "bit-identical to the trainer at every step" in result.stdout
