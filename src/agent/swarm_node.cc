@@ -1,5 +1,7 @@
 #include "agent/swarm_node.h"
 
+#include "live/delta_file.h"
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -1264,11 +1266,36 @@ struct SwarmNode::Impl {
     // The commit (fsyncs, renames) runs without the lock; uploads keep reading the staging
     // and fall back to the committed files once it moved.
     RETURN_IF_ERROR(data->staged->Flush());
+    KeepDeltaFile(*data);
     RETURN_IF_ERROR(store_.Commit(options_.channel, data->manifest.version));
+    if (Result<std::vector<VersionInfo>> kept = store_.List(options_.channel); kept.ok()) {
+      std::vector<Version> keep;
+      for (const VersionInfo& v : *kept) keep.push_back(v.version);
+      live::CollectDeltaFiles(store_.root(), options_.channel, keep);
+    }
     data->committed = true;
     Log("committed " + V(data->manifest.version));
     done_cv_.notify_all();
     return Status::Ok();
+  }
+
+  // Samplers on this machine patch their live tensors from a version's payloads instead of
+  // copying its chunks (docs/live.md): when this node received the delta as payloads (every
+  // one checked against the signed manifest), keep them in the delta file beside the store,
+  // before the version becomes current. A node that took some chunks whole has no complete set:
+  // its samplers copy the chunks that differ instead.
+  void KeepDeltaFile(const TargetData& data) {
+    if (!data.delta || data.payloads == nullptr || !data.manifest.delta.has_value()) return;
+    const Status s = live::WriteDeltaFile(
+        store_.root(), data.manifest, [&](ChunkIndex i) -> std::span<const uint8_t> {
+          // The cache keeps every payload it holds alive, so the span outlives `p`.
+          const SharedBytes p = data.payloads->Get(i);
+          if (p == nullptr) return {};
+          return std::span<const uint8_t>(*p);
+        });
+    if (!s.ok() && s.code() != Code::kInvalidArgument) {
+      Log("no delta file for " + V(data.manifest.version) + ": " + s.ToString());
+    }
   }
 
   Status AbortTarget() {

@@ -215,3 +215,31 @@ def test_a_store_path_that_is_not_a_store_is_a_failed_precondition(cluster, tmp_
         weightcast.Subscriber(home, "policy").wait(timeout=30)
     assert time.monotonic() - start < 5
     assert not (home / ".lock").exists()
+
+
+def test_live_tensors_follow_an_in_process_agent_from_its_delta_payloads(cluster, tmp_path):
+    """An agent that received a version as delta payloads keeps them beside its store, so
+    update() patches the live tensors instead of copying the chunks that changed."""
+    address, secret_file = cluster
+    weights = policy_weights(3)
+    with weightcast.Publisher(tmp_path / "publisher", "policy", coordinator=address,
+                              secret_file=secret_file, chunk_size=SMALL_CHUNK) as pub, \
+            weightcast.Subscriber(tmp_path / "agent", "policy", coordinator=address,
+                                  secret_file=secret_file) as sub:
+        live = weightcast.LiveTensors({k: (torch.zeros_like(v) if isinstance(v, torch.Tensor)
+                                           else np.zeros_like(v)) for k, v in weights.items()})
+        pub.publish(weights, step=1)
+        sub.wait(1, timeout=30)
+        assert not sub.update(live)["delta"]
+        for step in range(2, 4):
+            weights = {k: (v.clone() if isinstance(v, torch.Tensor) else v + 1)
+                       for k, v in weights.items()}
+            bits = weights["layer.weight"].view(torch.int16)
+            bits[::37, ::11] += 1  # ~0.25% of the elements
+            pub.publish(weights, step=step)
+            sub.wait(step, timeout=30)
+            report = sub.update(live)
+            assert report["delta"], report["note"]
+            assert report["copied_bytes"] == 0 and report["chunks_repaired"] == 0
+            assert torch.equal(live.tensors["layer.weight"].view(torch.int16), bits)
+            assert np.array_equal(live.tensors["steps"], weights["steps"])
