@@ -363,7 +363,8 @@ class LiveSampler(SamplerStrategy):
         if c["flip"] and front is not holder.current:
             holder.current, holder.standby = holder.standby, holder.current
         holder.current.version = version
-        return {"blocked_s": report["blocked_seconds"], "write_s": report["apply_seconds"],
+        write = report["apply_seconds"] + report.get("catch_up_seconds", 0.0)
+        return {"blocked_s": report["blocked_seconds"], "write_s": write,
                 "written_bytes": report["copied_bytes"], "woke": woke,
                 "bytes_received": report["payload_bytes"] if report["delta"] else None,
                 "extra": {"delta": report["delta"], "patched": report["chunks_patched"],

@@ -72,6 +72,11 @@ class LiveTensors {
   Result<LiveApplyReport> ApplyFromMemory(const std::filesystem::path& dir,
                                           std::string_view channel, Version version);
 
+  // Copies `other`'s tensors into these (registered with the same names, dtypes and shapes, in
+  // the same order; kFailedPrecondition otherwise) and takes over the version they hold; the
+  // next apply checks every chunk. For a flip: the idle copy catches up with one memcpy.
+  Status CopyFrom(const LiveTensors& other);
+
   // The version the tensors hold (0: none known).
   Version version() const;
 
@@ -95,8 +100,8 @@ struct MemoryPublishResult {
   Version version;
   bool delta = false;
   uint64_t total_bytes = 0;
-  uint64_t payload_bytes = 0;  // what a sampler holding the previous version reads
-  std::string root;            // lowercase hex
+  uint64_t payload_bytes = 0;   // what a sampler holding the previous version reads
+  std::string root;             // lowercase hex
   double snapshot_seconds = 0;  // the copy of the tensors: what the trainer waits for
   double encode_seconds = 0;    // hashing and delta encoding
   double publish_seconds = 0;   // manifest, delta file, the switch of the current version

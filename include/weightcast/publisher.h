@@ -48,7 +48,7 @@ struct PublishResult {
   bool delta = false;
   std::optional<uint64_t> wire_bytes;
   double prepare_seconds = 0;  // manifest + delta + import (+ delta file, local)
-  double seconds = 0;                  // from the Publish/PublishAsync call until it completed
+  double seconds = 0;          // from the Publish/PublishAsync call until it completed
 };
 
 // When WaitUntil returns (as `weightcast publish --until`).

@@ -63,6 +63,17 @@ class PyLiveTensors {
     return out;
   }
 
+  void CopyFrom(PyLiveTensors& other) {
+    if (&other == this) return;
+    Status s;
+    {
+      py::gil_scoped_release release;
+      const std::scoped_lock lock(mu_, other.mu_);
+      s = live_->CopyFrom(*other.live_);
+    }
+    ThrowIfError(s);
+  }
+
   uint64_t version() {
     const std::lock_guard lock(mu_);
     return live_->version().value();
@@ -186,8 +197,9 @@ class PyMemoryPublisher {
 void RegisterLive(py::module_& m) {
   py::class_<PyLiveTensors>(m, "_LiveTensors")
       .def(py::init<const py::list&>(), py::arg("tensors"))
-      .def("apply_from_store", &PyLiveTensors::ApplyFromStore, py::arg("store"),
-           py::arg("channel"), py::arg("version"), py::arg("memory") = false)
+      .def("apply_from_store", &PyLiveTensors::ApplyFromStore, py::arg("store"), py::arg("channel"),
+           py::arg("version"), py::arg("memory") = false)
+      .def("copy_from", &PyLiveTensors::CopyFrom, py::arg("other"))
       .def_property_readonly("version", &PyLiveTensors::version);
   py::class_<PyMemoryPublisher>(m, "_MemoryPublisher")
       .def(py::init<const std::filesystem::path&, const std::string&, uint64_t, size_t, bool>(),

@@ -137,7 +137,8 @@ class Subscriber:
         the live weights were unusable: the whole apply in place, the flip with ``flip=True``),
         ``note`` (why no delta was used, or what was repaired). A registered tensor missing from
         the version, or of another dtype or shape, raises FailedPreconditionError and leaves the
-        live weights as they were. Blocks without the GIL."""
+        live weights as they were. With ``flip=True``, ``catch_up_seconds`` is the memcpy that
+        first brought the idle copy to the version in use. Blocks without the GIL."""
         if version is None:
             if self._last is None:
                 raise _weightcast.FailedPreconditionError(

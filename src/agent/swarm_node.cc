@@ -1286,13 +1286,14 @@ struct SwarmNode::Impl {
   // its samplers copy the chunks that differ instead.
   void KeepDeltaFile(const TargetData& data) {
     if (!data.delta || data.payloads == nullptr || !data.manifest.delta.has_value()) return;
-    const Status s = live::WriteDeltaFile(
-        store_.root(), data.manifest, [&](ChunkIndex i) -> std::span<const uint8_t> {
-          // The cache keeps every payload it holds alive, so the span outlives `p`.
-          const SharedBytes p = data.payloads->Get(i);
-          if (p == nullptr) return {};
-          return std::span<const uint8_t>(*p);
-        });
+    const Status s = live::WriteDeltaFile(store_.root(), data.manifest,
+                                          [&](ChunkIndex i) -> std::span<const uint8_t> {
+                                            // The cache keeps every payload it holds alive, so the
+                                            // span outlives `p`.
+                                            const SharedBytes p = data.payloads->Get(i);
+                                            if (p == nullptr) return {};
+                                            return std::span<const uint8_t>(*p);
+                                          });
     if (!s.ok() && s.code() != Code::kInvalidArgument) {
       Log("no delta file for " + V(data.manifest.version) + ": " + s.ToString());
     }

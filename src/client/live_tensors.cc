@@ -62,7 +62,6 @@ Result<LiveApplyReport> LiveTensors::ApplyFromStore(const std::filesystem::path&
   return ToPublic(r);
 }
 
-
 Result<LiveApplyReport> LiveTensors::ApplyFromMemory(const std::filesystem::path& dir,
                                                      std::string_view channel, Version version) {
   ASSIGN_OR_RETURN(const live::ApplyReport r,
@@ -72,6 +71,10 @@ Result<LiveApplyReport> LiveTensors::ApplyFromMemory(const std::filesystem::path
 
 Version LiveTensors::version() const { return impl_->set->version(); }
 
+Status LiveTensors::CopyFrom(const LiveTensors& other) {
+  return impl_->set->CopyFrom(*other.impl_->set);
+}
+
 struct MemoryPublisher::Impl {
   std::unique_ptr<live::MemoryChannelWriter> writer;
 };
@@ -79,9 +82,8 @@ struct MemoryPublisher::Impl {
 MemoryPublisher::MemoryPublisher(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 MemoryPublisher::~MemoryPublisher() = default;
 
-Result<std::unique_ptr<MemoryPublisher>> MemoryPublisher::Open(const std::filesystem::path& dir,
-                                                               std::string channel,
-                                                               const MemoryPublisherOptions& options) {
+Result<std::unique_ptr<MemoryPublisher>> MemoryPublisher::Open(
+    const std::filesystem::path& dir, std::string channel, const MemoryPublisherOptions& options) {
   live::MemoryChannelOptions o;
   o.chunk_size = options.chunk_size;
   o.threads = options.threads;

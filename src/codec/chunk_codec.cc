@@ -791,8 +791,8 @@ void HashPieceRange(std::span<const ChunkPiece> pieces, uint64_t begin, uint64_t
 }  // namespace
 
 Result<Digest> ApplyChunkInPlaceHashing(std::span<const uint8_t> payload, const Digest& base_hash,
-                                        std::span<const ChunkPiece> pieces,
-                                        HashAlgorithm algorithm, CodecScratch& scratch) {
+                                        std::span<const ChunkPiece> pieces, HashAlgorithm algorithm,
+                                        CodecScratch& scratch) {
   ASSIGN_OR_RETURN(const PayloadHeader h, ParsePayloadHeader(payload));
   if (h.encoding != ChunkEncoding::kXor || !IsSparse(h.transform)) {
     RETURN_IF_ERROR(ApplyChunkInPlace(payload, base_hash, pieces, scratch));
@@ -811,8 +811,8 @@ Result<Digest> ApplyChunkInPlaceHashing(std::span<const uint8_t> payload, const 
   }
   const HashedChunk vouched =
       HashedChunk::FromVerifiedManifest(std::span<const uint8_t>(), base_hash, h.hash_algorithm);
-  ASSIGN_OR_RETURN(const Prepared p,
-                   Prepare(payload, vouched, nullptr, nullptr, h.chunk_size, st, /*check_base=*/false));
+  ASSIGN_OR_RETURN(const Prepared p, Prepare(payload, vouched, nullptr, nullptr, h.chunk_size, st,
+                                             /*check_base=*/false));
   SparseApplier applier(p.stream, {}, h.segments, ValuesOf(h.transform));
   PiecePlacement placement(pieces);
   Hasher hasher(algorithm);
@@ -823,7 +823,8 @@ Result<Digest> ApplyChunkInPlaceHashing(std::span<const uint8_t> payload, const 
     HashPieceRange(pieces, at, end, hasher);
   }
   RETURN_IF_ERROR(applier.Finish());
-  if (placement.straddled()) return Corrupt("delta payload changes an element across two live pieces");
+  if (placement.straddled())
+    return Corrupt("delta payload changes an element across two live pieces");
   return hasher.Finish();
 }
 
@@ -848,7 +849,8 @@ Status ApplyChunkInPlace(std::span<const uint8_t> payload, const Digest& base_ha
   {
     const HashedChunk vouched =
         HashedChunk::FromVerifiedManifest(std::span<const uint8_t>(), base_hash, h.hash_algorithm);
-    Result<Prepared> r = Prepare(payload, vouched, nullptr, nullptr, h.chunk_size, st, /*check_base=*/false);
+    Result<Prepared> r =
+        Prepare(payload, vouched, nullptr, nullptr, h.chunk_size, st, /*check_base=*/false);
     if (!r.ok()) return r.status();
     p = std::move(*r);
   }

@@ -277,8 +277,8 @@ Status ApplyChunkInPlace(std::span<const uint8_t> payload, const Digest& base_ha
 // payload is patched and hashed a block at a time, so each block is hashed while its patched
 // cache lines are still in cache (one trip through memory instead of two).
 Result<Digest> ApplyChunkInPlaceHashing(std::span<const uint8_t> payload, const Digest& base_hash,
-                                        std::span<const ChunkPiece> pieces,
-                                        HashAlgorithm algorithm, CodecScratch& scratch);
+                                        std::span<const ChunkPiece> pieces, HashAlgorithm algorithm,
+                                        CodecScratch& scratch);
 
 // The hash of a chunk held in pieces (front to back), as the manifest computes it.
 Digest HashPieces(std::span<const ChunkPiece> pieces, HashAlgorithm algorithm);

@@ -120,7 +120,7 @@ class FileSafetensorsWriter final : public SafetensorsWriter {
 }  // namespace
 
 Result<EncodedHeader> EncodeSafetensorsHeader(const std::vector<TensorSpec>& tensors,
-                                  const std::map<std::string, std::string>& metadata) {
+                                              const std::map<std::string, std::string>& metadata) {
   // ordered_json keeps the layout order in the header, which makes files easy to read by eye.
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) {

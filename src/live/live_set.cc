@@ -165,6 +165,29 @@ Result<std::unique_ptr<LiveSet>> LiveSet::Create(std::vector<LiveTensor> tensors
 
 Version LiveSet::version() const { return held_ ? held_->version : Version(0); }
 
+Status LiveSet::CopyFrom(const LiveSet& other) {
+  if (other.tensors_.size() != tensors_.size()) {
+    return FailedPrecondition("the two live sets hold different tensors");
+  }
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    const LiveTensor& a = tensors_[i];
+    const LiveTensor& b = other.tensors_[i];
+    if (a.name != b.name || a.dtype != b.dtype || a.shape != b.shape) {
+      return FailedPrecondition("live tensor '" + a.name + "' does not match '" + b.name +
+                                "' of the other set");
+    }
+  }
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    memory_->Copy(tensors_[i].bytes, other.tensors_[i].bytes);
+  }
+  held_ = other.held_;
+  unverified_.clear();
+  if (held_ != nullptr) {
+    for (uint32_t c = 0; c < held_->chunk_count(); ++c) unverified_.insert(c);
+  }
+  return Status::Ok();
+}
+
 Result<ApplyReport> LiveSet::Apply(const VersionView& target, const ApplyOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   if (target.manifest == nullptr) return InvalidArgument("no target manifest");
@@ -277,8 +300,8 @@ Result<ApplyReport> LiveSet::Apply(const VersionView& target, const ApplyOptions
         }
       } else {
         report.payload_bytes += payload->size();
-        Result<Digest> got = memory_->PatchAndHash(*payload, held->chunk_hashes[i], chunk,
-                                                   m.hash_algorithm);
+        Result<Digest> got =
+            memory_->PatchAndHash(*payload, held->chunk_hashes[i], chunk, m.hash_algorithm);
         s = got.status();
         matches = got.ok() && *got == want;
       }

@@ -99,6 +99,12 @@ class LiveSet {
   // match the manifest even from the files: the tensors then hold no known version.
   Result<ApplyReport> Apply(const VersionView& target, const ApplyOptions& options = {});
 
+  // Copies `other`'s tensors (the same names, dtypes and shapes; kFailedPrecondition otherwise)
+  // and takes over the version they hold, every chunk marked unchecked so that the next Apply
+  // checks all of them: a flip's second copy brought to the version in use with one memcpy,
+  // after which one delta (not a chain of two) brings it to the next version.
+  Status CopyFrom(const LiveSet& other);
+
   // The version the tensors hold (0 when none is known), and its manifest.
   Version version() const;
   const std::shared_ptr<const Manifest>& held() const { return held_; }

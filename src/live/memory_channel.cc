@@ -43,7 +43,8 @@ double Since(std::chrono::steady_clock::time_point start) {
 Result<Version> ReadCurrent(const fs::path& channel_dir) {
   const fs::path path = channel_dir / "current";
   std::error_code ec;
-  if (!fs::exists(path, ec)) return NotFound("no version in memory channel " + channel_dir.string());
+  if (!fs::exists(path, ec))
+    return NotFound("no version in memory channel " + channel_dir.string());
   ASSIGN_OR_RETURN(std::string text, ReadFileToString(path, 64));
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
   const std::optional<Version> v = store::ParseVersionName(text);
@@ -131,9 +132,8 @@ Result<std::unique_ptr<MemoryChannelWriter>> MemoryChannelWriter::Open(
   if (Result<Version> current = ReadCurrent(channel_dir); current.ok()) {
     w->next_ = Version(current->value() + 1);
     if (Result<Manifest> m = ReadManifestFile(ManifestPath(channel_dir, *current)); m.ok()) {
-      const std::string slot = m->metadata.contains(std::string(kSlotKey))
-                                   ? m->metadata.at(std::string(kSlotKey))
-                                   : "1";
+      const std::string slot =
+          m->metadata.contains(std::string(kSlotKey)) ? m->metadata.at(std::string(kSlotKey)) : "1";
       w->current_slot_ = slot == "0" ? 0 : 1;
     }
   }
@@ -247,8 +247,9 @@ Result<MemoryPublished> MemoryChannelWriter::Finish() {
       out.payload_bytes += p.size();
       return Status::Ok();
     };
-    ASSIGN_OR_RETURN(delta, codec::EncodeVersionHashing(*current_, base_bytes, manifest,
-                                                        target_bytes, sink, &hashes, codec_options));
+    ASSIGN_OR_RETURN(
+        delta, codec::EncodeVersionHashing(*current_, base_bytes, manifest, target_bytes, sink,
+                                           &hashes, codec_options));
   } else {
     ASSIGN_OR_RETURN(hashes, HashChunks(SlotDir(dir_, slot), manifest.files, manifest.chunk_size,
                                         manifest.hash_algorithm, options_.threads));
@@ -260,15 +261,16 @@ Result<MemoryPublished> MemoryChannelWriter::Finish() {
 
   start = std::chrono::steady_clock::now();
   if (manifest.delta.has_value()) {
-    RETURN_IF_ERROR(WriteDeltaFileAt(DeltaPath(dir_, manifest.version), manifest,
-                                     [&](ChunkIndex i) -> std::span<const uint8_t> {
-                                       auto it = payloads.find(i.value());
-                                       return it == payloads.end() ? std::span<const uint8_t>()
-                                                                   : std::span<const uint8_t>(it->second);
-                                     }));
+    RETURN_IF_ERROR(WriteDeltaFileAt(
+        DeltaPath(dir_, manifest.version), manifest, [&](ChunkIndex i) -> std::span<const uint8_t> {
+          auto it = payloads.find(i.value());
+          return it == payloads.end() ? std::span<const uint8_t>()
+                                      : std::span<const uint8_t>(it->second);
+        }));
   }
   RETURN_IF_ERROR(WriteManifestFile(ManifestPath(dir_, manifest.version), manifest));
-  RETURN_IF_ERROR(WriteFileAtomic(dir_ / "current", std::to_string(manifest.version.value()) + "\n"));
+  RETURN_IF_ERROR(
+      WriteFileAtomic(dir_ / "current", std::to_string(manifest.version.value()) + "\n"));
   // The version before the previous one lived in the slot just rewritten: its files go.
   std::error_code ec;
   for (uint64_t old = manifest.version.value() >= 2 ? manifest.version.value() - 2 : 0; old > 0;
@@ -296,11 +298,11 @@ Result<Version> WaitMemoryChannel(const fs::path& dir, std::string_view channel,
                                   Version min_version, std::optional<double> timeout_seconds,
                                   const std::atomic<bool>* cancel) {
   const fs::path channel_dir = MemoryChannelDir(dir, channel);
-  const auto deadline =
-      timeout_seconds ? std::chrono::steady_clock::now() +
-                            std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                std::chrono::duration<double>(*timeout_seconds))
-                      : std::chrono::steady_clock::time_point::max();
+  const auto deadline = timeout_seconds
+                            ? std::chrono::steady_clock::now() +
+                                  std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                      std::chrono::duration<double>(*timeout_seconds))
+                            : std::chrono::steady_clock::time_point::max();
   const int fd = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
   if (fd < 0) return ErrnoStatus("inotify_init1", errno);
   struct Closer {
@@ -337,9 +339,8 @@ Result<Version> WaitMemoryChannel(const fs::path& dir, std::string_view channel,
 Result<ApplyReport> ApplyFromMemory(const fs::path& dir, std::string_view channel, Version version,
                                     LiveSet& live) {
   const fs::path channel_dir = MemoryChannelDir(dir, channel);
-  Result<ApplyReport> r = ApplyChain(version, live, [&](Version v) {
-    return OpenMemoryVersion(channel_dir, channel, v);
-  });
+  Result<ApplyReport> r = ApplyChain(
+      version, live, [&](Version v) { return OpenMemoryVersion(channel_dir, channel, v); });
   if (!r.ok() && r.status().code() == Code::kCorrupt) {
     // A slot rewritten while we read it fails the check; say so when that is what happened.
     Result<Version> current = ReadCurrent(channel_dir);

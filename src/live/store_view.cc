@@ -83,9 +83,8 @@ Result<ApplyReport> ApplyChain(Version version, LiveSet& live, const OpenVersion
 
 Result<ApplyReport> ApplyFromStore(const std::filesystem::path& store_root,
                                    std::string_view channel, Version version, LiveSet& live) {
-  return ApplyChain(version, live, [&](Version v) {
-    return OpenedVersion::Open(store_root, channel, v);
-  });
+  return ApplyChain(version, live,
+                    [&](Version v) { return OpenedVersion::Open(store_root, channel, v); });
 }
 
 }  // namespace weightcast::live

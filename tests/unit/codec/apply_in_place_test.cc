@@ -60,13 +60,12 @@ TEST_P(ApplyInPlace, ScatteredPiecesEndAsTheTarget) {
   // Patching and hashing in one pass gives the same bytes and the target's hash.
   Bytes again1(base.begin() + 100, base.begin() + 40100);
   Bytes again2(base.begin() + 40136, base.end());
-  const std::vector<ChunkPiece> again = {
-      {{}, std::span<const uint8_t>(target).subspan(0, 100)},
-      {again1, {}},
-      {{}, std::span<const uint8_t>(target).subspan(40100, 36)},
-      {again2, {}}};
-  auto digest = ApplyChunkInPlaceHashing(enc->payload, b.hash(), again, HashAlgorithm::kXxh3_128,
-                                         scratch);
+  const std::vector<ChunkPiece> again = {{{}, std::span<const uint8_t>(target).subspan(0, 100)},
+                                         {again1, {}},
+                                         {{}, std::span<const uint8_t>(target).subspan(40100, 36)},
+                                         {again2, {}}};
+  auto digest =
+      ApplyChunkInPlaceHashing(enc->payload, b.hash(), again, HashAlgorithm::kXxh3_128, scratch);
   ASSERT_TRUE(digest.ok()) << digest.status().ToString();
   EXPECT_EQ(*digest, t.hash());
   EXPECT_EQ(again1, run1);

@@ -263,6 +263,29 @@ TEST(LiveSet, ASubsetOfTensorsIsServedAndTheRestIgnored) {
   EXPECT_EQ(b, f.model.b);
 }
 
+TEST(LiveSet, ASecondCopyCatchesUpByACopyAndTakesOneDelta) {
+  Fixture f;
+  const Version v1 = f.Publish();
+  Live front, back;
+  ASSERT_TRUE(ApplyFromStore(f.root, "policy", v1, *front.set).ok());
+  Step(f.model, 1);
+  const Version v2 = f.Publish();
+  ASSERT_TRUE(back.set->CopyFrom(*front.set).ok());
+  EXPECT_EQ(back.set->version(), v1);
+  back.m.c[17] ^= 0x8;  // damaged after the copy: the next apply checks every chunk
+  auto r = ApplyFromStore(f.root, "policy", v2, *back.set);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->delta) << r->note;
+  EXPECT_EQ(r->chunks_repaired, 1u);
+  EXPECT_TRUE(back.Equals(f.model));
+
+  std::vector<float> other(1000);
+  auto small = LiveSet::Create(
+      {{"b", DType::kF32, {1000}, {reinterpret_cast<uint8_t*>(other.data()), other.size() * 4}}});
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ((*small)->CopyFrom(*front.set).code(), Code::kFailedPrecondition);
+}
+
 TEST(LiveSet, RegistrationChecksSizes) {
   std::vector<uint8_t> bytes(10);
   EXPECT_EQ(LiveSet::Create({{"x", DType::kBF16, {4}, bytes}}).status().code(),
