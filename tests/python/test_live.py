@@ -284,3 +284,32 @@ def test_memory_channel_errors(tmp_path):
     with pytest.raises(weightcast.FailedPreconditionError, match=r"\[999\].*\[1000\]"):
         sub.update(live)
     pub.close()
+
+
+def test_a_reshaped_tensor_between_steps_is_published_and_refused_only_by_a_stale_registration():
+    """A tensor dict whose shapes change between steps still publishes (those tensors travel
+    whole); live tensors registered with the old shape are refused, untouched; new ones work."""
+    directory = f"/dev/shm/wc-test-reshape-{os.getpid()}"
+    pub = weightcast.Publisher(directory, "policy", memory=True, chunk_size=SMALL_CHUNK)
+    try:
+        state = model()
+        pub.publish(state)
+        sub = weightcast.Subscriber(directory, "policy", memory=True)
+        old = weightcast.LiveTensors({n: torch.zeros_like(t) for n, t in state.items()})
+        sub.wait(1, timeout=10)
+        sub.update(old)
+        state["proj"] = torch.randn(333, 300).to(torch.bfloat16)  # reshaped
+        r = pub.publish(state)
+        sub.wait(r.version, timeout=10)
+        before = old.tensors["embed"].clone()
+        with pytest.raises(weightcast.FailedPreconditionError, match="proj"):
+            sub.update(old)
+        assert torch.equal(old.tensors["embed"].view(torch.int16), before.view(torch.int16))
+        fresh = weightcast.LiveTensors({n: torch.zeros_like(t) for n, t in state.items()})
+        sub.update(fresh)
+        assert same(fresh.tensors, state)
+        sub.close()
+    finally:
+        pub.close()
+        import shutil
+        shutil.rmtree(directory, ignore_errors=True)
