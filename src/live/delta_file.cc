@@ -108,6 +108,35 @@ Status WriteDeltaFileAt(const fs::path& path, const Manifest& manifest,
   return Status::Ok();
 }
 
+Result<std::vector<uint64_t>> CheckDeltaFileBytes(std::span<const uint8_t> b,
+                                                  const Manifest& manifest,
+                                                  std::string_view name) {
+  if (!manifest.delta.has_value()) return NotFound("version has no delta table");
+  const DeltaInfo& d = *manifest.delta;
+  const uint64_t total = PayloadTotal(d);
+  const std::string what(name);
+  if (b.size() < kHeaderSize || std::memcmp(b.data(), kMagic, 4) != 0 ||
+      Get(b.data() + 4, 4) != kFormat) {
+    return Corrupt(what + ": not a weightcast delta file");
+  }
+  const std::vector<uint8_t> want = Header(manifest, total);
+  if (!std::equal(want.begin(), want.end(), b.begin())) {
+    return Corrupt(what + ": belongs to another version (header differs from v" +
+                   std::to_string(manifest.version.value()) + "'s manifest)");
+  }
+  if (b.size() - kHeaderSize != total) {
+    return Corrupt(what + ": " + std::to_string(b.size()) + " bytes, expected " +
+                   std::to_string(kHeaderSize) + " + " + std::to_string(total));
+  }
+  std::vector<uint64_t> offsets(d.chunks.size());
+  uint64_t at = kHeaderSize;
+  for (size_t i = 0; i < d.chunks.size(); ++i) {
+    offsets[i] = at;
+    at += d.chunks[i].payload_size;
+  }
+  return offsets;
+}
+
 Result<DeltaFile> DeltaFile::Open(const fs::path& store_root, const Manifest& manifest) {
   return OpenAt(DeltaFilePath(store_root, manifest.channel, manifest.version), manifest);
 }
@@ -119,27 +148,8 @@ Result<DeltaFile> DeltaFile::OpenAt(const fs::path& path, const Manifest& manife
   if (!fs::exists(path, ec)) return NotFound("no delta file " + path.string());
   DeltaFile out;
   ASSIGN_OR_RETURN(out.file_, MappedFile::Open(path));
-  const std::span<const uint8_t> b = out.file_.bytes();
+  ASSIGN_OR_RETURN(out.offsets_, CheckDeltaFileBytes(out.file_.bytes(), manifest, path.string()));
   const uint64_t total = PayloadTotal(d);
-  if (b.size() < kHeaderSize || std::memcmp(b.data(), kMagic, 4) != 0 ||
-      Get(b.data() + 4, 4) != kFormat) {
-    return Corrupt(path.string() + ": not a weightcast delta file");
-  }
-  const std::vector<uint8_t> want = Header(manifest, total);
-  if (!std::equal(want.begin(), want.end(), b.begin())) {
-    return Corrupt(path.string() + ": belongs to another version (header differs from v" +
-                   std::to_string(manifest.version.value()) + "'s manifest)");
-  }
-  if (b.size() != kHeaderSize + total) {
-    return Corrupt(path.string() + ": " + std::to_string(b.size()) + " bytes, expected " +
-                   std::to_string(kHeaderSize + total));
-  }
-  out.offsets_.resize(d.chunks.size());
-  uint64_t at = kHeaderSize;
-  for (size_t i = 0; i < d.chunks.size(); ++i) {
-    out.offsets_[i] = at;
-    at += d.chunks[i].payload_size;
-  }
   out.payload_bytes_ = total;
   return out;
 }
