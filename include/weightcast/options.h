@@ -54,6 +54,15 @@ struct PublisherOptions {
   std::string listen = "127.0.0.1:0";               // where peers fetch from this node
   std::string cluster = "default";                  // must match the coordinator's
   uint64_t node_id = 0;                             // 0: random
+  // One writer per channel (with a coordinator; docs/cpp_api.md "One writer per channel"). The
+  // writer's identity across restarts; empty: an id kept in the store (`STORE/.writer-id`, made
+  // on first use), so a publisher restarted on the same store is the same writer and continues
+  // the delta chain. While another live writer holds the channel, Open fails at once with
+  // kFailedPrecondition ("channel C already has a writer: writer W (node N at ADDR, ...) ...").
+  std::string writer_id;
+  // Take the channel from the writer that holds it; that one is fenced: its next publish fails
+  // with kFailedPrecondition ("fenced by writer ...").
+  bool take_over = false;
   // Open fails (kUnavailable) when the coordinator cannot be reached for this long; a refused
   // handshake fails at once (kUnauthenticated: wrong secret; kFailedPrecondition: wrong cluster).
   std::chrono::nanoseconds connect_timeout = std::chrono::seconds(5);

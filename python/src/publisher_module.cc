@@ -112,7 +112,8 @@ class PyPublisher {
               const std::optional<std::string>& coordinator,
               const std::optional<std::string>& secret_file, uint64_t chunk_size,
               uint32_t keep_versions, const std::string& listen, const std::string& cluster,
-              uint64_t node_id, const std::string& log_level, const std::string& log_file,
+              uint64_t node_id, const std::string& writer_id, bool take_over,
+              const std::string& log_level, const std::string& log_file,
               std::optional<double> connect_timeout) {
     PublisherOptions options;
     options.store = store;
@@ -124,6 +125,8 @@ class PyPublisher {
     options.listen = listen;
     options.cluster = cluster;
     options.node_id = node_id;
+    options.writer_id = writer_id;
+    options.take_over = take_over;
     options.log_level = ValueOrThrow(ParseLogLevel(log_level));
     options.log_file = log_file;
     if (auto timeout = ToDuration(connect_timeout)) options.connect_timeout = *timeout;
@@ -231,11 +234,12 @@ void RegisterPublisher(py::module_& m) {
       .def(py::init<const std::filesystem::path&, const std::string&,
                     const std::optional<std::string>&, const std::optional<std::string>&, uint64_t,
                     uint32_t, const std::string&, const std::string&, uint64_t, const std::string&,
-                    const std::string&, std::optional<double>>(),
+                    bool, const std::string&, const std::string&, std::optional<double>>(),
            py::kw_only(), py::arg("store"), py::arg("channel"), py::arg("coordinator") = py::none(),
            py::arg("secret_file") = py::none(), py::arg("chunk_size"), py::arg("keep_versions") = 2,
            py::arg("listen") = "127.0.0.1:0", py::arg("cluster") = "default",
-           py::arg("node_id") = 0, py::arg("log_level") = "warn", py::arg("log_file") = "",
+           py::arg("node_id") = 0, py::arg("writer_id") = "", py::arg("take_over") = false,
+           py::arg("log_level") = "warn", py::arg("log_file") = "",
            py::arg("connect_timeout") = py::none())
       .def("publish", &PyPublisher::Publish, py::arg("tensors"), py::arg("step") = py::none())
       .def("publish_async", &PyPublisher::PublishAsync, py::arg("tensors"),

@@ -46,6 +46,12 @@ def integer(keyword, value):
     return int(value)
 
 
+def boolean(keyword, value):
+    if not isinstance(value, bool):
+        raise TypeError(f"{keyword} must be a bool, not {type(value).__name__} {value!r}")
+    return value
+
+
 def seconds(keyword, value):
     if value is None:
         return None

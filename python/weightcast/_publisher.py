@@ -101,12 +101,21 @@ class Publisher:
     cannot be reached within ``connect_timeout`` (default 5 s) UnavailableError, and a store path
     that is not a store (a file, a directory with files but without a store's ``.lock``)
     FailedPreconditionError.
+
+    One writer per channel (with a coordinator): while another live publisher holds the channel,
+    the constructor raises FailedPreconditionError ("channel C already has a writer: writer W
+    (node N at ADDR, ...) ..."). ``take_over=True`` takes the channel from it; the publisher taken
+    over then raises FailedPreconditionError ("fenced by writer ...") from its next publish. The
+    writer's identity is ``writer_id``, by default an id kept in the store (``STORE/.writer-id``):
+    a Publisher made again on the same store is the same writer and continues the delta chain.
     """
 
     _OPTIONS = {
         "listen": _options.text,
         "cluster": _options.text,
         "node_id": _options.integer,
+        "writer_id": _options.text,
+        "take_over": _options.boolean,
         "connect_timeout": _options.seconds,
         "log_level": _options.text,
         "log_file": _options.path,
@@ -116,7 +125,8 @@ class Publisher:
                  keep_versions=2, memory=False, **publisher_options):
         """``chunk_size``: bytes (int) or a size string as the CLI takes ("1MiB"); default
         ``DEFAULT_CHUNK_SIZE``. ``publisher_options`` (with a coordinator): listen
-        ("127.0.0.1:0"), cluster, node_id, connect_timeout (s, default 5), log_level ("warn"; also debug,
+        ("127.0.0.1:0"), cluster, node_id, writer_id, take_over (bool), connect_timeout (s,
+        default 5), log_level ("warn"; also debug,
         info, error), log_file (default stderr). The secret comes from secret_file or
         $WEIGHTCAST_SECRET. ``keep_versions`` applies to a local store. A mistyped keyword or a
         value of the wrong type raises TypeError naming it."""

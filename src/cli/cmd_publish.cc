@@ -37,6 +37,8 @@ struct PublishFlags {
   std::string upload_limit;
   std::string chunk_size = "8MiB";
   std::string import = "auto";
+  std::string writer_id;
+  bool take_over = false;
   NodeFlags node;
 };
 
@@ -67,9 +69,14 @@ Status RunPublish(const PublishFlags& flags) {
   if (!flags.dir.empty()) {
     std::error_code ec;
     if (!std::filesystem::is_directory(flags.dir, ec)) {
+      // A version is a directory of files (docs/publish.md): a lone file is refused rather than
+      // published under a directory of our choosing.
       return InvalidArgument(
           "--dir " + flags.dir + ": " +
-          (std::filesystem::exists(flags.dir, ec) ? "not a directory" : "no such directory"));
+          (std::filesystem::is_regular_file(flags.dir, ec)
+               ? "a file, not a directory; put it in a directory of its own and pass that"
+           : std::filesystem::exists(flags.dir, ec) ? "not a directory"
+                                                    : "no such directory"));
     }
   }
   ASSIGN_OR_RETURN(publish::SeedUntil until,
@@ -90,6 +97,8 @@ Status RunPublish(const PublishFlags& flags) {
   options.listen = flags.listen;
   options.cluster = flags.node.cluster;
   options.node_id = PeerId(flags.node.node_id);
+  options.writer_id = flags.writer_id;
+  options.take_over = flags.take_over;
   options.build.chunk_size = chunk_size;
   // --dir publishes a new version at once: re-encoding the previous one's payloads would delay it.
   options.reseed_payloads = flags.dir.empty();
@@ -173,7 +182,9 @@ void SetupPublish(CLI::App& app) {
       "(wrong secret or cluster; at once) or when it is unreachable for 30 s (at start or "
       "later); exit 2 for bad flags (an address that is not ip:port, a missing --dir), before "
       "anything starts. --watch keeps retrying an unreachable coordinator after it started, "
-      "logging at ERROR.");
+      "logging at ERROR. One writer per channel: while another live publisher holds the channel "
+      "this one exits 1 at once (\"channel C already has a writer: ...\") unless --take-over; a "
+      "publisher taken over exits 1 (\"fenced by writer ...\").");
   cmd->add_option("--coordinator", flags->coordinator, "Coordinator address (host:port)")
       ->required();
   cmd->add_option("--store", flags->store, "The publisher's store directory")->required();
@@ -197,6 +208,11 @@ void SetupPublish(CLI::App& app) {
   cmd->add_option("--import", flags->import,
                   "How files enter the store: auto (hard links on one filesystem), copy, hardlink")
       ->capture_default_str();
+  cmd->add_option("--writer-id", flags->writer_id,
+                  "This writer's identity across restarts (default: the id kept in the store, "
+                  "STORE/.writer-id)");
+  cmd->add_flag("--take-over", flags->take_over,
+                "Take the channel from the publisher that holds it; that one is fenced");
   AddNodeFlags(cmd, flags->node);
   cmd->callback([flags] { Finish("publish", RunPublish(*flags)); });
 }

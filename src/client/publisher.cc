@@ -153,6 +153,8 @@ Status Publisher::Impl::Start() {
     po.listen = options.listen;
     po.cluster = options.cluster;
     po.node_id = PeerId(options.node_id);
+    po.writer_id = options.writer_id;
+    po.take_over = options.take_over;
     po.connect_timeout = options.connect_timeout;
     auto created = publish::Publisher::Create(std::move(po));
     if (!created.ok()) {

@@ -66,6 +66,11 @@ bool IsPermanentConnectError(const Status& status) {
          status.code() == Code::kInvalidArgument;
 }
 
+bool IsWriterConflict(const Status& status) {
+  return status.code() == Code::kFailedPrecondition &&
+         (Contains(status, "fenced by writer ") || Contains(status, "already has a writer: "));
+}
+
 std::string_view ConnectErrorCause(const Status& status) {
   switch (status.code()) {
     case Code::kUnauthenticated:
@@ -74,6 +79,7 @@ std::string_view ConnectErrorCause(const Status& status) {
       if (Contains(status, "not a coordinator")) return "not_coordinator";
       if (Contains(status, "protocol version")) return "protocol_version";
       if (Contains(status, "wrong cluster")) return "wrong_cluster";
+      if (IsWriterConflict(status)) return "writer_conflict";
       return "refused";
     case Code::kInvalidArgument:
       return "bad_address";
@@ -183,9 +189,11 @@ Result<wire::HeartbeatReply> CoordinatorClient::Heartbeat(const wire::Heartbeat&
   return std::move(*reply.mutable_heartbeat_reply());
 }
 
-Result<Version> CoordinatorClient::Publish(std::span<const uint8_t> signed_manifest) {
+Result<Version> CoordinatorClient::Publish(std::span<const uint8_t> signed_manifest,
+                                           uint64_t writer_epoch) {
   wire::Envelope envelope;
   envelope.mutable_publish()->set_signed_manifest(signed_manifest.data(), signed_manifest.size());
+  envelope.mutable_publish()->set_writer_epoch(writer_epoch);
   ASSIGN_OR_RETURN(wire::Envelope reply, Call(std::move(envelope)));
   return Version(reply.publish_reply().version());
 }

@@ -29,6 +29,10 @@ bool IsPermanentConnectError(const Status& status);
 // "protocol_version", "bad_address", "refused" (another kFailedPrecondition), "unreachable"
 // (connection refused, timed out, closed) or "other".
 std::string_view ConnectErrorCause(const Status& status);
+// Whether the coordinator refused a publisher because another writer holds the channel
+// ("channel C already has a writer: ...") or because this one was fenced ("fenced by writer
+// ..."): kFailedPrecondition either way; waiting does not fix it (issue 17).
+bool IsWriterConflict(const Status& status);
 
 class CoordinatorClient {
  public:
@@ -49,8 +53,9 @@ class CoordinatorClient {
   // Safe from any thread, also while a Heartbeat call is in flight; does not block on it and
   // waits for no reply (a coordinator without long polls answers it; the next call skips that).
   Status Wake();
-  // Registers a version published by this node; returns its version number.
-  Result<Version> Publish(std::span<const uint8_t> signed_manifest);
+  // Registers a version published by this node; returns its version number. `writer_epoch`: the
+  // lease the registration granted for the manifest's channel (0: none, as a tool).
+  Result<Version> Publish(std::span<const uint8_t> signed_manifest, uint64_t writer_epoch = 0);
   // The signed manifest of `version` (0: the newest) of `channel`; the caller verifies it.
   Result<std::vector<uint8_t>> GetManifest(std::string_view channel, Version version);
   Result<wire::FleetStatus> GetStatus(std::string_view channel = {});

@@ -1,6 +1,7 @@
 #include "coord/coordinator.h"
 
 #include <algorithm>
+#include <ctime>
 #include <list>
 #include <map>
 #include <optional>
@@ -66,6 +67,45 @@ Status CheckLabel(std::string_view what, std::string_view value) {
   return Status::Ok();
 }
 
+std::string FormatUtc(uint64_t unix_ms) {
+  const auto seconds = static_cast<time_t>(unix_ms / 1000);
+  struct tm tm {};
+  gmtime_r(&seconds, &tm);
+  char text[32];
+  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return text;
+}
+
+std::string WriterIdOf(const net::PeerInfo& peer, const wire::Register& request) {
+  return request.writer_id().empty() ? "node-" + std::to_string(peer.node_id.value())
+                                     : request.writer_id();
+}
+
+// "writer W (node N at ADDR, host H), epoch E since T": who holds a channel, for errors and logs.
+std::string DescribeWriter(const wire::ChannelWriter& w, uint64_t now_unix_ms) {
+  std::string out = "writer " + w.writer_id() + " (node " + std::to_string(w.node_id()) + " at " +
+                    w.address() + (w.hostname().empty() ? "" : ", host " + w.hostname()) +
+                    "), epoch " + std::to_string(w.epoch()) + " since " +
+                    FormatUtc(w.since_unix_ms());
+  if (now_unix_ms >= w.since_unix_ms()) {
+    out += " (" + std::to_string((now_unix_ms - w.since_unix_ms()) / 1000) + " s ago)";
+  }
+  return out;
+}
+
+std::string FormatSeconds(net::Duration d) {
+  const uint64_t ms = Millis(d);
+  if (ms % 1000 == 0) return std::to_string(ms / 1000) + " s";
+  return std::to_string(ms) + " ms";
+}
+
+uint64_t HeldEpoch(const wire::Register& request, std::string_view channel) {
+  for (const wire::WriterLease& lease : request.leases()) {
+    if (lease.channel() == channel) return lease.epoch();
+  }
+  return 0;
+}
+
 }  // namespace
 
 struct Coordinator::Node {
@@ -100,6 +140,7 @@ Coordinator::Coordinator(CoordinatorOptions options)
       clock_(options_.clock != nullptr ? *options_.clock : net::Clock::Real()),
       sweep_period_(
           std::min<net::Duration>(options_.heartbeat_interval / 4, std::chrono::milliseconds(100))),
+      started_(clock_.Now()),
       channel_metrics_(options_.metrics) {}
 
 Coordinator::~Coordinator() { Stop(); }
@@ -176,9 +217,10 @@ std::optional<wire::Envelope> Coordinator::Dispatch(uint64_t session, const net:
   reply.set_request_id(request.request_id());
   Status failed = Status::Ok();
   std::optional<uint64_t> replaced;
+  std::vector<uint64_t> fenced_sessions;
   switch (request.body_case()) {
     case wire::Envelope::kRegister: {
-      auto r = OnRegister(session, peer, request.register_(), &replaced);
+      auto r = OnRegister(session, peer, request.register_(), &replaced, &fenced_sessions);
       if (r.ok()) {
         *reply.mutable_register_reply() = std::move(r).value();
       } else {
@@ -236,6 +278,8 @@ std::optional<wire::Envelope> Coordinator::Dispatch(uint64_t session, const net:
                                std::to_string(request.body_case()) + ")");
   }
   if (replaced.has_value()) CloseSession(*replaced);
+  // A fenced writer learns it at once: its next call reconnects and is refused.
+  for (uint64_t fenced : fenced_sessions) CloseSession(fenced);
   if (!failed.ok()) {
     ++counters_.requests_failed;
     *reply.mutable_error() = ErrorFromStatus(failed);
@@ -245,7 +289,8 @@ std::optional<wire::Envelope> Coordinator::Dispatch(uint64_t session, const net:
 
 Result<wire::RegisterReply> Coordinator::OnRegister(uint64_t session, const net::PeerInfo& peer,
                                                     const wire::Register& request,
-                                                    std::optional<uint64_t>* replaced) {
+                                                    std::optional<uint64_t>* replaced,
+                                                    std::vector<uint64_t>* fenced_sessions) {
   if (peer.role != net::Role::kAgent && peer.role != net::Role::kPublisher) {
     return FailedPrecondition(
         "register: only agents and publishers register (this connection "
@@ -273,9 +318,37 @@ Result<wire::RegisterReply> Coordinator::OnRegister(uint64_t session, const net:
     return InvalidArgument("register: more than " + std::to_string(kMaxTensorPatterns) +
                            " tensor patterns");
   }
+  RETURN_IF_ERROR(CheckLabel("writer id", request.writer_id()));
+  if (peer.role != net::Role::kPublisher &&
+      (!request.writer_id().empty() || request.take_over() || request.leases_size() != 0)) {
+    return InvalidArgument("register: only a publisher is a writer");
+  }
 
   const net::TimePoint now = clock_.Now();
   std::lock_guard lock(mu_);
+  // Every channel's lease is checked before anything changes, so a refused registration changes
+  // nothing; then the moved leases are logged, each durably, before the reply.
+  std::vector<WriterGrant> grants;
+  if (peer.role == net::Role::kPublisher) {
+    for (const std::string& channel : request.channels()) {
+      ASSIGN_OR_RETURN(WriterGrant grant, GrantWriterLocked(channel, peer, request, now));
+      grants.push_back(std::move(grant));
+    }
+    for (WriterGrant& grant : grants) {
+      if (!grant.record.has_value()) continue;
+      RETURN_IF_ERROR(log_->RecordWriter(grant.channel, *grant.record)
+                          .WithContext("register: logging the writer of " + grant.channel));
+      options_.log(grant.channel + ": " + DescribeWriter(*grant.record, UnixMs()) + " (" +
+                   grant.how + ")");
+      if (grant.fenced.has_value()) {
+        auto old = nodes_.find(*grant.fenced);
+        if (old != nodes_.end() && old->second->connected && old->second->session != session) {
+          fenced_sessions->push_back(old->second->session);
+        }
+      }
+      ChannelChangedLocked(grant.channel);
+    }
+  }
   std::unique_ptr<Node>& slot = nodes_[peer.node_id];
   const bool known = slot != nullptr;
   if (!known) slot = std::make_unique<Node>();
@@ -311,7 +384,99 @@ Result<wire::RegisterReply> Coordinator::OnRegister(uint64_t session, const net:
   wire::RegisterReply reply;
   reply.set_heartbeat_interval_ms(static_cast<uint32_t>(Millis(options_.heartbeat_interval)));
   reply.set_heartbeat_timeout_ms(static_cast<uint32_t>(Millis(options_.heartbeat_timeout)));
+  for (const WriterGrant& grant : grants) {
+    wire::WriterLease* lease = reply.add_leases();
+    lease->set_channel(grant.channel);
+    lease->set_epoch(grant.epoch);
+  }
   return reply;
+}
+
+bool Coordinator::WriterLiveLocked(std::string_view channel, const wire::ChannelWriter& writer,
+                                   net::TimePoint now) const {
+  auto it = nodes_.find(PeerId(writer.node_id()));
+  if (it != nodes_.end()) {
+    const Node& node = *it->second;
+    return node.alive && node.role == net::Role::kPublisher && Follows(node.registration, channel);
+  }
+  // Membership is not persisted: a writer logged before a restart gets the same heartbeat
+  // timeout to come back as it would have had without the restart.
+  return now - started_ <= options_.heartbeat_timeout;
+}
+
+Result<Coordinator::WriterGrant> Coordinator::GrantWriterLocked(const std::string& channel,
+                                                                const net::PeerInfo& peer,
+                                                                const wire::Register& request,
+                                                                net::TimePoint now) const {
+  const std::string writer_id = WriterIdOf(peer, request);
+  const uint64_t held = HeldEpoch(request, channel);
+  const wire::ChannelWriter* current = log_->writer(channel);
+  WriterGrant grant;
+  grant.channel = channel;
+  auto next = [&](std::string how, bool taken_over) {
+    wire::ChannelWriter record;
+    record.set_writer_id(writer_id);
+    record.set_epoch((current == nullptr ? 0 : current->epoch()) + 1);
+    record.set_node_id(peer.node_id.value());
+    record.set_address(request.peer_address());
+    record.set_hostname(request.hostname());
+    record.set_since_unix_ms(UnixMs());
+    record.set_taken_over(taken_over);
+    grant.epoch = record.epoch();
+    grant.record = std::move(record);
+    grant.how = std::move(how);
+  };
+  if (current == nullptr) {
+    // `held` set: a coordinator whose state directory was replaced; nothing to fence against.
+    next("the channel's first writer", false);
+    return grant;
+  }
+  if (held != 0) {
+    // The process held a lease before (it reconnects): it keeps it only if nobody took it since.
+    RETURN_IF_ERROR(CheckNotFencedLocked(channel, peer.node_id, held));
+    grant.epoch = held;
+    return grant;
+  }
+  if (current->writer_id() == writer_id) {
+    if (current->node_id() == peer.node_id.value()) {
+      grant.epoch = current->epoch();  // the same process (or the same fixed --node-id) again
+      return grant;
+    }
+    // The same writer in a new process: a restart. It continues the channel; the old process,
+    // if it still runs, is fenced.
+    next("the same writer restarted", false);
+    if (WriterLiveLocked(channel, *current, now)) grant.fenced = PeerId(current->node_id());
+    return grant;
+  }
+  if (!WriterLiveLocked(channel, *current, now)) {
+    next("the lease of " + current->writer_id() + " had lapsed", false);
+    return grant;
+  }
+  if (request.take_over()) {
+    next("taken over from " + current->writer_id(), true);
+    grant.fenced = PeerId(current->node_id());
+    return grant;
+  }
+  return FailedPrecondition(
+      "channel " + channel + " already has a writer: " + DescribeWriter(*current, UnixMs()) +
+      "; a second writer is refused. Stop that publisher (its lease lapses " +
+      FormatSeconds(options_.heartbeat_timeout) +
+      " after its last heartbeat) or take the channel over (--take-over, take_over=True)");
+}
+
+Status Coordinator::CheckNotFencedLocked(std::string_view channel, PeerId node,
+                                         uint64_t held_epoch) const {
+  const wire::ChannelWriter* current = log_->writer(channel);
+  if (current == nullptr) return Status::Ok();
+  const bool same_epoch = held_epoch == 0 || held_epoch == current->epoch();
+  if (same_epoch && current->node_id() == node.value()) return Status::Ok();
+  return FailedPrecondition(
+      "fenced by " + DescribeWriter(*current, UnixMs()) + ": this publisher (node " +
+      std::to_string(node.value()) +
+      (held_epoch != 0 ? ", epoch " + std::to_string(held_epoch) : std::string()) +
+      ") no longer holds channel " + std::string(channel) +
+      " and may not publish to it or register for it again; restart it to rejoin (with "
+      "--take-over / take_over=True to take the channel back)");
 }
 
 Result<std::optional<wire::HeartbeatReply>> Coordinator::OnHeartbeat(
@@ -332,6 +497,12 @@ Result<std::optional<wire::HeartbeatReply>> Coordinator::OnHeartbeat(
   if (node.session != session) {
     return FailedPrecondition("heartbeat: this connection of " + NodeName(node.id) +
                               " was replaced by a newer registration");
+  }
+  if (node.role == net::Role::kPublisher) {
+    // A writer fenced by a take-over (or a restart of the same writer) hears it here.
+    for (const std::string& channel : node.registration.channels()) {
+      RETURN_IF_ERROR(CheckNotFencedLocked(channel, node.id, 0).WithContext("heartbeat"));
+    }
   }
   ++counters_.heartbeats;
   node.last_seen = now;
@@ -487,9 +658,22 @@ Result<uint64_t> Coordinator::OnPublish(const net::PeerInfo& peer, const wire::P
   }
   std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(request.signed_manifest().data()),
                                  request.signed_manifest().size());
+  const net::TimePoint now = clock_.Now();
   std::lock_guard lock(mu_);
   ASSIGN_OR_RETURN(VerifiedPublish verified, log_->VerifyPublish(bytes));
   const Manifest& m = verified.manifest;
+  // One writer per channel: the lease's epoch fences a writer that lost it; without an epoch (a
+  // tool, an older publisher) only while no other live writer holds the channel.
+  if (request.writer_epoch() != 0) {
+    RETURN_IF_ERROR(CheckNotFencedLocked(m.channel, peer.node_id, request.writer_epoch())
+                        .WithContext("publish"));
+  } else if (const wire::ChannelWriter* writer = log_->writer(m.channel);
+             writer != nullptr && writer->node_id() != peer.node_id.value() &&
+             WriterLiveLocked(m.channel, *writer, now)) {
+    return FailedPrecondition("publish: channel " + m.channel + " already has a writer: " +
+                              DescribeWriter(*writer, UnixMs()) +
+                              "; only it may publish (register as a publisher to take over)");
+  }
   if (verified.duplicate) {
     options_.log("" + m.channel + " v" + std::to_string(m.version.value()) +
                  " published again by " + NodeName(peer.node_id) + " (already recorded)");
@@ -571,6 +755,12 @@ wire::FleetStatus Coordinator::OnGetStatus(const wire::GetStatus& request) {
     for (const wire::VersionEntry& entry : channel.versions) *out->add_versions() = entry;
   }
   if (!filter.empty() && status.channels_size() == 0) status.add_channels()->set_channel(filter);
+  for (wire::ChannelLog& out : *status.mutable_channels()) {
+    if (const wire::ChannelWriter* writer = log_->writer(out.channel()); writer != nullptr) {
+      *out.mutable_writer() = *writer;
+      out.mutable_writer()->set_live(WriterLiveLocked(out.channel(), *writer, now));
+    }
+  }
   return status;
 }
 

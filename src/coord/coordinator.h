@@ -118,7 +118,28 @@ class Coordinator {
 
   Result<wire::RegisterReply> OnRegister(uint64_t session, const net::PeerInfo& peer,
                                          const wire::Register& request,
-                                         std::optional<uint64_t>* replaced);
+                                         std::optional<uint64_t>* replaced,
+                                         std::vector<uint64_t>* fenced_sessions);
+
+  // One writer per channel (issue 17, docs/coordinator.md "Writers"), with mu_ held. What a
+  // publisher's registration gets for one channel: the epoch it may publish with, and, when the
+  // lease moves, the record to log and the node it fences.
+  struct WriterGrant {
+    std::string channel;
+    uint64_t epoch = 0;
+    std::optional<wire::ChannelWriter> record;  // to log: the epoch moved
+    std::optional<PeerId> fenced;               // the live holder it takes the lease from
+    std::string how;                            // for the log line
+  };
+  Result<WriterGrant> GrantWriterLocked(const std::string& channel, const net::PeerInfo& peer,
+                                        const wire::Register& request, net::TimePoint now) const;
+  // Whether the holder of `writer` still holds the lease: registered for the channel and alive,
+  // or, not seen since this coordinator started, still within its heartbeat timeout of the start.
+  bool WriterLiveLocked(std::string_view channel, const wire::ChannelWriter& writer,
+                        net::TimePoint now) const;
+  // Refuses a publisher `node` that is not the holder of `channel`'s lease (a fenced one).
+  Status CheckNotFencedLocked(std::string_view channel, PeerId node,
+                              uint64_t held_epoch) const;
   // What one request on a served connection gets: a reply to send now, or none (a heartbeat
   // parked for a long poll, or a wake); for a parked heartbeat, `*held_until` is its deadline.
   std::optional<wire::Envelope> Dispatch(uint64_t session, const net::PeerInfo& peer,
@@ -170,6 +191,7 @@ class Coordinator {
   CoordinatorOptions options_;
   const net::Clock& clock_;
   const net::Duration sweep_period_;  // the smaller of heartbeat_interval / 4 and 100 ms
+  const net::TimePoint started_;       // writers logged before a restart get a timeout from here
   CoordinatorCounters counters_;
 
   mutable std::mutex mu_;

@@ -180,11 +180,44 @@ Status VersionLog::Apply(const state::LogRecord& record) {
       }
       break;
     }
+    case state::LogRecord::kWriter: {
+      const wire::ChannelWriter& writer = record.writer();
+      auto it = writers_.find(name);
+      const uint64_t previous = it == writers_.end() ? 0 : it->second.epoch();
+      if (writer.epoch() <= previous) {
+        return Corrupt("record " + std::to_string(record.sequence()) + " gives " + name +
+                       " writer epoch " + std::to_string(writer.epoch()) + " after epoch " +
+                       std::to_string(previous));
+      }
+      wire::ChannelWriter& slot = writers_[name];
+      slot = writer;
+      slot.clear_live();
+      break;
+    }
     default:
       return Corrupt("record " + std::to_string(record.sequence()) + " has no known kind");
   }
   sequence_ = record.sequence();
   return Status::Ok();
+}
+
+const wire::ChannelWriter* VersionLog::writer(std::string_view channel) const {
+  auto it = writers_.find(channel);
+  return it == writers_.end() ? nullptr : &it->second;
+}
+
+Status VersionLog::RecordWriter(std::string_view channel, const wire::ChannelWriter& writer) {
+  RETURN_IF_ERROR(ValidateChannelName(channel).WithContext("writer"));
+  const wire::ChannelWriter* current = this->writer(channel);
+  if (writer.epoch() <= (current == nullptr ? 0 : current->epoch())) {
+    return FailedPrecondition("writer epoch " + std::to_string(writer.epoch()) + " of " +
+                              std::string(channel) + " is not above the current one");
+  }
+  state::LogRecord record;
+  record.set_channel(std::string(channel));
+  *record.mutable_writer() = writer;
+  record.mutable_writer()->clear_live();
+  return Append(std::move(record));
 }
 
 Status VersionLog::Append(state::LogRecord record) {

@@ -98,6 +98,12 @@ class VersionLog {
   const std::map<std::string, ChannelState, std::less<>>& channels() const { return channels_; }
   const ChannelState* channel(std::string_view name) const;
 
+  // The holder of `channel`'s writer lease as last logged (null: no writer yet). Issue 17.
+  const wire::ChannelWriter* writer(std::string_view channel) const;
+  // Logs a new writer epoch of `channel` durably and applies it. kFailedPrecondition unless
+  // writer.epoch() is above the channel's current epoch.
+  Status RecordWriter(std::string_view channel, const wire::ChannelWriter& writer);
+
  private:
   VersionLog(std::filesystem::path state_dir, std::string secret);
   std::filesystem::path ManifestPath(std::string_view channel, uint64_t version) const;
@@ -112,6 +118,8 @@ class VersionLog {
   uint64_t sequence_ = 0;
   Recovery recovery_;
   std::map<std::string, ChannelState, std::less<>> channels_;
+  // Kept apart from channels_: a channel may have a writer before it has a version.
+  std::map<std::string, wire::ChannelWriter, std::less<>> writers_;
 };
 
 }  // namespace weightcast::coord

@@ -11,6 +11,8 @@
 #include "manifest/signed_manifest.h"
 #include "net/tcp_transport.h"
 #include "publish/watcher.h"
+#include "util/file.h"
+#include "util/text.h"
 
 namespace weightcast::publish {
 namespace {
@@ -84,7 +86,91 @@ bool SameDelta(const std::optional<DeltaInfo>& a, const std::optional<DeltaInfo>
   return true;
 }
 
+constexpr size_t kMaxWriterIdBytes = 128;
+
+Status CheckWriterId(std::string_view id, std::string_view where) {
+  if (id.empty() || id.size() > kMaxWriterIdBytes) {
+    return InvalidArgument(std::string(where) + ": a writer id has 1 to " +
+                           std::to_string(kMaxWriterIdBytes) + " bytes");
+  }
+  for (char c : id) {
+    if (static_cast<unsigned char>(c) < 0x21 || static_cast<unsigned char>(c) > 0x7e) {
+      return InvalidArgument(std::string(where) + ": writer id " + EscapeControlBytes(id) +
+                             " has a character that is not printable ASCII");
+    }
+  }
+  return Status::Ok();
+}
+
+// The writer id kept in the store: the same store is the same writer across restarts. Made on
+// first use; the store is locked, so no other process races on it.
+Result<std::string> StoreWriterId(const fs::path& store) {
+  const fs::path path = store / ".writer-id";
+  std::error_code ec;
+  if (fs::exists(path, ec)) {
+    ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+    while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+    RETURN_IF_ERROR(CheckWriterId(text, path.string()));
+    return text;
+  }
+  std::random_device rd;
+  uint8_t bytes[8];
+  for (uint8_t& b : bytes) b = static_cast<uint8_t>(rd());
+  const std::string id = "w-" + ToHex(bytes);
+  RETURN_IF_ERROR(WriteFileAtomic(path, id + "\n"));
+  return id;
+}
+
+// Small text files that travel beside the weights on purpose (config.json, tokenizer files,
+// chat templates): named at INFO. Anything else that is not safetensors (an optimizer state, a
+// pickled .bin or .pt checkpoint) is probably not meant for every agent: a WARN.
+bool MetadataLike(std::string_view name) {
+  for (std::string_view suffix : {".json", ".txt", ".md", ".model", ".tiktoken", ".jinja",
+                                  ".yaml", ".yml", ".py"}) {
+    if (name.ends_with(suffix)) return true;
+  }
+  return false;
+}
+
+std::string ListFiles(const std::vector<std::pair<std::string, uint64_t>>& files) {
+  std::string names;
+  for (size_t i = 0; i < files.size() && i < 8; ++i) {
+    names += (i == 0 ? "" : ", ") + files[i].first + " (" + FormatBytes(files[i].second) + ")";
+  }
+  if (files.size() > 8) names += ", and " + std::to_string(files.size() - 8) + " more";
+  return names;
+}
+
 }  // namespace
+
+void Publisher::WarnOtherFiles(const fs::path& dir,
+                               const std::vector<std::pair<std::string, uint64_t>>& files) {
+  std::vector<std::pair<std::string, uint64_t>> metadata;
+  std::vector<std::pair<std::string, uint64_t>> other;
+  uint64_t other_bytes = 0;
+  for (const auto& file : files) {
+    if (MetadataLike(file.first)) {
+      metadata.push_back(file);
+    } else {
+      other.push_back(file);
+      other_bytes += file.second;
+    }
+  }
+  if (!metadata.empty()) {
+    options_.log.Info("publishing files that are not safetensors as opaque bytes",
+                      {{"dir", dir.string()}, {"files", ListFiles(metadata)}});
+  }
+  if (!other.empty()) {
+    options_.log.Warn(
+        "files that are not safetensors are published as opaque bytes (no tensors, and every "
+        "agent receives them); move them out of the checkpoint directory if the fleet does not "
+        "need them",
+        {{"dir", dir.string()},
+         {"files", ListFiles(other)},
+         {"count", static_cast<uint64_t>(other.size())},
+         {"bytes", other_bytes}});
+  }
+}
 
 Result<SeedUntil> ParseSeedUntil(std::string_view text) {
   if (text == "replicated") return SeedUntil::kReplicated;
@@ -125,6 +211,13 @@ Status Publisher::Start() {
   options_.log = options_.log.With({{"node", node_id_.value()}, {"channel", options_.channel}});
   ASSIGN_OR_RETURN(Store store, Store::Open(options_.store));
   store_.emplace(std::move(store));
+  if (options_.writer_id.empty()) {
+    ASSIGN_OR_RETURN(writer_id_, StoreWriterId(options_.store));
+  } else {
+    RETURN_IF_ERROR(CheckWriterId(options_.writer_id, "--writer-id"));
+    writer_id_ = options_.writer_id;
+  }
+  options_.log = options_.log.With({{"writer", writer_id_}});
 
   net::Options net;
   net.self.cluster_id = options_.cluster;
@@ -206,7 +299,29 @@ Status Publisher::ConnectLocked() {
   request.add_channels(options_.channel);
   request.set_source(true);
   request.set_hostname(Hostname());
+  request.set_writer_id(writer_id_);
+  uint64_t held = 0;
+  {
+    std::lock_guard lock(mu_);
+    held = writer_epoch_;
+  }
+  if (held != 0) {
+    // Reconnecting: the lease this process holds, which a take-over since has fenced.
+    wire::WriterLease* lease = request.add_leases();
+    lease->set_channel(options_.channel);
+    lease->set_epoch(held);
+  } else {
+    request.set_take_over(options_.take_over);
+  }
   ASSIGN_OR_RETURN(wire::RegisterReply reply, client->Register(request));
+  for (const wire::WriterLease& lease : reply.leases()) {
+    if (lease.channel() != options_.channel) continue;
+    std::lock_guard lock(mu_);
+    if (writer_epoch_ != lease.epoch()) {
+      options_.log.Info("holding the channel's writer lease", {{"epoch", lease.epoch()}});
+    }
+    writer_epoch_ = lease.epoch();
+  }
   if (reply.heartbeat_interval_ms() != 0) {
     std::lock_guard lock(mu_);
     heartbeat_interval_ = std::chrono::milliseconds(reply.heartbeat_interval_ms());
@@ -226,10 +341,37 @@ Result<std::shared_ptr<coord::CoordinatorClient>> Publisher::Client() {
   return client_;
 }
 
+uint64_t Publisher::writer_epoch() const {
+  std::lock_guard lock(mu_);
+  return writer_epoch_;
+}
+
+Status Publisher::lost_lease() const {
+  std::lock_guard lock(mu_);
+  return lost_lease_;
+}
+
+void Publisher::NoteWriterConflict(const Status& status) {
+  if (!coord::IsWriterConflict(status)) return;
+  {
+    std::lock_guard lock(mu_);
+    if (!lost_lease_.ok()) return;
+    lost_lease_ = status;
+    cv_.notify_all();
+  }
+  options_.log.Error("another writer holds the channel now; this publisher stops publishing",
+                     {{"error", status.ToString()}});
+}
+
 template <typename T>
 Result<T> Publisher::Call(const std::function<Result<T>(coord::CoordinatorClient&)>& fn,
                           bool heartbeat) {
-  ASSIGN_OR_RETURN(std::shared_ptr<coord::CoordinatorClient> client, Client());
+  Result<std::shared_ptr<coord::CoordinatorClient>> connected = Client();
+  if (!connected.ok()) {
+    NoteWriterConflict(connected.status());
+    return connected.status();
+  }
+  std::shared_ptr<coord::CoordinatorClient> client = std::move(connected).value();
   bool wake = false;
   if (!heartbeat) {
     std::lock_guard lock(mu_);
@@ -239,6 +381,7 @@ Result<T> Publisher::Call(const std::function<Result<T>(coord::CoordinatorClient
   // The held heartbeat has the client's lock: have the coordinator answer it now.
   if (wake) client->Wake().IgnoreError();
   Result<T> result = fn(*client);
+  if (!result.ok()) NoteWriterConflict(result.status());
   if (!heartbeat) {
     std::lock_guard lock(mu_);
     --calls_in_flight_;
@@ -321,12 +464,13 @@ Status Publisher::Reconcile() {
 
 Status Publisher::PublishSigned(const PreparedVersion& prepared) {
   const Version version = prepared.manifest.version;
+  const uint64_t epoch = writer_epoch();
   bool retried = false;
   const auto start = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point error_logged{};
   while (!Stopping()) {
     Result<Version> logged = Call<Version>(
-        [&](coord::CoordinatorClient& c) { return c.Publish(prepared.signed_manifest); });
+        [&](coord::CoordinatorClient& c) { return c.Publish(prepared.signed_manifest, epoch); });
     if (logged.ok()) {
       if (*logged != version) {
         return Internal("the coordinator logged version " + std::to_string(version.value()) +
@@ -400,8 +544,14 @@ Result<PublishedVersion> Publisher::PublishDirectory(
     const fs::path& dir, const std::map<std::string, std::string>& metadata) {
   std::lock_guard publishing(publish_mu_);
   if (stopping_) return Aborted("the publisher is stopping");
+  RETURN_IF_ERROR(lost_lease());
   const auto start = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(wire::ChannelLog log, ChannelLog());
+  Result<wire::ChannelLog> channel_log = ChannelLog();
+  // A connection the coordinator closed (a take-over closes the fenced writer's) is dropped by
+  // that call; once more on a new one, which also learns whether this writer was fenced.
+  if (!channel_log.ok() && Transient(channel_log.status())) channel_log = ChannelLog();
+  RETURN_IF_ERROR(lost_lease());
+  ASSIGN_OR_RETURN(wire::ChannelLog log, std::move(channel_log));
   PrepareOptions o = BaseOptions();
   o.metadata = metadata;
   o.min_version = Version(NewestLogged(log) + 1);
@@ -420,6 +570,10 @@ Result<PublishedVersion> Publisher::PublishDirectory(
   out.payload_bytes = prepared.payload_bytes;
   out.chunks = prepared.manifest.chunk_count();
   out.prepare_seconds = SecondsSince(start);
+  if (!prepared.other_files.empty() && prepared.other_files != warned_other_files_) {
+    WarnOtherFiles(dir, prepared.other_files);
+  }
+  warned_other_files_ = prepared.other_files;
   RETURN_IF_ERROR(PublishSigned(prepared));
   RETURN_IF_ERROR(StartSeeding(prepared));
   options_.log.Info("published", {{"version", out.version.value()},
@@ -481,6 +635,7 @@ Status Publisher::WaitUntil(SeedUntil until, net::Duration timeout) {
   std::chrono::steady_clock::time_point unreachable_since{};
   for (;;) {
     if (stopping_) return Aborted("stopped");
+    RETURN_IF_ERROR(lost_lease());
     const Version version = seeding();
     const std::string v = "v" + std::to_string(version.value());
     // kNever seeds until Stop whatever the coordinator says; the others ask it every poll, both
@@ -554,6 +709,8 @@ Status Publisher::Watch(const fs::path& dir, net::Duration settle) {
   // PublishDirectory waits out) are retried with backoff, not on every poll.
   std::map<std::string, std::pair<std::chrono::steady_clock::time_point, net::Duration>> backoff;
   while (!stopping_) {
+    // Taken over by another writer: publishing on would be refused every time.
+    RETURN_IF_ERROR(lost_lease());
     Result<std::vector<WatchEvent>> events = watcher.Poll();
     if (!events.ok()) {
       options_.log.Warn("cannot scan the watched directory",
@@ -577,6 +734,7 @@ Status Publisher::Watch(const fs::path& dir, net::Duration settle) {
             event.path, {{std::string(kSourceMetadataKey), (watched / event.name).string()}});
         if (!published.ok()) {
           if (stopping_) break;
+          if (coord::IsWriterConflict(published.status())) return published.status();
           net::Duration wait =
               b == backoff.end()
                   ? std::chrono::seconds(1)
@@ -658,6 +816,8 @@ void Publisher::HeartbeatLoop() {
     }
     if (!reply.ok()) {
       if (stopping_) return;
+      // Fenced (Call noted it): heartbeats would be refused from now on.
+      if (coord::IsWriterConflict(reply.status())) return;
       if (!failing) {
         if (coord::IsPermanentConnectError(reply.status())) {
           options_.log.Error(

@@ -28,6 +28,8 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <weightcast/status.h>
 #include <weightcast/types.h>
@@ -58,6 +60,13 @@ struct PublisherOptions {
   std::string secret;                  // the cluster secret (never from argv)
   std::string cluster = "default";
   PeerId node_id;  // 0: random
+  // One writer per channel (issue 17, docs/publish.md "One writer per channel"). The writer's
+  // identity across restarts; empty: the id kept in the store (STORE/.writer-id, made on first
+  // use), so the same store is the same writer. A registration while another live writer holds
+  // the channel fails (kFailedPrecondition, "channel C already has a writer: ...") unless
+  // `take_over`, which fences that writer.
+  std::string writer_id;
+  bool take_over = false;
   std::shared_ptr<net::TokenBucket> upload_limit;
   BuildOptions build;
   codec::VersionCodecOptions codec;
@@ -108,6 +117,13 @@ class Publisher {
 
   std::string address() const;  // the swarm node's listen address
   PeerId node_id() const { return node_id_; }
+  const std::string& writer_id() const { return writer_id_; }
+  // The writer epoch the coordinator granted this process for the channel (0: none yet, or a
+  // coordinator that predates writer leases).
+  uint64_t writer_epoch() const;
+  // Not OK once another writer took the channel over (kFailedPrecondition, "fenced by writer
+  // ..."): every later PublishDirectory, WaitUntil and Watch returns it.
+  Status lost_lease() const;
 
   // Publishes `dir` as the next version: a delta against the store's current version when the
   // coordinator logged that one with the same root, otherwise full. Blocks until the coordinator
@@ -148,6 +164,12 @@ class Publisher {
                  bool heartbeat = false);
   // Wakes a held heartbeat (if any) so that the heartbeat thread sees what changed.
   void WakeHeartbeat();
+  // Remembers a refusal by the coordinator for another writer (coord::IsWriterConflict).
+  void NoteWriterConflict(const Status& status);
+  // Names the files of `dir` that are not safetensors: INFO for small metadata (config.json,
+  // tokenizer files), WARN for the rest (docs/publish.md).
+  void WarnOtherFiles(const std::filesystem::path& dir,
+                      const std::vector<std::pair<std::string, uint64_t>>& files);
   Result<coord::wire::ChannelLog> ChannelLog();
   Status Reconcile();
   PrepareOptions BaseOptions() const;
@@ -161,6 +183,7 @@ class Publisher {
 
   PublisherOptions options_;
   PeerId node_id_;
+  std::string writer_id_;
   std::optional<Store> store_;
   std::unique_ptr<net::Transport> transport_;
   std::unique_ptr<agent::SwarmNode> node_;
@@ -180,6 +203,10 @@ class Publisher {
   // Why the last publish of Watch failed (empty: it did not); guarded by mu_. Sent with each
   // heartbeat (ChannelProgress.error), so `weightcast status` shows it beside this node.
   std::string publish_error_;
+  uint64_t writer_epoch_ = 0;  // guarded by mu_
+  Status lost_lease_;          // guarded by mu_
+  // The non-safetensors files of the last published directory, to warn only when they change.
+  std::vector<std::pair<std::string, uint64_t>> warned_other_files_;
   uint64_t seeding_chunks_ = 0;
   uint64_t seeding_bytes_ = 0;
   std::atomic<bool> stopping_{false};

@@ -112,6 +112,11 @@ Result<PreparedVersion> PrepareVersion(Store& store, const fs::path& dir,
 
   auto start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(Checkpoint source, OpenCheckpoint(dir));
+  for (const CheckpointFile& f : source.files) {
+    if (!f.is_safetensors && !f.relative_path.ends_with(".safetensors.index.json")) {
+      out.other_files.emplace_back(f.relative_path, f.size);
+    }
+  }
   ASSIGN_OR_RETURN(Version next, store.NextVersion(options.channel));
   next = std::max(next, options.min_version);
   std::vector<std::string> paths;

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <weightcast/status.h>
@@ -62,6 +63,9 @@ struct PreparedVersion {
   double build_seconds = 0;   // layout and hashing of a full version (0 for a delta)
   double encode_seconds = 0;  // a delta: layout, then hashing and encoding in one pass
   double import_seconds = 0;  // links or copies into the store, and the commit (no re-hash)
+  // The files of the directory that are neither safetensors nor a safetensors index (name, size):
+  // published as opaque bytes, with no tensors (the publisher warns about them).
+  std::vector<std::pair<std::string, uint64_t>> other_files;
 };
 
 // The metadata key that records which directory a version was published from.

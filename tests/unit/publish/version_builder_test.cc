@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <fstream>
 #include <map>
 #include <vector>
 
@@ -338,6 +339,31 @@ TEST(ReloadVersion, RebuildsTheSamePayloadsAndSignature) {
   ASSERT_TRUE(full.ok());
   EXPECT_EQ(full->payloads, nullptr);
   EXPECT_EQ(ReloadVersion(f.store, Version(9), Options()).status().code(), Code::kNotFound);
+}
+
+}  // namespace
+}  // namespace weightcast::publish
+
+namespace weightcast::publish {
+namespace {
+
+// The publisher warns about these (issue 17): everything but safetensors files and their index.
+TEST(PrepareVersion, ListsTheFilesThatAreNotSafetensors) {
+  Fixture f(0);
+  const fs::path dir = f.trainer / "step-0000";
+  {
+    std::ofstream out(dir / "optimizer.pt", std::ios::binary);
+    out << std::string(3000, 'x');
+  }
+  auto v = PrepareVersion(f.store, dir, Options());
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  std::map<std::string, uint64_t> other(v->other_files.begin(), v->other_files.end());
+  EXPECT_EQ(other.count("optimizer.pt"), 1u);
+  EXPECT_EQ(other["optimizer.pt"], 3000u);
+  for (const auto& [name, size] : other) {
+    EXPECT_FALSE(name.ends_with(".safetensors")) << name;
+    EXPECT_FALSE(name.ends_with(".safetensors.index.json")) << name;
+  }
 }
 
 }  // namespace
