@@ -54,8 +54,8 @@ grep -q '"bytes":67108864' "$tmp/recv.json" || fail "receiver did not get 64 MiB
 echo "ok: 64 MiB across namespaces: $(tail -1 "$tmp/send.json")"
 
 # 2. Wrong secret: the sender is refused, the receiver logs why and keeps waiting.
-timeout 10 ip netns exec "$A" "$WC" net recv --listen 198.18.0.1:47301 --secret-file "$tmp/secret" \
-  --timeout 3 >"$tmp/recv2.json" 2>"$tmp/recv2.err" &
+timeout 15 ip netns exec "$A" "$WC" net recv --listen 198.18.0.1:47301 --secret-file "$tmp/secret" \
+  --timeout 8 >"$tmp/recv2.json" 2>"$tmp/recv2.err" &
 recv=$!
 sleep 0.5
 if timeout 10 ip netns exec "$B" "$WC" net send --connect 198.18.0.1:47301 \
