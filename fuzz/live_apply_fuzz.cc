@@ -37,14 +37,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<uint8_t> a(first + 2 * kGuard, 0xA5), b(last + 2 * kGuard, 0xA5);
   std::vector<uint8_t> fixed_bytes(fixed, 0x11);
   for (int hashing = 0; hashing < 2; ++hashing) {
-    const std::vector<ChunkPiece> pieces = {
-        {std::span<uint8_t>(a.data() + kGuard, first), {}},
-        {{}, fixed_bytes},
-        {std::span<uint8_t>(b.data() + kGuard, last), {}}};
+    const std::vector<ChunkPiece> pieces = {{std::span<uint8_t>(a.data() + kGuard, first), {}},
+                                            {{}, fixed_bytes},
+                                            {std::span<uint8_t>(b.data() + kGuard, last), {}}};
     static CodecScratch scratch;
     if (hashing) {
-      (void)ApplyChunkInPlaceHashing(payload, base_hash, pieces, HashAlgorithm::kXxh3_128,
-                                     scratch);
+      (void)ApplyChunkInPlaceHashing(payload, base_hash, pieces, HashAlgorithm::kXxh3_128, scratch);
     } else {
       (void)ApplyChunkInPlace(payload, base_hash, pieces, scratch);
     }

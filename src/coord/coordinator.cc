@@ -670,8 +670,8 @@ Result<uint64_t> Coordinator::OnPublish(const net::PeerInfo& peer, const wire::P
   } else if (const wire::ChannelWriter* writer = log_->writer(m.channel);
              writer != nullptr && writer->node_id() != peer.node_id.value() &&
              WriterLiveLocked(m.channel, *writer, now)) {
-    return FailedPrecondition("publish: channel " + m.channel + " already has a writer: " +
-                              DescribeWriter(*writer, UnixMs()) +
+    return FailedPrecondition("publish: channel " + m.channel +
+                              " already has a writer: " + DescribeWriter(*writer, UnixMs()) +
                               "; only it may publish (register as a publisher to take over)");
   }
   if (verified.duplicate) {

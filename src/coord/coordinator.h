@@ -138,8 +138,7 @@ class Coordinator {
   bool WriterLiveLocked(std::string_view channel, const wire::ChannelWriter& writer,
                         net::TimePoint now) const;
   // Refuses a publisher `node` that is not the holder of `channel`'s lease (a fenced one).
-  Status CheckNotFencedLocked(std::string_view channel, PeerId node,
-                              uint64_t held_epoch) const;
+  Status CheckNotFencedLocked(std::string_view channel, PeerId node, uint64_t held_epoch) const;
   // What one request on a served connection gets: a reply to send now, or none (a heartbeat
   // parked for a long poll, or a wake); for a parked heartbeat, `*held_until` is its deadline.
   std::optional<wire::Envelope> Dispatch(uint64_t session, const net::PeerInfo& peer,
@@ -191,7 +190,7 @@ class Coordinator {
   CoordinatorOptions options_;
   const net::Clock& clock_;
   const net::Duration sweep_period_;  // the smaller of heartbeat_interval / 4 and 100 ms
-  const net::TimePoint started_;       // writers logged before a restart get a timeout from here
+  const net::TimePoint started_;      // writers logged before a restart get a timeout from here
   CoordinatorCounters counters_;
 
   mutable std::mutex mu_;

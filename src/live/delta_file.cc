@@ -109,8 +109,7 @@ Status WriteDeltaFileAt(const fs::path& path, const Manifest& manifest,
 }
 
 Result<std::vector<uint64_t>> CheckDeltaFileBytes(std::span<const uint8_t> b,
-                                                  const Manifest& manifest,
-                                                  std::string_view name) {
+                                                  const Manifest& manifest, std::string_view name) {
   if (!manifest.delta.has_value()) return NotFound("version has no delta table");
   const DeltaInfo& d = *manifest.delta;
   const uint64_t total = PayloadTotal(d);

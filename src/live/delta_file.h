@@ -45,8 +45,7 @@ Status WriteDeltaFileAt(const std::filesystem::path& path, const Manifest& manif
 // total, size) and returns where each chunk's payload starts. Never reads outside `bytes`.
 // kCorrupt otherwise. Payload hashes are checked later, one by one (DeltaFile::Payload).
 Result<std::vector<uint64_t>> CheckDeltaFileBytes(std::span<const uint8_t> bytes,
-                                                  const Manifest& manifest,
-                                                  std::string_view name);
+                                                  const Manifest& manifest, std::string_view name);
 
 // A delta file opened read-only against the manifest it must belong to.
 class DeltaFile {

@@ -125,8 +125,8 @@ Result<std::string> StoreWriterId(const fs::path& store) {
 // chat templates): named at INFO. Anything else that is not safetensors (an optimizer state, a
 // pickled .bin or .pt checkpoint) is probably not meant for every agent: a WARN.
 bool MetadataLike(std::string_view name) {
-  for (std::string_view suffix : {".json", ".txt", ".md", ".model", ".tiktoken", ".jinja",
-                                  ".yaml", ".yml", ".py"}) {
+  for (std::string_view suffix :
+       {".json", ".txt", ".md", ".model", ".tiktoken", ".jinja", ".yaml", ".yml", ".py"}) {
     if (name.ends_with(suffix)) return true;
   }
   return false;
