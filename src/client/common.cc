@@ -149,4 +149,22 @@ std::string FormatSeconds(std::chrono::nanoseconds d) {
   return text.str();
 }
 
+NodeStatus ToNodeStatus(const agent::SwarmProgress& p) {
+  NodeStatus s;
+  s.version = p.version.value();
+  s.delta = p.delta;
+  s.chunks_done = p.chunks_done;
+  s.chunks_total = p.chunks_total;
+  s.bytes_done = p.bytes_done;
+  s.bytes_total = p.bytes_total;
+  s.bytes_received = p.bytes_received;
+  s.bytes_sent = p.bytes_sent;
+  s.chunks_failed = p.chunks_failed;
+  s.peers = p.peers;
+  s.complete = p.complete;
+  s.committed = p.committed;
+  s.error = p.error;
+  return s;
+}
+
 }  // namespace weightcast::client

@@ -11,9 +11,11 @@
 #include <vector>
 
 #include <weightcast/options.h>
+#include <weightcast/progress.h>
 #include <weightcast/status.h>
 #include <weightcast/tensor.h>
 
+#include "agent/swarm_node.h"
 #include "client/tensor_writer.h"
 #include "metrics/log.h"
 
@@ -36,6 +38,9 @@ Status CheckStorePath(const std::filesystem::path& root);
 // shape) and converted; kInvalidArgument naming the first bad tensor. The spans are copied as
 // they are (no bytes are copied).
 Result<std::vector<TensorBytes>> CheckTensors(std::span<const TensorView> tensors);
+
+// The public NodeStatus of a swarm node's progress (the fields both daemons report alike).
+NodeStatus ToNodeStatus(const agent::SwarmProgress& p);
 
 // A timeout in messages: "0.2 s", "30 s".
 std::string FormatSeconds(std::chrono::nanoseconds d);

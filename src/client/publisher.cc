@@ -411,20 +411,7 @@ Result<NodeStatus> Publisher::status() const {
     return FailedPrecondition("publisher is closed");
   }
   const agent::SwarmProgress p = seeder->progress();
-  NodeStatus s;
-  s.version = p.version.value();
-  s.delta = p.delta;
-  s.chunks_done = p.chunks_done;
-  s.chunks_total = p.chunks_total;
-  s.bytes_done = p.bytes_done;
-  s.bytes_total = p.bytes_total;
-  s.bytes_received = p.bytes_received;
-  s.bytes_sent = p.bytes_sent;
-  s.chunks_failed = p.chunks_failed;
-  s.peers = p.peers;
-  s.complete = p.complete;
-  s.committed = p.committed;
-  s.error = p.error;
+  NodeStatus s = ToNodeStatus(p);
   s.address = seeder->address();
   s.node_id = seeder->node_id().value();
   s.running = !seeder->stopped();
