@@ -411,7 +411,7 @@ Result<NodeStatus> Publisher::status() const {
     return FailedPrecondition("publisher is closed");
   }
   const agent::SwarmProgress p = seeder->progress();
-  NodeStatus s = ToNodeStatus(p);
+  NodeStatus s = client::ToNodeStatus(p);
   s.address = seeder->address();
   s.node_id = seeder->node_id().value();
   s.running = !seeder->stopped();

@@ -299,7 +299,7 @@ Result<NodeStatus> Subscriber::status() const {
   }
   const client::AgentRunner& agent = *impl_->agent;
   const agent::SwarmProgress p = agent.progress();
-  NodeStatus s = ToNodeStatus(p);
+  NodeStatus s = client::ToNodeStatus(p);
   s.running = !agent.exited();
   if (s.error.empty()) {
     const Status failure = s.running ? agent.coordinator_error() : agent.failure();
