@@ -142,14 +142,11 @@ Result<DeltaFile> DeltaFile::Open(const fs::path& store_root, const Manifest& ma
 
 Result<DeltaFile> DeltaFile::OpenAt(const fs::path& path, const Manifest& manifest) {
   if (!manifest.delta.has_value()) return NotFound("version has no delta table");
-  const DeltaInfo& d = *manifest.delta;
   std::error_code ec;
   if (!fs::exists(path, ec)) return NotFound("no delta file " + path.string());
   DeltaFile out;
   ASSIGN_OR_RETURN(out.file_, MappedFile::Open(path));
   ASSIGN_OR_RETURN(out.offsets_, CheckDeltaFileBytes(out.file_.bytes(), manifest, path.string()));
-  const uint64_t total = PayloadTotal(d);
-  out.payload_bytes_ = total;
   return out;
 }
 

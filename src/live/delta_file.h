@@ -59,12 +59,10 @@ class DeltaFile {
   // The payload of chunk `index`, checked against the manifest's payload hash (kCorrupt if it
   // differs). Empty for a `same` chunk.
   Result<std::span<const uint8_t>> Payload(const Manifest& manifest, ChunkIndex index) const;
-  uint64_t payload_bytes() const { return payload_bytes_; }
 
  private:
   MappedFile file_;
   std::vector<uint64_t> offsets_;  // where each chunk's payload starts in the file
-  uint64_t payload_bytes_ = 0;
 };
 
 // Removes the delta files of `channel` whose version is not in `keep`.

@@ -105,10 +105,8 @@ class LiveSet {
   // after which one delta (not a chain of two) brings it to the next version.
   Status CopyFrom(const LiveSet& other);
 
-  // The version the tensors hold (0 when none is known), and its manifest.
+  // The version the tensors hold (0 when none is known).
   Version version() const;
-  const std::shared_ptr<const Manifest>& held() const { return held_; }
-  const std::vector<LiveTensor>& tensors() const { return tensors_; }
 
  private:
   LiveSet(std::vector<LiveTensor> tensors, std::unique_ptr<TensorMemory> memory);

@@ -290,10 +290,6 @@ Result<MemoryPublished> MemoryChannelWriter::Finish() {
   return out;
 }
 
-Result<Version> MemoryChannelCurrent(const fs::path& dir, std::string_view channel) {
-  return ReadCurrent(MemoryChannelDir(dir, channel));
-}
-
 Result<Version> WaitMemoryChannel(const fs::path& dir, std::string_view channel,
                                   Version min_version, std::optional<double> timeout_seconds,
                                   const std::atomic<bool>* cancel) {

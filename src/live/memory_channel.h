@@ -106,9 +106,6 @@ class MemoryChannelWriter {
   int current_slot_ = -1;
 };
 
-// The current version of a memory channel (kNotFound when there is none yet).
-Result<Version> MemoryChannelCurrent(const std::filesystem::path& dir, std::string_view channel);
-
 // Blocks until the channel's current version is at least `min_version` (inotify on the channel's
 // directory), or `timeout` passes (kDeadlineExceeded; nullopt waits forever), or `*cancel` turns
 // true (kAborted; checked at least every 100 ms).
