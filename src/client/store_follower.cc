@@ -73,7 +73,10 @@ Status StoreFollower::CheckRootIsStore() const {
                               " is not a weightcast store (it is a file, not a directory)");
   }
   if (!missing && !std::filesystem::exists(root_ / ".lock", ec)) {
-    if (!std::filesystem::is_empty(root_, ec) && !ec) {
+    // Checked again after is_empty: a process creating the store may have made .lock between
+    // the two looks, and a directory holding only .lock is not empty.
+    if (!std::filesystem::is_empty(root_, ec) && !ec &&
+        !std::filesystem::exists(root_ / ".lock", ec)) {
       return FailedPrecondition(
           root_.string() +
           " is not a weightcast store (no .lock; a store is the --store directory of a "
