@@ -9,10 +9,11 @@ namespace weightcast {
 
 // About this many chunks per version. Each receiver finishes about K·c/B after S/B (c the chunk
 // size, B the link): a chunk takes source_slots·c/B to leave the source and about slots·c/B per
-// further hop, K ≈ 32 + 24·hops ≈ 75-80 for 100 to 1,000 nodes at the default tuning (measured in
-// the simulator, docs/simulator.md). The excess over the bound is then K/C of S/B for C chunks:
-// 8,192 chunks keep it near 1%. More chunks cost per-chunk work (a request, HAVEs to the peers,
-// a hash, a manifest entry of ~50 bytes) for a gain under 1%.
+// further hop; measured in the simulator at the default tuning, K ≈ 75 for the slowest of 100
+// nodes, ≈ 105 for the median and ≈ 150 for the slowest of 1,000 (docs/publish.md). The excess
+// over the bound is then K/C of S/B for C chunks: 8,192 chunks keep it near 1-2%. More chunks
+// cost per-chunk work (a request, HAVEs to the peers, a hash, a manifest entry of ~50 bytes) and
+// simulator time for a gain of a percent or less.
 inline constexpr uint64_t kAutoChunkTarget = 8192;
 // The smallest automatic chunk: the manifest format's minimum. At 64 KiB a chunk's messages
 // (one request, about a dozen HAVEs after suppression, a frame header: ~0.5 KB) are under 1% of
