@@ -15,10 +15,11 @@ namespace weightcast {
 // cost per-chunk work (a request, HAVEs to the peers, a hash, a manifest entry of ~50 bytes) and
 // simulator time for a gain of a percent or less.
 inline constexpr uint64_t kAutoChunkTarget = 8192;
-// The smallest automatic chunk: the manifest format's minimum. At 64 KiB a chunk's messages
-// (one request, about a dozen HAVEs after suppression, a frame header: ~0.5 KB) are under 1% of
-// its bytes.
-inline constexpr uint64_t kAutoChunkMin = 64ull << 10;
+// The smallest automatic chunk. Each chunk costs the agent fixed work (a request, HAVEs, thread
+// hand-offs, a hash call): on the emulated 16-host cluster (128 MiB at 50 Mbit/s, one binary,
+// one loaded machine) the slowest host took 1.50x S/B at 64 KiB, 1.20x at 128 KiB, 1.26x at
+// 256 KiB (docs/BENCHMARKS.md).
+inline constexpr uint64_t kAutoChunkMin = 128ull << 10;
 // The largest: each upload slot and request in flight holds up to a chunk, so memory per node
 // grows with c (56 items at the default tuning); past 64 MiB a 500 GB version still has
 // 7,451 chunks, the excess stays near 1%, and the bigger buffers would buy nothing.
