@@ -840,7 +840,7 @@ struct SwarmNode::Impl {
     Execute(target_.scheduler->OnUploadDone(Now(), e.peer, e.chunk));
   }
 
-  void Fail(Status status) {
+  void Fail(const Status& status) {
     Log("target failed: " + status.ToString());
     if (target_.error.empty()) target_.error = status.ToString();
     done_cv_.notify_all();
