@@ -11,8 +11,8 @@ constexpr uint64_t KiB = 1ull << 10, MiB = 1ull << 20, GiB = 1ull << 30;
 
 TEST(ChooseChunkSize, TheFiguresOfDocsPublish) {
   EXPECT_EQ(ChooseChunkSize(128 * MiB), 128 * KiB);  // 1,024 chunks (the floor)
-  EXPECT_EQ(ChooseChunkSize(1 * GiB), 128 * KiB);   // 8,192
-  EXPECT_EQ(ChooseChunkSize(8 * GiB), 1 * MiB);     // 8,192
+  EXPECT_EQ(ChooseChunkSize(1 * GiB), 128 * KiB);    // 8,192
+  EXPECT_EQ(ChooseChunkSize(8 * GiB), 1 * MiB);      // 8,192
   EXPECT_EQ(ChooseChunkSize(70'000'000'000), 16 * MiB);
   EXPECT_EQ(ChooseChunkSize(500'000'000'000), 64 * MiB);  // 7,451 chunks (the ceiling)
 }
