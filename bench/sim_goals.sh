@@ -2,19 +2,20 @@
 # The fleet-broadcast goals of docs/bench/sim.md: 500 GB at 10 Gbit/s to N = 100 and 1,000
 # receivers, full duplex, shared, with deaths and stragglers, and racks behind 4:1 uplinks.
 # Usage: bench/sim_goals.sh path/to/weightcast [N...]   (default N: 100 1000)
-# Scheduler settings for every run are in SCHED_ARGS (default below: adaptive per-peer windows,
-# 24 peers per node with 24 upload slots, 32 requests in flight per node, replacement peers
-# below 24); extra flags in SIM_ARGS.
-# CHUNK is the simulated chunk size (default 96MiB; the real default chunk is 8 MiB: smaller
-# chunks only shorten the pipeline, docs/bench/sim.md). Each run is recorded with its wall and
+# Scheduler settings: the agents' defaults (swarm/tuning.h: adaptive per-peer windows, 24 peers
+# per node with 24 upload slots, 32 requests in flight per node, replacement peers below 24),
+# which `weightcast sim` runs with no scheduler flag; SCHED_ARGS adds flags (session 3-4 runs
+# passed those same settings as flags). Extra flags in SIM_ARGS.
+# CHUNK is the simulated chunk size (default auto: what `weightcast publish` picks for 500 GB,
+# 64 MiB; the session 3-4 figures used CHUNK=96MiB). Each run is recorded with its wall and
 # user CPU seconds and the load average before and after it (the machine is shared).
 # Each run prints its JSON line; the last line is one JSON object holding all of them.
 set -euo pipefail
 wc_bin=${1:?usage: sim_goals.sh path/to/weightcast [N...]}
 shift
 sizes=("$@")
-chunk=${CHUNK:-96MiB}
-sched=${SCHED_ARGS:---adaptive-window --degree 24 --slots 24 --outstanding 32 --min-peers 24}
+chunk=${CHUNK:-auto}
+sched=${SCHED_ARGS:-}
 [ ${#sizes[@]} -eq 0 ] && sizes=(100 1000)
 runs=()
 cpu_file=$(mktemp)

@@ -22,8 +22,8 @@
 #                      down for DOWN_FOR s at FAULT_AT; or shape its link to RATE/10 throughout
 #   --fault-at S       default 0.4 x S/B;  --down-for S  default 5
 #   --delay D          one-way delay added to each host's upload (needs netem)
-#   --chunk-size C     weightcast publish --chunk-size (default: the publisher's, 8MiB)
-#   --degree D         weightcast coordinator --degree: peers per agent (default: its own, 6)
+#   --chunk-size C     weightcast publish --chunk-size (default: the publisher's, auto: 128KiB for 128MiB)
+#   --degree D         weightcast coordinator --degree: peers per agent (default: its own, 24)
 #   --commit-policy P  weightcast coordinator --commit-policy (default: its own, all: the fleet
 #                      commits together, so a slow host holds everyone's commit; quorum:0.9
 #                      lets 14 of 15 agents commit without it)

@@ -160,7 +160,6 @@ struct SwarmNode::Impl {
   Impl(Store& store, net::Transport& transport, SwarmNodeOptions options)
       : store_(store), transport_(transport), options_(std::move(options)) {
     if (!options_.log) options_.log = [](std::string_view) {};
-    if (options_.upload_slots == 0) options_.upload_slots = options_.source ? 8 : 4;
     if (options_.trace_interval <= net::Duration::zero()) {
       if (const char* env = std::getenv("WEIGHTCAST_SWARM_TRACE")) {
         options_.trace_interval = std::chrono::milliseconds(std::atol(env));
@@ -843,7 +842,7 @@ struct SwarmNode::Impl {
     Execute(target_.scheduler->OnUploadDone(Now(), e.peer, e.chunk));
   }
 
-  void Fail(Status status) {
+  void Fail(const Status& status) {
     Log("target failed: " + status.ToString());
     if (target_.error.empty()) target_.error = status.ToString();
     done_cv_.notify_all();
@@ -1021,11 +1020,17 @@ struct SwarmNode::Impl {
     // queue of 32 would refuse most of a peer's requests (each refusal parks the chunk for the
     // refusal backoff). Windows, slots and queues keep the bytes they would hold for whole
     // chunks, in as many items as that makes (bounded).
+    swarm::ApplyTuning(options_.tuning, options_.source || target_.source, so);
     const uint32_t scale = ItemScale();
-    so.window_per_peer = std::min<uint32_t>(std::max<uint32_t>(options_.window_per_peer, 1) * scale,
-                                            std::max<uint32_t>(options_.window_per_peer, 64));
-    so.max_outstanding = std::min<uint32_t>(std::max<uint32_t>(options_.max_outstanding, 1) * scale,
-                                            std::max<uint32_t>(options_.max_outstanding, 1024));
+    const uint32_t window = std::max<uint32_t>(so.window_per_peer, 1);
+    const uint32_t outstanding = std::max<uint32_t>(so.max_outstanding, 1);
+    const uint32_t slots = so.upload_slots;
+    so.window_per_peer = std::min<uint32_t>(window * scale, std::max<uint32_t>(window, 64));
+    so.max_window_per_peer = std::max(
+        so.window_per_peer, std::min<uint32_t>(so.max_window_per_peer * scale,
+                                               std::max<uint32_t>(so.max_window_per_peer, 256)));
+    so.max_outstanding =
+        std::min<uint32_t>(outstanding * scale, std::max<uint32_t>(outstanding, 1024));
     // A delta target still serves whole chunks to peers not on the base (late joiners), and
     // each running upload holds its chunk in memory: the scaled slots are bounded so that they
     // hold at most kUploadBudget of whole chunks (never fewer than the configured slots).
@@ -1033,11 +1038,9 @@ struct SwarmNode::Impl {
     const uint64_t max_chunk = std::max<uint64_t>(t.manifest.chunk_size, 1);
     const uint32_t budget_slots =
         static_cast<uint32_t>(std::min<uint64_t>(kUploadBudget / max_chunk, 64));
-    so.upload_slots = std::max<uint32_t>(
-        options_.upload_slots, std::min<uint32_t>(options_.upload_slots * scale, budget_slots));
+    so.upload_slots = std::max<uint32_t>(slots, std::min<uint32_t>(slots * scale, budget_slots));
     so.serve_queue_limit = std::min<uint32_t>(so.serve_queue_limit * scale, 1024);
     target_.scheduler_window = so.window_per_peer;
-    so.request_timeout = options_.request_timeout;
     so.spread_first = target_.source;
     if (target_.source && t.manifest.delta) {
       // Only chunks with a payload are ever asked of a delta source by nodes on the base.

@@ -39,6 +39,7 @@
 #include "manifest/manifest.h"
 #include "net/transport.h"
 #include "store/store.h"
+#include "swarm/tuning.h"
 
 namespace weightcast::metrics {
 class Histogram;
@@ -62,11 +63,10 @@ struct SwarmNodeOptions {
   std::vector<std::string> tensor_patterns{};
   // A seed (publisher): spreads distinct chunks first and takes more upload slots.
   bool source = false;
-  // Scheduler knobs (swarm::SchedulerOptions); 0 picks the default for agent or source.
-  uint32_t window_per_peer = 2;
-  uint32_t max_outstanding = 64;
-  uint32_t upload_slots = 0;  // default 4 for an agent, 8 for a source
-  net::Duration request_timeout = std::chrono::seconds(30);
+  // Scheduler settings: the defaults are the ones `weightcast sim` runs and proves
+  // (swarm/tuning.h). A source takes the source's slots. Windows, slots and queues count whole
+  // chunks; for delta payloads they are scaled to hold as many bytes (RestartScheduler).
+  swarm::Tuning tuning{};
   // Threads that check, decode and write received chunks. 0: one per hardware thread, 2 to 8
   // (a delta step is bound by decoding and hashing a whole version).
   size_t workers = 0;

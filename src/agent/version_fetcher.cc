@@ -241,7 +241,7 @@ class Transfer {
 
   // A chunk that failed verification (or that the server could not send) is asked for whole
   // once more; a second failure ends the fetch.
-  Status Retry(uint32_t chunk, Status why) {
+  Status Retry(uint32_t chunk, const Status& why) {
     {
       std::lock_guard lock(mu_);
       int& attempts = outstanding_[chunk];

@@ -19,6 +19,7 @@
 #include "metrics/registry.h"
 #include "net/handshake.h"
 #include "net/tcp_transport.h"
+#include "swarm/tuning.h"
 #include "util/file.h"
 #include "util/text.h"
 
@@ -29,7 +30,7 @@ struct CoordinatorFlags {
   std::string listen;
   std::string state_dir;
   std::string heartbeat_timeout = "3s";
-  uint32_t degree = 6;
+  uint32_t degree = swarm::Tuning{}.degree;  // what `weightcast sim` runs (swarm/tuning.h)
   std::string commit_policy = "all";
   std::string prepare_deadline = "10m";
   std::string metrics;
@@ -155,7 +156,8 @@ void SetupCoordinator(CLI::App& app) {
                   "Silence after which a node is marked dead (nodes heartbeat 3x as often)")
       ->capture_default_str();
   cmd->add_option("--degree", flags->degree,
-                  "Peers per agent in the peer lists (publishers get twice as many)")
+                  "Peers per agent in the peer lists (publishers get at least " +
+                      std::to_string(swarm::Tuning{}.source_degree) + ")")
       ->capture_default_str();
   cmd->add_option("--commit-policy", flags->commit_policy,
                   "When a version commits: all (every live agent prepared), quorum:F (a fraction "

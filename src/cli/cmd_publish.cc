@@ -35,7 +35,7 @@ struct PublishFlags {
   std::string until;  // default depends on --dir / --watch
   std::string settle = "2s";
   std::string upload_limit;
-  std::string chunk_size = "8MiB";
+  std::string chunk_size = "auto";
   std::string import = "auto";
   std::string writer_id;
   bool take_over = false;
@@ -84,10 +84,13 @@ Status RunPublish(const PublishFlags& flags) {
                                            : flags.dir.empty()  ? "never"
                                                                 : "replicated"));
   ASSIGN_OR_RETURN(auto settle, ParseDuration(flags.settle));
-  ASSIGN_OR_RETURN(uint64_t chunk_size, ParseSize(flags.chunk_size));
-  if (chunk_size < kMinChunkSize || chunk_size > kMaxChunkSize) {
-    return InvalidArgument("--chunk-size must be between " + FormatBytes(kMinChunkSize) + " and " +
-                           FormatBytes(kMaxChunkSize));
+  uint64_t chunk_size = publish::kAutoChunkSize;
+  if (flags.chunk_size != "auto") {
+    ASSIGN_OR_RETURN(chunk_size, ParseSize(flags.chunk_size));
+    if (chunk_size < kMinChunkSize || chunk_size > kMaxChunkSize) {
+      return InvalidArgument("--chunk-size must be auto or between " + FormatBytes(kMinChunkSize) +
+                             " and " + FormatBytes(kMaxChunkSize));
+    }
   }
 
   publish::PublisherOptions options;
@@ -203,7 +206,9 @@ void SetupPublish(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--upload-limit", flags->upload_limit,
                   "Upload rate limit, bytes/s (e.g. 100MiB)");
-  cmd->add_option("--chunk-size", flags->chunk_size, "Chunk size of new versions")
+  cmd->add_option("--chunk-size", flags->chunk_size,
+                  "Chunk size of new versions; auto: the channel's current chunk size, or for "
+                  "a channel's first version one chosen from its size (docs/publish.md)")
       ->capture_default_str();
   cmd->add_option("--import", flags->import,
                   "How files enter the store: auto (hard links on one filesystem), copy, hardlink")

@@ -15,11 +15,13 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "manifest/chunk_size.h"
 #include "rollout/types.h"
 #include "sim/fleet.h"
 #include "sim/progress_plot.h"
 #include "sim/reference.h"
 #include "sim/rollout.h"
+#include "swarm/tuning.h"
 #include "util/file.h"
 #include "util/text.h"
 
@@ -29,7 +31,7 @@ namespace {
 struct SimFlags {
   uint32_t nodes = 100;
   std::string size = "500GB";
-  std::string chunk = "256MiB";
+  std::string chunk = "auto";  // the publisher's rule for --size (ChooseChunkSize)
   double gbps = 10;
   bool shared = false;
   double latency_us = 100;
@@ -39,17 +41,9 @@ struct SimFlags {
   double stragglers = 0, straggler_speed = 0.5;
   double late = 0, late_at = 0.25;
   double source_leaves_at = -1;
-  uint32_t degree = 16;
-  uint32_t source_degree = 32;
-  uint32_t source_slots = 32;
-  uint32_t window = 1;
-  uint32_t outstanding = 16;
-  bool adaptive = false;
-  uint32_t max_window = 4;
-  uint32_t min_peers = 0;
-  uint32_t endgame = 2;
-  uint32_t slots = 16;
-  double timeout = 30;
+  // Scheduler settings: an agent's defaults (swarm/tuning.h) unless a flag says otherwise.
+  swarm::Tuning tuning{};
+  double timeout = std::chrono::duration<double>(swarm::Tuning{}.request_timeout).count();
   double rebalance_ms = 100;
   uint64_t seed = 1;
   std::string out;
@@ -142,7 +136,11 @@ Status RunSim(const SimFlags& f) {
   sim::FleetConfig c;
   c.receivers = f.nodes;
   ASSIGN_OR_RETURN(c.total_bytes, ParseSize(f.size));
-  ASSIGN_OR_RETURN(c.chunk_bytes, ParseSize(f.chunk));
+  if (f.chunk == "auto") {
+    c.chunk_bytes = ChooseChunkSize(c.total_bytes);
+  } else {
+    ASSIGN_OR_RETURN(c.chunk_bytes, ParseSize(f.chunk));
+  }
   if (f.gbps <= 0) return InvalidArgument("--gbps must be positive");
   c.bandwidth = f.gbps * 1e9 / 8;
   c.shared = f.shared;
@@ -156,17 +154,9 @@ Status RunSim(const SimFlags& f) {
   c.late_fraction = f.late;
   c.late_at = f.late_at;
   c.source_leaves_at = f.source_leaves_at;
-  c.degree = f.degree;
-  c.source_degree = f.source_degree;
-  c.source_slots = f.source_slots;
-  c.window_per_peer = f.window;
-  c.max_outstanding = f.outstanding;
-  c.adaptive_window = f.adaptive;
-  c.max_window_per_peer = f.max_window;
-  c.min_peers = f.min_peers;
-  c.endgame_max_requests = f.endgame;
-  c.upload_slots = f.slots;
-  c.request_timeout = f.timeout;
+  c.tuning = f.tuning;
+  if (f.timeout <= 0) return InvalidArgument("--timeout must be positive");
+  c.tuning.request_timeout = std::chrono::nanoseconds(static_cast<int64_t>(f.timeout * 1e9));
   c.rebalance_interval = f.rebalance_ms * 1e-3;
   c.seed = f.seed;
   if (f.die + f.stragglers + f.late > 1) {
@@ -349,6 +339,15 @@ Status RunSim(const SimFlags& f) {
   j["die"] = f.die;
   j["stragglers"] = f.stragglers;
   j["late"] = f.late;
+  j["tuning"] = {{"degree", c.tuning.degree},
+                 {"source_degree", c.tuning.SourceDegree()},
+                 {"window", c.tuning.window_per_peer},
+                 {"max_window", c.tuning.max_window_per_peer},
+                 {"adaptive_window", c.tuning.adaptive_window},
+                 {"outstanding", c.tuning.max_outstanding},
+                 {"slots", c.tuning.upload_slots},
+                 {"source_slots", c.tuning.source_upload_slots},
+                 {"min_peers", c.tuning.min_peers}};
   j["lower_bound_s"] = r.lower_bound;
   j["p50_s"] = p50;
   j["p99_s"] = p99;
@@ -384,7 +383,10 @@ void SetupSim(CLI::App& app) {
       "sim", "Simulate a broadcast to a modelled fleet with the real swarm scheduler");
   cmd->add_option("-n,--nodes", f->nodes, "Receivers (the source is extra)")->capture_default_str();
   cmd->add_option("--size", f->size, "Snapshot bytes S, e.g. 500GB")->capture_default_str();
-  cmd->add_option("--chunk", f->chunk, "Chunk size c in the simulation")->capture_default_str();
+  cmd->add_option(
+         "--chunk", f->chunk,
+         "Chunk size c in the simulation; auto: what `weightcast publish` picks for --size")
+      ->capture_default_str();
   cmd->add_option("--gbps", f->gbps, "Per-node bandwidth B, Gbit/s")->capture_default_str();
   cmd->add_flag("--shared", f->shared, "One capacity shared by upload and download");
   cmd->add_option("--latency-us", f->latency_us, "One-way link latency")->capture_default_str();
@@ -398,25 +400,33 @@ void SetupSim(CLI::App& app) {
   cmd->add_option("--late", f->late, "Fraction of receivers that join late");
   cmd->add_option("--late-at", f->late_at, "When they join, as a fraction of the lower bound");
   cmd->add_option("--source-leaves-at", f->source_leaves_at, "Seconds; the source leaves then");
-  cmd->add_option("--degree", f->degree, "Peers per node")->capture_default_str();
-  cmd->add_option("--source-degree", f->source_degree, "Peers of the source (0: --degree)")
+  // Defaults shown are an agent's (swarm/tuning.h): with no scheduler flag the simulation runs
+  // exactly what the agents run.
+  cmd->add_option("--degree", f->tuning.degree, "Peers per node")->capture_default_str();
+  cmd->add_option("--source-degree", f->tuning.source_degree,
+                  "Peers of the source (at least --degree)")
       ->capture_default_str();
-  cmd->add_option("--source-slots", f->source_slots,
+  cmd->add_option("--source-slots", f->tuning.source_upload_slots,
                   "Concurrent uploads of the source (0: --slots)")
       ->capture_default_str();
-  cmd->add_option("--window", f->window, "Requests in flight per peer")->capture_default_str();
-  cmd->add_option("--outstanding", f->outstanding, "Requests in flight per node")
+  cmd->add_option("--window", f->tuning.window_per_peer, "Requests in flight per peer")
       ->capture_default_str();
-  cmd->add_flag("--adaptive-window", f->adaptive,
-                "Per-peer windows follow each peer's measured speed (up to --max-window)");
-  cmd->add_option("--max-window", f->max_window, "Largest adaptive window per peer")
+  cmd->add_option("--outstanding", f->tuning.max_outstanding, "Requests in flight per node")
       ->capture_default_str();
-  cmd->add_option("--min-peers", f->min_peers,
+  cmd->add_flag("--adaptive-window,!--no-adaptive-window", f->tuning.adaptive_window,
+                "Per-peer windows follow each peer's measured speed (up to --max-window); on "
+                "by default, as in the agents")
+      ->capture_default_str();
+  cmd->add_option("--max-window", f->tuning.max_window_per_peer, "Largest adaptive window per peer")
+      ->capture_default_str();
+  cmd->add_option("--min-peers", f->tuning.min_peers,
                   "Ask for replacement peers when fewer stay connected (0: never)")
       ->capture_default_str();
-  cmd->add_option("--endgame", f->endgame, "Peers a chunk may be asked of at the end")
+  cmd->add_option("--endgame", f->tuning.endgame_max_requests,
+                  "Peers a chunk may be asked of at the end")
       ->capture_default_str();
-  cmd->add_option("--slots", f->slots, "Concurrent uploads per node")->capture_default_str();
+  cmd->add_option("--slots", f->tuning.upload_slots, "Concurrent uploads per node")
+      ->capture_default_str();
   cmd->add_option("--timeout", f->timeout, "Request timeout, seconds")->capture_default_str();
   cmd->add_option("--rebalance-ms", f->rebalance_ms, "Max-min rate recomputation interval")
       ->capture_default_str();

@@ -159,7 +159,7 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Open(CoordinatorOptions option
     return InvalidArgument("coordinator: heartbeat interval must be above 0 and below the timeout");
   }
   if (options.degree < 2) return InvalidArgument("coordinator: --degree must be at least 2");
-  if (options.source_degree == 0) options.source_degree = 2 * options.degree;
+  options.source_degree = std::max(options.source_degree, options.degree);
   if (options.source_degree < 2) {
     return InvalidArgument("coordinator: source degree must be at least 2");
   }

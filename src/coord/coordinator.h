@@ -40,6 +40,7 @@
 #include "coord/version_log.h"
 #include "net/clock.h"
 #include "net/transport.h"
+#include "swarm/tuning.h"
 
 namespace weightcast::coord {
 
@@ -66,9 +67,11 @@ struct CoordinatorOptions {
   std::string secret;  // the cluster secret: verifies published manifests
   net::Duration heartbeat_timeout = std::chrono::seconds(3);
   net::Duration heartbeat_interval{};  // zero: a third of heartbeat_timeout
-  uint32_t degree = 6;                 // peer-list degree of agents (at least 2)
-  uint32_t source_degree = 0;          // zero: twice `degree` (a publisher feeds more peers)
-  double same_rack_fraction = 0.75;
+  // Peer lists: the defaults are the ones `weightcast sim` runs (swarm/tuning.h).
+  uint32_t degree = swarm::Tuning{}.degree;  // peer-list degree of agents (at least 2)
+  // A publisher's bound (it feeds more peers); zero or below `degree`: `degree`.
+  uint32_t source_degree = swarm::Tuning{}.source_degree;
+  double same_rack_fraction = swarm::Tuning{}.same_rack_fraction;
   uint64_t seed = 1;  // peer lists are a deterministic function of membership and seed
   // A dead node stays listed (alive = false) this long after its last heartbeat, then is
   // forgotten, so restarted nodes with fresh random ids do not pile up.

@@ -411,7 +411,7 @@ class TcpConn : public std::enable_shared_from_this<TcpConn> {
 
   // Records why the connection ended (first reason wins), wakes every waiter
   // and closes the socket on the strand, which ends the three loops.
-  void Fail(Status status, bool log) {
+  void Fail(const Status& status, bool log) {
     {
       std::lock_guard lock(mu_);
       if (!status_.ok()) return;

@@ -46,6 +46,16 @@ bool DeltaPays(const Manifest& base, const Manifest& target) {
   return base.chunk_size == target.chunk_size && base.hash_algorithm == target.hash_algorithm;
 }
 
+}  // namespace
+
+uint64_t ResolveChunkSize(uint64_t requested, uint64_t total_bytes, const Manifest* current) {
+  if (requested != kAutoChunkSize) return requested;
+  if (current != nullptr && current->chunk_size != 0) return current->chunk_size;
+  return ChooseChunkSize(total_bytes);
+}
+
+namespace {
+
 struct Encoded {
   DeltaInfo delta;
   std::shared_ptr<agent::PayloadCache> payloads;
@@ -129,22 +139,26 @@ Result<PreparedVersion> PrepareVersion(Store& store, const fs::path& dir,
   start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(staged.dir()));
   RETURN_IF_ERROR(SameFiles(source, checkpoint));
-  ASSIGN_OR_RETURN(out.manifest,
-                   BuildManifestLayout(checkpoint, options.channel, next, options.build));
-  for (const auto& [key, value] : options.metadata) out.manifest.metadata[key] = value;
-
   // The base: the version the store has current, which is what the publisher last published
   // (or rolled back to). Nodes holding it fetch payloads; everyone else fetches whole chunks.
-  std::optional<Manifest> base;
+  std::optional<Manifest> current_manifest;
   Result<Version> current = store.Current(options.channel);
   if (!current.ok() && current.status().code() != Code::kNotFound) return current.status();
-  if (options.delta && current.ok()) {
-    ASSIGN_OR_RETURN(Manifest m, store.GetManifest(options.channel, *current));
-    if (DeltaPays(m, out.manifest)) base = std::move(m);
+  if (current.ok()) {
+    ASSIGN_OR_RETURN(current_manifest, store.GetManifest(options.channel, *current));
+  }
+  BuildOptions build = options.build;
+  build.chunk_size = ResolveChunkSize(build.chunk_size, checkpoint.total_bytes(),
+                                      current_manifest ? &*current_manifest : nullptr);
+  ASSIGN_OR_RETURN(out.manifest, BuildManifestLayout(checkpoint, options.channel, next, build));
+  for (const auto& [key, value] : options.metadata) out.manifest.metadata[key] = value;
+  std::optional<Manifest> base;
+  if (options.delta && current_manifest && DeltaPays(*current_manifest, out.manifest)) {
+    base = std::move(current_manifest);
   }
   // The fast hashes come from the same pass as the chunk hashes (docs/verification.md).
   std::vector<Digest> hashes, fast_hashes;
-  std::vector<Digest>* fast = WantsFastHashes(options.build) ? &fast_hashes : nullptr;
+  std::vector<Digest>* fast = WantsFastHashes(build) ? &fast_hashes : nullptr;
   if (base.has_value()) {
     ASSIGN_OR_RETURN(Encoded encoded,
                      Encode(*base, store.VersionPath(options.channel, base->version), out.manifest,

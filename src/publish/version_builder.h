@@ -22,6 +22,7 @@
 #include "agent/payload_cache.h"
 #include "codec/version_codec.h"
 #include "manifest/builder.h"
+#include "manifest/chunk_size.h"
 #include "manifest/manifest.h"
 #include "store/store.h"
 
@@ -33,9 +34,19 @@ enum class ImportPolicy {
   kHardlink,  // always hard-link (fails across filesystems)
 };
 
+// BuildOptions::chunk_size that lets PrepareVersion choose (ResolveChunkSize).
+inline constexpr uint64_t kAutoChunkSize = 0;
+
+// The chunk size PrepareVersion cuts a version into (docs/publish.md, "Chunk size"): `requested`
+// unless it is kAutoChunkSize; then the chunk size of the channel's current version `current`
+// (null: none), so that a delta against it pairs chunks cut alike whatever the new size; else
+// ChooseChunkSize(total_bytes).
+uint64_t ResolveChunkSize(uint64_t requested, uint64_t total_bytes, const Manifest* current);
+
 struct PrepareOptions {
   std::string channel;
   std::string secret;  // the cluster secret that signs the manifest
+  // build.chunk_size: kAutoChunkSize picks it (ResolveChunkSize).
   BuildOptions build;
   codec::VersionCodecOptions codec;
   // Encode against the store's current version when there is one. Off: always a full version.

@@ -167,7 +167,7 @@ class RolloutTracker {
     std::string durable_reason;
   };
 
-  explicit RolloutTracker(TrackerOptions options) : options_(std::move(options)) {}
+  explicit RolloutTracker(TrackerOptions options) : options_(options) {}
   std::span<const TrackerAction> Flush() { return {actions_.data(), actions_.size()}; }
   void Decide(Version version, Decision decision, std::string reason);
   void RecordRollback(Version to, std::string reason);

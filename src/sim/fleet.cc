@@ -199,13 +199,13 @@ void Fleet::Replace(double now, uint32_t i, uint32_t lost, uint32_t count) {
   // anywhere; only live, joined nodes with room under the degree bound, never an old neighbour.
   for (uint32_t tries = 0; count > 0 && tries < 64; ++tries) {
     uint32_t lo = 0, hi = n;
-    if (cfg_.rack_size > 0 && unit(rng_) < cfg_.same_rack_fraction) {
+    if (cfg_.rack_size > 0 && unit(rng_) < cfg_.tuning.same_rack_fraction) {
       lo = (i / cfg_.rack_size) * cfg_.rack_size;
       hi = std::min(n, lo + cfg_.rack_size);
     }
     const uint32_t j = lo + static_cast<uint32_t>(rng_() % (hi - lo));
     if (j == i || j == lost || j == 0 || !nodes_[j].alive || !nodes_[j].joined) continue;
-    if (LinkIndex(i, j) >= 0 || live_links(j) > cfg_.degree) continue;
+    if (LinkIndex(i, j) >= 0 || live_links(j) > cfg_.tuning.degree) continue;
     nodes_[i].rev.push_back(static_cast<uint32_t>(nodes_[j].nbrs.size()));
     nodes_[j].rev.push_back(static_cast<uint32_t>(nodes_[i].nbrs.size()));
     nodes_[i].nbrs.push_back(j);
@@ -338,11 +338,11 @@ Result<FleetResult> Fleet::Run() {
   for (uint32_t i = 0; i < n; ++i) {
     infos[i].id = ToPeer(i);
     if (c.rack_size > 0) infos[i].rack = "r" + std::to_string(i / c.rack_size);
-    if (i == 0) infos[i].degree = c.source_degree;
+    if (i == 0) infos[i].degree = c.tuning.SourceDegree();
   }
   swarm::PeerListOptions plo;
-  plo.degree = c.degree;
-  plo.same_rack_fraction = c.same_rack_fraction;
+  plo.degree = c.tuning.degree;
+  plo.same_rack_fraction = c.tuning.same_rack_fraction;
   plo.seed = c.seed;
   ASSIGN_OR_RETURN(auto lists, swarm::BuildPeerLists(infos, plo));
 
@@ -353,15 +353,7 @@ Result<FleetResult> Fleet::Run() {
     swarm::SchedulerOptions so;
     so.chunk_count = chunks_;
     so.initial_have = i == 0 ? ChunkSet::Full(chunks_) : ChunkSet(chunks_);
-    so.window_per_peer = c.window_per_peer;
-    so.max_outstanding = c.max_outstanding;
-    so.adaptive_window = c.adaptive_window;
-    so.endgame_max_requests = c.endgame_max_requests;
-    so.max_window_per_peer = std::max(c.max_window_per_peer, c.window_per_peer);
-    so.min_peers = i == 0 ? 0 : c.min_peers;
-    so.upload_slots = i == 0 && c.source_slots > 0 ? c.source_slots : c.upload_slots;
-    so.serve_queue_limit = c.serve_queue_limit;
-    so.request_timeout = ToTime(c.request_timeout);
+    swarm::ApplyTuning(c.tuning, /*source=*/i == 0, so);
     so.spread_first = i == 0;
     so.seed = c.seed * 1000003 + i;
     ASSIGN_OR_RETURN(Scheduler sched, Scheduler::Create(std::move(so)));

@@ -10,6 +10,7 @@
 #include <weightcast/status.h>
 
 #include "swarm/scheduler.h"
+#include "swarm/tuning.h"
 
 namespace weightcast::sim {
 
@@ -34,22 +35,8 @@ struct FleetConfig {
   double source_leaves_at = -1;     // < 0: never
   double detect_delay = 1.0;        // seconds until peers notice a dead node
   double rebalance_interval = 0.1;  // seconds between max-min recomputations (sim/network.h)
-  // Swarm knobs.
-  uint32_t degree = 16;
-  uint32_t source_degree = 32;  // 0: same as degree
-  uint32_t source_slots = 32;   // 0: same as upload_slots
-  double same_rack_fraction = 0.9;
-  uint32_t window_per_peer = 1;
-  uint32_t max_outstanding = 16;
-  bool adaptive_window = false;  // swarm::SchedulerOptions::adaptive_window
-  uint32_t max_window_per_peer = 4;
-  uint32_t endgame_max_requests = 2;  // swarm::SchedulerOptions::endgame_max_requests
-  // A receiver that loses a peer and has fewer than this many asks for replacements, which the
-  // simulated coordinator draws like the peer-list builder (same rack with same_rack_fraction).
-  uint32_t min_peers = 0;
-  uint32_t upload_slots = 16;
-  uint32_t serve_queue_limit = 32;
-  double request_timeout = 30;
+  // Scheduler and peer-list settings: by default exactly what an agent runs (swarm/tuning.h).
+  swarm::Tuning tuning{};
   double tick = 0.5;
   uint64_t seed = 1;
   // Deliver a HAVE to a neighbour that already holds the chunk. Such a HAVE changes nothing the

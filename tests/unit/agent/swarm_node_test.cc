@@ -21,6 +21,7 @@
 #include "manifest/signed_manifest.h"
 #include "metrics/registry.h"
 #include "net/memory_transport.h"
+#include "swarm/tuning.h"
 #include "unit/store/store_test_util.h"
 
 namespace weightcast::agent {
@@ -152,7 +153,8 @@ TEST_F(Swarm, FullVersionThenDeltaReachEveryAgent) {
   ASSERT_TRUE(seed.swarm->Seed(v1, SignManifest(v1, kSecret), nullptr).ok());
   for (size_t i = 1; i < nodes_.size(); ++i) {
     ASSERT_TRUE(nodes_[i]->swarm->Fetch(v1, SignManifest(v1, kSecret)).ok());
-    EXPECT_EQ(nodes_[i]->swarm->progress().window, 2u);  // whole chunks: the default window
+    // Whole chunks: the default window (swarm/tuning.h, what `weightcast sim` runs).
+    EXPECT_EQ(nodes_[i]->swarm->progress().window, swarm::Tuning{}.window_per_peer);
   }
   Mesh();
   for (size_t i = 1; i < nodes_.size(); ++i) {
@@ -183,7 +185,8 @@ TEST_F(Swarm, FullVersionThenDeltaReachEveryAgent) {
   for (size_t i = 1; i < nodes_.size(); ++i) {
     ASSERT_TRUE(nodes_[i]->swarm->Fetch(v2, SignManifest(v2, kSecret)).ok());
     EXPECT_TRUE(nodes_[i]->swarm->progress().delta);
-    // Payloads of a few bytes where chunks hold kilobytes: pipelined far deeper than 2.
+    // Payloads of a few bytes where chunks hold kilobytes: pipelined far deeper than one chunk's
+    // window.
     EXPECT_GE(nodes_[i]->swarm->progress().window, 32u);
   }
   for (size_t i = 1; i < nodes_.size(); ++i) {

@@ -63,6 +63,7 @@ TEST(Coordinator, RegisterAnswersHeartbeatTimingAndRefusesBadInput) {
 TEST(Coordinator, PeerListsAreBoundedSymmetricAndCarryAddresses) {
   CoordinatorOptions options;
   options.degree = 3;
+  options.source_degree = 6;
   CoordinatorHarness h(options);
   ASSERT_TRUE(h.Start().ok());
   constexpr int kAgents = 12;
@@ -111,7 +112,7 @@ TEST(Coordinator, PeerListsAreBoundedSymmetricAndCarryAddresses) {
       }
     }
   }
-  // The publisher, with twice the degree, has more peers than any agent may.
+  // The publisher, with its larger bound (source_degree), has more peers than any agent may.
   EXPECT_GT(replies[7].peers_size(), 3);
 }
 

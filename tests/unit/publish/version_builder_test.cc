@@ -214,6 +214,29 @@ TEST(PrepareVersion, AnotherChunkSizeThanTheBaseIsFull) {
   EXPECT_FALSE(v2->manifest.delta.has_value());
 }
 
+TEST(PrepareVersion, AutoChunkSizeFollowsTheSizeThenKeepsTheChannels) {
+  Fixture f(1);
+  PrepareOptions o = Options();
+  o.build.chunk_size = kAutoChunkSize;
+  auto v1 = PrepareVersion(f.store, f.trainer / "step-0000", o);
+  ASSERT_TRUE(v1.ok()) << v1.status().ToString();
+  EXPECT_EQ(v1->manifest.chunk_size, ChooseChunkSize(v1->manifest.total_size()));
+  // The next version keeps it, so it is a delta against the first.
+  auto v2 = PrepareVersion(f.store, f.trainer / "step-0001", o);
+  ASSERT_TRUE(v2.ok()) << v2.status().ToString();
+  EXPECT_EQ(v2->manifest.chunk_size, v1->manifest.chunk_size);
+  EXPECT_TRUE(v2->manifest.delta.has_value());
+}
+
+TEST(ResolveChunkSize, ToldThenTheChannelsThenTheRule) {
+  Manifest current;
+  current.chunk_size = 4 * kMinChunkSize;
+  const uint64_t size = uint64_t{500'000'000'000};
+  EXPECT_EQ(ResolveChunkSize(2 * kMinChunkSize, size, &current), 2 * kMinChunkSize);
+  EXPECT_EQ(ResolveChunkSize(kAutoChunkSize, size, &current), 4 * kMinChunkSize);
+  EXPECT_EQ(ResolveChunkSize(kAutoChunkSize, size, nullptr), ChooseChunkSize(size));
+}
+
 TEST(PrepareVersion, HardLinksOnOneFilesystemAndCopiesWhenAsked) {
   Fixture f(1);
   auto v1 = PrepareVersion(f.store, f.trainer / "step-0000", Options());

@@ -10,8 +10,8 @@ FleetConfig Small() {
   c.receivers = 12;
   c.chunk_bytes = 16 << 20;
   c.total_bytes = 64ull * c.chunk_bytes;  // 1 GiB
-  c.degree = 4;
-  c.source_degree = 6;
+  c.tuning.degree = 4;
+  c.tuning.source_degree = 6;
   return c;
 }
 
@@ -50,10 +50,10 @@ TEST(Fleet, ConservesBytes) {
 TEST(Fleet, ReplacesDeadPeersAndStillConservesBytes) {
   FleetConfig c = Small();
   c.die_fraction = 0.25;
-  c.min_peers = c.degree;  // every receiver that loses a peer asks for one
-  c.detect_delay = 0.01;   // noticed while the 1 GiB transfer (0.86 s) is still running
-  c.adaptive_window = true;
-  c.max_outstanding = 6;
+  c.tuning.min_peers = c.tuning.degree;  // every receiver that loses a peer asks for one
+  c.detect_delay = 0.01;  // noticed while the 1 GiB transfer (0.86 s) is still running
+  c.tuning.adaptive_window = true;
+  c.tuning.max_outstanding = 6;
   Result<FleetResult> r = RunFleet(c);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_GT(r->replacement_peers, 0u);
@@ -97,9 +97,9 @@ TEST(Fleet, SkippingHavesToHoldersChangesNothing) {
   FleetConfig c = Small();
   c.die_fraction = 0.25;
   c.straggler_fraction = 0.2;
-  c.min_peers = c.degree;
-  c.adaptive_window = true;
-  c.max_outstanding = 8;
+  c.tuning.min_peers = c.tuning.degree;
+  c.tuning.adaptive_window = true;
+  c.tuning.max_outstanding = 8;
   Result<FleetResult> skip = RunFleet(c);
   c.have_to_holders = true;
   Result<FleetResult> all = RunFleet(c);

@@ -156,8 +156,8 @@ TEST(SimRollout, DrivesTheRolloutAfterASimulatedBroadcast) {
   fc.receivers = 12;
   fc.chunk_bytes = 16 << 20;
   fc.total_bytes = 64ull * fc.chunk_bytes;
-  fc.degree = 4;
-  fc.source_degree = 6;
+  fc.tuning.degree = 4;
+  fc.tuning.source_degree = 6;
   fc.die_fraction = 1.0 / 12;
   fc.die_at = 0.5;
   Result<FleetResult> fleet = RunFleet(fc);

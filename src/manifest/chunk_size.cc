@@ -1,0 +1,13 @@
+#include "manifest/chunk_size.h"
+
+namespace weightcast {
+
+uint64_t ChooseChunkSize(uint64_t total_bytes) {
+  uint64_t c = kAutoChunkMin;
+  while (c < kAutoChunkMax && total_bytes / c > kAutoChunkTarget) c <<= 1;
+  // total_bytes / c can exceed the target by a remainder: a 1 GiB + 1 B version still gets
+  // 128 KiB chunks (8,193 of them) rather than flipping to 256 KiB on one byte.
+  return c;
+}
+
+}  // namespace weightcast
