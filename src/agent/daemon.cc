@@ -409,6 +409,16 @@ Status Agent::Impl::Run() {
           return fast ? c.delta_chunks_fast : c.delta_chunks_sha256;
         });
   }
+  for (const bool memory : {true, false}) {
+    registry.CounterFunc(
+        "weightcast_agent_chunk_uploads_total",
+        "Whole chunks uploaded to peers, by where the bytes came from: the buffer they were "
+        "received in (memory) or a read of the store",
+        {{"channel", options.channel}, {"from", memory ? "memory" : "store"}}, [n, memory] {
+          const SwarmCounters c = n->counters();
+          return memory ? c.uploads_from_memory : c.uploads_from_store;
+        });
+  }
   registry.CounterFunc("weightcast_agent_peers_dropped_total", "Peers dropped (bad data, timeouts)",
                        labels, [n] { return n->counters().peers_dropped; });
   registry.GaugeFunc("weightcast_agent_peers", "Connected peers", labels,

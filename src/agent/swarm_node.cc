@@ -19,6 +19,7 @@
 #include <variant>
 
 #include "agent/protocol.h"
+#include "agent/recent_chunks.h"
 #include "codec/chunk_codec.h"
 #include "codec/version_codec.h"
 #include "hash/digest.h"
@@ -64,6 +65,8 @@ struct TargetData {
   // the staging (its unverified blocks could otherwise land on a chunk the new epoch verified).
   std::atomic<uint64_t> epoch{0};
   std::shared_mutex write_mu;
+  // Whole chunks verified lately, in the frames they came in: forwarded without a store read.
+  RecentChunks recent;
 
   SharedBytes Payload(ChunkIndex chunk) const {
     if (seed_payloads != nullptr) {
@@ -332,13 +335,12 @@ struct SwarmNode::Impl {
       auto bytes = ReadForUpload(item);
       bool sent = false;
       if (bytes.ok()) {
-        SharedBytes data = std::move(bytes).value();
+        HeldBytes data = std::move(bytes).value();
         net::ChunkHeader header{.version = item.target->manifest.version.value(),
                                 .chunk_index = item.chunk.value(),
-                                .payload_length = static_cast<uint32_t>(data->size()),
+                                .payload_length = static_cast<uint32_t>(data.bytes.size()),
                                 .encoding = static_cast<uint8_t>(item.kind)};
-        std::span<const uint8_t> view(*data);
-        if (!p.conn->SendChunk(header, view, data).ok()) return;
+        if (!p.conn->SendChunk(header, data.bytes, data.owner).ok()) return;
         // The upload ends when its bytes are with the network, not when they are queued: the
         // transport would take megabytes per connection, so the scheduler's upload slots and
         // spreading would not limit anything, and every request, have and cancel for this
@@ -346,7 +348,7 @@ struct SwarmNode::Impl {
         const Status flushed = p.conn->Flush(kUploadFlushTimeout);
         if (!flushed.ok() && flushed.code() != Code::kDeadlineExceeded) return;
         sent = true;
-        bytes_sent_ += data->size();
+        bytes_sent_ += data.bytes.size();
       } else {
         Log("cannot send chunk " + std::to_string(item.chunk.value()) + " of " +
             V(item.target->manifest.version) + " to peer " + std::to_string(id.value()) + ": " +
@@ -357,24 +359,34 @@ struct SwarmNode::Impl {
     }
   }
 
-  Result<SharedBytes> ReadForUpload(const UploadItem& item) {
-    const TargetData& t = *item.target;
-    SharedBytes data;
+  static HeldBytes Hold(SharedBytes bytes) {
+    const std::span<const uint8_t> view(*bytes);
+    return {view, std::move(bytes)};
+  }
+
+  Result<HeldBytes> ReadForUpload(const UploadItem& item) {
+    TargetData& t = *item.target;
+    HeldBytes data;
     if (item.kind == PayloadKind::kCodec) {
-      data = t.Payload(item.chunk);
-      if (data == nullptr) return NotFound("no payload held");
+      SharedBytes payload = t.Payload(item.chunk);
+      if (payload == nullptr) return NotFound("no payload held");
+      data = Hold(std::move(payload));
+    } else if (std::optional<HeldBytes> recent = t.recent.Get(item.chunk)) {
+      data = std::move(*recent);
+      ++uploads_from_memory_;
     } else {
       Result<std::vector<uint8_t>> bytes = NotFound("chunk not held");
       if (!t.committed.load() && t.staged) bytes = t.staged->ReadChunk(item.chunk);
       // Committed (or committed while we read the staging): read the version's files.
       if (!bytes.ok()) bytes = store_.ReadChunk(options_.channel, t.manifest.version, item.chunk);
       RETURN_IF_ERROR(bytes.status());
-      data = std::make_shared<const std::vector<uint8_t>>(std::move(bytes).value());
+      data = Hold(std::make_shared<const std::vector<uint8_t>>(std::move(bytes).value()));
+      ++uploads_from_store_;
     }
-    if (options_.corrupt_uploads_for_testing && !data->empty()) {
-      auto copy = std::make_shared<std::vector<uint8_t>>(*data);
+    if (options_.corrupt_uploads_for_testing && !data.bytes.empty()) {
+      auto copy = std::make_shared<std::vector<uint8_t>>(data.bytes.begin(), data.bytes.end());
       (*copy)[copy->size() / 2] ^= 0x01;
-      data = std::move(copy);
+      data = Hold(std::move(copy));
     }
     return data;
   }
@@ -695,12 +707,12 @@ struct SwarmNode::Impl {
     }
     target_.verifying[c] = true;
     auto data = target_.data;
-    auto shared = std::make_shared<net::Frame>(std::move(frame));
+    auto shared = std::make_shared<const net::Frame>(std::move(frame));
     const PeerId from = p.id;
     const auto kind = static_cast<PayloadKind>(header->encoding);
     const uint64_t epoch = data->epoch;
     pool_->Submit([this, data, shared, from, c, kind, epoch] {
-      Verified result = VerifyAndStore(*data, epoch, *shared, from, ChunkIndex(c), kind);
+      Verified result = VerifyAndStore(*data, epoch, shared, from, ChunkIndex(c), kind);
       if (result.status.code() == Code::kCorrupt && !result.decode_failed &&
           options_.on_bad_chunk) {
         options_.on_bad_chunk(from);
@@ -712,12 +724,13 @@ struct SwarmNode::Impl {
   // Runs on a worker: checks the chunk (or payload, then the decoded chunk) against the manifest
   // and writes it to the staging. A chunk is marked verified only after its bytes hashed to the
   // manifest's chunk hash.
-  Verified VerifyAndStore(TargetData& t, uint64_t epoch, const net::Frame& frame, PeerId from,
+  Verified VerifyAndStore(TargetData& t, uint64_t epoch,
+                          const std::shared_ptr<const net::Frame>& frame, PeerId from,
                           ChunkIndex chunk, PayloadKind kind) {
     Verified out{epoch, from, chunk, kind, Status::Ok()};
     const Manifest& m = t.manifest;
     const ByteRange range = m.ChunkRange(chunk);
-    std::span<const uint8_t> payload = frame.chunk_payload();
+    std::span<const uint8_t> payload = frame->chunk_payload();
     // Built only for an error: a delta step verifies hundreds of chunks a second.
     auto what = [&] { return "chunk " + std::to_string(chunk.value()) + " of " + V(m.version); };
     if (kind == PayloadKind::kRaw) {
@@ -728,6 +741,7 @@ struct SwarmNode::Impl {
       }
       out.status = t.staged->WriteChunk(chunk, payload);
       if (out.status.ok()) out.status = t.staged->MarkVerified(chunk);
+      if (out.status.ok()) t.recent.Put(chunk, {payload, frame});
       return out;
     }
     const DeltaChunk& d = m.delta->chunks[chunk.value()];
@@ -1465,7 +1479,8 @@ struct SwarmNode::Impl {
   bool qstop_ = false;
 
   std::atomic<uint64_t> bytes_received_{0}, bytes_sent_{0}, chunks_verified_{0}, chunks_failed_{0},
-      peers_dropped_{0}, delta_chunks_fast_{0}, delta_chunks_sha256_{0};
+      peers_dropped_{0}, delta_chunks_fast_{0}, delta_chunks_sha256_{0}, uploads_from_memory_{0},
+      uploads_from_store_{0};
 };
 
 SwarmNode::SwarmNode(Store& store, net::Transport& transport, SwarmNodeOptions options)
@@ -1505,10 +1520,11 @@ void SwarmNode::SetPeers(std::span<const PeerAddress> peers) { impl_->SetPeers(p
 SwarmProgress SwarmNode::progress() const { return impl_->Progress(); }
 
 SwarmCounters SwarmNode::counters() const {
-  return {impl_->bytes_received_.load(),     impl_->bytes_sent_.load(),
-          impl_->chunks_verified_.load(),    impl_->chunks_failed_.load(),
-          impl_->peers_dropped_.load(),      impl_->delta_chunks_fast_.load(),
-          impl_->delta_chunks_sha256_.load()};
+  return {impl_->bytes_received_.load(),      impl_->bytes_sent_.load(),
+          impl_->chunks_verified_.load(),     impl_->chunks_failed_.load(),
+          impl_->peers_dropped_.load(),       impl_->delta_chunks_fast_.load(),
+          impl_->delta_chunks_sha256_.load(), impl_->uploads_from_memory_.load(),
+          impl_->uploads_from_store_.load()};
 }
 
 Status SwarmNode::WaitComplete(net::Duration timeout) { return impl_->WaitComplete(timeout); }

@@ -123,6 +123,10 @@ struct SwarmCounters {
   // XXH3-128 (fast) or its SHA-256 chunk hash.
   uint64_t delta_chunks_fast = 0;
   uint64_t delta_chunks_sha256 = 0;
+  // Whole chunks uploaded, by where their bytes came from: the buffer they were received in
+  // (RecentChunks), or a read of the store.
+  uint64_t uploads_from_memory = 0;
+  uint64_t uploads_from_store = 0;
 };
 
 class SwarmNode {

@@ -169,6 +169,17 @@ TEST_F(Swarm, FullVersionThenDeltaReachEveryAgent) {
   for (size_t i = 1; i < nodes_.size(); ++i)
     agent_upload += nodes_[i]->swarm->counters().bytes_sent;
   EXPECT_GT(agent_upload, 0u);
+  // An agent forwards chunks from the frames they arrived in (RecentChunks: the whole version
+  // fits its budget here), never from a store read; the seed received nothing, so it reads.
+  for (size_t i = 1; i < nodes_.size(); ++i) {
+    const SwarmCounters c = nodes_[i]->swarm->counters();
+    EXPECT_EQ(c.uploads_from_store, 0u) << i;
+    if (c.bytes_sent > 0) {
+      EXPECT_GT(c.uploads_from_memory, 0u) << i;
+    }
+  }
+  EXPECT_GT(seed.swarm->counters().uploads_from_store, 0u);
+  EXPECT_EQ(seed.swarm->counters().uploads_from_memory, 0u);
   for (int i = 0; i < 200 && !seed.swarm->EveryChunkReplicated(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
