@@ -79,6 +79,9 @@ class StoreImpl {
   Result<std::vector<Version>> CommittedLocked(const ChannelLayout& layout) const;
   Result<Version> CurrentLocked(const ChannelLayout& layout) const;
   Result<Manifest> ManifestLocked(std::string_view channel, Version version) const;
+  // The same, shared: no copy of the manifest (a chunk read should not copy 8,192 hashes).
+  Result<std::shared_ptr<const Manifest>> SharedManifestLocked(std::string_view channel,
+                                                               Version version) const;
   Result<std::shared_ptr<StagingState>> StagingLocked(std::string_view channel, Version version);
   Status CheckSizesLocked(const ChannelLayout& layout, const Manifest& manifest) const;
 

@@ -76,9 +76,16 @@ Result<Version> StoreImpl::CurrentLocked(const ChannelLayout& layout) const {
 }
 
 Result<Manifest> StoreImpl::ManifestLocked(std::string_view channel, Version version) const {
+  ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> manifest,
+                   SharedManifestLocked(channel, version));
+  return *manifest;
+}
+
+Result<std::shared_ptr<const Manifest>> StoreImpl::SharedManifestLocked(std::string_view channel,
+                                                                        Version version) const {
   Key key{std::string(channel), version.value()};
   auto it = manifests_.find(key);
-  if (it != manifests_.end()) return *it->second;
+  if (it != manifests_.end()) return it->second;
   ChannelLayout layout = Layout(channel);
   if (!IsDir(layout.version_dir(version))) {
     return NotFound("version " + Name(channel, version) + " is not committed");
@@ -93,8 +100,9 @@ Result<Manifest> StoreImpl::ManifestLocked(std::string_view channel, Version ver
   if (manifest.version != version || manifest.channel != channel) {
     return Corrupt(path.string() + ": manifest is for " + Name(manifest.channel, manifest.version));
   }
-  manifests_[key] = std::make_shared<const Manifest>(manifest);
-  return manifest;
+  auto shared = std::make_shared<const Manifest>(std::move(manifest));
+  manifests_[key] = shared;
+  return shared;
 }
 
 Result<std::vector<VersionInfo>> StoreImpl::List(std::string_view channel) const {
@@ -184,8 +192,7 @@ Result<std::vector<uint8_t>> StoreImpl::ReadChunk(std::string_view channel, Vers
   std::shared_ptr<const Manifest> manifest;
   {
     std::lock_guard lock(mu_);
-    ASSIGN_OR_RETURN(Manifest m, ManifestLocked(channel, version));
-    manifest = manifests_.at({std::string(channel), version.value()});
+    ASSIGN_OR_RETURN(manifest, SharedManifestLocked(channel, version));
   }
   if (index.value() >= manifest->chunk_count()) {
     return OutOfRange("chunk " + std::to_string(index.value()) + " is beyond the " +
