@@ -60,13 +60,19 @@ all_current() {
     [[ "$(basename "$(readlink "$work/a$i/policy/current" 2>/dev/null)")" == "$1" ]] || return 1
   done
 }
-# counters FILE: "received sent" of every agent, one line each.
+# counters FILE: "received sent uploads-from-memory uploads-from-store cpu-seconds" of every
+# agent, one line each (the upload counters are absent, 0, in builds before they existed).
 counters() {
-  local i addr
+  local i addr cpu
   for i in $(seq 1 $agents); do
     addr="$(grep -o 'http://127.0.0.1:[0-9]*/metrics' "$work/a$i.log" | head -n 1)"
-    curl -s "$addr" | awk '$1 ~ /^weightcast_agent_bytes_received_total/ {r=$2}
-                          $1 ~ /^weightcast_agent_bytes_sent_total/ {s=$2} END {print r, s}'
+    # utime + stime of the agent process, in clock ticks (fields 14, 15 of /proc/PID/stat).
+    cpu="$(awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/${pids[a$i]}/stat")"
+    curl -s "$addr" | awk -v cpu="$cpu" '$1 ~ /^weightcast_agent_bytes_received_total/ {r=$2}
+        $1 ~ /^weightcast_agent_bytes_sent_total/ {s=$2}
+        $1 ~ /^weightcast_agent_chunk_uploads_total.*from="memory"/ {m=$2}
+        $1 ~ /^weightcast_agent_chunk_uploads_total.*from="store"/ {d=$2}
+        END {print r, s, m + 0, d + 0, cpu}'
   done >"$1"
 }
 
@@ -126,7 +132,13 @@ def phase(a, b):
     recv = [y[0] - x[0] for x, y in zip(a, b)]
     sent = [y[1] - x[1] for x, y in zip(a, b)]
     mean = statistics.mean(sent)
+    memory = sum(y[2] - x[2] for x, y in zip(a, b))
+    stored = sum(y[3] - x[3] for x, y in zip(a, b))
+    cpu = sum(y[4] - x[4] for x, y in zip(a, b))
     return {
+        "agent_cpu_s": round(cpu, 3),
+        "agent_cpu_s_per_gb_received": round(cpu / (sum(recv) / 1e9), 3) if sum(recv) else None,
+        "uploads_from_memory": int(memory), "uploads_from_store": int(stored),
         "received_bytes": int(sum(recv)),
         "source_upload_bytes": int(sum(recv) - sum(sent)),
         "agent_upload_min": int(min(sent)), "agent_upload_max": int(max(sent)),
