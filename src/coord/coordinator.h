@@ -64,6 +64,9 @@ struct CoordinatorCounters {
 
 struct CoordinatorOptions {
   std::filesystem::path state_dir;
+  // Where the version log lives (coord/log_store.h): null, a FileLogStore in state_dir (the
+  // embedded default); set (etcd's store, issue 19), state_dir is not used. Called once by Open.
+  std::function<Result<std::unique_ptr<LogStore>>()> open_store;
   std::string secret;  // the cluster secret: verifies published manifests
   net::Duration heartbeat_timeout = std::chrono::seconds(3);
   net::Duration heartbeat_interval{};  // zero: a third of heartbeat_timeout
