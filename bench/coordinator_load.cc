@@ -67,13 +67,6 @@ struct Figures {
 // One run on the store `open_store` gives (null: the file log in a temp dir).
 int Run(uint64_t nodes, uint64_t rounds, uint64_t publishes,
         std::function<Result<std::unique_ptr<coord::LogStore>>()> open_store, Figures* out) {
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--nodes") == 0) nodes = std::strtoull(argv[i + 1], nullptr, 10);
-    if (std::strcmp(argv[i], "--rounds") == 0) rounds = std::strtoull(argv[i + 1], nullptr, 10);
-    if (std::strcmp(argv[i], "--publishes") == 0) {
-      publishes = std::strtoull(argv[i + 1], nullptr, 10);
-    }
-  }
   std::string dir_pattern = (std::filesystem::temp_directory_path() / "wc_coord_bench_XXXXXX");
   if (::mkdtemp(dir_pattern.data()) == nullptr) return 1;
   const std::filesystem::path dir = dir_pattern;
