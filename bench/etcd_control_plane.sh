@@ -24,23 +24,30 @@ median() { python3 -c 'import statistics, sys; print("%.3f" % statistics.median(
 
 make_versions $((versions + 1))
 
-# publish_round PREFIX V: seconds from the publish to every agent PREFIX-a* having v V current.
+# publish_round PREFIX V: sets round_s to the seconds from the publish to every agent PREFIX-a*
+# having v V current. Not in a subshell: publish keeps the publisher's pid in pids[pub].
+round_s=""
 publish_round() {
   local prefix="$1" v="$2" t0
   t0="$(now)"
   publish "$v"
   wait_for 60 all_current "$v" "$prefix-a1" "$prefix-a2" "$prefix-a3" "$prefix-a4" ||
     fail "$prefix: v$v was not committed"
-  python3 -c "import sys; print('%.3f' % (float(sys.argv[2]) - float(sys.argv[1])))" "$t0" "$(now)"
+  round_s="$(python3 -c "import sys; print('%.3f' % (float(sys.argv[2]) - float(sys.argv[1])))" "$t0" "$(now)")"
 }
 
 # A fresh publisher store per backend, so that both publish the same versions from scratch.
+# Sets backend_times.
+backend_times=""
 run_backend() {  # run_backend PREFIX: v1 first (not measured: the first fetch), then 2..N
   local prefix="$1" v a times=()
   for a in a1 a2 a3 a4; do start_agent "$prefix-$a"; done
-  publish_round "$prefix" 1 >/dev/null
-  for ((v = 2; v <= versions + 1; v++)); do times+=("$(publish_round "$prefix" "$v")"); done
-  echo "${times[*]}"
+  publish_round "$prefix" 1
+  for ((v = 2; v <= versions + 1; v++)); do
+    publish_round "$prefix" "$v"
+    times+=("$round_s")
+  done
+  backend_times="${times[*]}"
 }
 
 echo "== embedded coordinator (file log)"
@@ -53,7 +60,8 @@ start_coordinator_embedded() {
   coord="$(cat "$work/emb.addr")"
 }
 start_coordinator_embedded
-file_times="$(run_backend file)"
+run_backend file
+file_times="$backend_times"
 echo "publish -> committed (s): $file_times"
 for a in a1 a2 a3 a4; do kill_process "file-$a"; done
 kill_process pub
@@ -67,7 +75,8 @@ pick_coordinator_addresses c1 c2
 start_coordinator c1
 wait_for 20 leader_name >/dev/null || fail "no coordinator was elected"
 start_coordinator c2
-etcd_times="$(run_backend etcd)"
+run_backend etcd
+etcd_times="$backend_times"
 echo "publish -> committed (s): $etcd_times"
 
 live_agents() {
