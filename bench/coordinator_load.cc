@@ -206,11 +206,9 @@ int main(int argc, char** argv) {
       return 2;
     }
     // A prefix of this run's own, so that nothing else in that etcd is touched.
-    const coord::EtcdKeys keys{"/weightcast-bench/" + std::to_string(::getpid()) + "-" +
-                               std::to_string(std::chrono::steady_clock::now()
-                                                  .time_since_epoch()
-                                                  .count()) +
-                               "/"};
+    const coord::EtcdKeys keys{
+        "/weightcast-bench/" + std::to_string(::getpid()) + "-" +
+        std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()) + "/"};
     coord::Election election(**client, keys, "bench", std::chrono::seconds(10));
     auto outcome = election.Campaign();
     if (!outcome.ok() || outcome->term == nullptr) {
@@ -221,9 +219,12 @@ int main(int argc, char** argv) {
     auto term = outcome->term;
     Figures etcd;
     coord::etcd::Client& c = **client;
-    const int rc = Run(nodes, rounds, publishes, [&c, keys, term]() -> Result<std::unique_ptr<coord::LogStore>> {
-      return std::unique_ptr<coord::LogStore>(new coord::EtcdLogStore(c, keys, term));
-    }, &etcd);
+    const int rc = Run(
+        nodes, rounds, publishes,
+        [&c, keys, term]() -> Result<std::unique_ptr<coord::LogStore>> {
+          return std::unique_ptr<coord::LogStore>(new coord::EtcdLogStore(c, keys, term));
+        },
+        &etcd);
     election.Resign(*term);
     if (rc != 0) return rc;
     std::printf(

@@ -102,7 +102,10 @@ void SetupAgent(CLI::App& app) {
       "agent",
       "Follow a channel: fetch each new version from peers (verified chunk by chunk), serve what "
       "this node holds, and commit versions as the coordinator decides. Stops on SIGINT/SIGTERM");
-  cmd->add_option("--coordinator", flags->coordinator, "ip:port of the coordinator (several, A,B,C: coordinators on etcd; the leader is followed)")->required();
+  cmd->add_option("--coordinator", flags->coordinator,
+                  "ip:port of the coordinator (several, A,B,C: coordinators on etcd; the leader is "
+                  "followed)")
+      ->required();
   cmd->add_option("--store", flags->store, "Store root directory (created if missing)")->required();
   cmd->add_option("--channel", flags->channel, "Channel to follow")->required();
   cmd->add_option("--listen", flags->listen, "ip:port where peers reach this node (port 0: any)")

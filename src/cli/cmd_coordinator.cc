@@ -54,19 +54,20 @@ Status RunEtcdCoordinator(const CoordinatorFlags& flags, const coord::Coordinato
         "need its own page); run without them");
   }
   if (!flags.state_dir.empty()) {
-    return InvalidArgument("--state-dir and --etcd exclude each other: with --etcd the version "
-                           "log lives in etcd");
+    return InvalidArgument(
+        "--state-dir and --etcd exclude each other: with --etcd the version "
+        "log lives in etcd");
   }
   ASSIGN_OR_RETURN(net::Duration ttl, ParseDuration(flags.lease_ttl));
   SignalStopper signals;
   ASSIGN_OR_RETURN(auto transport, net::TcpTransport::Create(std::move(net_options), 2));
   coord::EtcdCoordinatorOptions options;
   options.endpoints = flags.etcd;
-  options.prefix = flags.etcd_prefix.empty()
-                       ? "/weightcast/" + (flags.node.cluster.empty() ? std::string("default")
-                                                                      : flags.node.cluster) +
-                             "/"
-                       : flags.etcd_prefix;
+  options.prefix =
+      flags.etcd_prefix.empty()
+          ? "/weightcast/" +
+                (flags.node.cluster.empty() ? std::string("default") : flags.node.cluster) + "/"
+          : flags.etcd_prefix;
   options.listen = flags.listen;
   options.advertise = flags.advertise;
   options.lease_ttl = std::chrono::duration_cast<std::chrono::seconds>(ttl);

@@ -188,7 +188,8 @@ void SetupPublish(CLI::App& app) {
       "logging at ERROR. One writer per channel: while another live publisher holds the channel "
       "this one exits 1 at once (\"channel C already has a writer: ...\") unless --take-over; a "
       "publisher taken over exits 1 (\"fenced by writer ...\").");
-  cmd->add_option("--coordinator", flags->coordinator, "Coordinator address (ip:port; several, A,B,C: the leader is followed)")
+  cmd->add_option("--coordinator", flags->coordinator,
+                  "Coordinator address (ip:port; several, A,B,C: the leader is followed)")
       ->required();
   cmd->add_option("--store", flags->store, "The publisher's store directory")->required();
   cmd->add_option("--channel", flags->channel, "Channel to publish")->required();

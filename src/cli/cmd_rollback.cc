@@ -135,7 +135,9 @@ void SetupRollback(CLI::App& app) {
       "The coordinator writes the rollback to its log before it answers; a pending version is "
       "aborted. Exit status: 0 ok, 1 refused (not a committed version, nothing to roll back "
       "to), unreachable or --wait timed out, 2 bad flags.");
-  cmd->add_option("--coordinator", flags->coordinator, "Coordinator address, ip:port (several, A,B,C: the leader is followed)")->required();
+  cmd->add_option("--coordinator", flags->coordinator,
+                  "Coordinator address, ip:port (several, A,B,C: the leader is followed)")
+      ->required();
   cmd->add_option("channel", flags->channel, "Channel to roll back")->required();
   cmd->add_option("version", flags->version,
                   "Version to switch to (default: the committed version below the current one)")

@@ -344,7 +344,9 @@ void SetupStatus(CLI::App& app) {
       "channel committed its newest version), 1 unreachable coordinator, refused handshake "
       "(wrong secret or cluster), timeout or interrupt, or with --until-complete a newest version "
       "the rollout aborted (\"vN was aborted: <reason>\"), 2 bad flags.");
-  cmd->add_option("--coordinator", flags->coordinator, "Coordinator address, ip:port (several, A,B,C: the leader is followed)")->required();
+  cmd->add_option("--coordinator", flags->coordinator,
+                  "Coordinator address, ip:port (several, A,B,C: the leader is followed)")
+      ->required();
   cmd->add_option("--channel", flags->channel, "Only this channel (default: every channel)");
   cmd->add_flag("--once", flags->once, "Print one snapshot and exit");
   cmd->add_flag("--all", flags->all,

@@ -138,7 +138,8 @@ Result<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(net::Trans
                                                                       net::Duration timeout) {
   if (address.find(',') == std::string_view::npos) return ConnectOne(transport, address, timeout);
   std::vector<std::string> order = SplitAddresses(address);
-  if (order.empty()) return InvalidArgument("coordinator: no address in '" + std::string(address) + "'");
+  if (order.empty())
+    return InvalidArgument("coordinator: no address in '" + std::string(address) + "'");
   {
     std::lock_guard lock(leader_hints_mu);
     auto hint = leader_hints.find(address);
@@ -184,8 +185,9 @@ Result<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(net::Trans
   return last;
 }
 
-Result<std::unique_ptr<CoordinatorClient>> CoordinatorClient::ConnectOne(
-    net::Transport& transport, std::string_view address, net::Duration timeout) {
+Result<std::unique_ptr<CoordinatorClient>> CoordinatorClient::ConnectOne(net::Transport& transport,
+                                                                         std::string_view address,
+                                                                         net::Duration timeout) {
   auto connection = transport.Connect(address, timeout);
   if (!connection.ok()) return ExplainHandshakeError(connection.status(), address);
   if (connection.value()->peer().role != net::Role::kCoordinator) {

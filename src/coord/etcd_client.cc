@@ -5,7 +5,6 @@
 #include <charconv>
 #include <ctime>
 
-
 namespace weightcast::coord::etcd {
 namespace {
 
@@ -148,8 +147,8 @@ Result<std::string> Client::Post(std::string_view path, const std::string& body,
   return last;
 }
 
-Result<RangeResult> Client::Range(std::string_view key, std::string_view range_end,
-                                  int64_t limit, bool serializable) {
+Result<RangeResult> Client::Range(std::string_view key, std::string_view range_end, int64_t limit,
+                                  bool serializable) {
   ASSIGN_OR_RETURN(std::string body,
                    Post("/v3/kv/range", RangeRequest(key, range_end, limit, serializable),
                         /*probe=*/true));

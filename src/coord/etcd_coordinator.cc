@@ -76,11 +76,10 @@ Status EtcdCoordinator::Run() {
       first = false;
     }
     auto leader = std::make_shared<std::pair<std::mutex, std::string>>();
-    std::unique_ptr<StandbyServer> standby =
-        StandbyServer::Start(std::move(listener), [leader] {
-          std::lock_guard lock(leader->first);
-          return leader->second;
-        });
+    std::unique_ptr<StandbyServer> standby = StandbyServer::Start(std::move(listener), [leader] {
+      std::lock_guard lock(leader->first);
+      return leader->second;
+    });
     {
       std::lock_guard lock(mu_);
       stop_standby_ = [&standby] { standby->Stop(); };

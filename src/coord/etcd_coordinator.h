@@ -30,10 +30,10 @@
 namespace weightcast::coord {
 
 struct EtcdCoordinatorOptions {
-  std::string endpoints;   // "http://127.0.0.1:2379,..."
-  std::string prefix;      // the cluster's keys, e.g. "/weightcast/default/"
-  std::string listen;      // ip:port (port 0: any, then kept for every later term)
-  std::string advertise;   // the address standbys send clients to; empty: the bound address
+  std::string endpoints;  // "http://127.0.0.1:2379,..."
+  std::string prefix;     // the cluster's keys, e.g. "/weightcast/default/"
+  std::string listen;     // ip:port (port 0: any, then kept for every later term)
+  std::string advertise;  // the address standbys send clients to; empty: the bound address
   std::chrono::seconds lease_ttl{3};
   std::chrono::milliseconds etcd_timeout{2000};
   net::Transport* transport = nullptr;

@@ -62,7 +62,8 @@ Result<json> ParseObject(std::string_view body, std::string_view what) {
       }
     }
     message += " (gRPC code " + std::to_string(code) + ")";
-    return Retryable(code) ? Unavailable(std::move(message)) : FailedPrecondition(std::move(message));
+    return Retryable(code) ? Unavailable(std::move(message))
+                           : FailedPrecondition(std::move(message));
   }
   return parsed;
 }
@@ -377,9 +378,9 @@ Result<LeaseGrantResult> ParseLeaseGrantResponse(std::string_view body) {
 Result<int64_t> ParseKeepAliveResponse(std::string_view body) {
   // A stream endpoint: the gateway wraps each message as {"result": {...}}; the first is ours.
   const size_t end = body.find('\n');
-  ASSIGN_OR_RETURN(json parsed,
-                   ParseObject(end == std::string_view::npos ? body : body.substr(0, end),
-                               "lease keepalive"));
+  ASSIGN_OR_RETURN(
+      json parsed,
+      ParseObject(end == std::string_view::npos ? body : body.substr(0, end), "lease keepalive"));
   ASSIGN_OR_RETURN(const json* result, Object(parsed, "result"));
   ASSIGN_OR_RETURN(int64_t ttl, Int(*result, "TTL"));
   return ttl < 0 ? 0 : ttl;
@@ -413,8 +414,6 @@ Result<WatchMessage> ParseWatchMessage(std::string_view line) {
   return out;
 }
 
-Status ParseEmptyResponse(std::string_view body) {
-  return ParseObject(body, "request").status();
-}
+Status ParseEmptyResponse(std::string_view body) { return ParseObject(body, "request").status(); }
 
 }  // namespace weightcast::coord::etcd

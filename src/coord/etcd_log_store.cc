@@ -115,11 +115,10 @@ Status EtcdLogStore::Append(uint64_t sequence, std::string_view record) {
   if (still_leading && !existing.empty() && existing[0].value == record) {
     return Status::Ok();  // an earlier attempt whose answer was lost did store it
   }
-  term_->Lose(still_leading ? "log record " + std::to_string(sequence) +
-                                  " was written by another coordinator"
-                            : "the leader key is held by " +
-                                  (leader.empty() ? std::string("nobody")
-                                                  : leader[0].value.substr(0, 256)));
+  term_->Lose(still_leading
+                  ? "log record " + std::to_string(sequence) + " was written by another coordinator"
+                  : "the leader key is held by " +
+                        (leader.empty() ? std::string("nobody") : leader[0].value.substr(0, 256)));
   return Aborted("etcd: " + term_->lost_reason() + " (a newer decision stands)");
 }
 
@@ -151,8 +150,8 @@ Result<std::string> EtcdLogStore::GetManifest(std::string_view channel, uint64_t
   std::string bytes;
   for (size_t i = 0; i < range.kvs.size(); ++i) {
     if (range.kvs[i].key != prefix + Padded(i, 6)) {
-      return Corrupt(std::string(channel) + " v" + std::to_string(version) +
-                     ": manifest part " + std::to_string(i) + " is missing in etcd");
+      return Corrupt(std::string(channel) + " v" + std::to_string(version) + ": manifest part " +
+                     std::to_string(i) + " is missing in etcd");
     }
     bytes += range.kvs[i].value;
   }

@@ -33,8 +33,7 @@ Result<std::unique_ptr<FileLogStore>> FileLogStore::Open(const std::filesystem::
   return std::unique_ptr<FileLogStore>(new FileLogStore(state_dir));
 }
 
-std::filesystem::path FileLogStore::ManifestPath(std::string_view channel,
-                                                 uint64_t version) const {
+std::filesystem::path FileLogStore::ManifestPath(std::string_view channel, uint64_t version) const {
   char name[32];
   std::snprintf(name, sizeof(name), "%020llu.wcsm", static_cast<unsigned long long>(version));
   return state_dir_ / "manifests" / std::string(channel) / name;
@@ -62,8 +61,9 @@ Status FileLogStore::PutManifest(std::string_view channel, uint64_t version,
                                  std::span<const uint8_t> signed_manifest) {
   const std::filesystem::path path = ManifestPath(channel, version);
   RETURN_IF_ERROR(CreateDirectoryDurably(path.parent_path()));
-  return WriteFileAtomic(path, std::string_view(reinterpret_cast<const char*>(signed_manifest.data()),
-                                                signed_manifest.size()));
+  return WriteFileAtomic(path,
+                         std::string_view(reinterpret_cast<const char*>(signed_manifest.data()),
+                                          signed_manifest.size()));
 }
 
 Result<std::string> FileLogStore::GetManifest(std::string_view channel, uint64_t version) {

@@ -53,8 +53,7 @@ Result<std::unique_ptr<VersionLog>> VersionLog::Open(std::unique_ptr<LogStore> s
   for (const std::string& bytes : loaded.records) {
     state::LogRecord record;
     if (!record.ParseFromString(bytes)) {
-      return Corrupt(where + ": record " + std::to_string(log->sequence_ + 1) +
-                     " does not parse");
+      return Corrupt(where + ": record " + std::to_string(log->sequence_ + 1) + " does not parse");
     }
     RETURN_IF_ERROR(log->Apply(record).WithContext(where));
     ++log->recovery_.records;

@@ -29,10 +29,10 @@ TEST(EtcdBase64, RoundTripsEveryByte) {
 }
 
 TEST(EtcdBase64, RejectsMalformedText) {
-  EXPECT_EQ(Base64Decode("Zg=").status().code(), Code::kCorrupt);    // length
-  EXPECT_EQ(Base64Decode("Z!==").status().code(), Code::kCorrupt);   // alphabet
+  EXPECT_EQ(Base64Decode("Zg=").status().code(), Code::kCorrupt);       // length
+  EXPECT_EQ(Base64Decode("Z!==").status().code(), Code::kCorrupt);      // alphabet
   EXPECT_EQ(Base64Decode("Zg==Zm8=").status().code(), Code::kCorrupt);  // padding inside
-  EXPECT_EQ(Base64Decode("Z=g=").status().code(), Code::kCorrupt);   // data after padding
+  EXPECT_EQ(Base64Decode("Z=g=").status().code(), Code::kCorrupt);      // data after padding
 }
 
 TEST(EtcdKeys, PrefixEndIsThePrefixPlusOne) {
@@ -111,7 +111,8 @@ TEST(EtcdResponses, ParsesLeaseGrantAndKeepAlive) {
   EXPECT_EQ(grant->id, 4111120380387404805);
   EXPECT_EQ(grant->ttl_seconds, 5);
   EXPECT_EQ(ParseLeaseGrantResponse(R"({"header":{}})").status().code(), Code::kCorrupt);
-  auto alive = ParseKeepAliveResponse(R"({"result":{"header":{},"ID":"1","TTL":"5"}})" "\n");
+  auto alive = ParseKeepAliveResponse(R"({"result":{"header":{},"ID":"1","TTL":"5"}})"
+                                      "\n");
   ASSERT_TRUE(alive.ok());
   EXPECT_EQ(*alive, 5);
   // etcd no longer knows the lease: no TTL in the answer.
@@ -154,10 +155,10 @@ TEST(EtcdResponses, GatewayErrorsBecomeStatuses) {
 }
 
 TEST(EtcdResponses, RejectsWhatIsNotEtcd) {
-  for (const char* body : {"", "[]", "nul", "{\"kvs\":5}", "{\"kvs\":[1]}",
-                           "{\"kvs\":[{\"key\":\"@@@@\"}]}", "{\"header\":{\"revision\":\"x\"}}",
-                           "{\"header\":{\"revision\":\"12345678901234567890123\"}}",
-                           "{\"header\":[]}"}) {
+  for (const char* body :
+       {"", "[]", "nul", "{\"kvs\":5}", "{\"kvs\":[1]}", "{\"kvs\":[{\"key\":\"@@@@\"}]}",
+        "{\"header\":{\"revision\":\"x\"}}",
+        "{\"header\":{\"revision\":\"12345678901234567890123\"}}", "{\"header\":[]}"}) {
     EXPECT_EQ(ParseRangeResponse(body).status().code(), Code::kCorrupt) << body;
   }
   EXPECT_EQ(ParseTxnResponse("{\"responses\":[{\"response_range\":7}]}").status().code(),

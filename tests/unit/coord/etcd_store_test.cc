@@ -16,11 +16,11 @@
 #include <thread>
 #include <vector>
 
-#include "coord_test_util.h"
 #include "coord/etcd_client.h"
 #include "coord/etcd_election.h"
 #include "coord/etcd_log_store.h"
 #include "coord/version_log.h"
+#include "coord_test_util.h"
 #include "testing/temp_dir.h"
 
 extern char** environ;
@@ -214,8 +214,8 @@ TEST_F(EtcdStoreTest, VersionLogReplaysFromEtcdAsFromAFile) {
   auto term = Lead(election);
   ASSERT_NE(term, nullptr);
   {
-    auto log = VersionLog::Open(std::make_unique<EtcdLogStore>(*client_, keys_, term),
-                                testing::kSecret);
+    auto log =
+        VersionLog::Open(std::make_unique<EtcdLogStore>(*client_, keys_, term), testing::kSecret);
     ASSERT_TRUE(log.ok()) << log.status().ToString();
     for (uint64_t v = 1; v <= 3; ++v) {
       auto verified = (*log)->VerifyPublish(testing::Signed(testing::TestManifest("c", v, v)));
@@ -224,8 +224,8 @@ TEST_F(EtcdStoreTest, VersionLogReplaysFromEtcdAsFromAFile) {
     }
     ASSERT_TRUE((*log)->RecordDecision("c", 2, wire::DECISION_COMMIT, "", 2000).ok());
   }
-  auto replayed = VersionLog::Open(std::make_unique<EtcdLogStore>(*client_, keys_, term),
-                                   testing::kSecret);
+  auto replayed =
+      VersionLog::Open(std::make_unique<EtcdLogStore>(*client_, keys_, term), testing::kSecret);
   ASSERT_TRUE(replayed.ok()) << replayed.status().ToString();
   const ChannelState* channel = (*replayed)->channel("c");
   ASSERT_NE(channel, nullptr);
