@@ -996,10 +996,14 @@ void Coordinator::DecideLocked(const std::string& name, net::TimePoint now) {
     Status recorded =
         log_->RecordDecision(name, change.version, change.decision, change.abort_reason, UnixMs());
     if (!recorded.ok()) {
-      options_.log("recording a decision for " + name + " v" + std::to_string(change.version) +
-                   ": " + recorded.ToString());
+      // Retried on every sweep while the store cannot write (etcd without quorum): said once.
+      const std::string failure = "recording a decision for " + name + " v" +
+                                  std::to_string(change.version) + ": " + recorded.ToString();
+      if (failure != last_decision_failure_) options_.log(failure);
+      last_decision_failure_ = failure;
       return;
     }
+    last_decision_failure_.clear();
     if (const wire::VersionEntry* entry = channel->Find(change.version); entry != nullptr) {
       channel_metrics_.Decided(*channel, *entry);
     }

@@ -207,6 +207,7 @@ class Coordinator {
   bool membership_changed_ = true;  // peer lists must be rebuilt before they are served
   std::map<PeerId, std::vector<wire::PeerEntry>> peer_lists_;
   std::set<std::string> channels_to_decide_;
+  std::string last_decision_failure_;  // the last decision the store refused, logged once
   // Long polls. Invariant: a Node's generation values never exceed generation_, and each change
   // that alters a node's reply takes a new value from it.
   uint64_t generation_ = 0;
