@@ -257,6 +257,11 @@ Result<std::string> Base64Decode(std::string_view text) {
       if (v < 0 || pad != 0) return Corrupt("etcd: bad base64");
       n = n << 6 | static_cast<uint32_t>(v);
     }
+    // Canonical only: the bits under the padding are zero (what every encoder, etcd's
+    // included, writes), so that a value has exactly one text.
+    if ((pad == 1 && (n & 0xff) != 0) || (pad == 2 && (n & 0xffff) != 0)) {
+      return Corrupt("etcd: bad base64 padding");
+    }
     out += static_cast<char>(n >> 16 & 0xff);
     if (pad < 2) out += static_cast<char>(n >> 8 & 0xff);
     if (pad < 1) out += static_cast<char>(n & 0xff);

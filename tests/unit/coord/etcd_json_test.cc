@@ -33,6 +33,8 @@ TEST(EtcdBase64, RejectsMalformedText) {
   EXPECT_EQ(Base64Decode("Z!==").status().code(), Code::kCorrupt);      // alphabet
   EXPECT_EQ(Base64Decode("Zg==Zm8=").status().code(), Code::kCorrupt);  // padding inside
   EXPECT_EQ(Base64Decode("Z=g=").status().code(), Code::kCorrupt);      // data after padding
+  EXPECT_EQ(Base64Decode("qqq=").status().code(), Code::kCorrupt);      // bits under the padding
+  EXPECT_EQ(Base64Decode("Zh==").status().code(), Code::kCorrupt);
 }
 
 TEST(EtcdKeys, PrefixEndIsThePrefixPlusOne) {
