@@ -45,7 +45,7 @@ Status RunAgent(const AgentFlags& flags) {
   ASSIGN_OR_RETURN(metrics::LogFormat format, metrics::ParseLogFormat(flags.node.log_format));
   RETURN_IF_ERROR(ValidateChannelName(flags.channel));
   // Flag errors before anything starts: a bad address would otherwise be retried forever.
-  RETURN_IF_ERROR(ValidateAddressFlag("--coordinator", flags.coordinator));
+  RETURN_IF_ERROR(ValidateCoordinatorFlag("--coordinator", flags.coordinator));
   RETURN_IF_ERROR(ValidateAddressFlag("--listen", flags.listen, /*allow_port_zero=*/true));
   if (!flags.metrics.empty()) {
     RETURN_IF_ERROR(ValidateAddressFlag("--metrics", flags.metrics, /*allow_port_zero=*/true));
@@ -102,7 +102,10 @@ void SetupAgent(CLI::App& app) {
       "agent",
       "Follow a channel: fetch each new version from peers (verified chunk by chunk), serve what "
       "this node holds, and commit versions as the coordinator decides. Stops on SIGINT/SIGTERM");
-  cmd->add_option("--coordinator", flags->coordinator, "ip:port of the coordinator")->required();
+  cmd->add_option("--coordinator", flags->coordinator,
+                  "ip:port of the coordinator (several, A,B,C: coordinators on etcd; the leader is "
+                  "followed)")
+      ->required();
   cmd->add_option("--store", flags->store, "Store root directory (created if missing)")->required();
   cmd->add_option("--channel", flags->channel, "Channel to follow")->required();
   cmd->add_option("--listen", flags->listen, "ip:port where peers reach this node (port 0: any)")

@@ -12,6 +12,7 @@
 #include "cli/signal_stop.h"
 #include "coord/coordinator.h"
 #include "coord/coordinator_metrics.h"
+#include "coord/etcd_coordinator.h"
 #include "coord/fleet_page.h"
 #include "coord/rollout_decider.h"
 #include "metrics/http_server.h"
@@ -36,8 +37,67 @@ struct CoordinatorFlags {
   std::string metrics;
   std::string admin_secret_file;
   std::string address_file;
+  // The highly available backend (issue 19, docs/coordinator_etcd.md).
+  std::string etcd;
+  std::string etcd_prefix;
+  std::string lease_ttl = "3s";
+  std::string advertise;
   NodeFlags node;
 };
+
+Status RunEtcdCoordinator(const CoordinatorFlags& flags, const coord::CoordinatorOptions& base,
+                          const coord::RolloutDeciderOptions& rollout, net::Options net_options,
+                          metrics::Logger& log) {
+  if (!flags.metrics.empty() || !flags.admin_secret_file.empty()) {
+    return InvalidArgument(
+        "--metrics and --admin-secret-file are not served with --etcd yet (each term would "
+        "need its own page); run without them");
+  }
+  if (!flags.state_dir.empty()) {
+    return InvalidArgument(
+        "--state-dir and --etcd exclude each other: with --etcd the version "
+        "log lives in etcd");
+  }
+  ASSIGN_OR_RETURN(net::Duration ttl, ParseDuration(flags.lease_ttl));
+  SignalStopper signals;
+  ASSIGN_OR_RETURN(auto transport, net::TcpTransport::Create(std::move(net_options), 2));
+  coord::EtcdCoordinatorOptions options;
+  options.endpoints = flags.etcd;
+  options.prefix =
+      flags.etcd_prefix.empty()
+          ? "/weightcast/" +
+                (flags.node.cluster.empty() ? std::string("default") : flags.node.cluster) + "/"
+          : flags.etcd_prefix;
+  options.listen = flags.listen;
+  options.advertise = flags.advertise;
+  options.lease_ttl = std::chrono::duration_cast<std::chrono::seconds>(ttl);
+  options.transport = transport.get();
+  options.log = log.AsLineFn();
+  options.coordinator_options = [base, rollout]() -> Result<coord::CoordinatorOptions> {
+    coord::CoordinatorOptions options = base;
+    ASSIGN_OR_RETURN(options.decider, coord::RolloutDecider::Create(rollout));
+    return options;
+  };
+  options.on_listening = [&](const std::string& address) {
+    if (!flags.address_file.empty()) {
+      Status written = WriteFileAtomic(flags.address_file, address);
+      if (!written.ok()) log.Info("cannot write --address-file: " + written.ToString());
+    }
+    log.Info("listening", {{"address", address},
+                           {"etcd", flags.etcd},
+                           {"prefix", options.prefix},
+                           {"lease_ttl_s", static_cast<uint64_t>(options.lease_ttl.count())},
+                           {"commit_policy", flags.commit_policy}});
+  };
+  coord::EtcdCoordinator runner(std::move(options));
+  signals.OnSignal([&runner] { runner.Stop(); });
+  Status run = runner.Run();
+  signals.OnSignal({});
+  if (signals.signalled()) {
+    log.Info("stopped", {{"signal", std::string(strsignal(signals.signal()))}});
+  }
+  return run;
+}
 
 Status RunCoordinator(const CoordinatorFlags& flags) {
   ASSIGN_OR_RETURN(metrics::LogFormat format, metrics::ParseLogFormat(flags.node.log_format));
@@ -48,6 +108,9 @@ Status RunCoordinator(const CoordinatorFlags& flags) {
   if (flags.degree < 2) return InvalidArgument("--degree must be at least 2");
   metrics::Logger log("coordinator", format);
 
+  if (flags.etcd.empty() && flags.state_dir.empty()) {
+    return InvalidArgument("--state-dir is needed (or --etcd URL,... for the HA backend)");
+  }
   coord::CoordinatorOptions options;
   options.state_dir = flags.state_dir;
   options.heartbeat_timeout = heartbeat_timeout;
@@ -96,6 +159,9 @@ Status RunCoordinator(const CoordinatorFlags& flags) {
     }
   };
 
+  if (!flags.etcd.empty()) {
+    return RunEtcdCoordinator(flags, options, rollout, std::move(net_options), log);
+  }
   // Before any thread starts, so that every thread has the signals blocked.
   SignalStopper signals;
   // Before the coordinator, which updates its per-channel metrics in it until it is destroyed.
@@ -150,8 +216,8 @@ void SetupCoordinator(CLI::App& app) {
   cmd->add_option("--listen", flags->listen, "ip:port to listen on (port 0: any free port)")
       ->required();
   cmd->add_option("--state-dir", flags->state_dir,
-                  "Directory of the version log and published manifests (created if missing)")
-      ->required();
+                  "Directory of the version log and published manifests (created if missing); "
+                  "not with --etcd");
   cmd->add_option("--heartbeat-timeout", flags->heartbeat_timeout,
                   "Silence after which a node is marked dead (nodes heartbeat 3x as often)")
       ->capture_default_str();
@@ -174,6 +240,18 @@ void SetupCoordinator(CLI::App& app) {
                   "rollbacks from the fleet page; without it the page is read-only");
   cmd->add_option("--address-file", flags->address_file,
                   "Once listening, write the bound address here (atomically), for scripts");
+  cmd->add_option("--etcd", flags->etcd,
+                  "etcd endpoints, http://HOST:PORT,...: keep the version log in etcd and run as "
+                  "one of several coordinators, one leading (docs/coordinator_etcd.md)");
+  cmd->add_option("--etcd-prefix", flags->etcd_prefix,
+                  "Key prefix in etcd (default /weightcast/<cluster>/)");
+  cmd->add_option("--lease-ttl", flags->lease_ttl,
+                  "With --etcd: the leader's lease; a standby takes over this long after the "
+                  "leader died")
+      ->capture_default_str();
+  cmd->add_option("--advertise", flags->advertise,
+                  "With --etcd: the address standbys send clients to (default: the bound "
+                  "--listen address)");
   AddNodeFlags(cmd, flags->node);
   cmd->callback([flags] { Finish("coordinator", RunCoordinator(*flags)); });
 }

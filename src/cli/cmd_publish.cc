@@ -61,7 +61,7 @@ Status RunPublish(const PublishFlags& flags) {
   RETURN_IF_ERROR(ValidateChannelName(flags.channel));
   ASSIGN_OR_RETURN(metrics::LogFormat format, metrics::ParseLogFormat(flags.node.log_format));
   // Flag errors before the store is opened or the coordinator is dialled.
-  RETURN_IF_ERROR(ValidateAddressFlag("--coordinator", flags.coordinator));
+  RETURN_IF_ERROR(ValidateCoordinatorFlag("--coordinator", flags.coordinator));
   RETURN_IF_ERROR(ValidateAddressFlag("--listen", flags.listen, /*allow_port_zero=*/true));
   if (!flags.metrics.empty()) {
     RETURN_IF_ERROR(ValidateAddressFlag("--metrics", flags.metrics, /*allow_port_zero=*/true));
@@ -188,7 +188,8 @@ void SetupPublish(CLI::App& app) {
       "logging at ERROR. One writer per channel: while another live publisher holds the channel "
       "this one exits 1 at once (\"channel C already has a writer: ...\") unless --take-over; a "
       "publisher taken over exits 1 (\"fenced by writer ...\").");
-  cmd->add_option("--coordinator", flags->coordinator, "Coordinator address (host:port)")
+  cmd->add_option("--coordinator", flags->coordinator,
+                  "Coordinator address (ip:port; several, A,B,C: the leader is followed)")
       ->required();
   cmd->add_option("--store", flags->store, "The publisher's store directory")->required();
   cmd->add_option("--channel", flags->channel, "Channel to publish")->required();

@@ -58,7 +58,7 @@ Switched CountSwitched(const wire::FleetStatus& status, const std::string& chann
 Status RunRollback(const RollbackFlags& flags) {
   RETURN_IF_ERROR(ValidateChannelName(flags.channel));
   ASSIGN_OR_RETURN(metrics::LogFormat format, metrics::ParseLogFormat(flags.node.log_format));
-  RETURN_IF_ERROR(ValidateAddressFlag("--coordinator", flags.coordinator));
+  RETURN_IF_ERROR(ValidateCoordinatorFlag("--coordinator", flags.coordinator));
   ASSIGN_OR_RETURN(auto timeout, ParseDuration(flags.timeout));
   ASSIGN_OR_RETURN(auto connect_timeout, ParseDuration(flags.connect_timeout));
   if (connect_timeout <= std::chrono::nanoseconds::zero()) {
@@ -135,7 +135,9 @@ void SetupRollback(CLI::App& app) {
       "The coordinator writes the rollback to its log before it answers; a pending version is "
       "aborted. Exit status: 0 ok, 1 refused (not a committed version, nothing to roll back "
       "to), unreachable or --wait timed out, 2 bad flags.");
-  cmd->add_option("--coordinator", flags->coordinator, "Coordinator address, ip:port")->required();
+  cmd->add_option("--coordinator", flags->coordinator,
+                  "Coordinator address, ip:port (several, A,B,C: the leader is followed)")
+      ->required();
   cmd->add_option("channel", flags->channel, "Channel to roll back")->required();
   cmd->add_option("version", flags->version,
                   "Version to switch to (default: the committed version below the current one)")

@@ -296,7 +296,7 @@ class StatusCommand {
 Status RunStatus(const StatusFlags& flags) {
   if (!flags.channel.empty()) RETURN_IF_ERROR(ValidateChannelName(flags.channel));
   ASSIGN_OR_RETURN(metrics::LogFormat format, metrics::ParseLogFormat(flags.node.log_format));
-  RETURN_IF_ERROR(ValidateAddressFlag("--coordinator", flags.coordinator));
+  RETURN_IF_ERROR(ValidateCoordinatorFlag("--coordinator", flags.coordinator));
   ASSIGN_OR_RETURN(auto interval, ParseDuration(flags.interval));
   if (interval < std::chrono::milliseconds(50)) {
     return InvalidArgument("--interval must be at least 50ms");
@@ -344,7 +344,9 @@ void SetupStatus(CLI::App& app) {
       "channel committed its newest version), 1 unreachable coordinator, refused handshake "
       "(wrong secret or cluster), timeout or interrupt, or with --until-complete a newest version "
       "the rollout aborted (\"vN was aborted: <reason>\"), 2 bad flags.");
-  cmd->add_option("--coordinator", flags->coordinator, "Coordinator address, ip:port")->required();
+  cmd->add_option("--coordinator", flags->coordinator,
+                  "Coordinator address, ip:port (several, A,B,C: the leader is followed)")
+      ->required();
   cmd->add_option("--channel", flags->channel, "Only this channel (default: every channel)");
   cmd->add_flag("--once", flags->once, "Print one snapshot and exit");
   cmd->add_flag("--all", flags->all,

@@ -58,6 +58,21 @@ Status ValidateAddressFlag(std::string_view flag, std::string_view value, bool a
   return Status::Ok();
 }
 
+Status ValidateCoordinatorFlag(std::string_view flag, std::string_view value) {
+  if (value.empty() || value.front() == ',' || value.back() == ',' ||
+      value.find(",,") != std::string_view::npos) {
+    return InvalidArgument(std::string(flag) + " '" + std::string(value) +
+                           "': expected ip:port or ip:port,ip:port,...");
+  }
+  std::string_view rest = value;
+  while (true) {
+    const size_t comma = rest.find(',');
+    RETURN_IF_ERROR(ValidateAddressFlag(flag, rest.substr(0, comma)));
+    if (comma == std::string_view::npos) return Status::Ok();
+    rest.remove_prefix(comma + 1);
+  }
+}
+
 Result<net::Options> ToolTransportOptions(const NodeFlags& flags) {
   net::Options options;
   ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.secret_file));

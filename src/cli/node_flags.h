@@ -50,6 +50,9 @@ Result<codec::VerifyResult> ParseVerifyResultFlag(std::string_view value);
 // listen address: any free port).
 Status ValidateAddressFlag(std::string_view flag, std::string_view value,
                            bool allow_port_zero = false);
+// --coordinator: one ip:port, or several separated by commas (coordinators on etcd, issue 19:
+// the client follows the one that leads). Each is checked as above.
+Status ValidateCoordinatorFlag(std::string_view flag, std::string_view value);
 
 // Transport options of a short-lived tool (status, rollback) talking to the coordinator: the
 // cluster secret loaded, the cluster id, the node id (random when 0) and the tool role.

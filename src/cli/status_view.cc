@@ -464,6 +464,10 @@ std::string RenderStatus(const wire::FleetStatus& now, const wire::FleetStatus* 
     }
   }
   out += header + "\n";
+  // The control plane cannot write (etcd without quorum, issue 19): say so before anything else.
+  if (!now.store_problem().empty()) {
+    out += Wrap("control plane: " + Safe(now.store_problem()), options.width, 2);
+  }
 
   std::vector<ChannelSummary> summaries = Summarize(now, earlier, options.channel);
   if (summaries.empty()) {

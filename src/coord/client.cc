@@ -1,6 +1,8 @@
 #include "coord/client.h"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -66,6 +68,22 @@ bool IsPermanentConnectError(const Status& status) {
          status.code() == Code::kInvalidArgument;
 }
 
+bool IsStandbyRefusal(const Status& status) {
+  return status.code() == Code::kUnavailable && Contains(status, "standby coordinator: ");
+}
+
+std::string StandbyLeaderHint(const Status& status) {
+  if (!IsStandbyRefusal(status)) return {};
+  constexpr std::string_view kMarker = "the leader is at ";
+  const std::string& message = status.message();
+  const size_t at = message.find(kMarker);
+  if (at == std::string::npos) return {};
+  std::string leader = message.substr(at + kMarker.size());
+  const size_t end = leader.find_first_of(" ;,)");
+  if (end != std::string::npos) leader.resize(end);
+  return leader;
+}
+
 bool IsWriterConflict(const Status& status) {
   return status.code() == Code::kFailedPrecondition &&
          (Contains(status, "fenced by writer ") || Contains(status, "already has a writer: "));
@@ -95,9 +113,81 @@ std::string_view ConnectErrorCause(const Status& status) {
 CoordinatorClient::CoordinatorClient(std::unique_ptr<net::Connection> connection)
     : connection_(std::move(connection)) {}
 
+namespace {
+
+std::vector<std::string> SplitAddresses(std::string_view list) {
+  std::vector<std::string> out;
+  while (!list.empty()) {
+    const size_t comma = list.find(',');
+    std::string_view item = list.substr(0, comma);
+    if (!item.empty()) out.emplace_back(item);
+    if (comma == std::string_view::npos) break;
+    list.remove_prefix(comma + 1);
+  }
+  return out;
+}
+
+// The coordinator last found leading, per address list: the next Connect tries it first.
+std::mutex leader_hints_mu;
+std::map<std::string, std::string, std::less<>> leader_hints;
+
+}  // namespace
+
 Result<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(net::Transport& transport,
                                                                       std::string_view address,
                                                                       net::Duration timeout) {
+  if (address.find(',') == std::string_view::npos) return ConnectOne(transport, address, timeout);
+  std::vector<std::string> order = SplitAddresses(address);
+  if (order.empty())
+    return InvalidArgument("coordinator: no address in '" + std::string(address) + "'");
+  {
+    std::lock_guard lock(leader_hints_mu);
+    auto hint = leader_hints.find(address);
+    if (hint != leader_hints.end()) {
+      auto it = std::find(order.begin(), order.end(), hint->second);
+      if (it != order.end()) std::rotate(order.begin(), it, it + 1);
+    }
+  }
+  Status last = Unavailable("no coordinator of " + std::string(address) + " leads");
+  std::vector<std::string> tried;
+  // A standby may name a leader outside the list; each address is tried once.
+  for (size_t i = 0; i < order.size() && i < 16; ++i) {
+    const std::string candidate = order[i];
+    if (std::find(tried.begin(), tried.end(), candidate) != tried.end()) continue;
+    tried.push_back(candidate);
+    auto client = ConnectOne(transport, candidate, timeout);
+    if (!client.ok()) {
+      if (IsPermanentConnectError(client.status())) return client.status();
+      last = client.status();
+      continue;
+    }
+    wire::Envelope probe;
+    probe.mutable_get_manifest();
+    auto answer = (*client)->Call(std::move(probe), timeout);
+    if (!answer.ok() && IsStandbyRefusal(answer.status())) {
+      last = answer.status().WithContext("coordinator " + candidate);
+      const std::string leader = StandbyLeaderHint(answer.status());
+      if (!leader.empty() && std::find(tried.begin(), tried.end(), leader) == tried.end()) {
+        order.insert(order.begin() + static_cast<std::ptrdiff_t>(i) + 1, leader);
+      }
+      continue;
+    }
+    if (!answer.ok() && (answer.status().code() == Code::kUnavailable ||
+                         answer.status().code() == Code::kDeadlineExceeded)) {
+      last = answer.status().WithContext("coordinator " + candidate);
+      continue;
+    }
+    // Any other answer (NOT_FOUND: no such channel) comes from a coordinator that serves.
+    std::lock_guard lock(leader_hints_mu);
+    leader_hints[std::string(address)] = candidate;
+    return client;
+  }
+  return last;
+}
+
+Result<std::unique_ptr<CoordinatorClient>> CoordinatorClient::ConnectOne(net::Transport& transport,
+                                                                         std::string_view address,
+                                                                         net::Duration timeout) {
   auto connection = transport.Connect(address, timeout);
   if (!connection.ok()) return ExplainHandshakeError(connection.status(), address);
   if (connection.value()->peer().role != net::Role::kCoordinator) {

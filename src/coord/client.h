@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -33,12 +34,20 @@ std::string_view ConnectErrorCause(const Status& status);
 // ("channel C already has a writer: ...") or because this one was fenced ("fenced by writer
 // ..."): kFailedPrecondition either way; waiting does not fix it (issue 17).
 bool IsWriterConflict(const Status& status);
+// A standby coordinator's refusal (coord/standby.h, issue 19) names the leader: its address,
+// "" when the status is no such refusal or names none.
+std::string StandbyLeaderHint(const Status& status);
+bool IsStandbyRefusal(const Status& status);
 
 class CoordinatorClient {
  public:
   // Connects and authenticates (the transport's handshake) to the coordinator at `address`.
   // A refused handshake says so in plain words ("the coordinator refused our handshake: wrong
   // cluster secret?"); see IsPermanentConnectError for which failures are worth retrying.
+  // `address` may list several coordinators, "A,B,C" (issue 19: one leads, the others stand
+  // by): each is tried in turn, the last one found leading first, and one that answers a probe
+  // (GetManifest of no channel) with a standby's refusal is passed over for the leader it names.
+  // Fails (kUnavailable) when none leads; `timeout` applies to each address.
   static Result<std::unique_ptr<CoordinatorClient>> Connect(
       net::Transport& transport, std::string_view address,
       net::Duration timeout = std::chrono::seconds(10));
@@ -75,6 +84,9 @@ class CoordinatorClient {
 
  private:
   explicit CoordinatorClient(std::unique_ptr<net::Connection> connection);
+  static Result<std::unique_ptr<CoordinatorClient>> ConnectOne(net::Transport& transport,
+                                                               std::string_view address,
+                                                               net::Duration timeout);
   // `timeout` zero: timeout_.
   Result<wire::Envelope> Call(wire::Envelope request, net::Duration timeout = {});
 

@@ -146,7 +146,9 @@ Coordinator::Coordinator(CoordinatorOptions options)
 Coordinator::~Coordinator() { Stop(); }
 
 Result<std::unique_ptr<Coordinator>> Coordinator::Open(CoordinatorOptions options) {
-  if (options.state_dir.empty()) return InvalidArgument("coordinator: a state directory is needed");
+  if (options.state_dir.empty() && !options.open_store) {
+    return InvalidArgument("coordinator: a state directory is needed");
+  }
   if (options.secret.empty()) return InvalidArgument("coordinator: the cluster secret is empty");
   if (options.heartbeat_timeout <= net::Duration::zero()) {
     return InvalidArgument("coordinator: heartbeat timeout must be above 0");
@@ -169,8 +171,14 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Open(CoordinatorOptions option
   if (options.decider == nullptr) options.decider = std::make_shared<EachDecider>();
   if (!options.log) options.log = [](std::string_view) {};
   std::unique_ptr<Coordinator> coordinator(new Coordinator(std::move(options)));
-  ASSIGN_OR_RETURN(coordinator->log_,
-                   VersionLog::Open(coordinator->options_.state_dir, coordinator->options_.secret));
+  if (coordinator->options_.open_store) {
+    ASSIGN_OR_RETURN(std::unique_ptr<LogStore> store, coordinator->options_.open_store());
+    ASSIGN_OR_RETURN(coordinator->log_,
+                     VersionLog::Open(std::move(store), coordinator->options_.secret));
+  } else {
+    ASSIGN_OR_RETURN(coordinator->log_, VersionLog::Open(coordinator->options_.state_dir,
+                                                         coordinator->options_.secret));
+  }
   const VersionLog::Recovery& recovery = coordinator->log_->recovery();
   uint64_t versions = 0;
   for (const auto& [name, channel] : coordinator->log_->channels()) {
@@ -181,7 +189,7 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Open(CoordinatorOptions option
       "recovered " + std::to_string(recovery.records) + " log records, " +
       std::to_string(versions) + " versions in " +
       std::to_string(coordinator->log_->channels().size()) + " channels from " +
-      coordinator->options_.state_dir.string() +
+      coordinator->log_->store().Describe() +
       (recovery.torn_bytes != 0
            ? " (cut a torn last record of " + std::to_string(recovery.torn_bytes) + " bytes)"
            : ""));
@@ -730,6 +738,8 @@ wire::FleetStatus Coordinator::OnGetStatus(const wire::GetStatus& request) {
   MaybeSweepLocked(now);
   wire::FleetStatus status;
   status.set_now_unix_ms(UnixMs());
+  status.set_store(log_->store().Describe());
+  status.set_store_problem(log_->store().Health());
   for (const auto& [id, node] : nodes_) {
     if (!filter.empty() && !Follows(node->registration, filter)) continue;
     if (node->left && !request.include_left()) continue;
@@ -986,10 +996,14 @@ void Coordinator::DecideLocked(const std::string& name, net::TimePoint now) {
     Status recorded =
         log_->RecordDecision(name, change.version, change.decision, change.abort_reason, UnixMs());
     if (!recorded.ok()) {
-      options_.log("recording a decision for " + name + " v" + std::to_string(change.version) +
-                   ": " + recorded.ToString());
+      // Retried on every sweep while the store cannot write (etcd without quorum): said once.
+      const std::string failure = "recording a decision for " + name + " v" +
+                                  std::to_string(change.version) + ": " + recorded.ToString();
+      if (failure != last_decision_failure_) options_.log(failure);
+      last_decision_failure_ = failure;
       return;
     }
+    last_decision_failure_.clear();
     if (const wire::VersionEntry* entry = channel->Find(change.version); entry != nullptr) {
       channel_metrics_.Decided(*channel, *entry);
     }

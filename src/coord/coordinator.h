@@ -64,6 +64,9 @@ struct CoordinatorCounters {
 
 struct CoordinatorOptions {
   std::filesystem::path state_dir;
+  // Where the version log lives (coord/log_store.h): null, a FileLogStore in state_dir (the
+  // embedded default); set (etcd's store, issue 19), state_dir is not used. Called once by Open.
+  std::function<Result<std::unique_ptr<LogStore>>()> open_store;
   std::string secret;  // the cluster secret: verifies published manifests
   net::Duration heartbeat_timeout = std::chrono::seconds(3);
   net::Duration heartbeat_interval{};  // zero: a third of heartbeat_timeout
@@ -204,6 +207,7 @@ class Coordinator {
   bool membership_changed_ = true;  // peer lists must be rebuilt before they are served
   std::map<PeerId, std::vector<wire::PeerEntry>> peer_lists_;
   std::set<std::string> channels_to_decide_;
+  std::string last_decision_failure_;  // the last decision the store refused, logged once
   // Long polls. Invariant: a Node's generation values never exceed generation_, and each change
   // that alters a node's reply takes a new value from it.
   uint64_t generation_ = 0;

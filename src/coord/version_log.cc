@@ -2,11 +2,9 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <system_error>
 
 #include "manifest/builder.h"
 #include "manifest/signed_manifest.h"
-#include "util/file.h"
 
 namespace weightcast::coord {
 namespace {
@@ -17,18 +15,6 @@ std::string VersionName(std::string_view channel, uint64_t version) {
 
 std::string AsString(const Digest& digest) {
   return std::string(reinterpret_cast<const char*>(digest.data()), digest.size());
-}
-
-// Creates `dir` (and parents) and makes the new directory entries durable, so that a manifest
-// written inside is reachable after a crash.
-Status CreateDirectoryDurably(const std::filesystem::path& dir) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(dir, ec)) return Status::Ok();
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return IoError("mkdir(" + dir.string() + "): " + ec.message());
-  RETURN_IF_ERROR(FsyncPath(dir));
-  RETURN_IF_ERROR(FsyncPath(dir.parent_path()));
-  return FsyncPath(dir.parent_path().parent_path());
 }
 
 }  // namespace
@@ -44,14 +30,8 @@ wire::VersionEntry* ChannelState::Find(uint64_t version) {
   return const_cast<wire::VersionEntry*>(std::as_const(*this).Find(version));
 }
 
-VersionLog::VersionLog(std::filesystem::path state_dir, std::string secret)
-    : state_dir_(std::move(state_dir)), secret_(std::move(secret)) {}
-
-std::filesystem::path VersionLog::ManifestPath(std::string_view channel, uint64_t version) const {
-  char name[32];
-  std::snprintf(name, sizeof(name), "%020llu.wcsm", static_cast<unsigned long long>(version));
-  return state_dir_ / "manifests" / std::string(channel) / name;
-}
+VersionLog::VersionLog(std::unique_ptr<LogStore> store, std::string secret)
+    : store_(std::move(store)), secret_(std::move(secret)) {}
 
 const ChannelState* VersionLog::channel(std::string_view name) const {
   auto it = channels_.find(name);
@@ -60,43 +40,46 @@ const ChannelState* VersionLog::channel(std::string_view name) const {
 
 Result<std::unique_ptr<VersionLog>> VersionLog::Open(const std::filesystem::path& state_dir,
                                                      std::string secret) {
-  std::error_code ec;
-  std::filesystem::create_directories(state_dir, ec);
-  if (ec) return IoError("mkdir(" + state_dir.string() + "): " + ec.message());
-  std::unique_ptr<VersionLog> log(new VersionLog(state_dir, std::move(secret)));
-  ASSIGN_OR_RETURN(LogFile::Opened opened, LogFile::Open(state_dir / "log"));
-  log->log_ = std::move(opened.file);
-  log->recovery_.torn_bytes = opened.torn_bytes;
-  for (const std::string& bytes : opened.records) {
+  ASSIGN_OR_RETURN(std::unique_ptr<FileLogStore> store, FileLogStore::Open(state_dir));
+  return Open(std::move(store), std::move(secret));
+}
+
+Result<std::unique_ptr<VersionLog>> VersionLog::Open(std::unique_ptr<LogStore> store,
+                                                     std::string secret) {
+  std::unique_ptr<VersionLog> log(new VersionLog(std::move(store), std::move(secret)));
+  const std::string where = log->store_->Describe();
+  ASSIGN_OR_RETURN(LogStore::Loaded loaded, log->store_->Load());
+  log->recovery_.torn_bytes = loaded.torn_bytes;
+  for (const std::string& bytes : loaded.records) {
     state::LogRecord record;
     if (!record.ParseFromString(bytes)) {
-      return Corrupt((state_dir / "log").string() + ": record " +
-                     std::to_string(log->sequence_ + 1) + " does not parse");
+      return Corrupt(where + ": record " + std::to_string(log->sequence_ + 1) + " does not parse");
     }
-    RETURN_IF_ERROR(log->Apply(record).WithContext((state_dir / "log").string()));
+    RETURN_IF_ERROR(log->Apply(record).WithContext(where));
     ++log->recovery_.records;
   }
   // Every logged version must still have its manifest, exactly as published.
   for (auto& [name, channel] : log->channels_) {
     for (const wire::VersionEntry& entry : channel.versions) {
-      const std::filesystem::path path = log->ManifestPath(name, entry.version());
-      auto bytes = ReadFileToString(path);
+      auto bytes = log->store_->GetManifest(name, entry.version());
       if (!bytes.ok()) {
+        if (bytes.status().code() == Code::kUnavailable) return bytes.status();
         return Corrupt("the log records " + VersionName(name, entry.version()) +
                        " but its manifest cannot be read: " + bytes.status().ToString());
       }
+      const std::string path = where + ": " + VersionName(name, entry.version()) + "'s manifest";
       std::span<const uint8_t> view(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size());
       auto manifest = VerifySignedManifest(view, log->secret_);
       if (!manifest.ok()) {
         return Status(manifest.status().code(),
-                      path.string() + ": " + manifest.status().message() +
+                      path + ": " + manifest.status().message() +
                           (manifest.status().code() == Code::kUnauthenticated
-                               ? " (was the state directory written with another cluster secret?)"
+                               ? " (was the state written with another cluster secret?)"
                                : ""));
       }
       if (manifest->channel != name || manifest->version.value() != entry.version() ||
           AsString(manifest->root) != entry.root()) {
-        return Corrupt(path.string() + " is not the manifest the log records for " +
+        return Corrupt(path + " is not the manifest the log records for " +
                        VersionName(name, entry.version()));
       }
       if (entry.version() == channel.newest()) {
@@ -224,7 +207,7 @@ Status VersionLog::Append(state::LogRecord record) {
   record.set_sequence(sequence_ + 1);
   std::string bytes;
   if (!record.SerializeToString(&bytes)) return Internal("log record did not serialize");
-  RETURN_IF_ERROR(log_->Append(bytes));
+  RETURN_IF_ERROR(store_->Append(record.sequence(), bytes));
   // The record is on disk; applying it cannot fail for a record our own checks let through.
   Status applied = Apply(record);
   if (!applied.ok()) return Internal("applying a logged record: " + applied.ToString());
@@ -304,11 +287,7 @@ Result<wire::VersionEntry> VersionLog::RecordPublish(const VerifiedPublish& publ
   entry.set_decision(decision);
   entry.set_abort_reason(std::string(abort_reason));
 
-  const std::filesystem::path path = ManifestPath(m.channel, m.version.value());
-  RETURN_IF_ERROR(CreateDirectoryDurably(path.parent_path()));
-  RETURN_IF_ERROR(WriteFileAtomic(
-      path, std::string_view(reinterpret_cast<const char*>(publish.signed_manifest.data()),
-                             publish.signed_manifest.size())));
+  RETURN_IF_ERROR(store_->PutManifest(m.channel, m.version.value(), publish.signed_manifest));
   state::LogRecord record;
   record.set_channel(m.channel);
   *record.mutable_published() = entry;
@@ -394,7 +373,7 @@ Result<std::shared_ptr<const std::vector<uint8_t>>> VersionLog::GetManifest(
   if (state->Find(version) == nullptr) {
     return NotFound(VersionName(channel, version) + " is not published");
   }
-  ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(ManifestPath(channel, version)));
+  ASSIGN_OR_RETURN(std::string bytes, store_->GetManifest(channel, version));
   return std::make_shared<const std::vector<uint8_t>>(bytes.begin(), bytes.end());
 }
 

@@ -1,13 +1,15 @@
 // The coordinator's version log: per channel, the published versions in order with their
 // decisions and the version the fleet should have current, plus each version's signed manifest.
-// Everything it accepts is on disk before the call returns (docs/coordinator.md):
+// Everything it accepts is durable in its LogStore before the call returns: by default the
+// state directory (coord/log_store.h, docs/coordinator.md):
 //
 //   <state-dir>/log                                  LogFile of state.proto LogRecords
 //   <state-dir>/manifests/<channel>/<version>.wcsm   signed manifest bytes, as published
 //
-// A version's manifest file is written (atomically, fsynced) before the log record that
-// publishes it, so a record always finds its manifest; a manifest without a record (a crash
-// between the two) is ignored and overwritten by the next publish of that version.
+// or etcd (coord/etcd_log_store.h, docs/coordinator_etcd.md); the rules below are the same.
+// A version's manifest is stored before the log record that publishes it, so a record always
+// finds its manifest; a manifest without a record (a crash between the two) is ignored and
+// overwritten by the next publish of that version.
 //
 // Not thread-safe: the Coordinator serializes calls.
 #pragma once
@@ -25,7 +27,7 @@
 #include <weightcast/types.h>
 
 #include "coord/coord.pb.h"
-#include "coord/log_file.h"
+#include "coord/log_store.h"
 #include "coord/state.pb.h"
 #include "manifest/manifest.h"
 
@@ -63,6 +65,11 @@ class VersionLog {
   // manifest that no longer verifies means the cluster secret changed: kUnauthenticated).
   static Result<std::unique_ptr<VersionLog>> Open(const std::filesystem::path& state_dir,
                                                   std::string secret);
+  // The same over any store (etcd's): replays what store->Load() returns.
+  static Result<std::unique_ptr<VersionLog>> Open(std::unique_ptr<LogStore> store,
+                                                  std::string secret);
+
+  const LogStore& store() const { return *store_; }
 
   const Recovery& recovery() const { return recovery_; }
 
@@ -105,16 +112,14 @@ class VersionLog {
   Status RecordWriter(std::string_view channel, const wire::ChannelWriter& writer);
 
  private:
-  VersionLog(std::filesystem::path state_dir, std::string secret);
-  std::filesystem::path ManifestPath(std::string_view channel, uint64_t version) const;
+  VersionLog(std::unique_ptr<LogStore> store, std::string secret);
   // Applies one record to the in-memory state; the same rules at recovery and at run time, so
   // a replayed log gives exactly the state that was served before the restart.
   Status Apply(const state::LogRecord& record);
   Status Append(state::LogRecord record);
 
-  std::filesystem::path state_dir_;
+  std::unique_ptr<LogStore> store_;
   std::string secret_;
-  std::unique_ptr<LogFile> log_;
   uint64_t sequence_ = 0;
   Recovery recovery_;
   std::map<std::string, ChannelState, std::less<>> channels_;
