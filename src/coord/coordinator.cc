@@ -832,6 +832,10 @@ wire::FleetStatus Coordinator::OnGetStatus(const wire::GetStatus& request) {
       *out.mutable_writer() = *writer;
       out.mutable_writer()->set_live(WriterLiveLocked(out.channel(), *writer, now));
     }
+    if (auto aborted = aborted_parts_.find(out.channel());
+        aborted != aborted_parts_.end() && !aborted->second.empty()) {
+      out.set_newest_aborted_assembly(aborted->second.rbegin()->first);
+    }
   }
   return status;
 }

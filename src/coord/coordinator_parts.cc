@@ -89,8 +89,6 @@ Result<Coordinator::WriterGrant> Coordinator::GrantShardedWriterLocked(
     grant.fenced_ranks = live_ranks();
     return grant;
   }
-  const std::string shape =
-      held_world > 1 ? " (a sharded writer of " + std::to_string(held_world) + " ranks)" : "";
   const std::string mine =
       world > 1 ? "a writer of " + std::to_string(world) + " ranks" : "a second, unsharded writer";
   return FailedPrecondition(

@@ -175,7 +175,8 @@ TEST(ShardedPublish, ASecondWriterIsRefusedWhileTheRankSetHoldsTheChannel) {
   auto refused = other->Register(plain);
   ASSERT_EQ(refused.status().code(), Code::kFailedPrecondition);
   EXPECT_TRUE(IsWriterConflict(refused.status())) << refused.status().ToString();
-  EXPECT_NE(refused.status().message().find("a sharded writer of 4 ranks"), std::string::npos)
+  EXPECT_NE(refused.status().message().find("writer trainer (4 ranks, first node 10"),
+            std::string::npos)
       << refused.status().message();
   EXPECT_NE(refused.status().message().find("a second, unsharded writer is refused"),
             std::string::npos);
