@@ -53,6 +53,20 @@ publish::SeedUntil ToInternal(SeedUntil until) {
   return publish::SeedUntil::kReplicated;
 }
 
+Status SliceRefused(const TensorView& t, std::string_view why) {
+  return InvalidArgument("tensor " + t.name + ": slice (dim " + std::to_string(t.slice.dim) +
+                         ", start " + std::to_string(t.slice.start) + ", extent " +
+                         std::to_string(t.slice.extent) + ") refused: " + std::string(why));
+}
+
+// A slice is stored under a name of its own, "<name>#<start>".
+std::string SliceName(const TensorView& t) {
+  std::string name = t.name;
+  name.push_back('#');
+  name += std::to_string(t.slice.start);
+  return name;
+}
+
 }  // namespace
 
 struct PublishHandle::State {
@@ -190,18 +204,12 @@ Result<std::string> Publisher::Impl::NameSlices(std::span<const TensorView> tens
   for (size_t i = 0; i < tensors.size(); ++i) {
     const TensorView& t = tensors[i];
     if (t.slice.extent == 0) continue;
-    if (options.world <= 1) {
-      return InvalidArgument("tensor " + t.name +
-                             " is a slice, but this publisher is not sharded (world 1)");
-    }
+    if (options.world <= 1) return SliceRefused(t, "this publisher is not sharded (world 1)");
     if (t.slice.dim >= t.shape.size() || t.slice.start > t.slice.extent ||
         t.shape[t.slice.dim] > t.slice.extent - t.slice.start) {
-      return InvalidArgument("tensor " + t.name + ": slice [" + std::to_string(t.slice.start) +
-                             ", +shape[" + std::to_string(t.slice.dim) + "]) does not fit in " +
-                             std::to_string(t.slice.extent) + " along dim " +
-                             std::to_string(t.slice.dim));
+      return SliceRefused(t, "it does not fit in its extent along its dim");
     }
-    checked[i].name = t.name + "#" + std::to_string(t.slice.start);
+    checked[i].name = SliceName(t);
     slices.push_back({.whole = t.name,
                       .dim = t.slice.dim,
                       .slice = checked[i].name,

@@ -57,6 +57,41 @@ std::string SliceLines(const Manifest& manifest, std::string_view key) {
   }
 }
 
+// One string from pieces, for messages built inside loops (no temporaries per piece).
+template <typename... Pieces>
+std::string Cat(const Pieces&... pieces) {
+  std::string out;
+  (out.append(std::string_view(pieces)), ...);
+  return out;
+}
+
+// Messages built outside the loops that find the problem (one allocation chain per error).
+Status MalformedLine(std::string_view key, std::string_view line, std::string_view expected) {
+  return Corrupt(std::string(key) + ": malformed line '" + std::string(line.substr(0, 120)) + "'" +
+                 std::string(expected));
+}
+
+Status MetadataConflict(const std::string& who, const std::string& key, const std::string& value,
+                        uint32_t rank, const std::string& theirs) {
+  return FailedPrecondition(who + ": " + key + " is '" + value.substr(0, 64) + "' but " +
+                            Rank(rank) + " gave '" + theirs.substr(0, 64) +
+                            "' for the same version; ranks at different steps are not one version");
+}
+
+Status TensorClash(const std::string& who, const std::string& name, uint32_t rank) {
+  return FailedPrecondition(who + ": tensor " + name.substr(0, 200) + " is also in " + Rank(rank) +
+                            "'s part; a slice of a tensor needs a name of its own");
+}
+
+Status SliceProblem(const std::string& whole, const std::string& problem) {
+  return FailedPrecondition("the slices of " + whole.substr(0, 200) + ": " + problem);
+}
+
+void AppendField(std::string& out, std::string_view field, char end) {
+  out.append(field);
+  out.push_back(end);
+}
+
 }  // namespace
 
 Result<std::optional<PartId>> PartOf(const Manifest& manifest) {
@@ -98,13 +133,11 @@ Result<std::vector<PartLayout>> PartsOf(const Manifest& assembled) {
     if (f.size() != 6 || !ParseNumber(f[0], &p.rank) || !ParseNumber(f[1], &p.first_chunk) ||
         !ParseNumber(f[2], &p.chunk_count) || !ParseNumber(f[3], &p.offset) ||
         !ParseNumber(f[4], &p.size) || !root.ok() || root->size() != p.root.size()) {
-      return Corrupt(std::string(kPartsKey) + ": malformed line '" +
-                     std::string(line.substr(0, 120)) + "'");
+      return MalformedLine(kPartsKey, line, "");
     }
     std::copy(root->begin(), root->end(), p.root.begin());
     if (p.rank != out.size() || p.offset != next_offset || p.first_chunk != next_chunk) {
-      return Corrupt(std::string(kPartsKey) + ": part of " + Rank(p.rank) +
-                     " is out of order or not contiguous");
+      return MalformedLine(kPartsKey, line, " (out of order or not contiguous)");
     }
     next_offset = p.offset + p.size;
     next_chunk = p.first_chunk + p.chunk_count;
@@ -126,8 +159,7 @@ Result<std::vector<TensorSlice>> SlicesOf(const Manifest& manifest, std::string_
     if (f.size() != 6 || f[0].empty() || f[2].empty() || !ParseNumber(f[1], &s.dim) ||
         !ParseNumber(f[3], &s.start) || !ParseNumber(f[4], &s.length) ||
         !ParseNumber(f[5], &s.extent) || s.start > s.extent || s.length > s.extent - s.start) {
-      return Corrupt(std::string(key) + ": malformed line '" + std::string(line.substr(0, 120)) +
-                     "' (whole, dim, slice, start, length, extent)");
+      return MalformedLine(key, line, " (whole, dim, slice, start, length, extent)");
     }
     s.whole = std::string(f[0]);
     s.slice = std::string(f[2]);
@@ -139,9 +171,12 @@ Result<std::vector<TensorSlice>> SlicesOf(const Manifest& manifest, std::string_
 std::string SlicesText(const std::vector<TensorSlice>& slices) {
   std::string out;
   for (const TensorSlice& s : slices) {
-    out += s.whole + "\t" + std::to_string(s.dim) + "\t" + s.slice + "\t" +
-           std::to_string(s.start) + "\t" + std::to_string(s.length) + "\t" +
-           std::to_string(s.extent) + "\n";
+    AppendField(out, s.whole, '\t');
+    AppendField(out, std::to_string(s.dim), '\t');
+    AppendField(out, s.slice, '\t');
+    AppendField(out, std::to_string(s.start), '\t');
+    AppendField(out, std::to_string(s.length), '\t');
+    AppendField(out, std::to_string(s.extent), '\n');
   }
   return out;
 }
@@ -165,7 +200,10 @@ std::vector<uint32_t> PartAssembly::Missing() const {
 
 std::string PartAssembly::ExpiredReason(std::string_view timeout_text) const {
   std::string ranks;
-  for (uint32_t r : Missing()) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  for (uint32_t r : Missing()) {
+    if (!ranks.empty()) ranks += ", ";
+    ranks += std::to_string(r);
+  }
   return "sharded " + V(version_) + ": the parts of ranks " + ranks + " did not arrive within " +
          std::string(timeout_text) + " of the first (" + std::to_string(parts_in()) + " of " +
          std::to_string(world_) + " in)";
@@ -213,20 +251,13 @@ Result<PartAssembly::Added> PartAssembly::Add(PartId part, const Manifest& manif
       if (AssemblyKey(key) || PerRankKey(key)) continue;
       auto it = other.metadata.find(key);
       if (it != other.metadata.end() && it->second != value) {
-        return FailedPrecondition(who + ": " + key + " is '" + value.substr(0, 64) + "' but " +
-                                  Rank(rank) + " gave '" + it->second.substr(0, 64) +
-                                  "' for the same version; ranks at different steps are not one "
-                                  "version");
+        return MetadataConflict(who, key, value, rank, it->second);
       }
     }
   }
   for (const ManifestTensor& t : manifest.tensors) {
     auto it = tensor_owner_.find(t.name);
-    if (it != tensor_owner_.end()) {
-      return FailedPrecondition(who + ": tensor " + t.name.substr(0, 200) + " is also in " +
-                                Rank(it->second) +
-                                "'s part; a slice of a tensor needs a name of its own");
-    }
+    if (it != tensor_owner_.end()) return TensorClash(who, t.name, it->second);
   }
   for (const ManifestTensor& t : manifest.tensors) tensor_owner_[t.name] = part.rank;
   parts_.emplace(part.rank, manifest);
@@ -245,46 +276,46 @@ Status CheckSlices(std::vector<TensorSlice>& slices, const Manifest& assembled) 
   });
   std::set<std::string_view> used;
   for (size_t i = 0; i < slices.size();) {
-    const std::string whole = slices[i].whole;
-    if (by_name.contains(whole)) {
-      return FailedPrecondition("whole tensor " + whole.substr(0, 200) +
-                                " has the name of a tensor of the version");
+    const TensorSlice head = slices[i];
+    const std::string whole = head.whole.substr(0, 200);
+    if (by_name.contains(head.whole)) {
+      return FailedPrecondition(Cat("whole tensor ", whole, " has the name of a tensor"));
     }
     uint64_t next = 0;
     const ManifestTensor* first = nullptr;
-    const TensorSlice head = slices[i];
-    for (; i < slices.size() && slices[i].whole == whole; ++i) {
+    for (; i < slices.size() && slices[i].whole == head.whole; ++i) {
       const TensorSlice& s = slices[i];
+      const std::string slice = s.slice.substr(0, 200);
       auto it = by_name.find(s.slice);
       if (it == by_name.end() || !used.insert(s.slice).second) {
-        return FailedPrecondition("slice " + s.slice.substr(0, 200) + " of " +
-                                  whole.substr(0, 200) +
-                                  " is not a tensor of any part, or is named twice");
+        return FailedPrecondition(
+            Cat("slice ", slice, " of ", whole, " is not a tensor of any part, or is named twice"));
       }
       const ManifestTensor& t = *it->second;
-      if (s.dim >= t.shape.size() || t.shape[s.dim] != s.length) {
-        return FailedPrecondition("slice " + s.slice.substr(0, 200) + " of " +
-                                  whole.substr(0, 200) + ": its shape does not have " +
-                                  std::to_string(s.length) + " along dim " + std::to_string(s.dim));
+      if (s.dim != head.dim || s.extent != head.extent || s.dim >= t.shape.size() ||
+          t.shape[s.dim] != s.length) {
+        return FailedPrecondition(Cat("slice ", slice, " of ", whole, ": dim ",
+                                      std::to_string(s.dim), ", length ", std::to_string(s.length),
+                                      " or extent disagree with its shape or the other slices"));
       }
       if (first == nullptr) first = &t;
       std::vector<uint64_t> a = t.shape, b = first->shape;
-      a[s.dim] = b[s.dim] = 0;
-      if (t.dtype != first->dtype || a != b || s.dim != head.dim || s.extent != head.extent) {
-        return FailedPrecondition("the slices of " + whole.substr(0, 200) +
-                                  " disagree in dtype, dim, extent or the other dimensions");
+      if (a.size() == b.size()) a[s.dim] = b[s.dim] = 0;
+      if (t.dtype != first->dtype || a != b) {
+        return FailedPrecondition(
+            Cat("the slices of ", whole, " disagree in dtype or the other dimensions"));
       }
       if (s.start != next) {
-        return FailedPrecondition("the slices of " + whole.substr(0, 200) + " along dim " +
-                                  std::to_string(s.dim) + " leave a gap or overlap at " +
-                                  std::to_string(std::min(s.start, next)));
+        return FailedPrecondition(Cat("the slices of ", whole, " along dim ", std::to_string(s.dim),
+                                      " leave a gap or overlap at ",
+                                      std::to_string(std::min(s.start, next))));
       }
       next = s.start + s.length;
     }
     if (next != head.extent) {
-      return FailedPrecondition("the slices of " + head.whole.substr(0, 200) + " cover " +
-                                std::to_string(next) + " of its " + std::to_string(head.extent) +
-                                " along dim " + std::to_string(head.dim));
+      return FailedPrecondition(Cat("the slices of ", whole, " cover ", std::to_string(next),
+                                    " of its ", std::to_string(head.extent), " along dim ",
+                                    std::to_string(head.dim)));
     }
   }
   return Status::Ok();
@@ -308,10 +339,11 @@ Result<Manifest> PartAssembly::Assemble(const Manifest* base, std::string* why_f
   std::vector<PartLayout> layouts;
   uint64_t offset = 0;
   for (const auto& [rank, part] : parts_) {
-    const std::string dir = PartDirectory({rank, world_}) + "/";
+    std::string dir = PartDirectory({rank, world_});
+    dir.push_back('/');
     const uint32_t files_before = static_cast<uint32_t>(out.files.size());
     for (ManifestFile f : part.files) {
-      f.path = dir + f.path;
+      f.path.insert(0, dir);
       f.offset += offset;
       out.files.push_back(std::move(f));
     }
@@ -335,9 +367,12 @@ Result<Manifest> PartAssembly::Assemble(const Manifest* base, std::string* why_f
     }
     ASSIGN_OR_RETURN(std::vector<TensorSlice> own, SlicesOf(part, kPartSlicesKey));
     slices.insert(slices.end(), own.begin(), own.end());
-    table += std::to_string(rank) + "\t" + std::to_string(layout.first_chunk) + "\t" +
-             std::to_string(layout.chunk_count) + "\t" + std::to_string(layout.offset) + "\t" +
-             std::to_string(layout.size) + "\t" + ToHex(part.root) + "\n";
+    AppendField(table, std::to_string(rank), '\t');
+    AppendField(table, std::to_string(layout.first_chunk), '\t');
+    AppendField(table, std::to_string(layout.chunk_count), '\t');
+    AppendField(table, std::to_string(layout.offset), '\t');
+    AppendField(table, std::to_string(layout.size), '\t');
+    AppendField(table, ToHex(part.root), '\n');
     offset += part.total_size();
   }
   if (table.size() > kMaxMetadataValueBytes) {
@@ -370,18 +405,18 @@ Result<Manifest> PartAssembly::Assemble(const Manifest* base, std::string* why_f
   for (const auto& [rank, part] : parts_) {
     const PartLayout& layout = layouts[rank];
     if (!part.delta.has_value()) {
-      why = Rank(rank) + "'s part is full";
+      why = Cat(Rank(rank), "'s part is full");
     } else if (base == nullptr || part.delta->base_version != base->version) {
-      why = Rank(rank) + "'s part is a delta on " + V(part.delta->base_version) +
-            ", which is not an assembled version of " + std::to_string(world_) + " parts here";
+      why = Cat(Rank(rank), "'s part is a delta on ", V(part.delta->base_version),
+                ", which is not an assembled version of ", std::to_string(world_), " parts here");
     } else if (base_parts.size() != world_) {
-      why = "the base " + V(base->version) + " has " + std::to_string(base_parts.size()) +
-            " parts, not " + std::to_string(world_);
+      why = Cat("the base ", V(base->version), " has ", std::to_string(base_parts.size()),
+                " parts, not ", std::to_string(world_));
     } else if (base_parts[rank].root != part.delta->base_root) {
-      why = Rank(rank) + "'s part is a delta on another part than the base's " + Rank(rank);
+      why = Cat(Rank(rank), "'s part is a delta on another part than the base's ", Rank(rank));
     } else if (base_parts[rank].first_chunk != layout.first_chunk ||
                base_parts[rank].chunk_count != layout.chunk_count) {
-      why = Rank(rank) + "'s part moved or changed its chunk count since " + V(base->version);
+      why = Cat(Rank(rank), "'s part moved or changed its chunk count since ", V(base->version));
     } else if (base->chunk_size != out.chunk_size) {
       why = "the base has another chunk size";
     } else if (!delta.chunks.empty() &&

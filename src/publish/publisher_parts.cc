@@ -38,6 +38,15 @@ uint64_t Newest(const wire::ChannelLog& log) {
   return newest;
 }
 
+Status SortsAfterPad(const fs::path& dir, const std::string& file) {
+  return InvalidArgument(dir.string() + ": " + file + " sorts after the padding file " + kPadFile +
+                         "; rename it (a rank's files must sort before it)");
+}
+
+Status LinkFailed(const std::string& file, const fs::path& scratch, const std::error_code& ec) {
+  return ErrnoStatus("linking " + file + " into " + scratch.string(), ec.value());
+}
+
 // A directory holding `dir`'s files (hard links where the filesystem allows, copies otherwise)
 // and `pad` zero bytes in kPadFile, under `scratch` (emptied first).
 Result<fs::path> PaddedCopy(const fs::path& dir, const Checkpoint& checkpoint,
@@ -47,11 +56,7 @@ Result<fs::path> PaddedCopy(const fs::path& dir, const Checkpoint& checkpoint,
   fs::create_directories(scratch, ec);
   if (ec) return ErrnoStatus("mkdir(" + scratch.string() + ")", ec.value());
   for (const CheckpointFile& f : checkpoint.files) {
-    if (!(f.relative_path < std::string(kPadFile))) {
-      return InvalidArgument(dir.string() + ": " + f.relative_path +
-                             " sorts after the padding file " + kPadFile +
-                             "; rename it (a rank's files must sort before it)");
-    }
+    if (!(f.relative_path < std::string(kPadFile))) return SortsAfterPad(dir, f.relative_path);
     const fs::path to = scratch / f.relative_path;
     fs::create_directories(to.parent_path(), ec);
     fs::create_hard_link(dir / f.relative_path, to, ec);
@@ -59,8 +64,7 @@ Result<fs::path> PaddedCopy(const fs::path& dir, const Checkpoint& checkpoint,
       ec.clear();
       fs::copy_file(dir / f.relative_path, to, ec);
     }
-    if (ec)
-      return ErrnoStatus("linking " + f.relative_path + " into " + scratch.string(), ec.value());
+    if (ec) return LinkFailed(f.relative_path, scratch, ec);
   }
   RETURN_IF_ERROR(WriteFileAtomic(scratch / kPadFile, std::string(pad, '\0')));
   return scratch;
@@ -184,8 +188,9 @@ Status Publisher::PublishPartSigned(const PreparedVersion& part) {
                          reply.status().ToString());
     }
     // The coordinator answers at once; the parts of the other ranks take as long as they take
-    // (the coordinator's --part-timeout bounds it).
-    SleepFor(std::chrono::milliseconds(50));
+    // (the coordinator's --part-timeout bounds it). Each poll costs the coordinator a signature
+    // check of the part under its lock, so not faster than the publisher's poll interval.
+    SleepFor(options_.poll_interval);
   }
   return Aborted("stopped before v" + std::to_string(version.value()) + " was assembled");
 }
