@@ -83,10 +83,6 @@ Status TensorClash(const std::string& who, const std::string& name, uint32_t ran
                             "'s part; a slice of a tensor needs a name of its own");
 }
 
-Status SliceProblem(const std::string& whole, const std::string& problem) {
-  return FailedPrecondition("the slices of " + whole.substr(0, 200) + ": " + problem);
-}
-
 void AppendField(std::string& out, std::string_view field, char end) {
   out.append(field);
   out.push_back(end);
