@@ -63,6 +63,13 @@ struct PublisherOptions {
   // Take the channel from the writer that holds it; that one is fenced: its next publish fails
   // with kFailedPrecondition ("fenced by writer ...").
   bool take_over = false;
+  // Sharded publish (with a coordinator; docs/sharded_publish.md): this publisher is rank `rank`
+  // of `world` processes that publish each version together, each its own tensors (its part),
+  // into its own `store`, all with the same `writer_id` (required when world > 1). A version is
+  // published once every rank published its part for it (the same step); Publish returns then,
+  // or fails with kAborted when a part did not arrive within the coordinator's --part-timeout.
+  uint32_t rank = 0;
+  uint32_t world = 1;
   // Open fails (kUnavailable) when the coordinator cannot be reached for this long; a refused
   // handshake fails at once (kUnauthenticated: wrong secret; kFailedPrecondition: wrong cluster).
   std::chrono::nanoseconds connect_timeout = std::chrono::seconds(5);

@@ -15,11 +15,24 @@ namespace weightcast {
 // One tensor's bytes, C-contiguous and little-endian. `dtype` is spelled as in safetensors
 // ("BF16", "F32", "F8_E4M3", ...). A TensorView owns nothing: `bytes` points into memory of the
 // caller (Publisher) or of a ReceivedVersion (Subscriber), and is valid as long as that is.
+//
+// A sharded publisher (PublisherOptions::world > 1, docs/sharded_publish.md) may give a slice of
+// a larger tensor: `slice.extent` set says this view holds indices [slice.start, slice.start +
+// shape[slice.dim]) along `slice.dim` of the tensor `name`, which is `slice.extent` long along
+// that dimension (the other dimensions as `shape`). The ranks' slices of one name must tile it;
+// a Subscriber's version then offers the whole tensor under `name`.
+struct TensorSliceOf {
+  uint32_t dim = 0;
+  uint64_t start = 0;
+  uint64_t extent = 0;  // 0: not a slice
+};
+
 struct TensorView {
   std::string name;
   std::string dtype;
   std::vector<uint64_t> shape;
   std::span<const uint8_t> bytes;
+  TensorSliceOf slice{};
 };
 
 // Bits per element of a safetensors dtype ("BF16" -> 16, "F4" -> 4; BOOL is stored as 8).

@@ -94,8 +94,8 @@ std::vector<TensorView> TensorsFromPython(const py::list& tensors,
   items.reserve(tensors.size());
   for (const py::handle item : tensors) {
     auto tuple = item.cast<py::tuple>();
-    if (tuple.size() != 4)
-      Throw(InvalidArgument("a tensor entry is not (name, dtype, shape, buffer)"));
+    if (tuple.size() != 4 && tuple.size() != 5)
+      Throw(InvalidArgument("a tensor entry is not (name, dtype, shape, buffer[, slice])"));
     TensorView t;
     t.name = tuple[0].cast<std::string>();
     t.dtype = tuple[1].cast<std::string>();
@@ -105,6 +105,12 @@ std::vector<TensorView> TensorsFromPython(const py::list& tensors,
     if (!IsCContiguous(info)) Throw(InvalidArgument("tensor " + t.name + " is not C-contiguous"));
     t.bytes = {static_cast<const uint8_t*>(info.ptr),
                static_cast<size_t>(info.size * info.itemsize)};
+    if (tuple.size() == 5 && !tuple[4].is_none()) {
+      // (dim, start, extent): a sharded rank's slice of a larger tensor (TensorSliceOf).
+      auto slice = tuple[4].cast<std::tuple<uint32_t, uint64_t, uint64_t>>();
+      t.slice = {std::get<0>(slice), std::get<1>(slice), std::get<2>(slice)};
+      if (t.slice.extent == 0) Throw(InvalidArgument("tensor " + t.name + ": slice extent 0"));
+    }
     items.push_back(std::move(t));
   }
   return items;

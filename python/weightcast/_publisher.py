@@ -23,13 +23,34 @@ class PublishResult(collections.namedtuple(
         return self.total_bytes / self.wire_bytes
 
 
-def _publishable(tensors, step):
+def _publishable(tensors, step, slices=None):
     if not isinstance(tensors, collections.abc.Mapping) or not tensors:
         raise _weightcast.InvalidArgumentError(
             "tensors must be a non-empty dict of name -> tensor")
     if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
         raise _weightcast.InvalidArgumentError(f"step must be an int, not {step!r}")
-    return [_tensors.to_publishable(name, value) for name, value in tensors.items()]
+    items = [_tensors.to_publishable(name, value) for name, value in tensors.items()]
+    if slices:
+        if not isinstance(slices, collections.abc.Mapping):
+            raise _weightcast.InvalidArgumentError(
+                "slices must be a dict of name -> (dim, start, extent)")
+        unknown = set(slices) - set(tensors)
+        if unknown:
+            raise _weightcast.InvalidArgumentError(
+                f"slices names tensors that are not given: {sorted(unknown)}")
+        out = []
+        for item in items:
+            spec = slices.get(item[0])
+            if spec is not None:
+                if (not isinstance(spec, tuple) or len(spec) != 3 or
+                        not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
+                                for x in spec)):
+                    raise _weightcast.InvalidArgumentError(
+                        f"slices[{item[0]!r}] must be (dim, start, extent), not {spec!r}")
+                item = tuple(item) + (spec,)
+            out.append(item)
+        items = out
+    return items
 
 
 def _result(out, step, seconds):
@@ -116,6 +137,8 @@ class Publisher:
         "node_id": _options.integer,
         "writer_id": _options.text,
         "take_over": _options.boolean,
+        "rank": _options.integer,
+        "world": _options.integer,
         "connect_timeout": _options.seconds,
         "log_level": _options.text,
         "log_file": _options.path,
@@ -170,12 +193,19 @@ class Publisher:
             self._remote = True
         _open_publishers.add(self)
 
-    def publish(self, tensors, step=None):
+    def publish(self, tensors, step=None, slices=None):
         """Publishes ``tensors`` (dict name -> torch tensor or numpy array, any dtype safetensors
         has, bf16 included; GPU or non-contiguous tensors are copied to contiguous CPU memory
         first) as the next version, after any publish_async() still queued. Blocks until it is
-        committed (and, with a coordinator, registered and seeding). Returns a PublishResult."""
-        items = _publishable(tensors, step)
+        committed (and, with a coordinator, registered and seeding). Returns a PublishResult.
+
+        Sharded (``rank=R, world=W`` and a shared ``writer_id``, docs/sharded_publish.md): each
+        of the W ranks publishes its own tensors for the same step; this call returns once all W
+        parts are in and the version is published (AbortedError when one did not come in time).
+        ``slices`` marks tensors that are slices of a larger one: ``{name: (dim, start,
+        extent)}``, e.g. rows ``[start, start + t.shape[0])`` of a tensor ``extent`` rows long;
+        a Subscriber's version then holds the whole tensor under ``name``."""
+        items = _publishable(tensors, step, slices)
         start = time.perf_counter()
         out = self._core.publish(items, step)
         return _result(out, step, seconds=time.perf_counter() - start)

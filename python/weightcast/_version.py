@@ -57,6 +57,10 @@ class Version(collections.abc.Mapping):
             self._tensors[name] = TensorInfo(name, dtype, tuple(shape), self.files[file_index],
                                              offset, size)
         self._file_index = {path: i for i, path in enumerate(self.files)}
+        self._wholes = _read_slices(self.metadata, self._tensors)
+        # The names a sampler sees: whole tensors in place of their slices.
+        hidden = {s for slices in self._wholes.values() for s in slices[1]}
+        self._names = [n for n in self._tensors if n not in hidden] + list(self._wholes)
 
     @property
     def step(self):
@@ -65,10 +69,36 @@ class Version(collections.abc.Mapping):
         return int(value) if value is not None else None
 
     def info(self, name):
-        """TensorInfo of a tensor (KeyError if it is not in this version)."""
+        """TensorInfo of a tensor (KeyError if it is not in this version). A whole tensor made
+        of a sharded publish's slices has file None and offset None."""
+        if name in self._wholes:
+            return self._whole_info(name)
         return self._tensors[name]
 
+    def _whole_info(self, name):
+        dim, names, _ = self._wholes[name]
+        first = self._tensors[names[0]]
+        shape = list(first.shape)
+        shape[dim] = sum(self._tensors[n].shape[dim] for n in names)
+        return TensorInfo(name, first.dtype, tuple(shape), None, None,
+                          sum(self._tensors[n].size for n in names))
+
+    def slices(self, name):
+        """The tensors a whole tensor of a sharded publish is made of, in order: a list of
+        (slice name, dim, start); empty for any other tensor."""
+        if name not in self._wholes:
+            return []
+        dim, names, starts = self._wholes[name]
+        return [(n, dim, start) for n, start in zip(names, starts)]
+
     def __getitem__(self, name):
+        if name in self._wholes:
+            info = self._whole_info(name)
+            if info.dtype in _tensors.RAW_IN_NUMPY:
+                raise TypeError(
+                    f"tensor {name!r} is {info.dtype}, which numpy has no type for: use "
+                    f"v.torch({name!r}) or v.state_dict() for its values")
+            return self.numpy(name)
         info = self._tensors[name]
         if info.dtype in _tensors.RAW_IN_NUMPY:
             raise TypeError(
@@ -78,13 +108,13 @@ class Version(collections.abc.Mapping):
         return self.numpy(name)
 
     def __iter__(self):
-        return iter(self._tensors)
+        return iter(self._names)
 
     def __len__(self):
-        return len(self._tensors)
+        return len(self._names)
 
     def __contains__(self, name):
-        return name in self._tensors
+        return name in self._tensors or name in self._wholes
 
     def __repr__(self):
         return (f"<weightcast.Version {self.channel} v{self.version}: {len(self)} tensors, "
@@ -108,7 +138,14 @@ class Version(collections.abc.Mapping):
 
     def numpy(self, name):
         """Read-only numpy view of a tensor. BF16 and float8 come as their raw bits (uint16,
-        uint8); F6/F4 as flat uint8 bytes."""
+        uint8); F6/F4 as flat uint8 bytes. A whole tensor of a sharded publish is its slices
+        concatenated (a copy)."""
+        if name in self._wholes:
+            dim, names, _ = self._wholes[name]
+            whole = np.concatenate([self._raw(self._tensors[n], writeable=False) for n in names],
+                                   axis=dim)
+            whole.flags.writeable = False
+            return whole
         return self._raw(self._tensors[name], writeable=False)
 
     def torch(self, name):
@@ -116,6 +153,9 @@ class Version(collections.abc.Mapping):
         torch = _tensors.torch
         if torch is None:
             raise InvalidArgumentError("torch is not installed")
+        if name in self._wholes:
+            dim, names, _ = self._wholes[name]
+            return torch.cat([self.torch(n) for n in names], dim=dim)
         info = self._tensors[name]
         torch_dtype = _tensors.TORCH_OF.get(info.dtype)
         if torch_dtype is None:
@@ -131,7 +171,7 @@ class Version(collections.abc.Mapping):
 
     def state_dict(self):
         """{name: torch view} of every tensor, for ``model.load_state_dict``."""
-        return {name: self.torch(name) for name in self._tensors}
+        return {name: self.torch(name) for name in self._names}
 
     def bytes_of(self, name):
         """The tensor's bytes as a read-only memoryview (no copy)."""
@@ -140,3 +180,28 @@ class Version(collections.abc.Mapping):
             return memoryview(b"")
         mapping = self._maps[self._file_index[info.file]]
         return memoryview(mapping)[info.offset:info.offset + info.size].toreadonly()
+
+
+def _read_slices(metadata, tensors):
+    """{whole name: (dim, [slice names], [starts])} from a sharded version's slice table
+    (metadata "weightcast.slices", ".1", ...: whole, dim, slice, start, length, extent per line;
+    docs/sharded_publish.md)."""
+    text = metadata.get("weightcast.slices", "")
+    i = 1
+    while f"weightcast.slices.{i}" in metadata:
+        text += metadata[f"weightcast.slices.{i}"]
+        i += 1
+    wholes = {}
+    for line in text.splitlines():
+        if not line:
+            continue
+        whole, dim, name, start, _length, _extent = line.split("\t")
+        if name not in tensors:
+            continue
+        entry = wholes.setdefault(whole, (int(dim), [], []))
+        entry[1].append(name)
+        entry[2].append(int(start))
+    for whole, (dim, names, starts) in wholes.items():
+        order = sorted(range(len(names)), key=lambda k: starts[k])
+        wholes[whole] = (dim, [names[k] for k in order], [starts[k] for k in order])
+    return wholes

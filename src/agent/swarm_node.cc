@@ -56,7 +56,20 @@ struct TargetData {
   std::atomic<bool> committed{false};
   bool delta = false;                                 // fetching payloads onto `base`
   std::shared_ptr<const PayloadCache> seed_payloads;  // a source's payloads
-  std::shared_ptr<PayloadCache> payloads;             // payloads this node decoded (delta mode)
+  // A rank seeding its part of a sharded version (SeedPart): the chunks [first_chunk,
+  // first_chunk + chunk_count) are read from the part committed in the store as `stored`, and
+  // seed_payloads are indexed by part chunk.
+  struct PartSeed {
+    Version stored;
+    uint32_t first_chunk = 0;
+    uint32_t chunk_count = 0;
+  };
+  std::optional<PartSeed> part;
+  bool InPart(ChunkIndex chunk) const {
+    return !part || (chunk.value() >= part->first_chunk &&
+                     chunk.value() - part->first_chunk < part->chunk_count);
+  }
+  std::shared_ptr<PayloadCache> payloads;  // payloads this node decoded (delta mode)
   std::optional<Manifest> base_manifest;
   std::optional<codec::SnapshotReader> base_bytes;
   // The scheduler generation. A worker may still be decoding for an old one after a restart;
@@ -69,8 +82,9 @@ struct TargetData {
   RecentChunks recent;
 
   SharedBytes Payload(ChunkIndex chunk) const {
-    if (seed_payloads != nullptr) {
-      if (SharedBytes p = seed_payloads->Get(chunk)) return p;
+    if (seed_payloads != nullptr && InPart(chunk)) {
+      const ChunkIndex own(part ? chunk.value() - part->first_chunk : chunk.value());
+      if (SharedBytes p = seed_payloads->Get(own)) return p;
     }
     return payloads != nullptr ? payloads->Get(chunk) : nullptr;
   }
@@ -376,9 +390,17 @@ struct SwarmNode::Impl {
       ++uploads_from_memory_;
     } else {
       Result<std::vector<uint8_t>> bytes = NotFound("chunk not held");
-      if (!t.committed.load() && t.staged) bytes = t.staged->ReadChunk(item.chunk);
-      // Committed (or committed while we read the staging): read the version's files.
-      if (!bytes.ok()) bytes = store_.ReadChunk(options_.channel, t.manifest.version, item.chunk);
+      if (t.part) {
+        if (!t.InPart(item.chunk)) return NotFound("chunk not in this rank's part");
+        bytes = store_.ReadChunk(options_.channel, t.part->stored,
+                                 ChunkIndex(item.chunk.value() - t.part->first_chunk));
+      } else {
+        if (!t.committed.load() && t.staged) bytes = t.staged->ReadChunk(item.chunk);
+        // Committed (or committed while we read the staging): read the version's files.
+        if (!bytes.ok()) {
+          bytes = store_.ReadChunk(options_.channel, t.manifest.version, item.chunk);
+        }
+      }
       RETURN_IF_ERROR(bytes.status());
       data = Hold(std::make_shared<const std::vector<uint8_t>>(std::move(bytes).value()));
       ++uploads_from_store_;
@@ -1261,6 +1283,51 @@ struct SwarmNode::Impl {
     return Status::Ok();
   }
 
+  Status SeedPart(const Manifest& manifest, const Manifest& part, uint32_t first_chunk,
+                  std::shared_ptr<const PayloadCache> payloads) {
+    std::lock_guard lock(mu_);
+    if (auto s = CheckReplace(manifest)) return *s;
+    const uint32_t n = manifest.chunk_count();
+    const uint32_t own = part.chunk_count();
+    if (first_chunk > n || own > n - first_chunk ||
+        !std::equal(part.chunk_hashes.begin(), part.chunk_hashes.end(),
+                    manifest.chunk_hashes.begin() + first_chunk)) {
+      return FailedPrecondition(
+          "cannot seed " + V(manifest.version) + ": this rank's part is not its chunks " +
+          std::to_string(first_chunk) + ".." + std::to_string(first_chunk + own));
+    }
+    ASSIGN_OR_RETURN(std::optional<Manifest> held, Committed(part.version));
+    if (!held || held->root != part.root) {
+      return FailedPrecondition("cannot seed " + V(manifest.version) +
+                                ": this rank's part is not committed in the store");
+    }
+    LeaveTarget();
+    auto data = std::make_shared<TargetData>();
+    data->manifest = manifest;
+    data->committed = true;
+    data->seed_payloads = std::move(payloads);
+    data->part = TargetData::PartSeed{part.version, first_chunk, own};
+    target_.data = std::move(data);
+    target_.source = true;
+    target_.whole.assign(n, false);
+    target_.payload.assign(n, false);
+    target_.want.assign(n, false);
+    for (uint32_t i = first_chunk; i < first_chunk + own; ++i) {
+      target_.whole[i] = true;
+      target_.want[i] = true;
+    }
+    if (target_.data->seed_payloads != nullptr) {
+      for (ChunkIndex c : target_.data->seed_payloads->Chunks()) {
+        if (c.value() < own) target_.payload[first_chunk + c.value()] = true;
+      }
+    }
+    target_.started = Clock::now();
+    RETURN_IF_ERROR(RestartScheduler());
+    Log("seeding " + V(manifest.version) + " chunks " + std::to_string(first_chunk) + ".." +
+        std::to_string(first_chunk + own) + " (this rank's part)");
+    return Status::Ok();
+  }
+
   Status CommitTarget() {
     std::shared_ptr<TargetData> data;
     {
@@ -1425,6 +1492,7 @@ struct SwarmNode::Impl {
       }
     }
     for (uint32_t i = 0; i < n; ++i) {
+      if (!target_.data->InPart(ChunkIndex(i))) continue;  // another rank's to replicate
       if (!whole[i]) return false;
       if (payloads_needed && target_.payload[i] && !payload[i]) return false;
     }
@@ -1514,6 +1582,17 @@ Status SwarmNode::Seed(const Manifest& manifest, std::vector<uint8_t> signed_man
     return InvalidArgument("the signed manifest is not the manifest given");
   }
   return impl_->Seed(verified, std::move(payloads));
+}
+
+Status SwarmNode::SeedPart(const Manifest& manifest, std::vector<uint8_t> signed_manifest,
+                           const Manifest& part, uint32_t first_chunk,
+                           std::shared_ptr<const PayloadCache> payloads) {
+  ASSIGN_OR_RETURN(Manifest verified,
+                   VerifySignedManifest(signed_manifest, impl_->options_.manifest_secret));
+  if (verified.root != manifest.root || verified.version != manifest.version) {
+    return InvalidArgument("the signed manifest is not the manifest given");
+  }
+  return impl_->SeedPart(verified, part, first_chunk, std::move(payloads));
 }
 
 void SwarmNode::SetPeers(std::span<const PeerAddress> peers) { impl_->SetPeers(peers); }

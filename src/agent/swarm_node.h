@@ -153,6 +153,15 @@ class SwarmNode {
   // for a delta, every payload in `payloads` (may be null for a full version).
   Status Seed(const Manifest& manifest, std::vector<uint8_t> signed_manifest,
               std::shared_ptr<const PayloadCache> payloads);
+  // A rank of a sharded publish (docs/sharded_publish.md): seeds the assembled `manifest` from
+  // the part it published, committed in the store as `part` (the same version number, its own
+  // files and manifest): chunks [first_chunk, first_chunk + part.chunk_count()) of the version
+  // are that part's chunks, served from it; `payloads` are the part's (by part chunk index).
+  // This node holds, wants and replicates only those chunks. kFailedPrecondition when the store
+  // does not hold `part` committed or its chunk hashes are not those of that range.
+  Status SeedPart(const Manifest& manifest, std::vector<uint8_t> signed_manifest,
+                  const Manifest& part, uint32_t first_chunk,
+                  std::shared_ptr<const PayloadCache> payloads);
 
   // The node's whole peer list (from the coordinator). Connects to listed peers with a lower
   // node id, keeps accepting the others, and disconnects peers no longer listed.

@@ -31,6 +31,7 @@ struct CoordinatorFlags {
   std::string listen;
   std::string state_dir;
   std::string heartbeat_timeout = "3s";
+  std::string part_timeout = "60s";
   uint32_t degree = swarm::Tuning{}.degree;  // what `weightcast sim` runs (swarm/tuning.h)
   std::string commit_policy = "all";
   std::string prepare_deadline = "10m";
@@ -106,6 +107,10 @@ Status RunCoordinator(const CoordinatorFlags& flags) {
     return InvalidArgument("--heartbeat-timeout must be at least 30ms");
   }
   if (flags.degree < 2) return InvalidArgument("--degree must be at least 2");
+  ASSIGN_OR_RETURN(net::Duration part_timeout, ParseDuration(flags.part_timeout));
+  if (part_timeout < std::chrono::milliseconds(100)) {
+    return InvalidArgument("--part-timeout must be at least 100ms");
+  }
   metrics::Logger log("coordinator", format);
 
   if (flags.etcd.empty() && flags.state_dir.empty()) {
@@ -114,6 +119,7 @@ Status RunCoordinator(const CoordinatorFlags& flags) {
   coord::CoordinatorOptions options;
   options.state_dir = flags.state_dir;
   options.heartbeat_timeout = heartbeat_timeout;
+  options.part_timeout = part_timeout;
   options.degree = flags.degree;
   options.log = log.AsLineFn();
   ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.node.secret_file));
@@ -220,6 +226,10 @@ void SetupCoordinator(CLI::App& app) {
                   "not with --etcd");
   cmd->add_option("--heartbeat-timeout", flags->heartbeat_timeout,
                   "Silence after which a node is marked dead (nodes heartbeat 3x as often)")
+      ->capture_default_str();
+  cmd->add_option("--part-timeout", flags->part_timeout,
+                  "Sharded publish: a version whose ranks' parts are not all in this long after "
+                  "the first is aborted (docs/sharded_publish.md)")
       ->capture_default_str();
   cmd->add_option("--degree", flags->degree,
                   "Peers per agent in the peer lists (publishers get at least " +

@@ -39,6 +39,8 @@ struct PublishFlags {
   std::string import = "auto";
   std::string writer_id;
   bool take_over = false;
+  uint32_t rank = 0;
+  uint32_t world = 1;
   NodeFlags node;
 };
 
@@ -65,6 +67,15 @@ Status RunPublish(const PublishFlags& flags) {
   RETURN_IF_ERROR(ValidateAddressFlag("--listen", flags.listen, /*allow_port_zero=*/true));
   if (!flags.metrics.empty()) {
     RETURN_IF_ERROR(ValidateAddressFlag("--metrics", flags.metrics, /*allow_port_zero=*/true));
+  }
+  if (flags.world == 0 || flags.rank >= flags.world) {
+    return InvalidArgument("--rank " + std::to_string(flags.rank) + " --world " +
+                           std::to_string(flags.world) + ": need 0 <= rank < world");
+  }
+  if (flags.world > 1 && flags.writer_id.empty()) {
+    return InvalidArgument("--world " + std::to_string(flags.world) +
+                           " needs --writer-id: the ranks of a sharded publish share one writer "
+                           "identity (each has its own --store)");
   }
   if (!flags.dir.empty()) {
     std::error_code ec;
@@ -102,6 +113,8 @@ Status RunPublish(const PublishFlags& flags) {
   options.node_id = PeerId(flags.node.node_id);
   options.writer_id = flags.writer_id;
   options.take_over = flags.take_over;
+  options.rank = flags.rank;
+  options.world = flags.world;
   options.build.chunk_size = chunk_size;
   // --dir publishes a new version at once: re-encoding the previous one's payloads would delay it.
   options.reseed_payloads = flags.dir.empty();
@@ -219,6 +232,14 @@ void SetupPublish(CLI::App& app) {
                   "STORE/.writer-id)");
   cmd->add_flag("--take-over", flags->take_over,
                 "Take the channel from the publisher that holds it; that one is fenced");
+  cmd->add_option("--rank", flags->rank,
+                  "Sharded publish: this process is rank R of --world W; it publishes its own "
+                  "files as its part of each version (docs/sharded_publish.md)")
+      ->capture_default_str();
+  cmd->add_option("--world", flags->world,
+                  "Sharded publish: how many ranks give the parts of each version (they share "
+                  "--writer-id; each has its own --store)")
+      ->capture_default_str();
   AddNodeFlags(cmd, flags->node);
   cmd->callback([flags] { Finish("publish", RunPublish(*flags)); });
 }

@@ -16,6 +16,7 @@
 
 #include "client/common.h"
 #include "client/tensor_writer.h"
+#include "coord/part_assembly.h"
 #include "manifest/builder.h"
 #include "publish/publisher.h"
 #include "store/store.h"
@@ -50,6 +51,20 @@ publish::SeedUntil ToInternal(SeedUntil until) {
       return publish::SeedUntil::kNever;
   }
   return publish::SeedUntil::kReplicated;
+}
+
+Status SliceRefused(const TensorView& t, std::string_view why) {
+  return InvalidArgument("tensor " + t.name + ": slice (dim " + std::to_string(t.slice.dim) +
+                         ", start " + std::to_string(t.slice.start) + ", extent " +
+                         std::to_string(t.slice.extent) + ") refused: " + std::string(why));
+}
+
+// A slice is stored under a name of its own, "<name>#<start>".
+std::string SliceName(const TensorView& t) {
+  std::string name = t.name;
+  name.push_back('#');
+  name += std::to_string(t.slice.start);
+  return name;
 }
 
 }  // namespace
@@ -89,6 +104,7 @@ struct Publisher::Impl : std::enable_shared_from_this<Publisher::Impl> {
     std::unique_ptr<uint8_t[]> owned;
     std::shared_ptr<const void> keep_alive;
     std::optional<int64_t> step;
+    std::string slices;  // a sharded rank's slices (coord::kPartSlicesKey), renamed tensors
     Clock::time_point submitted;
     std::shared_ptr<PublishHandle::State> state;
   };
@@ -98,6 +114,8 @@ struct Publisher::Impl : std::enable_shared_from_this<Publisher::Impl> {
   Status Start();
   Result<PublishHandle> Submit(std::span<const TensorView> tensors, std::optional<int64_t> step,
                                AsyncOptions async);
+  Result<std::string> NameSlices(std::span<const TensorView> tensors,
+                                 std::vector<client::TensorBytes>& checked) const;
   void WorkerLoop();
   Result<PublishResult> Run(const Job& job);
   Result<PublishResult> RunLocal(const Job& job, const std::map<std::string, std::string>& meta);
@@ -137,6 +155,10 @@ Status Publisher::Impl::Start() {
                            std::to_string(ChunkSizeLimits::kMax) + "]");
   }
   RETURN_IF_ERROR(client::CheckStorePath(options.store));
+  if (options.world > 1 && options.coordinator.empty()) {
+    return InvalidArgument("a sharded publisher (world " + std::to_string(options.world) +
+                           ") needs a coordinator, which assembles the ranks' parts");
+  }
   if (options.coordinator.empty()) {
     StoreOptions store_options;
     store_options.keep_versions = options.keep_versions;
@@ -155,6 +177,8 @@ Status Publisher::Impl::Start() {
     po.node_id = PeerId(options.node_id);
     po.writer_id = options.writer_id;
     po.take_over = options.take_over;
+    po.rank = options.rank;
+    po.world = options.world;
     po.connect_timeout = options.connect_timeout;
     auto created = publish::Publisher::Create(std::move(po));
     if (!created.ok()) {
@@ -171,10 +195,36 @@ Status Publisher::Impl::Start() {
   return Status::Ok();
 }
 
+// A slice is stored under a name of its own, "<name>#<start>", and the part's metadata says which
+// whole tensor it belongs to; every rank names its slices alike, so the names are stable across
+// steps (deltas line up) and unique across ranks.
+Result<std::string> Publisher::Impl::NameSlices(std::span<const TensorView> tensors,
+                                                std::vector<client::TensorBytes>& checked) const {
+  std::vector<coord::TensorSlice> slices;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorView& t = tensors[i];
+    if (t.slice.extent == 0) continue;
+    if (options.world <= 1) return SliceRefused(t, "this publisher is not sharded (world 1)");
+    if (t.slice.dim >= t.shape.size() || t.slice.start > t.slice.extent ||
+        t.shape[t.slice.dim] > t.slice.extent - t.slice.start) {
+      return SliceRefused(t, "it does not fit in its extent along its dim");
+    }
+    checked[i].name = SliceName(t);
+    slices.push_back({.whole = t.name,
+                      .dim = t.slice.dim,
+                      .slice = checked[i].name,
+                      .start = t.slice.start,
+                      .length = t.shape[t.slice.dim],
+                      .extent = t.slice.extent});
+  }
+  return coord::SlicesText(slices);
+}
+
 Result<PublishHandle> Publisher::Impl::Submit(std::span<const TensorView> tensors,
                                               std::optional<int64_t> step, AsyncOptions async) {
   ASSIGN_OR_RETURN(std::vector<client::TensorBytes> checked, client::CheckTensors(tensors));
   Job job;
+  ASSIGN_OR_RETURN(job.slices, NameSlices(tensors, checked));
   job.submitted = Clock::now();
   job.step = step;
   if (async.copy) {
@@ -235,6 +285,7 @@ void Publisher::Impl::WorkerLoop() {
 Result<PublishResult> Publisher::Impl::Run(const Job& job) {
   std::map<std::string, std::string> metadata;
   if (job.step) metadata["step"] = std::to_string(*job.step);
+  if (!job.slices.empty()) metadata[std::string(coord::kPartSlicesKey)] = job.slices;
   Result<PublishResult> result =
       remote != nullptr ? RunCoordinated(job, metadata) : RunLocal(job, metadata);
   if (result.ok()) {

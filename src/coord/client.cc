@@ -288,6 +288,15 @@ Result<Version> CoordinatorClient::Publish(std::span<const uint8_t> signed_manif
   return Version(reply.publish_reply().version());
 }
 
+Result<wire::PublishReply> CoordinatorClient::PublishPart(std::span<const uint8_t> signed_part,
+                                                          uint64_t writer_epoch) {
+  wire::Envelope envelope;
+  envelope.mutable_publish()->set_signed_manifest(signed_part.data(), signed_part.size());
+  envelope.mutable_publish()->set_writer_epoch(writer_epoch);
+  ASSIGN_OR_RETURN(wire::Envelope reply, Call(std::move(envelope)));
+  return std::move(*reply.mutable_publish_reply());
+}
+
 Result<std::vector<uint8_t>> CoordinatorClient::GetManifest(std::string_view channel,
                                                             Version version) {
   wire::Envelope envelope;

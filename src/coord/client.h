@@ -65,6 +65,10 @@ class CoordinatorClient {
   // Registers a version published by this node; returns its version number. `writer_epoch`: the
   // lease the registration granted for the manifest's channel (0: none, as a tool).
   Result<Version> Publish(std::span<const uint8_t> signed_manifest, uint64_t writer_epoch = 0);
+  // The same for a part of a sharded version (docs/sharded_publish.md): the whole reply, which
+  // says whether the version is assembled yet. Call it again with the same part to poll.
+  Result<wire::PublishReply> PublishPart(std::span<const uint8_t> signed_part,
+                                         uint64_t writer_epoch);
   // The signed manifest of `version` (0: the newest) of `channel`; the caller verifies it.
   Result<std::vector<uint8_t>> GetManifest(std::string_view channel, Version version);
   Result<wire::FleetStatus> GetStatus(std::string_view channel = {});

@@ -10,7 +10,9 @@
 #include <utility>
 
 #include "coord/envelope.h"
+#include "coord/writer_text.h"
 #include "manifest/builder.h"
+#include "manifest/signed_manifest.h"
 #include "swarm/peer_lists.h"
 #include "util/text.h"
 
@@ -81,12 +83,21 @@ std::string WriterIdOf(const net::PeerInfo& peer, const wire::Register& request)
                                      : request.writer_id();
 }
 
-// "writer W (node N at ADDR, host H), epoch E since T": who holds a channel, for errors and logs.
+uint64_t HeldEpoch(const wire::Register& request, std::string_view channel) {
+  for (const wire::WriterLease& lease : request.leases()) {
+    if (lease.channel() == channel) return lease.epoch();
+  }
+  return 0;
+}
+
+}  // namespace
+
 std::string DescribeWriter(const wire::ChannelWriter& w, uint64_t now_unix_ms) {
-  std::string out = "writer " + w.writer_id() + " (node " + std::to_string(w.node_id()) + " at " +
-                    w.address() + (w.hostname().empty() ? "" : ", host " + w.hostname()) +
-                    "), epoch " + std::to_string(w.epoch()) + " since " +
-                    FormatUtc(w.since_unix_ms());
+  std::string out = "writer " + w.writer_id() + " (" +
+                    (w.world() > 1 ? std::to_string(w.world()) + " ranks, first " : "") + "node " +
+                    std::to_string(w.node_id()) + " at " + w.address() +
+                    (w.hostname().empty() ? "" : ", host " + w.hostname()) + "), epoch " +
+                    std::to_string(w.epoch()) + " since " + FormatUtc(w.since_unix_ms());
   if (now_unix_ms >= w.since_unix_ms()) {
     out += " (" + std::to_string((now_unix_ms - w.since_unix_ms()) / 1000) + " s ago)";
   }
@@ -98,15 +109,6 @@ std::string FormatSeconds(net::Duration d) {
   if (ms % 1000 == 0) return std::to_string(ms / 1000) + " s";
   return std::to_string(ms) + " ms";
 }
-
-uint64_t HeldEpoch(const wire::Register& request, std::string_view channel) {
-  for (const wire::WriterLease& lease : request.leases()) {
-    if (lease.channel() == channel) return lease.epoch();
-  }
-  return 0;
-}
-
-}  // namespace
 
 struct Coordinator::Node {
   PeerId id;
@@ -250,7 +252,7 @@ std::optional<wire::Envelope> Coordinator::Dispatch(uint64_t session, const net:
     case wire::Envelope::kPublish: {
       auto r = OnPublish(peer, request.publish());
       if (r.ok()) {
-        reply.mutable_publish_reply()->set_version(*r);
+        *reply.mutable_publish_reply() = std::move(r).value();
       } else {
         failed = r.status();
       }
@@ -328,8 +330,19 @@ Result<wire::RegisterReply> Coordinator::OnRegister(uint64_t session, const net:
   }
   RETURN_IF_ERROR(CheckLabel("writer id", request.writer_id()));
   if (peer.role != net::Role::kPublisher &&
-      (!request.writer_id().empty() || request.take_over() || request.leases_size() != 0)) {
+      (!request.writer_id().empty() || request.take_over() || request.leases_size() != 0 ||
+       request.world() != 0 || request.rank() != 0)) {
     return InvalidArgument("register: only a publisher is a writer");
+  }
+  if (request.world() > kMaxWorld || (request.world() <= 1 && request.rank() != 0) ||
+      (request.world() > 1 && request.rank() >= request.world())) {
+    return InvalidArgument("register: rank " + std::to_string(request.rank()) + " of world " +
+                           std::to_string(request.world()) +
+                           " (need 0 <= rank < world <= " + std::to_string(kMaxWorld) + ")");
+  }
+  if (request.world() > 1 && request.writer_id().empty()) {
+    return InvalidArgument(
+        "register: the ranks of a sharded publisher share one writer id; none was given");
   }
 
   const net::TimePoint now = clock_.Now();
@@ -348,13 +361,18 @@ Result<wire::RegisterReply> Coordinator::OnRegister(uint64_t session, const net:
                           .WithContext("register: logging the writer of " + grant.channel));
       options_.log(grant.channel + ": " + DescribeWriter(*grant.record, UnixMs()) + " (" +
                    grant.how + ")");
-      if (grant.fenced.has_value()) {
-        auto old = nodes_.find(*grant.fenced);
+      ChannelChangedLocked(grant.channel);
+    }
+    for (WriterGrant& grant : grants) {
+      std::vector<PeerId> fenced = grant.fenced_ranks;
+      if (grant.fenced.has_value()) fenced.push_back(*grant.fenced);
+      for (PeerId id : fenced) {
+        auto old = nodes_.find(id);
         if (old != nodes_.end() && old->second->connected && old->second->session != session) {
           fenced_sessions->push_back(old->second->session);
         }
       }
-      ChannelChangedLocked(grant.channel);
+      NoteRanksLocked(peer, request, grant);
     }
   }
   std::unique_ptr<Node>& slot = nodes_[peer.node_id];
@@ -402,6 +420,21 @@ Result<wire::RegisterReply> Coordinator::OnRegister(uint64_t session, const net:
 
 bool Coordinator::WriterLiveLocked(std::string_view channel, const wire::ChannelWriter& writer,
                                    net::TimePoint now) const {
+  if (writer.world() > 1) {
+    // A rank set is live while any of its ranks is.
+    auto ranks = rank_holders_.find(channel);
+    if (ranks != rank_holders_.end() && !ranks->second.empty()) {
+      for (const auto& [rank, id] : ranks->second) {
+        auto node = nodes_.find(id);
+        if (node != nodes_.end() && node->second->alive &&
+            Follows(node->second->registration, channel)) {
+          return true;
+        }
+      }
+      return false;
+    }
+    return now - started_ <= options_.heartbeat_timeout;
+  }
   auto it = nodes_.find(PeerId(writer.node_id()));
   if (it != nodes_.end()) {
     const Node& node = *it->second;
@@ -437,7 +470,11 @@ Result<Coordinator::WriterGrant> Coordinator::GrantWriterLocked(const std::strin
   if (current == nullptr) {
     // `held` set: a coordinator whose state directory was replaced; nothing to fence against.
     next("the channel's first writer", false);
+    if (request.world() > 1) grant.record->set_world(request.world());
     return grant;
+  }
+  if (request.world() > 1 || current->world() > 1) {
+    return GrantShardedWriterLocked(channel, peer, request, *current, now);
   }
   if (held != 0) {
     // The process held a lease before (it reconnects): it keeps it only if nobody took it since.
@@ -477,7 +514,17 @@ Status Coordinator::CheckNotFencedLocked(std::string_view channel, PeerId node,
   const wire::ChannelWriter* current = log_->writer(channel);
   if (current == nullptr) return Status::Ok();
   const bool same_epoch = held_epoch == 0 || held_epoch == current->epoch();
-  if (same_epoch && current->node_id() == node.value()) return Status::Ok();
+  if (current->world() > 1) {
+    // A sharded lease is held by the rank set: each rank's latest process.
+    auto ranks = rank_holders_.find(channel);
+    if (same_epoch && ranks != rank_holders_.end()) {
+      for (const auto& [rank, id] : ranks->second) {
+        if (id == node) return Status::Ok();
+      }
+    }
+  } else if (same_epoch && current->node_id() == node.value()) {
+    return Status::Ok();
+  }
   return FailedPrecondition(
       "fenced by " + DescribeWriter(*current, UnixMs()) + ": this publisher (node " +
       std::to_string(node.value()) +
@@ -659,7 +706,8 @@ void Coordinator::PushLoop() {
   }
 }
 
-Result<uint64_t> Coordinator::OnPublish(const net::PeerInfo& peer, const wire::Publish& request) {
+Result<wire::PublishReply> Coordinator::OnPublish(const net::PeerInfo& peer,
+                                                  const wire::Publish& request) {
   if (peer.role != net::Role::kPublisher && peer.role != net::Role::kTool) {
     return FailedPrecondition("publish: a " + std::string(net::RoleName(peer.role)) +
                               " may not publish");
@@ -668,8 +716,22 @@ Result<uint64_t> Coordinator::OnPublish(const net::PeerInfo& peer, const wire::P
                                  request.signed_manifest().size());
   const net::TimePoint now = clock_.Now();
   std::lock_guard lock(mu_);
+  // A part of a sharded version is not a version yet: it is collected (coordinator_parts.cc).
+  if (Result<Manifest> signed_part = VerifySignedManifest(bytes, options_.secret);
+      signed_part.ok()) {
+    Result<std::optional<PartId>> part = PartOf(*signed_part);
+    if (!part.ok()) return part.status().WithContext("publish");
+    if (part->has_value()) return OnPublishPartLocked(peer, request, *signed_part, **part, now);
+  }
   ASSIGN_OR_RETURN(VerifiedPublish verified, log_->VerifyPublish(bytes));
   const Manifest& m = verified.manifest;
+  if (const wire::ChannelWriter* writer = log_->writer(m.channel);
+      writer != nullptr && writer->world() > 1 && request.writer_epoch() != 0) {
+    return FailedPrecondition("publish: channel " + m.channel +
+                              " is written by a sharded writer (" +
+                              std::to_string(writer->world()) +
+                              " ranks): each rank publishes its part (weightcast.part)");
+  }
   // One writer per channel: the lease's epoch fences a writer that lost it; without an epoch (a
   // tool, an older publisher) only while no other live writer holds the channel.
   if (request.writer_epoch() != 0) {
@@ -682,11 +744,21 @@ Result<uint64_t> Coordinator::OnPublish(const net::PeerInfo& peer, const wire::P
                               " already has a writer: " + DescribeWriter(*writer, UnixMs()) +
                               "; only it may publish (register as a publisher to take over)");
   }
+  wire::PublishReply reply;
   if (verified.duplicate) {
     options_.log("" + m.channel + " v" + std::to_string(m.version.value()) +
                  " published again by " + NodeName(peer.node_id) + " (already recorded)");
-    return m.version.value();
+    reply.set_version(m.version.value());
+    return reply;
   }
+  ASSIGN_OR_RETURN(wire::VersionEntry entry, RecordPublishLocked(verified, peer.node_id));
+  reply.set_version(entry.version());
+  return reply;
+}
+
+Result<wire::VersionEntry> Coordinator::RecordPublishLocked(const VerifiedPublish& verified,
+                                                            PeerId from) {
+  const Manifest& m = verified.manifest;
   static const ChannelState kEmpty;
   const ChannelState* channel = log_->channel(m.channel);
   wire::VersionEntry preview;
@@ -694,9 +766,9 @@ Result<uint64_t> Coordinator::OnPublish(const net::PeerInfo& peer, const wire::P
   if (m.delta.has_value()) preview.set_base_version(m.delta->base_version.value());
   const DecisionChange decision =
       options_.decider->OnPublish(channel != nullptr ? *channel : kEmpty, preview);
-  ASSIGN_OR_RETURN(wire::VersionEntry entry,
-                   log_->RecordPublish(verified, peer.node_id, UnixMs(), decision.decision,
-                                       decision.abort_reason));
+  ASSIGN_OR_RETURN(
+      wire::VersionEntry entry,
+      log_->RecordPublish(verified, from, UnixMs(), decision.decision, decision.abort_reason));
   ++counters_.versions_published;
   if (const ChannelState* recorded = log_->channel(m.channel); recorded != nullptr) {
     const wire::VersionEntry* applied = recorded->Find(entry.version());
@@ -714,9 +786,9 @@ Result<uint64_t> Coordinator::OnPublish(const net::PeerInfo& peer, const wire::P
                     ? ", delta on v" + std::to_string(entry.base_version()) + " with " +
                           FormatBytes(entry.payload_bytes()) + " of payloads"
                     : "") +
-               ") from " + NodeName(peer.node_id));
+               ") from " + NodeName(from));
   channels_to_decide_.insert(m.channel);
-  return entry.version();
+  return entry;
 }
 
 Result<wire::ManifestReply> Coordinator::OnGetManifest(const wire::GetManifest& request) {
@@ -769,6 +841,10 @@ wire::FleetStatus Coordinator::OnGetStatus(const wire::GetStatus& request) {
     if (const wire::ChannelWriter* writer = log_->writer(out.channel()); writer != nullptr) {
       *out.mutable_writer() = *writer;
       out.mutable_writer()->set_live(WriterLiveLocked(out.channel(), *writer, now));
+    }
+    if (auto aborted = aborted_parts_.find(out.channel());
+        aborted != aborted_parts_.end() && !aborted->second.empty()) {
+      out.set_newest_aborted_assembly(aborted->second.rbegin()->first);
     }
   }
   return status;
@@ -891,6 +967,7 @@ void Coordinator::MaybeSweepLocked(net::TimePoint now) {
 
 void Coordinator::SweepLocked(net::TimePoint now) {
   last_sweep_ = now;
+  ExpirePartsLocked(now);
   for (auto it = nodes_.begin(); it != nodes_.end();) {
     Node& node = *it->second;
     const net::Duration silent = now - node.last_seen;

@@ -37,6 +37,7 @@
 #include "coord/coord.pb.h"
 #include "coord/coordinator_metrics.h"
 #include "coord/decide.h"
+#include "coord/part_assembly.h"
 #include "coord/version_log.h"
 #include "net/clock.h"
 #include "net/transport.h"
@@ -82,6 +83,9 @@ struct CoordinatorOptions {
   const net::Clock* clock = nullptr;  // null: the real steady clock
   std::function<uint64_t()> unix_ms;  // wall clock for timestamps; null: system_clock
   std::shared_ptr<Decider> decider;   // null: EachDecider
+  // Sharded publish (docs/sharded_publish.md): a version whose parts have not all arrived this
+  // long after its first part is aborted, and its ranks are told why.
+  net::Duration part_timeout = std::chrono::seconds(60);
   net::LogFn log = net::LogToStderr;  // one line per event worth an operator's attention
   // Where the per-channel metrics go (ChannelMetrics); must outlive the coordinator. Null: none.
   metrics::Registry* metrics = nullptr;
@@ -135,6 +139,7 @@ class Coordinator {
     uint64_t epoch = 0;
     std::optional<wire::ChannelWriter> record;  // to log: the epoch moved
     std::optional<PeerId> fenced;               // the live holder it takes the lease from
+    std::vector<PeerId> fenced_ranks;           // a sharded holder: its other live ranks
     std::string how;                            // for the log line
   };
   Result<WriterGrant> GrantWriterLocked(const std::string& channel, const net::PeerInfo& peer,
@@ -154,7 +159,28 @@ class Coordinator {
   Result<std::optional<wire::HeartbeatReply>> OnHeartbeat(
       uint64_t session, const net::PeerInfo& peer, uint64_t request_id,
       const wire::Heartbeat& request, bool may_hold, std::optional<net::TimePoint>* held_until);
-  Result<uint64_t> OnPublish(const net::PeerInfo& peer, const wire::Publish& request);
+  Result<wire::PublishReply> OnPublish(const net::PeerInfo& peer, const wire::Publish& request);
+  // The parts of sharded versions (coordinator_parts.cc, docs/sharded_publish.md), with mu_
+  // held. A part of `manifest`'s version from rank `part` of the channel's sharded writer.
+  Result<wire::PublishReply> OnPublishPartLocked(const net::PeerInfo& peer,
+                                                 const wire::Publish& request,
+                                                 const Manifest& manifest, PartId part,
+                                                 net::TimePoint now);
+  // Logs a verified publish (assembled or not) and starts its rollout.
+  Result<wire::VersionEntry> RecordPublishLocked(const VerifiedPublish& verified, PeerId from);
+  // Aborts the assemblies whose deadline passed.
+  void ExpirePartsLocked(net::TimePoint now);
+  void AbortAssemblyLocked(const std::string& channel, std::string reason);
+  // The sharded writer's side of GrantWriterLocked: `current` is the channel's lease, non-null;
+  // the request or the lease is sharded.
+  Result<WriterGrant> GrantShardedWriterLocked(const std::string& channel,
+                                               const net::PeerInfo& peer,
+                                               const wire::Register& request,
+                                               const wire::ChannelWriter& current,
+                                               net::TimePoint now) const;
+  // After a registration's grants are logged: who holds each rank of a sharded lease.
+  void NoteRanksLocked(const net::PeerInfo& peer, const wire::Register& request,
+                       const WriterGrant& grant);
   Result<wire::ManifestReply> OnGetManifest(const wire::GetManifest& request);
   wire::FleetStatus OnGetStatus(const wire::GetStatus& request);
   Status OnLeave(uint64_t session, const net::PeerInfo& peer);
@@ -208,6 +234,12 @@ class Coordinator {
   std::map<PeerId, std::vector<wire::PeerEntry>> peer_lists_;
   std::set<std::string> channels_to_decide_;
   std::string last_decision_failure_;  // the last decision the store refused, logged once
+  // Sharded publish. The version being assembled per channel (at most one), the reasons of the
+  // latest aborted assemblies (a rank asking again learns why), and which node holds each rank
+  // of a channel's sharded writer lease (not logged: ranks register again after a restart).
+  std::map<std::string, PartAssembly, std::less<>> assemblies_;
+  std::map<std::string, std::map<uint64_t, std::string>, std::less<>> aborted_parts_;
+  std::map<std::string, std::map<uint32_t, PeerId>, std::less<>> rank_holders_;
   // Long polls. Invariant: a Node's generation values never exceed generation_, and each change
   // that alters a node's reply takes a new value from it.
   uint64_t generation_ = 0;

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "coord/part_assembly.h"
 #include "manifest/signed_manifest.h"
 #include "net/tcp_transport.h"
 #include "publish/watcher.h"
@@ -191,6 +192,17 @@ Result<std::unique_ptr<Publisher>> Publisher::Create(PublisherOptions options) {
   }
   if (options.coordinator.empty()) return InvalidArgument("no coordinator address");
   if (options.store.empty()) return InvalidArgument("no store directory");
+  if (options.world == 0 || options.world > coord::kMaxWorld || options.rank >= options.world) {
+    return InvalidArgument("rank " + std::to_string(options.rank) + " of world " +
+                           std::to_string(options.world) +
+                           ": need 0 <= rank < world <= " + std::to_string(coord::kMaxWorld));
+  }
+  if (options.world > 1 && options.writer_id.empty()) {
+    return InvalidArgument("a sharded publisher (world " + std::to_string(options.world) +
+                           ") needs a writer id (--writer-id, writer_id=) that its " +
+                           std::to_string(options.world) +
+                           " ranks share: they are one writer, each with its own store");
+  }
   std::unique_ptr<Publisher> publisher(new Publisher(std::move(options)));
   Status started = publisher->Start();
   if (!started.ok()) {
@@ -300,6 +312,10 @@ Status Publisher::ConnectLocked() {
   request.set_source(true);
   request.set_hostname(Hostname());
   request.set_writer_id(writer_id_);
+  if (sharded()) {
+    request.set_rank(options_.rank);
+    request.set_world(options_.world);
+  }
   uint64_t held = 0;
   {
     std::lock_guard lock(mu_);
@@ -397,6 +413,12 @@ Result<T> Publisher::Call(const std::function<Result<T>(coord::CoordinatorClient
   return result;
 }
 
+// publisher_parts.cc calls these too.
+template Result<wire::PublishReply> Publisher::Call<wire::PublishReply>(
+    const std::function<Result<wire::PublishReply>(coord::CoordinatorClient&)>&, bool);
+template Result<std::vector<uint8_t>> Publisher::Call<std::vector<uint8_t>>(
+    const std::function<Result<std::vector<uint8_t>>(coord::CoordinatorClient&)>&, bool);
+
 Result<wire::ChannelLog> Publisher::ChannelLog() {
   ASSIGN_OR_RETURN(wire::FleetStatus status,
                    Call<wire::FleetStatus>(
@@ -425,6 +447,7 @@ Status Publisher::Reconcile() {
     return current.status().code() == Code::kNotFound ? Status::Ok() : current.status();
   }
   ASSIGN_OR_RETURN(wire::ChannelLog log, ChannelLog());
+  if (sharded()) return ReconcilePart(*current, log);
   // A version the coordinator has not logged is about to be published: it needs its payloads.
   const bool unlogged = current->value() > NewestLogged(log);
   ASSIGN_OR_RETURN(PreparedVersion prepared, ReloadVersion(*store_, *current, BaseOptions(),
@@ -552,6 +575,7 @@ Result<PublishedVersion> Publisher::PublishDirectory(
   if (!channel_log.ok() && Transient(channel_log.status())) channel_log = ChannelLog();
   RETURN_IF_ERROR(lost_lease());
   ASSIGN_OR_RETURN(wire::ChannelLog log, std::move(channel_log));
+  if (sharded()) return PublishPartDirectory(dir, metadata, log);
   PrepareOptions o = BaseOptions();
   o.metadata = metadata;
   o.min_version = Version(NewestLogged(log) + 1);

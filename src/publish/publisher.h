@@ -67,6 +67,13 @@ struct PublisherOptions {
   // `take_over`, which fences that writer.
   std::string writer_id;
   bool take_over = false;
+  // Sharded publish (docs/sharded_publish.md): this publisher is rank `rank` of `world` ranks
+  // that publish each version of the channel together, each giving its own files (its part).
+  // The ranks share `writer_id` (required when world > 1) and each has its own store. A version
+  // is published once every rank gave its part; PublishDirectory returns then (or fails with
+  // kAborted when a part did not come in time). world 1: an ordinary publisher.
+  uint32_t rank = 0;
+  uint32_t world = 1;
   std::shared_ptr<net::TokenBucket> upload_limit;
   BuildOptions build;
   codec::VersionCodecOptions codec;
@@ -175,6 +182,20 @@ class Publisher {
   PrepareOptions BaseOptions() const;
   Status PublishSigned(const PreparedVersion& prepared);
   Status StartSeeding(const PreparedVersion& prepared);
+  // Sharded publish (publisher_parts.cc).
+  bool sharded() const { return options_.world > 1; }
+  Result<PublishedVersion> PublishPartDirectory(const std::filesystem::path& dir,
+                                                const std::map<std::string, std::string>& metadata,
+                                                const coord::wire::ChannelLog& log);
+  // Gives the part to the coordinator and waits until the version is assembled (OK), aborted
+  // (kAborted with the reason) or Stop.
+  Status PublishPartSigned(const PreparedVersion& part);
+  // Seeds this rank's chunks of the assembled version whose part is `part`.
+  Status StartSeedingPart(const PreparedVersion& part);
+  // Whether the coordinator logged `version` as assembled with `part_root` as this rank's part
+  // (and did not abort it).
+  bool PartLogged(const coord::wire::ChannelLog& log, Version version, const Digest& part_root);
+  Status ReconcilePart(Version current, const coord::wire::ChannelLog& log);
   // Whether `until` holds for `version`, given the coordinator's view of the channel (kComplete).
   bool Holds(SeedUntil until, Version version, const coord::wire::FleetStatus& status);
   void HeartbeatLoop();
@@ -204,7 +225,9 @@ class Publisher {
   // heartbeat (ChannelProgress.error), so `weightcast status` shows it beside this node.
   std::string publish_error_;
   uint64_t writer_epoch_ = 0;  // guarded by mu_
-  Status lost_lease_;          // guarded by mu_
+  // The newest version whose assembly the coordinator aborted: the next part goes above it.
+  Version aborted_part_;  // guarded by publish_mu_
+  Status lost_lease_;     // guarded by mu_
   // The non-safetensors files of the last published directory, to warn only when they change.
   std::vector<std::pair<std::string, uint64_t>> warned_other_files_;
   uint64_t seeding_chunks_ = 0;
