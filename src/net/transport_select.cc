@@ -121,8 +121,8 @@ class DualListener : public Listener {
   Result<std::unique_ptr<Connection>> Accept(Duration timeout) override {
     std::unique_lock lock(mu_);
     auto ready = [&] { return !accepted_.empty() || closed_; };
-    const bool got = timeout == kForever ? (cv_.wait(lock, ready), true)
-                                         : cv_.wait_for(lock, timeout, ready);
+    const bool got =
+        timeout == kForever ? (cv_.wait(lock, ready), true) : cv_.wait_for(lock, timeout, ready);
     if (accepted_.empty()) {
       if (closed_) return Unavailable("listener closed");
       if (!got) return DeadlineExceeded("no connection within the timeout");
@@ -229,8 +229,7 @@ class DualTransport : public Transport {
         std::make_unique<DualListener>(std::move(tcp), std::move(*ucx), advertised));
   }
 
-  Result<std::unique_ptr<Connection>> Connect(std::string_view address,
-                                              Duration timeout) override {
+  Result<std::unique_ptr<Connection>> Connect(std::string_view address, Duration timeout) override {
     ASSIGN_OR_RETURN(auto parts, SplitTransportAddress(address));
     if (ucx_ == nullptr || parts.second.empty()) return tcp_->Connect(parts.first, timeout);
     const bool required = selection_.kind == TransportKind::kUcx;

@@ -1,7 +1,7 @@
 // Which transport a daemon uses (`--transport auto|ucx|tcp`, docs/transport_ucx.md).
 //
-// `tcp` is the TCP transport alone (a peer address's ",ucx=" offer is ignored). `auto` and `ucx` run TCP and, when this build has UCX and it
-// starts, the UCX transport beside it:
+// `tcp` is the TCP transport alone (a peer address's ",ucx=" offer is ignored). `auto` and `ucx`
+// run TCP and, when this build has UCX and it starts, the UCX transport beside it:
 // - Listen("ip:port") listens on both, TCP on ip:port and UCX on ip and a free port, and the
 //   listener's address says both: "ip:port,ucx=PORT" (that string is what a node registers with
 //   the coordinator, so the offer travels in the peer lists). "ip:port,ucx=PORT" as a listen

@@ -28,8 +28,8 @@ Result<UcxMessageHead> ParseUcxMessageHead(std::span<const uint8_t> header, uint
   const size_t want_prefix = head.frame.type == FrameType::kChunk ? kChunkHeaderSize : 0;
   if (head.body_prefix.size() != want_prefix) {
     return Corrupt("ucx " + std::string(FrameTypeName(head.frame.type)) + " message carries " +
-                   std::to_string(head.body_prefix.size()) + " body bytes in its header, expected " +
-                   std::to_string(want_prefix));
+                   std::to_string(head.body_prefix.size()) +
+                   " body bytes in its header, expected " + std::to_string(want_prefix));
   }
   if (head.frame.length != head.body_prefix.size() + data_length) {
     return Corrupt("ucx message frame length " + std::to_string(head.frame.length) +

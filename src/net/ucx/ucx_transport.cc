@@ -23,8 +23,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -86,8 +86,7 @@ Result<sockaddr_storage> ParseSockaddr(std::string_view address, socklen_t* leng
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
   if (getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0 || found == nullptr) {
-    return InvalidArgument("ucx address '" + std::string(address) +
-                           "' is not a numeric ip:port");
+    return InvalidArgument("ucx address '" + std::string(address) + "' is not a numeric ip:port");
   }
   sockaddr_storage out{};
   std::memcpy(&out, found->ai_addr, found->ai_addrlen);
@@ -98,8 +97,7 @@ Result<sockaddr_storage> ParseSockaddr(std::string_view address, socklen_t* leng
 
 std::string FormatSockaddr(const sockaddr_storage& addr) {
   char host[NI_MAXHOST], port[NI_MAXSERV];
-  const socklen_t len =
-      addr.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+  const socklen_t len = addr.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
   if (getnameinfo(reinterpret_cast<const sockaddr*>(&addr), len, host, sizeof(host), port,
                   sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
     return "?";
@@ -172,9 +170,9 @@ struct Conn : std::enable_shared_from_this<Conn> {
   struct Slot {
     FrameType type = FrameType::kPing;
     Bytes body;
-    size_t prefix = 0;       // body bytes that came in the AM header
-    void* desc = nullptr;    // rendezvous descriptor not yet received (deferred)
-    bool ready = false;      // the body is complete
+    size_t prefix = 0;     // body bytes that came in the AM header
+    void* desc = nullptr;  // rendezvous descriptor not yet received (deferred)
+    bool ready = false;    // the body is complete
   };
   std::map<uint64_t, Slot> slots;  // by sequence number, from next_deliver_seq on
 
@@ -329,8 +327,8 @@ class Core : public std::enable_shared_from_this<Core> {
       });
       if (!conn->status.ok()) return conn->status;
       if (!room) {
-        return DeadlineExceeded("send queue full for " +
-                                std::to_string(timeout.count() / 1000000) + " ms (peer is slow)");
+        return DeadlineExceeded("send queue full for " + std::to_string(timeout.count() / 1000000) +
+                                " ms (peer is slow)");
       }
       queued += size;
     }
@@ -355,6 +353,12 @@ class Core : public std::enable_shared_from_this<Core> {
     Frame frame = std::move(conn->inbox.front());
     conn->inbox.pop_front();
     conn->inbox_bytes -= frame.body.size();
+    // The download limit paces the taking: the receive queue fills, rendezvous reads wait, and
+    // the sender slows down.
+    Duration pace = Duration::zero();
+    if (options_.download_limit && frame.type == FrameType::kChunk) {
+      pace = options_.download_limit->Reserve(kFrameHeaderSize + frame.body.size());
+    }
     // Deferred rendezvous messages may now fit: let the progress thread look.
     if (!conn->kick_pending) {
       conn->kick_pending = true;
@@ -366,6 +370,8 @@ class Core : public std::enable_shared_from_this<Core> {
         StartDeferred(*conn);
       });
     }
+    lock.unlock();
+    if (pace > Duration::zero()) std::this_thread::sleep_for(pace);
     return frame;
   }
 
@@ -512,8 +518,8 @@ class Core : public std::enable_shared_from_this<Core> {
         if (!commands_.empty() || stop_) continue;
       }
       pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {worker_fd_, POLLIN, 0}};
-      const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(
-          next_tick - Clock::Real().Now());
+      const auto wait =
+          std::chrono::duration_cast<std::chrono::milliseconds>(next_tick - Clock::Real().Now());
       ::poll(fds, 2, static_cast<int>(std::clamp<int64_t>(wait.count() + 1, 0, 100)));
       uint64_t drained;
       [[maybe_unused]] ssize_t n = ::read(wake_fd_, &drained, sizeof(drained));
@@ -521,13 +527,14 @@ class Core : public std::enable_shared_from_this<Core> {
     Shutdown();
   }
 
-  // Stop: every endpoint closes at once; pending requests are left to ucp_worker_destroy.
+  // Stop: every endpoint closes. Healthy ones flush first (a reply just sent must still reach
+  // the peer), for at most half a second in all; pending requests go with ucp_worker_destroy.
   void Shutdown() {
     std::vector<std::shared_ptr<Conn>> all;
     for (auto& [ep, conn] : by_ep_) all.push_back(conn);
     for (auto& conn : all) {
-      conn->FailShared(Unavailable("transport shut down"));
-      Kill(*conn, /*force=*/true);
+      const bool healthy = conn->FailShared(Unavailable("transport shut down"));
+      Kill(*conn, /*force=*/!healthy);
     }
     for (auto& l : listeners_) {
       if (l->listener != nullptr) ucp_listener_destroy(l->listener);
@@ -724,8 +731,7 @@ class Core : public std::enable_shared_from_this<Core> {
     const uint64_t seq = head->sequence;
     if (seq < conn->next_deliver_seq || seq >= conn->next_deliver_seq + kMaxReorderWindow ||
         conn->slots.count(seq) != 0) {
-      Fail(*conn, Corrupt("ucx message sequence " + std::to_string(seq) + " out of place"),
-           true);
+      Fail(*conn, Corrupt("ucx message sequence " + std::to_string(seq) + " out of place"), true);
       return UCS_OK;
     }
     Conn::Slot& slot = conn->slots[seq];
@@ -950,9 +956,9 @@ class Core : public std::enable_shared_from_this<Core> {
     // A peer that closed is routine (like a TCP EOF); anything else is worth a line.
     const bool routine = status == UCS_ERR_CONNECTION_RESET || status == UCS_ERR_CANCELED;
     Fail(*conn,
-         Unavailable(routine ? "peer closed the connection"
-                             : "ucx: connection to " + conn->address + " failed: " +
-                                   UcsError(status)),
+         Unavailable(routine
+                         ? "peer closed the connection"
+                         : "ucx: connection to " + conn->address + " failed: " + UcsError(status)),
          !routine);
   }
 
@@ -972,7 +978,6 @@ class Core : public std::enable_shared_from_this<Core> {
   std::vector<void*> closing_;
   bool fault_logged_ = false;
   std::atomic<uint64_t> bytes_received_{0}, bytes_sent_{0};
-
 };
 
 class UcxConnection : public Connection {
@@ -1005,8 +1010,8 @@ class UcxListener : public Listener {
 
   Result<std::unique_ptr<Connection>> Accept(Duration timeout) override {
     std::unique_lock lock(state_->mu);
-    const bool got =
-        WaitFor(state_->cv, lock, timeout, [&] { return !state_->ready.empty() || state_->closed; });
+    const bool got = WaitFor(state_->cv, lock, timeout,
+                             [&] { return !state_->ready.empty() || state_->closed; });
     if (state_->ready.empty()) {
       if (state_->closed) return Unavailable("listener closed");
       if (!got) return DeadlineExceeded("no connection within the timeout");
@@ -1039,8 +1044,7 @@ class UcxTransportImpl : public Transport {
     return std::unique_ptr<Listener>(
         std::make_unique<UcxListener>(core_, std::move(state), std::move(bound)));
   }
-  Result<std::unique_ptr<Connection>> Connect(std::string_view address,
-                                              Duration timeout) override {
+  Result<std::unique_ptr<Connection>> Connect(std::string_view address, Duration timeout) override {
     ASSIGN_OR_RETURN(auto conn, core_->Connect(address, timeout));
     return std::unique_ptr<Connection>(std::make_unique<UcxConnection>(core_, std::move(conn)));
   }
