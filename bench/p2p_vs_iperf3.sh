@@ -24,8 +24,9 @@ PORT_IPERF=${PORT_IPERF:-47212}
 # UCX_TLS, when set, picks UCX's own transports). A UCX receiver listens on PORT_UCX as well.
 WC_TRANSPORT=${WC_TRANSPORT:-tcp}
 PORT_UCX=${PORT_UCX:-47213}
-WC_ADDR="$HOST:$PORT_WC"
-[[ $WC_TRANSPORT == tcp ]] || WC_ADDR="$HOST:$PORT_WC,ucx=$PORT_UCX"
+wc_addr() {  # wc_addr RUN: a fresh UCX port per run (the last run's may still be in TIME_WAIT)
+  if [[ $WC_TRANSPORT == tcp ]]; then echo "$HOST:$PORT_WC"; else echo "$HOST:$PORT_WC,ucx=$((PORT_UCX + $1))"; fi
+}
 
 command -v iperf3 >/dev/null || { echo "iperf3 is not installed" >&2; exit 1; }
 [[ -x $WC ]] || { echo "weightcast binary not found: $WC" >&2; exit 1; }
@@ -75,12 +76,12 @@ PY
 run_wc() {
   local i=$1
   in_ns "$RECV_NS" timeout "$RUN_TIMEOUT" /usr/bin/time -o "$tmp/ws$i.time" -f "%U %S" \
-    "$WC" net recv --listen "$WC_ADDR" --transport "$WC_TRANSPORT" --timeout "$RUN_TIMEOUT" >"$tmp/ws$i.json" 2>"$tmp/ws$i.err" &
+    "$WC" net recv --listen "$(wc_addr "$i")" --transport "$WC_TRANSPORT" --timeout "$RUN_TIMEOUT" >"$tmp/ws$i.json" 2>"$tmp/ws$i.err" &
   pids+=($!)
   local server=$!
   sleep "$([[ $WC_TRANSPORT == tcp ]] && echo 0.5 || echo 1.5)"  # UCX takes longer to start
   in_ns "$SEND_NS" timeout "$RUN_TIMEOUT" /usr/bin/time -o "$tmp/wc$i.time" -f "%U %S" \
-    "$WC" net send --connect "$WC_ADDR" --transport "$WC_TRANSPORT" --bytes "$bytes_num" --chunk-size 4MiB \
+    "$WC" net send --connect "$(wc_addr "$i")" --transport "$WC_TRANSPORT" --bytes "$bytes_num" --chunk-size 4MiB \
     --timeout "$RUN_TIMEOUT" >"$tmp/wc$i.json"
   wait "$server"
   python3 - "$tmp/wc$i.json" "$(cpu_of "$tmp/wc$i.time")" "$(cpu_of "$tmp/ws$i.time")" <<'PY'
