@@ -1,11 +1,13 @@
 // How a wire frame travels as one UCX active message (docs/transport_ucx.md, "Messages").
 //
-//   AM header: u64 sequence (little endian) | the frame's 8-byte header | for kChunk, its
-//              24-byte chunk header
+//   AM header: u64 destination | u64 sequence (both little endian) | the frame's 8-byte
+//              header | for kChunk, its 24-byte chunk header
 //   AM data:   the rest of the frame's body (a chunk's payload, a control frame's bytes)
 //
 // The header is small and always arrives with the message; the data may come by rendezvous,
-// which UCX lets the receiver pull straight into the frame's own buffer. The sequence number
+// which UCX lets the receiver pull straight into the frame's own buffer. The destination is the
+// receiver's id for the connection (0 while the receiver has not told it: then the endpoint the
+// message came on says which connection it is). The sequence number
 // restores the sender's order: UCX does not promise that an eager message and a rendezvous one
 // are handed over in the order they were sent. Pure (no UCX types) so that the parser of these
 // outside bytes can be fuzzed without UCX installed.
@@ -22,11 +24,12 @@
 
 namespace weightcast::net {
 
-inline constexpr size_t kUcxSequenceSize = 8;
+inline constexpr size_t kUcxRouteSize = 16;  // destination + sequence
 inline constexpr size_t kUcxMaxMessageHeadSize =
-    kUcxSequenceSize + kFrameHeaderSize + kChunkHeaderSize;
+    kUcxRouteSize + kFrameHeaderSize + kChunkHeaderSize;
 
 struct UcxMessageHead {
+  uint64_t destination = 0;
   uint64_t sequence = 0;
   FrameHeader frame;
   // Body bytes carried in the AM header (the chunk header of a kChunk frame, else none). The
@@ -35,8 +38,8 @@ struct UcxMessageHead {
 };
 
 // The AM header for `frame` (an OutFrame whose head is already encoded), sent as message
-// number `sequence`. Returns the bytes used of `out`.
-size_t EncodeUcxMessageHead(uint64_t sequence, const OutFrame& frame,
+// number `sequence` to connection `destination`. Returns the bytes used of `out`.
+size_t EncodeUcxMessageHead(uint64_t destination, uint64_t sequence, const OutFrame& frame,
                             std::array<uint8_t, kUcxMaxMessageHeadSize>& out);
 
 // Parses an AM header that came with `data_length` bytes of data. kCorrupt (naming the fault)

@@ -31,6 +31,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -46,6 +47,9 @@ namespace {
 using SteadyClock = std::chrono::steady_clock;
 
 constexpr unsigned kAmId = 17;
+// The upgrade message: "here is my worker address and my id for this connection".
+constexpr unsigned kUpgradeAmId = 18;
+constexpr size_t kMaxWorkerAddressBytes = 64 << 10;
 constexpr auto kTickPeriod = std::chrono::milliseconds(20);
 // Sequence numbers further ahead of the next one to deliver than this are a broken peer.
 constexpr uint64_t kMaxReorderWindow = 1u << 16;
@@ -155,7 +159,11 @@ struct Conn : std::enable_shared_from_this<Conn> {
 
   // -- progress thread --
   Core* core_for_callbacks = nullptr;
-  ucp_ep_h ep = nullptr;
+  ucp_ep_h ep = nullptr;       // made from the sockaddr (the handshake travels on it)
+  ucp_ep_h data_ep = nullptr;  // made from the peer's worker address (every frame after it)
+  uint64_t local_id = 0;       // our id for this connection (the peer puts it in each message)
+  uint64_t remote_id = 0;      // the peer's id, learned from its upgrade message
+  std::optional<std::pair<uint64_t, std::vector<uint8_t>>> early_upgrade;  // before established
   bool initiator = false;
   std::string address;
   std::optional<Handshake> handshake;
@@ -177,6 +185,7 @@ struct Conn : std::enable_shared_from_this<Conn> {
   std::map<uint64_t, Slot> slots;  // by sequence number, from next_deliver_seq on
 
   bool established_io() const { return handshake.has_value() && handshake->established(); }
+  bool upgraded() const { return data_ep != nullptr; }
 
   // Marks the connection failed (first status wins). Returns false when it already was.
   bool FailShared(Status why) {
@@ -223,6 +232,7 @@ class Core : public std::enable_shared_from_this<Core> {
 
   ~Core() {
     Stop();
+    if (worker_address_ != nullptr) ucp_worker_release_address(worker_, worker_address_);
     if (worker_ != nullptr) ucp_worker_destroy(worker_);
     if (context_ != nullptr) ucp_cleanup(context_);
     if (wake_fd_ >= 0) ::close(wake_fd_);
@@ -255,6 +265,12 @@ class Core : public std::enable_shared_from_this<Core> {
     hp.flags = UCP_AM_FLAG_WHOLE_MSG;
     s = ucp_worker_set_am_recv_handler(worker_, &hp);
     if (s != UCS_OK) return Unavailable("ucx: cannot set the AM handler: " + UcsError(s));
+    hp.id = kUpgradeAmId;
+    hp.cb = &Core::OnUpgradeThunk;
+    s = ucp_worker_set_am_recv_handler(worker_, &hp);
+    if (s != UCS_OK) return Unavailable("ucx: cannot set the AM handler: " + UcsError(s));
+    s = ucp_worker_get_address(worker_, &worker_address_, &worker_address_size_);
+    if (s != UCS_OK) return Unavailable("ucx: no worker address: " + UcsError(s));
     wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (wake_fd_ < 0) return Internal("ucx: eventfd failed");
     thread_ = std::thread([this] { Loop(); });
@@ -487,8 +503,84 @@ class Core : public std::enable_shared_from_this<Core> {
     conn->handshake.emplace(options_.self, options_.secret, conn->initiator);
     conn->handshake_deadline = deadline;
     conn->last_received = now;
+    // Random, so that a peer cannot aim a message at another peer's connection by guessing.
+    do {
+      conn->local_id = (static_cast<uint64_t>(random_()) << 32) | random_();
+    } while (conn->local_id == 0 || by_id_.count(conn->local_id) != 0);
+    by_id_[conn->local_id] = conn;
     by_ep_[conn->ep] = conn;
     SendNow(conn, conn->handshake->HelloFrame(), /*counted=*/false);
+  }
+
+  // After the handshake: tell the peer our worker address and our id for the connection. The
+  // sockaddr endpoint gets only the lanes of its own network device (UCX 1.13: tcp on the
+  // interface of the address); an endpoint made from the worker address gets every transport
+  // both workers share (shared memory and cma on one host, verbs on a fabric).
+  void SendUpgrade(const std::shared_ptr<Conn>& conn) {
+    auto* header = new uint64_t(conn->local_id);
+    ucp_request_param_t rp{};
+    rp.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    rp.cb.send = [](void* request, ucs_status_t, void* user_data) {
+      delete static_cast<uint64_t*>(user_data);
+      ucp_request_free(request);
+    };
+    rp.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+    rp.user_data = header;
+    ucs_status_ptr_t r = ucp_am_send_nbx(conn->ep, kUpgradeAmId, header, sizeof(*header),
+                                         worker_address_, worker_address_size_, &rp);
+    if (!UCS_PTR_IS_PTR(r)) {
+      delete header;
+      if (UCS_PTR_STATUS(r) != UCS_OK) {
+        Fail(*conn,
+             Unavailable("ucx: upgrade to " + conn->address + ": " + UcsError(UCS_PTR_STATUS(r))),
+             true);
+      }
+    }
+  }
+
+  static ucs_status_t OnUpgradeThunk(void* arg, const void* header, size_t header_length,
+                                     void* data, size_t length, const ucp_am_recv_param_t* param) {
+    auto* core = static_cast<Core*>(arg);
+    if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) return UCS_OK;
+    auto it = core->by_ep_.find(param->reply_ep);
+    if (it == core->by_ep_.end()) return UCS_OK;
+    std::shared_ptr<Conn> conn = it->second;
+    if (conn->dead || conn->ep != param->reply_ep) return UCS_OK;
+    uint64_t remote_id = 0;
+    if (header_length == sizeof(remote_id)) std::memcpy(&remote_id, header, sizeof(remote_id));
+    if (remote_id == 0 || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0 || length == 0 ||
+        length > kMaxWorkerAddressBytes || conn->upgraded() || conn->early_upgrade.has_value()) {
+      core->Fail(*conn, Corrupt("ucx: malformed upgrade message"), true);
+      return UCS_OK;
+    }
+    const auto* bytes = static_cast<const uint8_t*>(data);
+    conn->early_upgrade.emplace(remote_id, std::vector<uint8_t>(bytes, bytes + length));
+    if (conn->established_io()) core->Upgrade(conn);
+    return UCS_OK;
+  }
+
+  // Both the handshake and the peer's upgrade are in: make the data endpoint, then hand the
+  // connection to Connect or Accept.
+  void Upgrade(const std::shared_ptr<Conn>& conn) {
+    auto [remote_id, address] = std::move(*conn->early_upgrade);
+    conn->early_upgrade.reset();
+    ucp_ep_params_t ep{};
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    ep.address = reinterpret_cast<const ucp_address_t*>(address.data());
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = &Core::OnEpErrorThunk;
+    ep.err_handler.arg = conn.get();
+    ucs_status_t s = ucp_ep_create(worker_, &ep, &conn->data_ep);
+    if (s != UCS_OK) {
+      conn->data_ep = nullptr;
+      Fail(*conn, Unavailable("ucx: data endpoint to " + conn->address + ": " + UcsError(s)), true);
+      return;
+    }
+    conn->remote_id = remote_id;
+    by_ep_[conn->data_ep] = conn;
+    Surface(conn);
   }
 
   void Loop() {
@@ -559,7 +651,7 @@ class Core : public std::enable_shared_from_this<Core> {
     for (auto& [ep, conn] : by_ep_) all.push_back(conn);
     for (auto& conn : all) {
       if (conn->dead) continue;
-      if (conn->handshake.has_value() && !conn->handshake->established()) {
+      if (!conn->upgraded()) {
         if (now > conn->handshake_deadline) {
           Fail(*conn, DeadlineExceeded("ucx: handshake with " + conn->address + " timed out"),
                true);
@@ -608,14 +700,16 @@ class Core : public std::enable_shared_from_this<Core> {
       --conn.listener->pending;
       conn.listener.reset();
     }
-    if (conn.ep != nullptr) {
+    by_id_.erase(conn.local_id);
+    for (ucp_ep_h* ep : {&conn.data_ep, &conn.ep}) {
+      if (*ep == nullptr) continue;
       ucp_request_param_t cp{};
       cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
       cp.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-      ucs_status_ptr_t r = ucp_ep_close_nbx(conn.ep, &cp);
+      ucs_status_ptr_t r = ucp_ep_close_nbx(*ep, &cp);
       if (UCS_PTR_IS_PTR(r)) closing_.push_back(r);
-      by_ep_.erase(conn.ep);
-      conn.ep = nullptr;
+      by_ep_.erase(*ep);
+      *ep = nullptr;
     }
   }
 
@@ -663,17 +757,21 @@ class Core : public std::enable_shared_from_this<Core> {
       if (op->counted) Release(conn, op->control, op->frame.wire_size());
       return;
     }
-    op->head_size = EncodeUcxMessageHead(conn.next_send_seq++, op->frame, op->head);
+    // Before the upgrade the receiver finds the connection by the reply endpoint UCX hands its
+    // AM handler; after it, by the id it gave us.
+    const bool data = conn.upgraded();
+    op->head_size =
+        EncodeUcxMessageHead(data ? conn.remote_id : 0, conn.next_send_seq++, op->frame, op->head);
     conn.last_sent = Clock::Real().Now();
     ucp_request_param_t rp{};
     rp.op_attr_mask =
         UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
     rp.cb.send = &Core::OnSendDoneThunk;
-    // The receiver finds the connection by the reply endpoint UCX hands its AM handler.
-    rp.flags = UCP_AM_SEND_FLAG_REPLY;
+    rp.flags = data ? 0 : UCP_AM_SEND_FLAG_REPLY;
     rp.user_data = op.get();
-    ucs_status_ptr_t r = ucp_am_send_nbx(conn.ep, kAmId, op->head.data(), op->head_size,
-                                         op->frame.payload.data(), op->frame.payload.size(), &rp);
+    ucs_status_ptr_t r =
+        ucp_am_send_nbx(data ? conn.data_ep : conn.ep, kAmId, op->head.data(), op->head_size,
+                        op->frame.payload.data(), op->frame.payload.size(), &rp);
     if (UCS_PTR_IS_PTR(r)) {
       op.release();  // owned by the request now; OnSendDoneThunk takes it back
       return;
@@ -715,15 +813,19 @@ class Core : public std::enable_shared_from_this<Core> {
 
   ucs_status_t OnAm(const void* header, size_t header_length, void* data, size_t length,
                     const ucp_am_recv_param_t* param) {
-    if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) return UCS_OK;
-    auto it = by_ep_.find(param->reply_ep);
-    if (it == by_ep_.end()) return UCS_OK;  // an endpoint we already closed
-    std::shared_ptr<Conn> conn = it->second;
-    if (conn->dead) return UCS_OK;
-    conn->last_received = Clock::Real().Now();
     Result<UcxMessageHead> head =
         ParseUcxMessageHead(std::span(static_cast<const uint8_t*>(header), header_length), length,
                             options_.max_frame_bytes);
+    std::shared_ptr<Conn> conn;
+    if (head.ok() && head->destination != 0) {
+      auto it = by_id_.find(head->destination);
+      if (it != by_id_.end()) conn = it->second;
+    } else if ((param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0) {
+      auto it = by_ep_.find(param->reply_ep);
+      if (it != by_ep_.end() && it->second->ep == param->reply_ep) conn = it->second;
+    }
+    if (conn == nullptr || conn->dead) return UCS_OK;  // a connection already closed
+    conn->last_received = Clock::Real().Now();
     if (!head.ok()) {
       Fail(*conn, head.status(), true);
       return UCS_OK;
@@ -881,6 +983,11 @@ class Core : public std::enable_shared_from_this<Core> {
     if (reply->has_value()) SendNow(conn, std::move(**reply), false);
     if (!conn->handshake->established()) return;
     if (FaultTripped()) return;
+    SendUpgrade(conn);
+    if (!conn->dead && conn->early_upgrade.has_value()) Upgrade(conn);
+  }
+
+  void Surface(const std::shared_ptr<Conn>& conn) {
     PeerInfo peer = conn->handshake->peer();
     peer.address = conn->address;
     peer.transport = "ucx";
@@ -973,7 +1080,11 @@ class Core : public std::enable_shared_from_this<Core> {
   std::vector<std::function<void()>> commands_;
   bool stop_ = false;
   // Progress thread only.
-  std::unordered_map<ucp_ep_h, std::shared_ptr<Conn>> by_ep_;
+  std::unordered_map<ucp_ep_h, std::shared_ptr<Conn>> by_ep_;  // both endpoints of each
+  std::unordered_map<uint64_t, std::shared_ptr<Conn>> by_id_;
+  std::mt19937 random_{std::random_device{}()};
+  ucp_address_t* worker_address_ = nullptr;
+  size_t worker_address_size_ = 0;
   std::vector<std::shared_ptr<ListenerState>> listeners_;
   std::vector<void*> closing_;
   bool fault_logged_ = false;
