@@ -566,12 +566,12 @@ class Core : public std::enable_shared_from_this<Core> {
     auto [remote_id, address] = std::move(*conn->early_upgrade);
     conn->early_upgrade.reset();
     ucp_ep_params_t ep{};
-    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLER |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    // Error mode NONE: UCX 1.13 leaves out every transport without peer-failure support under
+    // PEER, which here is all of shared memory. A dead peer still fails the connection through
+    // the sockaddr endpoint (PEER mode, kept open beside this one) and the keepalive.
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
     ep.address = reinterpret_cast<const ucp_address_t*>(address.data());
-    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    ep.err_handler.cb = &Core::OnEpErrorThunk;
-    ep.err_handler.arg = conn.get();
+    ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
     ucs_status_t s = ucp_ep_create(worker_, &ep, &conn->data_ep);
     if (s != UCS_OK) {
       conn->data_ep = nullptr;
