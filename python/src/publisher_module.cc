@@ -242,7 +242,7 @@ void RegisterPublisher(py::module_& m) {
            py::arg("listen") = "127.0.0.1:0", py::arg("cluster") = "default",
            py::arg("node_id") = 0, py::arg("writer_id") = "", py::arg("take_over") = false,
            py::arg("log_level") = "warn", py::arg("log_file") = "",
-           py::arg("connect_timeout") = py::none(), py::arg("transport") = "auto")
+           py::arg("connect_timeout") = py::none(), py::arg("transport") = "tcp")
       .def("publish", &PyPublisher::Publish, py::arg("tensors"), py::arg("step") = py::none())
       .def("publish_async", &PyPublisher::PublishAsync, py::arg("tensors"),
            py::arg("step") = py::none(), py::arg("copy") = true)

@@ -201,7 +201,7 @@ void RegisterSubscriber(py::module_& m) {
                   py::arg("cluster") = "default", py::arg("node_id") = 0,
                   py::arg("upload_limit") = 0, py::arg("download_limit") = 0,
                   py::arg("metrics") = "", py::arg("log_level") = "warn", py::arg("log_file") = "",
-                  py::arg("connect_timeout") = py::none(), py::arg("transport") = "auto")
+                  py::arg("connect_timeout") = py::none(), py::arg("transport") = "tcp")
       .def("changed", &PySubscriber::Changed, py::arg("since"), py::arg("to"))
       .def("status", &PySubscriber::Progress)
       .def("close", &PySubscriber::Close);

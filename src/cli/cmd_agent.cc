@@ -39,7 +39,7 @@ struct AgentFlags {
   uint32_t hook_retries = 2;
   std::string hook_failure = "report";
   std::string hook_timeout = "10m";
-  std::string transport = "auto";
+  std::string transport = "tcp";
 };
 
 Status RunAgent(const AgentFlags& flags) {

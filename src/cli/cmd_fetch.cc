@@ -37,7 +37,7 @@ struct FetchFlags {
   bool no_delta = false;
   double timeout_s = 60;
   std::string download_limit;
-  std::string transport = "auto";
+  std::string transport = "tcp";
 };
 
 // Draws progress on stderr: a bar redrawn in place on a terminal, otherwise a line per 10%.

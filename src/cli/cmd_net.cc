@@ -30,7 +30,7 @@ struct NetFlags {
   std::string upload_limit;
   std::string download_limit;
   std::string tls_cert, tls_key, tls_ca;
-  std::string transport = "auto";
+  std::string transport = "tcp";
 };
 
 // TLS is TCP's: with it, the transport is TCP whatever --transport says.

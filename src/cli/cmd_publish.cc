@@ -31,7 +31,7 @@ struct PublishFlags {
   std::string dir;
   std::string watch;
   std::string listen = "127.0.0.1:0";
-  std::string transport = "auto";
+  std::string transport = "tcp";
   std::string metrics;
   std::string until;  // default depends on --dir / --watch
   std::string settle = "2s";

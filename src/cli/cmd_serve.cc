@@ -26,7 +26,7 @@ struct ServeFlags {
   uint64_t node_id = 0;
   size_t workers = 2;
   std::string upload_limit;
-  std::string transport = "auto";
+  std::string transport = "tcp";
 };
 
 Status RunServe(const ServeFlags& flags) {

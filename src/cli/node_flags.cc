@@ -29,9 +29,9 @@ Result<codec::VerifyResult> ParseVerifyResultFlag(std::string_view value) {
 
 void AddTransportFlag(CLI::App* cmd, std::string& value) {
   cmd->add_option("--transport", value,
-                  "How peer connections travel: auto (UCX with peers that offer it, TCP with "
-                  "the others and when UCX fails), ucx (UCX with peers that offer it, no "
-                  "fallback), tcp (TCP only). docs/transport_ucx.md")
+                  "How peer connections travel: tcp (TCP only), auto (UCX with peers that "
+                  "offer it, TCP with the others and when UCX fails), ucx (UCX with peers that "
+                  "offer it, no fallback). docs/transport_ucx.md")
       ->capture_default_str();
 }
 

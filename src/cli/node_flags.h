@@ -46,7 +46,7 @@ void AddVerifyResultFlag(CLI::App* cmd, std::string& value);
 Result<codec::VerifyResult> ParseVerifyResultFlag(std::string_view value);
 
 // --transport for every process that talks to peers (agent, publish, serve, fetch):
-// docs/transport_ucx.md. `value` starts as the default ("auto").
+// docs/transport_ucx.md. `value` starts as the default ("tcp").
 void AddTransportFlag(CLI::App* cmd, std::string& value);
 // The flag's value; kInvalidArgument (a flag error) naming the flag and the choices.
 Result<net::TransportKind> ParseTransportFlag(std::string_view value);

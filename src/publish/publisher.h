@@ -59,7 +59,7 @@ struct PublisherOptions {
   std::string channel;
   std::string listen = "127.0.0.1:0";  // where peers fetch from this node
   // Which transport carries peer connections (net/transport_select.h).
-  net::TransportKind transport = net::TransportKind::kAuto;
+  net::TransportKind transport = net::TransportKind::kTcp;
   std::string secret;  // the cluster secret (never from argv)
   std::string cluster = "default";
   PeerId node_id;  // 0: random

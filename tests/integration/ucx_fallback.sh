@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # UCX with TCP fallback in one fleet (issue 18, docs/transport_ucx.md): four agents and a
-# publisher on loopback. a1 and a3 use UCX (`auto`); a2 runs with --transport tcp (UCX disabled,
+# publisher on loopback. a1 and a3 use UCX (`--transport auto`); a2 runs with --transport tcp (UCX disabled,
 # its address offers none); a4's UCX is killed mid-transfer by the fault switch
 # (WEIGHTCAST_UCX_FAIL_AFTER_BYTES). The version commits everywhere with every byte right, a3
 # moved bytes over UCX, a2 over TCP only, and a4's lost UCX connections came back over TCP.
@@ -24,11 +24,11 @@ metric() {  # metric URL NAME LABEL_MATCH: sum of the matching series
 }
 metrics_url() { grep -o 'http://[0-9.:]*/metrics' "$work/$1.log" | head -1; }
 
-start_agent a1 --metrics 127.0.0.1:0
+start_agent a1 --transport auto --metrics 127.0.0.1:0
 start_agent a2 --transport tcp --metrics 127.0.0.1:0
-start_agent a3 --metrics 127.0.0.1:0
-WEIGHTCAST_UCX_FAIL_AFTER_BYTES=$((3 << 20)) start_agent a4 --metrics 127.0.0.1:0
-publish 1 --until never
+start_agent a3 --transport auto --metrics 127.0.0.1:0
+WEIGHTCAST_UCX_FAIL_AFTER_BYTES=$((3 << 20)) start_agent a4 --transport auto --metrics 127.0.0.1:0
+publish 1 --until never --transport auto
 wait_for 90 all_current 1 a1 a2 a3 a4 || fail "v1 was not committed on every agent"
 for a in a1 a2 a3 a4; do same_files 1 "$a" || fail "$a's v1 differs from the publisher's"; done
 

@@ -24,7 +24,7 @@ head -c 48 /dev/urandom | base64 >"$work/secret"
 "$wc" store import --root "$work/trainer" --channel policy --chunk-size 64KiB "$work/step-0000" >/dev/null
 
 WEIGHTCAST_UCX_FAIL_AFTER_BYTES=$((10 << 20)) timeout 120 "$wc" serve --root "$work/trainer" \
-  --channel policy --listen 127.0.0.1:0 --secret-file "$work/secret" 2>"$work/serve.log" &
+  --channel policy --listen 127.0.0.1:0 --transport auto --secret-file "$work/secret" 2>"$work/serve.log" &
 server_pid=$!
 for _ in $(seq 100); do
   grep -q ' on 127.0.0.1:' "$work/serve.log" 2>/dev/null && break
@@ -34,7 +34,7 @@ addr="$(grep -o '127.0.0.1:[0-9]*,ucx=[0-9]*' "$work/serve.log" | head -n 1)"
 [ -n "$addr" ] || { echo "FAIL: the server offers no UCX"; cat "$work/serve.log"; exit 1; }
 
 out="$(timeout 60 "$wc" fetch --from "$addr" --root "$work/sampler" --channel policy \
-  --secret-file "$work/secret" 2>"$work/fetch.err")" || {
+  --transport auto --secret-file "$work/secret" 2>"$work/fetch.err")" || {
   echo "FAIL: fetch failed"; cat "$work/fetch.err" "$work/serve.log"; exit 1; }
 grep -q "resuming over TCP" "$work/fetch.err" || {
   echo "FAIL: the fetch never fell back to TCP"; cat "$work/fetch.err" "$work/serve.log"; exit 1; }

@@ -422,6 +422,12 @@ class Core : public std::enable_shared_from_this<Core> {
       ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
       ep.sockaddr.addr = reinterpret_cast<const sockaddr*>(&addr);
       ep.sockaddr.addrlen = len;
+      // PEER is required here: under NONE, UCX 1.13 refuses sends on a client sockaddr endpoint
+      // ("Endpoint is not connected"). Known UCX 1.13 bug: under PEER it aborts the process (an
+      // assertion in wireup_ep.c:494, in ucp_ep_set_failed) when the peer resets the
+      // connection while this endpoint is still in wireup (a peer killed just then; reproduced
+      // with a listener that accepts and resets). The probe above avoids the common case (no
+      // listener); docs/transport_ucx.md says why `tcp` stays the default.
       ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
       ep.err_handler.cb = &Core::OnEpErrorThunk;
       ep.err_handler.arg = conn.get();
@@ -840,7 +846,7 @@ class Core : public std::enable_shared_from_this<Core> {
     slot.type = head->frame.type;
     slot.prefix = head->body_prefix.size();
     slot.body.resize(head->frame.length);
-    std::memcpy(slot.body.data(), head->body_prefix.data(), slot.prefix);
+    if (slot.prefix > 0) std::memcpy(slot.body.data(), head->body_prefix.data(), slot.prefix);
     ucs_status_t result = UCS_OK;
     if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
       slot.desc = data;
