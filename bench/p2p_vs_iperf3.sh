@@ -20,6 +20,13 @@ SEND_NS=${SEND_NS:-}
 RUN_TIMEOUT=${RUN_TIMEOUT:-120}
 PORT_WC=${PORT_WC:-47211}
 PORT_IPERF=${PORT_IPERF:-47212}
+# Which weightcast transport (--transport): tcp unless told (bench/ucx_transport.sh sets ucx;
+# UCX_TLS, when set, picks UCX's own transports). A UCX receiver listens on PORT_UCX as well.
+WC_TRANSPORT=${WC_TRANSPORT:-tcp}
+PORT_UCX=${PORT_UCX:-47213}
+wc_addr() {  # wc_addr RUN: a fresh UCX port per run (the last run's may still be in TIME_WAIT)
+  if [[ $WC_TRANSPORT == tcp ]]; then echo "$HOST:$PORT_WC"; else echo "$HOST:$PORT_WC,ucx=$((PORT_UCX + $1))"; fi
+}
 
 command -v iperf3 >/dev/null || { echo "iperf3 is not installed" >&2; exit 1; }
 [[ -x $WC ]] || { echo "weightcast binary not found: $WC" >&2; exit 1; }
@@ -69,12 +76,12 @@ PY
 run_wc() {
   local i=$1
   in_ns "$RECV_NS" timeout "$RUN_TIMEOUT" /usr/bin/time -o "$tmp/ws$i.time" -f "%U %S" \
-    "$WC" net recv --listen "$HOST:$PORT_WC" --timeout "$RUN_TIMEOUT" >"$tmp/ws$i.json" 2>"$tmp/ws$i.err" &
+    "$WC" net recv --listen "$(wc_addr "$i")" --transport "$WC_TRANSPORT" --timeout "$RUN_TIMEOUT" >"$tmp/ws$i.json" 2>"$tmp/ws$i.err" &
   pids+=($!)
   local server=$!
-  sleep 0.5
+  sleep "$([[ $WC_TRANSPORT == tcp ]] && echo 0.5 || echo 1.5)"  # UCX takes longer to start
   in_ns "$SEND_NS" timeout "$RUN_TIMEOUT" /usr/bin/time -o "$tmp/wc$i.time" -f "%U %S" \
-    "$WC" net send --connect "$HOST:$PORT_WC" --bytes "$bytes_num" --chunk-size 4MiB \
+    "$WC" net send --connect "$(wc_addr "$i")" --transport "$WC_TRANSPORT" --bytes "$bytes_num" --chunk-size 4MiB \
     --timeout "$RUN_TIMEOUT" >"$tmp/wc$i.json"
   wait "$server"
   python3 - "$tmp/wc$i.json" "$(cpu_of "$tmp/wc$i.time")" "$(cpu_of "$tmp/ws$i.time")" <<'PY'
@@ -91,7 +98,7 @@ for ((i = 0; i < RUNS; i++)); do
   run_wc "$i" | tee -a "$tmp/results" >&2
 done
 
-python3 - "$tmp/results" "$HOST" "$BYTES" "$([[ -n $RECV_NS ]] && echo netns || echo loopback)" <<'PY'
+python3 - "$tmp/results" "$HOST" "$BYTES" "$([[ -n $RECV_NS ]] && echo netns || echo loopback)" "$WC_TRANSPORT" "${UCX_TLS:-}" <<'PY'
 import json,sys
 runs=[json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 best=lambda t: max((r for r in runs if r['tool']==t), key=lambda r: r['gbit_per_s'])
@@ -101,6 +108,7 @@ def median(t):
 i,w=best('iperf3'),best('weightcast')
 gb=lambda r: r['bytes']/1e9
 out={'bench':'p2p_vs_iperf3','path':sys.argv[4],'host':sys.argv[2],'bytes':w['bytes'],
+ 'transport':sys.argv[5],'ucx_tls':sys.argv[6],
  'runs_each':len(runs)//2,
  'weightcast_gbit_per_s':round(w['gbit_per_s'],3),'iperf3_gbit_per_s':round(i['gbit_per_s'],3),
  'throughput_ratio':round(w['gbit_per_s']/i['gbit_per_s'],3),

@@ -52,8 +52,12 @@ struct PublisherOptions {
   uint64_t chunk_size = ChunkSizeLimits::kDefault;  // bytes, in [kMin, kMax]
   uint32_t keep_versions = 2;                       // local publisher: versions kept (>= 1)
   std::string listen = "127.0.0.1:0";               // where peers fetch from this node
-  std::string cluster = "default";                  // must match the coordinator's
-  uint64_t node_id = 0;                             // 0: random
+  // How peer connections travel: "tcp" (the default), "auto" (UCX with peers that offer it,
+  // else TCP, and TCP when UCX fails) or "ucx" (no fallback to TCP for peers that offer UCX).
+  // Anything else fails Open with kInvalidArgument. docs/transport_ucx.md.
+  std::string transport = "tcp";
+  std::string cluster = "default";  // must match the coordinator's
+  uint64_t node_id = 0;             // 0: random
   // One writer per channel (with a coordinator; docs/cpp_api.md "One writer per channel"). The
   // writer's identity across restarts; empty: an id kept in the store (`STORE/.writer-id`, made
   // on first use), so a publisher restarted on the same store is the same writer and continues
@@ -87,6 +91,7 @@ struct SubscriberOptions {
   // The options below apply with a coordinator only (they configure the in-process agent).
   SecretSource secret;
   std::string listen = "127.0.0.1:0";  // where peers reach this node
+  std::string transport = "tcp";       // as PublisherOptions::transport
   std::string rack;
   std::string cluster = "default";
   uint64_t node_id = 0;         // 0: random

@@ -114,7 +114,8 @@ class PyPublisher {
               uint32_t keep_versions, const std::string& listen, const std::string& cluster,
               uint64_t node_id, const std::string& writer_id, bool take_over,
               const std::string& log_level, const std::string& log_file,
-              std::optional<double> connect_timeout, uint32_t rank, uint32_t world) {
+              std::optional<double> connect_timeout, uint32_t rank, uint32_t world,
+              const std::string& transport) {
     PublisherOptions options;
     options.rank = rank;
     options.world = world;
@@ -125,6 +126,7 @@ class PyPublisher {
     options.chunk_size = chunk_size;
     options.keep_versions = keep_versions;
     options.listen = listen;
+    options.transport = transport;
     options.cluster = cluster;
     options.node_id = node_id;
     options.writer_id = writer_id;
@@ -237,13 +239,14 @@ void RegisterPublisher(py::module_& m) {
                     const std::optional<std::string>&, const std::optional<std::string>&, uint64_t,
                     uint32_t, const std::string&, const std::string&, uint64_t, const std::string&,
                     bool, const std::string&, const std::string&, std::optional<double>, uint32_t,
-                    uint32_t>(),
+                    uint32_t, const std::string&>(),
            py::kw_only(), py::arg("store"), py::arg("channel"), py::arg("coordinator") = py::none(),
            py::arg("secret_file") = py::none(), py::arg("chunk_size"), py::arg("keep_versions") = 2,
            py::arg("listen") = "127.0.0.1:0", py::arg("cluster") = "default",
            py::arg("node_id") = 0, py::arg("writer_id") = "", py::arg("take_over") = false,
            py::arg("log_level") = "warn", py::arg("log_file") = "",
-           py::arg("connect_timeout") = py::none(), py::arg("rank") = 0, py::arg("world") = 1)
+           py::arg("connect_timeout") = py::none(), py::arg("rank") = 0, py::arg("world") = 1,
+           py::arg("transport") = "tcp")
       .def("publish", &PyPublisher::Publish, py::arg("tensors"), py::arg("step") = py::none())
       .def("publish_async", &PyPublisher::PublishAsync, py::arg("tensors"),
            py::arg("step") = py::none(), py::arg("copy") = true)

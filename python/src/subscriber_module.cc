@@ -86,13 +86,14 @@ class PySubscriber {
       const std::string& listen, const std::string& rack, const std::string& cluster,
       uint64_t node_id, uint64_t upload_limit, uint64_t download_limit, const std::string& metrics,
       const std::string& log_level, const std::string& log_file,
-      std::optional<double> connect_timeout) {
+      std::optional<double> connect_timeout, const std::string& transport) {
     SubscriberOptions options;
     options.store = store;
     options.channel = channel;
     options.coordinator = coordinator;
     options.secret.secret_file = secret_file.value_or("");
     options.listen = listen;
+    options.transport = transport;
     options.rack = rack;
     options.cluster = cluster;
     options.node_id = node_id;
@@ -200,7 +201,7 @@ void RegisterSubscriber(py::module_& m) {
                   py::arg("cluster") = "default", py::arg("node_id") = 0,
                   py::arg("upload_limit") = 0, py::arg("download_limit") = 0,
                   py::arg("metrics") = "", py::arg("log_level") = "warn", py::arg("log_file") = "",
-                  py::arg("connect_timeout") = py::none())
+                  py::arg("connect_timeout") = py::none(), py::arg("transport") = "tcp")
       .def("changed", &PySubscriber::Changed, py::arg("since"), py::arg("to"))
       .def("status", &PySubscriber::Progress)
       .def("close", &PySubscriber::Close);

@@ -133,6 +133,7 @@ class Publisher:
 
     _OPTIONS = {
         "listen": _options.text,
+        "transport": _options.text,
         "cluster": _options.text,
         "node_id": _options.integer,
         "writer_id": _options.text,
@@ -148,9 +149,9 @@ class Publisher:
                  keep_versions=2, memory=False, **publisher_options):
         """``chunk_size``: bytes (int) or a size string as the CLI takes ("1MiB"); default
         ``DEFAULT_CHUNK_SIZE``. ``publisher_options`` (with a coordinator): listen
-        ("127.0.0.1:0"), cluster, node_id, writer_id, take_over (bool), connect_timeout (s,
-        default 5), log_level ("warn"; also debug,
-        info, error), log_file (default stderr). The secret comes from secret_file or
+        ("127.0.0.1:0"), transport ("tcp", "auto" or "ucx"), cluster, node_id, writer_id,
+        take_over (bool), rank and world (sharded, see publish()), connect_timeout (s, default
+        5), log_level ("warn"; also debug, info, error), log_file (default stderr). The secret comes from secret_file or
         $WEIGHTCAST_SECRET. ``keep_versions`` applies to a local store. A mistyped keyword or a
         value of the wrong type raises TypeError naming it."""
         self.store = _options.path("store", store)

@@ -31,6 +31,7 @@ class Subscriber:
 
     _OPTIONS = {
         "listen": _options.text,
+        "transport": _options.text,
         "rack": _options.text,
         "cluster": _options.text,
         "node_id": _options.integer,
@@ -44,7 +45,8 @@ class Subscriber:
 
     def __init__(self, store, channel, coordinator=None, secret_file=None, *, memory=False,
                  **agent_options):
-        """``agent_options`` (with a coordinator): listen ("127.0.0.1:0"), rack, cluster, node_id,
+        """``agent_options`` (with a coordinator): listen ("127.0.0.1:0"), transport
+        ("tcp", "auto" or "ucx"), rack, cluster, node_id,
         upload_limit and download_limit (bytes/s: an int or a size string like "100MiB"),
         metrics ("ip:port" for /metrics), connect_timeout (s, default 5: wait() raises
         UnavailableError when the agent has not reached the coordinator that long after the

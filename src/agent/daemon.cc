@@ -13,7 +13,7 @@
 #include "manifest/signed_manifest.h"
 #include "metrics/http_server.h"
 #include "metrics/registry.h"
-#include "net/tcp_transport.h"
+#include "net/transport_select.h"
 #include "store/store.h"
 
 namespace weightcast::agent {
@@ -358,7 +358,9 @@ Status Agent::Impl::Run() {
     net.download_limit = std::make_shared<net::TokenBucket>(
         options.download_limit, std::max<uint64_t>(options.download_limit / 10, 1 << 20));
   }
-  ASSIGN_OR_RETURN(transport, net::TcpTransport::Create(std::move(net), 2));
+  net::TransportSelection selection;
+  selection.kind = options.transport;
+  ASSIGN_OR_RETURN(transport, net::CreateTransport(std::move(net), selection));
   SwarmNodeOptions so;
   so.channel = options.channel;
   so.node_id = options.node_id;
@@ -438,17 +440,32 @@ Status Agent::Impl::Run() {
                                  labels);
   UpdateFailed(rollout->Progress());
   net::Transport* t = transport.get();
-  const std::string transport_name = "tcp";
-  registry.CounterFunc(
-      "weightcast_agent_transport_bytes_total",
-      "Frame bytes the transport moved (peers and coordinator), by direction",
-      {{"channel", options.channel}, {"transport", transport_name}, {"direction", "rx"}},
-      [t] { return t->stats().bytes_received; });
-  registry.CounterFunc(
-      "weightcast_agent_transport_bytes_total",
-      "Frame bytes the transport moved (peers and coordinator), by direction",
-      {{"channel", options.channel}, {"transport", transport_name}, {"direction", "tx"}},
-      [t] { return t->stats().bytes_sent; });
+  // One series per transport this node runs ("tcp", and "ucx" when UCX started).
+  for (const auto& [name, unused] : net::StatsByTransport(*t)) {
+    auto pick = [t, name = name](bool rx) {
+      for (const auto& [n, s] : net::StatsByTransport(*t)) {
+        if (n == name) return rx ? s.bytes_received : s.bytes_sent;
+      }
+      return uint64_t{0};
+    };
+    registry.CounterFunc("weightcast_agent_transport_bytes_total",
+                         "Frame bytes the transport moved (peers and coordinator), by direction",
+                         {{"channel", options.channel}, {"transport", name}, {"direction", "rx"}},
+                         [pick] { return pick(true); });
+    registry.CounterFunc("weightcast_agent_transport_bytes_total",
+                         "Frame bytes the transport moved (peers and coordinator), by direction",
+                         {{"channel", options.channel}, {"transport", name}, {"direction", "tx"}},
+                         [pick] { return pick(false); });
+  }
+  for (const bool ucx : {true, false}) {
+    registry.GaugeFunc("weightcast_agent_peer_connections",
+                       "Connected peers by the transport that carries the connection",
+                       {{"channel", options.channel}, {"transport", ucx ? "ucx" : "tcp"}},
+                       [n, ucx] {
+                         const SwarmProgress p = n->progress();
+                         return static_cast<double>(ucx ? p.peers_ucx : p.peers - p.peers_ucx);
+                       });
+  }
   if (!options.metrics.empty()) {
     ASSIGN_OR_RETURN(metrics_server, metrics::MetricsServer::Start(registry, options.metrics));
     Log("serving metrics at http://" + metrics_server->address() + "/metrics");

@@ -32,6 +32,7 @@
 #include "agent/engine_hook.h"
 #include "agent/swarm_node.h"
 #include "net/transport.h"
+#include "net/transport_select.h"
 #include "rollout/participant.h"
 
 namespace weightcast::agent {
@@ -41,6 +42,9 @@ struct AgentOptions {
   std::string store_dir;
   std::string channel;
   std::string listen = "127.0.0.1:0";  // where peers reach this node
+  // Which transport carries peer connections (net/transport_select.h): auto = UCX with peers
+  // that offer it and TCP otherwise. TCP by default (docs/transport_ucx.md, "Default").
+  net::TransportKind transport = net::TransportKind::kTcp;
   std::string rack;
   std::vector<std::string> tensor_patterns;  // empty: every tensor
   std::string metrics;                       // ip:port for /metrics; empty: none

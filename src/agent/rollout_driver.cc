@@ -92,6 +92,8 @@ wire::ChannelProgress RolloutDriver::Progress() const {
   c.set_error(r.error);
   for (Version v : kept_) c.add_kept_versions(v.value());
   const SwarmProgress p = node_.progress();
+  c.set_peers(p.peers);
+  c.set_peers_ucx(p.peers_ucx);
   if (p.version == r.version) {
     c.set_chunks_done(p.chunks_done);
     c.set_chunks_total(p.chunks_total);

@@ -1452,6 +1452,9 @@ struct SwarmNode::Impl {
     std::lock_guard lock(mu_);
     SwarmProgress p;
     p.peers = static_cast<uint32_t>(peers_.size());
+    for (const auto& [id, peer] : peers_) {
+      if (peer->conn != nullptr && peer->conn->peer().transport == "ucx") ++p.peers_ucx;
+    }
     if (target_.data == nullptr) return p;
     const Manifest& m = target_.data->manifest;
     p.version = m.version;

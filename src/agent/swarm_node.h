@@ -104,6 +104,7 @@ struct SwarmProgress {
   uint64_t bytes_sent = 0;      // chunk payload bytes uploaded for the target (wire)
   uint32_t chunks_failed = 0;   // received chunks that failed their hash check
   uint32_t peers = 0;           // connected peers
+  uint32_t peers_ucx = 0;       // of those, connected over UCX (the others over TCP or memory)
   // Requests kept in flight per peer: whole chunks, or for a delta as many payloads as that
   // many chunks' bytes (small payloads are pipelined deeper, docs/agent.md).
   uint32_t window = 0;

@@ -39,6 +39,7 @@ struct AgentFlags {
   uint32_t hook_retries = 2;
   std::string hook_failure = "report";
   std::string hook_timeout = "10m";
+  std::string transport = "tcp";
 };
 
 Status RunAgent(const AgentFlags& flags) {
@@ -56,6 +57,7 @@ Status RunAgent(const AgentFlags& flags) {
   options.store_dir = flags.store;
   options.channel = flags.channel;
   options.listen = flags.listen;
+  ASSIGN_OR_RETURN(options.transport, ParseTransportFlag(flags.transport));
   options.rack = flags.rack;
   options.tensor_patterns = flags.tensors;
   options.metrics = flags.metrics;
@@ -121,6 +123,7 @@ void SetupAgent(CLI::App& app) {
   cmd->add_option("--exit-after", flags->exit_after,
                   "Exit 0 once this version (or a newer one) is committed and current");
   AddNodeFlags(cmd, flags->node);
+  AddTransportFlag(cmd, flags->transport);
   AddVerifyResultFlag(cmd, flags->verify_result);
   cmd->add_option("--hook-command", flags->hook_command,
                   "Engine hand-off: run this (sh -c) after every change of current, with the "

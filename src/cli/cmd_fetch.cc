@@ -17,7 +17,7 @@
 #include "cli/node_flags.h"
 #include "manifest/builder.h"
 #include "net/handshake.h"
-#include "net/tcp_transport.h"
+#include "net/transport_select.h"
 #include "store/store.h"
 #include "util/text.h"
 
@@ -37,6 +37,7 @@ struct FetchFlags {
   bool no_delta = false;
   double timeout_s = 60;
   std::string download_limit;
+  std::string transport = "tcp";
 };
 
 // Draws progress on stderr: a bar redrawn in place on a terminal, otherwise a line per 10%.
@@ -88,6 +89,7 @@ Status RunFetch(const FetchFlags& flags) {
   RETURN_IF_ERROR(ValidateChannelName(flags.channel));
   if (flags.version && *flags.version == 0) return InvalidArgument("--version must be above 0");
   RETURN_IF_ERROR(ValidateAddressFlag("--from", flags.from));
+  ASSIGN_OR_RETURN(net::TransportKind kind, ParseTransportFlag(flags.transport));
   net::Options options;
   ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.secret_file));
   options.self.cluster_id = flags.cluster;
@@ -101,7 +103,9 @@ Status RunFetch(const FetchFlags& flags) {
   }
   const std::string secret = options.secret;
   ASSIGN_OR_RETURN(Store store, Store::Open(flags.root));
-  ASSIGN_OR_RETURN(auto transport, net::TcpTransport::Create(std::move(options), 2));
+  net::TransportSelection selection;
+  selection.kind = kind;
+  ASSIGN_OR_RETURN(auto transport, net::CreateTransport(std::move(options), selection));
   const auto timeout =
       std::chrono::duration_cast<net::Duration>(std::chrono::duration<double>(flags.timeout_s));
   ASSIGN_OR_RETURN(auto connection, transport->Connect(flags.from, timeout));
@@ -115,6 +119,16 @@ Status RunFetch(const FetchFlags& flags) {
   fetch.receive_timeout = timeout;
   fetch.progress = [&printer](const agent::FetchProgress& p) { printer.Update(p); };
   auto stats = agent::FetchVersion(*connection, store, fetch);
+  // A UCX connection that failed mid-transfer: once more over TCP (the transport now reaches
+  // this address over TCP), resuming from the chunks already verified into the staging.
+  if (!stats.ok() && kind == net::TransportKind::kAuto && connection->peer().transport == "ucx" &&
+      !connection->status().ok()) {
+    std::cerr << "fetch over UCX failed (" << stats.status().ToString() << "); resuming over TCP"
+              << std::endl;
+    connection.reset();
+    ASSIGN_OR_RETURN(connection, transport->Connect(flags.from, timeout));
+    stats = agent::FetchVersion(*connection, store, fetch);
+  }
   printer.End();
   if (!stats.ok()) return stats.status();
 
@@ -163,6 +177,7 @@ void SetupFetch(CLI::App& app) {
   cmd->add_option("--timeout", flags->timeout_s, "Fail after this many seconds without a reply")
       ->capture_default_str();
   cmd->add_option("--download-limit", flags->download_limit, "Download rate limit, bytes/s");
+  AddTransportFlag(cmd, flags->transport);
   cmd->callback([flags] { Finish("fetch", RunFetch(*flags)); });
 }
 

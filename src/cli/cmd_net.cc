@@ -11,7 +11,7 @@
 #include "cli/node_flags.h"
 #include "net/handshake.h"
 #include "net/p2p.h"
-#include "net/tcp_transport.h"
+#include "net/transport_select.h"
 #include "util/text.h"
 
 namespace weightcast::cli {
@@ -30,7 +30,17 @@ struct NetFlags {
   std::string upload_limit;
   std::string download_limit;
   std::string tls_cert, tls_key, tls_ca;
+  std::string transport = "tcp";
 };
+
+// TLS is TCP's: with it, the transport is TCP whatever --transport says.
+Result<std::unique_ptr<net::Transport>> MakeTransport(const NetFlags& flags, net::Options options) {
+  ASSIGN_OR_RETURN(net::TransportKind kind, ParseTransportFlag(flags.transport));
+  net::TransportSelection selection;
+  selection.kind = options.tls.enabled ? net::TransportKind::kTcp : kind;
+  selection.tcp_io_threads = 1;
+  return net::CreateTransport(std::move(options), selection);
+}
 
 Result<net::Options> MakeOptions(const NetFlags& flags) {
   net::Options options;
@@ -66,7 +76,7 @@ net::Duration Seconds(double s) {
 
 Status RunRecv(const NetFlags& flags) {
   ASSIGN_OR_RETURN(net::Options options, MakeOptions(flags));
-  ASSIGN_OR_RETURN(auto transport, net::TcpTransport::Create(std::move(options)));
+  ASSIGN_OR_RETURN(auto transport, MakeTransport(flags, std::move(options)));
   ASSIGN_OR_RETURN(auto listener, transport->Listen(flags.address));
   std::cerr << "listening on " << listener->address() << std::endl;
   ASSIGN_OR_RETURN(net::P2pStats stats, net::P2pReceive(*listener, Seconds(flags.timeout_s)));
@@ -86,7 +96,7 @@ Status RunSend(const NetFlags& flags) {
   send.chunk_bytes = static_cast<uint32_t>(chunk);
   send.file = flags.file;
   send.timeout = Seconds(flags.timeout_s);
-  ASSIGN_OR_RETURN(auto transport, net::TcpTransport::Create(std::move(options)));
+  ASSIGN_OR_RETURN(auto transport, MakeTransport(flags, std::move(options)));
   ASSIGN_OR_RETURN(net::P2pStats stats, net::P2pSend(*transport, flags.address, send));
   std::cout << stats.ToJson("send") << std::endl;
   return Status::Ok();
@@ -102,6 +112,7 @@ void AddCommon(CLI::App* cmd, NetFlags& flags) {
   cmd->add_option("--tls-cert", flags.tls_cert, "Enable TLS: this node's PEM certificate");
   cmd->add_option("--tls-key", flags.tls_key, "TLS: PEM private key of --tls-cert");
   cmd->add_option("--tls-ca", flags.tls_ca, "TLS: PEM certificate of the cluster CA");
+  AddTransportFlag(cmd, flags.transport);
 }
 
 void SetupNet(CLI::App& app) {

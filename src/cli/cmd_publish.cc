@@ -31,6 +31,7 @@ struct PublishFlags {
   std::string dir;
   std::string watch;
   std::string listen = "127.0.0.1:0";
+  std::string transport = "tcp";
   std::string metrics;
   std::string until;  // default depends on --dir / --watch
   std::string settle = "2s";
@@ -109,6 +110,7 @@ Status RunPublish(const PublishFlags& flags) {
   options.store = flags.store;
   options.channel = flags.channel;
   options.listen = flags.listen;
+  ASSIGN_OR_RETURN(options.transport, ParseTransportFlag(flags.transport));
   options.cluster = flags.node.cluster;
   options.node_id = PeerId(flags.node.node_id);
   options.writer_id = flags.writer_id;
@@ -241,6 +243,7 @@ void SetupPublish(CLI::App& app) {
                   "--writer-id; each has its own --store)")
       ->capture_default_str();
   AddNodeFlags(cmd, flags->node);
+  AddTransportFlag(cmd, flags->transport);
   cmd->callback([flags] { Finish("publish", RunPublish(*flags)); });
 }
 

@@ -10,7 +10,7 @@
 #include "cli/node_flags.h"
 #include "manifest/builder.h"
 #include "net/handshake.h"
-#include "net/tcp_transport.h"
+#include "net/transport_select.h"
 #include "store/store.h"
 #include "util/text.h"
 
@@ -26,10 +26,12 @@ struct ServeFlags {
   uint64_t node_id = 0;
   size_t workers = 2;
   std::string upload_limit;
+  std::string transport = "tcp";
 };
 
 Status RunServe(const ServeFlags& flags) {
   RETURN_IF_ERROR(ValidateChannelName(flags.channel));
+  ASSIGN_OR_RETURN(net::TransportKind kind, ParseTransportFlag(flags.transport));
   net::Options options;
   ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.secret_file));
   options.self.cluster_id = flags.cluster;
@@ -46,7 +48,9 @@ Status RunServe(const ServeFlags& flags) {
   agent::VersionServer server(store, {.channel = flags.channel,
                                       .manifest_secret = options.secret,
                                       .workers_per_connection = flags.workers});
-  ASSIGN_OR_RETURN(auto transport, net::TcpTransport::Create(std::move(options), 2));
+  net::TransportSelection selection;
+  selection.kind = kind;
+  ASSIGN_OR_RETURN(auto transport, net::CreateTransport(std::move(options), selection));
   ASSIGN_OR_RETURN(auto listener, transport->Listen(flags.listen));
   std::cerr << "serving channel " << flags.channel << " of " << flags.root << " on "
             << listener->address() << std::endl;
@@ -68,6 +72,7 @@ void SetupServe(CLI::App& app) {
   cmd->add_option("--node-id", flags->node_id, "This node's id (default: random)");
   cmd->add_option("--workers", flags->workers, "Threads answering each connection")
       ->capture_default_str();
+  AddTransportFlag(cmd, flags->transport);
   cmd->add_option("--upload-limit", flags->upload_limit,
                   "Upload rate limit, bytes/s (e.g. 100MiB)");
   cmd->callback([flags] { Finish("serve", RunServe(*flags)); });

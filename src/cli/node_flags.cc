@@ -27,10 +27,29 @@ Result<codec::VerifyResult> ParseVerifyResultFlag(std::string_view value) {
   return codec::ParseVerifyResult(value);
 }
 
-Status ValidateAddressFlag(std::string_view flag, std::string_view value, bool allow_port_zero) {
+void AddTransportFlag(CLI::App* cmd, std::string& value) {
+  cmd->add_option("--transport", value,
+                  "How peer connections travel: tcp (TCP only), auto (UCX with peers that "
+                  "offer it, TCP with the others and when UCX fails), ucx (UCX with peers that "
+                  "offer it, no fallback). docs/transport_ucx.md")
+      ->capture_default_str();
+}
+
+Result<net::TransportKind> ParseTransportFlag(std::string_view value) {
+  Result<net::TransportKind> kind = net::ParseTransportKind(value);
+  if (!kind.ok()) return InvalidArgument("--transport: " + std::string(kind.status().message()));
+  return kind;
+}
+
+Status ValidateAddressFlag(std::string_view flag, std::string_view full, bool allow_port_zero) {
   auto bad = [&](const std::string& why) {
-    return InvalidArgument(std::string(flag) + " '" + std::string(value) + "': " + why);
+    return InvalidArgument(std::string(flag) + " '" + std::string(full) + "': " + why);
   };
+  // "ip:port,ucx=PORT" (a UCX port as well, docs/transport_ucx.md): the TCP part is checked here.
+  Result<std::pair<std::string, std::string>> split = net::SplitTransportAddress(full);
+  if (!split.ok()) return InvalidArgument(std::string(flag) + ": " + split.status().message());
+  const std::string tcp_part = split->first;
+  const std::string_view value = tcp_part;
   const size_t colon = value.rfind(':');
   if (colon == std::string_view::npos) return bad("not ip:port (no port)");
   std::string host(value.substr(0, colon));

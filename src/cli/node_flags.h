@@ -13,6 +13,7 @@
 
 #include "codec/chunk_codec.h"
 #include "net/transport.h"
+#include "net/transport_select.h"
 
 namespace weightcast::cli {
 
@@ -43,6 +44,12 @@ inline constexpr char kVerifyResultHelp[] =
 void AddVerifyResultFlag(CLI::App* cmd, std::string& value);
 // The flag's value as the codec's setting; kInvalidArgument (a flag error) naming the flag.
 Result<codec::VerifyResult> ParseVerifyResultFlag(std::string_view value);
+
+// --transport for every process that talks to peers (agent, publish, serve, fetch):
+// docs/transport_ucx.md. `value` starts as the default ("tcp").
+void AddTransportFlag(CLI::App* cmd, std::string& value);
+// The flag's value; kInvalidArgument (a flag error) naming the flag and the choices.
+Result<net::TransportKind> ParseTransportFlag(std::string_view value);
 
 // Checks the ip:port in flag `flag` before anything starts: a typo (no port, a port above
 // 65535, a host name where an IP address is needed) is a flag error (kInvalidArgument, exit 2)

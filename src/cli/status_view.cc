@@ -610,6 +610,11 @@ std::string RenderStatus(const wire::FleetStatus& now, const wire::FleetStatus* 
                       p.current_version() ? std::to_string(p.current_version()) : "-", done_cell,
                       FormatBytes(p.bytes_received()), FormatBytes(p.bytes_sent()),
                       FormatAgo(node.last_heartbeat_ms_ago())});
+      if (p.peers_ucx() > 0) {
+        r.notes.push_back("    transport: node " + std::to_string(node.node_id()) + " " +
+                          std::to_string(p.peers_ucx()) + " of " + std::to_string(p.peers()) +
+                          " peers over UCX");
+      }
       if (!p.error().empty()) {
         r.notes.push_back(Wrap("    error: node " + std::to_string(node.node_id()) + " " +
                                    Safe(p.channel()) + " v" + std::to_string(p.version()) + ": " +

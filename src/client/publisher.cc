@@ -173,6 +173,7 @@ Status Publisher::Impl::Start() {
     po.store = options.store;
     po.build.chunk_size = options.chunk_size;
     po.listen = options.listen;
+    ASSIGN_OR_RETURN(po.transport, net::ParseTransportKind(options.transport));
     po.cluster = options.cluster;
     po.node_id = PeerId(options.node_id);
     po.writer_id = options.writer_id;

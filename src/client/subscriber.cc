@@ -227,6 +227,7 @@ Result<std::unique_ptr<Subscriber>> Subscriber::Open(SubscriberOptions options) 
     a.store_dir = o.store.string();
     a.channel = o.channel;
     a.listen = o.listen;
+    ASSIGN_OR_RETURN(a.transport, net::ParseTransportKind(o.transport));
     a.rack = o.rack;
     a.metrics = o.metrics;
     a.upload_limit = o.upload_limit;

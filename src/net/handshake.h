@@ -44,7 +44,8 @@ struct Identity {
 struct PeerInfo {
   PeerId node_id;
   Role role = Role::kAgent;
-  std::string address;  // transport-specific ("127.0.0.1:7000", "mem:b")
+  std::string address;      // transport-specific ("127.0.0.1:7000", "mem:b")
+  std::string transport{};  // which transport carries the connection: "tcp", "ucx", "memory"
 };
 
 // Receives a warning about the secret (one line, no trailing newline).

@@ -331,11 +331,13 @@ Result<std::unique_ptr<Connection>> MemoryTransport::Connect(std::string_view ad
   a->options = options_.get();
   a->peer = initiator.peer();
   a->peer.address = std::string(address);
+  a->peer.transport = "memory";
   b->node = queue->node;
   b->options_owner = queue->options;
   b->options = queue->options.get();
   b->peer = acceptor.peer();
   b->peer.address = "mem:" + name_;
+  b->peer.transport = "memory";
   for (auto* e : {a.get(), b.get()}) {
     e->decoder = std::make_unique<FrameDecoder>(e->options->max_frame_bytes);
     e->last_sent = e->last_received = now;

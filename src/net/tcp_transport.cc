@@ -324,6 +324,7 @@ awaitable<Result<PeerInfo>> RunHandshake(Channel& channel, const Options& option
   std::error_code ec;
   tcp::endpoint remote = channel.socket().remote_endpoint(ec);
   peer.address = ec ? "?" : EndpointString(remote);
+  peer.transport = "tcp";
   co_return peer;
 }
 

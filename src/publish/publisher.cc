@@ -10,7 +10,7 @@
 
 #include "coord/part_assembly.h"
 #include "manifest/signed_manifest.h"
-#include "net/tcp_transport.h"
+#include "net/transport_select.h"
 #include "publish/watcher.h"
 #include "util/file.h"
 #include "util/text.h"
@@ -243,7 +243,9 @@ Status Publisher::Start() {
              skip = "tcp: connect to " + options_.coordinator + " failed"](std::string_view line) {
     if (!line.starts_with(skip)) log(line);
   };
-  ASSIGN_OR_RETURN(transport_, net::TcpTransport::Create(std::move(net), 2));
+  net::TransportSelection selection;
+  selection.kind = options_.transport;
+  ASSIGN_OR_RETURN(transport_, net::CreateTransport(std::move(net), selection));
 
   agent::SwarmNodeOptions node;
   node.channel = options_.channel;

@@ -39,6 +39,7 @@
 #include "metrics/log.h"
 #include "metrics/registry.h"
 #include "net/transport.h"
+#include "net/transport_select.h"
 #include "publish/version_builder.h"
 #include "store/store.h"
 
@@ -57,7 +58,9 @@ struct PublisherOptions {
   std::filesystem::path store;
   std::string channel;
   std::string listen = "127.0.0.1:0";  // where peers fetch from this node
-  std::string secret;                  // the cluster secret (never from argv)
+  // Which transport carries peer connections (net/transport_select.h).
+  net::TransportKind transport = net::TransportKind::kTcp;
+  std::string secret;  // the cluster secret (never from argv)
   std::string cluster = "default";
   PeerId node_id;  // 0: random
   // One writer per channel (issue 17, docs/publish.md "One writer per channel"). The writer's

@@ -122,6 +122,26 @@ def test_a_failed_agent_is_raised_by_wait(cluster, tmp_path):
         assert first.status()["running"] is True
 
 
+def test_transport_can_be_chosen_and_is_checked(cluster, tmp_path):
+    address, secret_file = cluster
+    weights = policy_weights(3)
+    # Over TCP on both sides (UCX, when built, is the default "auto").
+    with weightcast.Publisher(tmp_path / "publisher", "policy", coordinator=address,
+                              secret_file=secret_file, chunk_size=SMALL_CHUNK,
+                              transport="tcp") as pub, \
+            weightcast.Subscriber(tmp_path / "agent", "policy", coordinator=address,
+                                  secret_file=secret_file, transport="tcp") as sub:
+        pub.publish(weights, step=1)
+        assert sub.wait(1, timeout=30).step == 1
+        assert ",ucx=" not in pub.status()["address"]
+    with pytest.raises(weightcast.InvalidArgumentError, match="auto, ucx, tcp"):
+        weightcast.Subscriber(tmp_path / "agent2", "policy", coordinator=address,
+                              secret_file=secret_file, transport="rdma")
+    with pytest.raises(TypeError, match="transport"):
+        weightcast.Subscriber(tmp_path / "agent3", "policy", coordinator=address,
+                              secret_file=secret_file, transport=1)
+
+
 def test_agent_options_are_checked(cluster, tmp_path):
     address, secret_file = cluster
     with pytest.raises(weightcast.InvalidArgumentError, match="log_level"):

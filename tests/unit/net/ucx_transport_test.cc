@@ -1,0 +1,267 @@
+// The UCX transport over the UCX transports this machine has without RDMA hardware: tcp on
+// loopback, and shared memory (posix + cma). Skipped in builds without UCX.
+#include "net/ucx_transport.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <thread>
+
+#include "net/tcp_transport.h"
+#include "net/transport_select.h"
+#include "net_test_util.h"
+
+namespace weightcast::net {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::LogCapture;
+using testing::Pattern;
+using testing::TestOptions;
+
+// UCX reads UCX_TLS when a transport is created.
+class UcxTransportTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    if (!UcxTransport::Built()) GTEST_SKIP() << "built without UCX";
+    ::setenv("UCX_TLS", GetParam(), 1);
+  }
+  void TearDown() override { ::unsetenv("UCX_TLS"); }
+
+  std::unique_ptr<Transport> Make(Options options, UcxOptions ucx = {}) {
+    auto t = UcxTransport::Create(std::move(options), ucx);
+    EXPECT_TRUE(t.ok()) << t.status().ToString();
+    return t.ok() ? std::move(*t) : nullptr;
+  }
+};
+
+struct Pair {
+  std::unique_ptr<Transport> server_transport, client_transport;
+  std::unique_ptr<Listener> listener;
+  std::unique_ptr<Connection> server, client;
+};
+
+Pair Connect(std::unique_ptr<Transport> server, std::unique_ptr<Transport> client) {
+  Pair p;
+  p.server_transport = std::move(server);
+  p.client_transport = std::move(client);
+  if (!p.server_transport || !p.client_transport) return p;
+  auto l = p.server_transport->Listen("127.0.0.1:0");
+  EXPECT_TRUE(l.ok()) << l.status().ToString();
+  if (!l.ok()) return p;
+  p.listener = std::move(*l);
+  auto c = p.client_transport->Connect(p.listener->address(), 5s);
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  if (!c.ok()) return p;
+  p.client = std::move(*c);
+  auto s = p.listener->Accept(5s);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  if (s.ok()) p.server = std::move(*s);
+  return p;
+}
+
+TEST_P(UcxTransportTest, HandshakeThenChunksAndControlInOrder) {
+  LogCapture log;
+  Pair p = Connect(Make(TestOptions(2, &log, Role::kPublisher)), Make(TestOptions(1, &log)));
+  ASSERT_TRUE(p.server && p.client) << log.All();
+  EXPECT_EQ(p.client->peer().node_id, PeerId(2));
+  EXPECT_EQ(p.client->peer().role, Role::kPublisher);
+  EXPECT_EQ(p.client->peer().transport, "ucx");
+  EXPECT_EQ(p.server->peer().node_id, PeerId(1));
+  // Large chunks (rendezvous) interleaved with small control frames (eager): order is kept.
+  auto payload = std::make_shared<std::vector<uint8_t>>(Pattern(3 << 20, 5));
+  for (uint32_t i = 0; i < 6; ++i) {
+    ASSERT_TRUE(
+        p.client->SendChunk({.version = 7, .channel = 1, .chunk_index = i}, *payload, payload)
+            .ok());
+    ASSERT_TRUE(p.client->SendControl(Pattern(10 + i, 1)).ok());
+  }
+  for (uint32_t i = 0; i < 6; ++i) {
+    auto f = p.server->Receive(5s);
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    ASSERT_EQ(f->type, FrameType::kChunk);
+    auto h = f->chunk_header();
+    ASSERT_TRUE(h.ok());
+    EXPECT_EQ(h->chunk_index, i);
+    EXPECT_EQ(h->version, 7u);
+    ASSERT_EQ(f->chunk_payload().size(), payload->size());
+    EXPECT_TRUE(std::equal(payload->begin(), payload->end(), f->chunk_payload().begin()));
+    auto c = p.server->Receive(5s);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    ASSERT_EQ(c->type, FrameType::kControl);
+    EXPECT_EQ(c->body.size(), 10u + i);
+  }
+  ASSERT_TRUE(p.server->SendControl(Pattern(100, 3)).ok());
+  auto back = p.client->Receive(5s);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(std::vector<uint8_t>(back->body.begin(), back->body.end()), Pattern(100, 3));
+  EXPECT_TRUE(p.client->Flush(5s).ok());
+  EXPECT_GT(p.client_transport->stats().bytes_sent, 6u * (3 << 20));
+  EXPECT_GT(p.server_transport->stats().bytes_received, 6u * (3 << 20));
+}
+
+TEST_P(UcxTransportTest, SmallReceiveQueueStillDeliversEverything) {
+  LogCapture log;
+  Options server = TestOptions(2, &log);
+  server.receive_queue_bytes = 1 << 20;  // below one chunk: receives go one at a time
+  Options client = TestOptions(1, &log);
+  client.send_queue_bytes = 2 << 20;
+  Pair p = Connect(Make(std::move(server)), Make(std::move(client)));
+  ASSERT_TRUE(p.server && p.client) << log.All();
+  std::thread sender([&] {
+    for (uint32_t i = 0; i < 20; ++i) {
+      auto data = std::make_shared<std::vector<uint8_t>>(Pattern(2 << 20, static_cast<uint8_t>(i)));
+      ASSERT_TRUE(p.client->SendChunk({.chunk_index = i}, *data, data, 10s).ok());
+    }
+  });
+  for (uint32_t i = 0; i < 20; ++i) {
+    auto f = p.server->Receive(10s);
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    auto h = f->chunk_header();
+    ASSERT_TRUE(h.ok());
+    EXPECT_EQ(h->chunk_index, i);
+    EXPECT_EQ(f->chunk_payload()[1], static_cast<uint8_t>(31 + i));
+  }
+  sender.join();
+}
+
+TEST_P(UcxTransportTest, WrongSecretIsRefusedAndNeverAccepted) {
+  LogCapture log;
+  Options bad = TestOptions(1, &log);
+  bad.secret = "a different secret of enough length";
+  auto server = Make(TestOptions(2, &log));
+  auto client = Make(std::move(bad));
+  ASSERT_TRUE(server && client);
+  auto l = server->Listen("127.0.0.1:0");
+  ASSERT_TRUE(l.ok());
+  auto c = client->Connect((*l)->address(), 5s);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), Code::kUnauthenticated) << c.status().ToString();
+  auto s = (*l)->Accept(300ms);
+  EXPECT_EQ(s.status().code(), Code::kDeadlineExceeded);
+}
+
+TEST_P(UcxTransportTest, ConnectToNobodyFails) {
+  auto client = Make(TestOptions(1, nullptr));
+  ASSERT_TRUE(client);
+  // A port nothing listens on (the listener is closed at once).
+  auto server = Make(TestOptions(2, nullptr));
+  std::string address;
+  {
+    auto l = server->Listen("127.0.0.1:0");
+    ASSERT_TRUE(l.ok());
+    address = (*l)->address();
+  }
+  auto c = client->Connect(address, 2s);
+  EXPECT_FALSE(c.ok());
+  auto bad = client->Connect("not an address", 1s);
+  EXPECT_EQ(bad.status().code(), Code::kInvalidArgument);
+}
+
+TEST_P(UcxTransportTest, PeerCloseFailsReceive) {
+  LogCapture log;
+  Pair p = Connect(Make(TestOptions(2, &log)), Make(TestOptions(1, &log)));
+  ASSERT_TRUE(p.server && p.client);
+  p.client->Close();
+  EXPECT_EQ(p.client->status().code(), Code::kUnavailable);
+  EXPECT_EQ(p.client->Send(OutFrame::Make(FrameType::kControl, {1})).code(), Code::kUnavailable);
+  auto f = p.server->Receive(5s);
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().code(), Code::kDeadlineExceeded) << f.status().ToString();
+}
+
+TEST_P(UcxTransportTest, FaultSwitchFailsTheConnectionMidTransfer) {
+  LogCapture log;
+  Pair p = Connect(Make(TestOptions(2, &log), {.fail_after_bytes = 8 << 20}),
+                   Make(TestOptions(1, &log)));
+  ASSERT_TRUE(p.server && p.client);
+  auto payload = std::make_shared<std::vector<uint8_t>>(Pattern(1 << 20, 9));
+  int received = 0;
+  std::thread sender([&] {
+    for (uint32_t i = 0; i < 64; ++i) {
+      if (!p.client->SendChunk({.chunk_index = i}, *payload, payload, 5s).ok()) return;
+    }
+  });
+  for (;;) {
+    auto f = p.server->Receive(5s);
+    if (!f.ok()) {
+      EXPECT_EQ(f.status().code(), Code::kUnavailable) << f.status().ToString();
+      break;
+    }
+    ++received;
+  }
+  sender.join();
+  EXPECT_GE(received, 1);
+  EXPECT_LT(received, 64);
+  EXPECT_TRUE(log.Eventually("fault switch"));
+}
+
+TEST_P(UcxTransportTest, KeepalivePingsKeepAnIdleConnectionUp) {
+  Options a = TestOptions(2, nullptr), b = TestOptions(1, nullptr);
+  for (Options* o : {&a, &b}) {
+    o->keepalive_interval = 50ms;
+    o->keepalive_timeout = 300ms;
+  }
+  Pair p = Connect(Make(std::move(a)), Make(std::move(b)));
+  ASSERT_TRUE(p.server && p.client);
+  std::this_thread::sleep_for(800ms);
+  EXPECT_TRUE(p.client->status().ok()) << p.client->status().ToString();
+  EXPECT_TRUE(p.server->status().ok()) << p.server->status().ToString();
+}
+
+// The selection layer over UCX: the listener advertises its UCX port, a UCX connect is used,
+// and after a UCX failure the same address is reached over TCP.
+TEST_P(UcxTransportTest, AutoUsesUcxThenFallsBackToTcpAfterAFailure) {
+  LogCapture log;
+  TransportSelection faulty;
+  faulty.ucx.fail_after_bytes = 4 << 20;
+  auto server = CreateTransport(TestOptions(2, &log), faulty);
+  auto client = CreateTransport(TestOptions(1, &log), {});
+  ASSERT_TRUE(server.ok() && client.ok());
+  EXPECT_EQ((*client)->capabilities().name, "ucx+tcp");
+  auto l = (*server)->Listen("127.0.0.1:0");
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  const std::string address = (*l)->address();
+  EXPECT_NE(address.find(",ucx="), std::string::npos) << address;
+
+  auto first = (*client)->Connect(address, 5s);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ((*first)->peer().transport, "ucx");
+  auto accepted = (*l)->Accept(5s);
+  ASSERT_TRUE(accepted.ok());
+  auto payload = std::make_shared<std::vector<uint8_t>>(Pattern(1 << 20, 2));
+  Status sent = Status::Ok();
+  for (uint32_t i = 0; i < 32 && sent.ok(); ++i) {
+    sent = (*first)->SendChunk({.chunk_index = i}, *payload, payload, 5s);
+    if (sent.ok()) sent = (*first)->Flush(5s);
+  }
+  for (;;) {
+    auto f = (*first)->Receive(5s);
+    if (!f.ok()) break;
+  }
+  EXPECT_FALSE((*first)->status().ok());
+  (*first).reset();
+
+  auto second = (*client)->Connect(address, 5s);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ((*second)->peer().transport, "tcp");
+  EXPECT_TRUE(log.Contains("use TCP")) << log.All();
+  // A TCP-only node reaches the same listener through its TCP half.
+  auto tcp_only = CreateTransport(TestOptions(3, &log), {.kind = TransportKind::kTcp});
+  ASSERT_TRUE(tcp_only.ok());
+  auto third = (*tcp_only)->Connect(address, 5s);
+  ASSERT_TRUE(third.ok()) << third.status().ToString();
+  EXPECT_EQ((*third)->peer().transport, "tcp");
+  const auto by = StatsByTransport(**client);
+  ASSERT_EQ(by.size(), 2u);
+  EXPECT_EQ(by[1].first, "ucx");
+  EXPECT_GT(by[1].second.bytes_sent, 1u << 20);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tls, UcxTransportTest, ::testing::Values("tcp", "posix,cma,tcp"),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           return std::string(info.index == 0 ? "tcp" : "shm");
+                         });
+
+}  // namespace
+}  // namespace weightcast::net
