@@ -177,8 +177,10 @@ Status EtcdCoordinator::Run() {
     (*coordinator)->Stop();
     serve.join();
     coordinator->reset();
+    // Whatever ended the term, its lease goes now: a term lost to a fenced or replayed write may
+    // still hold the leader key, and nobody (this process included) should wait out its TTL.
+    election->Resign(*term);
     if (Stopping()) {
-      if (!term->lost()) election->Resign(*term);
       options_.log("stopped; resigned the leadership");
       break;
     }

@@ -80,8 +80,15 @@ Result<LogStore::Loaded> EtcdLogStore::Load() {
   return loaded;
 }
 
+// A refusal for the caller to retry: the leader of the moment serves it (a client that reconnects
+// is sent there), so kUnavailable, not an error that ends a publisher.
+Status NoLongerLeading(const LeaderTerm& term) {
+  return Unavailable("etcd: this coordinator no longer leads (" + term.lost_reason() +
+                     "); a newer decision stands, retry with the leader");
+}
+
 Status EtcdLogStore::FencedWrite(std::vector<etcd::Op> ops, std::string_view what) {
-  if (term_->lost()) return Aborted("etcd: " + term_->lost_reason());
+  if (term_->lost()) return NoLongerLeading(*term_);
   etcd::Txn txn;
   txn.compare.push_back(Fence(keys_, *term_));
   txn.success = std::move(ops);
@@ -94,11 +101,11 @@ Status EtcdLogStore::FencedWrite(std::vector<etcd::Op> ops, std::string_view wha
   }
   term_->Lose("fenced while writing " + std::string(what) + ": the leader key is held by " +
               holder.substr(0, 256));
-  return Aborted("etcd: " + term_->lost_reason());
+  return NoLongerLeading(*term_);
 }
 
 Status EtcdLogStore::Append(uint64_t sequence, std::string_view record) {
-  if (term_->lost()) return Aborted("etcd: " + term_->lost_reason());
+  if (term_->lost()) return NoLongerLeading(*term_);
   const std::string key = keys_.log(sequence);
   etcd::Txn txn;
   txn.compare.push_back(Fence(keys_, *term_));
@@ -115,11 +122,16 @@ Status EtcdLogStore::Append(uint64_t sequence, std::string_view record) {
   if (still_leading && !existing.empty() && existing[0].value == record) {
     return Status::Ok();  // an earlier attempt whose answer was lost did store it
   }
+  // Under our fence only this term writes: other bytes there are an earlier write of ours whose
+  // answer was lost (etcd applied it after our timeout), which our state does not hold. The
+  // term ends and the next one replays the log, that record included.
   term_->Lose(still_leading
-                  ? "log record " + std::to_string(sequence) + " was written by another coordinator"
+                  ? "log record " + std::to_string(sequence) +
+                        " holds an earlier write of this term whose answer was lost; the log "
+                        "must be replayed"
                   : "the leader key is held by " +
                         (leader.empty() ? std::string("nobody") : leader[0].value.substr(0, 256)));
-  return Aborted("etcd: " + term_->lost_reason() + " (a newer decision stands)");
+  return NoLongerLeading(*term_);
 }
 
 Status EtcdLogStore::PutManifest(std::string_view channel, uint64_t version,

@@ -10,7 +10,8 @@
 // revision is still the one this coordinator created. A record is appended only when its key
 // does not exist yet. So a decision is logged once, by the leader of the moment, and a
 // coordinator with a stale view (one that lost its lease while paused, partitioned or slow)
-// cannot write over a newer decision: its transaction fails and the store reports kAborted.
+// cannot write over a newer decision: its transaction fails, the term is lost, and the store
+// answers kUnavailable "this coordinator no longer leads" (clients retry with the leader).
 #pragma once
 
 #include <atomic>
@@ -69,8 +70,8 @@ class EtcdLogStore final : public LogStore {
   std::string Describe() const override;
 
  private:
-  // A transaction under the fence: `ops` run only while this term still leads. kAborted (and
-  // the term lost) when it does not.
+  // A transaction under the fence: `ops` run only while this term still leads. kUnavailable
+  // (and the term lost) when it does not.
   Status FencedWrite(std::vector<etcd::Op> ops, std::string_view what);
 
   etcd::Client& client_;

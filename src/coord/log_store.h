@@ -36,10 +36,11 @@ class LogStore {
   // Every record, once, before the first Append.
   virtual Result<Loaded> Load() = 0;
   // Makes `record` the log's record number `sequence` (one above the last loaded or appended),
-  // durably, before returning. kAborted when the store refuses because another coordinator
-  // wrote there or leads now (etcd's fence): this coordinator's view is stale. kUnavailable
-  // when the store cannot be reached: nothing was decided, the call may be retried (the same
-  // record at the same sequence is accepted once it turns out to be stored already).
+  // durably, before returning. kUnavailable when the store cannot be reached (nothing was
+  // decided; the same record at the same sequence is accepted once it turns out to be stored
+  // already), and when it refuses because this coordinator's view is stale (etcd's fence:
+  // another coordinator leads now, or the sequence holds a write this one does not know): the
+  // caller's client retries and finds the leader.
   virtual Status Append(uint64_t sequence, std::string_view record) = 0;
   // Stores a version's signed manifest durably, replacing any earlier bytes for that version
   // (a manifest no record names is an orphan a later publish overwrites). Before the record.

@@ -129,7 +129,7 @@ TEST_F(EtcdStoreTest, AppendsRecordsInOrderAndLoadsThem) {
   // The same record at the same sequence is accepted (a retry whose first answer was lost); a
   // different one is not: that sequence is decided.
   EXPECT_TRUE(store.Append(700, "record 700").ok());
-  EXPECT_EQ(store.Append(700, "another").code(), Code::kAborted);
+  EXPECT_EQ(store.Append(700, "another").code(), Code::kUnavailable);
 }
 
 TEST_F(EtcdStoreTest, OnlyOneCandidateLeadsAndAStaleLeaderIsFenced) {
@@ -154,12 +154,12 @@ TEST_F(EtcdStoreTest, OnlyOneCandidateLeadsAndAStaleLeaderIsFenced) {
   ASSERT_TRUE(store_b.Append(2, "decided by b").ok());
   // a comes back with its stale view: it may not write record 2, nor record 3, nor a manifest.
   Status stale = store_a.Append(2, "decided by a, late");
-  EXPECT_EQ(stale.code(), Code::kAborted) << stale.ToString();
+  EXPECT_EQ(stale.code(), Code::kUnavailable) << stale.ToString();
   EXPECT_TRUE(term_a->lost());
   EXPECT_NE(store_a.Health().find("no longer leads"), std::string::npos) << store_a.Health();
-  EXPECT_EQ(store_a.Append(3, "x").code(), Code::kAborted);
+  EXPECT_EQ(store_a.Append(3, "x").code(), Code::kUnavailable);
   const std::vector<uint8_t> bytes = {1, 2, 3};
-  EXPECT_EQ(store_a.PutManifest("c", 1, bytes).code(), Code::kAborted);
+  EXPECT_EQ(store_a.PutManifest("c", 1, bytes).code(), Code::kUnavailable);
   auto loaded = store_b.Load();
   ASSERT_EQ(loaded->records.size(), 2u);
   EXPECT_EQ(loaded->records[1], "decided by b");

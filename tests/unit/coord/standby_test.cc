@@ -95,10 +95,13 @@ TEST_F(StandbyTest, AStandbyNamingALeaderOutsideTheListIsFollowed) {
 }
 
 TEST_F(StandbyTest, NoLeaderAmongTheListIsUnavailable) {
-  coordinator_->Stop();
-  serve_.join();
-  auto client = CoordinatorClient::Connect(*agent_transport_, "mem:standby,mem:nobody",
-                                           std::chrono::milliseconds(200));
+  // A standby that knows no leader yet, and an address nobody listens on.
+  auto transport = network_.CreateTransport("standby2", NodeOptions(3, net::Role::kCoordinator));
+  auto listener = transport->Listen("mem:standby2");
+  ASSERT_TRUE(listener.ok());
+  auto lonely = StandbyServer::Start(std::move(*listener), [] { return std::string(); });
+  auto client = CoordinatorClient::Connect(*agent_transport_, "mem:standby2,mem:nobody");
+  lonely->Stop();
   ASSERT_FALSE(client.ok());
   EXPECT_EQ(client.status().code(), Code::kUnavailable) << client.status().ToString();
 }
