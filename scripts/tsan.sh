@@ -4,7 +4,9 @@
 # under ThreadSanitizer (the tsan preset). Builds only what it runs: the unit test executables
 # and the CLI. Any race report fails the run: every process writes its reports to
 # build/tsan/reports/ (TSAN_OPTIONS log_path), which must stay empty. Suppressions, each with its
-# reason, are in tests/tsan.supp.
+# reason, are in tests/tsan.supp. Built without UCX (the tsan preset): Debian's libucx is not
+# instrumented, so its progress thread's writes would read as races; the UCX transport's own
+# threading is covered by the release and asan runs of net_test (docs/transport_ucx.md).
 #   scripts/tsan.sh [INTEGRATION_TEST_NAME]   (default swarm_faults)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
