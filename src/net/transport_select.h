@@ -47,7 +47,8 @@ struct TransportSelection {
 // The transport for `selection`. `tcp`: TcpTransport. `auto`: TCP plus UCX when UCX is built
 // and starts (a UCX that cannot start is logged once and left out). `ucx`: as auto, but a build
 // without UCX or a UCX that cannot start is an error (kFailedPrecondition / kUnavailable).
-Result<std::unique_ptr<Transport>> CreateTransport(Options options, TransportSelection selection);
+Result<std::unique_ptr<Transport>> CreateTransport(const Options& options,
+                                                   TransportSelection selection);
 
 // The TCP part and UCX part of a listen or peer address: "1.2.3.4:7000,ucx=7001" gives
 // {"1.2.3.4:7000", "1.2.3.4:7001"}; an address without ",ucx=" gives an empty UCX part.
