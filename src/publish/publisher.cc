@@ -212,6 +212,13 @@ Result<std::unique_ptr<Publisher>> Publisher::Create(PublisherOptions options) {
   return publisher;
 }
 
+void Publisher::SendWhole(PreparedVersion& prepared) const {
+  prepared.manifest.delta.reset();
+  prepared.payloads.reset();
+  prepared.payload_bytes = 0;
+  prepared.signed_manifest = SignManifest(prepared.manifest, options_.secret);
+}
+
 Status Publisher::Start() {
   if (options_.node_id.value() != 0) {
     node_id_ = options_.node_id;
@@ -459,10 +466,7 @@ Status Publisher::Reconcile() {
     // full version unless its base is logged.
     const auto& delta = prepared.manifest.delta;
     if (delta.has_value() && !Logged(log, delta->base_version, delta->base_root)) {
-      prepared.manifest.delta.reset();
-      prepared.payloads.reset();
-      prepared.payload_bytes = 0;
-      prepared.signed_manifest = SignManifest(prepared.manifest, options_.secret);
+      SendWhole(prepared);
     }
     options_.log.Info("publishing a version the coordinator has not logged",
                       {{"version", current->value()}});

@@ -193,6 +193,8 @@ class Publisher {
   // Gives the part to the coordinator and waits until the version is assembled (OK), aborted
   // (kAborted with the reason) or Stop.
   Status PublishPartSigned(const PreparedVersion& part);
+  // Turns a prepared delta into a full version (its base is not in the fleet's log), signed again.
+  void SendWhole(PreparedVersion& prepared) const;
   // Seeds this rank's chunks of the assembled version whose part is `part`.
   Status StartSeedingPart(const PreparedVersion& part);
   // Whether the coordinator logged `version` as assembled with `part_root` as this rank's part

@@ -235,10 +235,7 @@ Status Publisher::ReconcilePart(Version current, const wire::ChannelLog& log) {
     // whole.
     const auto& delta = prepared.manifest.delta;
     if (delta.has_value() && !PartLogged(log, delta->base_version, delta->base_root)) {
-      prepared.manifest.delta.reset();
-      prepared.payloads.reset();
-      prepared.payload_bytes = 0;
-      prepared.signed_manifest = SignManifest(prepared.manifest, options_.secret);
+      SendWhole(prepared);
     }
     options_.log.Info("giving again a part the coordinator has not assembled",
                       {{"version", current.value()}});
