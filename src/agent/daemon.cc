@@ -360,7 +360,7 @@ Status Agent::Impl::Run() {
   }
   net::TransportSelection selection;
   selection.kind = options.transport;
-  ASSIGN_OR_RETURN(transport, net::CreateTransport(std::move(net), selection));
+  ASSIGN_OR_RETURN(transport, net::CreateTransport(net, selection));
   SwarmNodeOptions so;
   so.channel = options.channel;
   so.node_id = options.node_id;

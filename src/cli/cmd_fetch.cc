@@ -105,7 +105,7 @@ Status RunFetch(const FetchFlags& flags) {
   ASSIGN_OR_RETURN(Store store, Store::Open(flags.root));
   net::TransportSelection selection;
   selection.kind = kind;
-  ASSIGN_OR_RETURN(auto transport, net::CreateTransport(std::move(options), selection));
+  ASSIGN_OR_RETURN(auto transport, net::CreateTransport(options, selection));
   const auto timeout =
       std::chrono::duration_cast<net::Duration>(std::chrono::duration<double>(flags.timeout_s));
   ASSIGN_OR_RETURN(auto connection, transport->Connect(flags.from, timeout));

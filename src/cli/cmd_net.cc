@@ -39,7 +39,7 @@ Result<std::unique_ptr<net::Transport>> MakeTransport(const NetFlags& flags, net
   net::TransportSelection selection;
   selection.kind = options.tls.enabled ? net::TransportKind::kTcp : kind;
   selection.tcp_io_threads = 1;
-  return net::CreateTransport(std::move(options), selection);
+  return net::CreateTransport(options, selection);
 }
 
 Result<net::Options> MakeOptions(const NetFlags& flags) {

@@ -50,7 +50,7 @@ Status RunServe(const ServeFlags& flags) {
                                       .workers_per_connection = flags.workers});
   net::TransportSelection selection;
   selection.kind = kind;
-  ASSIGN_OR_RETURN(auto transport, net::CreateTransport(std::move(options), selection));
+  ASSIGN_OR_RETURN(auto transport, net::CreateTransport(options, selection));
   ASSIGN_OR_RETURN(auto listener, transport->Listen(flags.listen));
   std::cerr << "serving channel " << flags.channel << " of " << flags.root << " on "
             << listener->address() << std::endl;

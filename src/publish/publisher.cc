@@ -252,7 +252,7 @@ Status Publisher::Start() {
   };
   net::TransportSelection selection;
   selection.kind = options_.transport;
-  ASSIGN_OR_RETURN(transport_, net::CreateTransport(std::move(net), selection));
+  ASSIGN_OR_RETURN(transport_, net::CreateTransport(net, selection));
 
   agent::SwarmNodeOptions node;
   node.channel = options_.channel;
