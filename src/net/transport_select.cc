@@ -15,6 +15,8 @@ namespace weightcast::net {
 #ifndef WC_HAVE_UCX
 // This build has no UCX (CMake WEIGHTCAST_UCX=OFF, or AUTO without libucx-dev).
 bool UcxTransport::Built() { return false; }
+// The signature is the UCX build's, whose Create moves from its options.
+// NOLINTNEXTLINE(performance-unnecessary-value-param)
 Result<std::unique_ptr<Transport>> UcxTransport::Create(Options, UcxOptions) {
   return FailedPrecondition(
       "this weightcast was built without UCX (WEIGHTCAST_UCX=OFF or no libucx-dev)");
