@@ -8,6 +8,10 @@
 # to one node (on one machine all nodes share the CPUs and the disk, so this is a cost ratio,
 # not the fleet speed-up); the source's upload as a multiple of the version size (a fan-out from
 # the source would be 8x); and how evenly agents upload (min/max/CV of bytes sent per agent).
+# Also the agents' CPU per GB received (each agent verifies, stages, commits and forwards what it
+# receives) next to the same run's references: iperf3's CPU per GB on loopback (both ends) plus
+# one SHA-256 pass per GB (`openssl speed -evp sha256`), and the most threads an agent had.
+# DEGREE=N sets the coordinator's --degree (default: its own).
 #
 #   bash bench/swarm_loopback.sh [path/to/weightcast] [size=2GiB] [chunk=16MiB]
 #
@@ -40,8 +44,10 @@ head -c 48 /dev/urandom | base64 >"$work/secret"
 "$wc" synth steps --from "$work/step-0000" -o "$work" --steps 1 --lr 5e-7 --seed 11 >/dev/null
 bytes="$(du -cb "$work"/step-0000/* | tail -n 1 | cut -f1)"
 
+degree_flag=()
+[[ -n "${DEGREE:-}" ]] && degree_flag=(--degree "$DEGREE")
 "$wc" coordinator --listen 127.0.0.1:0 --state-dir "$work/coord" --address-file "$work/coord.addr" \
-  --secret-file "$work/secret" 2>"$work/coord.log" &
+  --secret-file "$work/secret" "${degree_flag[@]}" 2>"$work/coord.log" &
 pids[coord]=$!
 wait_for 20 test -s "$work/coord.addr"
 coord="$(cat "$work/coord.addr")"
@@ -76,6 +82,18 @@ counters() {
   done >"$1"
 }
 
+# Samples the agents' thread counts (Threads: in /proc/PID/status) every 0.2 s into FILE until
+# killed; the largest value is reported.
+sample_threads() {
+  local i
+  while true; do
+    for i in $(seq 1 $agents); do
+      awk '/^Threads:/ {print $2}' "/proc/${pids[a$i]}/status" 2>/dev/null || true
+    done >>"$1"
+    sleep 0.2
+  done
+}
+
 # publish_version V DIR: publishes DIR, waits for every agent to commit it; prints seconds from
 # the publisher's "published" to the last commit.
 publish_version() {
@@ -94,7 +112,10 @@ publish_version() {
 }
 
 counters "$work/c0"
+sample_threads "$work/threads" &
+sampler=$!
 swarm_full=$(publish_version 1 "$work/step-0000")
+kill "$sampler"; wait "$sampler" 2>/dev/null || true
 counters "$work/c1"
 swarm_delta=$(publish_version 2 "$work/step-0001")
 counters "$work/c2"
@@ -118,13 +139,36 @@ p2p() {
 }
 p2p_full=$(p2p 1)
 p2p_delta=$(p2p 2)
+kill "${pids[serve]}"; wait "${pids[serve]}" 2>/dev/null || true; unset "pids[serve]"
+
+# References in the same run: iperf3 over loopback (CPU of both ends per GB moved) and one
+# SHA-256 pass (openssl speed's 8 KiB blocks, one core).
+iperf_cpu_per_gb=null
+if command -v iperf3 >/dev/null; then
+  iperf3 -s -1 -p 5301 >/dev/null 2>&1 &
+  iperf_server=$!
+  sleep 0.5
+  iperf3 -c 127.0.0.1 -p 5301 -n "$bytes" -J >"$work/iperf.json" 2>/dev/null || true
+  wait "$iperf_server" 2>/dev/null || true
+  iperf_cpu_per_gb="$(python3 -c '
+import json, sys
+e = json.load(open(sys.argv[1]))["end"]
+secs = e["sum_received"]["seconds"]; gb = e["sum_received"]["bytes"] / 1e9
+u = e["cpu_utilization_percent"]
+print(round((u["host_total"] + u["remote_total"]) / 100 * secs / gb, 3))' "$work/iperf.json" 2>/dev/null || echo null)"
+fi
+sha_gb_per_s="$(openssl speed -evp sha256 -bytes 8192 -seconds 2 2>/dev/null |
+  awk '/^sha256/ {v = $NF; sub(/k$/, "", v); print v * 1000 / 1e9}')"
 
 python3 - "$work" "$bytes" "$swarm_full" "$swarm_delta" "$p2p_full" "$p2p_delta" "$agents" \
-  "${delta_payload:-0}" <<'PY'
-import json, statistics, sys
+  "${delta_payload:-0}" "$iperf_cpu_per_gb" "${sha_gb_per_s:-0}" <<'PY'
+import json, os, statistics, sys
 work, size = sys.argv[1], int(sys.argv[2])
 sf, sd, pf, pd = map(float, sys.argv[3:7])
 agents, payload = int(sys.argv[7]), int(sys.argv[8])
+iperf_cpu = None if sys.argv[9] == "null" else float(sys.argv[9])
+sha_gbps = float(sys.argv[10])
+threads = [int(x) for x in open(f"{work}/threads").read().split()] if os.path.exists(f"{work}/threads") else []
 def load(name):
     return [tuple(float(x) for x in line.split()) for line in open(f"{work}/{name}")]
 c0, c1, c2 = load("c0"), load("c1"), load("c2")
@@ -154,11 +198,21 @@ out = {
     "swarm_delta_s": round(sd, 3), "p2p_delta_s": round(pd, 3),
     "swarm_delta_over_p2p": round(sd / pd, 3),
     "full": full, "delta": delta,
+    "agent_threads_max": max(threads) if threads else None,
+    "iperf3_cpu_s_per_gb": iperf_cpu,
+    "sha256_gb_per_s": round(sha_gbps, 3) if sha_gbps else None,
 }
+if iperf_cpu is not None and sha_gbps and full["agent_cpu_s_per_gb_received"]:
+    reference = iperf_cpu + 1 / sha_gbps
+    out["reference_cpu_s_per_gb"] = round(reference, 3)
+    out["agent_cpu_per_gb_over_reference"] = round(full["agent_cpu_s_per_gb_received"] / reference, 2)
 print(f"full {size/2**30:.2f} GiB to {agents} agents: {sf:.2f} s (p2p to one node {pf:.2f} s, x{sf/pf:.2f}); "
       f"source uploaded {full['source_upload_over_size']}x the version; agent upload min/max "
       f"{full['agent_upload_min']/2**20:.0f}/{full['agent_upload_max']/2**20:.0f} MiB, CV {full['agent_upload_cv']}")
 print(f"delta: {sd:.2f} s (p2p {pd:.2f} s, x{sd/pd:.2f}); payload {payload/2**20:.1f} MiB, source uploaded "
       f"{delta['source_upload_over_payload']}x the payload")
+print(f"agent CPU {full['agent_cpu_s_per_gb_received']} s per GB received; reference (iperf3 + one SHA-256 "
+      f"pass) {out.get('reference_cpu_s_per_gb')} s/GB -> x{out.get('agent_cpu_per_gb_over_reference')}; "
+      f"at most {out['agent_threads_max']} threads per agent")
 print(json.dumps(out))
 PY

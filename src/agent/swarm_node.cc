@@ -299,22 +299,27 @@ struct SwarmNode::Impl {
     }
     Peer* raw = peer.get();
     const uint64_t gen = peer->gen;
-    peer->reader = std::thread([this, raw, id, gen] {
-      // Frames are pushed only after PeerUp: a have-set handled before its peer would be lost.
-      {
-        std::unique_lock lock(raw->wmu);
-        raw->wcv.wait(lock, [&] { return raw->announced || raw->closing; });
-        if (raw->closing) return;
-      }
-      while (true) {
-        auto frame = raw->conn->Receive();
-        if (!frame.ok()) {
-          Push(PeerDown{id, gen, frame.status()});
-          return;
+    // Frames are pushed only after PeerUp: a have-set handled before its peer would be lost.
+    // A transport that pushes frames (TCP) needs no reader thread: its handler queues them from
+    // the transport's own thread; others get a thread that waits in Receive.
+    const bool pushed = peer->conn->CanDeliverFrames();
+    if (!pushed) {
+      peer->reader = std::thread([this, raw, id, gen] {
+        {
+          std::unique_lock lock(raw->wmu);
+          raw->wcv.wait(lock, [&] { return raw->announced || raw->closing; });
+          if (raw->closing) return;
         }
-        Push(Received{id, gen, std::move(frame).value()});
-      }
-    });
+        while (true) {
+          auto frame = raw->conn->Receive();
+          if (!frame.ok()) {
+            Push(PeerDown{id, gen, frame.status()});
+            return;
+          }
+          Push(Received{id, gen, std::move(frame).value()});
+        }
+      });
+    }
     peer->writer = std::thread([this, raw, id, gen] { WriterLoop(*raw, id, gen); });
     Push(PeerUp{peer});
     {
@@ -322,6 +327,18 @@ struct SwarmNode::Impl {
       raw->announced = true;
     }
     raw->wcv.notify_all();
+    if (pushed) {
+      // `peer` keeps the connection alive here even if the node closed it meanwhile (Deliver then
+      // hands over the end at once). The handler holds no Peer: Stop closes every connection,
+      // after which no call starts, before this node goes away.
+      raw->conn->DeliverFrames([this, id, gen](Result<net::Frame> frame) {
+        if (frame.ok()) {
+          Push(Received{id, gen, std::move(frame).value()});
+        } else {
+          Push(PeerDown{id, gen, frame.status()});
+        }
+      });
+    }
   }
 
   void WriterLoop(Peer& p, PeerId id, uint64_t gen) {

@@ -381,6 +381,7 @@ class TcpConn : public std::enable_shared_from_this<TcpConn> {
 
   Result<Frame> Receive(Duration timeout) {
     std::unique_lock lock(mu_);
+    if (pushing_) return FailedPrecondition("frames of this connection go to its frame handler");
     bool got = WaitFor(cv_, lock, timeout, [&] { return !recv_queue_.empty() || !status_.ok(); });
     if (recv_queue_.empty()) {
       if (!status_.ok()) return status_;
@@ -394,6 +395,35 @@ class TcpConn : public std::enable_shared_from_this<TcpConn> {
       asio::post(strand_, [self = shared_from_this()] { self->read_wake_.cancel(); });
     }
     return frame;
+  }
+
+  // Connection::DeliverFrames. handler_mu_ is held from here to the end of the backlog, so a
+  // frame the read loop takes meanwhile waits for it and keeps its place in the order.
+  bool Deliver(Connection::FrameHandler handler) {
+    std::lock_guard handler_lock(handler_mu_);
+    std::deque<Frame> backlog;
+    Status status;
+    bool wake_reader = false;
+    {
+      std::lock_guard lock(mu_);
+      if (pushing_) return false;  // a second handler
+      pushing_ = true;
+      backlog.swap(recv_queue_);
+      recv_bytes_ = 0;
+      status = status_;
+      wake_reader = reader_waiting_;
+      reader_waiting_ = false;
+    }
+    if (wake_reader) {
+      asio::post(strand_, [self = shared_from_this()] { self->read_wake_.cancel(); });
+    }
+    for (Frame& frame : backlog) handler(std::move(frame));
+    if (!status.ok()) {
+      handler(status);  // Fail ran before us: it found no handler to tell
+      return true;
+    }
+    handler_ = std::move(handler);
+    return true;
   }
 
   Status Flush(Duration timeout) {
@@ -431,6 +461,15 @@ class TcpConn : public std::enable_shared_from_this<TcpConn> {
                    peer_.address + " closed: " + status.ToString());
     }
     cv_.notify_all();
+    {
+      // The end goes to a frame handler once; after it (and so after Close) no call starts.
+      std::lock_guard handler_lock(handler_mu_);
+      if (handler_) {
+        Connection::FrameHandler handler = std::move(handler_);
+        handler_ = nullptr;
+        handler(status);
+      }
+    }
     asio::post(strand_, [self = shared_from_this()] {
       std::error_code ec;
       self->channel_->socket().shutdown(tcp::socket::shutdown_both, ec);
@@ -578,15 +617,26 @@ class TcpConn : public std::enable_shared_from_this<TcpConn> {
         self->Fail(Aborted("peer closed the connection with an error report"), true);
         co_return;
       }
-      bool pause;
+      bool pause = false;
+      bool push = false;
       {
+        // One section: a frame is either queued before Deliver takes the backlog, or pushed.
         std::lock_guard lock(self->mu_);
         if (!self->status_.ok()) co_return;
-        self->recv_bytes_ += frame->body.size();
-        self->recv_queue_.push_back(std::move(*frame));
-        pause = self->recv_bytes_ >= self->options_.receive_queue_bytes;
-        self->reader_waiting_ = pause;
-        self->reader_paused_ = pause;
+        push = self->pushing_;
+        if (!push) {
+          self->recv_bytes_ += frame->body.size();
+          self->recv_queue_.push_back(std::move(*frame));
+          pause = self->recv_bytes_ >= self->options_.receive_queue_bytes;
+          self->reader_waiting_ = pause;
+          self->reader_paused_ = pause;
+        }
+      }
+      if (push) {
+        // Deliver may still be handing over the backlog: this waits for it, keeping the order.
+        std::lock_guard handler_lock(self->handler_mu_);
+        if (self->handler_) self->handler_(std::move(*frame));
+        continue;
       }
       self->cv_.notify_all();
       if (pause) {
@@ -646,6 +696,10 @@ class TcpConn : public std::enable_shared_from_this<TcpConn> {
   bool writer_waiting_ = false;
   std::deque<Frame> recv_queue_;
   size_t recv_bytes_ = 0;
+  bool pushing_ = false;  // frames go to handler_, not recv_queue_ (Deliver)
+  // Push delivery (Connection::DeliverFrames): held across every handler call, never under mu_.
+  std::mutex handler_mu_;
+  Connection::FrameHandler handler_;  // empty before Deliver and once the end was delivered
   bool reader_waiting_ = false;
   std::atomic<bool> reader_paused_{false};
   std::atomic<int64_t> last_received_ns_{0};
@@ -660,6 +714,8 @@ class TcpConnection : public Connection {
     return conn_->Send(std::move(frame), timeout);
   }
   Result<Frame> Receive(Duration timeout) override { return conn_->Receive(timeout); }
+  bool CanDeliverFrames() const override { return true; }
+  bool DeliverFrames(FrameHandler handler) override { return conn_->Deliver(std::move(handler)); }
   Status Flush(Duration timeout) override { return conn_->Flush(timeout); }
   void Close() override { conn_->Fail(Unavailable("connection closed by this node"), false); }
   Status status() const override { return conn_->status(); }

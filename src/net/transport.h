@@ -118,6 +118,22 @@ class Connection {
   // Blocks until every queued frame was handed to the network, or `timeout`.
   virtual Status Flush(Duration timeout = kForever) = 0;
 
+  // Push delivery, for callers that serve many connections without a thread each: from now on
+  // every received frame goes to `handler` (frames that arrived before the call first, in
+  // order), then the connection's end status once, after which the handler is dropped. Receive
+  // must not be called after a successful call. The handler runs on a transport thread (or, with
+  // the end status, inside Close()), one call at a time; it must be quick and must not block on
+  // this connection: queue the frame and return. No call starts after Close() returned.
+  // Returns false, and changes nothing, when this connection cannot push (then use Receive).
+  using FrameHandler = std::function<void(Result<Frame>)>;
+  // Whether DeliverFrames is supported here (asked before it, by callers that must choose
+  // between it and a thread of their own before the first frame can arrive). Never blocks.
+  virtual bool CanDeliverFrames() const { return false; }
+  virtual bool DeliverFrames(FrameHandler handler) {
+    (void)handler;
+    return false;
+  }
+
   // Never blocks; idempotent. Queued frames that were not written are dropped;
   // blocked Send and Receive calls return kUnavailable.
   virtual void Close() = 0;

@@ -1,0 +1,180 @@
+// Push delivery on the TCP transport (Connection::DeliverFrames): the path an agent's swarm node
+// takes so that it needs no reader thread per peer.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "net/tcp_transport.h"
+#include "net_test_util.h"
+
+namespace weightcast::net {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::Pattern;
+using testing::TestOptions;
+
+struct Pair {
+  std::unique_ptr<Transport> server_transport, client_transport;
+  std::unique_ptr<Listener> listener;
+  std::unique_ptr<Connection> server, client;
+};
+
+Pair Connect(Options server_opts, Options client_opts) {
+  Pair p;
+  p.server_transport = std::move(TcpTransport::Create(std::move(server_opts))).value();
+  p.client_transport = std::move(TcpTransport::Create(std::move(client_opts))).value();
+  p.listener = std::move(p.server_transport->Listen("127.0.0.1:0")).value();
+  auto c = p.client_transport->Connect(p.listener->address(), 5s);
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  if (!c.ok()) return p;
+  p.client = std::move(*c);
+  auto s = p.listener->Accept(5s);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  if (s.ok()) p.server = std::move(*s);
+  return p;
+}
+
+// What a handler was given, in order; waitable.
+struct Collected {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Frame> frames;
+  std::vector<Status> ends;
+
+  Connection::FrameHandler Handler() {
+    return [this](Result<Frame> f) {
+      std::lock_guard lock(mu);
+      if (f.ok()) {
+        frames.push_back(std::move(f).value());
+      } else {
+        ends.push_back(f.status());
+      }
+      cv.notify_all();
+    };
+  }
+  bool WaitFrames(size_t n) {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, 5s, [&] { return frames.size() >= n; });
+  }
+  bool WaitEnd() {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, 5s, [&] { return !ends.empty(); });
+  }
+  size_t frame_count() {
+    std::lock_guard lock(mu);
+    return frames.size();
+  }
+  size_t end_count() {
+    std::lock_guard lock(mu);
+    return ends.size();
+  }
+};
+
+std::vector<uint8_t> Numbered(uint8_t n) { return std::vector<uint8_t>(16, n); }
+
+TEST(TcpPush, FramesBeforeTheHandlerComeFirstThenTheRestInOrder) {
+  Pair p = Connect(TestOptions(2, nullptr), TestOptions(1, nullptr));
+  ASSERT_TRUE(p.server && p.client);
+  ASSERT_TRUE(p.server->CanDeliverFrames());
+  for (uint8_t i = 0; i < 3; ++i) ASSERT_TRUE(p.client->SendControl(Numbered(i)).ok());
+  ASSERT_TRUE(p.client->Flush(5s).ok());
+  std::this_thread::sleep_for(100ms);  // the three are queued on the server by now
+  Collected got;
+  ASSERT_TRUE(p.server->DeliverFrames(got.Handler()));
+  for (uint8_t i = 3; i < 40; ++i) ASSERT_TRUE(p.client->SendControl(Numbered(i)).ok());
+  ASSERT_TRUE(got.WaitFrames(40));
+  std::lock_guard lock(got.mu);
+  for (size_t i = 0; i < got.frames.size(); ++i) {
+    ASSERT_EQ(got.frames[i].body.size(), 16u);
+    EXPECT_EQ(got.frames[i].body[0], i) << "frame " << i << " out of order";
+  }
+  EXPECT_TRUE(got.ends.empty());
+}
+
+TEST(TcpPush, ASecondHandlerAndReceiveAreRefused) {
+  Pair p = Connect(TestOptions(2, nullptr), TestOptions(1, nullptr));
+  ASSERT_TRUE(p.server && p.client);
+  Collected got;
+  ASSERT_TRUE(p.server->DeliverFrames(got.Handler()));
+  Collected other;
+  EXPECT_FALSE(p.server->DeliverFrames(other.Handler()));
+  EXPECT_EQ(p.server->Receive(10ms).status().code(), Code::kFailedPrecondition);
+}
+
+TEST(TcpPush, AReaderPausedOnAFullQueueIsWokenByTheHandler) {
+  Options server = TestOptions(2, nullptr);
+  server.receive_queue_bytes = 1 << 20;  // the client's 8 MiB stop the reader well before
+  Pair p = Connect(server, TestOptions(1, nullptr));
+  ASSERT_TRUE(p.server && p.client);
+  auto payload = std::make_shared<std::vector<uint8_t>>(Pattern(512 << 10, 3));
+  std::thread sender([&] {
+    for (uint32_t i = 0; i < 16; ++i) {
+      ASSERT_TRUE(
+          p.client->SendChunk({.version = 1, .chunk_index = i}, *payload, payload, 10s).ok());
+    }
+  });
+  std::this_thread::sleep_for(300ms);  // the server's reader has paused
+  Collected got;
+  ASSERT_TRUE(p.server->DeliverFrames(got.Handler()));
+  EXPECT_TRUE(got.WaitFrames(16)) << got.frame_count() << " of 16 chunks arrived";
+  sender.join();
+  std::lock_guard lock(got.mu);
+  for (uint32_t i = 0; i < got.frames.size(); ++i) {
+    ASSERT_TRUE(got.frames[i].chunk_header().ok());
+    EXPECT_EQ(got.frames[i].chunk_header()->chunk_index, i);
+    EXPECT_EQ(got.frames[i].chunk_payload().size(), payload->size());
+  }
+}
+
+TEST(TcpPush, ThePeerHangingUpIsDeliveredOnce) {
+  Pair p = Connect(TestOptions(2, nullptr), TestOptions(1, nullptr));
+  ASSERT_TRUE(p.server && p.client);
+  Collected got;
+  ASSERT_TRUE(p.server->DeliverFrames(got.Handler()));
+  p.client->Close();
+  ASSERT_TRUE(got.WaitEnd());
+  p.server->Close();
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(got.end_count(), 1u);
+}
+
+TEST(TcpPush, CloseDeliversTheEndAndNothingFollows) {
+  Pair p = Connect(TestOptions(2, nullptr), TestOptions(1, nullptr));
+  ASSERT_TRUE(p.server && p.client);
+  Collected got;
+  ASSERT_TRUE(p.server->DeliverFrames(got.Handler()));
+  p.server->Close();
+  // The end was handed over inside Close; no call starts after it returned.
+  EXPECT_EQ(got.end_count(), 1u);
+  const size_t frames = got.frame_count();
+  for (uint8_t i = 0; i < 5; ++i) (void)p.client->SendControl(Numbered(i), 100ms);
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(got.frame_count(), frames);
+  EXPECT_EQ(got.end_count(), 1u);
+}
+
+TEST(TcpPush, AHandlerSetAfterTheConnectionEndedGetsTheEndAtOnce) {
+  Pair p = Connect(TestOptions(2, nullptr), TestOptions(1, nullptr));
+  ASSERT_TRUE(p.server && p.client);
+  ASSERT_TRUE(p.client->SendControl(Numbered(7)).ok());
+  ASSERT_TRUE(p.client->Flush(5s).ok());
+  p.client->Close();
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (p.server->status().ok() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_FALSE(p.server->status().ok());
+  Collected got;
+  ASSERT_TRUE(p.server->DeliverFrames(got.Handler()));
+  // The frame that arrived before the end, then the end, both inside DeliverFrames.
+  EXPECT_EQ(got.frame_count(), 1u);
+  EXPECT_EQ(got.end_count(), 1u);
+}
+
+}  // namespace
+}  // namespace weightcast::net
