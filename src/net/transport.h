@@ -129,10 +129,9 @@ class Connection {
   // Whether DeliverFrames is supported here (asked before it, by callers that must choose
   // between it and a thread of their own before the first frame can arrive). Never blocks.
   virtual bool CanDeliverFrames() const { return false; }
-  virtual bool DeliverFrames(FrameHandler handler) {
-    (void)handler;
-    return false;
-  }
+  // By value: an implementation keeps the handler.
+  // NOLINTNEXTLINE(performance-unnecessary-value-param)
+  virtual bool DeliverFrames(FrameHandler /*handler*/) { return false; }
 
   // Never blocks; idempotent. Queued frames that were not written are dropped;
   // blocked Send and Receive calls return kUnavailable.
