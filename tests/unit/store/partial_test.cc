@@ -110,7 +110,9 @@ TEST(PartialVersion, CommitsOnlyWithItsChunksAndServesOnlyThose) {
     f.seekp(static_cast<std::streamoff>(at));
     f.put(static_cast<char>(flat[at] ^ 1));
   }
-  Store reopened = OpenOrDie(dir.path());  // a fresh cache
+  StoreOptions read_only;
+  read_only.read_only = true;
+  Store reopened = OpenOrDie(dir.path(), read_only);  // a fresh cache
   EXPECT_EQ(reopened.Verify("policy", Version(1)).code(), Code::kCorrupt);
 }
 
