@@ -44,6 +44,7 @@ struct ReceivedVersion::Impl {
   // Whole tensors of a sharded publish: name -> (dim, slice names ordered by start). Only those
   // whose every slice is offered.
   std::map<std::string, std::pair<uint32_t, std::vector<std::string>>, std::less<>> wholes;
+  std::set<std::string, std::less<>> partial_wholes;  // whole tensors missing a slice
   std::vector<std::span<const uint8_t>> maps;  // one per file; empty for an empty file
   std::mutex fd_mu;                            // guards opened.files against CloseDescriptors
 };
@@ -95,6 +96,7 @@ Result<std::shared_ptr<ReceivedVersion::Impl>> ReceivedVersion::Impl::Make(
     names.push_back(s.slice);
   }
   for (const std::string& name : incomplete) impl->wholes.erase(name);
+  impl->partial_wholes.insert(incomplete.begin(), incomplete.end());
   impl->opened = std::move(opened);
   return impl;
 }
@@ -220,6 +222,12 @@ std::vector<std::string> ReceivedVersion::slices(std::string_view name) const {
 
 Result<WholeTensor> ReceivedVersion::whole_tensor(std::string_view name) const {
   if (!impl_) return NotFound("no tensor " + std::string(name) + " in an empty version");
+  if (impl_->partial_wholes.count(name) != 0) {
+    return FailedPrecondition("whole tensor " + std::string(name) + " of version " +
+                              std::to_string(version()) +
+                              " cannot be assembled: this version holds only some of its slices "
+                              "(a tensor-subset agent's)");
+  }
   const auto it = impl_->wholes.find(name);
   if (it == impl_->wholes.end()) {
     ASSIGN_OR_RETURN(TensorView t, tensor(name));  // not sliced: the tensor itself, or its error
