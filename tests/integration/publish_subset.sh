@@ -76,8 +76,15 @@ echo "ok   v1: the subset agent committed a partial version, rank 0's file byte 
   "received $sub1 of $whole1 bytes ($(python3 -c "print(round($sub1 / $whole1, 3))"))"
 
 # The partial version read through Python: only rank 0's slices, another is a clear error.
-if [[ -n "${WEIGHTCAST_PYTHONPATH:-}" ]] || python3 -c 'import weightcast' 2>/dev/null; then
-  PYTHONPATH="${WEIGHTCAST_PYTHONPATH:-$PYTHONPATH}" python3 - "$work/sub" "$channel" <<'EOF' ||
+# The module is built beside the binary (build/<preset>/python); any python3 with numpy runs it.
+pydir="$(cd "$(dirname "$wc")/../.." && pwd)/python" py=""
+for candidate in python3 /usr/bin/python3; do
+  if PYTHONPATH="$pydir" "$candidate" -c 'import weightcast' 2>/dev/null; then py="$candidate"; break; fi
+done
+if [[ -z "$py" ]]; then
+  echo "skip the Python check: no python3 here imports weightcast from $pydir"
+else
+  PYTHONPATH="$pydir" "$py" - "$work/sub" "$channel" <<'EOF' ||
 import sys, weightcast
 v = weightcast.Subscriber(sys.argv[1], sys.argv[2]).wait(timeout=10)
 assert v.partial and sorted(v) == ["mlp.bias#0", "mlp.weight#0"], (v.partial, sorted(v))
