@@ -45,8 +45,8 @@ struct ReceivedVersion::Impl {
   // whose every slice is offered.
   std::map<std::string, std::pair<uint32_t, std::vector<std::string>>, std::less<>> wholes;
   std::set<std::string, std::less<>> partial_wholes;  // whole tensors missing a slice
-  std::vector<std::span<const uint8_t>> maps;  // one per file; empty for an empty file
-  std::mutex fd_mu;                            // guards opened.files against CloseDescriptors
+  std::vector<std::span<const uint8_t>> maps;         // one per file; empty for an empty file
+  std::mutex fd_mu;  // guards opened.files against CloseDescriptors
 };
 
 Result<std::shared_ptr<ReceivedVersion::Impl>> ReceivedVersion::Impl::Make(

@@ -29,12 +29,10 @@ constexpr char kChannel[] = "policy";
 Manifest WriteSlices(const std::filesystem::path& dir, Version version) {
   std::filesystem::create_directories(dir);
   const std::vector<uint8_t> top = {1, 2, 3, 4, 5, 6}, bottom = {7, 8, 9, 10, 11, 12};
-  EXPECT_TRUE(client::WriteTensorsFile(dir / "a.safetensors",
-                                       {{"w#0", DType::kU8, {2, 3}, top}})
-                  .ok());
-  EXPECT_TRUE(client::WriteTensorsFile(dir / "b.safetensors",
-                                       {{"w#2", DType::kU8, {2, 3}, bottom}})
-                  .ok());
+  EXPECT_TRUE(
+      client::WriteTensorsFile(dir / "a.safetensors", {{"w#0", DType::kU8, {2, 3}, top}}).ok());
+  EXPECT_TRUE(
+      client::WriteTensorsFile(dir / "b.safetensors", {{"w#2", DType::kU8, {2, 3}, bottom}}).ok());
   auto ckpt = OpenCheckpoint(dir);
   EXPECT_TRUE(ckpt.ok()) << ckpt.status().ToString();
   BuildOptions options;
