@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <weightcast/status.h>
 
@@ -98,6 +99,10 @@ struct SubscriberOptions {
   uint64_t upload_limit = 0;    // bytes/s; 0: unlimited
   uint64_t download_limit = 0;  // bytes/s; 0: unlimited
   std::string metrics;          // ip:port to serve /metrics on; empty: none
+  // Tensor names (globs: * and ?) the agent fetches, as `weightcast agent --tensors`; empty: every
+  // tensor. With any, each version is committed partial and offers only those tensors
+  // (ReceivedVersion::partial).
+  std::vector<std::string> tensors;
   // Wait fails with kUnavailable once the agent has not reached the coordinator for this long
   // since Open (it never registered). After it once did, outages are waited out: the agent
   // reconnects, and status().error says why it cannot.

@@ -47,6 +47,16 @@ struct TensorLocation {
   uint64_t size = 0;      // bytes
 };
 
+// A whole tensor of a sharded publish, assembled from its slices (a copy: ReceivedVersion::
+// whole_tensor).
+struct WholeTensor {
+  std::string name;
+  std::string dtype;
+  std::vector<uint64_t> shape;
+  std::vector<uint8_t> bytes;
+  TensorView view() const { return {name, dtype, shape, bytes}; }
+};
+
 // The bytes of one tensor that may differ between two versions: [begin, end) offsets into the
 // tensor's data, sorted and merged.
 struct TensorChange {
@@ -83,8 +93,27 @@ class ReceivedVersion {
 
   // Every tensor (offset order), or one by name (kNotFound), with `bytes` pointing into the
   // mapped files: valid as long as this handle or a copy of it lives. Read-only memory.
+  // Of a sharded publish's sliced tensors these are the slices, by their NAME#START names.
   std::vector<TensorView> tensors() const;
   Result<TensorView> tensor(std::string_view name) const;
+
+  // A tensor-subset agent's version (SubscriberOptions::tensors, `agent --tensors`): only the
+  // tensors its patterns select were received, and only they are offered (tensors(),
+  // tensor_locations(), tensor(), whole_tensor()); asking for another is kFailedPrecondition
+  // naming the selection. The files hold zeros where the other tensors' bytes would be.
+  bool partial() const;
+  const std::vector<std::string>& tensor_patterns() const;     // empty for a whole version
+  const std::vector<std::string>& unselected_tensors() const;  // not received, sorted
+
+  // Names of the whole tensors a sharded publish's slices make (docs/sharded_publish.md), and
+  // the slice names of one, ordered by start (empty for a tensor that is not sliced).
+  std::vector<std::string> whole_tensor_names() const;
+  std::vector<std::string> slices(std::string_view name) const;
+  // The whole tensor `name` assembled from its NAME#START slices along their dimension, as
+  // Python's v[name] offers it (a copy; a tensor that is not sliced comes back copied whole).
+  // kNotFound for no such tensor; kFailedPrecondition when a slice is not held (a partial
+  // version); kCorrupt when the slices do not fit together.
+  Result<WholeTensor> whole_tensor(std::string_view name) const;
 
   // The whole file `index` as mapped (empty for an empty file or a bad index).
   std::span<const uint8_t> file_bytes(size_t index) const;

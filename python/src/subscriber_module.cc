@@ -51,6 +51,15 @@ class PyOpenedVersion {
     }
     return out;
   }
+  // A tensor-subset agent's version: (patterns, names of the tensors not received); None when
+  // the version is whole.
+  py::object partial() const {
+    if (!version_.partial()) return py::none();
+    py::list patterns, missing;
+    for (const std::string& p : version_.tensor_patterns()) patterns.append(p);
+    for (const std::string& name : version_.unselected_tensors()) missing.append(name);
+    return py::make_tuple(patterns, missing);
+  }
   int fileno(size_t index) const {
     const int fd = version_.file_descriptor(index);
     if (fd < 0) {
@@ -86,7 +95,8 @@ class PySubscriber {
       const std::string& listen, const std::string& rack, const std::string& cluster,
       uint64_t node_id, uint64_t upload_limit, uint64_t download_limit, const std::string& metrics,
       const std::string& log_level, const std::string& log_file,
-      std::optional<double> connect_timeout, const std::string& transport) {
+      std::optional<double> connect_timeout, const std::string& transport,
+      const std::vector<std::string>& tensors) {
     SubscriberOptions options;
     options.store = store;
     options.channel = channel;
@@ -94,6 +104,7 @@ class PySubscriber {
     options.secret.secret_file = secret_file.value_or("");
     options.listen = listen;
     options.transport = transport;
+    options.tensors = tensors;
     options.rack = rack;
     options.cluster = cluster;
     options.node_id = node_id;
@@ -189,6 +200,7 @@ void RegisterSubscriber(py::module_& m) {
       .def_property_readonly("base_version", &PyOpenedVersion::base_version)
       .def("files", &PyOpenedVersion::files)
       .def("tensors", &PyOpenedVersion::tensors)
+      .def("partial", &PyOpenedVersion::partial)
       .def("fileno", &PyOpenedVersion::fileno, py::arg("index"))
       .def("close_files", &PyOpenedVersion::close_files);
 
@@ -201,7 +213,8 @@ void RegisterSubscriber(py::module_& m) {
                   py::arg("cluster") = "default", py::arg("node_id") = 0,
                   py::arg("upload_limit") = 0, py::arg("download_limit") = 0,
                   py::arg("metrics") = "", py::arg("log_level") = "warn", py::arg("log_file") = "",
-                  py::arg("connect_timeout") = py::none(), py::arg("transport") = "tcp")
+                  py::arg("connect_timeout") = py::none(), py::arg("transport") = "tcp",
+                  py::arg("tensors") = std::vector<std::string>{})
       .def("changed", &PySubscriber::Changed, py::arg("since"), py::arg("to"))
       .def("status", &PySubscriber::Progress)
       .def("close", &PySubscriber::Close);

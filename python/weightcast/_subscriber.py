@@ -41,6 +41,7 @@ class Subscriber:
         "connect_timeout": _options.seconds,
         "log_level": _options.text,
         "log_file": _options.path,
+        "tensors": lambda _keyword, value: list(value),
     }
 
     def __init__(self, store, channel, coordinator=None, secret_file=None, *, memory=False,
@@ -57,16 +58,22 @@ class Subscriber:
         value of the wrong type raises TypeError naming it. Without a
         coordinator, a ``store`` that is not a store (a file, a directory without the store's
         ``.lock``) makes wait() raise FailedPreconditionError at once, and one that does not
-        exist NotFoundError once it is still missing 5 s after the Subscriber was made."""
+        exist NotFoundError once it is still missing 5 s after the Subscriber was made.
+
+        ``tensors=["mlp.*#0", ...]`` (with a coordinator): the agent fetches only the tensors
+        whose names match a pattern (globs: * and ?; a sharded publish's slices are named
+        NAME#START) and the files' headers, and commits each version partial: its
+        :class:`Version` offers only those tensors, and reading another raises
+        FailedPreconditionError (docs/sharded_publish.md, "Tensor subsets")."""
         self.channel = _options.text("channel", channel)
         self.store = _options.path("store", store)
         self._last = None
         if "tensors" in agent_options:
-            # A subset agent never commits (the store commits whole versions only), and
-            # wait() returns committed versions.
-            raise _weightcast.InvalidArgumentError(
-                "tensors= is not supported: a tensor-subset agent keeps its versions staged, "
-                "never committed, so wait() would never return")
+            tensors = agent_options["tensors"]
+            if (isinstance(tensors, str) or not isinstance(tensors, (list, tuple))
+                    or not all(isinstance(t, str) and t for t in tensors)):
+                raise TypeError(f"tensors must be a list of tensor name patterns, not {tensors!r}")
+            agent_options["tensors"] = list(tensors)
         options = _options.check("Subscriber", agent_options, self._OPTIONS,
                                  also=("store", "channel", "coordinator", "secret_file", "memory"))
         if not isinstance(memory, bool):

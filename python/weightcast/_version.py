@@ -6,7 +6,7 @@ import mmap
 import numpy as np
 
 from . import _tensors
-from ._weightcast import InvalidArgumentError
+from ._weightcast import FailedPreconditionError, InvalidArgumentError
 
 
 class TensorInfo(collections.namedtuple(
@@ -40,6 +40,11 @@ class Version(collections.abc.Mapping):
         self.chunk_count = opened.chunk_count
         self.metadata = dict(opened.metadata)
         self.base_version = opened.base_version
+        # A tensor-subset agent's version (Subscriber(..., tensors=[...])): the C++ side lists
+        # only the tensors it received; the others' bytes are zeros and are never shown.
+        partial = opened.partial()
+        self.tensor_patterns = list(partial[0]) if partial is not None else None
+        self._unselected = set(partial[1]) if partial is not None else set()
         files = opened.files()
         self.files = [path for path, _ in files]
         self._maps = []
@@ -57,7 +62,10 @@ class Version(collections.abc.Mapping):
             self._tensors[name] = TensorInfo(name, dtype, tuple(shape), self.files[file_index],
                                              offset, size)
         self._file_index = {path: i for i, path in enumerate(self.files)}
-        self._wholes = _read_slices(self.metadata, self._tensors)
+        # Every whole tensor's slices, then those offered: the ones whose every slice is held.
+        self._whole_slices = _read_slices(self.metadata, None)
+        self._wholes = {w: s for w, s in _read_slices(self.metadata, self._tensors).items()
+                        if len(s[1]) == len(self._whole_slices[w][1])}
         # The names a sampler sees: whole tensors in place of their slices.
         hidden = {s for slices in self._wholes.values() for s in slices[1]}
         self._names = [n for n in self._tensors if n not in hidden] + list(self._wholes)
@@ -68,9 +76,23 @@ class Version(collections.abc.Mapping):
         value = self.metadata.get("step")
         return int(value) if value is not None else None
 
+    @property
+    def partial(self):
+        """True for a tensor-subset agent's version: only the tensors of ``tensor_patterns``
+        are in it."""
+        return self.tensor_patterns is not None
+
+    def _check_selected(self, name):
+        whole = self._whole_slices.get(name, ())
+        if name in self._unselected or (whole and name not in self._wholes):
+            raise FailedPreconditionError(
+                f"tensor {name!r} of version {self.version} was not received: this version "
+                f"holds only the tensors of {self.tensor_patterns} (a tensor-subset agent's)")
+
     def info(self, name):
         """TensorInfo of a tensor (KeyError if it is not in this version). A whole tensor made
         of a sharded publish's slices has file None and offset None."""
+        self._check_selected(name)
         if name in self._wholes:
             return self._whole_info(name)
         return self._tensors[name]
@@ -92,6 +114,7 @@ class Version(collections.abc.Mapping):
         return [(n, dim, start) for n, start in zip(names, starts)]
 
     def __getitem__(self, name):
+        self._check_selected(name)
         if name in self._wholes:
             info = self._whole_info(name)
             if info.dtype in _tensors.RAW_IN_NUMPY:
@@ -140,6 +163,7 @@ class Version(collections.abc.Mapping):
         """Read-only numpy view of a tensor. BF16 and float8 come as their raw bits (uint16,
         uint8); F6/F4 as flat uint8 bytes. A whole tensor of a sharded publish is its slices
         concatenated (a copy)."""
+        self._check_selected(name)
         if name in self._wholes:
             dim, names, _ = self._wholes[name]
             whole = np.concatenate([self._raw(self._tensors[n], writeable=False) for n in names],
@@ -153,6 +177,7 @@ class Version(collections.abc.Mapping):
         torch = _tensors.torch
         if torch is None:
             raise InvalidArgumentError("torch is not installed")
+        self._check_selected(name)
         if name in self._wholes:
             dim, names, _ = self._wholes[name]
             return torch.cat([self.torch(n) for n in names], dim=dim)
@@ -175,6 +200,7 @@ class Version(collections.abc.Mapping):
 
     def bytes_of(self, name):
         """The tensor's bytes as a read-only memoryview (no copy)."""
+        self._check_selected(name)
         info = self._tensors[name]
         if info.size == 0:
             return memoryview(b"")
@@ -185,7 +211,7 @@ class Version(collections.abc.Mapping):
 def _read_slices(metadata, tensors):
     """{whole name: (dim, [slice names], [starts])} from a sharded version's slice table
     (metadata "weightcast.slices", ".1", ...: whole, dim, slice, start, length, extent per line;
-    docs/sharded_publish.md)."""
+    docs/sharded_publish.md). With ``tensors``, only the slices among them."""
     text = metadata.get("weightcast.slices", "")
     i = 1
     while f"weightcast.slices.{i}" in metadata:
@@ -196,7 +222,7 @@ def _read_slices(metadata, tensors):
         if not line:
             continue
         whole, dim, name, start, _length, _extent = line.split("\t")
-        if name not in tensors:
+        if tensors is not None and name not in tensors:
             continue
         entry = wholes.setdefault(whole, (int(dim), [], []))
         entry[1].append(name)

@@ -296,10 +296,7 @@ Status Agent::Impl::Beat() {
   }
   if (options.exit_after.value() != 0) {
     auto current = store->Current(options.channel);
-    SwarmProgress p = node->progress();
-    const bool subset_done =
-        !options.tensor_patterns.empty() && p.complete && p.version >= options.exit_after;
-    if ((current.ok() && *current >= options.exit_after) || subset_done) {
+    if (current.ok() && *current >= options.exit_after) {
       // One more heartbeat so the coordinator sees the COMMITTED phase before we leave.
       wire::Heartbeat last;
       *last.add_channels() = rollout->Progress();
@@ -380,7 +377,6 @@ Status Agent::Impl::Run() {
   RolloutDriverOptions ro;
   ro.channel = options.channel;
   ro.secret = options.secret;
-  ro.subset = !options.tensor_patterns.empty();
   ro.hook = options.hook;
   ro.hook_retries = options.hook_retries;
   ro.hook_failure = options.hook_failure;

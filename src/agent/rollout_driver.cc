@@ -60,7 +60,6 @@ Result<std::unique_ptr<RolloutDriver>> RolloutDriver::Create(RolloutDriverOption
 
 void RolloutDriver::RefreshKept() {
   kept_.clear();
-  if (options_.subset) return;  // a subset agent holds no whole version to switch to or serve
   auto kept = store_.List(options_.channel);
   if (!kept.ok()) return;
   for (const VersionInfo& info : *kept) kept_.push_back(info.version);
@@ -119,7 +118,7 @@ void RolloutDriver::OnTarget(const wire::ChannelTarget& target, coord::Coordinat
   // once). Only once settled: a version being prepared keeps the target.
   const Version current = participant_.current();
   const Version swarm_target = node_.progress().version;  // 0: none (a restarted node)
-  if (fetching_.value() == 0 && client != nullptr && !options_.subset && current.value() != 0 &&
+  if (fetching_.value() == 0 && client != nullptr && current.value() != 0 &&
       swarm_target != current && (swarm_target.value() == 0 || !participant_.wants(swarm_target)) &&
       participant_.settled()) {
     Status st = StartFetch(current, client);
@@ -183,10 +182,6 @@ Status RolloutDriver::Commit(Version v, coord::CoordinatorClient* client) {
     RETURN_IF_ERROR(StartFetch(v, client));
     p = node_.progress();
   }
-  if (options_.subset) {
-    if (!p.complete) return FailedPrecondition(V(v) + " is not complete for this node's tensors");
-    return Status::Ok();
-  }
   return node_.CommitTarget();
 }
 
@@ -230,8 +225,7 @@ void RolloutDriver::Execute(std::span<const rollout::ParticipantAction> span,
         break;
       }
       case ParticipantActionKind::kSwitch: {
-        Status st =
-            options_.subset ? Status::Ok() : store_.Rollback(options_.channel, a.version).status();
+        Status st = store_.Rollback(options_.channel, a.version).status();
         Log((st.ok() ? "switched current to " : "switch to ") + V(a.version) +
             (st.ok() ? " (kept version, nothing fetched)" : " failed: " + st.ToString()));
         RefreshKept();

@@ -16,9 +16,9 @@
 // kept version, nothing fetched. The engine hook runs on its own thread so that heartbeats go on
 // while an engine reloads.
 //
-// An agent that follows a subset of tensors never holds a whole version, so it cannot commit
-// one in its store: for it a committed version is one whose wanted chunks are all verified, and
-// it reports that version as current.
+// An agent that follows a subset of tensors (--tensors) takes part like any other: PREPARED
+// once every chunk of its tensors is verified, and its commit is a partial version in the store
+// (Store::CommitPartial, through SwarmNode::CommitTarget), kept and switched back to like any.
 //
 // Not thread-safe: one thread (the daemon's loop) calls every method. The Store, SwarmNode and
 // client passed in must outlive the calls that use them.
@@ -47,8 +47,7 @@ namespace weightcast::agent {
 
 struct RolloutDriverOptions {
   std::string channel;
-  std::string secret;   // the cluster secret: manifests must verify with it
-  bool subset = false;  // the node follows a subset of tensors (see the header comment)
+  std::string secret;  // the cluster secret: manifests must verify with it
   EngineHookOptions hook{};
   uint32_t hook_retries = 2;
   rollout::HookFailure hook_failure = rollout::HookFailure::kReport;
@@ -77,7 +76,7 @@ class RolloutDriver {
 
   bool report_now() const { return report_now_; }
   void clear_report_now() { report_now_ = false; }
-  // The version the participant has current (the store's, or for a subset agent its own).
+  // The version the participant has current (the store's).
   Version current() const { return participant_.current(); }
   // Whether a fetch or a hook is running (the daemon may wait on the swarm instead of sleeping).
   bool fetching() const { return fetching_.value() != 0; }

@@ -23,6 +23,7 @@
 #include "codec/chunk_codec.h"
 #include "codec/version_codec.h"
 #include "hash/digest.h"
+#include "manifest/selection.h"
 #include "manifest/signed_manifest.h"
 #include "metrics/registry.h"
 #include "swarm/scheduler.h"
@@ -53,6 +54,9 @@ std::string V(Version v) { return "v" + std::to_string(v.value()); }
 struct TargetData {
   Manifest manifest;
   std::optional<StagedVersion> staged;  // absent for a target committed before it was adopted
+  // A tensor-subset node's (options.tensor_patterns): what it wants, committed as a partial
+  // version (Store::CommitPartial). Absent: the node wants every chunk.
+  std::optional<PartialVersion> subset;
   std::atomic<bool> committed{false};
   bool delta = false;                                 // fetching payloads onto `base`
   std::shared_ptr<const PayloadCache> seed_payloads;  // a source's payloads
@@ -1144,6 +1148,30 @@ struct SwarmNode::Impl {
     return std::optional<Manifest>();
   }
 
+  // Which chunks of committed `m` hold its bytes: all, or a partial version's (Store::GetPartial).
+  Result<std::vector<bool>> HeldChunks(const Manifest& m) const {
+    ASSIGN_OR_RETURN(std::optional<PartialVersion> partial,
+                     store_.GetPartial(options_.channel, m.version));
+    std::vector<bool> out(m.chunk_count(), !partial.has_value());
+    if (partial) {
+      for (ChunkIndex c : partial->chunks) out[c.value()] = true;
+    }
+    return out;
+  }
+
+  // Whether every wanted chunk still missing can be rebuilt from its payload: its encoding needs
+  // no base (kFull), or the base holds the chunk. A tensor-subset node's base is its previous
+  // partial version; when that lacks a chunk the delta needs, the version is fetched whole
+  // (payloads and whole chunks are not mixed within one target).
+  static bool BaseCoversDelta(const Manifest& m, const std::vector<bool>& want,
+                              const std::vector<bool>& whole, const std::vector<bool>& base_holds) {
+    for (uint32_t i = 0; i < m.chunk_count(); ++i) {
+      if (!want[i] || whole[i] || m.delta->chunks[i].encoding == ChunkEncoding::kFull) continue;
+      if (i < base_holds.size() && !base_holds[i]) return false;  // beyond it: decoded onto nothing
+    }
+    return true;
+  }
+
   // Checks a new target against the current one: OK to replace, or a status (OK for "same").
   std::optional<Status> CheckReplace(const Manifest& manifest) {
     if (manifest.channel != options_.channel) {
@@ -1171,8 +1199,12 @@ struct SwarmNode::Impl {
     auto data = std::make_shared<TargetData>();
     data->manifest = manifest;
     std::vector<bool> want(n, options_.tensor_patterns.empty());
-    for (const std::string& pattern : options_.tensor_patterns) {
-      for (ChunkIndex c : manifest.ChunksForTensors(pattern)) want[c.value()] = true;
+    if (!options_.tensor_patterns.empty()) {
+      // The chunks of the selected tensors and those that keep every file parseable (headers).
+      TensorSelection selection = SelectTensors(manifest, options_.tensor_patterns);
+      for (ChunkIndex c : selection.chunks) want[c.value()] = true;
+      data->subset = PartialVersion{options_.tensor_patterns, std::move(selection.tensors),
+                                    std::move(selection.chunks)};
     }
 
     ASSIGN_OR_RETURN(std::optional<Manifest> held, Committed(manifest.version));
@@ -1180,10 +1212,19 @@ struct SwarmNode::Impl {
       if (held->root != manifest.root) {
         return FailedPrecondition("local " + V(manifest.version) + " has another root");
       }
+      // A partial version (a tensor-subset node's) holds, and serves, only its chunks.
+      ASSIGN_OR_RETURN(std::vector<bool> holds, HeldChunks(*held));
+      for (uint32_t i = 0; i < n; ++i) {
+        if (want[i] && !holds[i]) {
+          return FailedPrecondition("local " + V(manifest.version) +
+                                    " is committed partially, without chunk " + std::to_string(i) +
+                                    " that this node wants (other --tensors?)");
+        }
+      }
       LeaveTarget();
       data->committed = true;
       target_.data = std::move(data);
-      target_.whole.assign(n, true);
+      target_.whole = std::move(holds);
       target_.payload.assign(n, false);
       target_.want = std::move(want);
       RETURN_IF_ERROR(RestartScheduler());
@@ -1224,11 +1265,13 @@ struct SwarmNode::Impl {
       auto bytes = base.ok() ? codec::SnapshotReader::Open(
                                    store_.VersionPath(options_.channel, *current), *base)
                              : Result<codec::SnapshotReader>(base.status());
-      if (bytes.ok() && base->hash_algorithm == manifest.hash_algorithm) {
+      // A partial base (this node's previous subset) holds real bytes only in its chunks.
+      auto base_holds = base.ok() ? HeldChunks(*base) : Result<std::vector<bool>>(base.status());
+      if (bytes.ok() && base_holds.ok() && base->hash_algorithm == manifest.hash_algorithm) {
         std::vector<uint8_t> scratch;
         for (uint32_t i = 0; i < n; ++i) {
           const ChunkIndex c(i);
-          if (whole[i] || !want[i] || i >= base->chunk_count() ||
+          if (whole[i] || !want[i] || i >= base->chunk_count() || !(*base_holds)[i] ||
               base->chunk_hashes[i] != manifest.chunk_hashes[i] ||
               base->ChunkRange(c).size != manifest.ChunkRange(c).size) {
             continue;
@@ -1243,9 +1286,11 @@ struct SwarmNode::Impl {
             ++copied;
           }
         }
-        data->delta = options_.use_delta && options_.tensor_patterns.empty() &&
-                      manifest.delta.has_value() && manifest.delta->base_version == *current &&
-                      manifest.delta->base_root == base->root && manifest.delta->chunks.size() == n;
+        data->delta = options_.use_delta && manifest.delta.has_value() &&
+                      manifest.delta->base_version == *current &&
+                      manifest.delta->base_root == base->root &&
+                      manifest.delta->chunks.size() == n &&
+                      BaseCoversDelta(manifest, want, whole, *base_holds);
         if (data->delta) {
           data->base_manifest = std::move(base).value();
           data->base_bytes.emplace(std::move(bytes).value());
@@ -1355,20 +1400,20 @@ struct SwarmNode::Impl {
         return FailedPrecondition(V(target_.data->manifest.version) + " is not complete (" +
                                   std::to_string(target_.scheduler->missing()) + " missing)");
       }
-      for (bool w : target_.want) {
-        if (!w) {
-          return FailedPrecondition("a tensor-subset node holds part of " +
-                                    V(target_.data->manifest.version) +
-                                    " staged; it cannot commit it");
-        }
-      }
       data = target_.data;
     }
     // The commit (fsyncs, renames) runs without the lock; uploads keep reading the staging
     // and fall back to the committed files once it moved.
     RETURN_IF_ERROR(data->staged->Flush());
-    KeepDeltaFile(*data);
-    RETURN_IF_ERROR(store_.Commit(options_.channel, data->manifest.version));
+    if (data->subset) {
+      // Only the chunks of its tensors (docs/agent.md, "Tensor subsets"): no delta file, since
+      // samplers of a partial version read its files.
+      RETURN_IF_ERROR(
+          store_.CommitPartial(options_.channel, data->manifest.version, *data->subset));
+    } else {
+      KeepDeltaFile(*data);
+      RETURN_IF_ERROR(store_.Commit(options_.channel, data->manifest.version));
+    }
     if (Result<std::vector<VersionInfo>> kept = store_.List(options_.channel); kept.ok()) {
       std::vector<Version> keep;
       for (const VersionInfo& v : *kept) keep.push_back(v.version);

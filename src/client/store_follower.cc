@@ -168,6 +168,14 @@ Result<std::optional<OpenedVersion>> StoreFollower::TryOpenCurrent(Version min_v
     }
     opened.manifest = std::make_shared<const Manifest>(std::move(manifest).value());
   }
+  // Read before the files are opened: a version collected meanwhile then fails to open below
+  // (and is looked for again) instead of passing for whole.
+  auto partial = store->GetPartial(channel_, *current);
+  if (!partial.ok()) {
+    if (partial.status().code() == Code::kNotFound) return std::optional<OpenedVersion>();
+    return partial.status();
+  }
+  if (*partial) opened.partial = std::make_shared<const PartialVersion>(std::move(**partial));
   opened.files.reserve(opened.manifest->files.size());
   for (const ManifestFile& file : opened.manifest->files) {
     const std::filesystem::path path = opened.dir / file.path;

@@ -18,6 +18,7 @@
 #include <weightcast/types.h>
 
 #include "manifest/manifest.h"
+#include "store/partial.h"
 
 namespace weightcast::client {
 
@@ -45,6 +46,9 @@ struct OpenedVersion {
   Version version;
   std::filesystem::path dir;  // ROOT/<channel>/versions/<v> when it was opened
   std::shared_ptr<const Manifest> manifest;
+  // Of a tensor-subset agent's version (store/partial.h): only these tensors' bytes are real.
+  // Null for a whole version.
+  std::shared_ptr<const PartialVersion> partial;
   std::vector<UniqueFd> files;  // one per manifest->files entry, same order, sizes checked
 };
 

@@ -4,16 +4,21 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <map>
 #include <mutex>
+#include <set>
 #include <utility>
 
 #include "client/agent_runner.h"
+#include "client/assemble_slices.h"
 #include "client/changed_tensors.h"
 #include "client/common.h"
 #include "client/store_follower.h"
 #include "coord/client.h"
+#include "coord/part_assembly.h"
 #include "format/safetensors.h"
 #include "util/text.h"
 
@@ -34,9 +39,14 @@ struct ReceivedVersion::Impl {
   client::OpenedVersion opened;
   std::string root;
   std::vector<VersionFile> files;
-  std::vector<TensorLocation> tensors;
-  std::vector<std::span<const uint8_t>> maps;  // one per file; empty for an empty file
-  std::mutex fd_mu;                            // guards opened.files against CloseDescriptors
+  std::vector<TensorLocation> tensors;  // of a partial version, only the selected ones
+  std::vector<std::string> unselected;  // a partial version's other tensors (sorted)
+  // Whole tensors of a sharded publish: name -> (dim, slice names ordered by start). Only those
+  // whose every slice is offered.
+  std::map<std::string, std::pair<uint32_t, std::vector<std::string>>, std::less<>> wholes;
+  std::set<std::string, std::less<>> partial_wholes;  // whole tensors missing a slice
+  std::vector<std::span<const uint8_t>> maps;         // one per file; empty for an empty file
+  std::mutex fd_mu;  // guards opened.files against CloseDescriptors
 };
 
 Result<std::shared_ptr<ReceivedVersion::Impl>> ReceivedVersion::Impl::Make(
@@ -58,6 +68,10 @@ Result<std::shared_ptr<ReceivedVersion::Impl>> ReceivedVersion::Impl::Make(
     impl->maps.emplace_back(static_cast<const uint8_t*>(addr), size);
   }
   for (const ManifestTensor& t : m.tensors) {
+    if (opened.partial != nullptr && !opened.partial->HoldsTensor(t.name)) {
+      impl->unselected.push_back(t.name);
+      continue;
+    }
     TensorLocation location;
     location.name = t.name;
     location.dtype = std::string(DTypeName(t.dtype));
@@ -67,6 +81,22 @@ Result<std::shared_ptr<ReceivedVersion::Impl>> ReceivedVersion::Impl::Make(
     location.size = t.size;
     impl->tensors.push_back(std::move(location));
   }
+  std::sort(impl->unselected.begin(), impl->unselected.end());
+  ASSIGN_OR_RETURN(std::vector<coord::TensorSlice> slices, coord::SlicesOf(m, coord::kSlicesKey));
+  std::sort(slices.begin(), slices.end(), [](const auto& a, const auto& b) {
+    return a.whole != b.whole ? a.whole < b.whole : a.start < b.start;
+  });
+  std::set<std::string> incomplete;
+  for (const coord::TensorSlice& s : slices) {
+    if (opened.partial != nullptr && !opened.partial->HoldsTensor(s.slice)) {
+      incomplete.insert(s.whole);
+    }
+    auto& [dim, names] = impl->wholes[s.whole];
+    dim = s.dim;
+    names.push_back(s.slice);
+  }
+  for (const std::string& name : incomplete) impl->wholes.erase(name);
+  impl->partial_wholes.insert(incomplete.begin(), incomplete.end());
   impl->opened = std::move(opened);
   return impl;
 }
@@ -142,6 +172,16 @@ std::vector<TensorView> ReceivedVersion::tensors() const {
 }
 
 Result<TensorView> ReceivedVersion::tensor(std::string_view name) const {
+  if (impl_ && std::binary_search(impl_->unselected.begin(), impl_->unselected.end(), name)) {
+    std::string patterns;
+    for (const std::string& p : impl_->opened.partial->patterns) {
+      patterns += (patterns.empty() ? "" : " ") + p;
+    }
+    return FailedPrecondition("tensor " + std::string(name) + " of version " +
+                              std::to_string(version()) + " of channel " + channel() +
+                              " was not received: this version holds only the tensors of '" +
+                              patterns + "' (a tensor-subset agent's)");
+  }
   if (impl_) {
     for (const TensorLocation& t : impl_->tensors) {
       if (t.name != name) continue;
@@ -152,6 +192,62 @@ Result<TensorView> ReceivedVersion::tensor(std::string_view name) const {
   }
   return NotFound("no tensor " + std::string(name) + " in version " + std::to_string(version()) +
                   " of channel " + channel());
+}
+
+bool ReceivedVersion::partial() const { return impl_ && impl_->opened.partial != nullptr; }
+
+const std::vector<std::string>& ReceivedVersion::tensor_patterns() const {
+  static const std::vector<std::string> kNone;
+  return partial() ? impl_->opened.partial->patterns : kNone;
+}
+
+const std::vector<std::string>& ReceivedVersion::unselected_tensors() const {
+  static const std::vector<std::string> kNone;
+  return impl_ ? impl_->unselected : kNone;
+}
+
+std::vector<std::string> ReceivedVersion::whole_tensor_names() const {
+  std::vector<std::string> out;
+  if (impl_) {
+    for (const auto& [name, slices] : impl_->wholes) out.push_back(name);
+  }
+  return out;
+}
+
+std::vector<std::string> ReceivedVersion::slices(std::string_view name) const {
+  if (!impl_) return {};
+  auto it = impl_->wholes.find(name);
+  return it == impl_->wholes.end() ? std::vector<std::string>{} : it->second.second;
+}
+
+Result<WholeTensor> ReceivedVersion::whole_tensor(std::string_view name) const {
+  if (!impl_) return NotFound("no tensor " + std::string(name) + " in an empty version");
+  if (impl_->partial_wholes.count(name) != 0) {
+    return FailedPrecondition("whole tensor " + std::string(name) + " of version " +
+                              std::to_string(version()) +
+                              " cannot be assembled: this version holds only some of its slices "
+                              "(a tensor-subset agent's)");
+  }
+  const auto it = impl_->wholes.find(name);
+  if (it == impl_->wholes.end()) {
+    ASSIGN_OR_RETURN(TensorView t, tensor(name));  // not sliced: the tensor itself, or its error
+    return WholeTensor{t.name, t.dtype, t.shape, {t.bytes.begin(), t.bytes.end()}};
+  }
+  const auto& [dim, names] = it->second;
+  std::vector<TensorView> parts;
+  for (const std::string& slice : names) {
+    ASSIGN_OR_RETURN(TensorView t, tensor(slice));
+    parts.push_back(std::move(t));
+  }
+  auto bytes = client::ConcatAlong(dim, parts);
+  if (!bytes.ok()) {
+    return Corrupt("whole tensor " + std::string(name) + " of version " +
+                   std::to_string(version()) + ": " + bytes.status().message());
+  }
+  WholeTensor out{std::string(name), parts[0].dtype, parts[0].shape, std::move(bytes).value()};
+  out.shape[dim] = 0;
+  for (const TensorView& t : parts) out.shape[dim] += t.shape[dim];
+  return out;
 }
 
 std::span<const uint8_t> ReceivedVersion::file_bytes(size_t index) const {
@@ -232,6 +328,7 @@ Result<std::unique_ptr<Subscriber>> Subscriber::Open(SubscriberOptions options) 
     a.metrics = o.metrics;
     a.upload_limit = o.upload_limit;
     a.download_limit = o.download_limit;
+    a.tensor_patterns = o.tensors;
     ASSIGN_OR_RETURN(a.secret, client::LoadSecret(o.secret));
     a.cluster = o.cluster;
     a.node_id = PeerId(o.node_id);

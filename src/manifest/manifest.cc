@@ -1,12 +1,13 @@
 #include "manifest/manifest.h"
 
+#include "manifest/selection.h"
+
 #include <algorithm>
 
 namespace weightcast {
-namespace {
 
-// Glob match with '*' (any run of characters, '.' and '/' included) and '?' (one character).
-// Iterative with one backtrack point, so it is linear-ish and never recurses on hostile input.
+// Declared in manifest/selection.h. Iterative with one backtrack point, so it is linear-ish and
+// never recurses on hostile input.
 bool GlobMatch(std::string_view pattern, std::string_view text) {
   size_t p = 0;
   size_t t = 0;
@@ -29,8 +30,6 @@ bool GlobMatch(std::string_view pattern, std::string_view text) {
   while (p < pattern.size() && pattern[p] == '*') ++p;
   return p == pattern.size();
 }
-
-}  // namespace
 
 uint64_t Manifest::total_size() const {
   if (files.empty()) return 0;

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <set>
 #include <system_error>
@@ -308,12 +309,31 @@ Result<std::vector<uint8_t>> StagingState::ReadChunk(ChunkIndex index) const {
   return out;
 }
 
-Status StagingState::SealForCommit() {
+std::vector<ChunkIndex> StagingState::VerifiedChunks() const {
+  std::lock_guard rec(rec_mu);
+  std::vector<ChunkIndex> out;
+  for (uint32_t i = 0; i < verified.size(); ++i) {
+    if (verified[i]) out.emplace_back(i);
+  }
+  return out;
+}
+
+Status StagingState::SealForCommit(const std::vector<ChunkIndex>* required) {
   std::unique_lock io(io_mu);
   RETURN_IF_ERROR(CheckOpen());
   RETURN_IF_ERROR(FlushPending());
   std::unique_lock rec(rec_mu);
-  if (verified_count != manifest.chunk_count()) {
+  if (required != nullptr) {
+    const auto missing = std::count_if(required->begin(), required->end(), [&](ChunkIndex c) {
+      return c.value() >= verified.size() || !verified[c.value()];
+    });
+    if (missing != 0) {
+      return FailedPrecondition("cannot commit " + channel + "/" + VersionName(manifest.version) +
+                                " partially: " + std::to_string(missing) + " of the " +
+                                std::to_string(required->size()) +
+                                " chunks of its tensors are not verified");
+    }
+  } else if (verified_count != manifest.chunk_count()) {
     return FailedPrecondition("cannot commit " + channel + "/" + VersionName(manifest.version) +
                               ": " + std::to_string(manifest.chunk_count() - verified_count) +
                               " of " + std::to_string(manifest.chunk_count()) +

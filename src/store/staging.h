@@ -47,10 +47,13 @@ struct StagingState {
   bool HasChunk(ChunkIndex index) const;
   Result<std::vector<uint8_t>> ReadChunk(ChunkIndex index) const;
 
-  // For Commit: persists pending records, requires every chunk verified, fsyncs every file and
+  // For Commit: persists pending records, requires every chunk verified (or, when `required` is
+  // given, those chunks), fsyncs every file and
   // directory of the version. Leaves the handles open: a commit that fails before its commit
   // point is retried with them; Commit calls Close once the files are a version.
-  Status SealForCommit();
+  Status SealForCommit(const std::vector<ChunkIndex>* required = nullptr);
+  // The verified chunks, ascending.
+  std::vector<ChunkIndex> VerifiedChunks() const;
   // Closes the handles without syncing (Abort).
   void Close();
 

@@ -188,7 +188,15 @@ Status StoreImpl::Commit(std::string_view channel, Version version) {
 // are argued in docs/store_layout.md. A step that fails before the commit point leaves the
 // staging open and in the table, so the same Commit can be retried once its cause is gone (a full
 // disk freed); one that fails after it is finished by the next Commit, or by Open.
-Status StoreImpl::CommitLocked(std::string_view channel, Version v) {
+Status StoreImpl::CommitPartial(std::string_view channel, Version version,
+                                const PartialVersion& wanted) {
+  RETURN_IF_ERROR(CheckWritable());
+  RETURN_IF_ERROR(ValidateChannelName(channel));
+  std::lock_guard lock(mu_);
+  return CommitLocked(channel, version, &wanted);
+}
+
+Status StoreImpl::CommitLocked(std::string_view channel, Version v, const PartialVersion* partial) {
   ChannelLayout layout = Layout(channel);
   const Key key{std::string(channel), v.value()};
   if (Exists(layout.version_dir(v)) && Exists(layout.staging_dir(v)) &&
@@ -201,8 +209,26 @@ Status StoreImpl::CommitLocked(std::string_view channel, Version v) {
     return FinishCommitLocked(layout, channel, v);
   }
   ASSIGN_OR_RETURN(auto state, StagingLocked(channel, v));
-  // 1. Every chunk verified, every byte and directory entry of the files durable.
-  RETURN_IF_ERROR(state->SealForCommit());
+  // 1. Every chunk verified (of a partial version: every chunk of its tensors), every byte and
+  //    directory entry of the files durable.
+  RETURN_IF_ERROR(state->SealForCommit(partial != nullptr ? &partial->chunks : nullptr));
+  // 1b. The partial record among the files, durable before the commit point, so versions/<v>
+  //     never exists without it; a whole commit drops one left by an earlier partial attempt.
+  const std::filesystem::path record = layout.staging_files(v) / std::string(kPartialFileName);
+  const bool listed = std::any_of(state->manifest.files.begin(), state->manifest.files.end(),
+                                  [](const ManifestFile& f) { return f.path == kPartialFileName; });
+  if (partial != nullptr) {
+    if (listed) {
+      return FailedPrecondition("cannot commit " + Name(channel, v) + " partially: it has a file " +
+                                std::string(kPartialFileName));
+    }
+    PartialVersion held = *partial;
+    held.chunks = state->VerifiedChunks();
+    RETURN_IF_ERROR(WriteFileAtomic(record, SerializePartial(held)));
+  } else if (!listed && Exists(record)) {
+    RETURN_IF_ERROR(RemoveAll(record));
+    RETURN_IF_ERROR(FsyncPath(layout.staging_files(v)));
+  }
   // 2. The manifest beside the version. A crash after this leaves an orphan manifest (no
   //    versions/<v>) that Open removes; the staging is intact and can be committed again.
   RETURN_IF_ERROR(WriteFileAtomic(layout.manifest_file(v), SerializeManifest(state->manifest)));
@@ -522,6 +548,10 @@ Result<std::vector<Version>> Store::ListStaging(std::string_view channel) const 
 Status Store::Commit(std::string_view channel, Version version) {
   return impl_->Commit(channel, version);
 }
+Status Store::CommitPartial(std::string_view channel, Version version,
+                            const PartialVersion& wanted) {
+  return impl_->CommitPartial(channel, version, wanted);
+}
 Status Store::Abort(std::string_view channel, Version version) {
   return impl_->Abort(channel, version);
 }
@@ -534,6 +564,10 @@ Result<std::vector<VersionInfo>> Store::List(std::string_view channel) const {
 Result<Version> Store::Current(std::string_view channel) const { return impl_->Current(channel); }
 Result<Manifest> Store::GetManifest(std::string_view channel, Version version) const {
   return impl_->GetManifest(channel, version);
+}
+Result<std::optional<PartialVersion>> Store::GetPartial(std::string_view channel,
+                                                        Version version) const {
+  return impl_->GetPartial(channel, version);
 }
 std::filesystem::path Store::VersionPath(std::string_view channel, Version version) const {
   return impl_->Layout(channel).version_dir(version);

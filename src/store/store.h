@@ -31,6 +31,7 @@
 #include <weightcast/types.h>
 
 #include "manifest/manifest.h"
+#include "store/partial.h"
 
 namespace weightcast {
 
@@ -53,6 +54,7 @@ struct VersionInfo {
   Digest root{};
   uint64_t total_size = 0;
   uint32_t chunk_count = 0;
+  bool partial = false;  // a tensor-subset agent's version: only some chunks held (CommitPartial)
 };
 
 // How ImportDirectory brings a publisher's files into the store.
@@ -176,6 +178,12 @@ class Store {
   // versions/<v>, switches `current` atomically, then collects old versions.
   // kFailedPrecondition (naming the missing count) if any chunk is not verified.
   Status Commit(std::string_view channel, Version version);
+  // Commits a staging version of which a tensor-subset agent holds only some chunks: every chunk
+  // of `wanted.chunks` must be verified (kFailedPrecondition naming the missing count). The
+  // version is recorded partial (store/partial.h) with `wanted`'s patterns and tensors and the
+  // chunks verified (those wanted, and any other verified before). Otherwise as Commit; a later
+  // Commit of a version resumed whole drops a stale record.
+  Status CommitPartial(std::string_view channel, Version version, const PartialVersion& wanted);
   // Drops a staging version and its files.
   Status Abort(std::string_view channel, Version version);
 
@@ -188,6 +196,8 @@ class Store {
   // The current version; kNotFound when the channel has none yet.
   Result<Version> Current(std::string_view channel) const;
   Result<Manifest> GetManifest(std::string_view channel, Version version) const;
+  // What a partial committed version holds (nullopt for a whole one).
+  Result<std::optional<PartialVersion>> GetPartial(std::string_view channel, Version version) const;
   // The directory an engine loads for a committed version (ROOT/<channel>/versions/<v>) and the
   // stable path of the current one (ROOT/<channel>/current).
   std::filesystem::path VersionPath(std::string_view channel, Version version) const;
@@ -195,11 +205,13 @@ class Store {
   // One more than the highest committed or staging version (1 for a new channel).
   Result<Version> NextVersion(std::string_view channel) const;
 
-  // Re-hashes the files of a committed version against its manifest and checks the root.
-  // kCorrupt naming the file and chunk on a mismatch, a wrong size or a missing manifest.
+  // Re-hashes the files of a committed version against its manifest and checks the root (of a
+  // partial version, the chunks it holds). kCorrupt naming the file and chunk on a mismatch, a
+  // wrong size or a missing manifest.
   Status Verify(std::string_view channel, Version version) const;
 
-  // Reads a chunk of a committed version (serving peers, delta bases).
+  // Reads a chunk of a committed version (serving peers, delta bases). kNotFound for a chunk a
+  // partial version does not hold.
   Result<std::vector<uint8_t>> ReadChunk(std::string_view channel, Version version,
                                          ChunkIndex index) const;
 

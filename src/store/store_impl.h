@@ -32,11 +32,13 @@ class StoreImpl {
   Result<StagedVersion> ResumeStaging(std::string_view channel, Version version);
   Result<std::vector<Version>> ListStaging(std::string_view channel) const;
   Status Commit(std::string_view channel, Version version);
+  Status CommitPartial(std::string_view channel, Version version, const PartialVersion& wanted);
   Status Abort(std::string_view channel, Version version);
   Result<Version> Rollback(std::string_view channel, std::optional<Version> to);
   Result<std::vector<VersionInfo>> List(std::string_view channel) const;
   Result<Version> Current(std::string_view channel) const;
   Result<Manifest> GetManifest(std::string_view channel, Version version) const;
+  Result<std::optional<PartialVersion>> GetPartial(std::string_view channel, Version version) const;
   Result<Version> NextVersion(std::string_view channel) const;
   Status Verify(std::string_view channel, Version version) const;
   Result<std::vector<uint8_t>> ReadChunk(std::string_view channel, Version version,
@@ -73,7 +75,9 @@ class StoreImpl {
   Status RecoverChannel(const std::string& channel);
   // Switches `current` (mu_ held).
   Status SwitchCurrentLocked(const ChannelLayout& layout, Version version);
-  Status CommitLocked(std::string_view channel, Version version);
+  // `partial` (may be null: a whole version) is the record of a tensor-subset commit.
+  Status CommitLocked(std::string_view channel, Version version,
+                      const PartialVersion* partial = nullptr);
   Status FinishCommitLocked(const ChannelLayout& layout, std::string_view channel, Version v);
   Result<std::vector<Version>> CollectLocked(std::string_view channel);
   Result<std::vector<Version>> CommittedLocked(const ChannelLayout& layout) const;
@@ -82,6 +86,9 @@ class StoreImpl {
   // The same, shared: no copy of the manifest (a chunk read should not copy 8,192 hashes).
   Result<std::shared_ptr<const Manifest>> SharedManifestLocked(std::string_view channel,
                                                                Version version) const;
+  // The partial record of a committed version (null: whole), read once.
+  Result<std::shared_ptr<const PartialVersion>> PartialLocked(std::string_view channel,
+                                                              Version version) const;
   Result<std::shared_ptr<StagingState>> StagingLocked(std::string_view channel, Version version);
   Status CheckSizesLocked(const ChannelLayout& layout, const Manifest& manifest) const;
 
@@ -94,6 +101,8 @@ class StoreImpl {
   std::map<Key, std::weak_ptr<StagingState>> staging_;
   // Manifests of committed versions, read once (they are immutable once committed).
   mutable std::map<Key, std::shared_ptr<const Manifest>> manifests_;
+  // Partial records of committed versions (null: whole), read once.
+  mutable std::map<Key, std::shared_ptr<const PartialVersion>> partials_;
 };
 
 }  // namespace weightcast::store

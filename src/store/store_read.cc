@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "hash/digest.h"
 #include "manifest/builder.h"
 #include "store/store_impl.h"
 #include "util/file.h"
@@ -105,6 +106,30 @@ Result<std::shared_ptr<const Manifest>> StoreImpl::SharedManifestLocked(std::str
   return shared;
 }
 
+Result<std::shared_ptr<const PartialVersion>> StoreImpl::PartialLocked(std::string_view channel,
+                                                                       Version version) const {
+  Key key{std::string(channel), version.value()};
+  auto it = partials_.find(key);
+  if (it != partials_.end()) return it->second;
+  ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> manifest,
+                   SharedManifestLocked(channel, version));
+  ASSIGN_OR_RETURN(std::optional<PartialVersion> partial,
+                   ReadPartialFile(Layout(channel).version_dir(version), *manifest));
+  std::shared_ptr<const PartialVersion> shared;
+  if (partial) shared = std::make_shared<const PartialVersion>(std::move(*partial));
+  partials_[key] = shared;
+  return shared;
+}
+
+Result<std::optional<PartialVersion>> StoreImpl::GetPartial(std::string_view channel,
+                                                            Version version) const {
+  RETURN_IF_ERROR(ValidateChannelName(channel));
+  std::lock_guard lock(mu_);
+  ASSIGN_OR_RETURN(std::shared_ptr<const PartialVersion> partial, PartialLocked(channel, version));
+  if (partial == nullptr) return std::optional<PartialVersion>();
+  return std::optional<PartialVersion>(*partial);
+}
+
 Result<std::vector<VersionInfo>> StoreImpl::List(std::string_view channel) const {
   RETURN_IF_ERROR(ValidateChannelName(channel));
   std::lock_guard lock(mu_);
@@ -123,6 +148,8 @@ Result<std::vector<VersionInfo>> StoreImpl::List(std::string_view channel) const
       info.root = manifest->root;
       info.total_size = manifest->total_size();
       info.chunk_count = manifest->chunk_count();
+      auto partial = PartialLocked(channel, v);
+      info.partial = !partial.ok() || *partial != nullptr;  // unreadable: never taken for whole
     }
     out.push_back(info);
   }
@@ -158,16 +185,31 @@ Result<Version> StoreImpl::NextVersion(std::string_view channel) const {
 Status StoreImpl::Verify(std::string_view channel, Version version) const {
   RETURN_IF_ERROR(ValidateChannelName(channel));
   Manifest manifest;
+  std::shared_ptr<const PartialVersion> partial;
   ChannelLayout layout = Layout(channel);
   {
     std::lock_guard lock(mu_);
     ASSIGN_OR_RETURN(manifest, ManifestLocked(channel, version));
     RETURN_IF_ERROR(CheckSizesLocked(layout, manifest));
+    ASSIGN_OR_RETURN(partial, PartialLocked(channel, version));
   }
   // Hashing runs without the store lock: a committed version's files never change under it
   // (except by GC, which Verify's caller should not race with a version it still wants).
   if (ComputeRoot(manifest) != manifest.root) {
     return Corrupt("manifest of " + Name(channel, version) + ": root does not match its content");
+  }
+  if (partial != nullptr) {
+    // Only the chunks it holds are bytes of the version; the rest are holes.
+    for (ChunkIndex c : partial->chunks) {
+      auto bytes = ReadChunk(channel, version, c);
+      if (!bytes.ok()) return bytes.status().WithContext("verifying " + Name(channel, version));
+      if (HashBytes(manifest.hash_algorithm, *bytes) != manifest.chunk_hashes[c.value()]) {
+        return Corrupt("version " + Name(channel, version) + " (partial): chunk " +
+                       std::to_string(c.value()) + " (" + DescribeChunk(manifest, c) +
+                       ") does not match the manifest");
+      }
+    }
+    return Status::Ok();
   }
   auto hashes = HashChunks(layout.version_dir(version), manifest.files, manifest.chunk_size,
                            manifest.hash_algorithm);
@@ -190,14 +232,20 @@ Result<std::vector<uint8_t>> StoreImpl::ReadChunk(std::string_view channel, Vers
                                                   ChunkIndex index) const {
   RETURN_IF_ERROR(ValidateChannelName(channel));
   std::shared_ptr<const Manifest> manifest;
+  std::shared_ptr<const PartialVersion> partial;
   {
     std::lock_guard lock(mu_);
     ASSIGN_OR_RETURN(manifest, SharedManifestLocked(channel, version));
+    ASSIGN_OR_RETURN(partial, PartialLocked(channel, version));
   }
   if (index.value() >= manifest->chunk_count()) {
     return OutOfRange("chunk " + std::to_string(index.value()) + " is beyond the " +
                       std::to_string(manifest->chunk_count()) + " chunks of " +
                       Name(channel, version));
+  }
+  if (partial != nullptr && !partial->HoldsChunk(index)) {
+    return NotFound("chunk " + std::to_string(index.value()) + " of " + Name(channel, version) +
+                    " is not held: the version is partial (a tensor-subset agent's)");
   }
   std::filesystem::path dir = Layout(channel).version_dir(version);
   ByteRange range = manifest->ChunkRange(index);

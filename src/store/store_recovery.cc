@@ -154,6 +154,7 @@ Result<std::vector<Version>> StoreImpl::CollectLocked(std::string_view channel) 
     RETURN_IF_ERROR(RemoveAll(doomed));
     RETURN_IF_ERROR(RenameDurable(layout.version_dir(v), doomed));
     manifests_.erase({std::string(channel), v.value()});
+    partials_.erase({std::string(channel), v.value()});
     if (::unlink(layout.manifest_file(v).c_str()) != 0 && errno != ENOENT) {
       return ErrnoStatus("unlink(" + layout.manifest_file(v).string() + ")", errno);
     }

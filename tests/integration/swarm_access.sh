@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Who gets what: an agent with another cluster secret gets nothing (no registration, no peer
 # connection, no byte); an agent that wants only some tensors (--tensors) fetches only the
-# chunks holding them, which its bytes-received metric shows.
+# chunks holding them, which its bytes-received metric shows, and commits a partial version.
 # shellcheck source=tests/integration/swarm_lib.bash
 source "$(dirname "$0")/swarm_lib.bash" "$1"
 
@@ -23,9 +23,12 @@ total="$(du -cb "$work/ckpt/1"/* | tail -n 1 | cut -f1)"
 [[ -n "$received" ]] || fail "no metric from the subset agent"
 python3 -c "import sys; r, t = float(sys.argv[1]), float(sys.argv[2]); sys.exit(0 if 0 < r < t / 3 else 1)" \
   "$received" "$total" || fail "the subset agent received $received of $total bytes"
-[[ "$(current_of sub)" == 0 ]] || fail "a subset agent must not commit a partial version"
-# `publish --until complete` counts the subset agent done without a commit (it never makes a
-# partial version current), the rule of `weightcast status --until-complete`: the publisher leaves.
+# The subset agent commits a partial version (docs/sharded_publish.md, "Tensor subsets").
+wait_for 30 all_current 1 sub || fail "the subset agent did not commit v1"
+[[ -f "$work/sub/$channel/versions/1/.weightcast-partial.json" ]] ||
+  fail "the subset agent's v1 is not marked partial"
+# `publish --until complete` counts the subset agent done once its tensors are in, the rule of
+# `weightcast status --until-complete`: the publisher leaves.
 pub_exited() { ! kill -0 "${pids[pub]}" 2>/dev/null; }
 wait_for 30 pub_exited || fail "publish --until complete did not return with a subset agent in the fleet"
 wait "${pids[pub]}" || fail "publish --until complete failed"

@@ -152,13 +152,6 @@ def test_agent_options_are_checked(cluster, tmp_path):
                               secret_file=str(tmp_path / "missing"))
 
 
-def test_a_tensor_subset_is_refused_since_it_is_never_committed(cluster, tmp_path):
-    address, secret_file = cluster
-    with pytest.raises(weightcast.InvalidArgumentError, match="never committed"):
-        weightcast.Subscriber(tmp_path / "agent", "policy", coordinator=address,
-                              secret_file=secret_file, tensors=["layer.*"])
-
-
 def test_publish_async_through_a_coordinator(cluster, tmp_path):
     address, secret_file = cluster
     weights = policy_weights(3)

@@ -51,10 +51,10 @@ def ranks(tmp_path, address, secret_file):
                                  world=WORLD, writer_id="trainer") for r in range(WORLD)]
 
 
-def publish_step(publishers, step):
+def publish_step(publishers, step, state_of=full_state):
     """Every rank publishes its part of `step`; publish() returns once all parts are in, so each
     rank runs on a thread of its own, as it would in its own process."""
-    state = full_state(step)
+    state = state_of(step)
     results, errors = [None] * WORLD, []
 
     def run(r):
@@ -114,3 +114,49 @@ def test_sharded_options_are_checked(tmp_path, monkeypatch):
     with pytest.raises(weightcast.InvalidArgumentError, match="rank 2 of world 2"):
         weightcast.Publisher(tmp_path / "c", "policy", coordinator="127.0.0.1:1", rank=2,
                              world=2, writer_id="t", connect_timeout=1)
+
+
+def test_a_subset_sampler_receives_only_its_slices(cluster, tmp_path):  # noqa: F811
+    """Subscriber(..., tensors=[...]): the agent fetches rank 0's slices only and commits each
+    version partial; its Version offers only those, and reading another is a clear error."""
+    address, secret_file = cluster
+
+    def state_of(step):  # a matrix big enough that a rank's rows span several chunks
+        state = full_state(step)
+        torch.manual_seed(2)
+        state["big.weight"] = torch.randn(2048, 128)
+        state["big.weight"][(step * 13) % 2048, :] += 1.0
+        return state
+
+    publishers = ranks(tmp_path, address, secret_file)
+    whole = weightcast.Subscriber(tmp_path / "whole", "policy", coordinator=address,
+                                  secret_file=secret_file)
+    subset = weightcast.Subscriber(tmp_path / "subset", "policy", coordinator=address,
+                                   secret_file=secret_file, tensors=["*#0"])
+    try:
+        for step in (1, 2):
+            state, version = publish_step(publishers, step, state_of)
+            assert whole.wait(min_version=version, timeout=60).version == version
+            v = subset.wait(min_version=version, timeout=60)
+            assert v.version == version and v.partial and v.tensor_patterns == ["*#0"]
+            assert sorted(v) == ["big.weight#0", "embed.weight#0", "mlp.weight#0"]
+            mine, _ = rank_part(state, 0)
+            for name in ("big.weight", "embed.weight", "mlp.weight"):
+                assert torch.equal(bits(v.torch(name + "#0")), bits(mine[name])), (step, name)
+                with pytest.raises(weightcast.FailedPreconditionError, match="was not received"):
+                    v[name]  # the whole tensor: rank 1..3's slices are not here
+            with pytest.raises(weightcast.FailedPreconditionError, match="was not received"):
+                v.torch("mlp.bias")
+            assert "mlp.bias" not in v
+            if step == 1:  # the full version (bytes_received counts the current version's)
+                got, total = subset.status()["bytes_received"], whole.status()["bytes_received"]
+                assert 0 < got < total, (got, total)
+    finally:
+        for s in (whole, subset):
+            s.close()
+        for p in publishers:
+            p.close()
+
+    with pytest.raises(TypeError, match="tensors must be a list"):
+        weightcast.Subscriber(tmp_path / "x", "policy", coordinator=address,
+                              secret_file=secret_file, tensors="*#0")

@@ -402,6 +402,18 @@ TEST_F(Swarm, SubsetNodeFetchesOnlyItsChunks) {
   EXPECT_EQ(p.chunks_done, 2u);
   EXPECT_LE(p.bytes_received, 2 * kMinChunkSize);
   EXPECT_GT(p.bytes_received, 0u);
+
+  // It commits a partial version: its chunks real, recorded; the others never served.
+  ASSERT_TRUE(subset.swarm->CommitTarget().ok());
+  EXPECT_EQ(*subset.store->Current(kChannel), Version(1));
+  auto partial = subset.store->GetPartial(kChannel, Version(1));
+  ASSERT_TRUE(partial.ok() && partial->has_value());
+  EXPECT_EQ((*partial)->chunks, (std::vector<ChunkIndex>{ChunkIndex(0), ChunkIndex(1)}));
+  EXPECT_EQ((*partial)->tensors, std::vector<std::string>{"layer.0.w"});
+  EXPECT_TRUE(subset.store->Verify(kChannel, Version(1)).ok());
+  EXPECT_EQ(subset.store->ReadChunk(kChannel, Version(1), ChunkIndex(2)).status().code(),
+            Code::kNotFound);
+  EXPECT_TRUE(subset.swarm->progress().committed);
 }
 
 TEST_F(Swarm, ResumesAStagingLeftByAnEarlierRun) {
