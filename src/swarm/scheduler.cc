@@ -1,6 +1,7 @@
 #include "swarm/scheduler.h"
 
 #include <algorithm>
+#include <bit>
 #include <string>
 
 namespace weightcast::swarm {
@@ -176,18 +177,40 @@ ChunkIndex Scheduler::Pick(Peer& p, bool endgame) {
   const std::vector<uint64_t>& receiver_held = receiver_held_.words();
   const size_t nw = want_words.size();
   if (nw == 0) return none;
-  // Random tie-break: scan from a random bit, wrapping around, and keep the first chunk of the
-  // lowest availability. Two nodes looking at the same candidates start at different places.
-  const uint32_t start = static_cast<uint32_t>(rng_() % n_);
+  auto candidates = [&](size_t w) {
+    uint64_t bits = want_words[w] & has[w] & ~refused[w];
+    // A source holds repeats back; a receiver peer that holds the chunk passes it on instead.
+    if (p.source) bits &= ~receiver_held[w];
+    return bits;
+  };
+  // Random tie-break: scan from a random candidate, wrapping around, and keep the first chunk of
+  // the lowest availability. Two nodes looking at the same candidates start at different places.
+  // The start is drawn among the candidates, not among all chunk indices: a peer holding one
+  // contiguous range (a rank seeding its part) would otherwise be asked for the first chunk of
+  // its range by every node whose start fell outside it, and all but one of them refused.
+  uint64_t total = 0;
+  for (size_t w = 0; w < nw; ++w) total += static_cast<uint64_t>(std::popcount(candidates(w)));
+  if (total == 0) return none;
+  uint64_t rank = rng_() % total;
+  uint32_t start = 0;
+  for (size_t w = 0; w < nw; ++w) {
+    uint64_t bits = candidates(w);
+    const auto count = static_cast<uint64_t>(std::popcount(bits));
+    if (rank >= count) {
+      rank -= count;
+      continue;
+    }
+    for (; rank > 0; --rank) bits &= bits - 1;
+    start = static_cast<uint32_t>(w * 64 + std::countr_zero(bits));
+    break;
+  }
   const size_t w0 = start >> 6;
   const uint64_t low_mask = (uint64_t{1} << (start & 63)) - 1;
   uint32_t best_avail = UINT32_MAX;
   ChunkIndex best = none;
   for (size_t k = 0; k <= nw; ++k) {
     const size_t w = (w0 + k) % nw;
-    uint64_t bits = want_words[w] & has[w] & ~refused[w];
-    // A source holds repeats back; a receiver peer that holds the chunk passes it on instead.
-    if (p.source) bits &= ~receiver_held[w];
+    uint64_t bits = candidates(w);
     if (k == 0) bits &= ~low_mask;
     if (k == nw) bits &= low_mask;
     while (bits != 0) {
