@@ -113,6 +113,27 @@ TEST(SourceRole, AReceiverHaveTurnsTheSourceAway) {
   EXPECT_EQ(s.receiver_holders(other), 1u);
 }
 
+TEST(SourceRole, PicksFromAContiguousPartAreSpreadOverIt) {
+  // A rank's part is one range of the version's chunks. Nodes drawing their start among all
+  // chunk indices asked mostly for the range's first chunk (3/4 of them here); drawn among
+  // the candidates, no chunk of the 16 gets much more than its 1/16.
+  const uint32_t n = 64;
+  ChunkSet part(n);
+  for (uint32_t c = 48; c < n; ++c) part.Insert(ChunkIndex(c));
+  std::vector<int> picked(n, 0);
+  const int nodes = 320;
+  for (int seed = 1; seed <= nodes; ++seed) {
+    SchedulerOptions o = OneRequestAtATime(n);
+    o.seed = static_cast<uint64_t>(seed);
+    Scheduler s = Make(o);
+    std::vector<Action> a = Copy(s.OnPeerConnected(t0, PeerId(1), part, PeerRole::kSource));
+    ASSERT_EQ(a.size(), 1u);
+    ASSERT_TRUE(part.Contains(a[0].chunk));
+    ++picked[a[0].chunk.value()];
+  }
+  EXPECT_LE(*std::max_element(picked.begin(), picked.end()), 3 * nodes / 16);
+}
+
 // A whole swarm: `seeds` part seeds (each holds one contiguous range of the chunks, spreads
 // first and holds repeats back) and `receivers` receivers, everyone connected to everyone,
 // messages delivered in order, the clock advancing a millisecond a message (so the sources'
