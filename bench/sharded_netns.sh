@@ -8,7 +8,11 @@
 # its link sent, TCP/IP headers included) as a multiple of S.
 #
 #   sudo bash bench/sharded_netns.sh [--wc PATH] [--world W] [--agents N] [--rate R] [--size S]
+#                                    [--keep DIR]
 #     defaults: --world 4 --agents 12 --rate 100mbit --size 1GiB
+#     --keep DIR: copy every node's log into DIR at the end (with WEIGHTCAST_SWARM_TRACE=MS in
+#     the environment the nodes log their rates and scheduler state every MS ms; summarised by
+#     bench/cluster/sharded_trace.py DIR)
 # Hosts: 0..W-1 are the sources (host 0 also runs the coordinator), W..W+N-1 the agents.
 # Everything runs under `timeout`; namespaces, processes and data are removed on every exit.
 # Output: progress on stderr; the last line of stdout is one JSON object with the figures.
@@ -20,7 +24,7 @@ root=$(cd "$here/.." && pwd)
 source "$here/cluster/netns.sh"
 
 WC=$root/build/release/src/cli/weightcast
-WORLD=4 AGENTS=12 RATE=100mbit SIZE=1GiB
+WORLD=4 AGENTS=12 RATE=100mbit SIZE=1GiB KEEP=
 while [[ $# -gt 0 ]]; do
   case $1 in
     --wc) WC=$2; shift 2 ;;
@@ -28,7 +32,8 @@ while [[ $# -gt 0 ]]; do
     --agents) AGENTS=$2; shift 2 ;;
     --rate) RATE=$2; shift 2 ;;
     --size) SIZE=$2; shift 2 ;;
-    *) sed -n '2,15p' "$0" >&2; exit 2 ;;
+    --keep) KEEP=$2; shift 2 ;;
+    *) sed -n '2,19p' "$0" >&2; exit 2 ;;
   esac
 done
 [[ $(id -u) == 0 ]] || { echo "needs root (network namespaces)" >&2; exit 77; }
@@ -51,6 +56,7 @@ cleanup() {
   sleep 0.5
   for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
   cluster_down "$ID" >/dev/null 2>&1
+  if [[ -n $KEEP ]]; then mkdir -p "$KEEP" && cp "$W"/*.log "$W"/*.t0 "$KEEP"/ 2>/dev/null; fi
   rm -rf "$W"
 }
 trap cleanup EXIT
@@ -107,6 +113,7 @@ run() {
   sleep 3  # every agent registered before the clock starts
   for ((i = 0; i < WORLD; i++)); do before[i]=$(tx "$i"); done
   t0=$(date +%s.%N)
+  echo "$t0" >"$W/$name.t0"
   if [[ $name == sharded ]]; then
     for ((i = 0; i < WORLD; i++)); do
       cluster_exec "$ID" "$i" timeout "$LIMIT" "$WC" publish --coordinator "$COORD" \

@@ -24,7 +24,8 @@ enum class MessageType : uint8_t {
   kEcho = 5,         // answered with kEcho: wakes a reader of the client's own connection
   // Swarm messages between peers (swarm_node.h). `code` of kHave is HaveFlags; of kRequest,
   // kCancel and kReject a PayloadKind.
-  kSwarmHave = 6,  // version, chunk: chunk count, code: kHaveFetchingPayloads | kHaveSkipHeld,
+  kSwarmHave = 6,  // version, chunk: chunk count, code: kHaveFetchingPayloads | kHaveSkipHeld
+                   // | kHaveSource,
                    // blob: whole-chunk bitset then payload bitset, (count + 7) / 8 bytes each
   kHave = 7,       // version, chunk, code: HaveFlags of what the sender now holds
   kRequest = 8,    // version, chunk, code: the PayloadKind wanted
@@ -41,6 +42,10 @@ inline constexpr uint8_t kHaveFetchingPayloads = 1;
 // kSwarmHave code: the sender needs no kHave for chunks it already holds (every node but a
 // source, whose EveryChunkReplicated counts them; a node that does not set it gets them all).
 inline constexpr uint8_t kHaveSkipHeld = 2;
+// kSwarmHave code: the sender seeds this version (a publisher, or a rank seeding its part): it
+// holds repeats back, so a receiver asks it only for chunks none of its receiver peers holds
+// (swarm::PeerRole::kSource).
+inline constexpr uint8_t kHaveSource = 4;
 
 inline constexpr uint32_t kNoChunk = 0xffffffffu;
 // Bounds a message so a peer cannot make us allocate without limit (manifests are far smaller).

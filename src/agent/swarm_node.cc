@@ -120,6 +120,7 @@ struct SwarmNode::Impl {
     Version remote_version;
     bool remote_fetching_payloads = false;
     bool remote_skips_held = false;  // it needs no HAVEs for chunks it holds (kHaveSkipHeld)
+    bool remote_source = false;      // it seeds the version (kHaveSource)
     std::vector<bool> remote_whole, remote_payload;
     uint64_t registered_epoch = 0;  // epoch of the scheduler it was registered with (0: none)
   };
@@ -641,6 +642,7 @@ struct SwarmNode::Impl {
         p.remote_version = v;
         p.remote_fetching_payloads = (m.code & kHaveFetchingPayloads) != 0;
         p.remote_skips_held = (m.code & kHaveSkipHeld) != 0;
+        p.remote_source = (m.code & kHaveSource) != 0;
         p.remote_whole = std::move(whole).value();
         p.remote_payload = std::move(payload).value();
         Register(p);
@@ -711,7 +713,8 @@ struct SwarmNode::Impl {
       if (bits[i]) has.Insert(ChunkIndex(i));
     }
     p.registered_epoch = target_.data->epoch;
-    Execute(target_.scheduler->OnPeerConnected(Now(), p.id, has));
+    Execute(target_.scheduler->OnPeerConnected(
+        Now(), p.id, has, p.remote_source ? swarm::PeerRole::kSource : swarm::PeerRole::kReceiver));
   }
 
   void SendHaveSet(Peer& p) {
@@ -721,7 +724,7 @@ struct SwarmNode::Impl {
               .chunk = ChunkCount(),
               .code = static_cast<uint8_t>(
                   (target_.data->delta && !target_.complete ? kHaveFetchingPayloads : 0) |
-                  (target_.source ? 0 : kHaveSkipHeld))};
+                  (target_.source ? kHaveSource : kHaveSkipHeld))};
     m.blob = PackBits(target_.whole);
     std::vector<uint8_t> payload = PackBits(target_.payload);
     m.blob.insert(m.blob.end(), payload.begin(), payload.end());

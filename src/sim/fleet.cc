@@ -123,8 +123,14 @@ class Fleet {
 void Fleet::Connect(double now, uint32_t a, uint32_t b) {
   SetLink(a, b, true);
   SetLink(b, a, true);
-  Apply(now, a, nodes_[a].sched->OnPeerConnected(ToTime(now), ToPeer(b), nodes_[b].sched->have()));
-  Apply(now, b, nodes_[b].sched->OnPeerConnected(ToTime(now), ToPeer(a), nodes_[a].sched->have()));
+  // Node 0 is the source (spread_first); the others are receivers.
+  auto role = [](uint32_t i) {
+    return i == 0 ? swarm::PeerRole::kSource : swarm::PeerRole::kReceiver;
+  };
+  Apply(now, a,
+        nodes_[a].sched->OnPeerConnected(ToTime(now), ToPeer(b), nodes_[b].sched->have(), role(b)));
+  Apply(now, b,
+        nodes_[b].sched->OnPeerConnected(ToTime(now), ToPeer(a), nodes_[a].sched->have(), role(a)));
 }
 
 void Fleet::Apply(double now, uint32_t i, std::span<const Action> actions) {

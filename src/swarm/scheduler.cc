@@ -1,6 +1,7 @@
 #include "swarm/scheduler.h"
 
 #include <algorithm>
+#include <bit>
 #include <string>
 
 namespace weightcast::swarm {
@@ -75,6 +76,8 @@ Scheduler::Scheduler(SchedulerOptions options)
       need_(n_),
       need_unrequested_(n_),
       availability_(n_, 0),
+      receiver_holders_(n_, 0),
+      receiver_held_(n_),
       request_count_(n_, 0),
       sent_count_(n_, 0),
       rng_(options_.seed) {
@@ -171,18 +174,43 @@ ChunkIndex Scheduler::Pick(Peer& p, bool endgame) {
   const std::vector<uint64_t>& want_words = endgame ? need_.words() : need_unrequested_.words();
   const std::vector<uint64_t>& has = p.has.words();
   const std::vector<uint64_t>& refused = p.refused.words();
+  const std::vector<uint64_t>& receiver_held = receiver_held_.words();
   const size_t nw = want_words.size();
   if (nw == 0) return none;
-  // Random tie-break: scan from a random bit, wrapping around, and keep the first chunk of the
-  // lowest availability. Two nodes looking at the same candidates start at different places.
-  const uint32_t start = static_cast<uint32_t>(rng_() % n_);
+  auto candidates = [&](size_t w) {
+    uint64_t bits = want_words[w] & has[w] & ~refused[w];
+    // A source holds repeats back; a receiver peer that holds the chunk passes it on instead.
+    if (p.source) bits &= ~receiver_held[w];
+    return bits;
+  };
+  // Random tie-break: scan from a random candidate, wrapping around, and keep the first chunk of
+  // the lowest availability. Two nodes looking at the same candidates start at different places.
+  // The start is drawn among the candidates, not among all chunk indices: a peer holding one
+  // contiguous range (a rank seeding its part) would otherwise be asked for the first chunk of
+  // its range by every node whose start fell outside it, and all but one of them refused.
+  uint64_t total = 0;
+  for (size_t w = 0; w < nw; ++w) total += static_cast<uint64_t>(std::popcount(candidates(w)));
+  if (total == 0) return none;
+  uint64_t rank = rng_() % total;
+  uint32_t start = 0;
+  for (size_t w = 0; w < nw; ++w) {
+    uint64_t bits = candidates(w);
+    const auto count = static_cast<uint64_t>(std::popcount(bits));
+    if (rank >= count) {
+      rank -= count;
+      continue;
+    }
+    for (; rank > 0; --rank) bits &= bits - 1;
+    start = static_cast<uint32_t>(w * 64 + std::countr_zero(bits));
+    break;
+  }
   const size_t w0 = start >> 6;
   const uint64_t low_mask = (uint64_t{1} << (start & 63)) - 1;
   uint32_t best_avail = UINT32_MAX;
   ChunkIndex best = none;
   for (size_t k = 0; k <= nw; ++k) {
     const size_t w = (w0 + k) % nw;
-    uint64_t bits = want_words[w] & has[w] & ~refused[w];
+    uint64_t bits = candidates(w);
     if (k == 0) bits &= ~low_mask;
     if (k == nw) bits &= low_mask;
     while (bits != 0) {
@@ -224,12 +252,24 @@ void Scheduler::FillAll(Time now) {
   }
 }
 
+void Scheduler::CountHolder(const Peer& p, uint32_t c, int delta) {
+  availability_[c] += static_cast<uint32_t>(delta);
+  if (p.source) return;
+  uint32_t& holders = receiver_holders_[c];
+  holders += static_cast<uint32_t>(delta);
+  if (holders == 0) {
+    receiver_held_.Erase(ChunkIndex(c));
+  } else {
+    receiver_held_.Insert(ChunkIndex(c));
+  }
+}
+
 void Scheduler::ForgetPeer(Time /*now*/, Peer& p) {
   const std::vector<uint64_t>& words = p.has.words();
   for (size_t w = 0; w < words.size(); ++w) {
     uint64_t bits = words[w];
     while (bits != 0) {
-      --availability_[w * 64 + std::countr_zero(bits)];
+      CountHolder(p, static_cast<uint32_t>(w * 64 + std::countr_zero(bits)), -1);
       bits &= bits - 1;
     }
   }
@@ -245,6 +285,7 @@ void Scheduler::ForgetPeer(Time /*now*/, Peer& p) {
     --live_peers_;
   }
   p.live = false;
+  p.source = false;
   p.has = ChunkSet();
   p.refused = ChunkSet();
   p.held_since.clear();
@@ -258,7 +299,8 @@ void Scheduler::DropPeer(Time now, Peer& p, DropReason reason) {
   MaybeRequestPeers(id);
 }
 
-std::span<const Action> Scheduler::OnPeerConnected(Time now, PeerId peer, const ChunkSet& has) {
+std::span<const Action> Scheduler::OnPeerConnected(Time now, PeerId peer, const ChunkSet& has,
+                                                   PeerRole role) {
   actions_.clear();
   if (Peer* old = FindPeer(peer)) ForgetPeer(now, *old);  // a reconnect replaces the old view
   uint32_t slot;
@@ -273,6 +315,7 @@ std::span<const Action> Scheduler::OnPeerConnected(Time now, PeerId peer, const 
   Peer& p = peers_[slot];
   p.id = peer;
   p.live = true;
+  p.source = role == PeerRole::kSource;
   p.has = has.size() == n_ ? has : ChunkSet(n_);
   p.refused = ChunkSet(n_);
   p.held_since.clear();
@@ -290,7 +333,7 @@ std::span<const Action> Scheduler::OnPeerConnected(Time now, PeerId peer, const 
   for (size_t w = 0; w < words.size(); ++w) {
     uint64_t bits = words[w];
     while (bits != 0) {
-      ++availability_[w * 64 + std::countr_zero(bits)];
+      CountHolder(p, static_cast<uint32_t>(w * 64 + std::countr_zero(bits)), +1);
       bits &= bits - 1;
     }
   }
@@ -318,7 +361,7 @@ std::span<const Action> Scheduler::OnHave(Time now, PeerId peer, ChunkIndex chun
     FillAll(now);
     return Flush();
   }
-  if (p->has.Insert(chunk)) ++availability_[chunk.value()];
+  if (p->has.Insert(chunk)) CountHolder(*p, chunk.value(), +1);
   if (Needed(chunk) && p->inflight.size() < p->window) Fill(now, *p);
   return Flush();
 }

@@ -48,6 +48,15 @@ enum class ActionKind : uint8_t {
 };
 std::string_view ActionKindName(ActionKind kind);
 
+// What a connected peer is to this node. A source (a spreading seed: a whole-version publisher,
+// or a rank seeding its part) serves each chunk once and holds repeats back (spread_first), so
+// a node does not ask a source for a chunk one of its receiver peers holds: it gets it there,
+// and the source's upload stays the fleet's only copy of what nobody else has.
+enum class PeerRole : uint8_t {
+  kReceiver = 0,
+  kSource,
+};
+
 struct Action {
   ActionKind kind;
   PeerId peer;
@@ -122,7 +131,8 @@ class Scheduler {
  public:
   static Result<Scheduler> Create(SchedulerOptions options);
 
-  std::span<const Action> OnPeerConnected(Time now, PeerId peer, const ChunkSet& peer_has);
+  std::span<const Action> OnPeerConnected(Time now, PeerId peer, const ChunkSet& peer_has,
+                                          PeerRole role = PeerRole::kReceiver);
   std::span<const Action> OnPeerDisconnected(Time now, PeerId peer);
   // `peer` announces it holds a verified `chunk`.
   std::span<const Action> OnHave(Time now, PeerId peer, ChunkIndex chunk);
@@ -153,6 +163,9 @@ class Scheduler {
   Duration last_fetch_time() const { return last_fetch_time_; }
   // How many connected peers hold `chunk` (what rarest-first ranks by).
   uint32_t availability(ChunkIndex chunk) const { return availability_[chunk.value()]; }
+  // How many connected receiver peers (PeerRole::kReceiver) hold `chunk`: while any does, the
+  // chunk is not asked of a source.
+  uint32_t receiver_holders(ChunkIndex chunk) const { return receiver_holders_[chunk.value()]; }
   // How many times this node started uploading `chunk`.
   uint32_t times_sent(ChunkIndex chunk) const { return sent_count_[chunk.value()]; }
   size_t outstanding_requests() const { return outstanding_; }
@@ -175,6 +188,7 @@ class Scheduler {
   struct Peer {
     PeerId id;
     bool live = false;
+    bool source = false;  // PeerRole::kSource
     ChunkSet has;
     ChunkSet refused;
     Time refused_until{0};
@@ -211,8 +225,11 @@ class Scheduler {
   // Fills every peer's window, starting at a random peer so no peer is always first.
   void FillAll(Time now);
   // Picks a chunk `p` has that we still need and may ask it for; ChunkIndex(chunk_count) if none.
+  // Of a source, only chunks no receiver peer holds.
   ChunkIndex Pick(Peer& p, bool endgame);
   void ForgetPeer(Time now, Peer& p);
+  // Counts `p`'s holding of `c` (delta +1 or -1) in availability_ and receiver_holders_.
+  void CountHolder(const Peer& p, uint32_t c, int delta);
   void DropPeer(Time now, Peer& p, DropReason reason);
   void UpdateEndgame();
   // Adaptive window: records a delivery from `p` of a request sent at `sent`, resizes its window.
@@ -235,7 +252,9 @@ class Scheduler {
   bool in_endgame_ = false;
   bool complete_emitted_ = false;
   std::vector<uint32_t> availability_;
-  std::vector<uint8_t> request_count_;  // outstanding requests per chunk
+  std::vector<uint32_t> receiver_holders_;  // availability_ counting receiver peers only
+  ChunkSet receiver_held_;                  // the chunks with receiver_holders_ > 0
+  std::vector<uint8_t> request_count_;      // outstanding requests per chunk
   size_t outstanding_ = 0;
   std::vector<Peer> peers_;
   std::vector<uint32_t> free_slots_;
