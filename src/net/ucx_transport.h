@@ -12,10 +12,7 @@
 // the frame's keep_alive (net/ucx_registration_cache.h), so a chunk sent to many peers is
 // registered once. The same HMAC handshake as TCP runs first; no frame other than the
 // handshake's is accepted or served before it succeeds.
-//
-// UCX settings come from the environment (UCX_*), read at Create; for the few whose UCX default
-// is slow for weightcast's traffic (docs/transport_ucx.md, "Defaults") weightcast sets its own
-// value when the environment does not name the variable.
+
 //
 // Built only when CMake found UCX (WEIGHTCAST_UCX); otherwise Create says so and Built() is
 // false. UCX types stay inside src/net/ucx/: this header is cheap to include.

@@ -30,7 +30,6 @@
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -66,10 +65,6 @@ constexpr uint64_t kMaxReorderWindow = 1u << 16;
 constexpr size_t kRegisterMinBytes = 256u << 10;
 // The send registrations kept for reuse (docs/transport_ucx.md): on RDMA every registered page
 // is pinned, so this is the memory a node pins for sending, beyond the sends in flight.
-// weightcast's defaults for UCX settings (names without the UCX_ prefix), applied when the
-// environment does not set the variable; docs/transport_ucx.md, "Defaults", says why each.
-// WEIGHTCAST_UCX_NO_DEFAULTS=1 leaves them all at UCX's (for comparisons: bench/ucx_transport.sh).
-constexpr std::array<std::pair<const char*, const char*>, 0> kUcxDefaults{};
 constexpr UcxRegistrationCache::Limits kSendCacheLimits{.max_entries = 256,
                                                         .max_bytes = size_t{512} << 20};
 
@@ -265,7 +260,6 @@ class Core : public std::enable_shared_from_this<Core> {
     ucp_config_t* config = nullptr;
     ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
     if (s != UCS_OK) return Unavailable("ucx: reading the UCX configuration: " + UcsError(s));
-    ApplyWeightcastDefaults(config);
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
     params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
@@ -541,18 +535,6 @@ class Core : public std::enable_shared_from_this<Core> {
   }
 
  private:
-  // Where weightcast's UCX defaults differ from UCX's (docs/transport_ucx.md, "Defaults"): set
-  // only for a variable the environment does not name, so UCX_* still decides.
-  static void ApplyWeightcastDefaults(ucp_config_t* config) {
-    const char* off = std::getenv("WEIGHTCAST_UCX_NO_DEFAULTS");
-    if (off != nullptr && std::string_view(off) == "1") return;
-    for (const auto& [name, value] : kUcxDefaults) {
-      if (std::getenv(("UCX_" + std::string(name)).c_str()) != nullptr) continue;
-      // A name this UCX does not know (another version) keeps UCX's own default.
-      [[maybe_unused]] ucs_status_t s = ucp_config_modify(config, name, value);
-    }
-  }
-
   // ucp_mem_map of existing memory; null (and counted) when UCX refuses, e.g. a protection the
   // memory does not allow.
   ucp_mem_h Map(void* start, size_t length, unsigned prot) {

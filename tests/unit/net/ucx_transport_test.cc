@@ -141,10 +141,10 @@ TEST_P(UcxTransportTest, LargeChunksTravelThroughRegisteredMemory) {
   auto small = std::make_shared<std::vector<uint8_t>>(Pattern(4096, 3));
   std::thread sender([&] {
     for (uint32_t i = 0; i < 8; ++i) {
-      ASSERT_TRUE(p.client
-                      ->SendChunk({.chunk_index = i}, whole.subspan((i % 2) * kChunk, kChunk),
-                                  mapping, 10s)
-                      .ok());
+      ASSERT_TRUE(
+          p.client
+              ->SendChunk({.chunk_index = i}, whole.subspan((i % 2) * kChunk, kChunk), mapping, 10s)
+              .ok());
     }
     ASSERT_TRUE(p.client->SendChunk({.chunk_index = 8}, *small, small, 10s).ok());
     ASSERT_TRUE(p.client->Flush(10s).ok());
