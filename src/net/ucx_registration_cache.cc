@@ -38,7 +38,9 @@ UcxRegistrationCache::Lease UcxRegistrationCache::Acquire(const std::shared_ptr<
     }
   }
   const size_t length = end - begin;
-  Handle handle = register_(reinterpret_cast<const void*>(begin), length);
+  // The aligned start as a pointer derived from `data` (not from the integer).
+  const uint8_t* start = static_cast<const uint8_t*>(data) - (address - begin);
+  Handle handle = register_(start, length);
   if (handle == nullptr) {
     ++counters_.failures;
     return {};

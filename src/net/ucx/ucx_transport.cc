@@ -747,7 +747,7 @@ class Core : public std::enable_shared_from_this<Core> {
   }
 
   // Fails the connection from the progress thread and closes its endpoint.
-  void Fail(Conn& conn, Status why, bool log) {
+  void Fail(Conn& conn, const Status& why, bool log) {
     if (conn.FailShared(why) && log) {
       Log("ucx: connection " + (conn.peer.address.empty() ? conn.address : conn.peer.address) +
           ": " + why.ToString());
@@ -850,7 +850,7 @@ class Core : public std::enable_shared_from_this<Core> {
         ucp_am_send_nbx(data ? conn.data_ep : conn.ep, kAmId, op->head.data(), op->head_size,
                         op->frame.payload.data(), op->frame.payload.size(), &rp);
     if (UCS_PTR_IS_PTR(r)) {
-      op.release();  // owned by the request now; OnSendDoneThunk takes it back
+      (void)op.release();  // owned by the request now; OnSendDoneThunk takes it back
       return;
     }
     SendDone(std::move(op), UCS_PTR_STATUS(r));
@@ -982,7 +982,7 @@ class Core : public std::enable_shared_from_this<Core> {
       }
       ucs_status_ptr_t r = ucp_am_recv_data_nbx(worker_, desc, into, length, &rp);
       if (UCS_PTR_IS_PTR(r)) {
-        op.release();
+        (void)op.release();  // owned by the request now; OnRecvDoneThunk takes it back
         continue;
       }
       RecvDone(std::move(op), UCS_PTR_STATUS(r));
