@@ -6,6 +6,8 @@
 #      tcp only for the connection's wireup), `weightcast net send/recv --transport ucx`;
 #   3. the TCP transport on loopback (--transport tcp);
 #   4. UCX over its tcp transport on loopback (UCX_TLS=tcp);
+#   4b. UCX's own ceiling there: ucx_perftest ucp_am_bw (the AM path weightcast uses) and tag_bw,
+#      4 MiB messages, UCX_TLS=tcp on 127.0.0.1 (skipped when ucx-utils is not installed);
 #   each of 2-4 next to iperf3 on loopback in the same invocation (bench/p2p_vs_iperf3.sh);
 #   5. with root: UCX over tcp and the TCP transport on a netns veth pair shaped to 1 Gbit/s
 #      (198.18.0.0/24), each next to iperf3 on that link (bench/p2p_netns.sh).
@@ -34,8 +36,23 @@ for ((i = 0; i < RUNS; i++)); do
   WC_TRANSPORT=tcp bash "$here/p2p_vs_iperf3.sh" "$WC" "$BYTES" 1 | tail -n 1 >>"$tmp/tcp"
   PORT_UCX=$((PORT_UCX + 8)) WC_TRANSPORT=ucx UCX_TLS=tcp bash "$here/p2p_vs_iperf3.sh" "$WC" "$BYTES" 1 \
     | tail -n 1 >>"$tmp/ucx_tcp"
+  if command -v ucx_perftest >/dev/null; then
+    for t in ucp_am_bw tag_bw; do
+      p=$((47500 + 16 * i)); [[ $t == tag_bw ]] && p=$((p + 1))
+      UCX_TLS=tcp timeout 60 ucx_perftest -p "$p" >/dev/null 2>&1 &
+      srv=$!
+      sleep 1
+      # The last line: "Final: iters lat_50% lat_avg lat_all bw_avg bw_all ...", bandwidth in MiB/s.
+      UCX_TLS=tcp timeout 60 ucx_perftest 127.0.0.1 -p "$p" -t "$t" -s 4194304 -n 500 -w 20 2>/dev/null \
+        | awk -v t="$t" '/Final/ {printf "{\"test\": \"%s\", \"gbit_per_s\": %.3f}\n", t, $7 * 8 * 1.048576 / 1000}' \
+        >>"$tmp/perftest_$t" || true
+      wait "$srv" || true
+    done
+  fi
   echo "round $i: memcpy $(tail -n 1 "$tmp/memcpy" | cut -c1-120)" >&2
-  for f in ucx_shm tcp ucx_tcp; do echo "  $f: $(tail -n 1 "$tmp/$f" | cut -c1-200)" >&2; done
+  for f in ucx_shm tcp ucx_tcp perftest_ucp_am_bw perftest_tag_bw; do
+    if [[ -f $tmp/$f ]]; then echo "  $f: $(tail -n 1 "$tmp/$f" | cut -c1-200)" >&2; fi
+  done
 done
 netns=0
 if [[ $(id -u) -eq 0 ]]; then
@@ -55,6 +72,8 @@ def rows(name):
 def last(name):
     return json.loads(open(os.path.join(tmp, name)).read().strip().splitlines()[-1])
 mem, shm, tcp, utcp = rows("memcpy"), rows("ucx_shm"), rows("tcp"), rows("ucx_tcp")
+pt = lambda t: rows("perftest_" + t) if os.path.exists(os.path.join(tmp, "perftest_" + t)) else []
+am, tag = pt("ucp_am_bw"), pt("tag_bw")
 g = lambda r: r["weightcast_gbit_per_s"]
 med = lambda v: round(statistics.median(v), 3)
 per_round = [{"memcpy": round(m["gbit_per_s"], 3), "ucx_shm": g(s), "tcp_transport": g(t),
@@ -76,6 +95,12 @@ out = {
     "tcp_transport_cpu_s_per_gb_median": med([t["weightcast_cpu_s_per_gb"] for t in tcp]),
     "per_round": per_round,
 }
+# UCX's own ceiling on loopback tcp, each next to the iperf3 run of the UCX-tcp round it ran in.
+for name, res in (("ucx_perftest_am", am), ("ucx_perftest_tag", tag)):
+    if len(res) == len(utcp) and res:
+        out[name + "_gbit_per_s_median"] = med([r["gbit_per_s"] for r in res])
+        out[name + "_vs_iperf3_median"] = med(
+            [r["gbit_per_s"] / u["iperf3_gbit_per_s"] for r, u in zip(res, utcp)])
 if netns:
     nu, nt = last("netns_ucx.log"), last("netns_tcp.log")
     out.update({

@@ -21,6 +21,7 @@ Result<std::unique_ptr<Transport>> UcxTransport::Create(Options, UcxOptions) {
   return FailedPrecondition(
       "this weightcast was built without UCX (WEIGHTCAST_UCX=OFF or no libucx-dev)");
 }
+std::optional<UcxMemoryStats> UcxTransport::MemoryStats(const Transport&) { return std::nullopt; }
 #endif
 
 namespace {

@@ -12,6 +12,10 @@
 // ucp_am_recv_data_nbx straight into the frame's body. When the connection's receive queue is
 // full a rendezvous descriptor is kept unreceived (the sender's request stays pending), which is
 // this transport's flow control. Frames are handed to Receive in sequence order.
+//
+// Registered memory (docs/transport_ucx.md, "Registered memory"): a rendezvous receive maps the
+// frame's buffer (ucp_mem_map) for the time of the receive and passes the handle; a large send
+// passes the handle of a cached registration of its region (net/ucx_registration_cache.h).
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
@@ -22,6 +26,7 @@
 #include <ucp/api/ucp.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
@@ -39,6 +44,7 @@
 #include <vector>
 
 #include "net/ucx_message.h"
+#include "net/ucx_registration_cache.h"
 #include "net/ucx_transport.h"
 
 namespace weightcast::net {
@@ -53,6 +59,14 @@ constexpr size_t kMaxWorkerAddressBytes = 64 << 10;
 constexpr auto kTickPeriod = std::chrono::milliseconds(20);
 // Sequence numbers further ahead of the next one to deliver than this are a broken peer.
 constexpr uint64_t kMaxReorderWindow = 1u << 16;
+// Payloads from this size on are sent and received under a ucp_mem_map handle: they go by
+// rendezvous (or zero-copy) on every UCX transport, where a registration is what UCX would make
+// anyway. Smaller ones are copied into UCX's own registered buffers.
+constexpr size_t kRegisterMinBytes = 256u << 10;
+// The send registrations kept for reuse (docs/transport_ucx.md): on RDMA every registered page
+// is pinned, so this is the memory a node pins for sending, beyond the sends in flight.
+constexpr UcxRegistrationCache::Limits kSendCacheLimits{.max_entries = 256,
+                                                        .max_bytes = size_t{512} << 20};
 
 std::string UcsError(ucs_status_t status) { return ucs_status_string(status); }
 
@@ -216,6 +230,7 @@ struct SendOp {
   size_t head_size = 0;
   bool control = false;
   bool counted = true;  // holds send-queue room taken by Send (pings and handshake frames do not)
+  UcxRegistrationCache::Lease lease;  // the payload's registration, while in flight
 };
 
 // A rendezvous receive in flight owns the frame's buffer, so that a connection killed meanwhile
@@ -224,6 +239,7 @@ struct RecvOp {
   std::shared_ptr<Conn> conn;
   uint64_t seq = 0;
   Bytes body;
+  ucp_mem_h memh = nullptr;  // the body's registration for this receive (null: none)
 };
 
 class Core : public std::enable_shared_from_this<Core> {
@@ -234,6 +250,8 @@ class Core : public std::enable_shared_from_this<Core> {
     Stop();
     if (worker_address_ != nullptr) ucp_worker_release_address(worker_, worker_address_);
     if (worker_ != nullptr) ucp_worker_destroy(worker_);
+    // After the worker: no request may still use a cached registration.
+    send_cache_.reset();
     if (context_ != nullptr) ucp_cleanup(context_);
     if (wake_fd_ >= 0) ::close(wake_fd_);
   }
@@ -249,6 +267,15 @@ class Core : public std::enable_shared_from_this<Core> {
     s = ucp_init(&params, config, &context_);
     ucp_config_release(config);
     if (s != UCS_OK) return Unavailable("ucx: ucp_init failed: " + UcsError(s));
+    send_cache_ = std::make_unique<UcxRegistrationCache>(
+        kSendCacheLimits,
+        [this](const void* start, size_t length) -> UcxRegistrationCache::Handle {
+          return Map(const_cast<void*>(start), length,
+                     UCP_MEM_MAP_PROT_LOCAL_READ | UCP_MEM_MAP_PROT_REMOTE_READ);
+        },
+        [this](UcxRegistrationCache::Handle handle) {
+          ucp_mem_unmap(context_, static_cast<ucp_mem_h>(handle));
+        });
     ucp_worker_params_t wp{};
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
     wp.thread_mode = UCS_THREAD_MODE_SINGLE;
@@ -293,6 +320,16 @@ class Core : public std::enable_shared_from_this<Core> {
 
   const Options& options() const { return options_; }
   TransportStats stats() const { return {bytes_received_.load(), bytes_sent_.load()}; }
+  UcxMemoryStats memory_stats() const {
+    return {.bytes_sent_registered = bytes_sent_registered_.load(),
+            .bytes_received_registered = bytes_received_registered_.load(),
+            .send_registrations = send_registrations_.load(),
+            .send_registration_hits = send_registration_hits_.load(),
+            .receive_registrations = receive_registrations_.load(),
+            .registration_failures = registration_failures_.load(),
+            .cached_registrations = cached_registrations_.load(),
+            .cached_registered_bytes = cached_registered_bytes_.load()};
+  }
 
   // Runs `fn` on the progress thread (soon; never inline).
   void Post(std::function<void()> fn) {
@@ -498,6 +535,31 @@ class Core : public std::enable_shared_from_this<Core> {
   }
 
  private:
+  // ucp_mem_map of existing memory; null (and counted) when UCX refuses, e.g. a protection the
+  // memory does not allow.
+  ucp_mem_h Map(void* start, size_t length, unsigned prot) {
+    ucp_mem_map_params_t mp{};
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                    UCP_MEM_MAP_PARAM_FIELD_PROT;
+    mp.address = start;
+    mp.length = length;
+    mp.prot = prot;
+    ucp_mem_h memh = nullptr;
+    if (ucp_mem_map(context_, &mp, &memh) != UCS_OK) {
+      ++registration_failures_;
+      return nullptr;
+    }
+    return memh;
+  }
+
+  void PublishCacheCounters() {
+    const UcxRegistrationCache::Counters c = send_cache_->counters();
+    send_registrations_ = c.registrations;
+    send_registration_hits_ = c.hits;
+    cached_registrations_ = c.entries;
+    cached_registered_bytes_ = c.bytes;
+  }
+
   void Wake() {
     const uint64_t one = 1;
     [[maybe_unused]] ssize_t n = ::write(wake_fd_, &one, sizeof(one));
@@ -685,7 +747,7 @@ class Core : public std::enable_shared_from_this<Core> {
   }
 
   // Fails the connection from the progress thread and closes its endpoint.
-  void Fail(Conn& conn, Status why, bool log) {
+  void Fail(Conn& conn, const Status& why, bool log) {
     if (conn.FailShared(why) && log) {
       Log("ucx: connection " + (conn.peer.address.empty() ? conn.address : conn.peer.address) +
           ": " + why.ToString());
@@ -775,11 +837,20 @@ class Core : public std::enable_shared_from_this<Core> {
     rp.cb.send = &Core::OnSendDoneThunk;
     rp.flags = data ? 0 : UCP_AM_SEND_FLAG_REPLY;
     rp.user_data = op.get();
+    if (op->frame.payload.size() >= kRegisterMinBytes) {
+      op->lease = send_cache_->Acquire(op->frame.keep_alive, op->frame.payload.data(),
+                                       op->frame.payload.size());
+      PublishCacheCounters();
+      if (op->lease.handle != nullptr) {
+        rp.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+        rp.memh = static_cast<ucp_mem_h>(op->lease.handle);
+      }
+    }
     ucs_status_ptr_t r =
         ucp_am_send_nbx(data ? conn.data_ep : conn.ep, kAmId, op->head.data(), op->head_size,
                         op->frame.payload.data(), op->frame.payload.size(), &rp);
     if (UCS_PTR_IS_PTR(r)) {
-      op.release();  // owned by the request now; OnSendDoneThunk takes it back
+      (void)op.release();  // owned by the request now; OnSendDoneThunk takes it back
       return;
     }
     SendDone(std::move(op), UCS_PTR_STATUS(r));
@@ -788,6 +859,12 @@ class Core : public std::enable_shared_from_this<Core> {
   void SendDone(std::unique_ptr<SendOp> op, ucs_status_t status) {
     Conn& conn = *op->conn;
     const size_t size = op->frame.wire_size();
+    if (op->lease.handle != nullptr) {
+      // Before keep_alive goes: the cache's invariant (a leased entry's owner lives).
+      send_cache_->Release(op->lease);
+      PublishCacheCounters();
+      if (status == UCS_OK) bytes_sent_registered_ += op->frame.payload.size();
+    }
     if (status == UCS_OK) {
       bytes_sent_ += size;
     } else if (!conn.dead) {
@@ -889,10 +966,23 @@ class Core : public std::enable_shared_from_this<Core> {
       rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
       rp.cb.recv_am = &Core::OnRecvDoneThunk;
       rp.user_data = op.get();
-      ucs_status_ptr_t r = ucp_am_recv_data_nbx(worker_, desc, op->body.data() + slot.prefix,
-                                                size - slot.prefix, &rp);
+      uint8_t* into = op->body.data() + slot.prefix;
+      const size_t length = size - slot.prefix;
+      if (length >= kRegisterMinBytes) {
+        // Registered for this receive only: the buffer becomes the caller's frame afterwards.
+        // UCX's registration cache makes mapping a buffer the allocator hands out again cheap.
+        op->memh = Map(into, length,
+                       UCP_MEM_MAP_PROT_LOCAL_READ | UCP_MEM_MAP_PROT_LOCAL_WRITE |
+                           UCP_MEM_MAP_PROT_REMOTE_READ | UCP_MEM_MAP_PROT_REMOTE_WRITE);
+        if (op->memh != nullptr) {
+          ++receive_registrations_;
+          rp.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+          rp.memh = op->memh;
+        }
+      }
+      ucs_status_ptr_t r = ucp_am_recv_data_nbx(worker_, desc, into, length, &rp);
       if (UCS_PTR_IS_PTR(r)) {
-        op.release();
+        (void)op.release();  // owned by the request now; OnRecvDoneThunk takes it back
         continue;
       }
       RecvDone(std::move(op), UCS_PTR_STATUS(r));
@@ -910,6 +1000,8 @@ class Core : public std::enable_shared_from_this<Core> {
 
   void RecvDone(std::unique_ptr<RecvOp> op, ucs_status_t status) {
     Conn& conn = *op->conn;
+    const bool registered = op->memh != nullptr;
+    if (registered) ucp_mem_unmap(context_, std::exchange(op->memh, nullptr));
     if (conn.dead) return;
     auto it = conn.slots.find(op->seq);
     if (it == conn.slots.end()) return;
@@ -922,6 +1014,7 @@ class Core : public std::enable_shared_from_this<Core> {
     }
     it->second.ready = true;
     bytes_received_ += kFrameHeaderSize + it->second.body.size();
+    if (registered) bytes_received_registered_ += it->second.body.size() - it->second.prefix;
     conn.last_received = Clock::Real().Now();
     Deliver(op->conn);
     FaultTripped();
@@ -1094,7 +1187,12 @@ class Core : public std::enable_shared_from_this<Core> {
   std::vector<std::shared_ptr<ListenerState>> listeners_;
   std::vector<void*> closing_;
   bool fault_logged_ = false;
+  std::unique_ptr<UcxRegistrationCache> send_cache_;  // progress thread (and ~Core)
   std::atomic<uint64_t> bytes_received_{0}, bytes_sent_{0};
+  std::atomic<uint64_t> bytes_sent_registered_{0}, bytes_received_registered_{0};
+  std::atomic<uint64_t> send_registrations_{0}, send_registration_hits_{0};
+  std::atomic<uint64_t> receive_registrations_{0}, registration_failures_{0};
+  std::atomic<uint64_t> cached_registrations_{0}, cached_registered_bytes_{0};
 };
 
 class UcxConnection : public Connection {
@@ -1155,6 +1253,7 @@ class UcxTransportImpl : public Transport {
     return {.name = "ucx", .zero_copy_send = true, .crosses_hosts = true};
   }
   TransportStats stats() const override { return core_->stats(); }
+  UcxMemoryStats memory_stats() const { return core_->memory_stats(); }
   Result<std::unique_ptr<Listener>> Listen(std::string_view address) override {
     std::string bound;
     ASSIGN_OR_RETURN(auto state, core_->Listen(address, &bound));
@@ -1182,6 +1281,12 @@ Result<std::unique_ptr<Transport>> UcxTransport::Create(Options options, UcxOpti
   auto core = std::make_shared<Core>(std::move(options), ucx);
   RETURN_IF_ERROR(core->Start());
   return std::unique_ptr<Transport>(std::make_unique<UcxTransportImpl>(std::move(core)));
+}
+
+std::optional<UcxMemoryStats> UcxTransport::MemoryStats(const Transport& transport) {
+  const auto* ucx = dynamic_cast<const UcxTransportImpl*>(&transport);
+  if (ucx == nullptr) return std::nullopt;
+  return ucx->memory_stats();
 }
 
 }  // namespace weightcast::net
