@@ -1076,7 +1076,13 @@ class Core : public std::enable_shared_from_this<Core> {
       if (frame.type != FrameType::kError) {
         SendNow(conn, Handshake::ErrorFrameFor(reply.status()), false);
       }
-      Fail(*conn, reply.status(), true);
+      // Closed with a flush, not forced: a forced close could drop the error report just
+      // queued, and the refused peer would read a plain hang-up instead of its cause.
+      if (conn->FailShared(reply.status())) {
+        Log("ucx: connection " + (conn->peer.address.empty() ? conn->address : conn->peer.address) +
+            ": " + reply.status().ToString());
+      }
+      Kill(*conn, /*force=*/false);
       return;
     }
     if (reply->has_value()) SendNow(conn, std::move(**reply), false);
