@@ -15,28 +15,13 @@ namespace weightcast::net {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::ConnectedPair;
 using testing::Pattern;
 using testing::TestOptions;
 
-struct Pair {
-  std::unique_ptr<Transport> server_transport, client_transport;
-  std::unique_ptr<Listener> listener;
-  std::unique_ptr<Connection> server, client;
-};
-
-Pair Connect(Options server_opts, Options client_opts) {
-  Pair p;
-  p.server_transport = std::move(TcpTransport::Create(std::move(server_opts))).value();
-  p.client_transport = std::move(TcpTransport::Create(std::move(client_opts))).value();
-  p.listener = std::move(p.server_transport->Listen("127.0.0.1:0")).value();
-  auto c = p.client_transport->Connect(p.listener->address(), 5s);
-  EXPECT_TRUE(c.ok()) << c.status().ToString();
-  if (!c.ok()) return p;
-  p.client = std::move(*c);
-  auto s = p.listener->Accept(5s);
-  EXPECT_TRUE(s.ok()) << s.status().ToString();
-  if (s.ok()) p.server = std::move(*s);
-  return p;
+ConnectedPair Connect(Options server_opts, Options client_opts) {
+  return testing::ConnectPair(std::move(TcpTransport::Create(std::move(server_opts))).value(),
+                              std::move(TcpTransport::Create(std::move(client_opts))).value());
 }
 
 // What a handler was given, in order; waitable.
@@ -78,7 +63,7 @@ struct Collected {
 std::vector<uint8_t> Numbered(uint8_t n) { return std::vector<uint8_t>(16, n); }
 
 TEST(TcpPush, FramesBeforeTheHandlerComeFirstThenTheRestInOrder) {
-  Pair p = Connect(TestOptions(2, nullptr), TestOptions(1, nullptr));
+  ConnectedPair p = Connect(TestOptions(2, nullptr), TestOptions(1, nullptr));
   ASSERT_TRUE(p.server && p.client);
   ASSERT_TRUE(p.server->CanDeliverFrames());
   for (uint8_t i = 0; i < 3; ++i) ASSERT_TRUE(p.client->SendControl(Numbered(i)).ok());
@@ -97,7 +82,7 @@ TEST(TcpPush, FramesBeforeTheHandlerComeFirstThenTheRestInOrder) {
 }
 
 TEST(TcpPush, ASecondHandlerAndReceiveAreRefused) {
-  Pair p = Connect(TestOptions(2, nullptr), TestOptions(1, nullptr));
+  ConnectedPair p = Connect(TestOptions(2, nullptr), TestOptions(1, nullptr));
   ASSERT_TRUE(p.server && p.client);
   Collected got;
   ASSERT_TRUE(p.server->DeliverFrames(got.Handler()));
@@ -109,7 +94,7 @@ TEST(TcpPush, ASecondHandlerAndReceiveAreRefused) {
 TEST(TcpPush, AReaderPausedOnAFullQueueIsWokenByTheHandler) {
   Options server = TestOptions(2, nullptr);
   server.receive_queue_bytes = 1 << 20;  // the client's 8 MiB stop the reader well before
-  Pair p = Connect(server, TestOptions(1, nullptr));
+  ConnectedPair p = Connect(server, TestOptions(1, nullptr));
   ASSERT_TRUE(p.server && p.client);
   auto payload = std::make_shared<std::vector<uint8_t>>(Pattern(512 << 10, 3));
   std::thread sender([&] {
@@ -132,7 +117,7 @@ TEST(TcpPush, AReaderPausedOnAFullQueueIsWokenByTheHandler) {
 }
 
 TEST(TcpPush, ThePeerHangingUpIsDeliveredOnce) {
-  Pair p = Connect(TestOptions(2, nullptr), TestOptions(1, nullptr));
+  ConnectedPair p = Connect(TestOptions(2, nullptr), TestOptions(1, nullptr));
   ASSERT_TRUE(p.server && p.client);
   Collected got;
   ASSERT_TRUE(p.server->DeliverFrames(got.Handler()));
@@ -144,7 +129,7 @@ TEST(TcpPush, ThePeerHangingUpIsDeliveredOnce) {
 }
 
 TEST(TcpPush, CloseDeliversTheEndAndNothingFollows) {
-  Pair p = Connect(TestOptions(2, nullptr), TestOptions(1, nullptr));
+  ConnectedPair p = Connect(TestOptions(2, nullptr), TestOptions(1, nullptr));
   ASSERT_TRUE(p.server && p.client);
   Collected got;
   ASSERT_TRUE(p.server->DeliverFrames(got.Handler()));
@@ -159,7 +144,7 @@ TEST(TcpPush, CloseDeliversTheEndAndNothingFollows) {
 }
 
 TEST(TcpPush, AHandlerSetAfterTheConnectionEndedGetsTheEndAtOnce) {
-  Pair p = Connect(TestOptions(2, nullptr), TestOptions(1, nullptr));
+  ConnectedPair p = Connect(TestOptions(2, nullptr), TestOptions(1, nullptr));
   ASSERT_TRUE(p.server && p.client);
   ASSERT_TRUE(p.client->SendControl(Numbered(7)).ok());
   ASSERT_TRUE(p.client->Flush(5s).ok());
