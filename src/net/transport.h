@@ -123,7 +123,8 @@ class Connection {
   // order), then the connection's end status once, after which the handler is dropped. Receive
   // must not be called after a successful call. The handler runs on a transport thread (or, with
   // the end status, inside Close()), one call at a time; it must be quick and must not block on
-  // this connection: queue the frame and return. No call starts after Close() returned.
+  // this connection: queue the frame and return. No call starts after Close() returned; the
+  // destructor closes, so what the handler touches must outlive the connection (or its Close).
   // Returns false, and changes nothing, when this connection cannot push (then use Receive).
   using FrameHandler = std::function<void(Result<Frame>)>;
   // Whether DeliverFrames is supported here (asked before it, by callers that must choose

@@ -63,13 +63,14 @@ struct Collected {
 std::vector<uint8_t> Numbered(uint8_t n) { return std::vector<uint8_t>(16, n); }
 
 TEST(TcpPush, FramesBeforeTheHandlerComeFirstThenTheRestInOrder) {
+  // Declared before the connections: their destruction hands the end status to it.
+  Collected got;
   ConnectedPair p = Connect(TestOptions(2, nullptr), TestOptions(1, nullptr));
   ASSERT_TRUE(p.server && p.client);
   ASSERT_TRUE(p.server->CanDeliverFrames());
   for (uint8_t i = 0; i < 3; ++i) ASSERT_TRUE(p.client->SendControl(Numbered(i)).ok());
   ASSERT_TRUE(p.client->Flush(5s).ok());
   std::this_thread::sleep_for(100ms);  // the three are queued on the server by now
-  Collected got;
   ASSERT_TRUE(p.server->DeliverFrames(got.Handler()));
   for (uint8_t i = 3; i < 40; ++i) ASSERT_TRUE(p.client->SendControl(Numbered(i)).ok());
   ASSERT_TRUE(got.WaitFrames(40));
@@ -82,9 +83,10 @@ TEST(TcpPush, FramesBeforeTheHandlerComeFirstThenTheRestInOrder) {
 }
 
 TEST(TcpPush, ASecondHandlerAndReceiveAreRefused) {
+  // Declared before the connections: their destruction hands the end status to it.
+  Collected got;
   ConnectedPair p = Connect(TestOptions(2, nullptr), TestOptions(1, nullptr));
   ASSERT_TRUE(p.server && p.client);
-  Collected got;
   ASSERT_TRUE(p.server->DeliverFrames(got.Handler()));
   Collected other;
   EXPECT_FALSE(p.server->DeliverFrames(other.Handler()));
@@ -92,6 +94,8 @@ TEST(TcpPush, ASecondHandlerAndReceiveAreRefused) {
 }
 
 TEST(TcpPush, AReaderPausedOnAFullQueueIsWokenByTheHandler) {
+  // Declared before the connections: their destruction hands the end status to it.
+  Collected got;
   Options server = TestOptions(2, nullptr);
   server.receive_queue_bytes = 1 << 20;  // the client's 8 MiB stop the reader well before
   ConnectedPair p = Connect(server, TestOptions(1, nullptr));
@@ -104,7 +108,6 @@ TEST(TcpPush, AReaderPausedOnAFullQueueIsWokenByTheHandler) {
     }
   });
   std::this_thread::sleep_for(300ms);  // the server's reader has paused
-  Collected got;
   ASSERT_TRUE(p.server->DeliverFrames(got.Handler()));
   EXPECT_TRUE(got.WaitFrames(16)) << got.frame_count() << " of 16 chunks arrived";
   sender.join();
@@ -117,9 +120,10 @@ TEST(TcpPush, AReaderPausedOnAFullQueueIsWokenByTheHandler) {
 }
 
 TEST(TcpPush, ThePeerHangingUpIsDeliveredOnce) {
+  // Declared before the connections: their destruction hands the end status to it.
+  Collected got;
   ConnectedPair p = Connect(TestOptions(2, nullptr), TestOptions(1, nullptr));
   ASSERT_TRUE(p.server && p.client);
-  Collected got;
   ASSERT_TRUE(p.server->DeliverFrames(got.Handler()));
   p.client->Close();
   ASSERT_TRUE(got.WaitEnd());
@@ -129,9 +133,10 @@ TEST(TcpPush, ThePeerHangingUpIsDeliveredOnce) {
 }
 
 TEST(TcpPush, CloseDeliversTheEndAndNothingFollows) {
+  // Declared before the connections: their destruction hands the end status to it.
+  Collected got;
   ConnectedPair p = Connect(TestOptions(2, nullptr), TestOptions(1, nullptr));
   ASSERT_TRUE(p.server && p.client);
-  Collected got;
   ASSERT_TRUE(p.server->DeliverFrames(got.Handler()));
   p.server->Close();
   // The end was handed over inside Close; no call starts after it returned.
@@ -144,6 +149,8 @@ TEST(TcpPush, CloseDeliversTheEndAndNothingFollows) {
 }
 
 TEST(TcpPush, AHandlerSetAfterTheConnectionEndedGetsTheEndAtOnce) {
+  // Declared before the connections: their destruction hands the end status to it.
+  Collected got;
   ConnectedPair p = Connect(TestOptions(2, nullptr), TestOptions(1, nullptr));
   ASSERT_TRUE(p.server && p.client);
   ASSERT_TRUE(p.client->SendControl(Numbered(7)).ok());
@@ -154,7 +161,6 @@ TEST(TcpPush, AHandlerSetAfterTheConnectionEndedGetsTheEndAtOnce) {
     std::this_thread::sleep_for(5ms);
   }
   ASSERT_FALSE(p.server->status().ok());
-  Collected got;
   ASSERT_TRUE(p.server->DeliverFrames(got.Handler()));
   // The frame that arrived before the end, then the end, both inside DeliverFrames.
   EXPECT_EQ(got.frame_count(), 1u);
