@@ -192,7 +192,21 @@ TEST(LongPoll, NodeThatKeepsOneHeartbeatHeldStaysAlive) {
     ASSERT_TRUE(f.Held(1));
     f.h.Advance(milliseconds(100));
     if (step % 10 == 0) {
-      ASSERT_TRUE(Eventually([&] { return answered.load() >= step / 10; })) << step;
+      // Nudged 1 ms at a time while waiting: the coordinator turns the held heartbeat's deadline
+      // into a timeout for Receive, and an Advance between the two (a loaded machine, tsan)
+      // moves the deadline that much later on the fake clock, which then waits for the next
+      // Advance (seen once under tsan: the test hung at step 10).
+      const bool got = Eventually([&] {
+        if (answered.load() >= step / 10) return true;
+        f.h.Advance(milliseconds(1));
+        return false;
+      });
+      if (!got) {
+        stop = true;
+        f.agent->Wake().IgnoreError();
+        poller.join();
+        FAIL() << "no answer by step " << step;
+      }
     }
   }
   f.h.coordinator().Sweep();
