@@ -37,29 +37,9 @@ class UcxTransportTest : public ::testing::TestWithParam<const char*> {
   }
 };
 
-struct Pair {
-  std::unique_ptr<Transport> server_transport, client_transport;
-  std::unique_ptr<Listener> listener;
-  std::unique_ptr<Connection> server, client;
-};
-
+using Pair = testing::ConnectedPair;
 Pair Connect(std::unique_ptr<Transport> server, std::unique_ptr<Transport> client) {
-  Pair p;
-  p.server_transport = std::move(server);
-  p.client_transport = std::move(client);
-  if (!p.server_transport || !p.client_transport) return p;
-  auto l = p.server_transport->Listen("127.0.0.1:0");
-  EXPECT_TRUE(l.ok()) << l.status().ToString();
-  if (!l.ok()) return p;
-  p.listener = std::move(*l);
-  auto c = p.client_transport->Connect(p.listener->address(), 5s);
-  EXPECT_TRUE(c.ok()) << c.status().ToString();
-  if (!c.ok()) return p;
-  p.client = std::move(*c);
-  auto s = p.listener->Accept(5s);
-  EXPECT_TRUE(s.ok()) << s.status().ToString();
-  if (s.ok()) p.server = std::move(*s);
-  return p;
+  return testing::ConnectPair(std::move(server), std::move(client));
 }
 
 TEST_P(UcxTransportTest, HandshakeThenChunksAndControlInOrder) {
