@@ -11,20 +11,15 @@ outstanding requests (mean) and the refusals they received (sum, in the step); t
 agent's commit time. Reads only the logs.
 """
 import collections
-import datetime
 import os
 import re
 import sys
 
-TRACE = re.compile(
-    r"^(\S+) .*trace v(\d+): rx ([\d.]+) Mbit/s tx ([\d.]+) Mbit/s missing (\d+) outstanding (\d+) "
-    r"peers (\d+) uploading (\d+) queued (\d+) requests (\d+) rejected_by_us (\d+) refused (\d+)")
+# The trace line's format and the log's timestamps are read as bench/cluster/trace.py reads them.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from trace import TRACE, when  # noqa: E402  (this directory's trace.py, not the stdlib's)
+
 COMMIT = re.compile(r"^(\S+) .*agent: committed v")
-
-
-def when(stamp):
-    return datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
-        tzinfo=datetime.timezone.utc).timestamp()
 
 
 def main():
