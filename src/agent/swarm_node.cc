@@ -38,8 +38,9 @@ constexpr auto kTick = std::chrono::milliseconds(200);
 // coordinator at the next heartbeat).
 constexpr auto kBanTime = std::chrono::seconds(120);
 constexpr auto kFlushEvery = std::chrono::seconds(1);
-// How long a writer waits for an upload to leave the transport before taking the next item.
-constexpr auto kUploadFlushTimeout = std::chrono::seconds(30);
+// Upload workers: they read a chunk (memory or store) and queue it on its connection; the
+// sending itself is the transport's. Independent of the number of peers.
+constexpr size_t kUploadWorkers = 2;
 
 swarm::Time Now() {
   return std::chrono::duration_cast<swarm::Time>(Clock::now().time_since_epoch());
@@ -49,7 +50,7 @@ std::string V(Version v) { return "v" + std::to_string(v.value()); }
 
 }  // namespace
 
-// What the writer threads and workers need of a target, shared so that a replaced target stays
+// What the upload and verification workers need of a target, shared so that a replaced target stays
 // alive until they are done with it.
 struct TargetData {
   Manifest manifest;
@@ -106,13 +107,16 @@ struct SwarmNode::Impl {
     uint64_t gen = 0;  // distinguishes a reconnected peer's events from the old connection's
     bool outgoing = false;
     std::unique_ptr<net::Connection> conn;
-    std::thread reader, writer;
+    std::thread reader;  // only for a transport that cannot push frames (DeliverFrames)
 
     std::mutex wmu;
     std::condition_variable wcv;
-    std::deque<std::vector<uint8_t>> controls;
     std::deque<UploadItem> uploads;
     std::set<std::pair<uint64_t, uint32_t>> stopped;  // (epoch, chunk) uploads cancelled
+    // One chunk at a time is with the transport: the next starts when the last one's bytes were
+    // written (UploadDone), so the scheduler's upload slots limit what is really in flight and a
+    // chunk never waits behind megabytes queued for the same peer.
+    bool upload_active = false;
     bool closing = false;
     bool announced = false;  // PeerUp was queued: the reader may start
 
@@ -151,7 +155,8 @@ struct SwarmNode::Impl {
     uint64_t epoch;
     PeerId peer;
     ChunkIndex chunk;
-    bool sent;
+    bool sent;     // handed to the transport and since written (or dropped with the connection)
+    uint64_t gen;  // the connection it went to: its next upload may start
   };
   using Event = std::variant<PeerUp, PeerDown, Received, Verified, UploadDone>;
 
@@ -202,6 +207,7 @@ struct SwarmNode::Impl {
     size_t workers = options_.workers;
     if (workers == 0) workers = std::clamp<size_t>(std::thread::hardware_concurrency(), 2, 8);
     pool_ = std::make_unique<ThreadPool>(workers);
+    upload_pool_ = std::make_unique<ThreadPool>(kUploadWorkers);
     event_thread_ = std::thread([this] { EventLoop(); });
     accept_thread_ = std::thread([this] { AcceptLoop(); });
     return Status::Ok();
@@ -250,7 +256,13 @@ struct SwarmNode::Impl {
     }
     for (auto& p : peers) ClosePeer(*p);
     for (auto& p : peers) JoinPeer(*p);
-    pool_.reset();  // finishes queued verifications
+    upload_pool_.reset();  // the queued uploads find their peers closed
+    pool_.reset();         // finishes queued verifications
+    {
+      // A chunk frame the transport still holds reports nothing from now on.
+      std::lock_guard lock(upload_sink_->mu);
+      upload_sink_->impl = nullptr;
+    }
   }
 
   void Push(Event event) {
@@ -325,7 +337,6 @@ struct SwarmNode::Impl {
         }
       });
     }
-    peer->writer = std::thread([this, raw, id, gen] { WriterLoop(*raw, id, gen); });
     Push(PeerUp{peer});
     {
       std::lock_guard lock(raw->wmu);
@@ -346,52 +357,82 @@ struct SwarmNode::Impl {
     }
   }
 
-  void WriterLoop(Peer& p, PeerId id, uint64_t gen) {
+  // Where a written chunk frame reports (UploadDone): the token in the frame may outlive this
+  // node inside the transport, so it reaches the node through this, which Stop disconnects.
+  struct UploadSink {
+    std::mutex mu;
+    Impl* impl = nullptr;
+  };
+  // Lives in a chunk frame (OutFrame::on_written): the transport drops it once the frame's bytes
+  // were written, or with the connection.
+  struct UploadToken {
+    std::shared_ptr<UploadSink> sink;
+    UploadDone done;
+    UploadToken(std::shared_ptr<UploadSink> to, UploadDone what)
+        : sink(std::move(to)), done(what) {}
+    UploadToken(const UploadToken&) = delete;
+    UploadToken& operator=(const UploadToken&) = delete;
+    ~UploadToken() {
+      std::lock_guard lock(sink->mu);
+      if (sink->impl != nullptr) sink->impl->Push(done);
+    }
+  };
+
+  std::shared_ptr<UploadSink> MakeUploadSink() {
+    auto sink = std::make_shared<UploadSink>();
+    sink->impl = this;
+    return sink;
+  }
+
+  // Starts the peer's next upload unless one is with the transport. Any thread.
+  void KickUploads(const std::shared_ptr<Peer>& p) {
+    {
+      std::lock_guard lock(p->wmu);
+      if (p->closing || p->upload_active || p->uploads.empty()) return;
+      p->upload_active = true;
+    }
+    upload_pool_->Submit([this, p] { UploadNext(*p); });
+  }
+
+  // On an upload worker: reads the peer's next chunk and hands it to the transport; the
+  // transport's release of the frame (UploadToken) reports it done and lets the next one start.
+  void UploadNext(Peer& p) {
     while (true) {
-      std::vector<uint8_t> control;
       std::optional<UploadItem> upload;
       {
-        std::unique_lock lock(p.wmu);
-        p.wcv.wait(lock, [&] { return p.closing || !p.controls.empty() || !p.uploads.empty(); });
-        if (p.closing) return;
-        if (!p.controls.empty()) {
-          control = std::move(p.controls.front());
-          p.controls.pop_front();
-        } else {
+        std::lock_guard lock(p.wmu);
+        while (!p.closing && !p.uploads.empty() && !upload) {
           upload = std::move(p.uploads.front());
           p.uploads.pop_front();
-          if (p.stopped.erase({upload->target->epoch, upload->chunk.value()}) != 0) continue;
+          if (p.stopped.erase({upload->target->epoch, upload->chunk.value()}) != 0) upload.reset();
         }
-      }
-      if (!upload) {
-        if (!p.conn->SendControl(control).ok()) return;  // the reader reports the failure
-        continue;
+        if (!upload) {
+          p.upload_active = false;
+          return;
+        }
       }
       const UploadItem& item = *upload;
       auto bytes = ReadForUpload(item);
-      bool sent = false;
-      if (bytes.ok()) {
-        HeldBytes data = std::move(bytes).value();
-        net::ChunkHeader header{.version = item.target->manifest.version.value(),
-                                .chunk_index = item.chunk.value(),
-                                .payload_length = static_cast<uint32_t>(data.bytes.size()),
-                                .encoding = static_cast<uint8_t>(item.kind)};
-        if (!p.conn->SendChunk(header, data.bytes, data.owner).ok()) return;
-        // The upload ends when its bytes are with the network, not when they are queued: the
-        // transport would take megabytes per connection, so the scheduler's upload slots and
-        // spreading would not limit anything, and every request, have and cancel for this
-        // peer would wait behind that queue (head-of-line blocking that idles its download).
-        const Status flushed = p.conn->Flush(kUploadFlushTimeout);
-        if (!flushed.ok() && flushed.code() != Code::kDeadlineExceeded) return;
-        sent = true;
-        bytes_sent_ += data.bytes.size();
-      } else {
+      if (!bytes.ok()) {
         Log("cannot send chunk " + std::to_string(item.chunk.value()) + " of " +
-            V(item.target->manifest.version) + " to peer " + std::to_string(id.value()) + ": " +
+            V(item.target->manifest.version) + " to peer " + std::to_string(p.id.value()) + ": " +
             bytes.status().ToString());
+        Push(UploadDone{item.target->epoch, p.id, item.chunk, false, p.gen});
+        continue;
       }
-      Push(UploadDone{item.target->epoch, id, item.chunk, sent});
-      (void)gen;
+      HeldBytes data = std::move(bytes).value();
+      net::ChunkHeader header{.version = item.target->manifest.version.value(),
+                              .chunk_index = item.chunk.value(),
+                              .payload_length = static_cast<uint32_t>(data.bytes.size()),
+                              .encoding = static_cast<uint8_t>(item.kind)};
+      const size_t size = data.bytes.size();
+      net::OutFrame frame = net::OutFrame::Chunk(header, data.bytes, std::move(data.owner));
+      frame.on_written = std::make_shared<UploadToken>(
+          upload_sink_, UploadDone{item.target->epoch, p.id, item.chunk, true, p.gen});
+      // One chunk of this peer's is queued at most, so the send queue has room: no wait here.
+      if (p.conn->Send(std::move(frame)).ok()) bytes_sent_ += size;
+      // A failed send released the token: the connection is gone, and its end is reported.
+      return;
     }
   }
 
@@ -445,21 +486,26 @@ struct SwarmNode::Impl {
   }
   static void JoinPeer(Peer& p) {
     if (p.reader.joinable()) p.reader.join();
-    if (p.writer.joinable()) p.writer.join();
   }
 
-  // Under mu_ (it counts into target_).
+  // Under mu_ (it counts into target_). Control messages go to the transport at once (its
+  // control queue is written ahead of chunk data); a peer that leaves megabytes of them unread
+  // is dropped rather than waited for.
   void SendTo(Peer& p, const Message& m) {
     {
       std::lock_guard lock(p.wmu);
       if (p.closing) return;
-      p.controls.push_back(EncodeMessage(m));
-      if (static_cast<size_t>(m.type) < target_.messages_sent.size()) {
-        ++target_.messages_sent[static_cast<size_t>(m.type)];
-      }
-      target_.control_bytes_sent += p.controls.back().size();
     }
-    p.wcv.notify_all();
+    const std::vector<uint8_t> bytes = EncodeMessage(m);
+    if (static_cast<size_t>(m.type) < target_.messages_sent.size()) {
+      ++target_.messages_sent[static_cast<size_t>(m.type)];
+    }
+    target_.control_bytes_sent += bytes.size();
+    const Status sent = p.conn->SendControl(bytes, net::Duration::zero());
+    if (!sent.ok() && sent.code() == Code::kDeadlineExceeded) {
+      Log("peer " + std::to_string(p.id.value()) + " does not read its control messages; closing");
+      ClosePeer(p);  // its end arrives as PeerDown
+    }
   }
 
   // ---- the event thread ----
@@ -897,6 +943,16 @@ struct SwarmNode::Impl {
   }
 
   void Handle(UploadDone& e) {
+    if (e.sent) {
+      auto it = peers_.find(e.peer.value());
+      if (it != peers_.end() && it->second->gen == e.gen) {
+        {
+          std::lock_guard lock(it->second->wmu);
+          it->second->upload_active = false;
+        }
+        KickUploads(it->second);
+      }
+    }
     if (target_.data == nullptr || e.epoch != target_.data->epoch) return;
     target_.serving.erase({e.peer.value(), e.chunk.value()});
     Execute(target_.scheduler->OnUploadDone(Now(), e.peer, e.chunk));
@@ -942,17 +998,18 @@ struct SwarmNode::Impl {
       case swarm::ActionKind::kSendChunk: {
         auto it = target_.serving.find({a.peer.value(), a.chunk.value()});
         const PayloadKind kind = it == target_.serving.end() ? PayloadKind::kRaw : it->second;
-        Peer* p = peer();
-        if (p == nullptr) {
+        auto found = peers_.find(a.peer.value());
+        if (found == peers_.end()) {
           Execute(target_.scheduler->OnUploadDone(Now(), a.peer, a.chunk));
           return;
         }
+        const std::shared_ptr<Peer>& p = found->second;
         {
           std::lock_guard lock(p->wmu);
           p->stopped.erase({target_.data->epoch, a.chunk.value()});
           p->uploads.push_back(UploadItem{target_.data, a.chunk, kind});
         }
-        p->wcv.notify_all();
+        KickUploads(p);
         return;
       }
       case swarm::ActionKind::kStopUpload:
@@ -1603,6 +1660,8 @@ struct SwarmNode::Impl {
   Target target_;
   uint64_t bytes_sent_at_target_ = 0;
   std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<ThreadPool> upload_pool_;
+  std::shared_ptr<UploadSink> upload_sink_ = MakeUploadSink();
   Clock::time_point next_flush_{};
   Clock::time_point next_trace_{}, last_trace_{};
   uint64_t traced_rx_ = 0, traced_tx_ = 0, refusals_received_ = 0;

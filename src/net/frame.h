@@ -116,6 +116,10 @@ struct OutFrame {
   std::vector<uint8_t> owned;              // body bytes owned by the frame (control frames)
   std::span<const uint8_t> payload;        // view into `owned` or into caller memory
   std::shared_ptr<const void> keep_alive;  // holds the caller's memory until written
+  // Dropped with the frame, once its bytes were written (or the connection dropped it): a sender
+  // that wants to know when a frame has left puts a token here whose destructor reports it.
+  // Transports never look inside; it is apart from keep_alive, which keys UCX registrations.
+  std::shared_ptr<const void> on_written;
 
   size_t wire_size() const { return head_size + payload.size(); }
   FrameType type() const { return static_cast<FrameType>(head[4]); }
