@@ -3,16 +3,20 @@
 // log durably in a state directory, and answers heartbeats with what each node should fetch and
 // whether to commit it. It never carries weight bytes.
 //
-// Threading: Serve runs one thread per connection plus a sweeper and a pusher; every request is
-// handled under one lock (requests are small; a publish holds it for the fsyncs of its manifest
+// Threading: Serve runs a sweeper, a pusher and one event loop. A connection whose transport
+// pushes frames (TCP: Connection::DeliverFrames) costs no thread: its frames and its end go to
+// one event queue that the loop serves, and its parked heartbeat's deadline is a timer there.
+// A connection that cannot push (the in-memory test transport, UCX) gets a thread of its own that
+// waits in Receive. Both run the same per-frame code (OnFrame). Every request is handled under
+// one lock (requests are small; a publish holds it for the fsyncs of its manifest
 // and record). Stop is safe from any thread. Time comes from a net::Clock, so tests drive
 // liveness with a FakeClock and call Sweep() themselves.
 //
 // Long polls (Heartbeat.wait_ms, docs/coordinator.md): a heartbeat with nothing new for its node
 // is parked in the node's record instead of answered. Whatever changes a node's reply (a publish,
 // a decision, a rollback, a rebuilt peer list) bumps a generation and wakes the pusher, which
-// answers the parked heartbeats whose generation moved; the connection's own thread answers its
-// parked heartbeat when wait_ms passes or when another request arrives on the connection. A
+// answers the parked heartbeats whose generation moved; the connection's loop (or thread) answers
+// its parked heartbeat when wait_ms passes or when another request arrives on the connection. A
 // parked heartbeat costs a few words in its Node; nothing runs per parked heartbeat while nothing
 // changes.
 #pragma once
@@ -21,6 +25,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -100,8 +105,9 @@ class Coordinator {
   Coordinator(const Coordinator&) = delete;
   Coordinator& operator=(const Coordinator&) = delete;
 
-  // Accepts connections on `listener` and serves each on its own thread until Stop() (or the
-  // listener fails). Blocks; returns after every connection thread ended. Call at most once.
+  // Accepts connections on `listener` and serves them (on the event loop, or on a thread each
+  // where the transport cannot push) until Stop() (or the listener fails). Blocks; returns after
+  // every connection ended and every thread it started was joined. Call at most once.
   void Serve(net::Listener& listener);
   // Closes the listener and every connection; Serve returns. Idempotent; any thread.
   void Stop();
@@ -214,8 +220,38 @@ class Coordinator {
   // that cannot take it is closed.
   void SendToSession(uint64_t session, const wire::Envelope& reply);
   void PushLoop();
-  // A connection's thread: reads requests and answers them until the connection ends.
+  // A connection's thread (a transport that cannot push): reads requests and answers them until
+  // the connection ends.
   void ServeConnection(uint64_t session, net::Connection& connection);
+  // What both paths do with one frame of `session`: answers a parked heartbeat first when one is
+  // held, then the request. `*held_until` is the deadline of the heartbeat this connection has
+  // parked. False: the connection must be closed (a bad frame, or a reply that could not be
+  // queued within `send_timeout`).
+  bool OnFrame(uint64_t session, const net::PeerInfo& peer, net::Connection& connection,
+               const net::Frame& frame, std::optional<net::TimePoint>* held_until,
+               net::Duration send_timeout);
+  // `*held_until` passed (on clock_): answers the parked heartbeat, or leaves `*held_until` at a
+  // later deadline. False: the reply could not be queued.
+  bool OnHeldDeadline(uint64_t session, const net::PeerInfo& peer, net::Connection& connection,
+                      std::optional<net::TimePoint>* held_until, net::Duration send_timeout);
+
+  // The event loop (connections that push). The transport's handler only queues; the loop
+  // thread answers. Events of one session keep their order (one queue, one thread).
+  struct LoopEvent {
+    uint64_t session = 0;
+    std::shared_ptr<net::Connection> started;  // set: the session begins (before its frames)
+    std::optional<Result<net::Frame>> frame;   // a frame, or (not OK) the connection's end
+  };
+  struct LoopSession {
+    std::shared_ptr<net::Connection> connection;
+    net::PeerInfo peer;
+    std::optional<net::TimePoint> held_until;  // a timer in loop_timers_ while set
+    bool closing = false;                      // closed by the loop: later frames are dropped
+  };
+  void PushEvent(LoopEvent event);
+  void EventLoop();
+  // Serves `connection` on the loop; false: it cannot push (serve it on a thread).
+  bool ServeOnLoop(uint64_t session, const std::shared_ptr<net::Connection>& connection);
 
   void CloseSession(uint64_t session);
 
@@ -255,6 +291,12 @@ class Coordinator {
   net::Listener* listener_ = nullptr;
   bool stopping_ = false;
   std::condition_variable stop_cv_;
+
+  // The event loop's queue (any thread pushes; the loop takes).
+  std::mutex loop_mu_;
+  std::condition_variable loop_cv_;
+  std::deque<LoopEvent> loop_events_;
+  bool loop_stop_ = false;  // Serve closed everything: end once every session ended
 };
 
 }  // namespace weightcast::coord

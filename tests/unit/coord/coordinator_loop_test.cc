@@ -1,0 +1,179 @@
+// The coordinator serves connections that push frames (TCP) from one event loop (issue 16): its
+// process's threads do not grow with the connections, and heartbeats and long polls on them are
+// still answered. The clients run in a child process forked before the parent starts any thread,
+// so that /proc/self/task in the parent counts the coordinator's threads only.
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <thread>
+#include <vector>
+
+#include "coord_test_util.h"
+#include "net/tcp_transport.h"
+
+namespace weightcast::coord {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using testing::AgentRegistration;
+using testing::NodeOptions;
+
+constexpr int kClients = 64;
+// The long polls each client keeps parked while the parent counts.
+constexpr auto kPollFor = milliseconds(2500);
+
+size_t Threads() {
+  size_t n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+    (void)entry;
+    ++n;
+  }
+  return n;
+}
+
+// The child: kClients agents, each registers, heartbeats once, then long-polls until kPollFor
+// passed. Exit status 0 when every call answered and the polls were held (not answered at once).
+int RunClients(const std::string& address, int ready_fd) {
+  std::vector<std::unique_ptr<net::Transport>> transports;
+  std::vector<std::unique_ptr<CoordinatorClient>> clients;
+  for (int i = 0; i < kClients; ++i) {
+    auto transport = net::TcpTransport::Create(NodeOptions(100 + i, net::Role::kAgent));
+    if (!transport.ok()) return 2;
+    auto client = CoordinatorClient::Connect(**transport, address);
+    if (!client.ok()) return 3;
+    (*client)->set_timeout(seconds(10));
+    if (!(*client)->Register(AgentRegistration(100 + i)).ok()) return 4;
+    transports.push_back(std::move(transport).value());
+    clients.push_back(std::move(client).value());
+  }
+  std::atomic<int> failures{0};
+  std::atomic<int> polls{0};
+  std::atomic<int> started{0};
+  std::vector<std::thread> threads;
+  const auto until = std::chrono::steady_clock::now() + kPollFor;
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&, i] {
+      wire::Heartbeat beat;
+      wire::ChannelProgress* p = beat.add_channels();
+      p->set_channel("policy");
+      p->set_phase(wire::PHASE_IDLE);
+      auto first = clients[i]->Heartbeat(beat);
+      if (!first.ok()) {
+        ++failures;
+        return;
+      }
+      uint64_t seen = first->generation();
+      ++started;
+      while (std::chrono::steady_clock::now() < until) {
+        beat.set_wait_ms(1000);
+        beat.set_seen_generation(seen);
+        auto reply = clients[i]->Heartbeat(beat);
+        if (!reply.ok()) {
+          ++failures;
+          return;
+        }
+        seen = reply->generation();
+        ++polls;
+      }
+    });
+  }
+  while (started.load() + failures.load() < kClients) std::this_thread::sleep_for(milliseconds(5));
+  const char byte = 'r';
+  if (write(ready_fd, &byte, 1) != 1) return 5;
+  for (std::thread& t : threads) t.join();
+  if (failures.load() != 0) return 6;
+  // Held polls: about three per client in kPollFor (1 s each, fewer at the first rebuilds).
+  // Polls answered at once would be hundreds.
+  if (polls.load() > kClients * 10) return 7;
+  return 0;
+}
+
+TEST(CoordinatorLoopTest, ThreadsDoNotGrowWithTcpConnections) {
+  int address_pipe[2];
+  int ready_pipe[2];
+  ASSERT_EQ(pipe(address_pipe), 0);
+  ASSERT_EQ(pipe(ready_pipe), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(address_pipe[1]);
+    close(ready_pipe[0]);
+    char buffer[128] = {};
+    ssize_t got = 0;
+    while (got < static_cast<ssize_t>(sizeof(buffer)) - 1) {
+      const ssize_t n = read(address_pipe[0], buffer + got, sizeof(buffer) - 1 - got);
+      if (n <= 0) break;
+      got += n;
+    }
+    _exit(RunClients(std::string(buffer, static_cast<size_t>(got)), ready_pipe[1]));
+  }
+  close(address_pipe[0]);
+  close(ready_pipe[1]);
+
+  weightcast::testing::TempDir dir;
+  CoordinatorOptions options;
+  options.state_dir = dir.path() / "state";
+  options.secret = testing::kSecret;
+  options.log = [](std::string_view) {};
+  auto coordinator = Coordinator::Open(options);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+  auto transport = net::TcpTransport::Create(NodeOptions(1, net::Role::kCoordinator));
+  ASSERT_TRUE(transport.ok()) << transport.status().ToString();
+  auto listener = (*transport)->Listen("127.0.0.1:0");
+  ASSERT_TRUE(listener.ok()) << listener.status().ToString();
+  std::thread serve([&] { (*coordinator)->Serve(**listener); });
+  std::this_thread::sleep_for(milliseconds(200));  // Serve's threads are up
+  const size_t baseline = Threads();
+
+  const std::string address = (*listener)->address();
+  ASSERT_EQ(write(address_pipe[1], address.data(), address.size()),
+            static_cast<ssize_t>(address.size()));
+  close(address_pipe[1]);
+
+  pollfd ready{.fd = ready_pipe[0], .events = POLLIN, .revents = 0};
+  const bool child_ready = poll(&ready, 1, 60'000) == 1;
+  size_t most_threads = Threads();
+  uint64_t most_held = 0;
+  const auto sample_until = std::chrono::steady_clock::now() + milliseconds(1500);
+  while (child_ready && std::chrono::steady_clock::now() < sample_until) {
+    most_threads = std::max(most_threads, Threads());
+    most_held = std::max(most_held, (*coordinator)->counters().heartbeats_held.load());
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  const uint64_t registrations = (*coordinator)->counters().registrations.load();
+
+  int wstatus = 0;
+  pid_t done = 0;
+  for (int i = 0; i < 3000 && done == 0; ++i) {
+    done = waitpid(child, &wstatus, WNOHANG);
+    if (done == 0) std::this_thread::sleep_for(milliseconds(10));
+  }
+  if (done == 0) {
+    kill(child, SIGKILL);
+    waitpid(child, &wstatus, 0);
+  }
+  close(ready_pipe[0]);
+  (*coordinator)->Stop();
+  serve.join();
+  // Serve left no thread behind.
+  EXPECT_LE(Threads(), baseline - 3);
+
+  ASSERT_TRUE(child_ready) << "the clients did not get ready";
+  ASSERT_NE(done, 0) << "the clients did not finish";
+  ASSERT_TRUE(WIFEXITED(wstatus));
+  EXPECT_EQ(WEXITSTATUS(wstatus), 0) << "the clients' calls failed (see RunClients)";
+  EXPECT_EQ(registrations, static_cast<uint64_t>(kClients));
+  EXPECT_GE(most_held, static_cast<uint64_t>(kClients / 2)) << "long polls were not held";
+  // One thread per connection would add kClients; the loop adds none.
+  EXPECT_LE(most_threads, baseline + 4) << "baseline " << baseline;
+}
+
+}  // namespace
+}  // namespace weightcast::coord
