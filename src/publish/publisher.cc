@@ -294,7 +294,18 @@ Status Publisher::Start() {
     if (!SleepFor(backoff)) return Aborted("stopped");
     backoff = std::min<net::Duration>(2 * backoff, std::chrono::seconds(2));
   }
-  RETURN_IF_ERROR(Reconcile());
+  // The coordinator can go between the connect and the first calls (a leader killed just then,
+  // with a standby taking over): Call drops a connection that failed, the next one follows the
+  // leader; the same deadline as the connect.
+  for (;;) {
+    const Status reconciled = Reconcile();
+    if (reconciled.ok()) break;
+    if (!Transient(reconciled) || std::chrono::steady_clock::now() >= deadline) return reconciled;
+    options_.log.Warn("the coordinator went away while starting; trying again",
+                      {{"error", reconciled.message()}});
+    if (!SleepFor(backoff)) return Aborted("stopped");
+    backoff = std::min<net::Duration>(2 * backoff, std::chrono::seconds(2));
+  }
   if (options_.metrics != nullptr) {
     options_.metrics->GaugeFunc("weightcast_publish_version", "Newest version seeded",
                                 {{"channel", options_.channel}},
