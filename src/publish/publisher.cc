@@ -298,7 +298,7 @@ Status Publisher::Start() {
   // with a standby taking over): Call drops a connection that failed, the next one follows the
   // leader; the same deadline as the connect.
   for (;;) {
-    const Status reconciled = Reconcile();
+    Status reconciled = Reconcile();
     if (reconciled.ok()) break;
     if (!Transient(reconciled) || std::chrono::steady_clock::now() >= deadline) return reconciled;
     options_.log.Warn("the coordinator went away while starting; trying again",
