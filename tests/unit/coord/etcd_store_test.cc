@@ -197,9 +197,11 @@ TEST_F(EtcdStoreTest, ManifestsAboveOnePartRoundTripAndReplaceOrphans) {
   EtcdLogStore store(*client_, keys_, term);
   std::vector<uint8_t> big((5u << 19) + 17);  // 2.5 MiB: three parts
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<uint8_t>(i * 31 + i / 7);
-  ASSERT_TRUE(store.PutManifest("policy", 3, big).ok());
+  const Status put_big = store.PutManifest("policy", 3, big);
+  ASSERT_TRUE(put_big.ok()) << put_big.ToString();
   const std::vector<uint8_t> small = {9, 8, 7};
-  ASSERT_TRUE(store.PutManifest("policy", 4, small).ok());
+  const Status put_small = store.PutManifest("policy", 4, small);
+  ASSERT_TRUE(put_small.ok()) << put_small.ToString();
   auto read = store.GetManifest("policy", 3);
   ASSERT_TRUE(read.ok()) << read.status().ToString();
   EXPECT_EQ(*read, std::string(big.begin(), big.end()));
