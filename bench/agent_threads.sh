@@ -31,12 +31,9 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-wait_for() {  # wait_for SECONDS CMD...
-  local deadline=$((SECONDS + $1)); shift
-  while ! "$@" 2>/dev/null; do ((SECONDS < deadline)) || return 1; sleep 0.1; done
-}
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-head -c 48 /dev/urandom | base64 >"$work/secret"
+new_secret "$work/secret"
 "$wc" synth model -o "$work/model" --size "$size" --seed 5 >/dev/null
 
 all_current() {

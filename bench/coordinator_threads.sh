@@ -29,12 +29,8 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-wait_for() {  # wait_for SECONDS CMD...
-  local deadline=$((SECONDS + $1)); shift
-  while ! "$@" 2>/dev/null; do ((SECONDS < deadline)) || return 1; sleep 0.1; done
-}
-head -c 48 /dev/urandom | base64 >"$work/secret"
-chmod 600 "$work/secret"
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+new_secret "$work/secret"
 
 threads_with() {  # threads_with BINARY N -> prints the coordinator's threads with N connected
   local bin=$1 n=$2 d

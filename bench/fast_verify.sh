@@ -34,10 +34,7 @@ cleanup() {
   if [[ "${KEEP_WORK:-}" == 1 ]]; then echo "kept $work" >&2; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
-wait_for() {  # wait_for SECONDS CMD...
-  local deadline=$((SECONDS + $1)); shift
-  while ! "$@" 2>/dev/null; do ((SECONDS < deadline)) || return 1; sleep 0.02; done
-}
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
 now() { date +%s.%N; }

@@ -34,10 +34,7 @@ cleanup() {
 }
 trap cleanup EXIT
 now() { date +%s.%N; }
-wait_for() {  # wait_for SECONDS CMD...
-  local deadline=$((SECONDS + $1)); shift
-  while ! "$@" 2>/dev/null; do ((SECONDS < deadline)) || return 1; sleep 0.05; done
-}
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 head -c 48 /dev/urandom | base64 >"$work/secret"
 "$wc" synth model -o "$work/step-0000" --size "$size" --seed 11 >/dev/null

@@ -32,10 +32,7 @@ stop_all() {
 cleanup() { stop_all; rm -rf "$base"; }
 trap cleanup EXIT
 now() { date +%s.%N; }
-wait_for() {
-  local deadline=$((SECONDS + $1)); shift
-  while ! "$@" 2>/dev/null; do ((SECONDS < deadline)) || return 1; sleep 0.05; done
-}
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 head -c 48 /dev/urandom | base64 >"$base/secret"
 "$wc" synth model -o "$base/model" --size "$size" --seed 5 >/dev/null
 bytes="$(du -cb "$base"/model/* | tail -n 1 | cut -f1)"
