@@ -1,4 +1,4 @@
-// Fuzzes the peer protocol's message parser (agent/protocol.h), the bytes of every kControl
+// Fuzzes the peer protocol's message parser (swarm/messages.h), the bytes of every kControl
 // frame a peer or a version server sends: any body must parse to a message that encodes back to
 // the same bytes, or fail cleanly; a have-set read the way the swarm node reads a kSwarmHave
 // (whole-chunk bits, then payload bits, each for the message's chunk count) must unpack to bits
@@ -10,14 +10,14 @@
 #include <span>
 #include <vector>
 
-#include "agent/protocol.h"
+#include "swarm/messages.h"
 
-using weightcast::agent::EncodeMessage;
-using weightcast::agent::ErrorStatus;
-using weightcast::agent::Message;
-using weightcast::agent::PackBits;
-using weightcast::agent::ParseMessage;
-using weightcast::agent::UnpackBits;
+using weightcast::swarm::EncodeMessage;
+using weightcast::swarm::ErrorStatus;
+using weightcast::swarm::Message;
+using weightcast::swarm::PackBits;
+using weightcast::swarm::ParseMessage;
+using weightcast::swarm::UnpackBits;
 
 namespace {
 

@@ -18,7 +18,6 @@
 #include <utility>
 #include <variant>
 
-#include "agent/protocol.h"
 #include "agent/recent_chunks.h"
 #include "codec/chunk_codec.h"
 #include "codec/version_codec.h"
@@ -26,7 +25,8 @@
 #include "manifest/selection.h"
 #include "manifest/signed_manifest.h"
 #include "metrics/registry.h"
-#include "swarm/scheduler.h"
+#include "swarm/messages.h"
+#include "swarm/peer_protocol.h"
 #include "util/thread_pool.h"
 
 namespace weightcast::agent {
@@ -34,9 +34,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr auto kTick = std::chrono::milliseconds(200);
-// A peer that sent a bad chunk is not taken back for this long (it would be listed again by the
-// coordinator at the next heartbeat).
-constexpr auto kBanTime = std::chrono::seconds(120);
 constexpr auto kFlushEvery = std::chrono::seconds(1);
 // Upload workers: they read a chunk (memory or store) and queue it on its connection; the
 // sending itself is the transport's. Independent of the number of peers.
@@ -47,6 +44,12 @@ swarm::Time Now() {
 }
 
 std::string V(Version v) { return "v" + std::to_string(v.value()); }
+
+using swarm::Effect;
+using swarm::EffectKind;
+using swarm::Message;
+using swarm::MessageType;
+using swarm::PayloadKind;
 
 }  // namespace
 
@@ -119,14 +122,6 @@ struct SwarmNode::Impl {
     bool upload_active = false;
     bool closing = false;
     bool announced = false;  // PeerUp was queued: the reader may start
-
-    // What the peer said it holds (its own target version), guarded by Impl::mu_.
-    Version remote_version;
-    bool remote_fetching_payloads = false;
-    bool remote_skips_held = false;  // it needs no HAVEs for chunks it holds (kHaveSkipHeld)
-    bool remote_source = false;      // it seeds the version (kHaveSource)
-    std::vector<bool> remote_whole, remote_payload;
-    uint64_t registered_epoch = 0;  // epoch of the scheduler it was registered with (0: none)
   };
 
   struct PeerUp {
@@ -160,32 +155,26 @@ struct SwarmNode::Impl {
   };
   using Event = std::variant<PeerUp, PeerDown, Received, Verified, UploadDone>;
 
-  // The current target (guarded by mu_).
+  // The current target's bytes and counts (guarded by mu_); what it holds, wants and decides
+  // is the protocol's.
   struct Target {
     std::shared_ptr<TargetData> data;
-    std::optional<swarm::Scheduler> scheduler;
     bool source = false;
-    std::vector<bool> whole, payload;  // what we hold and can serve
-    std::vector<bool> want;
-    std::vector<bool> verifying;
-    // Requests we sent and not yet answered: (peer, chunk).
-    std::set<std::pair<uint64_t, uint32_t>> requested;
-    // Requests we serve: (peer, chunk) -> kind.
-    std::map<std::pair<uint64_t, uint32_t>, PayloadKind> serving;
-    bool complete = false;
-    std::string error;
-    uint64_t bytes_received = 0, bytes_sent = 0;
+    uint64_t bytes_received = 0;
     uint32_t chunks_failed = 0;
     // Control messages sent for this target, by type, and their bytes (the log line at
     // completion shows where a step's chatter goes).
-    std::array<uint32_t, kMaxMessageType + 1> messages_sent{};
+    std::array<uint32_t, swarm::kMaxMessageType + 1> messages_sent{};
     uint64_t control_bytes_sent = 0;
     Clock::time_point started = Clock::now();
-    uint32_t scheduler_window = 0;  // the scheduler's window_per_peer (for the log)
   };
 
   Impl(Store& store, net::Transport& transport, SwarmNodeOptions options)
-      : store_(store), transport_(transport), options_(std::move(options)) {
+      : store_(store),
+        transport_(transport),
+        options_(std::move(options)),
+        protocol_(swarm::PeerProtocolOptions{
+            .node_id = options_.node_id, .source = options_.source, .tuning = options_.tuning}) {
     if (!options_.log) options_.log = [](std::string_view) {};
     if (options_.trace_interval <= net::Duration::zero()) {
       if (const char* env = std::getenv("WEIGHTCAST_SWARM_TRACE")) {
@@ -303,12 +292,7 @@ struct SwarmNode::Impl {
     peer->conn = std::move(conn);
     {
       std::lock_guard lock(mu_);
-      if (stopping_ || id == options_.node_id) {
-        peer->conn->Close();
-        return;
-      }
-      auto ban = banned_.find(id.value());
-      if (ban != banned_.end() && Clock::now() < ban->second) {
+      if (stopping_ || !protocol_.Admits(Now(), id)) {  // this node, or banned
         peer->conn->Close();
         return;
       }
@@ -496,7 +480,7 @@ struct SwarmNode::Impl {
       std::lock_guard lock(p.wmu);
       if (p.closing) return;
     }
-    const std::vector<uint8_t> bytes = EncodeMessage(m);
+    const std::vector<uint8_t> bytes = swarm::EncodeMessage(m);
     if (static_cast<size_t>(m.type) < target_.messages_sent.size()) {
       ++target_.messages_sent[static_cast<size_t>(m.type)];
     }
@@ -526,7 +510,7 @@ struct SwarmNode::Impl {
         for (Event& e : batch) std::visit([&](auto& ev) { Handle(ev); }, e);
         if (Clock::now() >= next_tick) {
           next_tick = Clock::now() + kTick;
-          if (target_.scheduler) Execute(target_.scheduler->OnTimer(Now()));
+          Apply(protocol_.OnTick(Now()));
           MaybeFlush();
         }
         MaybeTrace();
@@ -547,8 +531,8 @@ struct SwarmNode::Impl {
     const Clock::time_point now = Clock::now();
     const double dt = std::chrono::duration<double>(now - last_trace_).count();
     const uint64_t rx = bytes_received_.load(), tx = bytes_sent_.load();
-    if (target_.scheduler && dt > 0) {
-      const swarm::Scheduler& s = *target_.scheduler;
+    if (const swarm::Scheduler* scheduler = protocol_.scheduler(); scheduler != nullptr && dt > 0) {
+      const swarm::Scheduler& s = *scheduler;
       const swarm::SchedulerStats& st = s.stats();
       char line[320];
       std::snprintf(line, sizeof(line),
@@ -560,7 +544,8 @@ struct SwarmNode::Impl {
                     s.connected_peers(), s.uploads_active(), s.serve_queue_size(),
                     static_cast<unsigned long long>(st.requests_sent),
                     static_cast<unsigned long long>(st.requests_rejected),
-                    static_cast<unsigned long long>(refusals_received_), s.in_endgame() ? 1 : 0);
+                    static_cast<unsigned long long>(protocol_.refusals_received()),
+                    s.in_endgame() ? 1 : 0);
       Log(line);
     }
     traced_rx_ = rx;
@@ -597,55 +582,22 @@ struct SwarmNode::Impl {
     auto& slot = peers_[e.peer->id.value()];
     if (slot != nullptr) {
       // A reconnect (the peer restarted): the old connection is finished.
-      Unregister(*slot);
+      Apply(protocol_.OnPeerDisconnected(Now(), slot->id));
       dead_.push_back(slot);
     }
     slot = e.peer;
     Log("peer " + std::to_string(e.peer->id.value()) + " connected (" +
         (e.peer->outgoing ? "out" : "in") + ")");
-    SendHaveSet(*slot);
+    Apply(protocol_.OnPeerConnected(Now(), e.peer->id));
   }
 
   void Handle(PeerDown& e) {
     auto p = FindPeer(e.id, e.gen);
     if (p == nullptr) return;
     Log("peer " + std::to_string(e.id.value()) + " disconnected: " + e.why.ToString());
-    Unregister(*p);
     peers_.erase(e.id.value());
     dead_.push_back(p);
-  }
-
-  void Unregister(Peer& p) {
-    if (target_.scheduler && p.registered_epoch == target_.data->epoch) {
-      Execute(target_.scheduler->OnPeerDisconnected(Now(), p.id));
-    }
-    p.registered_epoch = 0;
-    ForgetRequests(p.id);
-  }
-
-  void ForgetRequests(PeerId id) {
-    auto& r = target_.requested;
-    for (auto it = r.lower_bound({id.value(), 0}); it != r.end() && it->first == id.value();) {
-      it = r.erase(it);
-    }
-    auto& s = target_.serving;
-    for (auto it = s.lower_bound({id.value(), 0});
-         it != s.end() && it->first.first == id.value();) {
-      it = s.erase(it);
-    }
-  }
-
-  void DropPeerNow(PeerId id, const std::string& why, bool ban) {
-    auto it = peers_.find(id.value());
-    if (ban) banned_[id.value()] = Clock::now() + kBanTime;
-    if (it == peers_.end()) return;
-    Log("dropping peer " + std::to_string(id.value()) + ": " + why);
-    ++peers_dropped_;
-    auto p = it->second;
-    p->registered_epoch = 0;
-    ForgetRequests(id);
-    peers_.erase(it);
-    dead_.push_back(p);
+    Apply(protocol_.OnPeerDisconnected(Now(), e.id));
   }
 
   void Handle(Received& e) {
@@ -656,125 +608,12 @@ struct SwarmNode::Impl {
       return;
     }
     if (e.frame.type != net::FrameType::kControl) return;
-    auto m = ParseMessage(e.frame.body);
+    auto m = swarm::ParseMessage(e.frame.body);
     if (!m.ok()) {
-      DropPeerNow(p->id, m.status().ToString(), /*ban=*/false);
+      Apply(protocol_.OnMalformed(Now(), p->id, m.status().ToString()));
       return;
     }
-    OnMessage(*p, *m);
-  }
-
-  bool OnTarget(Version v) const {
-    return target_.data != nullptr && target_.data->manifest.version == v;
-  }
-  uint32_t ChunkCount() const { return target_.data->manifest.chunk_count(); }
-  PayloadKind FetchKind() const {
-    return target_.data->delta ? PayloadKind::kCodec : PayloadKind::kRaw;
-  }
-
-  void OnMessage(Peer& p, const Message& m) {
-    const Version v(m.version);
-    switch (m.type) {
-      case MessageType::kSwarmHave: {
-        auto whole = UnpackBits(
-            std::span(m.blob).first(std::min(m.blob.size(), (size_t{m.chunk} + 7) / 8)), m.chunk);
-        auto payload = UnpackBits(
-            std::span(m.blob).subspan(std::min(m.blob.size(), (size_t{m.chunk} + 7) / 8)), m.chunk);
-        if (!whole.ok() || !payload.ok()) {
-          DropPeerNow(p.id, "malformed have-set", false);
-          return;
-        }
-        if (p.registered_epoch != 0) Unregister(p);
-        p.remote_version = v;
-        p.remote_fetching_payloads = (m.code & kHaveFetchingPayloads) != 0;
-        p.remote_skips_held = (m.code & kHaveSkipHeld) != 0;
-        p.remote_source = (m.code & kHaveSource) != 0;
-        p.remote_whole = std::move(whole).value();
-        p.remote_payload = std::move(payload).value();
-        Register(p);
-        return;
-      }
-      case MessageType::kHave: {
-        if (v != p.remote_version || m.chunk >= p.remote_whole.size()) return;
-        if ((m.code & kHaveWhole) != 0) p.remote_whole[m.chunk] = true;
-        if ((m.code & kHavePayload) != 0) p.remote_payload[m.chunk] = true;
-        if (OnTarget(v) && p.registered_epoch == target_.data->epoch) {
-          const bool relevant = FetchKind() == PayloadKind::kCodec ? (m.code & kHavePayload) != 0
-                                                                   : (m.code & kHaveWhole) != 0;
-          if (relevant) Execute(target_.scheduler->OnHave(Now(), p.id, ChunkIndex(m.chunk)));
-        }
-        return;
-      }
-      case MessageType::kRequest: {
-        const auto kind = static_cast<PayloadKind>(m.code);
-        auto reject = [&] {
-          SendTo(p, {.type = MessageType::kReject,
-                     .version = m.version,
-                     .chunk = m.chunk,
-                     .code = m.code});
-        };
-        if (!OnTarget(v) || p.registered_epoch != target_.data->epoch) return reject();
-        if (m.chunk >= ChunkCount()) {
-          Unregister(p);
-          DropPeerNow(
-              p.id,
-              "asked for chunk " + std::to_string(m.chunk) + " of " + std::to_string(ChunkCount()),
-              false);
-          return;
-        }
-        if (kind == PayloadKind::kCodec) {
-          if (target_.data->Payload(ChunkIndex(m.chunk)) == nullptr) return reject();
-        } else if (kind != PayloadKind::kRaw) {
-          return reject();
-        }
-        target_.serving[{p.id.value(), m.chunk}] = kind;
-        Execute(target_.scheduler->OnRequestReceived(Now(), p.id, ChunkIndex(m.chunk)));
-        return;
-      }
-      case MessageType::kCancel:
-        if (OnTarget(v) && p.registered_epoch == target_.data->epoch) {
-          Execute(target_.scheduler->OnCancelReceived(Now(), p.id, ChunkIndex(m.chunk)));
-        }
-        return;
-      case MessageType::kReject:
-        if (OnTarget(v) && p.registered_epoch == target_.data->epoch &&
-            target_.requested.erase({p.id.value(), m.chunk}) != 0) {
-          ++refusals_received_;
-          Execute(target_.scheduler->OnRequestRejected(Now(), p.id, ChunkIndex(m.chunk)));
-        }
-        return;
-      default:
-        return;  // serve/fetch messages have no meaning here
-    }
-  }
-
-  void Register(Peer& p) {
-    if (!target_.scheduler || p.remote_version != target_.data->manifest.version ||
-        p.registered_epoch == target_.data->epoch || p.remote_whole.size() != ChunkCount()) {
-      return;
-    }
-    const auto& bits = FetchKind() == PayloadKind::kCodec ? p.remote_payload : p.remote_whole;
-    swarm::ChunkSet has(ChunkCount());
-    for (uint32_t i = 0; i < bits.size(); ++i) {
-      if (bits[i]) has.Insert(ChunkIndex(i));
-    }
-    p.registered_epoch = target_.data->epoch;
-    Execute(target_.scheduler->OnPeerConnected(
-        Now(), p.id, has, p.remote_source ? swarm::PeerRole::kSource : swarm::PeerRole::kReceiver));
-  }
-
-  void SendHaveSet(Peer& p) {
-    if (target_.data == nullptr) return;
-    Message m{.type = MessageType::kSwarmHave,
-              .version = target_.data->manifest.version.value(),
-              .chunk = ChunkCount(),
-              .code = static_cast<uint8_t>(
-                  (target_.data->delta && !target_.complete ? kHaveFetchingPayloads : 0) |
-                  (target_.source ? kHaveSource : kHaveSkipHeld))};
-    m.blob = PackBits(target_.whole);
-    std::vector<uint8_t> payload = PackBits(target_.payload);
-    m.blob.insert(m.blob.end(), payload.begin(), payload.end());
-    SendTo(p, m);
+    Apply(protocol_.OnMessage(Now(), p->id, *m));
   }
 
   void OnChunkFrame(Peer& p, net::Frame frame) {
@@ -783,26 +622,18 @@ struct SwarmNode::Impl {
     const uint64_t size = frame.chunk_payload().size();
     bytes_received_ += size;
     const Version v(header->version);
-    if (!OnTarget(v)) return;  // a reply to a request of a target we left
+    if (target_.data == nullptr || protocol_.target_version() != v) return;  // a target we left
     target_.bytes_received += size;
     const uint32_t c = header->chunk_index;
-    if (c >= ChunkCount() || header->encoding != static_cast<uint8_t>(FetchKind())) {
-      // Of another kind: a reply to a request from before a restart (payloads -> whole chunks).
-      // It must not count as the reply to the request for the same chunk sent since.
-      return;
-    }
-    if (target_.requested.erase({p.id.value(), c}) == 0) {
-      return;  // cancelled while on the way, or never asked for: dropped unread
-    }
-    if (target_.whole[c] || target_.verifying[c]) {
-      return;  // an endgame duplicate: the scheduler cancels it once the first copy verifies
-    }
-    target_.verifying[c] = true;
+    // Dropped unread unless it answers a request of this epoch and is not held or being checked.
+    const swarm::Arrival arrival =
+        protocol_.OnChunkArrived(Now(), p.id, v, ChunkIndex(c), header->encoding);
+    if (!arrival.check) return;
     auto data = target_.data;
     auto shared = std::make_shared<const net::Frame>(std::move(frame));
     const PeerId from = p.id;
-    const auto kind = static_cast<PayloadKind>(header->encoding);
-    const uint64_t epoch = data->epoch;
+    const PayloadKind kind = arrival.item;
+    const uint64_t epoch = arrival.epoch;
     pool_->Submit([this, data, shared, from, c, kind, epoch] {
       Verified result = VerifyAndStore(*data, epoch, shared, from, ChunkIndex(c), kind);
       if (result.status.code() == Code::kCorrupt && !result.decode_failed &&
@@ -907,39 +738,25 @@ struct SwarmNode::Impl {
   }
 
   void Handle(Verified& e) {
-    if (target_.data == nullptr || e.epoch != target_.data->epoch) return;
-    const uint32_t c = e.chunk.value();
-    target_.verifying[c] = false;
+    if (target_.data == nullptr || e.epoch != protocol_.epoch()) return;
+    swarm::CheckOutcome outcome = swarm::CheckOutcome::kOk;
+    std::string why;
     if (e.status.ok()) {
       ++chunks_verified_;
-      target_.whole[c] = true;
-      if (e.kind == PayloadKind::kCodec) {
-        target_.payload[c] = true;
-        ++(e.fast ? delta_chunks_fast_ : delta_chunks_sha256_);
-      }
-      Execute(target_.scheduler->OnChunkVerified(Now(), e.chunk, e.from));
-      const swarm::Duration took = target_.scheduler->last_fetch_time();
-      if (options_.chunk_fetch_seconds != nullptr && took >= swarm::Duration::zero()) {
-        options_.chunk_fetch_seconds->Observe(std::chrono::duration<double>(took).count());
-      }
-      return;
-    }
-    if (e.decode_failed) {
-      Log(e.status.ToString() + "; fetching whole chunks from now on");
-      target_.data->delta = false;
-      Status restarted = RestartScheduler();
-      if (!restarted.ok()) Fail(restarted);
-      return;
-    }
-    if (e.status.code() == Code::kCorrupt) {
+      if (e.kind == PayloadKind::kCodec) ++(e.fast ? delta_chunks_fast_ : delta_chunks_sha256_);
+    } else if (e.decode_failed) {
+      outcome = swarm::CheckOutcome::kUndecodable;
+      why = e.status.ToString();
+    } else if (e.status.code() == Code::kCorrupt) {
+      outcome = swarm::CheckOutcome::kCorrupt;
       ++chunks_failed_;
       ++target_.chunks_failed;
       Log("bad data from peer " + std::to_string(e.from.value()) + ": " + e.status.ToString());
-      banned_[e.from.value()] = Clock::now() + kBanTime;
-      Execute(target_.scheduler->OnChunkFailed(Now(), e.chunk, e.from));
-      return;
+    } else {
+      outcome = swarm::CheckOutcome::kStoreError;
+      why = e.status.WithContext("storing chunk " + std::to_string(e.chunk.value())).ToString();
     }
-    Fail(e.status.WithContext("storing chunk " + std::to_string(c)));
+    Apply(protocol_.OnChunkChecked(Now(), e.epoch, e.from, e.chunk, outcome, why));
   }
 
   void Handle(UploadDone& e) {
@@ -953,113 +770,88 @@ struct SwarmNode::Impl {
         KickUploads(it->second);
       }
     }
-    if (target_.data == nullptr || e.epoch != target_.data->epoch) return;
-    target_.serving.erase({e.peer.value(), e.chunk.value()});
-    Execute(target_.scheduler->OnUploadDone(Now(), e.peer, e.chunk));
+    Apply(protocol_.OnUploadDone(Now(), e.epoch, e.peer, e.chunk));
   }
 
-  void Fail(const Status& status) {
-    Log("target failed: " + status.ToString());
-    if (target_.error.empty()) target_.error = status.ToString();
-    done_cv_.notify_all();
+  // Carries out what the protocol decided. Under mu_. Nothing here calls the protocol again, so
+  // the span stays valid throughout.
+  void Apply(std::span<const Effect> effects) {
+    for (const Effect& e : effects) ApplyOne(e);
   }
 
-  void Execute(std::span<const swarm::Action> actions) {
-    // Copied: handling an action never calls back into the scheduler, but be safe against reuse.
-    std::vector<swarm::Action> list(actions.begin(), actions.end());
-    for (const swarm::Action& a : list) ExecuteOne(a);
-  }
-
-  void ExecuteOne(const swarm::Action& a) {
-    const uint64_t version = target_.data->manifest.version.value();
-    auto peer = [&]() -> Peer* {
-      auto it = peers_.find(a.peer.value());
-      return it == peers_.end() ? nullptr : it->second.get();
+  void ApplyOne(const Effect& e) {
+    auto peer = [&]() -> std::shared_ptr<Peer> {
+      auto it = peers_.find(e.peer.value());
+      return it == peers_.end() ? nullptr : it->second;
     };
-    switch (a.kind) {
-      case swarm::ActionKind::kSendRequest:
-        if (Peer* p = peer()) {
-          target_.requested.insert({a.peer.value(), a.chunk.value()});
-          SendTo(*p, {.type = MessageType::kRequest,
-                      .version = version,
-                      .chunk = a.chunk.value(),
-                      .code = static_cast<uint8_t>(FetchKind())});
+    switch (e.kind) {
+      case EffectKind::kSend:
+        if (auto p = peer()) SendTo(*p, e.message);
+        return;
+      case EffectKind::kAnnounce: {
+        const Message have{.type = MessageType::kHave,
+                           .version = protocol_.target_version().value(),
+                           .chunk = e.chunk.value(),
+                           .code = e.flags};
+        for (auto& [id, p] : peers_) {
+          if (protocol_.WantsHave(p->id, e.chunk, e.flags)) SendTo(*p, have);
         }
         return;
-      case swarm::ActionKind::kCancelRequest:
-        if (Peer* p = peer()) {
-          target_.requested.erase({a.peer.value(), a.chunk.value()});
-          SendTo(*p, {.type = MessageType::kCancel,
-                      .version = version,
-                      .chunk = a.chunk.value(),
-                      .code = static_cast<uint8_t>(FetchKind())});
-        }
-        return;
-      case swarm::ActionKind::kSendChunk: {
-        auto it = target_.serving.find({a.peer.value(), a.chunk.value()});
-        const PayloadKind kind = it == target_.serving.end() ? PayloadKind::kRaw : it->second;
-        auto found = peers_.find(a.peer.value());
-        if (found == peers_.end()) {
-          Execute(target_.scheduler->OnUploadDone(Now(), a.peer, a.chunk));
+      }
+      case EffectKind::kUpload: {
+        auto p = peer();
+        if (p == nullptr) {
+          // Not connected here any more: the slot frees as if the upload had ended.
+          Push(UploadDone{e.epoch, e.peer, e.chunk, false, 0});
           return;
         }
-        const std::shared_ptr<Peer>& p = found->second;
         {
           std::lock_guard lock(p->wmu);
-          p->stopped.erase({target_.data->epoch, a.chunk.value()});
-          p->uploads.push_back(UploadItem{target_.data, a.chunk, kind});
+          p->stopped.erase({e.epoch, e.chunk.value()});
+          p->uploads.push_back(UploadItem{target_.data, e.chunk, e.item});
         }
         KickUploads(p);
         return;
       }
-      case swarm::ActionKind::kStopUpload:
-        if (Peer* p = peer()) {
+      case EffectKind::kStopUpload:
+        if (auto p = peer()) {
           std::lock_guard lock(p->wmu);
-          p->stopped.insert({target_.data->epoch, a.chunk.value()});
+          p->stopped.insert({e.epoch, e.chunk.value()});
         }
-        target_.serving.erase({a.peer.value(), a.chunk.value()});
         return;
-      case swarm::ActionKind::kRejectRequest: {
-        auto it = target_.serving.find({a.peer.value(), a.chunk.value()});
-        const PayloadKind kind = it == target_.serving.end() ? PayloadKind::kRaw : it->second;
-        if (it != target_.serving.end()) target_.serving.erase(it);
-        if (Peer* p = peer()) {
-          SendTo(*p, {.type = MessageType::kReject,
-                      .version = version,
-                      .chunk = a.chunk.value(),
-                      .code = static_cast<uint8_t>(kind)});
+      case EffectKind::kClose:
+        if (auto p = peer()) {
+          Log("dropping peer " + std::to_string(e.peer.value()) + ": " + e.why);
+          ++peers_dropped_;
+          peers_.erase(e.peer.value());
+          dead_.push_back(p);
         }
+        return;
+      case EffectKind::kNewEpoch: {
+        // Waits out a block being written: from now on no worker of an older epoch writes.
+        std::unique_lock no_writer(target_.data->write_mu);
+        target_.data->epoch = e.epoch;
         return;
       }
-      case swarm::ActionKind::kAnnounceHave: {
-        const uint32_t c = a.chunk.value();
-        const uint8_t flags = static_cast<uint8_t>((target_.whole[c] ? kHaveWhole : 0) |
-                                                   (target_.payload[c] ? kHavePayload : 0));
-        for (auto& [id, p] : peers_) {
-          // A peer that already holds what we announce has no use for it: it will not ask us
-          // for the chunk. Only peers that said so in their have-set are skipped (a source
-          // does not: its EveryChunkReplicated counts every HAVE; nor does an older node).
-          // About half the HAVEs of a step go unsent.
-          const bool holder = p->remote_skips_held &&
-                              p->remote_version == target_.data->manifest.version &&
-                              c < p->remote_whole.size() && p->remote_whole[c] &&
-                              ((flags & kHavePayload) == 0 || p->remote_payload[c]);
-          if (holder) continue;
-          SendTo(*p, {.type = MessageType::kHave, .version = version, .chunk = c, .code = flags});
-        }
+      case EffectKind::kFetchWhole:
+        Log(e.why + "; fetching whole chunks from now on");
+        target_.data->delta = false;
         return;
-      }
-      case swarm::ActionKind::kDropPeer:
-        DropPeerNow(a.peer, std::string(swarm::DropReasonName(a.reason)),
-                    a.reason == swarm::DropReason::kBadChunk);
-        return;
-      case swarm::ActionKind::kComplete:
-        target_.complete = true;
+      case EffectKind::kComplete:
         if (target_.data->staged) target_.data->staged->Flush().IgnoreError();
         Log(V(target_.data->manifest.version) + " complete" + CompletionStats());
         done_cv_.notify_all();
         return;
-      case swarm::ActionKind::kRequestPeers:
+      case EffectKind::kFetchTime:
+        if (options_.chunk_fetch_seconds != nullptr) {
+          options_.chunk_fetch_seconds->Observe(std::chrono::duration<double>(e.took).count());
+        }
+        return;
+      case EffectKind::kFailed:
+        Log("target failed: " + e.why);
+        done_cv_.notify_all();
+        return;
+      case EffectKind::kRequestPeers:
         return;  // the coordinator hands out peer lists with every heartbeat reply anyway
     }
   }
@@ -1081,102 +873,31 @@ struct SwarmNode::Impl {
 
   // ---- targets ----
 
-  // How many of this target's items fit where one whole chunk would: the mean chunk size over
-  // the mean payload size when the node fetches delta payloads or seeds them (a source serves
-  // payloads to every node on the base), else 1. Under mu_.
-  uint32_t ItemScale() const {
+  // Hands the target to the protocol: what it holds (`whole`, `payload`) and wants, and the
+  // sizes its item scaling needs. target_.data is set. Under mu_.
+  Status StartTarget(std::vector<bool> whole, std::vector<bool> payload, std::vector<bool> want) {
     const TargetData& t = *target_.data;
-    const bool payloads =
-        t.delta || (target_.source && t.seed_payloads != nullptr && t.seed_payloads->size() != 0);
-    if (!payloads || !t.manifest.delta || t.manifest.chunk_count() == 0) return 1;
-    uint64_t payload_bytes = 0, items = 0;
-    for (const DeltaChunk& d : t.manifest.delta->chunks) {
-      if (d.payload_size == 0) continue;
-      payload_bytes += d.payload_size;
-      ++items;
-    }
-    if (items == 0) return 1;
-    const uint64_t mean_chunk = t.manifest.total_size() / t.manifest.chunk_count();
-    const uint64_t mean_payload = std::max<uint64_t>(payload_bytes / items, 1);
-    return static_cast<uint32_t>(std::clamp<uint64_t>(mean_chunk / mean_payload, 1, 256));
-  }
-
-  // (Re)creates the scheduler of the current target from what it holds, and registers every
-  // peer that announced the same version. Under mu_.
-  Status RestartScheduler() {
-    TargetData& t = *target_.data;
-    const uint32_t n = t.manifest.chunk_count();
-    {
-      std::unique_lock no_writer(t.write_mu);  // waits out a block being written
-      t.epoch = ++next_epoch_;
-    }
-    // The old epoch's requests are abandoned: cancel them. A peer still holding one (queued, or
-    // uploading the old kind) would take the new epoch's request for that chunk as a duplicate,
-    // and the chunk would wait out the request timeout.
-    for (const auto& [peer, chunk] : target_.requested) {
-      auto it = peers_.find(peer);
-      if (it == peers_.end()) continue;
-      SendTo(*it->second, {.type = MessageType::kCancel,
-                           .version = t.manifest.version.value(),
-                           .chunk = chunk,
-                           .code = static_cast<uint8_t>(FetchKind())});
-    }
-    target_.requested.clear();
-    target_.serving.clear();
-    target_.verifying.assign(n, false);
-    swarm::SchedulerOptions so;
-    so.chunk_count = n;
-    so.initial_have = swarm::ChunkSet(n);
-    so.want = swarm::ChunkSet(n);
-    for (uint32_t i = 0; i < n; ++i) {
-      if (target_.whole[i]) so.initial_have.Insert(ChunkIndex(i));
-      if (target_.want[i]) so.want.Insert(ChunkIndex(i));
-    }
-    // The knobs count items. A delta's items are payloads of a few KB where a chunk is hundreds:
-    // a window of two payloads per peer would make the step a chain of round trips, and a serve
-    // queue of 32 would refuse most of a peer's requests (each refusal parks the chunk for the
-    // refusal backoff). Windows, slots and queues keep the bytes they would hold for whole
-    // chunks, in as many items as that makes (bounded).
-    swarm::ApplyTuning(options_.tuning, options_.source || target_.source, so);
-    const uint32_t scale = ItemScale();
-    const uint32_t window = std::max<uint32_t>(so.window_per_peer, 1);
-    const uint32_t outstanding = std::max<uint32_t>(so.max_outstanding, 1);
-    const uint32_t slots = so.upload_slots;
-    so.window_per_peer = std::min<uint32_t>(window * scale, std::max<uint32_t>(window, 64));
-    so.max_window_per_peer = std::max(
-        so.window_per_peer, std::min<uint32_t>(so.max_window_per_peer * scale,
-                                               std::max<uint32_t>(so.max_window_per_peer, 256)));
-    so.max_outstanding =
-        std::min<uint32_t>(outstanding * scale, std::max<uint32_t>(outstanding, 1024));
-    // A delta target still serves whole chunks to peers not on the base (late joiners), and
-    // each running upload holds its chunk in memory: the scaled slots are bounded so that they
-    // hold at most kUploadBudget of whole chunks (never fewer than the configured slots).
-    constexpr uint64_t kUploadBudget = uint64_t{256} << 20;
-    const uint64_t max_chunk = std::max<uint64_t>(t.manifest.chunk_size, 1);
-    const uint32_t budget_slots =
-        static_cast<uint32_t>(std::min<uint64_t>(kUploadBudget / max_chunk, 64));
-    so.upload_slots = std::max<uint32_t>(slots, std::min<uint32_t>(slots * scale, budget_slots));
-    so.serve_queue_limit = std::min<uint32_t>(so.serve_queue_limit * scale, 1024);
-    target_.scheduler_window = so.window_per_peer;
-    so.spread_first = target_.source;
-    if (target_.source && t.manifest.delta) {
-      // Only chunks with a payload are ever asked of a delta source by nodes on the base.
-      so.spread = swarm::ChunkSet(n);
-      for (uint32_t i = 0; i < n; ++i) {
-        if (t.manifest.delta->chunks[i].encoding != ChunkEncoding::kSame) {
-          so.spread.Insert(ChunkIndex(i));
-        }
+    const Manifest& m = t.manifest;
+    swarm::TargetSpec spec{.version = m.version,
+                           .chunk_count = m.chunk_count(),
+                           .whole = std::move(whole),
+                           .payload = std::move(payload),
+                           .want = std::move(want),
+                           .source = target_.source,
+                           .fetch_payloads = t.delta,
+                           .total_bytes = m.total_size(),
+                           .chunk_bytes = m.chunk_size,
+                           .payload_bytes = {},
+                           .seed = options_.node_id.value() ^ (m.version.value() << 20)};
+    if (m.delta && m.delta->chunks.size() == m.chunk_count()) {
+      spec.payload_bytes.reserve(m.chunk_count());
+      for (const DeltaChunk& d : m.delta->chunks) {
+        spec.payload_bytes.push_back(
+            d.encoding == ChunkEncoding::kSame ? 0 : std::max<uint64_t>(d.payload_size, 1));
       }
     }
-    so.seed = options_.node_id.value() ^ (t.manifest.version.value() << 20);
-    ASSIGN_OR_RETURN(swarm::Scheduler scheduler, swarm::Scheduler::Create(std::move(so)));
-    target_.scheduler.emplace(std::move(scheduler));
-    target_.complete = target_.scheduler->complete();
-    for (auto& [id, p] : peers_) {
-      p->registered_epoch = 0;
-      SendHaveSet(*p);
-    }
-    for (auto& [id, p] : peers_) Register(*p);
+    ASSIGN_OR_RETURN(std::span<const Effect> effects, protocol_.SetTarget(Now(), std::move(spec)));
+    Apply(effects);
     done_cv_.notify_all();
     return Status::Ok();
   }
@@ -1189,7 +910,7 @@ struct SwarmNode::Impl {
       if (!aborted.ok())
         Log("abort of " + V(target_.data->manifest.version) + ": " + aborted.ToString());
     }
-    for (auto& [id, p] : peers_) p->registered_epoch = 0;
+    protocol_.LeaveTarget();
     target_ = Target{};
     bytes_sent_at_target_ = bytes_sent_.load();
   }
@@ -1284,11 +1005,8 @@ struct SwarmNode::Impl {
       LeaveTarget();
       data->committed = true;
       target_.data = std::move(data);
-      target_.whole = std::move(holds);
-      target_.payload.assign(n, false);
-      target_.want = std::move(want);
-      RETURN_IF_ERROR(RestartScheduler());
-      target_.complete = true;
+      // Every wanted chunk is held: the target is complete from the start.
+      RETURN_IF_ERROR(StartTarget(std::move(holds), std::vector<bool>(n, false), std::move(want)));
       Log("target " + V(manifest.version) + " already committed: serving it");
       return Status::Ok();
     }
@@ -1360,18 +1078,15 @@ struct SwarmNode::Impl {
     }
     RETURN_IF_ERROR(data->staged->Flush());
     target_.data = std::move(data);
-    target_.whole = std::move(whole);
-    target_.payload.assign(n, false);
-    target_.want = std::move(want);
     target_.started = begun;
-    RETURN_IF_ERROR(RestartScheduler());
+    RETURN_IF_ERROR(StartTarget(std::move(whole), std::vector<bool>(n, false), std::move(want)));
     Log("target " + V(manifest.version) + ": " + std::to_string(n) + " chunks, " +
         std::to_string(resumed) + " resumed, " + std::to_string(copied) + " copied locally, " +
         (target_.data->delta ? "fetching delta payloads" : "fetching whole chunks") +
         " (staged in " +
         std::to_string(
             std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - begun).count()) +
-        " ms, window " + std::to_string(target_.scheduler_window) + ")");
+        " ms, window " + std::to_string(protocol_.window()) + ")");
     return Status::Ok();
   }
 
@@ -1391,16 +1106,15 @@ struct SwarmNode::Impl {
     data->seed_payloads = std::move(payloads);
     target_.data = std::move(data);
     target_.source = true;
-    target_.whole.assign(n, true);
-    target_.payload.assign(n, false);
+    std::vector<bool> payload(n, false);
     if (target_.data->seed_payloads != nullptr) {
       for (ChunkIndex c : target_.data->seed_payloads->Chunks()) {
-        if (c.value() < n) target_.payload[c.value()] = true;
+        if (c.value() < n) payload[c.value()] = true;
       }
     }
-    target_.want.assign(n, true);
     target_.started = Clock::now();
-    RETURN_IF_ERROR(RestartScheduler());
+    RETURN_IF_ERROR(
+        StartTarget(std::vector<bool>(n, true), std::move(payload), std::vector<bool>(n, true)));
     Log("seeding " + V(manifest.version));
     return Status::Ok();
   }
@@ -1431,20 +1145,16 @@ struct SwarmNode::Impl {
     data->part = TargetData::PartSeed{part.version, first_chunk, own};
     target_.data = std::move(data);
     target_.source = true;
-    target_.whole.assign(n, false);
-    target_.payload.assign(n, false);
-    target_.want.assign(n, false);
-    for (uint32_t i = first_chunk; i < first_chunk + own; ++i) {
-      target_.whole[i] = true;
-      target_.want[i] = true;
-    }
+    // This rank holds, wants and replicates its part's chunks only.
+    std::vector<bool> own_chunks(n, false), payload(n, false);
+    for (uint32_t i = first_chunk; i < first_chunk + own; ++i) own_chunks[i] = true;
     if (target_.data->seed_payloads != nullptr) {
       for (ChunkIndex c : target_.data->seed_payloads->Chunks()) {
-        if (c.value() < own) target_.payload[first_chunk + c.value()] = true;
+        if (c.value() < own) payload[first_chunk + c.value()] = true;
       }
     }
     target_.started = Clock::now();
-    RETURN_IF_ERROR(RestartScheduler());
+    RETURN_IF_ERROR(StartTarget(own_chunks, std::move(payload), own_chunks));
     Log("seeding " + V(manifest.version) + " chunks " + std::to_string(first_chunk) + ".." +
         std::to_string(first_chunk + own) + " (this rank's part)");
     return Status::Ok();
@@ -1456,9 +1166,11 @@ struct SwarmNode::Impl {
       std::lock_guard lock(mu_);
       if (target_.data == nullptr) return FailedPrecondition("no target to commit");
       if (target_.data->committed.load()) return Status::Ok();
-      if (!target_.complete) {
-        return FailedPrecondition(V(target_.data->manifest.version) + " is not complete (" +
-                                  std::to_string(target_.scheduler->missing()) + " missing)");
+      if (!protocol_.complete()) {
+        const swarm::Scheduler* scheduler = protocol_.scheduler();
+        return FailedPrecondition(
+            V(target_.data->manifest.version) + " is not complete (" +
+            std::to_string(scheduler != nullptr ? scheduler->missing() : 0) + " missing)");
       }
       data = target_.data;
     }
@@ -1525,8 +1237,7 @@ struct SwarmNode::Impl {
       listed.insert(a.id.value());
       if (a.id > options_.node_id) continue;  // it connects to us
       if (peers_.count(a.id.value()) != 0 || connecting_.count(a.id.value()) != 0) continue;
-      auto ban = banned_.find(a.id.value());
-      if (ban != banned_.end() && Clock::now() < ban->second) continue;
+      if (!protocol_.Admits(Now(), a.id)) continue;  // banned
       connecting_.insert(a.id.value());
       connectors_.emplace_back([this, a] {
         auto conn = transport_.Connect(a.address, std::chrono::seconds(5));
@@ -1552,7 +1263,7 @@ struct SwarmNode::Impl {
     for (auto it = peers_.begin(); it != peers_.end();) {
       if (it->second->outgoing && listed.count(it->first) == 0) {
         Log("peer " + std::to_string(it->first) + " no longer listed");
-        Unregister(*it->second);
+        Apply(protocol_.OnPeerDisconnected(Now(), it->second->id));
         dead_.push_back(it->second);
         it = peers_.erase(it);
       } else {
@@ -1581,12 +1292,14 @@ struct SwarmNode::Impl {
     const Manifest& m = target_.data->manifest;
     p.version = m.version;
     p.delta = target_.data->delta;
+    const std::vector<bool>& want = protocol_.want();
+    const std::vector<bool>& whole = protocol_.whole();
     for (uint32_t i = 0; i < m.chunk_count(); ++i) {
-      if (!target_.want[i]) continue;
+      if (!want[i]) continue;
       const uint64_t size = m.ChunkRange(ChunkIndex(i)).size;
       ++p.chunks_total;
       p.bytes_total += size;
-      if (target_.whole[i]) {
+      if (whole[i]) {
         ++p.chunks_done;
         p.bytes_done += size;
       }
@@ -1594,54 +1307,38 @@ struct SwarmNode::Impl {
     p.bytes_received = target_.bytes_received;
     p.bytes_sent = bytes_sent_.load() - bytes_sent_at_target_;
     p.chunks_failed = target_.chunks_failed;
-    p.window = target_.scheduler_window;
-    p.complete = target_.complete;
+    p.window = protocol_.window();
+    p.complete = protocol_.complete();
     p.committed = target_.data->committed.load();
-    p.error = target_.error;
+    p.error = protocol_.error();
     return p;
   }
 
   bool EveryChunkReplicated() const {
     std::lock_guard lock(mu_);
-    if (target_.data == nullptr) return false;
-    const Manifest& m = target_.data->manifest;
-    const uint32_t n = m.chunk_count();
-    std::vector<bool> whole(n, false), payload(n, false);
-    bool payloads_needed = false;
-    for (const auto& [id, p] : peers_) {
-      if (p->remote_version != m.version || p->remote_whole.size() != n) continue;
-      payloads_needed = payloads_needed || p->remote_fetching_payloads;
-      for (uint32_t i = 0; i < n; ++i) {
-        if (p->remote_whole[i]) whole[i] = true;
-        if (p->remote_payload[i]) payload[i] = true;
-      }
-    }
-    for (uint32_t i = 0; i < n; ++i) {
-      if (!target_.data->InPart(ChunkIndex(i))) continue;  // another rank's to replicate
-      if (!whole[i]) return false;
-      if (payloads_needed && target_.payload[i] && !payload[i]) return false;
-    }
-    return true;
+    return target_.data != nullptr && protocol_.EveryChunkReplicated();
   }
 
   Status WaitComplete(net::Duration timeout) {
     std::unique_lock lock(mu_);
     auto done = [&] {
-      return stopping_ || (target_.data != nullptr && (target_.complete || !target_.error.empty()));
+      return stopping_ || (target_.data != nullptr &&
+                           (protocol_.complete() || !protocol_.error().empty()));
     };
     if (timeout == net::kForever) {
       done_cv_.wait(lock, done);
     } else if (!done_cv_.wait_for(lock, timeout, done)) {
       return DeadlineExceeded("swarm: target not complete in time");
     }
-    if (!target_.error.empty()) return Internal(target_.error);
-    if (stopping_ && !target_.complete) return Aborted("swarm node stopped");
+    if (!protocol_.error().empty()) return Internal(protocol_.error());
+    if (stopping_ && !protocol_.complete()) return Aborted("swarm node stopped");
     return Status::Ok();
   }
 
   Store& store_;
   net::Transport& transport_;
   SwarmNodeOptions options_;
+  swarm::PeerProtocol protocol_;  // guarded by mu_
 
   mutable std::mutex mu_;
   std::condition_variable done_cv_;
@@ -1654,9 +1351,7 @@ struct SwarmNode::Impl {
   std::set<uint64_t> connecting_;
   std::map<uint64_t, std::shared_ptr<Peer>> peers_;
   std::vector<std::shared_ptr<Peer>> dead_;
-  std::map<uint64_t, Clock::time_point> banned_;
   uint64_t next_gen_ = 0;
-  uint64_t next_epoch_ = 0;
   Target target_;
   uint64_t bytes_sent_at_target_ = 0;
   std::unique_ptr<ThreadPool> pool_;
@@ -1664,7 +1359,7 @@ struct SwarmNode::Impl {
   std::shared_ptr<UploadSink> upload_sink_ = MakeUploadSink();
   Clock::time_point next_flush_{};
   Clock::time_point next_trace_{}, last_trace_{};
-  uint64_t traced_rx_ = 0, traced_tx_ = 0, refusals_received_ = 0;
+  uint64_t traced_rx_ = 0, traced_tx_ = 0;
   uint64_t flushed_at_ = 0;
   std::shared_ptr<std::atomic<bool>> flushing_ = std::make_shared<std::atomic<bool>>(false);
 

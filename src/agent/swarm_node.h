@@ -1,23 +1,28 @@
 // One node's peer-to-peer side for one channel (docs/agent.md): it fetches a version from many
 // peers at once and serves what it holds to them. Used by the agent daemon (Fetch, then
-// CommitTarget) and by the publisher (Seed). The decisions (which chunk from which peer, which
-// request to serve next, when to drop a peer) are made by one swarm::Scheduler per target
-// version, the very object the simulator drives; this class carries its actions out over a
-// net::Transport and feeds it the events.
+// CommitTarget) and by the publisher (Seed). Every decision about peers (which chunk from which
+// peer, which request to serve next, which HAVEs to send, when to fall back from delta payloads
+// to whole chunks, whom to drop and ban) is made by one swarm::PeerProtocol, the very object the
+// simulator drives; this class carries its effects out over a net::Transport, a Store and the
+// clock, and feeds it the events.
 //
-// Threads: one event thread owns the scheduler and is fed from a queue; each peer connection has
-// a reader thread (pushes received messages) and a writer thread (sends control messages and the
-// chunk uploads the scheduler asks for, then pushes OnUploadDone); `workers` threads check,
-// decode and write received chunks (push OnChunkVerified / OnChunkFailed); an accept thread
-// takes connections from peers with higher node ids.
+// Threads, independent of the number of peers: one event thread owns the protocol (under the
+// node's lock) and is fed from a queue, which the transport fills from its own threads (a
+// transport that cannot push frames, such as UCX or memory, gets a reader thread per
+// connection); `workers` threads check, decode and write received chunks (they push the check
+// results); two upload workers read the chunks the protocol asks to upload (memory or store) and
+// hand them to the transport, whose release of each written frame is pushed back as the
+// upload's end; an accept thread takes connections from peers with higher node ids, and short
+// connector threads make the connections to lower ones.
 //
-// Peer protocol (control messages in agent/protocol.h, chunk data in kChunk frames): on connect
-// each side sends its have-set for its target version (whole chunks and delta payloads as two
-// bitsets), then Have announcements, Request(version, chunk, kind), Cancel, Reject. Every chunk
-// is checked against the manifest hash before it is stored or served (a payload against its
-// payload hash, SHA-256, before it is decoded; the chunk rebuilt from it against the manifest's
-// fast hash, XXH3-128, or with verify_result kSha256 against its SHA-256: docs/verification.md);
-// a peer that sends a bad one is dropped and the chunk is fetched elsewhere.
+// Peer protocol (swarm/messages.h, swarm/peer_protocol.h; chunk data in kChunk frames): on
+// connect each side sends its have-set for its target version (whole chunks and delta payloads
+// as two bitsets), then Have announcements, Request(version, chunk, kind), Cancel, Reject. Every
+// chunk is checked against the manifest hash before it is stored or served (a payload against
+// its payload hash, SHA-256, before it is decoded; the chunk rebuilt from it against the
+// manifest's fast hash, XXH3-128, or with verify_result kSha256 against its SHA-256:
+// docs/verification.md); a peer that sends a bad one is dropped and the chunk is fetched
+// elsewhere.
 //
 // Thread-safety: every public method is safe from any thread. The Store and Transport must
 // outlive the node; Stop (or the destructor) joins every thread.

@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "agent/protocol.h"
+#include "swarm/messages.h"
 #include "codec/chunk_codec.h"
 #include "codec/version_codec.h"
 #include "hash/digest.h"
@@ -17,6 +17,14 @@
 #include "manifest/signed_manifest.h"
 
 namespace weightcast::agent {
+
+using swarm::EncodeMessage;
+using swarm::ErrorStatus;
+using swarm::Message;
+using swarm::MessageType;
+using swarm::ParseMessage;
+using swarm::PayloadKind;
+using swarm::kNoChunk;
 namespace {
 
 // Versions on the local side tried as a delta base, newest first.

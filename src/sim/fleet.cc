@@ -10,14 +10,16 @@
 
 #include "sim/network.h"
 #include "swarm/peer_lists.h"
+#include "swarm/peer_protocol.h"
 
 namespace weightcast::sim {
 namespace {
 
-using swarm::Action;
-using swarm::ActionKind;
-using swarm::ChunkSet;
-using swarm::Scheduler;
+using swarm::Effect;
+using swarm::EffectKind;
+using swarm::Message;
+using swarm::MessageType;
+using swarm::PeerProtocol;
 
 enum class Ev : uint8_t {
   kRequest,
@@ -48,7 +50,7 @@ struct Upload {
 };
 
 struct SimNode {
-  std::optional<Scheduler> sched;
+  std::optional<PeerProtocol> proto;  // what an agent runs (swarm/peer_protocol.h)
   bool alive = true;
   bool joined = true;
   NodeRole role = NodeRole::kHealthy;
@@ -67,6 +69,14 @@ struct SimNode {
 PeerId ToPeer(uint32_t node) { return PeerId(node + 1); }
 uint32_t ToNode(PeerId peer) { return static_cast<uint32_t>(peer.value() - 1); }
 swarm::Time ToTime(double seconds) { return swarm::Time(static_cast<int64_t>(seconds * 1e9)); }
+
+// Every node runs one version, as whole chunks.
+constexpr Version kVersion(1);
+
+// A control message as the protocol's owner would have parsed it off the wire.
+Message Control(MessageType type, uint32_t chunk, uint8_t code) {
+  return Message{.type = type, .version = kVersion.value(), .chunk = chunk, .code = code};
+}
 
 class Fleet {
  public:
@@ -100,7 +110,7 @@ class Fleet {
   void Connect(double now, uint32_t a, uint32_t b);
   // The simulated coordinator hands node `i` up to `count` new peers (not `lost`).
   void Replace(double now, uint32_t i, uint32_t lost, uint32_t count);
-  void Apply(double now, uint32_t i, std::span<const Action> actions);
+  void Apply(double now, uint32_t i, std::span<const Effect> effects);
   void Kill(double now, uint32_t i);
   void OnFlowDone(double now, FlowId f);
   void Sample(double now);
@@ -123,33 +133,49 @@ class Fleet {
 void Fleet::Connect(double now, uint32_t a, uint32_t b) {
   SetLink(a, b, true);
   SetLink(b, a, true);
-  // Node 0 is the source (spread_first); the others are receivers.
-  auto role = [](uint32_t i) {
-    return i == 0 ? swarm::PeerRole::kSource : swarm::PeerRole::kReceiver;
-  };
-  Apply(now, a,
-        nodes_[a].sched->OnPeerConnected(ToTime(now), ToPeer(b), nodes_[b].sched->have(), role(b)));
-  Apply(now, b,
-        nodes_[b].sched->OnPeerConnected(ToTime(now), ToPeer(a), nodes_[a].sched->have(), role(a)));
+  // Both sides learn of the connection before either have-set arrives (they go at once, see
+  // Apply). b's effects are copied: delivering a's have-set to b calls b again.
+  const swarm::Time t = ToTime(now);
+  const std::span<const Effect> from_a = nodes_[a].proto->OnPeerConnected(t, ToPeer(b));
+  const std::span<const Effect> from_b_span = nodes_[b].proto->OnPeerConnected(t, ToPeer(a));
+  const std::vector<Effect> from_b(from_b_span.begin(), from_b_span.end());
+  Apply(now, a, from_a);
+  Apply(now, b, from_b);
 }
 
-void Fleet::Apply(double now, uint32_t i, std::span<const Action> actions) {
+void Fleet::Apply(double now, uint32_t i, std::span<const Effect> effects) {
   SimNode& node = nodes_[i];
-  for (const Action& a : actions) {
-    const uint32_t peer =
-        a.kind == ActionKind::kAnnounceHave || a.kind == ActionKind::kComplete ? 0 : ToNode(a.peer);
-    const uint32_t c = a.chunk.value();
-    switch (a.kind) {
-      case ActionKind::kSendRequest:
-        if (Linked(i, peer)) Push(now + cfg_.latency, Ev::kRequest, peer, i, c);
+  for (const Effect& e : effects) {
+    const uint32_t c = e.chunk.value();
+    switch (e.kind) {
+      case EffectKind::kSend: {
+        const uint32_t peer = ToNode(e.peer);
+        if (!Linked(i, peer)) break;
+        switch (e.message.type) {
+          case MessageType::kRequest:
+            Push(now + cfg_.latency, Ev::kRequest, peer, i, e.message.chunk);
+            break;
+          case MessageType::kCancel:
+            Push(now + cfg_.latency, Ev::kCancel, peer, i, e.message.chunk);
+            break;
+          case MessageType::kReject:
+            Push(now + cfg_.latency, Ev::kReject, peer, i, e.message.chunk);
+            break;
+          case MessageType::kSwarmHave:
+            // Sent only when a link comes up: handed over at once, as the scheduler used to
+            // be given the peer's have-set on connect. The receiver's effects never include a
+            // have-set, so this does not come back to node i.
+            if (nodes_[peer].alive) {
+              Apply(now, peer, nodes_[peer].proto->OnMessage(ToTime(now), ToPeer(i), e.message));
+            }
+            break;
+          default:
+            break;
+        }
         break;
-      case ActionKind::kCancelRequest:
-        if (Linked(i, peer)) Push(now + cfg_.latency, Ev::kCancel, peer, i, c);
-        break;
-      case ActionKind::kRejectRequest:
-        if (Linked(i, peer)) Push(now + cfg_.latency, Ev::kReject, peer, i, c);
-        break;
-      case ActionKind::kSendChunk:
+      }
+      case EffectKind::kUpload: {
+        const uint32_t peer = ToNode(e.peer);
         if (Linked(i, peer) && nodes_[peer].alive) {
           const FlowId f = net_->Start(now, i, peer, ChunkSize(c), c);
           node.uploads.push_back(Upload{f, peer, c});
@@ -157,7 +183,9 @@ void Fleet::Apply(double now, uint32_t i, std::span<const Action> actions) {
           // The receiver is gone but we have not noticed yet; the slot frees when we do.
         }
         break;
-      case ActionKind::kStopUpload:
+      }
+      case EffectKind::kStopUpload: {
+        const uint32_t peer = ToNode(e.peer);
         for (size_t k = 0; k < node.uploads.size(); ++k) {
           if (node.uploads[k].peer == peer && node.uploads[k].chunk == c) {
             node.bytes_out += net_->Stop(now, node.uploads[k].flow);
@@ -167,28 +195,36 @@ void Fleet::Apply(double now, uint32_t i, std::span<const Action> actions) {
           }
         }
         break;
-      case ActionKind::kAnnounceHave:
+      }
+      case EffectKind::kAnnounce:
         // One event for the whole broadcast (every link has the same latency); it fans out to
         // the neighbours still linked when it lands. Keeps the queue N*C, not N*C*degree.
         node.verified_bytes += ChunkSize(c);
         Push(now + cfg_.latency, Ev::kHave, i, i, c);
         break;
-      case ActionKind::kDropPeer:
+      case EffectKind::kClose: {
+        const uint32_t peer = ToNode(e.peer);
         SetLink(i, peer, false);
         Push(now + cfg_.latency, Ev::kPeerGone, peer, i, 0);
         break;
-      case ActionKind::kRequestPeers:
+      }
+      case EffectKind::kRequestPeers:
         // One round trip to the coordinator; connecting now would also re-enter node i's
-        // scheduler while we walk its action span.
-        Push(now + 2 * cfg_.latency, Ev::kReplace, i, peer, a.count);
+        // protocol while we walk its effects.
+        Push(now + 2 * cfg_.latency, Ev::kReplace, i, ToNode(e.peer), e.count);
         break;
-      case ActionKind::kComplete:
+      case EffectKind::kComplete:
         if (node.completed_at < 0 && i != 0) {
           node.completed_at = now;
           ++complete_;
           if (pending_ > 0) --pending_;
         }
         break;
+      case EffectKind::kNewEpoch:
+      case EffectKind::kFetchWhole:
+      case EffectKind::kFetchTime:
+      case EffectKind::kFailed:
+        break;  // one version of whole chunks, nothing stored: nothing to carry out
     }
   }
 }
@@ -270,7 +306,7 @@ void Fleet::OnFlowDone(double now, FlowId f) {
     }
   }
   Push(now + cfg_.latency, Ev::kArrive, dst, src, c);
-  Apply(now, src, s.sched->OnUploadDone(ToTime(now), ToPeer(dst), ChunkIndex(c)));
+  Apply(now, src, s.proto->OnUploadDone(ToTime(now), s.proto->epoch(), ToPeer(dst), ChunkIndex(c)));
 }
 
 void Fleet::Sample(double now) {
@@ -356,14 +392,21 @@ Result<FleetResult> Fleet::Run() {
     SimNode& node = nodes_[i];
     for (PeerId p : lists[i]) node.nbrs.push_back(ToNode(p));
     node.link_up.assign(node.nbrs.size(), 0);
-    swarm::SchedulerOptions so;
-    so.chunk_count = chunks_;
-    so.initial_have = i == 0 ? ChunkSet::Full(chunks_) : ChunkSet(chunks_);
-    swarm::ApplyTuning(c.tuning, /*source=*/i == 0, so);
-    so.spread_first = i == 0;
-    so.seed = c.seed * 1000003 + i;
-    ASSIGN_OR_RETURN(Scheduler sched, Scheduler::Create(std::move(so)));
-    node.sched.emplace(std::move(sched));
+    // Node 0 is the source (spread_first); the others are receivers.
+    node.proto.emplace(swarm::PeerProtocolOptions{
+        .node_id = ToPeer(i), .source = i == 0, .tuning = c.tuning});
+    swarm::TargetSpec spec{.version = kVersion,
+                           .chunk_count = chunks_,
+                           .whole = std::vector<bool>(chunks_, i == 0),
+                           .payload = std::vector<bool>(chunks_, false),
+                           .want = std::vector<bool>(chunks_, true),
+                           .source = i == 0,
+                           .total_bytes = c.total_bytes,
+                           .chunk_bytes = c.chunk_bytes,
+                           .payload_bytes = {},
+                           .seed = c.seed * 1000003 + i};
+    ASSIGN_OR_RETURN(std::span<const Effect> started, node.proto->SetTarget(ToTime(0), std::move(spec)));
+    (void)started;  // no peers yet: nothing to send
     node.joined = node.role != NodeRole::kLate;
   }
   for (uint32_t i = 0; i < n; ++i) {
@@ -420,39 +463,50 @@ Result<FleetResult> Fleet::Run() {
     if (!to.alive) continue;
     switch (e.kind) {
       case Ev::kRequest:
-        if (Linked(e.to, e.from))
-          Apply(now, e.to, to.sched->OnRequestReceived(t, ToPeer(e.from), chunk));
-        break;
       case Ev::kCancel:
-        if (Linked(e.to, e.from))
-          Apply(now, e.to, to.sched->OnCancelReceived(t, ToPeer(e.from), chunk));
-        break;
       case Ev::kReject:
-        if (Linked(e.to, e.from))
-          Apply(now, e.to, to.sched->OnRequestRejected(t, ToPeer(e.from), chunk));
+        if (Linked(e.to, e.from)) {
+          const MessageType type = e.kind == Ev::kRequest  ? MessageType::kRequest
+                                   : e.kind == Ev::kCancel ? MessageType::kCancel
+                                                           : MessageType::kReject;
+          Apply(now, e.to,
+                to.proto->OnMessage(t, ToPeer(e.from),
+                                    Control(type, e.chunk, uint8_t(swarm::PayloadKind::kRaw))));
+        }
         break;
-      case Ev::kHave:
-        // e.to == e.from: the announcing node. A neighbour that already holds the chunk is
-        // skipped (see have_to_holders in fleet.h), except by the source: a spreading source
-        // reads who holds a chunk to refuse repeats (SchedulerOptions::spread_first).
+      case Ev::kHave: {
+        // e.to == e.from: the announcing node. A neighbour the protocol says needs no HAVE (it
+        // told us it holds the chunk) is skipped, unless have_to_holders (fleet.h).
+        const Message have = Control(MessageType::kHave, e.chunk, swarm::kHaveWhole);
         for (size_t k = 0; k < to.nbrs.size(); ++k) {
           const uint32_t j = to.nbrs[k];
           SimNode& nb = nodes_[j];
           if (!to.link_up[k] || !nb.alive || !nb.link_up[to.rev[k]]) continue;
-          if (!have_to_holders_ && j != 0 && nb.sched->have().Contains(chunk)) continue;
-          Apply(now, j, nb.sched->OnHave(t, ToPeer(e.from), chunk));
+          if (!have_to_holders_ && !to.proto->WantsHave(ToPeer(j), chunk, swarm::kHaveWhole)) {
+            continue;
+          }
+          Apply(now, j, nb.proto->OnMessage(t, ToPeer(e.from), have));
         }
         break;
+      }
       case Ev::kArrive: {
         const double bytes = ChunkSize(e.chunk);
         to.bytes_in += bytes;
-        if (to.sched->have().Contains(chunk)) result_.duplicate_bytes += bytes;
-        Apply(now, e.to, to.sched->OnChunkVerified(t, chunk, ToPeer(e.from)));
+        // Checked only when it answers a request still open (an agent drops the rest unread).
+        const swarm::Arrival arrival = to.proto->OnChunkArrived(
+            t, ToPeer(e.from), kVersion, chunk, uint8_t(swarm::PayloadKind::kRaw));
+        if (!arrival.check) {
+          result_.duplicate_bytes += bytes;
+          break;
+        }
+        Apply(now, e.to,
+              to.proto->OnChunkChecked(t, arrival.epoch, ToPeer(e.from), chunk,
+                                       swarm::CheckOutcome::kOk, std::string()));
         break;
       }
       case Ev::kTimer:
         if (to.completed_at < 0 || e.to == 0) {
-          Apply(now, e.to, to.sched->OnTimer(t));
+          Apply(now, e.to, to.proto->OnTick(t));
           Push(now + c.tick, Ev::kTimer, e.to, e.to, 0);
         }
         break;
@@ -469,7 +523,7 @@ Result<FleetResult> Fleet::Run() {
         break;
       case Ev::kPeerGone:
         SetLink(e.to, e.from, false);
-        Apply(now, e.to, to.sched->OnPeerDisconnected(t, ToPeer(e.from)));
+        Apply(now, e.to, to.proto->OnPeerDisconnected(t, ToPeer(e.from)));
         break;
       case Ev::kReplace:
         if (to.completed_at < 0) Replace(now, e.to, e.from, e.chunk);
@@ -490,7 +544,7 @@ Result<FleetResult> Fleet::Run() {
     r.joined_at = nodes_[i].joined ? nodes_[i].joined_at : -1;
     r.bytes_in = nodes_[i].bytes_in;
     r.bytes_out = nodes_[i].bytes_out;
-    const swarm::SchedulerStats& st = nodes_[i].sched->stats();
+    const swarm::SchedulerStats& st = nodes_[i].proto->scheduler()->stats();
     result_.timeouts += st.timeouts;
     result_.requests += st.requests_sent;
     result_.rejects += st.requests_rejected;

@@ -1,7 +1,7 @@
 // A discrete-event simulation of one broadcast: a source and N receivers, each running the real
-// swarm::Scheduler, over the modelled network of sim/network.h, on a virtual clock. Scenario
-// events (deaths, stragglers, late joiners, a leaving source) are drawn from a seed, so a run is
-// reproducible. docs/simulator.md describes the model and the bounds.
+// swarm::PeerProtocol (and its swarm::Scheduler), the objects an agent runs, over the modelled
+// network of sim/network.h, on a virtual clock. Scenario events (deaths, stragglers, late
+// joiners, a leaving source) are drawn from a seed, so a run is reproducible. docs/simulator.md describes the model and the bounds.
 #pragma once
 
 #include <cstdint>
@@ -39,12 +39,13 @@ struct FleetConfig {
   swarm::Tuning tuning{};
   double tick = 0.5;
   uint64_t seed = 1;
-  // Deliver a HAVE to a neighbour that already holds the chunk. Such a HAVE changes nothing the
-  // neighbour decides: it never asks for a chunk it holds, and its availability count of that
-  // chunk is read only by its picks, of chunks it needs. Off, the fan-out skips them: about half of
-  // all HAVE deliveries, the simulator's largest cost, with the same result
-  // (tests/unit/sim/fleet_test.cc checks it). The source is never skipped: a spread_first
-  // scheduler reads the availability of chunks it holds to refuse repeats.
+  // Deliver every HAVE, also those the protocol skips (swarm::PeerProtocol::WantsHave: a
+  // neighbour that told us it holds the chunk). Such a HAVE changes nothing the neighbour
+  // decides: it never asks for a chunk it holds, and its availability count of that chunk is
+  // read only by its picks, of chunks it needs. Skipping them saves about half of all HAVE
+  // deliveries, the simulator's largest cost, with the same result (tests/unit/sim/fleet_test.cc
+  // checks it). The source never asks to skip them: a spread_first scheduler reads the
+  // availability of chunks it holds to refuse repeats.
   bool have_to_holders = false;
   uint32_t samples = 200;         // progress samples over the run
   double time_limit_factor = 20;  // give up at this multiple of the bound

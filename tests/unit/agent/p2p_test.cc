@@ -7,12 +7,17 @@
 #include <fstream>
 #include <thread>
 
-#include "agent/protocol.h"
 #include "agent/version_fetcher.h"
 #include "agent/version_server.h"
 #include "manifest/signed_manifest.h"
 #include "net/memory_transport.h"
 #include "unit/store/store_test_util.h"
+#include "swarm/messages.h"
+
+using weightcast::swarm::EncodeMessage;
+using weightcast::swarm::Message;
+using weightcast::swarm::MessageType;
+using weightcast::swarm::ParseMessage;
 
 namespace weightcast::agent {
 namespace {

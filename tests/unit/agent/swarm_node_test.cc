@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "agent/payload_cache.h"
-#include "agent/protocol.h"
 #include "agent/swarm_node.h"
 #include "codec/version_codec.h"
 #include "manifest/signed_manifest.h"
@@ -23,6 +22,14 @@
 #include "net/memory_transport.h"
 #include "swarm/tuning.h"
 #include "unit/store/store_test_util.h"
+#include "swarm/messages.h"
+
+using weightcast::swarm::EncodeMessage;
+using weightcast::swarm::Message;
+using weightcast::swarm::MessageType;
+using weightcast::swarm::PackBits;
+using weightcast::swarm::ParseMessage;
+using weightcast::swarm::UnpackBits;
 
 namespace weightcast::agent {
 namespace {

@@ -1,8 +1,8 @@
-#include "agent/protocol.h"
+#include "swarm/messages.h"
 
 #include <cstring>
 
-namespace weightcast::agent {
+namespace weightcast::swarm {
 namespace {
 
 template <typename T>
@@ -107,4 +107,4 @@ Status ErrorStatus(const Message& message) {
   return Status(code, "server: " + message.text);
 }
 
-}  // namespace weightcast::agent
+}  // namespace weightcast::swarm

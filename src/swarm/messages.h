@@ -1,7 +1,8 @@
-// The version-transfer protocol between a fetching agent and a version server (docs/p2p.md).
-// Requests and replies other than chunk data are kControl frames holding one Message; chunk data
-// travels in kChunk frames whose ChunkHeader names the version and chunk, and whose `encoding`
-// byte says how to read the payload (PayloadKind).
+// The messages of the peer protocol (swarm::PeerProtocol, docs/agent.md) and of the
+// version-transfer protocol between a fetching agent and a version server (docs/p2p.md): pure
+// encoding and parsing, no I/O. Requests and replies other than chunk data are kControl frames
+// holding one Message; chunk data travels in kChunk frames whose ChunkHeader names the version
+// and chunk, and whose `encoding` byte says how to read the payload (PayloadKind).
 //
 // Message body (little endian): u8 type | u64 version | u32 chunk | u64 base_version | u8 code |
 // u32 text length | text | u32 blob length | blob. Parse checks every length against the body.
@@ -14,7 +15,7 @@
 
 #include <weightcast/status.h>
 
-namespace weightcast::agent {
+namespace weightcast::swarm {
 
 enum class MessageType : uint8_t {
   kGetManifest = 1,  // version (0: the current one)
@@ -22,7 +23,7 @@ enum class MessageType : uint8_t {
   kGetChunk = 3,     // version, chunk, base_version (0: send the chunk whole)
   kError = 4,        // version, chunk (kNoChunk for a manifest request), code, text
   kEcho = 5,         // answered with kEcho: wakes a reader of the client's own connection
-  // Swarm messages between peers (swarm_node.h). `code` of kHave is HaveFlags; of kRequest,
+  // Swarm messages between peers (peer_protocol.h). `code` of kHave is HaveFlags; of kRequest,
   // kCancel and kReject a PayloadKind.
   kSwarmHave = 6,  // version, chunk: chunk count, code: kHaveFetchingPayloads | kHaveSkipHeld
                    // | kHaveSource,
@@ -79,4 +80,4 @@ Result<std::vector<bool>> UnpackBits(std::span<const uint8_t> bytes, uint32_t co
 // The Status an error message carries (codes outside the known range become kInternal).
 Status ErrorStatus(const Message& message);
 
-}  // namespace weightcast::agent
+}  // namespace weightcast::swarm

@@ -1,0 +1,524 @@
+#include "swarm/peer_protocol.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace weightcast::swarm {
+
+PeerProtocol::PeerProtocol(PeerProtocolOptions options) : options_(std::move(options)) {}
+
+Effect& PeerProtocol::Emit(EffectKind kind) {
+  Effect& e = effects_.emplace_back();
+  e.kind = kind;
+  return e;
+}
+
+void PeerProtocol::Send(PeerId peer, Message message) {
+  Effect& e = Emit(EffectKind::kSend);
+  e.peer = peer;
+  e.message = std::move(message);
+}
+
+PeerProtocol::PeerState* PeerProtocol::Find(PeerId id) {
+  auto it = peers_.find(id.value());
+  return it == peers_.end() ? nullptr : &it->second;
+}
+
+bool PeerProtocol::Admits(Time now, PeerId peer) const {
+  if (peer == options_.node_id) return false;
+  auto ban = banned_.find(peer.value());
+  return ban == banned_.end() || now >= ban->second;
+}
+
+// ---- peers ----
+
+std::span<const Effect> PeerProtocol::OnPeerConnected(Time now, PeerId peer) {
+  effects_.clear();
+  if (PeerState* old = Find(peer)) Unregister(now, peer, *old);  // a reconnect
+  peers_[peer.value()] = PeerState{};
+  SendHaveSet(peer);
+  return Flush();
+}
+
+std::span<const Effect> PeerProtocol::OnPeerDisconnected(Time now, PeerId peer) {
+  effects_.clear();
+  if (PeerState* p = Find(peer)) {
+    Unregister(now, peer, *p);
+    peers_.erase(peer.value());
+  }
+  return Flush();
+}
+
+std::span<const Effect> PeerProtocol::OnMalformed(Time now, PeerId peer, const std::string& why) {
+  effects_.clear();
+  if (PeerState* p = Find(peer)) {
+    Unregister(now, peer, *p);
+    Close(peer, why, /*ban=*/false, now);
+  }
+  return Flush();
+}
+
+void PeerProtocol::Forget(PeerState& p) {
+  p.registered_epoch = 0;
+  p.requested.clear();
+  p.serving.clear();
+}
+
+void PeerProtocol::Unregister(Time now, PeerId id, PeerState& p) {
+  if (Registered(p) && target_->scheduler) {
+    Execute(now, target_->scheduler->OnPeerDisconnected(now, id));
+  }
+  Forget(p);
+}
+
+// Forgets `id` (the scheduler already has, or Unregister did) and tells the owner to close it.
+void PeerProtocol::Close(PeerId id, std::string why, bool ban, Time now) {
+  if (ban) banned_[id.value()] = now + options_.ban_time;
+  if (peers_.erase(id.value()) == 0) return;
+  Effect& e = Emit(EffectKind::kClose);
+  e.peer = id;
+  e.ban = ban;
+  e.why = std::move(why);
+}
+
+void PeerProtocol::Register(Time now, PeerId id, PeerState& p) {
+  if (!target_ || !target_->scheduler || p.remote_version != target_->spec.version ||
+      Registered(p) || p.whole.size() != target_->spec.chunk_count) {
+    return;
+  }
+  const std::vector<bool>& bits = FetchKind() == PayloadKind::kCodec ? p.payload : p.whole;
+  ChunkSet has(target_->spec.chunk_count);
+  for (uint32_t i = 0; i < bits.size(); ++i) {
+    if (bits[i]) has.Insert(ChunkIndex(i));
+  }
+  p.registered_epoch = target_->epoch;
+  Execute(now, target_->scheduler->OnPeerConnected(
+                   now, id, has, p.source ? PeerRole::kSource : PeerRole::kReceiver));
+}
+
+void PeerProtocol::SendHaveSet(PeerId id) {
+  if (!target_) return;
+  const TargetSpec& t = target_->spec;
+  Message m{.type = MessageType::kSwarmHave,
+            .version = t.version.value(),
+            .chunk = t.chunk_count,
+            .code = static_cast<uint8_t>((t.fetch_payloads && !target_->complete
+                                              ? kHaveFetchingPayloads
+                                              : 0) |
+                                         (t.source ? kHaveSource : kHaveSkipHeld))};
+  m.blob = PackBits(t.whole);
+  const std::vector<uint8_t> payload = PackBits(t.payload);
+  m.blob.insert(m.blob.end(), payload.begin(), payload.end());
+  Send(id, std::move(m));
+}
+
+std::span<const Effect> PeerProtocol::OnMessage(Time now, PeerId peer, const Message& m) {
+  effects_.clear();
+  PeerState* found = Find(peer);
+  if (found == nullptr) return Flush();
+  PeerState& p = *found;
+  const Version v(m.version);
+  switch (m.type) {
+    case MessageType::kSwarmHave: {
+      const size_t bytes = (size_t{m.chunk} + 7) / 8;
+      const std::span<const uint8_t> blob(m.blob);
+      auto whole = UnpackBits(blob.first(std::min(blob.size(), bytes)), m.chunk);
+      auto payload = UnpackBits(blob.subspan(std::min(blob.size(), bytes)), m.chunk);
+      if (!whole.ok() || !payload.ok()) {
+        Unregister(now, peer, p);
+        Close(peer, "malformed have-set", /*ban=*/false, now);
+        return Flush();
+      }
+      if (p.registered_epoch != 0) Unregister(now, peer, p);
+      p.remote_version = v;
+      p.fetching_payloads = (m.code & kHaveFetchingPayloads) != 0;
+      p.skips_held = (m.code & kHaveSkipHeld) != 0;
+      p.source = (m.code & kHaveSource) != 0;
+      p.whole = std::move(whole).value();
+      p.payload = std::move(payload).value();
+      Register(now, peer, p);
+      return Flush();
+    }
+    case MessageType::kHave: {
+      if (v != p.remote_version || m.chunk >= p.whole.size()) return Flush();
+      if ((m.code & kHaveWhole) != 0) p.whole[m.chunk] = true;
+      if ((m.code & kHavePayload) != 0) p.payload[m.chunk] = true;
+      if (OnTarget(v) && Registered(p)) {
+        const bool relevant = FetchKind() == PayloadKind::kCodec ? (m.code & kHavePayload) != 0
+                                                                 : (m.code & kHaveWhole) != 0;
+        if (relevant) Execute(now, target_->scheduler->OnHave(now, peer, ChunkIndex(m.chunk)));
+      }
+      return Flush();
+    }
+    case MessageType::kRequest: {
+      const auto kind = static_cast<PayloadKind>(m.code);
+      auto reject = [&] {
+        Send(peer,
+             {.type = MessageType::kReject, .version = m.version, .chunk = m.chunk, .code = m.code});
+        return Flush();
+      };
+      if (!OnTarget(v) || !Registered(p)) return reject();
+      const uint32_t n = target_->spec.chunk_count;
+      if (m.chunk >= n) {
+        Unregister(now, peer, p);
+        Close(peer,
+              "asked for chunk " + std::to_string(m.chunk) + " of " + std::to_string(n),
+              /*ban=*/false, now);
+        return Flush();
+      }
+      if (kind == PayloadKind::kCodec) {
+        if (!target_->spec.payload[m.chunk]) return reject();
+      } else if (kind != PayloadKind::kRaw) {
+        return reject();
+      }
+      p.serving[m.chunk] = kind;
+      Execute(now, target_->scheduler->OnRequestReceived(now, peer, ChunkIndex(m.chunk)));
+      return Flush();
+    }
+    case MessageType::kCancel:
+      if (OnTarget(v) && Registered(p)) {
+        Execute(now, target_->scheduler->OnCancelReceived(now, peer, ChunkIndex(m.chunk)));
+      }
+      return Flush();
+    case MessageType::kReject:
+      if (OnTarget(v) && Registered(p) && p.requested.erase(m.chunk) != 0) {
+        ++refusals_received_;
+        Execute(now, target_->scheduler->OnRequestRejected(now, peer, ChunkIndex(m.chunk)));
+      }
+      return Flush();
+    default:
+      return Flush();  // serve/fetch messages have no meaning here
+  }
+}
+
+bool PeerProtocol::WantsHave(PeerId peer, ChunkIndex chunk, uint8_t flags) const {
+  auto it = peers_.find(peer.value());
+  if (it == peers_.end()) return false;
+  const PeerState& p = it->second;
+  const uint32_t c = chunk.value();
+  const bool holder = p.skips_held && target_ && p.remote_version == target_->spec.version &&
+                      c < p.whole.size() && p.whole[c] &&
+                      ((flags & kHavePayload) == 0 || p.payload[c]);
+  return !holder;
+}
+
+bool PeerProtocol::EveryChunkReplicated() const {
+  if (!target_) return false;
+  const TargetSpec& t = target_->spec;
+  const uint32_t n = t.chunk_count;
+  std::vector<bool> whole(n, false), payload(n, false);
+  bool payloads_needed = false;
+  for (const auto& [id, p] : peers_) {
+    if (p.remote_version != t.version || p.whole.size() != n) continue;
+    payloads_needed = payloads_needed || p.fetching_payloads;
+    for (uint32_t i = 0; i < n; ++i) {
+      if (p.whole[i]) whole[i] = true;
+      if (p.payload[i]) payload[i] = true;
+    }
+  }
+  for (uint32_t i = 0; i < n; ++i) {
+    if (!t.want[i]) continue;  // a rank seeding its part: another rank's to replicate
+    if (!whole[i]) return false;
+    if (payloads_needed && t.payload[i] && !payload[i]) return false;
+  }
+  return true;
+}
+
+// ---- chunks ----
+
+Arrival PeerProtocol::OnChunkArrived(Time now, PeerId peer, Version version, ChunkIndex chunk,
+                                     uint8_t encoding) {
+  (void)now;
+  Arrival out;
+  PeerState* p = Find(peer);
+  if (p == nullptr || !OnTarget(version)) return out;  // a reply for a target we left
+  const uint32_t c = chunk.value();
+  if (c >= target_->spec.chunk_count || encoding != static_cast<uint8_t>(FetchKind())) {
+    // Of another kind: a reply to a request from before a restart (payloads -> whole chunks).
+    // It must not count as the reply to the request for the same chunk sent since.
+    return out;
+  }
+  if (p->requested.erase(c) == 0) return out;  // cancelled on the way, or never asked for
+  // An endgame duplicate: the scheduler cancels it once the first copy verifies.
+  if (target_->spec.whole[c] || target_->checking[c]) return out;
+  target_->checking[c] = true;
+  out.check = true;
+  out.epoch = target_->epoch;
+  out.item = FetchKind();
+  return out;
+}
+
+std::span<const Effect> PeerProtocol::OnChunkChecked(Time now, uint64_t epoch, PeerId from,
+                                                     ChunkIndex chunk, CheckOutcome outcome,
+                                                     const std::string& why) {
+  effects_.clear();
+  if (!target_ || epoch != target_->epoch) return Flush();
+  const uint32_t c = chunk.value();
+  target_->checking[c] = false;
+  switch (outcome) {
+    case CheckOutcome::kOk: {
+      target_->spec.whole[c] = true;
+      if (FetchKind() == PayloadKind::kCodec) target_->spec.payload[c] = true;
+      Execute(now, target_->scheduler->OnChunkVerified(now, chunk, from));
+      const Duration took = target_->scheduler->last_fetch_time();
+      if (took >= Duration::zero()) {
+        Effect& e = Emit(EffectKind::kFetchTime);
+        e.peer = from;
+        e.chunk = chunk;
+        e.took = took;
+      }
+      return Flush();
+    }
+    case CheckOutcome::kUndecodable: {
+      Emit(EffectKind::kFetchWhole).why = why;
+      target_->spec.fetch_payloads = false;
+      const Status restarted = Restart(now, PayloadKind::kCodec);
+      if (!restarted.ok()) Fail(restarted.ToString());
+      return Flush();
+    }
+    case CheckOutcome::kCorrupt:
+      banned_[from.value()] = now + options_.ban_time;
+      Execute(now, target_->scheduler->OnChunkFailed(now, chunk, from));
+      return Flush();
+    case CheckOutcome::kStoreError:
+      Fail(why);
+      return Flush();
+  }
+  return Flush();
+}
+
+std::span<const Effect> PeerProtocol::OnUploadDone(Time now, uint64_t epoch, PeerId peer,
+                                                   ChunkIndex chunk) {
+  effects_.clear();
+  if (!target_ || epoch != target_->epoch) return Flush();
+  if (PeerState* p = Find(peer)) p->serving.erase(chunk.value());
+  Execute(now, target_->scheduler->OnUploadDone(now, peer, chunk));
+  return Flush();
+}
+
+std::span<const Effect> PeerProtocol::OnTick(Time now) {
+  effects_.clear();
+  if (target_ && target_->scheduler) Execute(now, target_->scheduler->OnTimer(now));
+  return Flush();
+}
+
+void PeerProtocol::Fail(const std::string& why) {
+  if (error_.empty()) error_ = why;
+  Emit(EffectKind::kFailed).why = why;
+}
+
+// ---- the scheduler's actions ----
+
+void PeerProtocol::Execute(Time now, std::span<const Action> actions) {
+  // Copied: carrying out an action may call the scheduler again (a drop unregisters nothing
+  // today, but the span must not be read after such a call).
+  const size_t first = actions_.size();
+  actions_.insert(actions_.end(), actions.begin(), actions.end());
+  for (size_t i = first; i < actions_.size(); ++i) ExecuteOne(now, actions_[i]);
+  actions_.resize(first);
+}
+
+void PeerProtocol::ExecuteOne(Time now, const Action& a) {
+  const uint64_t version = target_->spec.version.value();
+  PeerState* p = a.kind == ActionKind::kAnnounceHave || a.kind == ActionKind::kComplete
+                     ? nullptr
+                     : Find(a.peer);
+  const uint32_t c = a.chunk.value();
+  switch (a.kind) {
+    case ActionKind::kSendRequest:
+      if (p != nullptr) {
+        p->requested.insert(c);
+        Send(a.peer, {.type = MessageType::kRequest,
+                      .version = version,
+                      .chunk = c,
+                      .code = static_cast<uint8_t>(FetchKind())});
+      }
+      return;
+    case ActionKind::kCancelRequest:
+      if (p != nullptr) {
+        p->requested.erase(c);
+        Send(a.peer, {.type = MessageType::kCancel,
+                      .version = version,
+                      .chunk = c,
+                      .code = static_cast<uint8_t>(FetchKind())});
+      }
+      return;
+    case ActionKind::kSendChunk: {
+      if (p == nullptr) {
+        // Gone since it asked: the slot frees at once.
+        Execute(now, target_->scheduler->OnUploadDone(now, a.peer, a.chunk));
+        return;
+      }
+      auto it = p->serving.find(c);
+      Effect& e = Emit(EffectKind::kUpload);
+      e.peer = a.peer;
+      e.chunk = a.chunk;
+      e.item = it == p->serving.end() ? PayloadKind::kRaw : it->second;
+      e.epoch = target_->epoch;
+      return;
+    }
+    case ActionKind::kStopUpload:
+      if (p != nullptr) p->serving.erase(c);
+      {
+        Effect& e = Emit(EffectKind::kStopUpload);
+        e.peer = a.peer;
+        e.chunk = a.chunk;
+        e.epoch = target_->epoch;
+      }
+      return;
+    case ActionKind::kRejectRequest: {
+      PayloadKind kind = PayloadKind::kRaw;
+      if (p != nullptr) {
+        auto it = p->serving.find(c);
+        if (it != p->serving.end()) {
+          kind = it->second;
+          p->serving.erase(it);
+        }
+        Send(a.peer, {.type = MessageType::kReject,
+                      .version = version,
+                      .chunk = c,
+                      .code = static_cast<uint8_t>(kind)});
+      }
+      return;
+    }
+    case ActionKind::kAnnounceHave: {
+      Effect& e = Emit(EffectKind::kAnnounce);
+      e.chunk = a.chunk;
+      e.flags = static_cast<uint8_t>((target_->spec.whole[c] ? kHaveWhole : 0) |
+                                     (target_->spec.payload[c] ? kHavePayload : 0));
+      return;
+    }
+    case ActionKind::kDropPeer:
+      // The scheduler has forgotten it already.
+      if (p != nullptr) Forget(*p);
+      Close(a.peer, std::string(DropReasonName(a.reason)), a.reason == DropReason::kBadChunk,
+            now);
+      return;
+    case ActionKind::kComplete:
+      target_->complete = true;
+      Emit(EffectKind::kComplete);
+      return;
+    case ActionKind::kRequestPeers: {
+      Effect& e = Emit(EffectKind::kRequestPeers);
+      e.peer = a.peer;
+      e.count = a.count;
+      return;
+    }
+  }
+}
+
+// ---- the target ----
+
+Result<std::span<const Effect>> PeerProtocol::SetTarget(Time now, TargetSpec spec) {
+  effects_.clear();
+  const uint32_t n = spec.chunk_count;
+  if (spec.whole.size() != n || spec.payload.size() != n || spec.want.size() != n ||
+      (!spec.payload_bytes.empty() && spec.payload_bytes.size() != n)) {
+    return InvalidArgument("target spec: bitsets of another size than the chunk count");
+  }
+  LeaveTarget();
+  target_.emplace();
+  target_->spec = std::move(spec);
+  if (Status s = Restart(now, FetchKind()); !s.ok()) {
+    target_.reset();
+    return s;
+  }
+  return Flush();
+}
+
+void PeerProtocol::LeaveTarget() {
+  for (auto& [id, p] : peers_) Forget(p);
+  target_.reset();
+  error_.clear();
+}
+
+uint32_t PeerProtocol::ItemScale() const {
+  const TargetSpec& t = target_->spec;
+  const bool serves_payloads =
+      t.source && std::find(t.payload.begin(), t.payload.end(), true) != t.payload.end();
+  if ((!t.fetch_payloads && !serves_payloads) || t.payload_bytes.empty() || t.chunk_count == 0) {
+    return 1;
+  }
+  uint64_t payload_bytes = 0, items = 0;
+  for (const uint64_t size : t.payload_bytes) {
+    if (size == 0) continue;
+    payload_bytes += size;
+    ++items;
+  }
+  if (items == 0) return 1;
+  const uint64_t mean_chunk = t.total_bytes / t.chunk_count;
+  const uint64_t mean_payload = std::max<uint64_t>(payload_bytes / items, 1);
+  return static_cast<uint32_t>(std::clamp<uint64_t>(mean_chunk / mean_payload, 1, 256));
+}
+
+Status PeerProtocol::Restart(Time now, PayloadKind abandoned) {
+  Target& t = *target_;
+  const uint32_t n = t.spec.chunk_count;
+  t.epoch = ++next_epoch_;
+  Emit(EffectKind::kNewEpoch).epoch = t.epoch;
+  // The old epoch's requests are abandoned: cancel them. A peer still holding one (queued, or
+  // uploading the old kind) would take the new epoch's request for that chunk as a duplicate,
+  // and the chunk would wait out the request timeout.
+  for (auto& [id, p] : peers_) {
+    for (const uint32_t chunk : p.requested) {
+      Send(PeerId(id), {.type = MessageType::kCancel,
+                        .version = t.spec.version.value(),
+                        .chunk = chunk,
+                        .code = static_cast<uint8_t>(abandoned)});
+    }
+  }
+  for (auto& [id, p] : peers_) Forget(p);
+  t.checking.assign(n, false);
+  SchedulerOptions so;
+  so.chunk_count = n;
+  so.initial_have = ChunkSet(n);
+  so.want = ChunkSet(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    if (t.spec.whole[i]) so.initial_have.Insert(ChunkIndex(i));
+    if (t.spec.want[i]) so.want.Insert(ChunkIndex(i));
+  }
+  // The knobs count items. A delta's items are payloads of a few KB where a chunk is hundreds:
+  // a window of two payloads per peer would make the step a chain of round trips, and a serve
+  // queue of 32 would refuse most of a peer's requests (each refusal parks the chunk for the
+  // refusal backoff). Windows, slots and queues keep the bytes they would hold for whole
+  // chunks, in as many items as that makes (bounded).
+  ApplyTuning(options_.tuning, options_.source || t.spec.source, so);
+  const uint32_t scale = ItemScale();
+  const uint32_t window = std::max<uint32_t>(so.window_per_peer, 1);
+  const uint32_t outstanding = std::max<uint32_t>(so.max_outstanding, 1);
+  const uint32_t slots = so.upload_slots;
+  so.window_per_peer = std::min<uint32_t>(window * scale, std::max<uint32_t>(window, 64));
+  so.max_window_per_peer = std::max(
+      so.window_per_peer, std::min<uint32_t>(so.max_window_per_peer * scale,
+                                             std::max<uint32_t>(so.max_window_per_peer, 256)));
+  so.max_outstanding =
+      std::min<uint32_t>(outstanding * scale, std::max<uint32_t>(outstanding, 1024));
+  // A delta target still serves whole chunks to peers not on the base (late joiners), and each
+  // running upload holds its chunk in memory: the scaled slots are bounded so that they hold at
+  // most kUploadBudget of whole chunks (never fewer than the configured slots).
+  constexpr uint64_t kUploadBudget = uint64_t{256} << 20;
+  const uint64_t max_chunk = std::max<uint64_t>(t.spec.chunk_bytes, 1);
+  const uint32_t budget_slots =
+      static_cast<uint32_t>(std::min<uint64_t>(kUploadBudget / max_chunk, 64));
+  so.upload_slots = std::max<uint32_t>(slots, std::min<uint32_t>(slots * scale, budget_slots));
+  so.serve_queue_limit = std::min<uint32_t>(so.serve_queue_limit * scale, 1024);
+  so.spread_first = t.spec.source;
+  if (t.spec.source && !t.spec.payload_bytes.empty()) {
+    // Only chunks with a payload are ever asked of a delta source by nodes on the base.
+    so.spread = ChunkSet(n);
+    for (uint32_t i = 0; i < n; ++i) {
+      if (t.spec.payload_bytes[i] != 0) so.spread.Insert(ChunkIndex(i));
+    }
+  }
+  so.seed = t.spec.seed;
+  const uint32_t scaled_window = so.window_per_peer;
+  ASSIGN_OR_RETURN(Scheduler scheduler, Scheduler::Create(std::move(so)));
+  t.window = scaled_window;
+  t.scheduler.emplace(std::move(scheduler));
+  t.complete = t.scheduler->complete();
+  for (const auto& [id, p] : peers_) SendHaveSet(PeerId(id));
+  for (auto& [id, p] : peers_) Register(now, PeerId(id), p);
+  return Status::Ok();
+}
+
+}  // namespace weightcast::swarm
