@@ -1168,9 +1168,9 @@ struct SwarmNode::Impl {
       if (target_.data->committed.load()) return Status::Ok();
       if (!protocol_.complete()) {
         const swarm::Scheduler* scheduler = protocol_.scheduler();
-        return FailedPrecondition(
-            V(target_.data->manifest.version) + " is not complete (" +
-            std::to_string(scheduler != nullptr ? scheduler->missing() : 0) + " missing)");
+        return FailedPrecondition(V(target_.data->manifest.version) + " is not complete (" +
+                                  std::to_string(scheduler != nullptr ? scheduler->missing() : 0) +
+                                  " missing)");
       }
       data = target_.data;
     }
@@ -1322,8 +1322,8 @@ struct SwarmNode::Impl {
   Status WaitComplete(net::Duration timeout) {
     std::unique_lock lock(mu_);
     auto done = [&] {
-      return stopping_ || (target_.data != nullptr &&
-                           (protocol_.complete() || !protocol_.error().empty()));
+      return stopping_ ||
+             (target_.data != nullptr && (protocol_.complete() || !protocol_.error().empty()));
     };
     if (timeout == net::kForever) {
       done_cv_.wait(lock, done);

@@ -9,22 +9,22 @@
 #include <thread>
 #include <vector>
 
-#include "swarm/messages.h"
 #include "codec/chunk_codec.h"
 #include "codec/version_codec.h"
 #include "hash/digest.h"
 #include "manifest/builder.h"
 #include "manifest/signed_manifest.h"
+#include "swarm/messages.h"
 
 namespace weightcast::agent {
 
 using swarm::EncodeMessage;
 using swarm::ErrorStatus;
+using swarm::kNoChunk;
 using swarm::Message;
 using swarm::MessageType;
 using swarm::ParseMessage;
 using swarm::PayloadKind;
-using swarm::kNoChunk;
 namespace {
 
 // Versions on the local side tried as a delta base, newest first.

@@ -4,18 +4,18 @@
 #include <thread>
 #include <vector>
 
-#include "swarm/messages.h"
 #include "codec/version_codec.h"
 #include "manifest/signed_manifest.h"
+#include "swarm/messages.h"
 
 namespace weightcast::agent {
 
 using swarm::EncodeMessage;
+using swarm::kNoChunk;
 using swarm::Message;
 using swarm::MessageType;
 using swarm::ParseMessage;
 using swarm::PayloadKind;
-using swarm::kNoChunk;
 
 struct VersionServer::Loaded {
   Manifest manifest;

@@ -393,8 +393,8 @@ Result<FleetResult> Fleet::Run() {
     for (PeerId p : lists[i]) node.nbrs.push_back(ToNode(p));
     node.link_up.assign(node.nbrs.size(), 0);
     // Node 0 is the source (spread_first); the others are receivers.
-    node.proto.emplace(swarm::PeerProtocolOptions{
-        .node_id = ToPeer(i), .source = i == 0, .tuning = c.tuning});
+    node.proto.emplace(
+        swarm::PeerProtocolOptions{.node_id = ToPeer(i), .source = i == 0, .tuning = c.tuning});
     swarm::TargetSpec spec{.version = kVersion,
                            .chunk_count = chunks_,
                            .whole = std::vector<bool>(chunks_, i == 0),
@@ -405,7 +405,8 @@ Result<FleetResult> Fleet::Run() {
                            .chunk_bytes = c.chunk_bytes,
                            .payload_bytes = {},
                            .seed = c.seed * 1000003 + i};
-    ASSIGN_OR_RETURN(std::span<const Effect> started, node.proto->SetTarget(ToTime(0), std::move(spec)));
+    ASSIGN_OR_RETURN(std::span<const Effect> started,
+                     node.proto->SetTarget(ToTime(0), std::move(spec)));
     (void)started;  // no peers yet: nothing to send
     node.joined = node.role != NodeRole::kLate;
   }
@@ -493,8 +494,8 @@ Result<FleetResult> Fleet::Run() {
         const double bytes = ChunkSize(e.chunk);
         to.bytes_in += bytes;
         // Checked only when it answers a request still open (an agent drops the rest unread).
-        const swarm::Arrival arrival = to.proto->OnChunkArrived(
-            t, ToPeer(e.from), kVersion, chunk, uint8_t(swarm::PayloadKind::kRaw));
+        const swarm::Arrival arrival = to.proto->OnChunkArrived(t, ToPeer(e.from), kVersion, chunk,
+                                                                uint8_t(swarm::PayloadKind::kRaw));
         if (!arrival.check) {
           result_.duplicate_bytes += bytes;
           break;

@@ -1,7 +1,8 @@
 // A discrete-event simulation of one broadcast: a source and N receivers, each running the real
 // swarm::PeerProtocol (and its swarm::Scheduler), the objects an agent runs, over the modelled
 // network of sim/network.h, on a virtual clock. Scenario events (deaths, stragglers, late
-// joiners, a leaving source) are drawn from a seed, so a run is reproducible. docs/simulator.md describes the model and the bounds.
+// joiners, a leaving source) are drawn from a seed, so a run is reproducible. docs/simulator.md
+// describes the model and the bounds.
 #pragma once
 
 #include <cstdint>

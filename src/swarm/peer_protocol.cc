@@ -102,10 +102,9 @@ void PeerProtocol::SendHaveSet(PeerId id) {
   Message m{.type = MessageType::kSwarmHave,
             .version = t.version.value(),
             .chunk = t.chunk_count,
-            .code = static_cast<uint8_t>((t.fetch_payloads && !target_->complete
-                                              ? kHaveFetchingPayloads
-                                              : 0) |
-                                         (t.source ? kHaveSource : kHaveSkipHeld))};
+            .code = static_cast<uint8_t>(
+                (t.fetch_payloads && !target_->complete ? kHaveFetchingPayloads : 0) |
+                (t.source ? kHaveSource : kHaveSkipHeld))};
   m.blob = PackBits(t.whole);
   const std::vector<uint8_t> payload = PackBits(t.payload);
   m.blob.insert(m.blob.end(), payload.begin(), payload.end());
@@ -153,16 +152,16 @@ std::span<const Effect> PeerProtocol::OnMessage(Time now, PeerId peer, const Mes
     case MessageType::kRequest: {
       const auto kind = static_cast<PayloadKind>(m.code);
       auto reject = [&] {
-        Send(peer,
-             {.type = MessageType::kReject, .version = m.version, .chunk = m.chunk, .code = m.code});
+        Send(
+            peer,
+            {.type = MessageType::kReject, .version = m.version, .chunk = m.chunk, .code = m.code});
         return Flush();
       };
       if (!OnTarget(v) || !Registered(p)) return reject();
       const uint32_t n = target_->spec.chunk_count;
       if (m.chunk >= n) {
         Unregister(now, peer, p);
-        Close(peer,
-              "asked for chunk " + std::to_string(m.chunk) + " of " + std::to_string(n),
+        Close(peer, "asked for chunk " + std::to_string(m.chunk) + " of " + std::to_string(n),
               /*ban=*/false, now);
         return Flush();
       }
@@ -391,8 +390,7 @@ void PeerProtocol::ExecuteOne(Time now, const Action& a) {
     case ActionKind::kDropPeer:
       // The scheduler has forgotten it already.
       if (p != nullptr) Forget(*p);
-      Close(a.peer, std::string(DropReasonName(a.reason)), a.reason == DropReason::kBadChunk,
-            now);
+      Close(a.peer, std::string(DropReasonName(a.reason)), a.reason == DropReason::kBadChunk, now);
       return;
     case ActionKind::kComplete:
       target_->complete = true;

@@ -11,8 +11,8 @@
 #include "agent/version_server.h"
 #include "manifest/signed_manifest.h"
 #include "net/memory_transport.h"
-#include "unit/store/store_test_util.h"
 #include "swarm/messages.h"
+#include "unit/store/store_test_util.h"
 
 using weightcast::swarm::EncodeMessage;
 using weightcast::swarm::Message;

@@ -20,9 +20,9 @@
 #include "manifest/signed_manifest.h"
 #include "metrics/registry.h"
 #include "net/memory_transport.h"
+#include "swarm/messages.h"
 #include "swarm/tuning.h"
 #include "unit/store/store_test_util.h"
-#include "swarm/messages.h"
 
 using weightcast::swarm::EncodeMessage;
 using weightcast::swarm::Message;

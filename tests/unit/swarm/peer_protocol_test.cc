@@ -20,7 +20,8 @@ PeerProtocol MakeProtocol(uint64_t id, bool source = false) {
   Tuning tuning;
   tuning.upload_slots = 2;
   tuning.source_upload_slots = 2;
-  return PeerProtocol(PeerProtocolOptions{.node_id = PeerId(id), .source = source, .tuning = tuning});
+  return PeerProtocol(
+      PeerProtocolOptions{.node_id = PeerId(id), .source = source, .tuning = tuning});
 }
 
 TargetSpec Spec(uint32_t n, bool holds_all, bool source = false) {
@@ -154,9 +155,11 @@ class Driver {
 TEST(PeerProtocolTest, SeedAndReceiversComplete) {
   Driver d;
   d.nodes.push_back(std::make_unique<PeerProtocol>(MakeProtocol(1, /*source=*/true)));
-  for (uint64_t id = 2; id <= 4; ++id) d.nodes.push_back(std::make_unique<PeerProtocol>(MakeProtocol(id)));
+  for (uint64_t id = 2; id <= 4; ++id)
+    d.nodes.push_back(std::make_unique<PeerProtocol>(MakeProtocol(id)));
   ASSERT_TRUE(d.nodes[0]->SetTarget(d.now, Spec(16, true, /*source=*/true)).ok());
-  for (size_t i = 1; i < d.nodes.size(); ++i) ASSERT_TRUE(d.nodes[i]->SetTarget(d.now, Spec(16, false)).ok());
+  for (size_t i = 1; i < d.nodes.size(); ++i)
+    ASSERT_TRUE(d.nodes[i]->SetTarget(d.now, Spec(16, false)).ok());
   for (uint32_t a = 0; a < 4; ++a) {
     for (uint32_t b = a + 1; b < 4; ++b) d.Connect(a, b);
   }
@@ -359,8 +362,7 @@ TEST(PeerProtocolTest, RequestsOutsideTheVersionOrForPayloadsNotHeld) {
                   }),
             1u);
   auto closed = s.OnMessage(Time{0}, PeerId(2), request(4, PayloadKind::kRaw));
-  EXPECT_EQ(Count(closed,
-                  [](const Effect& e) { return e.kind == EffectKind::kClose && !e.ban; }),
+  EXPECT_EQ(Count(closed, [](const Effect& e) { return e.kind == EffectKind::kClose && !e.ban; }),
             1u);
   EXPECT_TRUE(s.Admits(Time{0}, PeerId(2)));
 }
