@@ -5,7 +5,7 @@
 
 namespace weightcast::swarm {
 
-PeerProtocol::PeerProtocol(PeerProtocolOptions options) : options_(std::move(options)) {}
+PeerProtocol::PeerProtocol(PeerProtocolOptions options) : options_(options) {}
 
 Effect& PeerProtocol::Emit(EffectKind kind) {
   Effect& e = effects_.emplace_back();

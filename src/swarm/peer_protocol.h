@@ -192,13 +192,15 @@ class PeerProtocol {
     std::unordered_set<uint32_t> requested;
     std::unordered_map<uint32_t, PayloadKind> serving;
   };
+  // No default member initializers: clang (14) then finds std::optional<Target> not
+  // constructible inside this class. target_.emplace() value-initializes (zeroes) the scalars.
   struct Target {
     TargetSpec spec;
     std::optional<Scheduler> scheduler;
-    uint64_t epoch = 0;
+    uint64_t epoch;
     std::vector<bool> checking;  // arrived and being checked
-    bool complete = false;
-    uint32_t window = 0;
+    bool complete;
+    uint32_t window;
   };
 
   std::span<const Effect> Flush() { return {effects_.data(), effects_.size()}; }
