@@ -64,6 +64,9 @@ struct CoordinatorCounters {
   std::atomic<uint64_t> nodes_left{0};         // Leave requests taken
   std::atomic<uint64_t> heartbeats_held{0};    // parked long polls now (a level)
   std::atomic<uint64_t> heartbeats_pushed{0};  // parked long polls answered because of a change
+  // Connections ended for sending too far ahead of the event loop (CoordinatorOptions::
+  // loop_queue_frames / loop_queue_bytes).
+  std::atomic<uint64_t> connections_flooding{0};
   // Requests by Envelope body case (coord.proto field number), for the "by type" counters.
   std::array<std::atomic<uint64_t>, 16> requests{};
 };
@@ -92,6 +95,12 @@ struct CoordinatorOptions {
   // long after its first part is aborted, and its ranks are told why.
   net::Duration part_timeout = std::chrono::seconds(60);
   net::LogFn log = net::LogToStderr;  // one line per event worth an operator's attention
+  // How far one connection served by the event loop may get ahead of it: frames, and their
+  // bytes, received and not yet answered. A node sends a request and waits for its reply (a few
+  // threads of one process may share a connection), so only a flood gets there; that
+  // connection is ended, which bounds the loop's queue as TCP's window bounded a thread.
+  uint32_t loop_queue_frames = 256;
+  uint64_t loop_queue_bytes = uint64_t{64} << 20;
   // Where the per-channel metrics go (ChannelMetrics); must outlive the coordinator. Null: none.
   metrics::Registry* metrics = nullptr;
 };
@@ -296,6 +305,13 @@ class Coordinator {
   std::mutex loop_mu_;
   std::condition_variable loop_cv_;
   std::deque<LoopEvent> loop_events_;
+  // Frames of each session queued and not yet taken by the loop (options_.loop_queue_frames).
+  struct Queued {
+    uint32_t frames = 0;
+    uint64_t bytes = 0;
+    bool overflowed = false;  // its end is queued; later frames are dropped
+  };
+  std::map<uint64_t, Queued> loop_queued_;
   bool loop_stop_ = false;  // Serve closed everything: end once every session ended
 };
 

@@ -1,6 +1,7 @@
 // Serving connections (coordinator.h): the accept loop, the event loop that answers every
 // connection able to push its frames (TCP), and a thread each for the others (in-memory, UCX).
 // What a request does is Dispatch's, in coordinator.cc.
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
@@ -148,6 +149,28 @@ bool Coordinator::ServeOnLoop(uint64_t session,
 void Coordinator::PushEvent(LoopEvent event) {
   {
     std::lock_guard lock(loop_mu_);
+    if (event.frame.has_value() && !event.frame->ok()) {
+      auto q = loop_queued_.find(event.session);
+      if (q != loop_queued_.end() && q->second.overflowed) {
+        // The transport's end after the one queued in a frame's place: already ended.
+        loop_queued_.erase(q);
+        return;
+      }
+    } else if (event.frame.has_value()) {
+      Queued& q = loop_queued_[event.session];
+      if (q.overflowed) return;
+      ++q.frames;
+      q.bytes += (*event.frame)->body.size();
+      if (q.frames > options_.loop_queue_frames || q.bytes > options_.loop_queue_bytes) {
+        // Ends the session in the frame's place: the loop closes the connection, and the
+        // transport's own end that follows finds no session.
+        q.overflowed = true;
+        ++counters_.connections_flooding;
+        event.frame = Result<net::Frame>(ResourceExhausted(
+            "node sent " + std::to_string(q.frames) + " frames (" + std::to_string(q.bytes) +
+            " bytes) ahead of the coordinator's replies"));
+      }
+    }
     loop_events_.push_back(std::move(event));
   }
   loop_cv_.notify_one();
@@ -188,6 +211,17 @@ void Coordinator::EventLoop() {
         loop_cv_.wait_for(lock, wait);
       }
       batch.swap(loop_events_);
+      for (const LoopEvent& event : batch) {
+        if (!event.frame.has_value()) continue;
+        auto q = loop_queued_.find(event.session);
+        if (q == loop_queued_.end()) continue;
+        if (!event.frame->ok()) {
+          if (!q->second.overflowed) loop_queued_.erase(q);  // the end: nothing more comes
+        } else if (q->second.frames > 0) {
+          --q->second.frames;
+          q->second.bytes -= std::min<uint64_t>(q->second.bytes, (*event.frame)->body.size());
+        }
+      }
     }
     for (LoopEvent& event : batch) {
       if (event.started != nullptr) {
@@ -203,6 +237,11 @@ void Coordinator::EventLoop() {
       LoopSession& s = it->second;
       if (!event.frame->ok()) {
         // The end, delivered once: the same cleanup as a connection thread's.
+        if (event.frame->status().code() == Code::kResourceExhausted) {
+          options_.log("coordinator: closing the connection of node " +
+                       std::to_string(s.peer.node_id.value()) + ": " +
+                       event.frame->status().ToString());
+        }
         set_timer(event.session, s, std::nullopt);
         std::shared_ptr<net::Connection> connection = std::move(s.connection);
         sessions.erase(it);

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "coord/envelope.h"
 #include "coord_test_util.h"
 #include "net/tcp_transport.h"
 
@@ -173,6 +174,55 @@ TEST(CoordinatorLoopTest, ThreadsDoNotGrowWithTcpConnections) {
   EXPECT_GE(most_held, static_cast<uint64_t>(kClients / 2)) << "long polls were not held";
   // One thread per connection would add kClients; the loop adds none.
   EXPECT_LE(most_threads, baseline + 4) << "baseline " << baseline;
+}
+
+// A connection that sends far ahead of the loop's answers (never reading them) is ended once it
+// is loop_queue_frames ahead, and the coordinator goes on serving the others.
+TEST(CoordinatorLoopTest, AConnectionFloodingTheLoopIsEnded) {
+  weightcast::testing::TempDir dir;
+  CoordinatorOptions options;
+  options.state_dir = dir.path() / "state";
+  options.secret = testing::kSecret;
+  options.log = [](std::string_view) {};
+  options.loop_queue_frames = 4;
+  auto coordinator = Coordinator::Open(options);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+  auto transport = net::TcpTransport::Create(NodeOptions(1, net::Role::kCoordinator));
+  ASSERT_TRUE(transport.ok()) << transport.status().ToString();
+  auto listener = (*transport)->Listen("127.0.0.1:0");
+  ASSERT_TRUE(listener.ok()) << listener.status().ToString();
+  std::thread serve([&] { (*coordinator)->Serve(**listener); });
+
+  auto flooder_transport = net::TcpTransport::Create(NodeOptions(200, net::Role::kAgent));
+  ASSERT_TRUE(flooder_transport.ok());
+  auto flooder = (*flooder_transport)->Connect((*listener)->address(), seconds(5));
+  ASSERT_TRUE(flooder.ok()) << flooder.status().ToString();
+  wire::Envelope request;
+  request.mutable_get_status()->set_channel("policy");
+  auto body = EncodeEnvelope(request);
+  ASSERT_TRUE(body.ok());
+  // Sent in bursts that the transport hands to the loop faster than it answers them; stops
+  // once the coordinator has ended the connection (a send then fails).
+  for (int i = 0; i < 20000 && (*coordinator)->counters().connections_flooding.load() == 0; ++i) {
+    if (!(*flooder)->SendControl(*body, seconds(1)).ok()) break;
+  }
+  bool ended = false;
+  for (int i = 0; i < 2000 && !ended; ++i) {
+    auto frame = (*flooder)->Receive();  // the replies sent before the end, then the end
+    ended = !frame.ok();
+  }
+  EXPECT_TRUE(ended);
+  EXPECT_EQ((*coordinator)->counters().connections_flooding.load(), 1u);
+
+  // Another node is still served.
+  auto client_transport = net::TcpTransport::Create(NodeOptions(300, net::Role::kAgent));
+  ASSERT_TRUE(client_transport.ok());
+  auto client = CoordinatorClient::Connect(**client_transport, (*listener)->address());
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  (*client)->set_timeout(seconds(10));
+  EXPECT_TRUE((*client)->GetStatus("policy").ok());
+  (*coordinator)->Stop();
+  serve.join();
 }
 
 }  // namespace
