@@ -793,9 +793,9 @@ struct SwarmNode::Impl {
                            .version = protocol_.target_version().value(),
                            .chunk = e.chunk.value(),
                            .code = e.flags};
-        for (auto& [id, p] : peers_) {
-          if (protocol_.WantsHave(p->id, e.chunk, e.flags)) SendTo(*p, have);
-        }
+        protocol_.ForEachHaveRecipient(e.chunk, e.flags, [&](PeerId id) {
+          if (auto it = peers_.find(id.value()); it != peers_.end()) SendTo(*it->second, have);
+        });
         return;
       }
       case EffectKind::kUpload: {

@@ -476,17 +476,22 @@ Result<FleetResult> Fleet::Run() {
         }
         break;
       case Ev::kHave: {
-        // e.to == e.from: the announcing node. A neighbour the protocol says needs no HAVE (it
-        // told us it holds the chunk) is skipped, unless have_to_holders (fleet.h).
+        // e.to == e.from: the announcing node. Its protocol names the neighbours that need the
+        // HAVE (ForEachHaveRecipient skips those that told it they hold the chunk), in id
+        // order; with have_to_holders every neighbour gets it, in the same order.
         const Message have = Control(MessageType::kHave, e.chunk, swarm::kHaveWhole);
-        for (size_t k = 0; k < to.nbrs.size(); ++k) {
-          const uint32_t j = to.nbrs[k];
+        auto deliver = [&](uint32_t j) {
           SimNode& nb = nodes_[j];
-          if (!to.link_up[k] || !nb.alive || !nb.link_up[to.rev[k]]) continue;
-          if (!have_to_holders_ && !to.proto->WantsHave(ToPeer(j), chunk, swarm::kHaveWhole)) {
-            continue;
-          }
+          if (!nb.alive || !Linked(e.to, j) || !Linked(j, e.to)) return;
           Apply(now, j, nb.proto->OnMessage(t, ToPeer(e.from), have));
+        };
+        if (have_to_holders_) {
+          std::vector<uint32_t> all = to.nbrs;
+          std::sort(all.begin(), all.end());
+          for (uint32_t j : all) deliver(j);
+        } else {
+          to.proto->ForEachHaveRecipient(chunk, swarm::kHaveWhole,
+                                         [&](PeerId peer) { deliver(ToNode(peer)); });
         }
         break;
       }

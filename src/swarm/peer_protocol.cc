@@ -19,9 +19,65 @@ void PeerProtocol::Send(PeerId peer, Message message) {
   e.message = std::move(message);
 }
 
+const PeerProtocol::PeerState* PeerProtocol::Find(PeerId id) const {
+  auto it = std::lower_bound(peer_ids_.begin(), peer_ids_.end(), id.value());
+  if (it == peer_ids_.end() || *it != id.value()) return nullptr;
+  return &peer_states_[static_cast<size_t>(it - peer_ids_.begin())];
+}
+
 PeerProtocol::PeerState* PeerProtocol::Find(PeerId id) {
-  auto it = peers_.find(id.value());
-  return it == peers_.end() ? nullptr : &it->second;
+  return const_cast<PeerState*>(std::as_const(*this).Find(id));
+}
+
+PeerProtocol::PeerState& PeerProtocol::Add(PeerId id) {
+  auto it = std::lower_bound(peer_ids_.begin(), peer_ids_.end(), id.value());
+  const auto k = static_cast<size_t>(it - peer_ids_.begin());
+  if (it != peer_ids_.end() && *it == id.value()) {
+    peer_states_[k] = PeerState{};
+  } else {
+    peer_ids_.insert(it, id.value());
+    peer_states_.insert(peer_states_.begin() + static_cast<std::ptrdiff_t>(k), PeerState{});
+  }
+  return peer_states_[k];
+}
+
+bool PeerProtocol::Remove(PeerId id) {
+  auto it = std::lower_bound(peer_ids_.begin(), peer_ids_.end(), id.value());
+  if (it == peer_ids_.end() || *it != id.value()) return false;
+  const auto k = it - peer_ids_.begin();
+  peer_ids_.erase(it);
+  peer_states_.erase(peer_states_.begin() + k);
+  return true;
+}
+
+bool PeerProtocol::PeerState::Requested(uint32_t chunk) const {
+  return std::find(requested.begin(), requested.end(), chunk) != requested.end();
+}
+
+bool PeerProtocol::PeerState::EraseRequested(uint32_t chunk) {
+  auto it = std::find(requested.begin(), requested.end(), chunk);
+  if (it == requested.end()) return false;
+  *it = requested.back();
+  requested.pop_back();
+  return true;
+}
+
+const std::pair<uint32_t, PayloadKind>* PeerProtocol::PeerState::FindServing(uint32_t chunk) const {
+  for (const auto& entry : serving) {
+    if (entry.first == chunk) return &entry;
+  }
+  return nullptr;
+}
+
+PayloadKind PeerProtocol::PeerState::TakeServing(uint32_t chunk) {
+  for (auto& entry : serving) {
+    if (entry.first != chunk) continue;
+    const PayloadKind kind = entry.second;
+    entry = serving.back();
+    serving.pop_back();
+    return kind;
+  }
+  return PayloadKind::kRaw;
 }
 
 bool PeerProtocol::Admits(Time now, PeerId peer) const {
@@ -35,7 +91,7 @@ bool PeerProtocol::Admits(Time now, PeerId peer) const {
 std::span<const Effect> PeerProtocol::OnPeerConnected(Time now, PeerId peer) {
   effects_.clear();
   if (PeerState* old = Find(peer)) Unregister(now, peer, *old);  // a reconnect
-  peers_[peer.value()] = PeerState{};
+  Add(peer);
   SendHaveSet(peer);
   return Flush();
 }
@@ -44,7 +100,7 @@ std::span<const Effect> PeerProtocol::OnPeerDisconnected(Time now, PeerId peer) 
   effects_.clear();
   if (PeerState* p = Find(peer)) {
     Unregister(now, peer, *p);
-    peers_.erase(peer.value());
+    Remove(peer);
   }
   return Flush();
 }
@@ -74,7 +130,7 @@ void PeerProtocol::Unregister(Time now, PeerId id, PeerState& p) {
 // Forgets `id` (the scheduler already has, or Unregister did) and tells the owner to close it.
 void PeerProtocol::Close(PeerId id, std::string why, bool ban, Time now) {
   if (ban) banned_[id.value()] = now + options_.ban_time;
-  if (peers_.erase(id.value()) == 0) return;
+  if (!Remove(id)) return;
   Effect& e = Emit(EffectKind::kClose);
   e.peer = id;
   e.ban = ban;
@@ -170,7 +226,8 @@ std::span<const Effect> PeerProtocol::OnMessage(Time now, PeerId peer, const Mes
       } else if (kind != PayloadKind::kRaw) {
         return reject();
       }
-      p.serving[m.chunk] = kind;
+      p.TakeServing(m.chunk);  // asked again: the latest kind
+      p.serving.emplace_back(m.chunk, kind);
       Execute(now, target_->scheduler->OnRequestReceived(now, peer, ChunkIndex(m.chunk)));
       return Flush();
     }
@@ -180,7 +237,7 @@ std::span<const Effect> PeerProtocol::OnMessage(Time now, PeerId peer, const Mes
       }
       return Flush();
     case MessageType::kReject:
-      if (OnTarget(v) && Registered(p) && p.requested.erase(m.chunk) != 0) {
+      if (OnTarget(v) && Registered(p) && p.EraseRequested(m.chunk)) {
         ++refusals_received_;
         Execute(now, target_->scheduler->OnRequestRejected(now, peer, ChunkIndex(m.chunk)));
       }
@@ -191,14 +248,8 @@ std::span<const Effect> PeerProtocol::OnMessage(Time now, PeerId peer, const Mes
 }
 
 bool PeerProtocol::WantsHave(PeerId peer, ChunkIndex chunk, uint8_t flags) const {
-  auto it = peers_.find(peer.value());
-  if (it == peers_.end()) return false;
-  const PeerState& p = it->second;
-  const uint32_t c = chunk.value();
-  const bool holder = p.skips_held && target_ && p.remote_version == target_->spec.version &&
-                      c < p.whole.size() && p.whole[c] &&
-                      ((flags & kHavePayload) == 0 || p.payload[c]);
-  return !holder;
+  const PeerState* p = Find(peer);
+  return p != nullptr && !HoldsAnnounced(*p, chunk.value(), flags);
 }
 
 bool PeerProtocol::EveryChunkReplicated() const {
@@ -207,7 +258,7 @@ bool PeerProtocol::EveryChunkReplicated() const {
   const uint32_t n = t.chunk_count;
   std::vector<bool> whole(n, false), payload(n, false);
   bool payloads_needed = false;
-  for (const auto& [id, p] : peers_) {
+  for (const PeerState& p : peer_states_) {
     if (p.remote_version != t.version || p.whole.size() != n) continue;
     payloads_needed = payloads_needed || p.fetching_payloads;
     for (uint32_t i = 0; i < n; ++i) {
@@ -237,7 +288,7 @@ Arrival PeerProtocol::OnChunkArrived(Time now, PeerId peer, Version version, Chu
     // It must not count as the reply to the request for the same chunk sent since.
     return out;
   }
-  if (p->requested.erase(c) == 0) return out;  // cancelled on the way, or never asked for
+  if (!p->EraseRequested(c)) return out;  // cancelled on the way, or never asked for
   // An endgame duplicate: the scheduler cancels it once the first copy verifies.
   if (target_->spec.whole[c] || target_->checking[c]) return out;
   target_->checking[c] = true;
@@ -290,7 +341,7 @@ std::span<const Effect> PeerProtocol::OnUploadDone(Time now, uint64_t epoch, Pee
                                                    ChunkIndex chunk) {
   effects_.clear();
   if (!target_ || epoch != target_->epoch) return Flush();
-  if (PeerState* p = Find(peer)) p->serving.erase(chunk.value());
+  if (PeerState* p = Find(peer)) p->TakeServing(chunk.value());
   Execute(now, target_->scheduler->OnUploadDone(now, peer, chunk));
   return Flush();
 }
@@ -326,7 +377,7 @@ void PeerProtocol::ExecuteOne(Time now, const Action& a) {
   switch (a.kind) {
     case ActionKind::kSendRequest:
       if (p != nullptr) {
-        p->requested.insert(c);
+        if (!p->Requested(c)) p->requested.push_back(c);
         Send(a.peer, {.type = MessageType::kRequest,
                       .version = version,
                       .chunk = c,
@@ -335,7 +386,7 @@ void PeerProtocol::ExecuteOne(Time now, const Action& a) {
       return;
     case ActionKind::kCancelRequest:
       if (p != nullptr) {
-        p->requested.erase(c);
+        p->EraseRequested(c);
         Send(a.peer, {.type = MessageType::kCancel,
                       .version = version,
                       .chunk = c,
@@ -348,16 +399,16 @@ void PeerProtocol::ExecuteOne(Time now, const Action& a) {
         Execute(now, target_->scheduler->OnUploadDone(now, a.peer, a.chunk));
         return;
       }
-      auto it = p->serving.find(c);
+      const auto* serving = p->FindServing(c);
       Effect& e = Emit(EffectKind::kUpload);
       e.peer = a.peer;
       e.chunk = a.chunk;
-      e.item = it == p->serving.end() ? PayloadKind::kRaw : it->second;
+      e.item = serving == nullptr ? PayloadKind::kRaw : serving->second;
       e.epoch = target_->epoch;
       return;
     }
     case ActionKind::kStopUpload:
-      if (p != nullptr) p->serving.erase(c);
+      if (p != nullptr) p->TakeServing(c);
       {
         Effect& e = Emit(EffectKind::kStopUpload);
         e.peer = a.peer;
@@ -368,11 +419,7 @@ void PeerProtocol::ExecuteOne(Time now, const Action& a) {
     case ActionKind::kRejectRequest: {
       PayloadKind kind = PayloadKind::kRaw;
       if (p != nullptr) {
-        auto it = p->serving.find(c);
-        if (it != p->serving.end()) {
-          kind = it->second;
-          p->serving.erase(it);
-        }
+        kind = p->TakeServing(c);
         Send(a.peer, {.type = MessageType::kReject,
                       .version = version,
                       .chunk = c,
@@ -425,7 +472,7 @@ Result<std::span<const Effect>> PeerProtocol::SetTarget(Time now, TargetSpec spe
 }
 
 void PeerProtocol::LeaveTarget() {
-  for (auto& [id, p] : peers_) Forget(p);
+  for (PeerState& state : peer_states_) Forget(state);
   target_.reset();
   error_.clear();
 }
@@ -457,15 +504,15 @@ Status PeerProtocol::Restart(Time now, PayloadKind abandoned) {
   // The old epoch's requests are abandoned: cancel them. A peer still holding one (queued, or
   // uploading the old kind) would take the new epoch's request for that chunk as a duplicate,
   // and the chunk would wait out the request timeout.
-  for (auto& [id, p] : peers_) {
-    for (const uint32_t chunk : p.requested) {
-      Send(PeerId(id), {.type = MessageType::kCancel,
-                        .version = t.spec.version.value(),
-                        .chunk = chunk,
-                        .code = static_cast<uint8_t>(abandoned)});
+  for (size_t k = 0; k < peer_ids_.size(); ++k) {
+    for (const uint32_t chunk : peer_states_[k].requested) {
+      Send(PeerId(peer_ids_[k]), {.type = MessageType::kCancel,
+                                  .version = t.spec.version.value(),
+                                  .chunk = chunk,
+                                  .code = static_cast<uint8_t>(abandoned)});
     }
   }
-  for (auto& [id, p] : peers_) Forget(p);
+  for (PeerState& state : peer_states_) Forget(state);
   t.checking.assign(n, false);
   SchedulerOptions so;
   so.chunk_count = n;
@@ -514,8 +561,13 @@ Status PeerProtocol::Restart(Time now, PayloadKind abandoned) {
   t.window = scaled_window;
   t.scheduler.emplace(std::move(scheduler));
   t.complete = t.scheduler->complete();
-  for (const auto& [id, p] : peers_) SendHaveSet(PeerId(id));
-  for (auto& [id, p] : peers_) Register(now, PeerId(id), p);
+  for (const uint64_t id : peer_ids_) SendHaveSet(PeerId(id));
+  // By index: registering may drop a peer (a scheduler action), which shifts the arrays.
+  for (size_t k = 0; k < peer_ids_.size(); ++k) {
+    const uint64_t id = peer_ids_[k];
+    Register(now, PeerId(id), peer_states_[k]);
+    if (k < peer_ids_.size() && peer_ids_[k] != id) --k;  // this one was removed
+  }
   return Status::Ok();
 }
 

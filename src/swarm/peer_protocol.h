@@ -17,11 +17,11 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
-#include <unordered_map>
-#include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include <weightcast/status.h>
@@ -169,12 +169,20 @@ class PeerProtocol {
     return target_ && target_->scheduler ? &*target_->scheduler : nullptr;
   }
   uint64_t refusals_received() const { return refusals_received_; }
-  size_t peer_count() const { return peers_.size(); }
+  size_t peer_count() const { return peer_ids_.size(); }
 
   // Whether `peer` needs a kHave of `chunk` with `flags`: a peer that said it needs none for
   // chunks it holds (kHaveSkipHeld) and holds what is announced is skipped. About half the HAVEs
   // of a step go unsent; a source never sets the flag (its EveryChunkReplicated counts them).
   bool WantsHave(PeerId peer, ChunkIndex chunk, uint8_t flags) const;
+  // Calls `f(PeerId)` for every connected peer that WantsHave(peer, chunk, flags), in id order
+  // (one pass over the peer states, for a kAnnounce fan-out).
+  template <typename F>
+  void ForEachHaveRecipient(ChunkIndex chunk, uint8_t flags, F&& f) const {
+    for (size_t k = 0; k < peer_ids_.size(); ++k) {
+      if (!HoldsAnnounced(peer_states_[k], chunk.value(), flags)) f(PeerId(peer_ids_[k]));
+    }
+  }
   // Whether every wanted chunk of the target (and every payload held, while some peer fetches
   // payloads) is held by at least one connected peer.
   bool EveryChunkReplicated() const;
@@ -189,8 +197,14 @@ class PeerProtocol {
     std::vector<bool> whole, payload;
     uint64_t registered_epoch = 0;  // the epoch whose scheduler knows this peer (0: none)
     // Requests we sent it and it has not answered, and requests of its that we serve (by kind).
-    std::unordered_set<uint32_t> requested;
-    std::unordered_map<uint32_t, PayloadKind> serving;
+    // Flat lists: a window and a serve queue long (a few, up to hundreds for payloads).
+    std::vector<uint32_t> requested;
+    std::vector<std::pair<uint32_t, PayloadKind>> serving;
+    bool Requested(uint32_t chunk) const;
+    bool EraseRequested(uint32_t chunk);
+    // The kind `chunk` is served as (kRaw when not asked for), and forgets the request.
+    PayloadKind TakeServing(uint32_t chunk);
+    const std::pair<uint32_t, PayloadKind>* FindServing(uint32_t chunk) const;
   };
   // No default member initializers: clang (14) then finds std::optional<Target> not
   // constructible inside this class. target_.emplace() value-initializes (zeroes) the scalars.
@@ -215,6 +229,15 @@ class PeerProtocol {
     return target_ && p.registered_epoch == target_->epoch;
   }
   PeerState* Find(PeerId id);
+  const PeerState* Find(PeerId id) const;
+  // Whether `p` asked to skip HAVEs of held chunks and is known to hold what is announced.
+  bool HoldsAnnounced(const PeerState& p, uint32_t chunk, uint8_t flags) const {
+    return p.skips_held && target_ && p.remote_version == target_->spec.version &&
+           chunk < p.whole.size() && p.whole[chunk] &&
+           ((flags & kHavePayload) == 0 || p.payload[chunk]);
+  }
+  PeerState& Add(PeerId id);  // a fresh state (replacing any)
+  bool Remove(PeerId id);
   void Register(Time now, PeerId id, PeerState& p);
   void Unregister(Time now, PeerId id, PeerState& p);
   void Forget(PeerState& p);
@@ -229,7 +252,13 @@ class PeerProtocol {
   void Fail(const std::string& why);
 
   PeerProtocolOptions options_;
-  std::map<uint64_t, PeerState> peers_;
+  // Connected peers, by id: the ids ascending in one flat array and their states in another, in
+  // the same order (the lookups of every message touch a few cache lines, not a tree). A state's
+  // address changes when a peer is added or removed: no PeerState& is held across a call that
+  // may add or remove one (the scheduler drops only the peer of the event it is handling, after
+  // which its state is not read again).
+  std::vector<uint64_t> peer_ids_;
+  std::vector<PeerState> peer_states_;
   std::map<uint64_t, Time> banned_;  // peer -> until
   std::optional<Target> target_;
   uint64_t next_epoch_ = 0;
