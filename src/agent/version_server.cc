@@ -169,13 +169,12 @@ Status VersionServer::SendChunk(net::Connection& connection, uint64_t version, u
       base = *loaded;
     }
   }
-  Result<ChunkBytes> base_bytes = base != nullptr ? base->view->Chunk(index)
-                                                  : Result<ChunkBytes>(NotFound("no base"));
+  Result<ChunkBytes> base_bytes =
+      base != nullptr ? base->view->Chunk(index) : Result<ChunkBytes>(NotFound("no base"));
   if (base_bytes.ok()) {
     auto encoded = codec::EncodeChunk(
-        codec::HashedChunk::FromVerifiedManifest(base_bytes->bytes,
-                                                 base->manifest.chunk_hashes[chunk],
-                                                 base->manifest.hash_algorithm),
+        codec::HashedChunk::FromVerifiedManifest(
+            base_bytes->bytes, base->manifest.chunk_hashes[chunk], base->manifest.hash_algorithm),
         codec::HashedChunk::FromVerifiedManifest(target_bytes.bytes, manifest.chunk_hashes[chunk],
                                                  manifest.hash_algorithm),
         codec::ChunkSegments(manifest, index), options_.encode, scratch);

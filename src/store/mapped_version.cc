@@ -45,8 +45,8 @@ MappedVersion::MappedVersion(std::string channel, std::shared_ptr<const Manifest
 MappedVersion::~MappedVersion() = default;
 
 Result<std::shared_ptr<const MappedVersion>> MappedVersion::MapCommitted(
-    const std::filesystem::path& dir, std::string channel,
-    std::shared_ptr<const Manifest> manifest, std::shared_ptr<const PartialVersion> partial) {
+    const std::filesystem::path& dir, std::string channel, std::shared_ptr<const Manifest> manifest,
+    std::shared_ptr<const PartialVersion> partial) {
   std::vector<MappedFile> files;
   files.reserve(manifest->files.size());
   for (const ManifestFile& f : manifest->files) {

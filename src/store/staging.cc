@@ -299,7 +299,9 @@ Result<std::shared_ptr<const MappedVersion>> StagingState::View(
   std::shared_lock io(self->io_mu);
   RETURN_IF_ERROR(self->CheckOpen());
   std::lock_guard lock(self->view_mu);
-  if (self->view == nullptr) ASSIGN_OR_RETURN(self->view, MappedVersion::MapStaging(self));
+  if (self->view == nullptr) {
+    ASSIGN_OR_RETURN(self->view, MappedVersion::MapStaging(self));
+  }
   return self->view;
 }
 

@@ -588,7 +588,7 @@ Status Store::Verify(std::string_view channel, Version version) const {
   return impl_->Verify(channel, version);
 }
 Result<std::shared_ptr<const MappedVersion>> Store::OpenView(std::string_view channel,
-                                                            Version version) const {
+                                                             Version version) const {
   return impl_->OpenView(channel, version);
 }
 Result<std::vector<uint8_t>> Store::ReadChunk(std::string_view channel, Version version,

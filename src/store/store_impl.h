@@ -1,8 +1,8 @@
 // The implementation behind Store. Internal to the store layer.
 #pragma once
 
-#include <filesystem>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>

@@ -186,8 +186,7 @@ TEST(MappedVersion, AStagingViewWithoutHandlesRefusesToGuess) {
   {
     auto staged = store.BeginStaging("policy", m);
     ASSERT_TRUE(staged.ok());
-    ASSERT_TRUE(
-        staged->PutChunk(ChunkIndex(0), ChunkOf(Flat(files), m, ChunkIndex(0))).ok());
+    ASSERT_TRUE(staged->PutChunk(ChunkIndex(0), ChunkOf(Flat(files), m, ChunkIndex(0))).ok());
     view = *staged->View();
   }
   EXPECT_EQ(view->Chunk(ChunkIndex(0)).status().code(), Code::kFailedPrecondition);
