@@ -17,7 +17,6 @@
 
 namespace weightcast {
 
-using store::ChannelLayout;
 using store::StagingState;
 using store::StoreImpl;
 
