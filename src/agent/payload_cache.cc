@@ -22,7 +22,8 @@ int OpenSpillFile(std::filesystem::path dir) {
   int fd = ::open(dir.c_str(), O_RDWR | O_TMPFILE | O_CLOEXEC, 0600);
   if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR)) return fd;
   // A filesystem without O_TMPFILE: a named file, unlinked at once.
-  std::string name = (dir / "weightcast-payloads-XXXXXX").string();
+  // Hidden: in a store's root it can never pass for a channel.
+  std::string name = (dir / ".weightcast-payloads-XXXXXX").string();
   fd = ::mkostemp(name.data(), O_CLOEXEC);
   if (fd >= 0) ::unlink(name.c_str());
   return fd;
