@@ -436,20 +436,27 @@ struct SwarmNode::Impl {
       data = std::move(*recent);
       ++uploads_from_memory_;
     } else {
-      Result<std::vector<uint8_t>> bytes = NotFound("chunk not held");
+      // Through the store's mapped views: the frame sends from the mapping, which its owner
+      // keeps (no copy, except for a chunk that spans files).
+      auto committed = [&](Version v, ChunkIndex c) -> Result<ChunkBytes> {
+        ASSIGN_OR_RETURN(std::shared_ptr<const MappedVersion> view,
+                         store_.OpenView(options_.channel, v));
+        return view->Chunk(c);
+      };
+      Result<ChunkBytes> bytes = NotFound("chunk not held");
       if (t.part) {
         if (!t.InPart(item.chunk)) return NotFound("chunk not in this rank's part");
-        bytes = store_.ReadChunk(options_.channel, t.part->stored,
-                                 ChunkIndex(item.chunk.value() - t.part->first_chunk));
+        bytes = committed(t.part->stored, ChunkIndex(item.chunk.value() - t.part->first_chunk));
       } else {
-        if (!t.committed.load() && t.staged) bytes = t.staged->ReadChunk(item.chunk);
-        // Committed (or committed while we read the staging): read the version's files.
-        if (!bytes.ok()) {
-          bytes = store_.ReadChunk(options_.channel, t.manifest.version, item.chunk);
+        if (!t.committed.load() && t.staged) {
+          auto view = t.staged->View();
+          bytes = view.ok() ? (*view)->Chunk(item.chunk) : view.status();
         }
+        // Committed (or committed while we read the staging): the version's view.
+        if (!bytes.ok()) bytes = committed(t.manifest.version, item.chunk);
       }
       RETURN_IF_ERROR(bytes.status());
-      data = Hold(std::make_shared<const std::vector<uint8_t>>(std::move(bytes).value()));
+      data = HeldBytes{bytes->bytes, std::move(bytes->owner)};
       ++uploads_from_store_;
     }
     if (options_.corrupt_uploads_for_testing && !data.bytes.empty()) {

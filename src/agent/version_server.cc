@@ -20,7 +20,7 @@ using swarm::PayloadKind;
 struct VersionServer::Loaded {
   Manifest manifest;
   std::vector<uint8_t> signed_manifest;
-  codec::SnapshotReader bytes;
+  std::shared_ptr<const MappedVersion> view;  // the store's: chunks are sent from its mapping
 };
 
 namespace {
@@ -58,13 +58,12 @@ Result<std::shared_ptr<const VersionServer::Loaded>> VersionServer::Load(uint64_
     if (it != cache_.end()) return it->second;
   }
   ASSIGN_OR_RETURN(Manifest manifest, store_.GetManifest(options_.channel, Version(version)));
-  ASSIGN_OR_RETURN(codec::SnapshotReader bytes,
-                   codec::SnapshotReader::Open(
-                       store_.VersionPath(options_.channel, Version(version)), manifest));
+  ASSIGN_OR_RETURN(std::shared_ptr<const MappedVersion> view,
+                   store_.OpenView(options_.channel, Version(version)));
   auto loaded = std::make_shared<Loaded>();
   loaded->signed_manifest = SignManifest(manifest, options_.manifest_secret);
   loaded->manifest = std::move(manifest);
-  loaded->bytes = std::move(bytes);
+  loaded->view = std::move(view);
   std::lock_guard lock(mu_);
   // Another thread may have loaded it meanwhile; keep one copy. Taken before eviction, which
   // may drop this very entry when it is the oldest version.
@@ -163,29 +162,27 @@ Status VersionServer::SendChunk(net::Connection& connection, uint64_t version, u
                       " (it has " + std::to_string(manifest.chunk_count()) + ")");
   }
   const ChunkIndex index(chunk);
-  const ByteRange range = manifest.ChunkRange(index);
   net::ChunkHeader header{.version = version, .chunk_index = chunk};
 
-  auto copy = std::make_shared<std::vector<uint8_t>>();
-  std::span<const uint8_t> target_bytes = target->bytes.Read(range, *copy);
+  // A partial version (a tensor-subset agent's) refuses the chunks it does not hold.
+  ASSIGN_OR_RETURN(ChunkBytes target_bytes, target->view->Chunk(index));
 
   // A delta when the client names a base we hold with this chunk; otherwise the raw bytes.
   std::shared_ptr<const Loaded> base;
   if (base_version != 0 && base_version != version) {
     auto loaded = Load(base_version);
-    if (loaded.ok() && chunk < (*loaded)->manifest.chunk_count() &&
+    if (loaded.ok() && (*loaded)->view->Holds(index) &&
         (*loaded)->manifest.hash_algorithm == manifest.hash_algorithm) {
       base = *loaded;
     }
   }
-  if (base != nullptr) {
-    std::vector<uint8_t> base_copy;
-    const ByteRange base_range = base->manifest.ChunkRange(index);
-    std::span<const uint8_t> base_bytes = base->bytes.Read(base_range, base_copy);
+  Result<ChunkBytes> base_bytes =
+      base != nullptr ? base->view->Chunk(index) : Result<ChunkBytes>(NotFound("no base"));
+  if (base_bytes.ok()) {
     auto encoded = codec::EncodeChunk(
-        codec::HashedChunk::FromVerifiedManifest(base_bytes, base->manifest.chunk_hashes[chunk],
-                                                 base->manifest.hash_algorithm),
-        codec::HashedChunk::FromVerifiedManifest(target_bytes, manifest.chunk_hashes[chunk],
+        codec::HashedChunk::FromVerifiedManifest(
+            base_bytes->bytes, base->manifest.chunk_hashes[chunk], base->manifest.hash_algorithm),
+        codec::HashedChunk::FromVerifiedManifest(target_bytes.bytes, manifest.chunk_hashes[chunk],
                                                  manifest.hash_algorithm),
         codec::ChunkSegments(manifest, index), options_.encode, scratch);
     if (encoded.ok() && encoded->encoding != ChunkEncoding::kSame) {
@@ -200,11 +197,9 @@ Status VersionServer::SendChunk(net::Connection& connection, uint64_t version, u
   }
   header.encoding = static_cast<uint8_t>(PayloadKind::kRaw);
   ++raw_chunks_;
-  payload_bytes_ += target_bytes.size();
-  // A view of the mapping stays valid while `target` lives; a gathered copy lives in `copy`.
-  std::shared_ptr<const void> keep_alive =
-      copy->empty() ? std::shared_ptr<const void>(target) : std::shared_ptr<const void>(copy);
-  return connection.SendChunk(header, target_bytes, std::move(keep_alive));
+  payload_bytes_ += target_bytes.bytes.size();
+  // The owner keeps the mapping (or a gathered copy) until the transport wrote the bytes.
+  return connection.SendChunk(header, target_bytes.bytes, std::move(target_bytes.owner));
 }
 
 }  // namespace weightcast::agent

@@ -10,31 +10,40 @@ OpenedVersion::OpenedVersion(Manifest manifest, std::vector<MappedFile> files,
       files_(std::move(files)),
       delta_(std::move(delta)) {}
 
+OpenedVersion::OpenedVersion(std::shared_ptr<const MappedVersion> mapped,
+                             std::optional<DeltaFile> delta)
+    : manifest_(std::shared_ptr<const Manifest>(mapped, &mapped->manifest())),
+      mapped_(std::move(mapped)),
+      delta_(std::move(delta)) {}
+
 Result<std::unique_ptr<OpenedVersion>> OpenedVersion::Open(const std::filesystem::path& store_root,
                                                            std::string_view channel,
                                                            Version version) {
   StoreOptions options;
   options.read_only = true;
   ASSIGN_OR_RETURN(Store store, Store::Open(store_root, options));
-  ASSIGN_OR_RETURN(Manifest manifest, store.GetManifest(channel, version));
-  const std::filesystem::path dir = store.VersionPath(channel, version);
-  std::vector<MappedFile> files;
-  for (const ManifestFile& f : manifest.files) {
-    Result<MappedFile> file = MappedFile::Open(dir / f.path);
-    if (!file.ok()) {
-      return NotFound("v" + std::to_string(version.value()) + " of " + std::string(channel) +
-                      " is gone from " + store_root.string() + ": " + file.status().message());
-    }
-    files.push_back(std::move(*file));
+  // The store's mapped view: the one read path for a version's bytes (store/mapped_version.h).
+  Result<std::shared_ptr<const MappedVersion>> mapped = store.OpenView(channel, version);
+  if (!mapped.ok()) {
+    if (mapped.status().code() != Code::kNotFound) return mapped.status();
+    return NotFound("v" + std::to_string(version.value()) + " of " + std::string(channel) +
+                    " is gone from " + store_root.string() + ": " + mapped.status().message());
   }
   std::optional<DeltaFile> delta;
-  if (Result<DeltaFile> d = DeltaFile::Open(store_root, manifest); d.ok()) delta = std::move(*d);
-  return std::make_unique<OpenedVersion>(std::move(manifest), std::move(files), std::move(delta));
+  if (Result<DeltaFile> d = DeltaFile::Open(store_root, (*mapped)->manifest()); d.ok()) {
+    delta = std::move(*d);
+  }
+  return std::make_unique<OpenedVersion>(std::move(mapped).value(), std::move(delta));
 }
 
 VersionView OpenedVersion::view() const {
   VersionView v;
   v.manifest = manifest_;
+  if (mapped_ != nullptr) {
+    for (size_t i = 0; i < mapped_->manifest().files.size(); ++i) {
+      v.files.push_back(mapped_->File(i));
+    }
+  }
   for (const MappedFile& f : files_) v.files.push_back(f.bytes());
   v.delta = delta_.has_value() ? &*delta_ : nullptr;
   return v;

@@ -15,13 +15,15 @@
 
 #include "live/delta_file.h"
 #include "live/live_set.h"
+#include "store/mapped_version.h"
 #include "util/file.h"
 
 namespace weightcast::live {
 
-// A committed version of a store, opened: its manifest, its files mapped read-only and its delta
-// file when the store keeps one. The mappings stay valid after the store collects the version
-// (it unlinks files, never rewrites them).
+// A committed version of a store, opened: its manifest, its files mapped read-only (the store's
+// own mapped view, store/mapped_version.h, when opened from a store) and its delta file when the
+// store keeps one. The mappings stay valid after the store collects the version (it unlinks
+// files, never rewrites them).
 class OpenedVersion {
  public:
   // kNotFound when the channel has no such committed version (any more).
@@ -29,6 +31,8 @@ class OpenedVersion {
                                                      std::string_view channel, Version version);
   // From parts a caller opened itself (a memory channel's slot and files).
   OpenedVersion(Manifest manifest, std::vector<MappedFile> files, std::optional<DeltaFile> delta);
+  // From a store's mapped view.
+  OpenedVersion(std::shared_ptr<const MappedVersion> mapped, std::optional<DeltaFile> delta);
 
   VersionView view() const;
   const Manifest& manifest() const { return *manifest_; }
@@ -36,7 +40,8 @@ class OpenedVersion {
 
  private:
   std::shared_ptr<const Manifest> manifest_;
-  std::vector<MappedFile> files_;
+  std::vector<MappedFile> files_;                // from a memory channel
+  std::shared_ptr<const MappedVersion> mapped_;  // from a store (files_ then empty)
   std::optional<DeltaFile> delta_;
 };
 

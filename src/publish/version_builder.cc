@@ -65,15 +65,19 @@ struct Encoded {
 // Encodes `target` (read from `target_dir`) against `base`. With `target_hashes`, the target's
 // chunk hashes are computed while encoding (its manifest's hashes are placeholders); without,
 // they are taken from its manifest. With `target_fast_hashes` too, its fast hashes as well.
+// Payloads past the cache's memory bound spill into `spill_dir` (agent/payload_cache.h).
 Result<Encoded> Encode(const Manifest& base, const fs::path& base_dir, const Manifest& target,
-                       const fs::path& target_dir, const codec::VersionCodecOptions& options,
+                       const fs::path& target_dir, const fs::path& spill_dir,
+                       const codec::VersionCodecOptions& options,
                        std::vector<Digest>* target_hashes = nullptr,
                        std::vector<Digest>* target_fast_hashes = nullptr) {
   ASSIGN_OR_RETURN(codec::SnapshotReader base_bytes, codec::SnapshotReader::Open(base_dir, base));
   ASSIGN_OR_RETURN(codec::SnapshotReader target_bytes,
                    codec::SnapshotReader::Open(target_dir, target));
   Encoded out;
-  out.payloads = std::make_shared<agent::PayloadCache>(target.version);
+  agent::PayloadCacheOptions cache;
+  cache.spill_dir = spill_dir;
+  out.payloads = std::make_shared<agent::PayloadCache>(target.version, cache);
   const codec::PayloadSink sink = [&](ChunkIndex index, std::span<const uint8_t> payload) {
     out.payload_bytes += payload.size();
     out.payloads->Put(index, std::vector<uint8_t>(payload.begin(), payload.end()));
@@ -162,7 +166,7 @@ Result<PreparedVersion> PrepareVersion(Store& store, const fs::path& dir,
   if (base.has_value()) {
     ASSIGN_OR_RETURN(Encoded encoded,
                      Encode(*base, store.VersionPath(options.channel, base->version), out.manifest,
-                            staged.dir(), options.codec, &hashes, fast));
+                            staged.dir(), store.root(), options.codec, &hashes, fast));
     out.manifest.delta = std::move(encoded.delta);
     out.payloads = std::move(encoded.payloads);
     out.payload_bytes = encoded.payload_bytes;
@@ -204,7 +208,7 @@ Result<PreparedVersion> ReloadVersion(const Store& store, Version version,
       ASSIGN_OR_RETURN(
           Encoded encoded,
           Encode(*base, store.VersionPath(options.channel, delta.base_version), out.manifest,
-                 store.VersionPath(options.channel, version), options.codec));
+                 store.VersionPath(options.channel, version), store.root(), options.codec));
       // The payload hashes say whether the encoder produced the same bytes as when the version
       // was first published; if not (another build of the codec), the stored table is what the
       // coordinator and the agents hold, so the fresh payloads cannot be served under it.

@@ -79,6 +79,8 @@ void StagingState::Close() {
   fds.clear();
   record.Close();
   closed = true;
+  std::lock_guard lock(view_mu);
+  view.reset();  // held views keep their mappings; the store's reference goes
 }
 
 Status StagingState::CheckOpen() const {
@@ -292,21 +294,15 @@ bool StagingState::HasChunk(ChunkIndex index) const {
   return index.value() < verified.size() && verified[index.value()];
 }
 
-Result<std::vector<uint8_t>> StagingState::ReadChunk(ChunkIndex index) const {
-  std::shared_lock io(io_mu);
-  RETURN_IF_ERROR(CheckOpen());
-  if (!HasChunk(index)) {
-    return NotFound("chunk " + std::to_string(index.value()) + " of staging version " + channel +
-                    "/" + VersionName(manifest.version) + " is not verified yet");
+Result<std::shared_ptr<const MappedVersion>> StagingState::View(
+    const std::shared_ptr<const StagingState>& self) {
+  std::shared_lock io(self->io_mu);
+  RETURN_IF_ERROR(self->CheckOpen());
+  std::lock_guard lock(self->view_mu);
+  if (self->view == nullptr) {
+    ASSIGN_OR_RETURN(self->view, MappedVersion::MapStaging(self));
   }
-  ByteRange range = manifest.ChunkRange(index);
-  std::vector<uint8_t> out(range.size);
-  RETURN_IF_ERROR(ForEachSegment(
-      manifest.files, range, [&](size_t file, uint64_t at, uint64_t len, uint64_t to) {
-        return ReadExactAt(fds[file], at, std::span<uint8_t>(out.data() + to, len),
-                           manifest.files[file].path);
-      }));
-  return out;
+  return self->view;
 }
 
 std::vector<ChunkIndex> StagingState::VerifiedChunks() const {

@@ -11,6 +11,7 @@
 #include "manifest/manifest.h"
 #include "store/chunk_record.h"
 #include "store/layout.h"
+#include "store/mapped_version.h"
 #include "store/store.h"
 
 namespace weightcast::store {
@@ -45,7 +46,11 @@ struct StagingState {
   Status MarkVerified(ChunkIndex index);
   Status Flush();
   bool HasChunk(ChunkIndex index) const;
-  Result<std::vector<uint8_t>> ReadChunk(ChunkIndex index) const;
+  // The staging's mapped view, made on first use and kept until Close (so uploads do not map
+  // the files again per chunk); views handed out live on after Close for as long as they are
+  // held. kFailedPrecondition once committed or aborted.
+  static Result<std::shared_ptr<const MappedVersion>> View(
+      const std::shared_ptr<const StagingState>& self);
 
   // For Commit: persists pending records, requires every chunk verified (or, when `required` is
   // given, those chunks), fsyncs every file and
@@ -75,6 +80,10 @@ struct StagingState {
   std::vector<ChunkIndex> pending;  // verified, not yet in the record
   ChunkRecord record;
   uint64_t discarded_bytes = 0;
+
+  // Lock order: io_mu, then view_mu. The view holds this state weakly, so no cycle.
+  mutable std::mutex view_mu;
+  mutable std::shared_ptr<const MappedVersion> view;
 
  private:
   Status OpenFiles(const std::filesystem::path& files_dir, bool create);

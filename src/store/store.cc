@@ -17,7 +17,6 @@
 
 namespace weightcast {
 
-using store::ChannelLayout;
 using store::StagingState;
 using store::StoreImpl;
 
@@ -515,8 +514,14 @@ uint32_t StagedVersion::verified_count() const {
 
 bool StagedVersion::complete() const { return verified_count() == state_->manifest.chunk_count(); }
 
+Result<std::shared_ptr<const MappedVersion>> StagedVersion::View() const {
+  return store::StagingState::View(state_);
+}
+
 Result<std::vector<uint8_t>> StagedVersion::ReadChunk(ChunkIndex index) const {
-  return state_->ReadChunk(index);
+  ASSIGN_OR_RETURN(std::shared_ptr<const MappedVersion> view, View());
+  ASSIGN_OR_RETURN(ChunkBytes chunk, view->Chunk(index));
+  return std::vector<uint8_t>(chunk.bytes.begin(), chunk.bytes.end());
 }
 
 uint64_t StagedVersion::discarded_record_bytes() const {
@@ -580,6 +585,10 @@ Result<Version> Store::NextVersion(std::string_view channel) const {
 }
 Status Store::Verify(std::string_view channel, Version version) const {
   return impl_->Verify(channel, version);
+}
+Result<std::shared_ptr<const MappedVersion>> Store::OpenView(std::string_view channel,
+                                                             Version version) const {
+  return impl_->OpenView(channel, version);
 }
 Result<std::vector<uint8_t>> Store::ReadChunk(std::string_view channel, Version version,
                                               ChunkIndex index) const {

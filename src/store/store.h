@@ -14,6 +14,8 @@
 // serialized by one mutex per store. StagedVersion: WriteChunk/ReadChunk of distinct chunks may
 // run concurrently from many threads; MarkVerified/HasChunk/MissingChunks/Flush are safe from any
 // thread. Calls block on disk I/O (fsync included); none takes a network or a timer.
+// MappedVersion views (store/mapped_version.h) are immutable and safe from any thread; one stays
+// valid while held, even after its version is collected or its staging committed or aborted.
 // One process holds a store at a time: Open takes an exclusive lock on ROOT/.lock, released when
 // the Store is destroyed (or its process dies). Read-only opens take no lock and change nothing.
 #pragma once
@@ -31,6 +33,7 @@
 #include <weightcast/types.h>
 
 #include "manifest/manifest.h"
+#include "store/mapped_version.h"
 #include "store/partial.h"
 
 namespace weightcast {
@@ -45,6 +48,10 @@ struct StoreOptions {
   // Opens without the lock and without recovery: List, Current, GetManifest, Verify and
   // ReadChunk work; anything that would change the store fails with kFailedPrecondition.
   bool read_only = false;
+  // Mapped views of committed versions the store keeps open when no caller holds them (the most
+  // recently opened), so repeated reads do not map the files again. A view a caller holds stays
+  // cached whatever this is; one of a collected version is dropped from the cache at once.
+  uint32_t mapped_versions = 4;
 };
 
 struct VersionInfo {
@@ -100,7 +107,11 @@ class StagedVersion {
   uint32_t verified_count() const;
   bool complete() const;
 
-  // Reads a verified chunk (for serving peers before the commit). kNotFound if not verified.
+  // The staging's mapped view (store/mapped_version.h): chunks read through it once verified,
+  // for serving peers before the commit. The same view until the version is committed or
+  // aborted (then kFailedPrecondition; views already handed out keep working).
+  Result<std::shared_ptr<const MappedVersion>> View() const;
+  // A copy of a verified chunk, read through View(). kNotFound if not verified.
   Result<std::vector<uint8_t>> ReadChunk(ChunkIndex index) const;
 
   // What ResumeStaging found in the chunk record (zero for a fresh staging).
@@ -210,8 +221,15 @@ class Store {
   // wrong size or a missing manifest.
   Status Verify(std::string_view channel, Version version) const;
 
-  // Reads a chunk of a committed version (serving peers, delta bases). kNotFound for a chunk a
-  // partial version does not hold.
+  // The mapped view of a committed version (store/mapped_version.h), the read path for bytes
+  // sent to peers: chunks as spans of the mapping, kept valid by their owner. Cached per version
+  // (StoreOptions::mapped_versions), so a repeated call costs a map lookup under a mutex of its
+  // own (not the store's, which a commit holds while it fsyncs). kNotFound when the version is
+  // not committed; kCorrupt when a file's size is not the manifest's.
+  Result<std::shared_ptr<const MappedVersion>> OpenView(std::string_view channel,
+                                                        Version version) const;
+  // A copy of a chunk of a committed version, read through OpenView (delta bases, tests).
+  // kNotFound for a chunk a partial version does not hold.
   Result<std::vector<uint8_t>> ReadChunk(std::string_view channel, Version version,
                                          ChunkIndex index) const;
 

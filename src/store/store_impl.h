@@ -1,6 +1,7 @@
 // The implementation behind Store. Internal to the store layer.
 #pragma once
 
+#include <deque>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -41,6 +42,8 @@ class StoreImpl {
   Result<std::optional<PartialVersion>> GetPartial(std::string_view channel, Version version) const;
   Result<Version> NextVersion(std::string_view channel) const;
   Status Verify(std::string_view channel, Version version) const;
+  Result<std::shared_ptr<const MappedVersion>> OpenView(std::string_view channel,
+                                                        Version version) const;
   Result<std::vector<uint8_t>> ReadChunk(std::string_view channel, Version version,
                                          ChunkIndex index) const;
   Status ImportDirectory(std::string_view channel, const Manifest& manifest,
@@ -89,6 +92,12 @@ class StoreImpl {
   // The partial record of a committed version (null: whole), read once.
   Result<std::shared_ptr<const PartialVersion>> PartialLocked(std::string_view channel,
                                                               Version version) const;
+  // The cached view of a committed version, or null (views_mu_ taken here).
+  std::shared_ptr<const MappedVersion> CachedView(const Key& key) const;
+  // Caches a view just mapped, keeping the newest options_.mapped_versions strongly.
+  void RememberView(const Key& key, const std::shared_ptr<const MappedVersion>& view) const;
+  // Drops the cache's references to a version being collected (mu_ held).
+  void ForgetView(const Key& key);
   Result<std::shared_ptr<StagingState>> StagingLocked(std::string_view channel, Version version);
   Status CheckSizesLocked(const ChannelLayout& layout, const Manifest& manifest) const;
 
@@ -103,6 +112,14 @@ class StoreImpl {
   mutable std::map<Key, std::shared_ptr<const Manifest>> manifests_;
   // Partial records of committed versions (null: whole), read once.
   mutable std::map<Key, std::shared_ptr<const PartialVersion>> partials_;
+
+  // Mapped views of committed versions. Lock order: mu_, then views_mu_; a hit takes views_mu_
+  // alone, a miss maps under mu_, so that a collection (under mu_) cannot interleave with it.
+  mutable std::mutex views_mu_;
+  // Every view made and still alive somewhere (expired entries are pruned as views are added).
+  mutable std::map<Key, std::weak_ptr<const MappedVersion>> views_;
+  // The most recently opened views, kept alive while no caller holds them; oldest first.
+  mutable std::deque<std::pair<Key, std::shared_ptr<const MappedVersion>>> kept_views_;
 };
 
 }  // namespace weightcast::store

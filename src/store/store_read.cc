@@ -1,5 +1,4 @@
 // Reading committed versions: listing, the current link, manifests, verification, chunk reads.
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -228,38 +227,65 @@ Status StoreImpl::Verify(std::string_view channel, Version version) const {
   return Status::Ok();
 }
 
+std::shared_ptr<const MappedVersion> StoreImpl::CachedView(const Key& key) const {
+  std::lock_guard lock(views_mu_);
+  auto it = views_.find(key);
+  if (it == views_.end()) return nullptr;
+  std::shared_ptr<const MappedVersion> view = it->second.lock();
+  if (view == nullptr) return nullptr;
+  // A hit counts as a use: it moves to the newest end of the kept ones.
+  auto kept = std::find_if(kept_views_.begin(), kept_views_.end(),
+                           [&](const auto& entry) { return entry.first == key; });
+  if (kept != kept_views_.end()) kept_views_.erase(kept);
+  kept_views_.emplace_back(key, view);
+  while (kept_views_.size() > options_.mapped_versions) kept_views_.pop_front();
+  return view;
+}
+
+void StoreImpl::RememberView(const Key& key,
+                             const std::shared_ptr<const MappedVersion>& view) const {
+  std::lock_guard lock(views_mu_);
+  for (auto it = views_.begin(); it != views_.end();) {
+    it = it->second.expired() ? views_.erase(it) : std::next(it);
+  }
+  views_[key] = view;
+  kept_views_.emplace_back(key, view);
+  while (kept_views_.size() > options_.mapped_versions) kept_views_.pop_front();
+}
+
+void StoreImpl::ForgetView(const Key& key) {
+  std::lock_guard lock(views_mu_);
+  views_.erase(key);
+  auto kept = std::find_if(kept_views_.begin(), kept_views_.end(),
+                           [&](const auto& entry) { return entry.first == key; });
+  if (kept != kept_views_.end()) kept_views_.erase(kept);
+}
+
+Result<std::shared_ptr<const MappedVersion>> StoreImpl::OpenView(std::string_view channel,
+                                                                 Version version) const {
+  RETURN_IF_ERROR(ValidateChannelName(channel));
+  const Key key{std::string(channel), version.value()};
+  if (std::shared_ptr<const MappedVersion> hit = CachedView(key)) return hit;
+  std::lock_guard lock(mu_);
+  // Mapped meanwhile by another thread: keep one view.
+  if (std::shared_ptr<const MappedVersion> hit = CachedView(key)) return hit;
+  ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> manifest,
+                   SharedManifestLocked(channel, version));
+  ASSIGN_OR_RETURN(std::shared_ptr<const PartialVersion> partial, PartialLocked(channel, version));
+  // Under mu_: a collection cannot remove the files between the manifest read and the mapping,
+  // nor forget the version before it is cached.
+  ASSIGN_OR_RETURN(std::shared_ptr<const MappedVersion> view,
+                   MappedVersion::MapCommitted(Layout(channel).version_dir(version),
+                                               std::string(channel), manifest, partial));
+  RememberView(key, view);
+  return view;
+}
+
 Result<std::vector<uint8_t>> StoreImpl::ReadChunk(std::string_view channel, Version version,
                                                   ChunkIndex index) const {
-  RETURN_IF_ERROR(ValidateChannelName(channel));
-  std::shared_ptr<const Manifest> manifest;
-  std::shared_ptr<const PartialVersion> partial;
-  {
-    std::lock_guard lock(mu_);
-    ASSIGN_OR_RETURN(manifest, SharedManifestLocked(channel, version));
-    ASSIGN_OR_RETURN(partial, PartialLocked(channel, version));
-  }
-  if (index.value() >= manifest->chunk_count()) {
-    return OutOfRange("chunk " + std::to_string(index.value()) + " is beyond the " +
-                      std::to_string(manifest->chunk_count()) + " chunks of " +
-                      Name(channel, version));
-  }
-  if (partial != nullptr && !partial->HoldsChunk(index)) {
-    return NotFound("chunk " + std::to_string(index.value()) + " of " + Name(channel, version) +
-                    " is not held: the version is partial (a tensor-subset agent's)");
-  }
-  std::filesystem::path dir = Layout(channel).version_dir(version);
-  ByteRange range = manifest->ChunkRange(index);
-  std::vector<uint8_t> out(range.size);
-  RETURN_IF_ERROR(ForEachSegment(
-      manifest->files, range, [&](size_t file, uint64_t at, uint64_t len, uint64_t to) -> Status {
-        std::filesystem::path path = dir / manifest->files[file].path;
-        int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd < 0) return ErrnoStatus("open(" + path.string() + ")", errno);
-        Status st = ReadExactAt(fd, at, std::span<uint8_t>(out.data() + to, len), path.string());
-        ::close(fd);
-        return st;
-      }));
-  return out;
+  ASSIGN_OR_RETURN(std::shared_ptr<const MappedVersion> view, OpenView(channel, version));
+  ASSIGN_OR_RETURN(ChunkBytes chunk, view->Chunk(index));
+  return std::vector<uint8_t>(chunk.bytes.begin(), chunk.bytes.end());
 }
 
 }  // namespace weightcast::store

@@ -153,6 +153,8 @@ Result<std::vector<Version>> StoreImpl::CollectLocked(std::string_view channel) 
     std::filesystem::path doomed = layout.versions_dir() / (".gc-" + VersionName(v));
     RETURN_IF_ERROR(RemoveAll(doomed));
     RETURN_IF_ERROR(RenameDurable(layout.version_dir(v), doomed));
+    // Views held elsewhere keep their mappings of the unlinked files (docs/store_layout.md).
+    ForgetView({std::string(channel), v.value()});
     manifests_.erase({std::string(channel), v.value()});
     partials_.erase({std::string(channel), v.value()});
     if (::unlink(layout.manifest_file(v).c_str()) != 0 && errno != ENOENT) {

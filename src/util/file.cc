@@ -30,6 +30,10 @@ Result<MappedFile> MappedFile::Open(const std::filesystem::path& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoStatus("open(" + path.string() + ")", errno);
   FdCloser closer(fd);
+  return Map(fd, path);
+}
+
+Result<MappedFile> MappedFile::Map(int fd, const std::filesystem::path& path) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) return ErrnoStatus("stat(" + path.string() + ")", errno);
   if (!S_ISREG(st.st_mode)) return InvalidArgument(path.string() + ": not a regular file");

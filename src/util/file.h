@@ -16,6 +16,9 @@ namespace weightcast {
 class MappedFile {
  public:
   static Result<MappedFile> Open(const std::filesystem::path& path);
+  // Maps the file open as `fd` (readable; not closed here, and the mapping outlives it). `path`
+  // names it in errors and path().
+  static Result<MappedFile> Map(int fd, const std::filesystem::path& path);
 
   MappedFile() = default;
   MappedFile(MappedFile&& other) noexcept;
