@@ -1079,7 +1079,9 @@ struct SwarmNode::Impl {
         if (data->delta) {
           data->base_manifest = std::move(base).value();
           data->base_bytes.emplace(std::move(bytes).value());
-          data->payloads = std::make_shared<PayloadCache>(manifest.version);
+          // Spilled past its memory bound into the store's own disk (TMPDIR may be tmpfs).
+          data->payloads = std::make_shared<PayloadCache>(
+              manifest.version, PayloadCacheOptions{.spill_dir = store_.root()});
         }
       }
     }
