@@ -108,7 +108,7 @@ struct Agent::Impl {
 
   std::unique_ptr<Store> store;
   std::unique_ptr<net::Transport> transport;
-  std::unique_ptr<SwarmNode> node;
+  std::unique_ptr<node::SwarmNode> node;
   // Declared after `node` and `store`: destroyed before them (it holds references).
   std::unique_ptr<RolloutDriver> rollout;
   std::shared_ptr<coord::CoordinatorClient> client;
@@ -286,7 +286,7 @@ Status Agent::Impl::Beat() {
   ASSIGN_OR_RETURN(wire::HeartbeatReply reply, std::move(answered));
   seen_generation = reply.generation();
   long_poll = reply.generation() != 0;
-  std::vector<PeerAddress> peers;
+  std::vector<node::PeerAddress> peers;
   for (const wire::PeerEntry& e : reply.peers()) {
     peers.push_back({PeerId(e.node_id()), e.address(), e.source()});
   }
@@ -358,7 +358,7 @@ Status Agent::Impl::Run() {
   net::TransportSelection selection;
   selection.kind = options.transport;
   ASSIGN_OR_RETURN(transport, net::CreateTransport(net, selection));
-  SwarmNodeOptions so;
+  node::SwarmNodeOptions so;
   so.channel = options.channel;
   so.node_id = options.node_id;
   so.manifest_secret = options.secret;
@@ -372,7 +372,7 @@ Status Agent::Impl::Run() {
                           "Seconds from a chunk's request to its verification (chunks from peers)",
                           ChunkFetchBuckets(), labels);
   so.on_bad_chunk = [this](PeerId peer) { CountBadChunk(peer); };
-  node = std::make_unique<SwarmNode>(*store, *transport, std::move(so));
+  node = std::make_unique<node::SwarmNode>(*store, *transport, std::move(so));
   RETURN_IF_ERROR(node->Start(options.listen));
   RolloutDriverOptions ro;
   ro.channel = options.channel;
@@ -387,7 +387,7 @@ Status Agent::Impl::Run() {
     Log("TESTING ONLY: every chunk this node uploads is corrupted");
   }
 
-  SwarmNode* n = node.get();
+  node::SwarmNode* n = node.get();
   registry.CounterFunc("weightcast_agent_bytes_received_total", "Chunk bytes received from peers",
                        labels, [n] { return n->counters().bytes_received; });
   registry.CounterFunc("weightcast_agent_bytes_sent_total", "Chunk bytes uploaded to peers", labels,
@@ -403,7 +403,7 @@ Status Agent::Impl::Run() {
         "weightcast_agent_delta_chunks_total",
         "Chunks rebuilt from delta payloads and verified, by what checked the result",
         {{"channel", options.channel}, {"check", fast ? "fast" : "sha256"}}, [n, fast] {
-          const SwarmCounters c = n->counters();
+          const node::SwarmCounters c = n->counters();
           return fast ? c.delta_chunks_fast : c.delta_chunks_sha256;
         });
   }
@@ -413,7 +413,7 @@ Status Agent::Impl::Run() {
         "Whole chunks uploaded to peers, by where the bytes came from: the buffer they were "
         "received in (memory) or a read of the store",
         {{"channel", options.channel}, {"from", memory ? "memory" : "store"}}, [n, memory] {
-          const SwarmCounters c = n->counters();
+          const node::SwarmCounters c = n->counters();
           return memory ? c.uploads_from_memory : c.uploads_from_store;
         });
   }
@@ -458,7 +458,7 @@ Status Agent::Impl::Run() {
                        "Connected peers by the transport that carries the connection",
                        {{"channel", options.channel}, {"transport", ucx ? "ucx" : "tcp"}},
                        [n, ucx] {
-                         const SwarmProgress p = n->progress();
+                         const node::SwarmProgress p = n->progress();
                          return static_cast<double>(ucx ? p.peers_ucx : p.peers - p.peers_ucx);
                        });
   }
@@ -578,8 +578,8 @@ void Agent::Stop() {
 
 PeerId Agent::id() const { return impl_->options.node_id; }
 std::string Agent::address() const { return impl_->node ? impl_->node->address() : ""; }
-SwarmProgress Agent::progress() const {
-  return impl_->node ? impl_->node->progress() : SwarmProgress{};
+node::SwarmProgress Agent::progress() const {
+  return impl_->node ? impl_->node->progress() : node::SwarmProgress{};
 }
 Status Agent::coordinator_error() const {
   std::lock_guard lock(impl_->health_mu);

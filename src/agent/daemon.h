@@ -1,10 +1,10 @@
 // The agent daemon (`weightcast agent`, docs/agent.md): follows one channel of the coordinator,
-// fetches each new version from its peers through a SwarmNode, serves what it holds, and commits
-// a version when the coordinator decides so.
+// fetches each new version from its peers through a node::SwarmNode, serves what it holds, and
+// commits a version when the coordinator decides so.
 //
 // Loop: register with the coordinator (again after every reconnect: a restarted coordinator
 // forgets its members), heartbeat this node's ChannelProgress (FETCHING, PREPARED, COMMITTED),
-// and act on the reply: the peer list goes to the SwarmNode; the channel's target goes to the
+// and act on the reply: the peer list goes to the node::SwarmNode; the channel's target goes to the
 // RolloutDriver (agent/rollout_driver.h, the two-phase rollout's participant), which fetches a
 // newer version (its signed manifest must verify with the cluster secret), reports it PREPARED,
 // commits it when the coordinator decided COMMIT (Store::Commit: one atomic switch of
@@ -30,9 +30,9 @@
 #include <weightcast/types.h>
 
 #include "agent/engine_hook.h"
-#include "agent/swarm_node.h"
 #include "net/transport.h"
 #include "net/transport_select.h"
+#include "node/swarm_node.h"
 #include "rollout/participant.h"
 
 namespace weightcast::agent {
@@ -56,8 +56,9 @@ struct AgentOptions {
   PeerId node_id;  // 0: random
   net::Duration reconnect_max = std::chrono::seconds(2);
   bool corrupt_uploads_for_testing = false;
-  // What a chunk rebuilt from a delta payload is checked against (SwarmNodeOptions::verify_result,
-  // docs/verification.md): the signed manifest's XXH3-128 when it has fast hashes, or SHA-256.
+  // What a chunk rebuilt from a delta payload is checked against
+  // (node::SwarmNodeOptions::verify_result, docs/verification.md): the signed manifest's XXH3-128
+  // when it has fast hashes, or SHA-256.
   codec::VerifyResult verify_result = codec::VerifyResult::kFast;
   // Engine hand-off after every change of current (docs/rollout.md): a command and/or a URL,
   // retried hook_retries times; a final failure is reported, and with kRollback the agent asks
@@ -88,7 +89,7 @@ class Agent {
   // This node's id (after Create) and peer address (once Run listens).
   PeerId id() const;
   std::string address() const;
-  SwarmProgress progress() const;
+  node::SwarmProgress progress() const;
   // Why the last attempt to connect to and register with the coordinator failed (OK before the
   // first attempt and while connected; coord::IsPermanentConnectError tells a refusal from an
   // outage), and whether the agent ever registered. Safe from any thread.

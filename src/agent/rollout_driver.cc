@@ -16,12 +16,12 @@ namespace {
 std::string V(Version v) { return "v" + std::to_string(v.value()); }
 
 // The node's swarm target is `v` (being fetched, complete or committed).
-bool NodeHolds(const SwarmProgress& p, Version v) { return p.version == v; }
+bool NodeHolds(const node::SwarmProgress& p, Version v) { return p.version == v; }
 
 }  // namespace
 
 Result<std::unique_ptr<RolloutDriver>> RolloutDriver::Create(RolloutDriverOptions options,
-                                                             Store& store, SwarmNode& node) {
+                                                             Store& store, node::SwarmNode& node) {
   ASSIGN_OR_RETURN(EngineHook hook, EngineHook::Create(options.hook));
   rollout::LocalState state;
   auto current = store.Current(options.channel);
@@ -65,7 +65,7 @@ void RolloutDriver::RefreshKept() {
   for (const VersionInfo& info : *kept) kept_.push_back(info.version);
 }
 
-RolloutDriver::RolloutDriver(RolloutDriverOptions options, Store& store, SwarmNode& node,
+RolloutDriver::RolloutDriver(RolloutDriverOptions options, Store& store, node::SwarmNode& node,
                              EngineHook hook, rollout::Participant participant)
     : options_(std::move(options)),
       store_(store),
@@ -90,7 +90,7 @@ wire::ChannelProgress RolloutDriver::Progress() const {
   c.set_current_version(r.current.value());
   c.set_error(r.error);
   for (Version v : kept_) c.add_kept_versions(v.value());
-  const SwarmProgress p = node_.progress();
+  const node::SwarmProgress p = node_.progress();
   c.set_peers(p.peers);
   c.set_peers_ucx(p.peers_ucx);
   if (p.version == r.version) {
@@ -132,7 +132,7 @@ void RolloutDriver::OnTarget(const wire::ChannelTarget& target, coord::Coordinat
 
 void RolloutDriver::Poll(coord::CoordinatorClient* client) {
   if (fetching_.value() != 0) {
-    const SwarmProgress p = node_.progress();
+    const node::SwarmProgress p = node_.progress();
     if (NodeHolds(p, fetching_) && (p.complete || !p.error.empty())) {
       const Version v = fetching_;
       fetching_ = Version();
@@ -175,7 +175,7 @@ Status RolloutDriver::StartFetch(Version v, coord::CoordinatorClient* client) {
 }
 
 Status RolloutDriver::Commit(Version v, coord::CoordinatorClient* client) {
-  SwarmProgress p = node_.progress();
+  node::SwarmProgress p = node_.progress();
   if (!NodeHolds(p, v)) {
     // Prepared before a restart: the staging is on disk, the node does not have it as its
     // target yet. Fetching resumes the staging with every chunk already verified.

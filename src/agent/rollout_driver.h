@@ -1,6 +1,6 @@
 // The agent's side of the two-phase rollout (docs/rollout.md), wired to the real pieces: a
 // rollout::Participant decides, this class carries its actions out with the Store, the
-// SwarmNode, the coordinator client and the EngineHook, and feeds the results back.
+// node::SwarmNode, the coordinator client and the EngineHook, and feeds the results back.
 //
 // The agent daemon calls it from its loop:
 //   Progress()          -> the ChannelProgress of each heartbeat
@@ -11,17 +11,18 @@
 //   on_hook_done        (option) a hook finished while the daemon may be in a held heartbeat
 //
 // Fetch: the signed manifest comes from the coordinator and must verify with the cluster secret;
-// SwarmNode::Fetch stages it (resuming a staging left by a restart). Commit: SwarmNode::
-// CommitTarget (Store::Commit, one atomic switch of `current`). Rollback: Store::Rollback to the
-// kept version, nothing fetched. The engine hook runs on its own thread so that heartbeats go on
-// while an engine reloads.
+// node::SwarmNode::Fetch stages it (resuming a staging left by a restart). Commit:
+// node::SwarmNode:: CommitTarget (Store::Commit, one atomic switch of `current`). Rollback:
+// Store::Rollback to the kept version, nothing fetched. The engine hook runs on its own thread so
+// that heartbeats go on while an engine reloads.
 //
 // An agent that follows a subset of tensors (--tensors) takes part like any other: PREPARED
 // once every chunk of its tensors is verified, and its commit is a partial version in the store
-// (Store::CommitPartial, through SwarmNode::CommitTarget), kept and switched back to like any.
+// (Store::CommitPartial, through node::SwarmNode::CommitTarget), kept and switched back to like
+// any.
 //
-// Not thread-safe: one thread (the daemon's loop) calls every method. The Store, SwarmNode and
-// client passed in must outlive the calls that use them.
+// Not thread-safe: one thread (the daemon's loop) calls every method. The Store, node::SwarmNode
+// and client passed in must outlive the calls that use them.
 #pragma once
 
 #include <functional>
@@ -36,10 +37,10 @@
 #include <weightcast/types.h>
 
 #include "agent/engine_hook.h"
-#include "agent/swarm_node.h"
 #include "coord/client.h"
 #include "coord/coord.pb.h"
 #include "net/transport.h"
+#include "node/swarm_node.h"
 #include "rollout/participant.h"
 #include "store/store.h"
 
@@ -64,7 +65,7 @@ class RolloutDriver {
   // Reads what the store holds for the channel (current, kept and staging versions) and starts
   // the participant from it. Fails on a bad hook option or an unreadable store.
   static Result<std::unique_ptr<RolloutDriver>> Create(RolloutDriverOptions options, Store& store,
-                                                       SwarmNode& node);
+                                                       node::SwarmNode& node);
   ~RolloutDriver();  // waits for a running hook
   RolloutDriver(const RolloutDriver&) = delete;
   RolloutDriver& operator=(const RolloutDriver&) = delete;
@@ -82,7 +83,7 @@ class RolloutDriver {
   bool fetching() const { return fetching_.value() != 0; }
 
  private:
-  RolloutDriver(RolloutDriverOptions options, Store& store, SwarmNode& node, EngineHook hook,
+  RolloutDriver(RolloutDriverOptions options, Store& store, node::SwarmNode& node, EngineHook hook,
                 rollout::Participant participant);
   void Log(const std::string& line) const { options_.log("agent: " + line); }
   static rollout::Time Now();
@@ -97,7 +98,7 @@ class RolloutDriver {
 
   RolloutDriverOptions options_;
   Store& store_;
-  SwarmNode& node_;
+  node::SwarmNode& node_;
   EngineHook hook_;
   rollout::Participant participant_;
   Version fetching_;

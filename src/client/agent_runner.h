@@ -30,7 +30,7 @@ class AgentRunner {
   bool exited() const;
   Status failure() const;
 
-  agent::SwarmProgress progress() const { return agent_->progress(); }
+  node::SwarmProgress progress() const { return agent_->progress(); }
   std::string address() const { return agent_->address(); }
   PeerId id() const { return agent_->id(); }
   Status coordinator_error() const { return agent_->coordinator_error(); }

@@ -149,7 +149,7 @@ std::string FormatSeconds(std::chrono::nanoseconds d) {
   return text.str();
 }
 
-NodeStatus ToNodeStatus(const agent::SwarmProgress& p) {
+NodeStatus ToNodeStatus(const node::SwarmProgress& p) {
   NodeStatus s;
   s.version = p.version.value();
   s.delta = p.delta;

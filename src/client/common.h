@@ -15,9 +15,9 @@
 #include <weightcast/status.h>
 #include <weightcast/tensor.h>
 
-#include "agent/swarm_node.h"
 #include "client/tensor_writer.h"
 #include "metrics/log.h"
+#include "node/swarm_node.h"
 
 namespace weightcast::client {
 
@@ -40,7 +40,7 @@ Status CheckStorePath(const std::filesystem::path& root);
 Result<std::vector<TensorBytes>> CheckTensors(std::span<const TensorView> tensors);
 
 // The public NodeStatus of a swarm node's progress (the fields both daemons report alike).
-NodeStatus ToNodeStatus(const agent::SwarmProgress& p);
+NodeStatus ToNodeStatus(const node::SwarmProgress& p);
 
 // A timeout in messages: "0.2 s", "30 s".
 std::string FormatSeconds(std::chrono::nanoseconds d);

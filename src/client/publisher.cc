@@ -462,7 +462,7 @@ Result<NodeStatus> Publisher::status() const {
     }
     return FailedPrecondition("publisher is closed");
   }
-  const agent::SwarmProgress p = seeder->progress();
+  const node::SwarmProgress p = seeder->progress();
   NodeStatus s = client::ToNodeStatus(p);
   s.address = seeder->address();
   s.node_id = seeder->node_id().value();

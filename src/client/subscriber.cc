@@ -396,7 +396,7 @@ Result<NodeStatus> Subscriber::status() const {
     return FailedPrecondition("a subscriber without a coordinator runs no agent");
   }
   const client::AgentRunner& agent = *impl_->agent;
-  const agent::SwarmProgress p = agent.progress();
+  const node::SwarmProgress p = agent.progress();
   NodeStatus s = client::ToNodeStatus(p);
   s.running = !agent.exited();
   if (s.error.empty()) {

@@ -19,10 +19,10 @@ Result<PreparedVersion> PublishLocal(Store& store, const std::filesystem::path& 
   o.import = ImportPolicy::kHardlink;
   o.metadata = options.metadata;
   const std::filesystem::path root = store.root();
-  o.before_commit = [&root](const Manifest& m, const agent::PayloadCache* payloads) -> Status {
+  o.before_commit = [&root](const Manifest& m, const node::PayloadCache* payloads) -> Status {
     if (payloads == nullptr || !m.delta.has_value()) return Status::Ok();
     return live::WriteDeltaFile(root, m, [&](ChunkIndex i) -> std::span<const uint8_t> {
-      const agent::SharedBytes p = payloads->Get(i);
+      const node::SharedBytes p = payloads->Get(i);
       return p ? std::span<const uint8_t>(*p) : std::span<const uint8_t>();
     });
   };

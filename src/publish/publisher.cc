@@ -254,13 +254,13 @@ Status Publisher::Start() {
   selection.kind = options_.transport;
   ASSIGN_OR_RETURN(transport_, net::CreateTransport(net, selection));
 
-  agent::SwarmNodeOptions node;
+  node::SwarmNodeOptions node;
   node.channel = options_.channel;
   node.node_id = node_id_;
   node.manifest_secret = options_.secret;
   node.source = true;
   node.log = options_.log.AsLineFn();
-  node_ = std::make_unique<agent::SwarmNode>(*store_, *transport_, std::move(node));
+  node_ = std::make_unique<node::SwarmNode>(*store_, *transport_, std::move(node));
   RETURN_IF_ERROR(node_->Start(options_.listen));
   options_.log.Info("seeding from", {{"address", node_->address()}});
 
@@ -635,8 +635,8 @@ Version Publisher::seeding() const {
   return seeding_;
 }
 
-agent::SwarmProgress Publisher::progress() const {
-  return node_ ? node_->progress() : agent::SwarmProgress{};
+node::SwarmProgress Publisher::progress() const {
+  return node_ ? node_->progress() : node::SwarmProgress{};
 }
 
 bool Publisher::Holds(SeedUntil until, Version version, const wire::FleetStatus& status) {
@@ -878,7 +878,7 @@ void Publisher::HeartbeatLoop() {
     // A reconnect registers again, which moves the generation: no reset needed here.
     seen = reply->generation();
     long_poll = seen != 0;
-    std::vector<agent::PeerAddress> peers;
+    std::vector<node::PeerAddress> peers;
     for (const wire::PeerEntry& e : reply->peers()) {
       if (e.node_id() == node_id_.value()) continue;
       peers.push_back({PeerId(e.node_id()), e.address(), e.source()});

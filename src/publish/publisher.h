@@ -1,6 +1,6 @@
 // The trainer side of weightcast (`weightcast publish`, docs/publish.md): turns checkpoint
 // directories into versions in its own store (publish/version_builder.h), registers each with
-// the coordinator and seeds it to the fleet through an agent::SwarmNode acting as a source.
+// the coordinator and seeds it to the fleet through a node::SwarmNode acting as a source.
 //
 //   auto publisher = publish::Publisher::Create(options);        // store, transport, register
 //   Version v = (*publisher)->PublishDirectory("/ckpt/step_7");  // prepare, publish, seed
@@ -34,12 +34,12 @@
 #include <weightcast/status.h>
 #include <weightcast/types.h>
 
-#include "agent/swarm_node.h"
 #include "coord/client.h"
 #include "metrics/log.h"
 #include "metrics/registry.h"
 #include "net/transport.h"
 #include "net/transport_select.h"
+#include "node/swarm_node.h"
 #include "publish/version_builder.h"
 #include "store/store.h"
 
@@ -154,7 +154,7 @@ class Publisher {
 
   // The newest version seeded (0: none) and the swarm's view of it.
   Version seeding() const;
-  agent::SwarmProgress progress() const;
+  node::SwarmProgress progress() const;
 
   // Safe from any thread (not from a signal handler); idempotent.
   void Stop();
@@ -212,7 +212,7 @@ class Publisher {
   std::string writer_id_;
   std::optional<Store> store_;
   std::unique_ptr<net::Transport> transport_;
-  std::unique_ptr<agent::SwarmNode> node_;
+  std::unique_ptr<node::SwarmNode> node_;
 
   std::mutex client_mu_;
   std::shared_ptr<coord::CoordinatorClient> client_;

@@ -209,7 +209,7 @@ Status Publisher::StartSeedingPart(const PreparedVersion& part) {
   }
   // The assembled delta is the parts' deltas laid end to end; when it is full, the payloads
   // serve nobody.
-  std::shared_ptr<const agent::PayloadCache> payloads = part.payloads;
+  std::shared_ptr<const node::PayloadCache> payloads = part.payloads;
   if (!assembled.delta.has_value()) payloads.reset();
   RETURN_IF_ERROR(node_->SeedPart(assembled, signed_manifest, part.manifest,
                                   parts[options_.rank].first_chunk, std::move(payloads)));

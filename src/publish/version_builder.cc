@@ -58,7 +58,7 @@ namespace {
 
 struct Encoded {
   DeltaInfo delta;
-  std::shared_ptr<agent::PayloadCache> payloads;
+  std::shared_ptr<node::PayloadCache> payloads;
   uint64_t payload_bytes = 0;
 };
 
@@ -75,9 +75,9 @@ Result<Encoded> Encode(const Manifest& base, const fs::path& base_dir, const Man
   ASSIGN_OR_RETURN(codec::SnapshotReader target_bytes,
                    codec::SnapshotReader::Open(target_dir, target));
   Encoded out;
-  agent::PayloadCacheOptions cache;
+  node::PayloadCacheOptions cache;
   cache.spill_dir = spill_dir;
-  out.payloads = std::make_shared<agent::PayloadCache>(target.version, cache);
+  out.payloads = std::make_shared<node::PayloadCache>(target.version, cache);
   const codec::PayloadSink sink = [&](ChunkIndex index, std::span<const uint8_t> payload) {
     out.payload_bytes += payload.size();
     out.payloads->Put(index, std::vector<uint8_t>(payload.begin(), payload.end()));
@@ -220,7 +220,7 @@ Result<PreparedVersion> ReloadVersion(const Store& store, Version version,
         if (!same || delta.payload_hash_algorithm == encoded.delta.payload_hash_algorithm) {
           same = same && encoded.delta.chunks[i].payload_hash == delta.chunks[i].payload_hash;
         } else if (delta.chunks[i].encoding != ChunkEncoding::kSame) {
-          agent::SharedBytes p = encoded.payloads->Get(ChunkIndex(static_cast<uint32_t>(i)));
+          node::SharedBytes p = encoded.payloads->Get(ChunkIndex(static_cast<uint32_t>(i)));
           same = p != nullptr &&
                  HashBytes(delta.payload_hash_algorithm, *p) == delta.chunks[i].payload_hash;
         }

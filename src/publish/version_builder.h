@@ -19,11 +19,11 @@
 #include <weightcast/status.h>
 #include <weightcast/types.h>
 
-#include "agent/payload_cache.h"
 #include "codec/version_codec.h"
 #include "manifest/builder.h"
 #include "manifest/chunk_size.h"
 #include "manifest/manifest.h"
+#include "node/payload_cache.h"
 #include "store/store.h"
 
 namespace weightcast::publish {
@@ -60,7 +60,7 @@ struct PrepareOptions {
   // Called once the manifest is final and before the version becomes current, with the version's
   // payloads (null for a full version): e.g. live::WriteDeltaFile, so that readers on this
   // machine find the payloads as soon as they can see the version. An error fails the publish.
-  std::function<Status(const Manifest&, const agent::PayloadCache*)> before_commit;
+  std::function<Status(const Manifest&, const node::PayloadCache*)> before_commit;
 };
 
 struct PreparedVersion {
@@ -68,7 +68,7 @@ struct PreparedVersion {
   std::vector<uint8_t> signed_manifest;
   // Delta payloads by chunk (xor and full chunks of the delta; `same` ones have none). Null for a
   // full version.
-  std::shared_ptr<agent::PayloadCache> payloads;
+  std::shared_ptr<node::PayloadCache> payloads;
   uint64_t payload_bytes = 0;  // what a node holding the base receives
   ImportMode import_mode = ImportMode::kCopy;
   double build_seconds = 0;   // layout and hashing of a full version (0 for a delta)

@@ -88,7 +88,7 @@ struct Fixture {
     o.codec.threads = 1;
     o.import = publish::ImportPolicy::kCopy;
     if (delta_file) {
-      o.before_commit = [this](const Manifest& m, const agent::PayloadCache* payloads) -> Status {
+      o.before_commit = [this](const Manifest& m, const node::PayloadCache* payloads) -> Status {
         if (payloads == nullptr) return Status::Ok();
         return WriteDeltaFile(root, m, [&](ChunkIndex i) -> std::span<const uint8_t> {
           auto p = payloads->Get(i);

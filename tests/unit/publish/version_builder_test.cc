@@ -133,7 +133,7 @@ TEST(PrepareVersion, DeltaPayloadsDecodedOntoTheBaseReproduceTheTarget) {
   size_t same = 0;
   for (uint32_t i = 0; i < target.chunk_count(); ++i) {
     const DeltaChunk& d = target.delta->chunks[i];
-    agent::SharedBytes payload = v2->payloads->Get(ChunkIndex(i));
+    node::SharedBytes payload = v2->payloads->Get(ChunkIndex(i));
     if (d.encoding == ChunkEncoding::kSame) {
       ++same;
       EXPECT_EQ(payload, nullptr) << "chunk " << i;
@@ -161,7 +161,7 @@ TEST(PrepareVersion, DeltaPayloadsDecodedOntoTheBaseReproduceTheTarget) {
   Status st = codec::DecodeVersion(
       v1->manifest, *base_bytes, target,
       [&](ChunkIndex i) -> Result<std::span<const uint8_t>> {
-        agent::SharedBytes p = v2->payloads->Get(i);
+        node::SharedBytes p = v2->payloads->Get(i);
         if (p == nullptr) return NotFound("no payload for chunk " + std::to_string(i.value()));
         return std::span<const uint8_t>(*p);
       },

@@ -1,5 +1,5 @@
 // PayloadCache: every payload kept, memory bounded, the rest spilled to an unlinked file.
-#include "agent/payload_cache.h"
+#include "node/payload_cache.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-namespace weightcast::agent {
+namespace weightcast::node {
 namespace {
 
 std::vector<uint8_t> Payload(size_t n, uint8_t seed) {
@@ -104,4 +104,4 @@ TEST(PayloadCache, ConcurrentPutsAndGetsSeeWholePayloads) {
 }
 
 }  // namespace
-}  // namespace weightcast::agent
+}  // namespace weightcast::node

@@ -1,6 +1,6 @@
-#include "agent/recent_chunks.h"
+#include "node/recent_chunks.h"
 
-namespace weightcast::agent {
+namespace weightcast::node {
 
 void RecentChunks::Put(ChunkIndex chunk, HeldBytes held) {
   if (held.owner == nullptr || held.bytes.size() > budget_) return;
@@ -44,4 +44,4 @@ size_t RecentChunks::size() const {
   return held_.size();
 }
 
-}  // namespace weightcast::agent
+}  // namespace weightcast::node

@@ -39,10 +39,10 @@
 #include <weightcast/status.h>
 #include <weightcast/types.h>
 
-#include "agent/payload_cache.h"
 #include "codec/chunk_codec.h"
 #include "manifest/manifest.h"
 #include "net/transport.h"
+#include "node/payload_cache.h"
 #include "store/store.h"
 #include "swarm/tuning.h"
 
@@ -50,7 +50,7 @@ namespace weightcast::metrics {
 class Histogram;
 }  // namespace weightcast::metrics
 
-namespace weightcast::agent {
+namespace weightcast::node {
 
 struct PeerAddress {
   PeerId id;
@@ -199,4 +199,4 @@ class SwarmNode {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace weightcast::agent
+}  // namespace weightcast::node

@@ -29,7 +29,7 @@
 
 #include <weightcast/types.h>
 
-namespace weightcast::agent {
+namespace weightcast::node {
 
 using SharedBytes = std::shared_ptr<const std::vector<uint8_t>>;
 
@@ -92,4 +92,4 @@ class PayloadCache {
   bool spill_failed_ = false;  // once failed, not retried: the rest stays in memory
 };
 
-}  // namespace weightcast::agent
+}  // namespace weightcast::node

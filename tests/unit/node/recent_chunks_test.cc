@@ -1,12 +1,12 @@
 // RecentChunks: verified chunks held in their frames' buffers, bounded by bytes, oldest first out.
-#include "agent/recent_chunks.h"
+#include "node/recent_chunks.h"
 
 #include <gtest/gtest.h>
 
 #include <memory>
 #include <vector>
 
-namespace weightcast::agent {
+namespace weightcast::node {
 namespace {
 
 HeldBytes Bytes(size_t n, uint8_t fill) {
@@ -64,4 +64,4 @@ TEST(RecentChunks, AChunkLargerThanTheBudgetOrWithoutAnOwnerIsNotKept) {
 }
 
 }  // namespace
-}  // namespace weightcast::agent
+}  // namespace weightcast::node

@@ -1,4 +1,4 @@
-#include "agent/swarm_node.h"
+#include "node/swarm_node.h"
 
 #include "live/delta_file.h"
 
@@ -18,18 +18,18 @@
 #include <utility>
 #include <variant>
 
-#include "agent/recent_chunks.h"
 #include "codec/chunk_codec.h"
 #include "codec/version_codec.h"
 #include "hash/digest.h"
 #include "manifest/selection.h"
 #include "manifest/signed_manifest.h"
 #include "metrics/registry.h"
+#include "node/recent_chunks.h"
 #include "swarm/messages.h"
 #include "swarm/peer_protocol.h"
 #include "util/thread_pool.h"
 
-namespace weightcast::agent {
+namespace weightcast::node {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -1443,4 +1443,4 @@ Status SwarmNode::AbortTarget() { return impl_->AbortTarget(); }
 bool SwarmNode::EveryChunkReplicated() const { return impl_->EveryChunkReplicated(); }
 void SwarmNode::Stop() { impl_->Stop(); }
 
-}  // namespace weightcast::agent
+}  // namespace weightcast::node

@@ -1,4 +1,4 @@
-#include "agent/payload_cache.h"
+#include "node/payload_cache.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 #include <string>
 #include <system_error>
 
-namespace weightcast::agent {
+namespace weightcast::node {
 namespace {
 
 // An unlinked file in `dir`, so that nothing is left behind whatever happens to the process.
@@ -148,4 +148,4 @@ uint64_t PayloadCache::memory_bytes() const {
   return memory_bytes_;
 }
 
-}  // namespace weightcast::agent
+}  // namespace weightcast::node

@@ -15,7 +15,7 @@
 
 #include "manifest/manifest.h"
 
-namespace weightcast::agent {
+namespace weightcast::node {
 
 // Bytes that stay valid while `owner` is held (a received frame, a cache entry).
 struct HeldBytes {
@@ -58,4 +58,4 @@ class RecentChunks {
   uint64_t bytes_ = 0;
 };
 
-}  // namespace weightcast::agent
+}  // namespace weightcast::node

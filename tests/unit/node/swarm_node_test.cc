@@ -14,12 +14,12 @@
 #include <thread>
 #include <vector>
 
-#include "agent/payload_cache.h"
-#include "agent/swarm_node.h"
 #include "codec/version_codec.h"
 #include "manifest/signed_manifest.h"
 #include "metrics/registry.h"
 #include "net/memory_transport.h"
+#include "node/payload_cache.h"
+#include "node/swarm_node.h"
 #include "swarm/messages.h"
 #include "swarm/tuning.h"
 #include "unit/store/store_test_util.h"
@@ -31,7 +31,7 @@ using weightcast::swarm::PackBits;
 using weightcast::swarm::ParseMessage;
 using weightcast::swarm::UnpackBits;
 
-namespace weightcast::agent {
+namespace weightcast::node {
 namespace {
 
 using store_test::Flat;
@@ -576,9 +576,9 @@ TEST_F(Swarm, AnOlderVersionIsFetchedFromAPeerThatKeepsIt) {
 }
 
 }  // namespace
-}  // namespace weightcast::agent
+}  // namespace weightcast::node
 
-namespace weightcast::agent {
+namespace weightcast::node {
 namespace {
 
 TEST_F(Swarm, TimesChunkFetchesAndNamesThePeerOfABadChunk) {
@@ -634,4 +634,4 @@ TEST_F(Swarm, TimesChunkFetchesAndNamesThePeerOfABadChunk) {
 }
 
 }  // namespace
-}  // namespace weightcast::agent
+}  // namespace weightcast::node
