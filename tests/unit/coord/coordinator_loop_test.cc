@@ -96,6 +96,42 @@ int RunClients(const std::string& address, int ready_fd) {
   return 0;
 }
 
+// A coordinator serving TCP on 127.0.0.1 from a thread of its own, until Stop.
+struct ServedCoordinator {
+  weightcast::testing::TempDir dir;
+  std::unique_ptr<Coordinator> coordinator;
+  std::unique_ptr<net::Transport> transport;
+  std::unique_ptr<net::Listener> listener;
+  std::thread serve;
+
+  // Fails the test (ASSERT in the caller: check ok()) when it cannot start.
+  explicit ServedCoordinator(uint32_t loop_queue_frames = CoordinatorOptions{}.loop_queue_frames) {
+    CoordinatorOptions options;
+    options.state_dir = dir.path() / "state";
+    options.secret = testing::kSecret;
+    options.log = [](std::string_view) {};
+    options.loop_queue_frames = loop_queue_frames;
+    auto opened = Coordinator::Open(options);
+    EXPECT_TRUE(opened.ok()) << opened.status().ToString();
+    auto created = net::TcpTransport::Create(NodeOptions(1, net::Role::kCoordinator));
+    EXPECT_TRUE(created.ok()) << created.status().ToString();
+    if (!opened.ok() || !created.ok()) return;
+    coordinator = std::move(opened).value();
+    transport = std::move(created).value();
+    auto listening = transport->Listen("127.0.0.1:0");
+    EXPECT_TRUE(listening.ok()) << listening.status().ToString();
+    if (!listening.ok()) return;
+    listener = std::move(listening).value();
+    serve = std::thread([this] { coordinator->Serve(*listener); });
+  }
+  bool ok() const { return listener != nullptr; }
+  void Stop() {
+    if (coordinator) coordinator->Stop();
+    if (serve.joinable()) serve.join();
+  }
+  ~ServedCoordinator() { Stop(); }
+};
+
 TEST(CoordinatorLoopTest, ThreadsDoNotGrowWithTcpConnections) {
   int address_pipe[2];
   int ready_pipe[2];
@@ -118,22 +154,13 @@ TEST(CoordinatorLoopTest, ThreadsDoNotGrowWithTcpConnections) {
   close(address_pipe[0]);
   close(ready_pipe[1]);
 
-  weightcast::testing::TempDir dir;
-  CoordinatorOptions options;
-  options.state_dir = dir.path() / "state";
-  options.secret = testing::kSecret;
-  options.log = [](std::string_view) {};
-  auto coordinator = Coordinator::Open(options);
-  ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
-  auto transport = net::TcpTransport::Create(NodeOptions(1, net::Role::kCoordinator));
-  ASSERT_TRUE(transport.ok()) << transport.status().ToString();
-  auto listener = (*transport)->Listen("127.0.0.1:0");
-  ASSERT_TRUE(listener.ok()) << listener.status().ToString();
-  std::thread serve([&] { (*coordinator)->Serve(**listener); });
+  ServedCoordinator served;
+  ASSERT_TRUE(served.ok());
+  Coordinator* coordinator = served.coordinator.get();
   std::this_thread::sleep_for(milliseconds(200));  // Serve's threads are up
   const size_t baseline = Threads();
 
-  const std::string address = (*listener)->address();
+  const std::string address = served.listener->address();
   ASSERT_EQ(write(address_pipe[1], address.data(), address.size()),
             static_cast<ssize_t>(address.size()));
   close(address_pipe[1]);
@@ -145,10 +172,10 @@ TEST(CoordinatorLoopTest, ThreadsDoNotGrowWithTcpConnections) {
   const auto sample_until = std::chrono::steady_clock::now() + milliseconds(1500);
   while (child_ready && std::chrono::steady_clock::now() < sample_until) {
     most_threads = std::max(most_threads, Threads());
-    most_held = std::max(most_held, (*coordinator)->counters().heartbeats_held.load());
+    most_held = std::max(most_held, coordinator->counters().heartbeats_held.load());
     std::this_thread::sleep_for(milliseconds(10));
   }
-  const uint64_t registrations = (*coordinator)->counters().registrations.load();
+  const uint64_t registrations = coordinator->counters().registrations.load();
 
   int wstatus = 0;
   pid_t done = 0;
@@ -161,8 +188,7 @@ TEST(CoordinatorLoopTest, ThreadsDoNotGrowWithTcpConnections) {
     waitpid(child, &wstatus, 0);
   }
   close(ready_pipe[0]);
-  (*coordinator)->Stop();
-  serve.join();
+  served.Stop();
   // Serve left no thread behind.
   EXPECT_LE(Threads(), baseline - 3);
 
@@ -179,23 +205,14 @@ TEST(CoordinatorLoopTest, ThreadsDoNotGrowWithTcpConnections) {
 // A connection that sends far ahead of the loop's answers (never reading them) is ended once it
 // is loop_queue_frames ahead, and the coordinator goes on serving the others.
 TEST(CoordinatorLoopTest, AConnectionFloodingTheLoopIsEnded) {
-  weightcast::testing::TempDir dir;
-  CoordinatorOptions options;
-  options.state_dir = dir.path() / "state";
-  options.secret = testing::kSecret;
-  options.log = [](std::string_view) {};
-  options.loop_queue_frames = 4;
-  auto coordinator = Coordinator::Open(options);
-  ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
-  auto transport = net::TcpTransport::Create(NodeOptions(1, net::Role::kCoordinator));
-  ASSERT_TRUE(transport.ok()) << transport.status().ToString();
-  auto listener = (*transport)->Listen("127.0.0.1:0");
-  ASSERT_TRUE(listener.ok()) << listener.status().ToString();
-  std::thread serve([&] { (*coordinator)->Serve(**listener); });
+  ServedCoordinator served(/*loop_queue_frames=*/4);
+  ASSERT_TRUE(served.ok());
+  Coordinator* coordinator = served.coordinator.get();
+  const std::string address = served.listener->address();
 
   auto flooder_transport = net::TcpTransport::Create(NodeOptions(200, net::Role::kAgent));
   ASSERT_TRUE(flooder_transport.ok());
-  auto flooder = (*flooder_transport)->Connect((*listener)->address(), seconds(5));
+  auto flooder = (*flooder_transport)->Connect(address, seconds(5));
   ASSERT_TRUE(flooder.ok()) << flooder.status().ToString();
   wire::Envelope request;
   request.mutable_get_status()->set_channel("policy");
@@ -203,7 +220,7 @@ TEST(CoordinatorLoopTest, AConnectionFloodingTheLoopIsEnded) {
   ASSERT_TRUE(body.ok());
   // Sent in bursts that the transport hands to the loop faster than it answers them; stops
   // once the coordinator has ended the connection (a send then fails).
-  for (int i = 0; i < 20000 && (*coordinator)->counters().connections_flooding.load() == 0; ++i) {
+  for (int i = 0; i < 20000 && coordinator->counters().connections_flooding.load() == 0; ++i) {
     if (!(*flooder)->SendControl(*body, seconds(1)).ok()) break;
   }
   bool ended = false;
@@ -212,17 +229,15 @@ TEST(CoordinatorLoopTest, AConnectionFloodingTheLoopIsEnded) {
     ended = !frame.ok();
   }
   EXPECT_TRUE(ended);
-  EXPECT_EQ((*coordinator)->counters().connections_flooding.load(), 1u);
+  EXPECT_EQ(coordinator->counters().connections_flooding.load(), 1u);
 
   // Another node is still served.
   auto client_transport = net::TcpTransport::Create(NodeOptions(300, net::Role::kAgent));
   ASSERT_TRUE(client_transport.ok());
-  auto client = CoordinatorClient::Connect(**client_transport, (*listener)->address());
+  auto client = CoordinatorClient::Connect(**client_transport, address);
   ASSERT_TRUE(client.ok()) << client.status().ToString();
   (*client)->set_timeout(seconds(10));
   EXPECT_TRUE((*client)->GetStatus("policy").ok());
-  (*coordinator)->Stop();
-  serve.join();
 }
 
 }  // namespace
