@@ -800,6 +800,14 @@ class Core : public std::enable_shared_from_this<Core> {
       fault_logged_ = true;
       Log("ucx: TESTING fault switch: failing every UCX connection after " +
           std::to_string(ucx_.fail_after_bytes) + " bytes");
+      // A dead fabric takes no connections either: the UCX ports close, so a peer's Connect
+      // finds nothing listening and falls back to TCP before any UCX wireup. (Accepting and then
+      // failing a connection in wireup trips UCX 1.13's abort in the connecting peer,
+      // docs/transport_ucx.md, "Default".)
+      for (auto& l : listeners_) {
+        if (l->listener != nullptr) ucp_listener_destroy(l->listener);
+        l->listener = nullptr;
+      }
     }
     std::vector<std::shared_ptr<Conn>> all;
     for (auto& [ep, conn] : by_ep_) all.push_back(conn);
