@@ -38,7 +38,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::vector<uint8_t> again = EncodeMessage(*message);
   if (!std::equal(again.begin(), again.end(), body.begin(), body.end())) __builtin_trap();
   (void)ErrorStatus(*message).ok();
-  // A have-set (agent/swarm_node.cc): a count that does not match the blob must fail before
+  // A have-set (swarm/peer_protocol.cc): a count that does not match the blob must fail before
   // anything of its size is allocated.
   const std::span<const uint8_t> blob(message->blob);
   const size_t half = std::min(blob.size(), (size_t{message->chunk} + 7) / 8);

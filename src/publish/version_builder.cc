@@ -65,7 +65,7 @@ struct Encoded {
 // Encodes `target` (read from `target_dir`) against `base`. With `target_hashes`, the target's
 // chunk hashes are computed while encoding (its manifest's hashes are placeholders); without,
 // they are taken from its manifest. With `target_fast_hashes` too, its fast hashes as well.
-// Payloads past the cache's memory bound spill into `spill_dir` (agent/payload_cache.h).
+// Payloads past the cache's memory bound spill into `spill_dir` (node/payload_cache.h).
 Result<Encoded> Encode(const Manifest& base, const fs::path& base_dir, const Manifest& target,
                        const fs::path& target_dir, const fs::path& spill_dir,
                        const codec::VersionCodecOptions& options,
