@@ -903,8 +903,12 @@ struct SwarmNode::Impl {
             d.encoding == ChunkEncoding::kSame ? 0 : std::max<uint64_t>(d.payload_size, 1));
       }
     }
-    ASSIGN_OR_RETURN(std::span<const Effect> effects, protocol_.SetTarget(Now(), std::move(spec)));
-    Apply(effects);
+    Result<std::span<const Effect>> effects = protocol_.SetTarget(Now(), std::move(spec));
+    if (!effects.ok()) {
+      target_ = Target{};  // no target rather than one the protocol does not know
+      return effects.status();
+    }
+    Apply(*effects);
     done_cv_.notify_all();
     return Status::Ok();
   }

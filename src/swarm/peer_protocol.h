@@ -156,9 +156,10 @@ class PeerProtocol {
 
   bool has_target() const { return target_.has_value(); }
   Version target_version() const { return target_ ? target_->spec.version : Version(); }
-  const std::vector<bool>& whole() const { return target_->spec.whole; }
-  const std::vector<bool>& payload() const { return target_->spec.payload; }
-  const std::vector<bool>& want() const { return target_->spec.want; }
+  // The target's chunks held, payloads held, chunks wanted (empty without a target).
+  const std::vector<bool>& whole() const { return target_ ? target_->spec.whole : kNoBits; }
+  const std::vector<bool>& payload() const { return target_ ? target_->spec.payload : kNoBits; }
+  const std::vector<bool>& want() const { return target_ ? target_->spec.want : kNoBits; }
   bool fetching_payloads() const { return target_ && target_->spec.fetch_payloads; }
   bool complete() const { return target_ && target_->complete; }
   const std::string& error() const { return error_; }
@@ -251,6 +252,7 @@ class PeerProtocol {
   void ExecuteOne(Time now, const Action& action);
   void Fail(const std::string& why);
 
+  static inline const std::vector<bool> kNoBits{};
   PeerProtocolOptions options_;
   // Connected peers, by id: the ids ascending in one flat array and their states in another, in
   // the same order (the lookups of every message touch a few cache lines, not a tree). A state's
