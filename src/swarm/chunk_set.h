@@ -9,6 +9,16 @@
 
 namespace weightcast::swarm {
 
+// The number of set bits of `w`, inline. std::popcount compiles to a call into libgcc on
+// Debian's x86-64 baseline (no POPCNT instruction assumed), and the scheduler's pick counts the
+// candidates of every word of a have-set for each request it sends.
+inline uint32_t CountBits(uint64_t w) {
+  w = w - ((w >> 1) & 0x5555555555555555ULL);
+  w = (w & 0x3333333333333333ULL) + ((w >> 2) & 0x3333333333333333ULL);
+  w = (w + (w >> 4)) & 0x0f0f0f0f0f0f0f0fULL;
+  return static_cast<uint32_t>((w * 0x0101010101010101ULL) >> 56);
+}
+
 class ChunkSet {
  public:
   ChunkSet() = default;

@@ -34,9 +34,11 @@ PeerProtocol::PeerState& PeerProtocol::Add(PeerId id) {
   const auto k = static_cast<size_t>(it - peer_ids_.begin());
   if (it != peer_ids_.end() && *it == id.value()) {
     peer_states_[k] = PeerState{};
+    suppress_slots_[k] = kNoSlot;
   } else {
     peer_ids_.insert(it, id.value());
     peer_states_.insert(peer_states_.begin() + static_cast<std::ptrdiff_t>(k), PeerState{});
+    suppress_slots_.insert(suppress_slots_.begin() + static_cast<std::ptrdiff_t>(k), kNoSlot);
   }
   return peer_states_[k];
 }
@@ -47,6 +49,7 @@ bool PeerProtocol::Remove(PeerId id) {
   const auto k = it - peer_ids_.begin();
   peer_ids_.erase(it);
   peer_states_.erase(peer_states_.begin() + k);
+  suppress_slots_.erase(suppress_slots_.begin() + k);
   return true;
 }
 
@@ -115,12 +118,22 @@ std::span<const Effect> PeerProtocol::OnMalformed(Time now, PeerId peer, const s
 }
 
 void PeerProtocol::Forget(PeerState& p) {
+  suppress_slots_[static_cast<size_t>(&p - peer_states_.data())] = kNoSlot;
   p.registered_epoch = 0;
   p.requested.clear();
   p.serving.clear();
 }
 
+void PeerProtocol::Reclaim(PeerId id, PeerState& p) {
+  const bool payload = target_ && target_->scheduler_fetches_payloads;
+  const ChunkSet* kept = Delegated(id, p, payload);
+  if (kept == nullptr) return;
+  std::vector<bool>& bits = payload ? p.payload : p.whole;
+  for (uint32_t i = 0; i < bits.size(); ++i) bits[i] = kept->Contains(ChunkIndex(i));
+}
+
 void PeerProtocol::Unregister(Time now, PeerId id, PeerState& p) {
+  Reclaim(id, p);
   if (Registered(p) && target_->scheduler) {
     Execute(now, target_->scheduler->OnPeerDisconnected(now, id));
   }
@@ -148,8 +161,15 @@ void PeerProtocol::Register(Time now, PeerId id, PeerState& p) {
     if (bits[i]) has.Insert(ChunkIndex(i));
   }
   p.registered_epoch = target_->epoch;
-  Execute(now, target_->scheduler->OnPeerConnected(
-                   now, id, has, p.source ? PeerRole::kSource : PeerRole::kReceiver));
+  const std::span<const Action> actions = target_->scheduler->OnPeerConnected(
+      now, id, has, p.source ? PeerRole::kSource : PeerRole::kReceiver);
+  // From here the scheduler's have-set is the record of the fetched kind (Delegated). When it
+  // dropped the peer at once there is no slot, and the kDropPeer below forgets the peer.
+  const std::optional<uint32_t> slot = target_->scheduler->slot(id);
+  p.slot = slot.value_or(0);
+  suppress_slots_[static_cast<size_t>(&p - peer_states_.data())] =
+      slot && p.skips_held ? *slot : kNoSlot;
+  Execute(now, actions);
 }
 
 void PeerProtocol::SendHaveSet(PeerId id) {
@@ -196,12 +216,15 @@ std::span<const Effect> PeerProtocol::OnMessage(Time now, PeerId peer, const Mes
     }
     case MessageType::kHave: {
       if (v != p.remote_version || m.chunk >= p.whole.size()) return Flush();
-      if ((m.code & kHaveWhole) != 0) p.whole[m.chunk] = true;
-      if ((m.code & kHavePayload) != 0) p.payload[m.chunk] = true;
-      if (OnTarget(v) && Registered(p)) {
-        const bool relevant = FetchKind() == PayloadKind::kCodec ? (m.code & kHavePayload) != 0
-                                                                 : (m.code & kHaveWhole) != 0;
-        if (relevant) Execute(now, target_->scheduler->OnHave(now, peer, ChunkIndex(m.chunk)));
+      const bool whole = (m.code & kHaveWhole) != 0;
+      const bool payload = (m.code & kHavePayload) != 0;
+      // The fetched kind of a registered peer is recorded by the scheduler's OnHave alone.
+      const bool delegated = OnTarget(v) && Registered(p);
+      const bool fetched_payloads = delegated && target_->scheduler_fetches_payloads;
+      if (whole && (!delegated || fetched_payloads)) p.whole[m.chunk] = true;
+      if (payload && (!delegated || !fetched_payloads)) p.payload[m.chunk] = true;
+      if (delegated && (fetched_payloads ? payload : whole)) {
+        Execute(now, target_->scheduler->OnHave(now, peer, ChunkIndex(m.chunk), p.slot));
       }
       return Flush();
     }
@@ -249,7 +272,7 @@ std::span<const Effect> PeerProtocol::OnMessage(Time now, PeerId peer, const Mes
 
 bool PeerProtocol::WantsHave(PeerId peer, ChunkIndex chunk, uint8_t flags) const {
   const PeerState* p = Find(peer);
-  return p != nullptr && !HoldsAnnounced(*p, chunk.value(), flags);
+  return p != nullptr && !HoldsAnnounced(peer, *p, chunk.value(), flags);
 }
 
 bool PeerProtocol::EveryChunkReplicated() const {
@@ -258,12 +281,14 @@ bool PeerProtocol::EveryChunkReplicated() const {
   const uint32_t n = t.chunk_count;
   std::vector<bool> whole(n, false), payload(n, false);
   bool payloads_needed = false;
-  for (const PeerState& p : peer_states_) {
+  for (size_t k = 0; k < peer_ids_.size(); ++k) {
+    const PeerState& p = peer_states_[k];
+    const PeerId id(peer_ids_[k]);
     if (p.remote_version != t.version || p.whole.size() != n) continue;
     payloads_needed = payloads_needed || p.fetching_payloads;
     for (uint32_t i = 0; i < n; ++i) {
-      if (p.whole[i]) whole[i] = true;
-      if (p.payload[i]) payload[i] = true;
+      if (Holds(id, p, i, /*payload=*/false)) whole[i] = true;
+      if (Holds(id, p, i, /*payload=*/true)) payload[i] = true;
     }
   }
   for (uint32_t i = 0; i < n; ++i) {
@@ -472,6 +497,7 @@ Result<std::span<const Effect>> PeerProtocol::SetTarget(Time now, TargetSpec spe
 }
 
 void PeerProtocol::LeaveTarget() {
+  for (size_t k = 0; k < peer_ids_.size(); ++k) Reclaim(PeerId(peer_ids_[k]), peer_states_[k]);
   for (PeerState& state : peer_states_) Forget(state);
   target_.reset();
   error_.clear();
@@ -499,6 +525,8 @@ uint32_t PeerProtocol::ItemScale() const {
 Status PeerProtocol::Restart(Time now, PayloadKind abandoned) {
   Target& t = *target_;
   const uint32_t n = t.spec.chunk_count;
+  // The old scheduler's have-sets go with it: first back into the peers' own bits.
+  for (size_t k = 0; k < peer_ids_.size(); ++k) Reclaim(PeerId(peer_ids_[k]), peer_states_[k]);
   t.epoch = ++next_epoch_;
   Emit(EffectKind::kNewEpoch).epoch = t.epoch;
   // The old epoch's requests are abandoned: cancel them. A peer still holding one (queued, or
@@ -560,6 +588,7 @@ Status PeerProtocol::Restart(Time now, PayloadKind abandoned) {
   ASSIGN_OR_RETURN(Scheduler scheduler, Scheduler::Create(std::move(so)));
   t.window = scaled_window;
   t.scheduler.emplace(std::move(scheduler));
+  t.scheduler_fetches_payloads = t.spec.fetch_payloads;
   t.complete = t.scheduler->complete();
   for (const uint64_t id : peer_ids_) SendHaveSet(PeerId(id));
   // By index: registering may drop a peer (a scheduler action), which shifts the arrays.

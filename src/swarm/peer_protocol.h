@@ -180,8 +180,22 @@ class PeerProtocol {
   // (one pass over the peer states, for a kAnnounce fan-out).
   template <typename F>
   void ForEachHaveRecipient(ChunkIndex chunk, uint8_t flags, F&& f) const {
+    // A whole chunk announced while the scheduler records whole chunks: whether a registered
+    // peer that skips held chunks holds it is one bit of the scheduler's holder word of the
+    // chunk (the peers' own states and have-sets stay untouched; the simulator fans out
+    // N x C HAVEs). Anything else asks HoldsAnnounced.
+    const uint64_t* held = nullptr;
+    if (target_ && target_->scheduler && !target_->scheduler_fetches_payloads &&
+        (flags & kHavePayload) == 0 && chunk.value() < target_->spec.chunk_count) {
+      held = target_->scheduler->holder_slots(chunk);
+    }
     for (size_t k = 0; k < peer_ids_.size(); ++k) {
-      if (!HoldsAnnounced(peer_states_[k], chunk.value(), flags)) f(PeerId(peer_ids_[k]));
+      const PeerId id(peer_ids_[k]);
+      const uint32_t s = suppress_slots_[k];
+      const bool skip = held != nullptr && s != kNoSlot
+                            ? ((held[s / 64] >> (s % 64)) & 1) != 0
+                            : HoldsAnnounced(id, peer_states_[k], chunk.value(), flags);
+      if (!skip) f(id);
     }
   }
   // Whether every wanted chunk of the target (and every payload held, while some peer fetches
@@ -195,8 +209,12 @@ class PeerProtocol {
     bool fetching_payloads = false;
     bool skips_held = false;
     bool source = false;
+    // Its chunks and payloads, of remote_version. While it is registered, the bits of the kind
+    // the target fetches are the scheduler's have-set of it (Delegated), and these go stale
+    // until Reclaim copies them back.
     std::vector<bool> whole, payload;
     uint64_t registered_epoch = 0;  // the epoch whose scheduler knows this peer (0: none)
+    uint32_t slot = 0;              // its slot in that scheduler (Scheduler::slot)
     // Requests we sent it and it has not answered, and requests of its that we serve (by kind).
     // Flat lists: a window and a serve queue long (a few, up to hundreds for payloads).
     std::vector<uint32_t> requested;
@@ -212,6 +230,9 @@ class PeerProtocol {
   struct Target {
     TargetSpec spec;
     std::optional<Scheduler> scheduler;
+    // The kind that scheduler fetches (payloads or whole chunks): the kind of the peers' bits
+    // its have-sets record. spec.fetch_payloads changes (the fall-back) before it is replaced.
+    bool scheduler_fetches_payloads;
     uint64_t epoch;
     std::vector<bool> checking;  // arrived and being checked
     bool complete;
@@ -232,11 +253,26 @@ class PeerProtocol {
   PeerState* Find(PeerId id);
   const PeerState* Find(PeerId id) const;
   // Whether `p` asked to skip HAVEs of held chunks and is known to hold what is announced.
-  bool HoldsAnnounced(const PeerState& p, uint32_t chunk, uint8_t flags) const {
+  bool HoldsAnnounced(PeerId id, const PeerState& p, uint32_t chunk, uint8_t flags) const {
     return p.skips_held && target_ && p.remote_version == target_->spec.version &&
-           chunk < p.whole.size() && p.whole[chunk] &&
-           ((flags & kHavePayload) == 0 || p.payload[chunk]);
+           chunk < p.whole.size() && Holds(id, p, chunk, /*payload=*/false) &&
+           ((flags & kHavePayload) == 0 || Holds(id, p, chunk, /*payload=*/true));
   }
+  // Whether `p` (`id`) holds `chunk` whole (payload false) or its payload.
+  bool Holds(PeerId id, const PeerState& p, uint32_t chunk, bool payload) const {
+    if (const ChunkSet* kept = Delegated(id, p, payload)) return kept->Contains(ChunkIndex(chunk));
+    return payload ? p.payload[chunk] : p.whole[chunk];
+  }
+  // The scheduler's have-set of registered `p` when it records the bits of that kind (the kind
+  // the target fetches), else nullptr: then p's own bits are current.
+  const ChunkSet* Delegated(PeerId id, const PeerState& p, bool payload) const {
+    if (!Registered(p) || !target_->scheduler || payload != target_->scheduler_fetches_payloads) {
+      return nullptr;
+    }
+    return target_->scheduler->peer_has(p.slot, id);
+  }
+  // Copies the delegated bits of `p` back into its own, before the scheduler forgets it.
+  void Reclaim(PeerId id, PeerState& p);
   PeerState& Add(PeerId id);  // a fresh state (replacing any)
   bool Remove(PeerId id);
   void Register(Time now, PeerId id, PeerState& p);
@@ -261,6 +297,10 @@ class PeerProtocol {
   // which its state is not read again).
   std::vector<uint64_t> peer_ids_;
   std::vector<PeerState> peer_states_;
+  // Beside them: the scheduler slot of each peer that is registered and skips HAVEs of held
+  // chunks (kNoSlot for the others), for ForEachHaveRecipient's one-word test.
+  static constexpr uint32_t kNoSlot = UINT32_MAX;
+  std::vector<uint32_t> suppress_slots_;
   std::map<uint64_t, Time> banned_;  // peer -> until
   std::optional<Target> target_;
   uint64_t next_epoch_ = 0;

@@ -75,8 +75,8 @@ Scheduler::Scheduler(SchedulerOptions options)
       have_(options_.initial_have),
       need_(n_),
       need_unrequested_(n_),
-      availability_(n_, 0),
-      receiver_holders_(n_, 0),
+      holders_(n_, 0),
+      source_slots_(1, 0),
       receiver_held_(n_),
       request_count_(n_, 0),
       sent_count_(n_, 0),
@@ -162,6 +162,13 @@ void Scheduler::MaybeRequestPeers(PeerId lost) {
        options_.min_peers - static_cast<uint32_t>(live_peers_));
 }
 
+std::optional<uint32_t> Scheduler::slot(PeerId peer) const {
+  for (size_t i = 0; i < peer_ids_.size(); ++i) {
+    if (peer_ids_[i] == peer && peers_[i].live) return static_cast<uint32_t>(i);
+  }
+  return std::nullopt;
+}
+
 uint32_t Scheduler::window(PeerId peer) const {
   for (size_t i = 0; i < peer_ids_.size(); ++i) {
     if (peer_ids_[i] == peer && peers_[i].live) return peers_[i].window;
@@ -188,18 +195,22 @@ ChunkIndex Scheduler::Pick(Peer& p, bool endgame) {
   // The start is drawn among the candidates, not among all chunk indices: a peer holding one
   // contiguous range (a rank seeding its part) would otherwise be asked for the first chunk of
   // its range by every node whose start fell outside it, and all but one of them refused.
+  pick_counts_.resize(nw);
   uint64_t total = 0;
-  for (size_t w = 0; w < nw; ++w) total += static_cast<uint64_t>(std::popcount(candidates(w)));
+  for (size_t w = 0; w < nw; ++w) {
+    pick_counts_[w] = CountBits(candidates(w));
+    total += pick_counts_[w];
+  }
   if (total == 0) return none;
   uint64_t rank = rng_() % total;
   uint32_t start = 0;
   for (size_t w = 0; w < nw; ++w) {
-    uint64_t bits = candidates(w);
-    const auto count = static_cast<uint64_t>(std::popcount(bits));
+    const uint64_t count = pick_counts_[w];
     if (rank >= count) {
       rank -= count;
       continue;
     }
+    uint64_t bits = candidates(w);
     for (; rank > 0; --rank) bits &= bits - 1;
     start = static_cast<uint32_t>(w * 64 + std::countr_zero(bits));
     break;
@@ -220,7 +231,7 @@ ChunkIndex Scheduler::Pick(Peer& p, bool endgame) {
       if (endgame && (request_count_[i] >= options_.endgame_max_requests || Requested(p, c))) {
         continue;
       }
-      const uint32_t a = availability_[i];
+      const uint32_t a = Availability(i);
       if (a < best_avail) {
         best_avail = a;
         best = c;
@@ -252,16 +263,37 @@ void Scheduler::FillAll(Time now) {
   }
 }
 
-void Scheduler::CountHolder(const Peer& p, uint32_t c, int delta) {
-  availability_[c] += static_cast<uint32_t>(delta);
-  if (p.source) return;
-  uint32_t& holders = receiver_holders_[c];
-  holders += static_cast<uint32_t>(delta);
-  if (holders == 0) {
-    receiver_held_.Erase(ChunkIndex(c));
-  } else {
-    receiver_held_.Insert(ChunkIndex(c));
+uint32_t Scheduler::receiver_holders(ChunkIndex chunk) const {
+  uint32_t n = 0;
+  for (uint32_t w = 0; w < holder_words_; ++w) {
+    n += CountBits(holders_[size_t{chunk.value()} * holder_words_ + w] & ~source_slots_[w]);
   }
+  return n;
+}
+
+void Scheduler::CountHolder(const Peer& p, uint32_t c, int delta) {
+  const auto slot = static_cast<size_t>(&p - peers_.data());
+  uint64_t& word = holders_[size_t{c} * holder_words_ + slot / 64];
+  const uint64_t bit = uint64_t{1} << (slot % 64);
+  word = delta > 0 ? word | bit : word & ~bit;
+  if (p.source) return;
+  if (delta > 0) {
+    receiver_held_.Insert(ChunkIndex(c));
+  } else if (receiver_holders(ChunkIndex(c)) == 0) {
+    receiver_held_.Erase(ChunkIndex(c));
+  }
+}
+
+void Scheduler::WidenHolders(uint32_t words) {
+  std::vector<uint64_t> wider(size_t{n_} * words, 0);
+  for (size_t c = 0; c < n_; ++c) {
+    for (size_t w = 0; w < holder_words_; ++w) {
+      wider[c * words + w] = holders_[c * holder_words_ + w];
+    }
+  }
+  holders_ = std::move(wider);
+  source_slots_.resize(words, 0);
+  holder_words_ = words;
 }
 
 void Scheduler::ForgetPeer(Time /*now*/, Peer& p) {
@@ -285,6 +317,8 @@ void Scheduler::ForgetPeer(Time /*now*/, Peer& p) {
     --live_peers_;
   }
   p.live = false;
+  const auto slot_index = static_cast<size_t>(&p - peers_.data());
+  source_slots_[slot_index / 64] &= ~(uint64_t{1} << (slot_index % 64));
   p.source = false;
   p.has = ChunkSet();
   p.refused = ChunkSet();
@@ -310,12 +344,14 @@ std::span<const Action> Scheduler::OnPeerConnected(Time now, PeerId peer, const 
   } else {
     slot = static_cast<uint32_t>(peers_.size());
     peers_.emplace_back();
+    if (slot >= 64 * holder_words_) WidenHolders(holder_words_ + 1);
     peer_ids_.emplace_back(0);
   }
   Peer& p = peers_[slot];
   p.id = peer;
   p.live = true;
   p.source = role == PeerRole::kSource;
+  if (p.source) source_slots_[slot / 64] |= uint64_t{1} << (slot % 64);
   p.has = has.size() == n_ ? has : ChunkSet(n_);
   p.refused = ChunkSet(n_);
   p.held_since.clear();
@@ -352,9 +388,12 @@ std::span<const Action> Scheduler::OnPeerDisconnected(Time now, PeerId peer) {
   return Flush();
 }
 
-std::span<const Action> Scheduler::OnHave(Time now, PeerId peer, ChunkIndex chunk) {
+std::span<const Action> Scheduler::OnHave(Time now, PeerId peer, ChunkIndex chunk,
+                                          uint32_t slot_hint) {
   actions_.clear();
-  Peer* p = FindPeer(peer);
+  Peer* p = slot_hint < peers_.size() && peers_[slot_hint].live && peers_[slot_hint].id == peer
+                ? &peers_[slot_hint]
+                : FindPeer(peer);
   if (p == nullptr) return Flush();
   if (chunk.value() >= n_) {
     DropPeer(now, *p, DropReason::kProtocolError);

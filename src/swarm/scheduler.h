@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <span>
 #include <string_view>
@@ -134,8 +135,10 @@ class Scheduler {
   std::span<const Action> OnPeerConnected(Time now, PeerId peer, const ChunkSet& peer_has,
                                           PeerRole role = PeerRole::kReceiver);
   std::span<const Action> OnPeerDisconnected(Time now, PeerId peer);
-  // `peer` announces it holds a verified `chunk`.
-  std::span<const Action> OnHave(Time now, PeerId peer, ChunkIndex chunk);
+  // `peer` announces it holds a verified `chunk`. `slot_hint`: slot(peer) when the caller keeps
+  // it (saves the lookup; any other value is looked up).
+  std::span<const Action> OnHave(Time now, PeerId peer, ChunkIndex chunk,
+                                 uint32_t slot_hint = UINT32_MAX);
   // `chunk` arrived from `from` and matched its hash (the owner stored it).
   std::span<const Action> OnChunkVerified(Time now, ChunkIndex chunk, PeerId from);
   // `chunk` arrived from `from` and did not match its hash: the peer is dropped, the chunk
@@ -162,10 +165,10 @@ class Scheduler {
   // chunk nobody asked for, or a verification after the request was reissued elsewhere).
   Duration last_fetch_time() const { return last_fetch_time_; }
   // How many connected peers hold `chunk` (what rarest-first ranks by).
-  uint32_t availability(ChunkIndex chunk) const { return availability_[chunk.value()]; }
+  uint32_t availability(ChunkIndex chunk) const { return Availability(chunk.value()); }
   // How many connected receiver peers (PeerRole::kReceiver) hold `chunk`: while any does, the
   // chunk is not asked of a source.
-  uint32_t receiver_holders(ChunkIndex chunk) const { return receiver_holders_[chunk.value()]; }
+  uint32_t receiver_holders(ChunkIndex chunk) const;
   // How many times this node started uploading `chunk`.
   uint32_t times_sent(ChunkIndex chunk) const { return sent_count_[chunk.value()]; }
   size_t outstanding_requests() const { return outstanding_; }
@@ -175,6 +178,22 @@ class Scheduler {
   size_t serve_queue_size() const { return serve_queue_.size(); }
   // The current request window of a connected peer (0 when not connected).
   uint32_t window(PeerId peer) const;
+  // The slot of connected `peer` (fixed while it stays connected), or nullopt.
+  std::optional<uint32_t> slot(PeerId peer) const;
+  // The have-set kept of the peer in `slot`, while that slot is still `peer`'s (nullptr
+  // otherwise). The peer protocol reads a registered peer's bits here instead of keeping a second
+  // copy: one record per peer, so a HAVE sets one bit (the simulator delivers N x C x degree).
+  // Which slots hold `chunk`: bit s % 64 of word s / 64, holder_words() words. Chunk-major, so
+  // that the peer protocol finds which of its peers lack a chunk it announces in one word, not in
+  // every peer's have-set.
+  const uint64_t* holder_slots(ChunkIndex chunk) const {
+    return &holders_[size_t{chunk.value()} * holder_words_];
+  }
+  uint32_t holder_words() const { return holder_words_; }
+  const ChunkSet* peer_has(uint32_t slot, PeerId peer) const {
+    return slot < peers_.size() && peers_[slot].live && peers_[slot].id == peer ? &peers_[slot].has
+                                                                                : nullptr;
+  }
   // The earliest deadline of an outstanding request, or Time::max() when none; an owner can
   // arm its timer for it instead of ticking.
   Time next_deadline() const;
@@ -228,8 +247,15 @@ class Scheduler {
   // Of a source, only chunks no receiver peer holds.
   ChunkIndex Pick(Peer& p, bool endgame);
   void ForgetPeer(Time now, Peer& p);
-  // Counts `p`'s holding of `c` (delta +1 or -1) in availability_ and receiver_holders_.
+  // Records `p`'s holding of `c` (delta +1) or its end (-1) in holders_ and receiver_held_.
   void CountHolder(const Peer& p, uint32_t c, int delta);
+  uint32_t Availability(uint32_t c) const {
+    uint32_t a = 0;
+    for (uint32_t w = 0; w < holder_words_; ++w) a += CountBits(holders_[c * holder_words_ + w]);
+    return a;
+  }
+  // Widens holders_ and source_slots_ to `words` words (more than 64 * holder_words_ slots).
+  void WidenHolders(uint32_t words);
   void DropPeer(Time now, Peer& p, DropReason reason);
   void UpdateEndgame();
   // Adaptive window: records a delivery from `p` of a request sent at `sent`, resizes its window.
@@ -251,10 +277,14 @@ class Scheduler {
   uint32_t missing_ = 0;
   bool in_endgame_ = false;
   bool complete_emitted_ = false;
-  std::vector<uint32_t> availability_;
-  std::vector<uint32_t> receiver_holders_;  // availability_ counting receiver peers only
-  ChunkSet receiver_held_;                  // the chunks with receiver_holders_ > 0
-  std::vector<uint8_t> request_count_;      // outstanding requests per chunk
+  // Per chunk, holder_words_ words: the slots whose has-set holds it (holder_slots). A chunk's
+  // availability is the count of its bits, its receiver holders those outside source_slots_: a
+  // HAVE touches one word here, not three counters.
+  std::vector<uint64_t> holders_;
+  std::vector<uint64_t> source_slots_;  // holder_words_ words: the slots of PeerRole::kSource
+  uint32_t holder_words_ = 1;
+  ChunkSet receiver_held_;              // the chunks with receiver holders
+  std::vector<uint8_t> request_count_;  // outstanding requests per chunk
   size_t outstanding_ = 0;
   std::vector<Peer> peers_;
   std::vector<uint32_t> free_slots_;
@@ -271,6 +301,7 @@ class Scheduler {
   uint64_t arrivals_ = 0;
   std::mt19937_64 rng_;
   std::vector<Action> actions_;
+  std::vector<uint32_t> pick_counts_;  // Pick's candidates per word (kept: no allocation)
   SchedulerStats stats_;
 };
 

@@ -200,6 +200,43 @@ TEST(PeerProtocolTest, HavesSkipPeersThatHoldTheChunkExceptASource) {
   EXPECT_FALSE(a.WantsHave(PeerId(9), ChunkIndex(1), kHaveWhole));  // not connected
 }
 
+// What a peer announced while registered is kept in the scheduler's have-set of it (one record
+// per peer); it must survive that scheduler: a new target of the same version (a new epoch and
+// scheduler) still knows the peer holds it, and the fan-out agrees with WantsHave.
+TEST(PeerProtocolTest, WhatAPeerHoldsOutlivesTheSchedulerThatRecordedIt) {
+  PeerProtocol a = MakeProtocol(1);
+  PeerProtocol holder = MakeProtocol(2);
+  ASSERT_TRUE(a.SetTarget(Time{0}, Spec(70, false)).ok());
+  ASSERT_TRUE(holder.SetTarget(Time{0}, Spec(70, false)).ok());
+  a.OnPeerConnected(Time{0}, PeerId(2));
+  a.OnMessage(Time{0}, PeerId(2), HaveSetOf(holder, PeerId(1)));
+  a.OnMessage(Time{0}, PeerId(2),
+              Message{.type = MessageType::kHave, .version = 7, .chunk = 65, .code = kHaveWhole});
+  auto recipients = [&](uint32_t chunk) {
+    std::vector<PeerId> out;
+    a.ForEachHaveRecipient(ChunkIndex(chunk), kHaveWhole, [&](PeerId p) { out.push_back(p); });
+    return out;
+  };
+  EXPECT_FALSE(a.WantsHave(PeerId(2), ChunkIndex(65), kHaveWhole));
+  EXPECT_TRUE(recipients(65).empty());
+  EXPECT_EQ(recipients(64), std::vector<PeerId>{PeerId(2)});
+  const uint64_t epoch = a.epoch();
+  ASSERT_TRUE(a.SetTarget(Time{0}, Spec(70, false)).ok());
+  EXPECT_GT(a.epoch(), epoch);
+  EXPECT_FALSE(a.WantsHave(PeerId(2), ChunkIndex(65), kHaveWhole));
+  EXPECT_TRUE(recipients(65).empty());
+  EXPECT_TRUE(a.WantsHave(PeerId(2), ChunkIndex(64), kHaveWhole));
+  // Leaving the target keeps them too, for the next target of that version.
+  a.LeaveTarget();
+  ASSERT_TRUE(a.SetTarget(Time{0}, Spec(70, false)).ok());
+  EXPECT_FALSE(a.WantsHave(PeerId(2), ChunkIndex(65), kHaveWhole));
+  // It reconnects with a fresh have-set: the old bits are gone.
+  a.OnPeerDisconnected(Time{0}, PeerId(2));
+  a.OnPeerConnected(Time{0}, PeerId(2));
+  a.OnMessage(Time{0}, PeerId(2), HaveSetOf(holder, PeerId(1)));
+  EXPECT_EQ(recipients(65), std::vector<PeerId>{PeerId(2)});
+}
+
 // A receiver connected to one source, with the source's have-set handled: returns the requests
 // it sent.
 std::vector<Effect> ConnectToSource(PeerProtocol& r, PeerProtocol& s, Time now) {

@@ -499,5 +499,38 @@ TEST(Scheduler, NoReplacementRequestsWhenOffOrComplete) {
   EXPECT_EQ(Count(Copy(done.OnPeerDisconnected(t0, PeerId(1))), ActionKind::kRequestPeers), 0u);
 }
 
+// Holders are kept per chunk by slot: past 64 peers the words widen, and availability, the
+// receiver holders and holder_slots stay right as peers (sources among them) come and go.
+TEST(Scheduler, CountsHoldersOfManyPeersBySlot) {
+  SchedulerOptions o;
+  o.chunk_count = 3;
+  o.initial_have = ChunkSet::Full(3);  // holds everything: no requests, only counting
+  Scheduler s = Make(o);
+  for (uint64_t id = 1; id <= 100; ++id) {
+    const PeerRole role = id % 10 == 0 ? PeerRole::kSource : PeerRole::kReceiver;
+    s.OnPeerConnected(t0, PeerId(id), id % 2 == 0 ? Set(3, {0, 1}) : Set(3, {1}), role);
+  }
+  s.OnHave(t0, PeerId(99), ChunkIndex(2));
+  s.OnHave(t0, PeerId(70), ChunkIndex(2), /*slot_hint=*/0);  // a wrong hint is looked up
+  EXPECT_EQ(s.availability(ChunkIndex(0)), 50u);
+  EXPECT_EQ(s.receiver_holders(ChunkIndex(0)), 40u);  // 10 of the even ids are sources
+  EXPECT_EQ(s.availability(ChunkIndex(1)), 100u);
+  EXPECT_EQ(s.availability(ChunkIndex(2)), 2u);
+  EXPECT_EQ(s.receiver_holders(ChunkIndex(2)), 1u);
+  ASSERT_GE(s.holder_words(), 2u);
+  const std::optional<uint32_t> slot99 = s.slot(PeerId(99));
+  ASSERT_TRUE(slot99.has_value());
+  EXPECT_NE((s.holder_slots(ChunkIndex(2))[*slot99 / 64] >> (*slot99 % 64)) & 1, 0u);
+  ASSERT_NE(s.peer_has(*slot99, PeerId(99)), nullptr);
+  EXPECT_TRUE(s.peer_has(*slot99, PeerId(99))->Contains(ChunkIndex(2)));
+  EXPECT_EQ(s.peer_has(*slot99, PeerId(98)), nullptr);
+  for (uint64_t id = 1; id <= 100; id += 2) s.OnPeerDisconnected(t0, PeerId(id));
+  EXPECT_EQ(s.availability(ChunkIndex(1)), 50u);
+  EXPECT_EQ(s.availability(ChunkIndex(2)), 1u);
+  EXPECT_EQ(s.receiver_holders(ChunkIndex(2)), 0u);  // 70 is a source
+  EXPECT_EQ(s.peer_has(*slot99, PeerId(99)), nullptr);
+  EXPECT_FALSE(s.slot(PeerId(99)).has_value());
+}
+
 }  // namespace
 }  // namespace weightcast::swarm
