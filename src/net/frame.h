@@ -21,10 +21,13 @@
 #include <weightcast/status.h>
 #include <weightcast/types.h>
 
+#include "net/buffer_pool.h"
+
 namespace weightcast::net {
 
 inline constexpr size_t kFrameHeaderSize = 8;
 inline constexpr size_t kChunkHeaderSize = 24;
+static_assert(kChunkHeaderSize == kPooledHeadBytes, "pooled bodies page-align chunk payloads");
 // Hard ceiling on any body; a connection's own limit (Options::max_frame_bytes) may be lower.
 inline constexpr uint32_t kAbsoluteMaxFrameBytes = 256u << 20;
 inline constexpr uint32_t kDefaultMaxFrameBytes = (64u << 20) + kChunkHeaderSize;
@@ -67,7 +70,8 @@ void EncodeChunkHeader(const ChunkHeader& header, std::span<uint8_t, kChunkHeade
 Result<ChunkHeader> ParseChunkHeader(std::span<const uint8_t> body);
 
 // A byte vector whose resize leaves new bytes uninitialised: a received body is overwritten by
-// the socket read at once, so zero-filling megabytes first would be wasted work.
+// the socket read at once, so zero-filling megabytes first would be wasted work. Large bodies
+// come from the process's BufferPool, so a stream of chunks lands in pages already mapped.
 template <typename T>
 struct UninitAllocator : std::allocator<T> {
   template <typename U>
@@ -77,6 +81,19 @@ struct UninitAllocator : std::allocator<T> {
   UninitAllocator() = default;
   template <typename U>
   UninitAllocator(const UninitAllocator<U>&) noexcept {}  // NOLINT: allocator conversion
+  T* allocate(size_t n) {
+    if (n * sizeof(T) >= BufferPool::kMinPooledBytes) {
+      return static_cast<T*>(BufferPool::Global().Allocate(n * sizeof(T)));
+    }
+    return std::allocator<T>::allocate(n);
+  }
+  void deallocate(T* p, size_t n) noexcept {
+    if (n * sizeof(T) >= BufferPool::kMinPooledBytes) {
+      BufferPool::Global().Free(p, n * sizeof(T));
+      return;
+    }
+    std::allocator<T>::deallocate(p, n);
+  }
   template <typename U>
   void construct(U* p) noexcept {
     ::new (static_cast<void*>(p)) U;

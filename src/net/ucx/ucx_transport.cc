@@ -40,6 +40,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -250,6 +251,15 @@ class Core : public std::enable_shared_from_this<Core> {
     Stop();
     if (worker_address_ != nullptr) ucp_worker_release_address(worker_, worker_address_);
     if (worker_ != nullptr) ucp_worker_destroy(worker_);
+    // Requests that never completed (a receive from a peer that vanished mid-rendezvous on an
+    // endpoint without error handling) are gone with the worker, callbacks uncalled: their
+    // registrations must go before ucp_cleanup, which asserts that none is left, and their
+    // buffers and payload owners with them.
+    for (RecvOp* op : receiving_) {
+      if (op->memh != nullptr) ucp_mem_unmap(context_, op->memh);
+      delete op;  // NOLINT(cppcoreguidelines-owning-memory): owned by the request, now gone
+    }
+    for (SendOp* op : sending_) delete op;  // NOLINT(cppcoreguidelines-owning-memory): as above
     // After the worker: no request may still use a cached registration.
     send_cache_.reset();
     if (context_ != nullptr) ucp_cleanup(context_);
@@ -858,6 +868,7 @@ class Core : public std::enable_shared_from_this<Core> {
         ucp_am_send_nbx(data ? conn.data_ep : conn.ep, kAmId, op->head.data(), op->head_size,
                         op->frame.payload.data(), op->frame.payload.size(), &rp);
     if (UCS_PTR_IS_PTR(r)) {
+      sending_.insert(op.get());
       (void)op.release();  // owned by the request now; OnSendDoneThunk takes it back
       return;
     }
@@ -894,6 +905,7 @@ class Core : public std::enable_shared_from_this<Core> {
     auto* op = static_cast<SendOp*>(user_data);
     Core* core = op->conn->core_for_callbacks;
     ucp_request_free(request);
+    core->sending_.erase(op);
     core->SendDone(std::unique_ptr<SendOp>(op), status);
   }
 
@@ -990,6 +1002,7 @@ class Core : public std::enable_shared_from_this<Core> {
       }
       ucs_status_ptr_t r = ucp_am_recv_data_nbx(worker_, desc, into, length, &rp);
       if (UCS_PTR_IS_PTR(r)) {
+        receiving_.insert(op.get());
         (void)op.release();  // owned by the request now; OnRecvDoneThunk takes it back
         continue;
       }
@@ -1003,6 +1016,7 @@ class Core : public std::enable_shared_from_this<Core> {
     auto* op = static_cast<RecvOp*>(user_data);
     Core* core = op->conn->core_for_callbacks;
     ucp_request_free(request);
+    core->receiving_.erase(op);
     core->RecvDone(std::unique_ptr<RecvOp>(op), status);
   }
 
@@ -1195,6 +1209,10 @@ class Core : public std::enable_shared_from_this<Core> {
   // Progress thread only.
   std::unordered_map<ucp_ep_h, std::shared_ptr<Conn>> by_ep_;  // both endpoints of each
   std::unordered_map<uint64_t, std::shared_ptr<Conn>> by_id_;
+  // Operations owned by UCX requests in flight (progress thread only; the destructor frees what
+  // the worker's end left).
+  std::unordered_set<SendOp*> sending_;
+  std::unordered_set<RecvOp*> receiving_;
   std::mt19937 random_{std::random_device{}()};
   ucp_address_t* worker_address_ = nullptr;
   size_t worker_address_size_ = 0;
