@@ -43,6 +43,7 @@ struct UcxMemoryStats {
   uint64_t registration_failures = 0;      // ucp_mem_map calls that failed (sent/received without)
   uint64_t cached_registrations = 0;       // send registrations cached now
   uint64_t cached_registered_bytes = 0;    // bytes they cover
+  uint64_t max_receives_in_flight = 0;     // most rendezvous receives one connection ran at once
 };
 
 class UcxTransport {

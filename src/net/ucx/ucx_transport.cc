@@ -60,6 +60,13 @@ constexpr size_t kMaxWorkerAddressBytes = 64 << 10;
 constexpr auto kTickPeriod = std::chrono::milliseconds(20);
 // Sequence numbers further ahead of the next one to deliver than this are a broken peer.
 constexpr uint64_t kMaxReorderWindow = 1u << 16;
+// Rendezvous receives a connection runs at once: two, or more while they total under
+// kReceiveAheadBytes (small chunks over a long link). That keeps the link busy (the next is
+// pulled while the last is delivered) and the buffers being written few, so they stay in cache:
+// with every announced message pulled at once (up to receive_queue_bytes, 8 of 4 MiB) the
+// shared-memory receive wrote a 32 MiB working set (docs/transport_ucx.md, "Receive buffers").
+constexpr uint32_t kMinReceivesInFlight = 2;
+constexpr size_t kReceiveAheadBytes = 8u << 20;
 // Payloads from this size on are sent and received under a ucp_mem_map handle: they go by
 // rendezvous (or zero-copy) on every UCX transport, where a registration is what UCX would make
 // anyway. Smaller ones are copied into UCX's own registered buffers.
@@ -189,11 +196,17 @@ struct Conn : std::enable_shared_from_this<Conn> {
   uint64_t next_deliver_seq = 0;
   bool dead = false;  // failed or closed: ep closed or closing, nothing more is processed
   size_t receiving_bytes = 0;
+  uint32_t receiving = 0;  // rendezvous receives in flight
+  bool starting = false;   // inside StartDeferred (a receive that completes at once re-enters)
 
   struct Slot {
     FrameType type = FrameType::kPing;
+    // The body; for a deferred rendezvous message empty until its receive starts, so that
+    // waiting messages hold no buffer.
     Bytes body;
-    size_t prefix = 0;     // body bytes that came in the AM header
+    size_t length = 0;                                     // the body's length
+    size_t prefix = 0;                                     // body bytes that came in the AM header
+    std::array<uint8_t, kChunkHeaderSize> prefix_bytes{};  // those bytes, while body is empty
     void* desc = nullptr;  // rendezvous descriptor not yet received (deferred)
     bool ready = false;    // the body is complete
   };
@@ -338,7 +351,8 @@ class Core : public std::enable_shared_from_this<Core> {
             .receive_registrations = receive_registrations_.load(),
             .registration_failures = registration_failures_.load(),
             .cached_registrations = cached_registrations_.load(),
-            .cached_registered_bytes = cached_registered_bytes_.load()};
+            .cached_registered_bytes = cached_registered_bytes_.load(),
+            .max_receives_in_flight = max_receives_in_flight_.load()};
   }
 
   // Runs `fn` on the progress thread (soon; never inline).
@@ -941,17 +955,21 @@ class Core : public std::enable_shared_from_this<Core> {
     }
     Conn::Slot& slot = conn->slots[seq];
     slot.type = head->frame.type;
+    slot.length = head->frame.length;
     slot.prefix = head->body_prefix.size();
-    slot.body.resize(head->frame.length);
-    if (slot.prefix > 0) std::memcpy(slot.body.data(), head->body_prefix.data(), slot.prefix);
     ucs_status_t result = UCS_OK;
     if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0) {
+      // ParseUcxMessageHead allows a prefix only for a chunk's header.
+      std::memcpy(slot.prefix_bytes.data(), head->body_prefix.data(),
+                  std::min(slot.prefix, slot.prefix_bytes.size()));
       slot.desc = data;
       result = UCS_INPROGRESS;
       // Handshake frames are never large; data before the handshake is refused in Deliver
       // without being pulled.
       if (conn->established_io()) StartDeferred(*conn);
     } else {
+      slot.body.resize(slot.length);
+      if (slot.prefix > 0) std::memcpy(slot.body.data(), head->body_prefix.data(), slot.prefix);
       if (length > 0) std::memcpy(slot.body.data() + slot.prefix, data, length);
       slot.ready = true;
       bytes_received_ += kFrameHeaderSize + head->frame.length;
@@ -962,26 +980,46 @@ class Core : public std::enable_shared_from_this<Core> {
   }
 
   // Starts the receives of deferred rendezvous messages, in order, while they fit the receive
-  // queue (one always may when nothing is queued or being received).
+  // queue (one always may when nothing is queued or being received) and the receives in flight
+  // are fewer than kMinReceivesInFlight or under kReceiveAheadBytes. The body is allocated here,
+  // not when the message was announced: a receiver that is told of many chunks at once holds
+  // buffers only for the ones it is pulling, so the buffers in use stay few and warm
+  // (docs/transport_ucx.md).
   void StartDeferred(Conn& conn) {
-    if (conn.dead) return;
+    if (conn.dead || conn.starting) return;
+    conn.starting = true;
     size_t inbox_bytes;
     {
       std::lock_guard lock(conn.mu);
       inbox_bytes = conn.inbox_bytes;
     }
     std::shared_ptr<Conn> self = conn.shared_from_this();
-    for (auto& [seq, slot] : conn.slots) {
-      if (slot.desc == nullptr) continue;
-      const size_t size = slot.body.size();
+    // By key, not by iterator: a receive that completes at once delivers (erases) slots.
+    for (auto it = conn.slots.begin(); it != conn.slots.end() && !conn.dead;) {
+      Conn::Slot& slot = it->second;
+      const uint64_t seq = it->first;
+      if (slot.desc == nullptr) {
+        ++it;
+        continue;
+      }
+      const size_t size = slot.length;
+      if (conn.receiving >= kMinReceivesInFlight &&
+          conn.receiving_bytes + size > kReceiveAheadBytes) {
+        break;
+      }
       const size_t held = inbox_bytes + conn.receiving_bytes;
       if (held > 0 && held + size > options_.receive_queue_bytes) break;
       void* desc = std::exchange(slot.desc, nullptr);
       conn.receiving_bytes += size;
+      ++conn.receiving;
+      if (conn.receiving > max_receives_in_flight_.load(std::memory_order_relaxed)) {
+        max_receives_in_flight_.store(conn.receiving, std::memory_order_relaxed);
+      }
       auto op = std::make_unique<RecvOp>();
       op->conn = self;
       op->seq = seq;
-      op->body = std::move(slot.body);
+      op->body.resize(size);
+      std::memcpy(op->body.data(), slot.prefix_bytes.data(), slot.prefix);
       ucp_request_param_t rp{};
       rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
       rp.cb.recv_am = &Core::OnRecvDoneThunk;
@@ -990,7 +1028,7 @@ class Core : public std::enable_shared_from_this<Core> {
       const size_t length = size - slot.prefix;
       if (length >= kRegisterMinBytes) {
         // Registered for this receive only: the buffer becomes the caller's frame afterwards.
-        // UCX's registration cache makes mapping a buffer the allocator hands out again cheap.
+        // UCX's registration cache makes mapping a buffer the pool hands out again cheap.
         op->memh = Map(into, length,
                        UCP_MEM_MAP_PROT_LOCAL_READ | UCP_MEM_MAP_PROT_LOCAL_WRITE |
                            UCP_MEM_MAP_PROT_REMOTE_READ | UCP_MEM_MAP_PROT_REMOTE_WRITE);
@@ -1004,11 +1042,12 @@ class Core : public std::enable_shared_from_this<Core> {
       if (UCS_PTR_IS_PTR(r)) {
         receiving_.insert(op.get());
         (void)op.release();  // owned by the request now; OnRecvDoneThunk takes it back
-        continue;
+      } else {
+        RecvDone(std::move(op), UCS_PTR_STATUS(r));
       }
-      RecvDone(std::move(op), UCS_PTR_STATUS(r));
-      if (conn.dead) return;
+      it = conn.slots.upper_bound(seq);
     }
+    conn.starting = false;
   }
 
   static void OnRecvDoneThunk(void* request, ucs_status_t status, size_t /*length*/,
@@ -1029,6 +1068,7 @@ class Core : public std::enable_shared_from_this<Core> {
     if (it == conn.slots.end()) return;
     it->second.body = std::move(op->body);
     conn.receiving_bytes -= it->second.body.size();
+    --conn.receiving;
     if (status != UCS_OK) {
       Fail(conn, Unavailable("ucx: receive from " + conn.address + " failed: " + UcsError(status)),
            true);
@@ -1039,6 +1079,7 @@ class Core : public std::enable_shared_from_this<Core> {
     if (registered) bytes_received_registered_ += it->second.body.size() - it->second.prefix;
     conn.last_received = Clock::Real().Now();
     Deliver(op->conn);
+    StartDeferred(conn);  // the next one, now that one fewer is in flight
     FaultTripped();
   }
 
@@ -1224,6 +1265,7 @@ class Core : public std::enable_shared_from_this<Core> {
   std::atomic<uint64_t> bytes_sent_registered_{0}, bytes_received_registered_{0};
   std::atomic<uint64_t> send_registrations_{0}, send_registration_hits_{0};
   std::atomic<uint64_t> receive_registrations_{0}, registration_failures_{0};
+  std::atomic<uint64_t> max_receives_in_flight_{0};
   std::atomic<uint64_t> cached_registrations_{0}, cached_registered_bytes_{0};
 };
 

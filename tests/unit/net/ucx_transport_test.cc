@@ -107,6 +107,37 @@ TEST_P(UcxTransportTest, SmallReceiveQueueStillDeliversEverything) {
   sender.join();
 }
 
+// A receiver told of many large chunks at once pulls two at a time (each into a buffer it
+// allocates when the pull starts), not every one that fits its receive queue, and delivers all
+// of them in order and intact; small chunks are pulled further ahead.
+TEST_P(UcxTransportTest, LargeChunksArePulledTwoAtATime) {
+  LogCapture log;
+  Options server = TestOptions(2, &log);
+  server.receive_queue_bytes = 64 << 20;
+  Options client = TestOptions(1, &log);
+  client.send_queue_bytes = 64 << 20;
+  Pair p = Connect(Make(std::move(server)), Make(std::move(client)));
+  ASSERT_TRUE(p.server && p.client) << log.All();
+  constexpr size_t kChunk = 4 << 20;
+  auto data = std::make_shared<std::vector<uint8_t>>(Pattern(kChunk, 5));
+  // All 12 are announced before the receiver takes the first.
+  for (uint32_t i = 0; i < 12; ++i) {
+    ASSERT_TRUE(p.client->SendChunk({.chunk_index = i}, *data, data, 10s).ok());
+  }
+  std::this_thread::sleep_for(200ms);
+  for (uint32_t i = 0; i < 12; ++i) {
+    auto f = p.server->Receive(10s);
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    ASSERT_EQ(f->chunk_header()->chunk_index, i);
+    ASSERT_EQ(f->chunk_payload().size(), kChunk);
+    EXPECT_TRUE(std::equal(data->begin(), data->end(), f->chunk_payload().begin())) << i;
+  }
+  ASSERT_TRUE(p.client->Flush(10s).ok());
+  auto received = UcxTransport::MemoryStats(*p.server_transport);
+  ASSERT_TRUE(received.has_value());
+  EXPECT_EQ(received->max_receives_in_flight, 2u);
+}
+
 // Large chunks go from a registered region (one registration per region, reused by every send
 // from it while its owner lives) into registered frame buffers, and arrive intact.
 TEST_P(UcxTransportTest, LargeChunksTravelThroughRegisteredMemory) {
