@@ -7,6 +7,10 @@
 
 #include "net/frame.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
+
 namespace weightcast::net {
 namespace {
 
@@ -77,6 +81,24 @@ TEST(BufferPool, LargeFrameBodiesReuseMemory) {
   EXPECT_EQ(BufferPool::Global().stats().misses, misses);
   EXPECT_EQ(BufferPool::Global().stats().hits, hits);
 }
+
+#if defined(__SANITIZE_ADDRESS__)
+// Under ASan a block is addressable only while handed out, and only its bytes: a body used after
+// it went back to the pool, or past its end, is still reported.
+TEST(BufferPool, IdleBlocksAndSlackArePoisonedUnderAsan) {
+  BufferPool pool;
+  auto* a = static_cast<uint8_t*>(pool.Allocate(1000000));
+  EXPECT_FALSE(__asan_address_is_poisoned(a));
+  EXPECT_FALSE(__asan_address_is_poisoned(a + 999999));
+  EXPECT_TRUE(__asan_address_is_poisoned(a + 1000000 + 8));
+  EXPECT_TRUE(__asan_address_is_poisoned(a - 8));
+  pool.Free(a, 1000000);
+  EXPECT_TRUE(__asan_address_is_poisoned(a));
+  EXPECT_EQ(pool.Allocate(1000000), a);
+  EXPECT_FALSE(__asan_address_is_poisoned(a + 500000));
+  pool.Free(a, 1000000);
+}
+#endif
 
 }  // namespace
 }  // namespace weightcast::net
