@@ -347,6 +347,7 @@ Status RunSim(const SimFlags& f) {
                  {"outstanding", c.tuning.max_outstanding},
                  {"slots", c.tuning.upload_slots},
                  {"source_slots", c.tuning.source_upload_slots},
+                 {"slot_per_peer", c.tuning.slot_per_peer},
                  {"min_peers", c.tuning.min_peers}};
   j["lower_bound_s"] = r.lower_bound;
   j["p50_s"] = p50;

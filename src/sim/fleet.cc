@@ -211,7 +211,9 @@ void Fleet::Apply(double now, uint32_t i, std::span<const Effect> effects) {
       case EffectKind::kRequestPeers:
         // One round trip to the coordinator; connecting now would also re-enter node i's
         // protocol while we walk its effects.
-        Push(now + 2 * cfg_.latency, Ev::kReplace, i, ToNode(e.peer), e.count);
+        // No lost peer (asked on the timer): UINT32_MAX names no node.
+        Push(now + 2 * cfg_.latency, Ev::kReplace, i,
+             e.peer == PeerId() ? UINT32_MAX : ToNode(e.peer), e.count);
         break;
       case EffectKind::kComplete:
         if (node.completed_at < 0 && i != 0) {
@@ -239,7 +241,13 @@ void Fleet::Replace(double now, uint32_t i, uint32_t lost, uint32_t count) {
   std::uniform_real_distribution<double> unit(0, 1);
   // Like the peer-list builder's extra edges: inside the rack with same_rack_fraction, else
   // anywhere; only live, joined nodes with room under the degree bound, never an old neighbour.
-  for (uint32_t tries = 0; count > 0 && tries < 64; ++tries) {
+  // The first half of the tries take only nodes below the degree, as the builder's top-up links
+  // short nodes to each other: a node asking on its timer because its list named late joiners
+  // finds the other such nodes, and the fleet keeps its degree (a receiver with fewer peers
+  // than its neighbours gets a smaller share of their uploads). The rest take nodes with at
+  // most degree + 1 links, so that a node short after a death always finds some.
+  constexpr uint32_t kTries = 64;
+  for (uint32_t tries = 0; count > 0 && tries < kTries; ++tries) {
     uint32_t lo = 0, hi = n;
     if (cfg_.rack_size > 0 && unit(rng_) < cfg_.tuning.same_rack_fraction) {
       lo = (i / cfg_.rack_size) * cfg_.rack_size;
@@ -247,7 +255,8 @@ void Fleet::Replace(double now, uint32_t i, uint32_t lost, uint32_t count) {
     }
     const uint32_t j = lo + static_cast<uint32_t>(rng_() % (hi - lo));
     if (j == i || j == lost || j == 0 || !nodes_[j].alive || !nodes_[j].joined) continue;
-    if (LinkIndex(i, j) >= 0 || live_links(j) > cfg_.tuning.degree) continue;
+    const uint32_t room = tries < kTries / 2 ? cfg_.tuning.degree - 1 : cfg_.tuning.degree;
+    if (LinkIndex(i, j) >= 0 || live_links(j) > room) continue;
     nodes_[i].rev.push_back(static_cast<uint32_t>(nodes_[j].nbrs.size()));
     nodes_[j].rev.push_back(static_cast<uint32_t>(nodes_[i].nbrs.size()));
     nodes_[i].nbrs.push_back(j);

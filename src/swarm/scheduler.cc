@@ -503,8 +503,7 @@ std::span<const Action> Scheduler::OnRequestReceived(Time now, PeerId peer, Chun
     if (s.peer == peer && s.chunk == chunk) return Flush();
   }
   if (!have_.Contains(chunk) || HoldRepeat(now, peer, chunk) ||
-      uploading_.size() + serve_queue_.size() >=
-          size_t{options_.upload_slots} + options_.serve_queue_limit) {
+      uploading_.size() + serve_queue_.size() >= UploadSlots() + options_.serve_queue_limit) {
     ++stats_.requests_rejected;
     Emit(ActionKind::kRejectRequest, peer, chunk);
     return Flush();
@@ -578,7 +577,8 @@ bool Scheduler::HoldRepeat(Time now, PeerId peer, ChunkIndex chunk) {
 }
 
 void Scheduler::TryServe(Time now) {
-  while (uploading_.size() < options_.upload_slots && !serve_queue_.empty()) {
+  const size_t slots = UploadSlots();
+  while (uploading_.size() < slots && !serve_queue_.empty()) {
     // Whom to serve: first come, first served, so no request starves; except that a spreading
     // source serves never-sent chunks before anything else while some remain.
     size_t best = 0;
@@ -627,6 +627,15 @@ std::span<const Action> Scheduler::OnTimer(Time now) {
         break;
       }
     }
+  }
+  // Short of min_peers without a loss (peers listed but not up yet, a short answer): ask again.
+  // A loss asks at once (MaybeRequestPeers in DropPeer and OnPeerDisconnected); this covers a
+  // node that never lost one. Its listed-but-absent peers (late joiners) would otherwise leave
+  // it short until they come (docs/swarm.md, "Replacement peers").
+  if (options_.min_peers > 0 && live_peers_ < options_.min_peers && missing_ > 0 &&
+      now >= next_peer_request_) {
+    next_peer_request_ = now + options_.peer_request_interval;
+    MaybeRequestPeers(PeerId(0));
   }
   TryServe(now);
   FillAll(now);

@@ -7,6 +7,7 @@
 // span over the actions it produced; the span stays valid until the next call on this object.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -44,7 +45,8 @@ enum class ActionKind : uint8_t {
   kDropPeer,       // disconnect `peer` for `reason`; the scheduler has already forgotten it
   kComplete,       // every wanted chunk is verified (emitted once)
   // Ask the coordinator for `count` more peers (fewer than min_peers are connected); `peer` is
-  // the one just lost, not to be handed back. The answer arrives as OnPeerConnected calls.
+  // the one just lost, not to be handed back (unset when asked on the timer). The answer
+  // arrives as OnPeerConnected calls.
   kRequestPeers,
 };
 std::string_view ActionKindName(ActionKind kind);
@@ -79,6 +81,12 @@ struct SchedulerOptions {
   // Concurrent uploads (slots) and queued requests beyond them; requests past both are rejected.
   uint32_t upload_slots = 4;
   uint32_t serve_queue_limit = 32;
+  // Run at least one upload slot per connected peer, whatever upload_slots says. With more
+  // peers than slots (replacement peers, a late joiner's links) some request always waits in
+  // the queue for a whole upload to end, and what that peer would forward waits with it: at
+  // 200 nodes, degree 25 with 24 slots put the median receiver 1.9% behind degree 24
+  // (docs/swarm.md, "Serving"). On in swarm::Tuning; SchedulerOptions alone leaves it off.
+  bool slot_per_peer = false;
   // A request not answered by then is cancelled and asked of another peer.
   Duration request_timeout = std::chrono::seconds(30);
   // After this many timeouts in a row from one peer, it is dropped.
@@ -96,8 +104,12 @@ struct SchedulerOptions {
   bool adaptive_window = false;
   uint32_t max_window_per_peer = 4;
   // When a peer is lost (disconnect, drop) and fewer than this many stay connected, emit
-  // kRequestPeers so the coordinator can hand out replacements. 0: never ask.
+  // kRequestPeers so the coordinator can hand out replacements. 0: never ask. A node that is
+  // short without having lost anyone (its list named peers that are not up yet, such as late
+  // joiners, or an answer came back short) asks again on its timer, at most once per
+  // peer_request_interval.
   uint32_t min_peers = 0;
+  Duration peer_request_interval = std::chrono::seconds(5);
   // Source behaviour: refuse requests for chunks already sent once while some chunk has never
   // been sent, so the source's upload spreads distinct chunks (each out once before any repeat).
   // After that first round, a repeat is refused to an asking peer for a while (the longer of
@@ -260,9 +272,14 @@ class Scheduler {
   void UpdateEndgame();
   // Adaptive window: records a delivery from `p` of a request sent at `sent`, resizes its window.
   void RecordDelivery(Time now, Peer& p, Time sent);
-  // After losing `lost`: asks for replacements when below min_peers.
+  // After losing `lost` (unset: on the timer): asks for replacements when below min_peers.
   void MaybeRequestPeers(PeerId lost);
   void TryServe(Time now);
+  // Uploads that may run at once: upload_slots (with slot_per_peer, at least the peers).
+  size_t UploadSlots() const {
+    return options_.slot_per_peer ? std::max<size_t>(options_.upload_slots, live_peers_)
+                                  : options_.upload_slots;
+  }
   bool FirstRoundOpen() const { return never_sent_ > 0; }
   // spread_first: whether `peer`'s request for `chunk` is refused as a repeat (see the option).
   // Records the first refusal after the first round.
@@ -299,6 +316,7 @@ class Scheduler {
   uint32_t never_sent_ = 0;  // chunks in options_.spread we hold and never started uploading
   double upload_s_ = 0;      // smoothed seconds from kSendChunk to OnUploadDone (0: none yet)
   uint64_t arrivals_ = 0;
+  Time next_peer_request_{0};  // OnTimer asks for peers again no sooner (min_peers)
   std::mt19937_64 rng_;
   std::vector<Action> actions_;
   std::vector<uint32_t> pick_counts_;  // Pick's candidates per word (kept: no allocation)

@@ -32,7 +32,11 @@ struct Tuning {
   uint32_t upload_slots = 24;
   uint32_t source_upload_slots = 32;
   uint32_t serve_queue_limit = 32;
-  // A receiver left with fewer peers asks the coordinator for replacements (0: never). The
+  // At least one upload slot per connected peer (SchedulerOptions::slot_per_peer): a node with
+  // replacement peers or a late joiner's link has more peers than upload_slots.
+  bool slot_per_peer = true;
+  // A receiver left with fewer peers asks the coordinator for replacements (0: never), when it
+  // loses one and, while short, on its timer (SchedulerOptions::peer_request_interval). The
   // agent's coordinator rebuilds the peer lists over the live members whenever membership
   // changes, which is how a real node gets them.
   uint32_t min_peers = 24;

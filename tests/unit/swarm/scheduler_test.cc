@@ -499,6 +499,59 @@ TEST(Scheduler, NoReplacementRequestsWhenOffOrComplete) {
   EXPECT_EQ(Count(Copy(done.OnPeerDisconnected(t0, PeerId(1))), ActionKind::kRequestPeers), 0u);
 }
 
+// A node whose list named peers that are not up yet (late joiners) is short of min_peers without
+// losing anyone: it asks on its timer, at most once per peer_request_interval, and stops once
+// it has enough peers or everything it wants.
+TEST(Scheduler, ShortOfMinPeersAsksOnTheTimerWithoutALoss) {
+  SchedulerOptions o;
+  o.chunk_count = 4;
+  o.window_per_peer = 1;
+  o.min_peers = 3;
+  o.peer_request_interval = seconds(5);
+  Scheduler s = Make(o);
+  (void)s.OnPeerConnected(t0, PeerId(1), ChunkSet::Full(4));
+  (void)s.OnPeerConnected(t0, PeerId(2), ChunkSet::Full(4));
+  EXPECT_TRUE(Contains(Copy(s.OnTimer(t0)), Action{ActionKind::kRequestPeers, PeerId(0),
+                                                   ChunkIndex(0), DropReason::kNone, 1}));
+  EXPECT_EQ(Count(Copy(s.OnTimer(t0 + seconds(4))), ActionKind::kRequestPeers), 0u);
+  EXPECT_EQ(Count(Copy(s.OnTimer(t0 + seconds(5))), ActionKind::kRequestPeers), 1u);
+  (void)s.OnPeerConnected(t0 + seconds(6), PeerId(3), ChunkSet::Full(4));
+  EXPECT_EQ(Count(Copy(s.OnTimer(t0 + seconds(20))), ActionKind::kRequestPeers), 0u);
+  EXPECT_EQ(s.stats().peer_requests, 2u);
+  // Complete: no more asking, however short.
+  (void)s.OnPeerDisconnected(t0 + seconds(21), PeerId(3));
+  for (uint32_t c = 0; c < 4; ++c)
+    (void)s.OnChunkVerified(t0 + seconds(21), ChunkIndex(c), PeerId(1));
+  ASSERT_TRUE(s.complete());
+  EXPECT_EQ(Count(Copy(s.OnTimer(t0 + seconds(40))), ActionKind::kRequestPeers), 0u);
+}
+
+// With slot_per_peer a node serves every connected peer at once even when it has more peers
+// than upload_slots; without it the extra peer's request waits in the queue.
+TEST(Scheduler, SlotPerPeerServesEveryConnectedPeerAtOnce) {
+  SchedulerOptions o;
+  o.chunk_count = 4;
+  o.initial_have = ChunkSet::Full(4);
+  o.upload_slots = 2;
+  o.serve_queue_limit = 4;
+  for (const bool per_peer : {false, true}) {
+    o.slot_per_peer = per_peer;
+    Scheduler s = Make(o);
+    for (uint64_t p = 1; p <= 3; ++p) (void)s.OnPeerConnected(t0, PeerId(p), ChunkSet(4));
+    size_t started = 0;
+    for (uint64_t p = 1; p <= 3; ++p) {
+      started += Count(Copy(s.OnRequestReceived(t0, PeerId(p), ChunkIndex(uint32_t(p)))),
+                       ActionKind::kSendChunk);
+    }
+    EXPECT_EQ(started, per_peer ? 3u : 2u);
+    EXPECT_EQ(s.uploads_active(), per_peer ? 3u : 2u);
+    EXPECT_EQ(s.serve_queue_size(), per_peer ? 0u : 1u);
+    // The bound is per connected peer: a fourth request from a peer already served queues.
+    EXPECT_TRUE(s.OnRequestReceived(t0, PeerId(1), ChunkIndex(0)).empty());
+    EXPECT_EQ(s.uploads_active(), per_peer ? 3u : 2u);
+  }
+}
+
 // Holders are kept per chunk by slot: past 64 peers the words widen, and availability, the
 // receiver holders and holder_slots stay right as peers (sources among them) come and go.
 TEST(Scheduler, CountsHoldersOfManyPeersBySlot) {

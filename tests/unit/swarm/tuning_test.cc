@@ -15,6 +15,7 @@ TEST(Tuning, DefaultsAreTheSimulatorsGoalSettings) {
   EXPECT_EQ(t.upload_slots, 24u);
   EXPECT_EQ(t.max_outstanding, 32u);
   EXPECT_EQ(t.min_peers, 24u);
+  EXPECT_TRUE(t.slot_per_peer);
   // Adaptive windows move requests only when the total exceeds the peers' share of one each.
   EXPECT_GT(t.max_outstanding, t.degree * t.window_per_peer);
 }
@@ -34,6 +35,7 @@ TEST(Tuning, AppliesToAReceiverAndToASource) {
     EXPECT_EQ(o->adaptive_window, t.adaptive_window);
     EXPECT_EQ(o->max_outstanding, t.max_outstanding);
     EXPECT_EQ(o->serve_queue_limit, t.serve_queue_limit);
+    EXPECT_EQ(o->slot_per_peer, t.slot_per_peer);
     EXPECT_EQ(o->endgame_max_requests, t.endgame_max_requests);
     EXPECT_EQ(o->request_timeout, t.request_timeout);
   }
