@@ -60,13 +60,15 @@ constexpr size_t kMaxWorkerAddressBytes = 64 << 10;
 constexpr auto kTickPeriod = std::chrono::milliseconds(20);
 // Sequence numbers further ahead of the next one to deliver than this are a broken peer.
 constexpr uint64_t kMaxReorderWindow = 1u << 16;
-// Rendezvous receives a connection runs at once: two, or more while they total under
-// kReceiveAheadBytes (small chunks over a long link). That keeps the link busy (the next is
-// pulled while the last is delivered) and the buffers being written few, so they stay in cache:
-// with every announced message pulled at once (up to receive_queue_bytes, 8 of 4 MiB) the
-// shared-memory receive wrote a 32 MiB working set (docs/transport_ucx.md, "Receive buffers").
-constexpr uint32_t kMinReceivesInFlight = 2;
-constexpr size_t kReceiveAheadBytes = 8u << 20;
+// Rendezvous receives a connection runs at once: one, or more while they total under
+// kReceiveAheadBytes (small chunks over a long link still pipeline). Few pulls keep the buffers
+// being written few, so they stay in cache: with every announced message pulled at once (up to
+// receive_queue_bytes, 8 of 4 MiB) the shared-memory receive wrote a 32 MiB working set, and
+// one pull of 4 MiB at a time ran 1.17x two (docs/transport_ucx.md, "One pull at a time"). The
+// cost is a round trip between large messages, a few percent of a 4 MiB message even at
+// 100 Gbit/s.
+constexpr uint32_t kMinReceivesInFlight = 1;
+constexpr size_t kReceiveAheadBytes = 4u << 20;
 // Payloads from this size on are sent and received under a ucp_mem_map handle: they go by
 // rendezvous (or zero-copy) on every UCX transport, where a registration is what UCX would make
 // anyway. Smaller ones are copied into UCX's own registered buffers.
