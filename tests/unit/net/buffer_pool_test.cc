@@ -7,7 +7,14 @@
 
 #include "net/frame.h"
 
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__)  // GCC
+#define WC_ASAN 1
+#elif defined(__has_feature)  // Clang
+#if __has_feature(address_sanitizer)
+#define WC_ASAN 1
+#endif
+#endif
+#if defined(WC_ASAN)
 #include <sanitizer/asan_interface.h>
 #endif
 
@@ -82,7 +89,7 @@ TEST(BufferPool, LargeFrameBodiesReuseMemory) {
   EXPECT_EQ(BufferPool::Global().stats().hits, hits);
 }
 
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(WC_ASAN)
 // Under ASan a block is addressable only while handed out, and only its bytes: a body used after
 // it went back to the pool, or past its end, is still reported.
 TEST(BufferPool, IdleBlocksAndSlackArePoisonedUnderAsan) {
