@@ -8,13 +8,6 @@
 
 // Under AddressSanitizer, idle blocks are poisoned: a frame body used after it was freed (now
 // idle in the pool, not freed to the allocator) is still reported.
-#if defined(__SANITIZE_ADDRESS__)  // GCC
-#define WC_ASAN 1
-#elif defined(__has_feature)  // Clang
-#if __has_feature(address_sanitizer)
-#define WC_ASAN 1
-#endif
-#endif
 #if defined(WC_ASAN)
 #include <sanitizer/asan_interface.h>
 #define WC_POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))

@@ -27,6 +27,16 @@
 #include <deque>
 #include <mutex>
 
+// WC_ASAN: defined when built under AddressSanitizer (GCC or Clang); the pool then poisons
+// idle blocks.
+#if defined(__SANITIZE_ADDRESS__)  // GCC
+#define WC_ASAN 1
+#elif defined(__has_feature)  // Clang
+#if __has_feature(address_sanitizer)
+#define WC_ASAN 1
+#endif
+#endif
+
 namespace weightcast::net {
 
 // The offset in a block that starts a page (net::kChunkHeaderSize; frame.h checks they agree).

@@ -7,13 +7,6 @@
 
 #include "net/frame.h"
 
-#if defined(__SANITIZE_ADDRESS__)  // GCC
-#define WC_ASAN 1
-#elif defined(__has_feature)  // Clang
-#if __has_feature(address_sanitizer)
-#define WC_ASAN 1
-#endif
-#endif
 #if defined(WC_ASAN)
 #include <sanitizer/asan_interface.h>
 #endif

@@ -35,6 +35,14 @@ class UcxTransportTest : public ::testing::TestWithParam<const char*> {
     EXPECT_TRUE(t.ok()) << t.status().ToString();
     return t.ok() ? std::move(*t) : nullptr;
   }
+  // A connected pair whose client's send queue and server's receive queue hold `bytes`.
+  testing::ConnectedPair ConnectWithQueues(size_t bytes, LogCapture* log) {
+    Options server = TestOptions(2, log);
+    server.receive_queue_bytes = bytes;
+    Options client = TestOptions(1, log);
+    client.send_queue_bytes = bytes;
+    return testing::ConnectPair(Make(std::move(server)), Make(std::move(client)));
+  }
 };
 
 using Pair = testing::ConnectedPair;
@@ -112,11 +120,7 @@ TEST_P(UcxTransportTest, SmallReceiveQueueStillDeliversEverything) {
 // order and intact.
 TEST_P(UcxTransportTest, LargeChunksArePulledOneAtATime) {
   LogCapture log;
-  Options server = TestOptions(2, &log);
-  server.receive_queue_bytes = 64 << 20;
-  Options client = TestOptions(1, &log);
-  client.send_queue_bytes = 64 << 20;
-  Pair p = Connect(Make(std::move(server)), Make(std::move(client)));
+  Pair p = ConnectWithQueues(64 << 20, &log);
   ASSERT_TRUE(p.server && p.client) << log.All();
   constexpr size_t kChunk = 4 << 20;
   auto data = std::make_shared<std::vector<uint8_t>>(Pattern(kChunk, 5));
@@ -141,11 +145,7 @@ TEST_P(UcxTransportTest, LargeChunksArePulledOneAtATime) {
 // Small rendezvous chunks are pulled ahead, several at once, up to 4 MiB in flight.
 TEST_P(UcxTransportTest, SmallChunksArePulledSeveralAtATime) {
   LogCapture log;
-  Options server = TestOptions(2, &log);
-  server.receive_queue_bytes = 64 << 20;
-  Options client = TestOptions(1, &log);
-  client.send_queue_bytes = 64 << 20;
-  Pair p = Connect(Make(std::move(server)), Make(std::move(client)));
+  Pair p = ConnectWithQueues(64 << 20, &log);
   ASSERT_TRUE(p.server && p.client) << log.All();
   constexpr size_t kChunk = 512 << 10;  // rendezvous on tcp and shared memory alike
   auto data = std::make_shared<std::vector<uint8_t>>(Pattern(kChunk, 6));
