@@ -46,6 +46,7 @@ struct SimFlags {
   double timeout = std::chrono::duration<double>(swarm::Tuning{}.request_timeout).count();
   double rebalance_ms = 100;
   uint64_t seed = 1;
+  uint32_t threads = 0;
   std::string out;
   bool plot = false;
   bool references = true;
@@ -159,6 +160,7 @@ Status RunSim(const SimFlags& f) {
   c.tuning.request_timeout = std::chrono::nanoseconds(static_cast<int64_t>(f.timeout * 1e9));
   c.rebalance_interval = f.rebalance_ms * 1e-3;
   c.seed = f.seed;
+  c.threads = f.threads;
   if (f.die + f.stragglers + f.late > 1) {
     return InvalidArgument("--die + --stragglers + --late must not exceed 1");
   }
@@ -432,6 +434,10 @@ void SetupSim(CLI::App& app) {
   cmd->add_option("--rebalance-ms", f->rebalance_ms, "Max-min rate recomputation interval")
       ->capture_default_str();
   cmd->add_option("--seed", f->seed, "Seed")->capture_default_str();
+  cmd->add_option("--threads", f->threads,
+                  "Threads: 1, or 2 (a second one takes half of each HAVE fan-out; the same run "
+                  "event for event); default 0: 2 on a machine with two cores or more")
+      ->capture_default_str();
   cmd->add_option("-o,--out", f->out, "Directory for completion.csv, progress.csv (and sim.png)");
   cmd->add_flag("--plot", f->plot, "Draw sim.png with gnuplot (needs --out)");
   cmd->add_flag("!--no-references", f->references, "Skip simulating the reference schedules");

@@ -7,8 +7,10 @@
 #include <queue>
 #include <random>
 #include <string>
+#include <thread>
 
 #include "sim/network.h"
+#include "sim/side_worker.h"
 #include "swarm/peer_lists.h"
 #include "swarm/peer_protocol.h"
 
@@ -81,7 +83,10 @@ Message Control(MessageType type, uint32_t chunk, uint8_t code) {
 class Fleet {
  public:
   explicit Fleet(const FleetConfig& c)
-      : cfg_(c), have_to_holders_(c.have_to_holders), rng_(c.seed) {}
+      : cfg_(c),
+        have_to_holders_(c.have_to_holders),
+        rng_(c.seed),
+        side_(c.threads == 0 ? std::thread::hardware_concurrency() >= 2 : c.threads >= 2) {}
   Result<FleetResult> Run();
 
  private:
@@ -128,6 +133,11 @@ class Fleet {
   uint32_t complete_ = 0;
   uint32_t pending_ = 0;  // receivers still expected to complete
   FleetResult result_;
+  // The HAVE fan-out: its recipients and their protocols' answers, then carried out in order.
+  SideWorker side_;
+  std::vector<uint32_t> fanout_;  // indexes into the announcer's nbrs
+  std::vector<std::span<const Effect>> answers_;
+  std::vector<uint8_t> delivered_;  // the neighbour was alive and linked back
 };
 
 void Fleet::Connect(double now, uint32_t a, uint32_t b) {
@@ -489,18 +499,47 @@ Result<FleetResult> Fleet::Run() {
         // HAVE (ForEachHaveRecipient skips those that told it they hold the chunk), in id
         // order; with have_to_holders every neighbour gets it, in the same order.
         const Message have = Control(MessageType::kHave, e.chunk, swarm::kHaveWhole);
-        auto deliver = [&](uint32_t j) {
-          SimNode& nb = nodes_[j];
-          if (!nb.alive || !Linked(e.to, j) || !Linked(j, e.to)) return;
-          Apply(now, j, nb.proto->OnMessage(t, ToPeer(e.from), have));
+        // The announcer's side here; the neighbour's side (alive, its end of the link up) is
+        // read in the parallel part, where its cache misses are shared out.
+        fanout_.clear();
+        auto add = [&](uint32_t j) {
+          const int k = LinkIndex(e.to, j);
+          if (k >= 0 && to.link_up[k] != 0) fanout_.push_back(static_cast<uint32_t>(k));
         };
         if (have_to_holders_) {
           std::vector<uint32_t> all = to.nbrs;
           std::sort(all.begin(), all.end());
-          for (uint32_t j : all) deliver(j);
+          for (uint32_t j : all) add(j);
         } else {
           to.proto->ForEachHaveRecipient(chunk, swarm::kHaveWhole,
-                                         [&](PeerId peer) { deliver(ToNode(peer)); });
+                                         [&](PeerId peer) { add(ToNode(peer)); });
+        }
+        // Each recipient's protocol reads and writes its own state only, so they take the HAVE
+        // side by side. Their effects are carried out afterwards in the recipients' order, which
+        // is the order one thread delivering and carrying out in turn would have used: a
+        // recipient's effects never reach another protocol at once (requests, cancels and
+        // closes travel as events, uploads go to the network), except a have-set, which only a
+        // new link or target sends and is refused here.
+        answers_.resize(fanout_.size());
+        delivered_.resize(fanout_.size());
+        const PeerId from = ToPeer(e.from);
+        side_.ForEach(fanout_.size(), [&](size_t k) {
+          const uint32_t link = fanout_[k];
+          SimNode& nb = nodes_[to.nbrs[link]];
+          delivered_[k] = nb.alive && nb.link_up[to.rev[link]] != 0;
+          if (delivered_[k]) answers_[k] = nb.proto->OnMessage(t, from, have);
+        });
+        for (size_t k = 0; k < fanout_.size(); ++k) {
+          if (!delivered_[k]) continue;
+          const uint32_t j = to.nbrs[fanout_[k]];
+          for (const Effect& effect : answers_[k]) {
+            if (effect.kind == EffectKind::kSend &&
+                effect.message.type == MessageType::kSwarmHave) {
+              return Internal("sim: a HAVE made node " + std::to_string(j) +
+                              " send a have-set, which the parallel fan-out cannot order");
+            }
+          }
+          Apply(now, j, answers_[k]);
         }
         break;
       }

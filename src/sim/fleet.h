@@ -48,7 +48,10 @@ struct FleetConfig {
   // checks it). The source never asks to skip them: a spread_first scheduler reads the
   // availability of chunks it holds to refuse repeats.
   bool have_to_holders = false;
-  uint32_t samples = 200;         // progress samples over the run
+  uint32_t samples = 200;  // progress samples over the run
+  // Threads: 1 runs everything on the caller; 2 adds a worker for the HAVE fan-out (the same
+  // run, event for event; sim/side_worker.h); 0 picks 2 on a machine with two cores or more.
+  uint32_t threads = 0;
   double time_limit_factor = 20;  // give up at this multiple of the bound
 };
 

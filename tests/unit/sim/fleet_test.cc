@@ -159,6 +159,34 @@ TEST(Fleet, SkippingHavesToHoldersChangesNothing) {
   }
 }
 
+TEST(Fleet, TheFanOutWorkerChangesNothing) {
+  // The HAVE fan-out on two threads (FleetConfig::threads, sim/side_worker.h) must give the run
+  // of one thread, event for event: deaths, stragglers, late joiners and replacements too.
+  FleetConfig c = Small();
+  c.receivers = 40;
+  c.tuning.degree = 12;
+  c.tuning.source_degree = 16;
+  c.tuning.min_peers = c.tuning.degree;
+  c.die_fraction = 0.1;
+  c.straggler_fraction = 0.2;
+  c.late_fraction = 0.1;
+  c.late_at = 0.4;
+  c.threads = 1;
+  Result<FleetResult> one = RunFleet(c);
+  c.threads = 2;
+  Result<FleetResult> two = RunFleet(c);
+  ASSERT_TRUE(one.ok() && two.ok());
+  EXPECT_EQ(one->events, two->events);
+  EXPECT_EQ(one->requests, two->requests);
+  EXPECT_EQ(one->replacement_peers, two->replacement_peers);
+  EXPECT_EQ(one->duplicate_bytes, two->duplicate_bytes);
+  for (size_t i = 0; i < one->nodes.size(); ++i) {
+    EXPECT_EQ(one->nodes[i].completed_at, two->nodes[i].completed_at) << "node " << i;
+    EXPECT_EQ(one->nodes[i].bytes_in, two->nodes[i].bytes_in) << "node " << i;
+    EXPECT_EQ(one->nodes[i].bytes_out, two->nodes[i].bytes_out) << "node " << i;
+  }
+}
+
 TEST(Fleet, RejectsNonsense) {
   FleetConfig c = Small();
   c.chunk_bytes = 0;
