@@ -93,6 +93,7 @@ Status StagingState::CheckOpen() const {
 
 Status StagingState::OpenFiles(const std::filesystem::path& files_dir, bool create) {
   dirty = std::make_unique<std::atomic<bool>[]>(manifest.files.size());
+  write_mu = std::make_unique<std::mutex[]>(manifest.files.size());
   fds.assign(manifest.files.size(), -1);
   for (size_t i = 0; i < manifest.files.size(); ++i) {
     const ManifestFile& f = manifest.files[i];
@@ -221,6 +222,7 @@ Status StagingState::WriteChunkPart(ChunkIndex index, uint64_t offset,
       manifest.files, range, [&](size_t file, uint64_t at, uint64_t len, uint64_t from) -> Status {
         const uint8_t* p = bytes.data() + from;
         uint64_t done = 0;
+        std::lock_guard one_writer(write_mu[file]);
         while (done < len) {
           ssize_t n = ::pwrite(fds[file], p + done, len - done, static_cast<off_t>(at + done));
           if (n < 0) {
