@@ -53,6 +53,13 @@ using swarm::PayloadKind;
 
 }  // namespace
 
+// How this node takes part in a target: seeding it, or fetching delta payloads onto its base
+// (neither: fetching whole chunks). The protocol keeps it from then on (its TargetSpec).
+struct TargetRole {
+  bool source = false;
+  bool fetch_payloads = false;
+};
+
 // What the upload and verification workers need of a target, shared so that a replaced target stays
 // alive until they are done with it.
 struct TargetData {
@@ -62,7 +69,6 @@ struct TargetData {
   // version (Store::CommitPartial). Absent: the node wants every chunk.
   std::optional<PartialVersion> subset;
   std::atomic<bool> committed{false};
-  bool delta = false;                                 // fetching payloads onto `base`
   std::shared_ptr<const PayloadCache> seed_payloads;  // a source's payloads
   // A rank seeding its part of a sharded version (SeedPart): the chunks [first_chunk,
   // first_chunk + chunk_count) are read from the part committed in the store as `stored`, and
@@ -77,7 +83,9 @@ struct TargetData {
     return !part || (chunk.value() >= part->first_chunk &&
                      chunk.value() - part->first_chunk < part->chunk_count);
   }
-  std::shared_ptr<PayloadCache> payloads;  // payloads this node decoded (delta mode)
+  // Payloads this node decoded, when it fetches payloads onto `base` (whether it still does, after
+  // a fall-back to whole chunks, is the protocol's: PeerProtocol::fetching_payloads).
+  std::shared_ptr<PayloadCache> payloads;
   std::optional<Manifest> base_manifest;
   std::optional<codec::SnapshotReader> base_bytes;
   // The scheduler generation. A worker may still be decoding for an old one after a restart;
@@ -159,7 +167,6 @@ struct SwarmNode::Impl {
   // is the protocol's.
   struct Target {
     std::shared_ptr<TargetData> data;
-    bool source = false;
     uint64_t bytes_received = 0;
     uint32_t chunks_failed = 0;
     // Control messages sent for this target, by type, and their bytes (the log line at
@@ -842,7 +849,6 @@ struct SwarmNode::Impl {
       }
       case EffectKind::kFetchWhole:
         Log(e.why + "; fetching whole chunks from now on");
-        target_.data->delta = false;
         return;
       case EffectKind::kComplete:
         if (target_.data->staged) target_.data->staged->Flush().IgnoreError();
@@ -882,7 +888,8 @@ struct SwarmNode::Impl {
 
   // Hands the target to the protocol: what it holds (`whole`, `payload`) and wants, and the
   // sizes its item scaling needs. target_.data is set. Under mu_.
-  Status StartTarget(std::vector<bool> whole, std::vector<bool> payload, std::vector<bool> want) {
+  Status StartTarget(std::vector<bool> whole, std::vector<bool> payload, std::vector<bool> want,
+                     TargetRole role = {}) {
     const TargetData& t = *target_.data;
     const Manifest& m = t.manifest;
     swarm::TargetSpec spec{.version = m.version,
@@ -890,8 +897,8 @@ struct SwarmNode::Impl {
                            .whole = std::move(whole),
                            .payload = std::move(payload),
                            .want = std::move(want),
-                           .source = target_.source,
-                           .fetch_payloads = t.delta,
+                           .source = role.source,
+                           .fetch_payloads = role.fetch_payloads,
                            .total_bytes = m.total_size(),
                            .chunk_bytes = m.chunk_size,
                            .payload_bytes = {},
@@ -1049,6 +1056,7 @@ struct SwarmNode::Impl {
     // and a delta onto it travels as payloads.
     auto current = store_.Current(options_.channel);
     uint32_t copied = 0;
+    bool fetch_payloads = false;
     if (current.ok()) {
       auto base = store_.GetManifest(options_.channel, *current);
       auto bytes = base.ok() ? codec::SnapshotReader::Open(
@@ -1075,12 +1083,12 @@ struct SwarmNode::Impl {
             ++copied;
           }
         }
-        data->delta = options_.use_delta && manifest.delta.has_value() &&
-                      manifest.delta->base_version == *current &&
-                      manifest.delta->base_root == base->root &&
-                      manifest.delta->chunks.size() == n &&
-                      BaseCoversDelta(manifest, want, whole, *base_holds);
-        if (data->delta) {
+        fetch_payloads = options_.use_delta && manifest.delta.has_value() &&
+                         manifest.delta->base_version == *current &&
+                         manifest.delta->base_root == base->root &&
+                         manifest.delta->chunks.size() == n &&
+                         BaseCoversDelta(manifest, want, whole, *base_holds);
+        if (fetch_payloads) {
           data->base_manifest = std::move(base).value();
           data->base_bytes.emplace(std::move(bytes).value());
           // Spilled past its memory bound into the store's own disk (TMPDIR may be tmpfs).
@@ -1092,11 +1100,11 @@ struct SwarmNode::Impl {
     RETURN_IF_ERROR(data->staged->Flush());
     target_.data = std::move(data);
     target_.started = begun;
-    RETURN_IF_ERROR(StartTarget(std::move(whole), std::vector<bool>(n, false), std::move(want)));
+    RETURN_IF_ERROR(StartTarget(std::move(whole), std::vector<bool>(n, false), std::move(want),
+                                {.fetch_payloads = fetch_payloads}));
     Log("target " + V(manifest.version) + ": " + std::to_string(n) + " chunks, " +
         std::to_string(resumed) + " resumed, " + std::to_string(copied) + " copied locally, " +
-        (target_.data->delta ? "fetching delta payloads" : "fetching whole chunks") +
-        " (staged in " +
+        (fetch_payloads ? "fetching delta payloads" : "fetching whole chunks") + " (staged in " +
         std::to_string(
             std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - begun).count()) +
         " ms, window " + std::to_string(protocol_.window()) + ")");
@@ -1118,7 +1126,6 @@ struct SwarmNode::Impl {
     data->committed = true;
     data->seed_payloads = std::move(payloads);
     target_.data = std::move(data);
-    target_.source = true;
     std::vector<bool> payload(n, false);
     if (target_.data->seed_payloads != nullptr) {
       for (ChunkIndex c : target_.data->seed_payloads->Chunks()) {
@@ -1126,8 +1133,8 @@ struct SwarmNode::Impl {
       }
     }
     target_.started = Clock::now();
-    RETURN_IF_ERROR(
-        StartTarget(std::vector<bool>(n, true), std::move(payload), std::vector<bool>(n, true)));
+    RETURN_IF_ERROR(StartTarget(std::vector<bool>(n, true), std::move(payload),
+                                std::vector<bool>(n, true), {.source = true}));
     Log("seeding " + V(manifest.version));
     return Status::Ok();
   }
@@ -1157,7 +1164,6 @@ struct SwarmNode::Impl {
     data->seed_payloads = std::move(payloads);
     data->part = TargetData::PartSeed{part.version, first_chunk, own};
     target_.data = std::move(data);
-    target_.source = true;
     // This rank holds, wants and replicates its part's chunks only.
     std::vector<bool> own_chunks(n, false), payload(n, false);
     for (uint32_t i = first_chunk; i < first_chunk + own; ++i) own_chunks[i] = true;
@@ -1167,7 +1173,7 @@ struct SwarmNode::Impl {
       }
     }
     target_.started = Clock::now();
-    RETURN_IF_ERROR(StartTarget(own_chunks, std::move(payload), own_chunks));
+    RETURN_IF_ERROR(StartTarget(own_chunks, std::move(payload), own_chunks, {.source = true}));
     Log("seeding " + V(manifest.version) + " chunks " + std::to_string(first_chunk) + ".." +
         std::to_string(first_chunk + own) + " (this rank's part)");
     return Status::Ok();
@@ -1175,6 +1181,7 @@ struct SwarmNode::Impl {
 
   Status CommitTarget() {
     std::shared_ptr<TargetData> data;
+    bool kept_payloads = false;  // every payload was fetched and decoded (no fall-back)
     {
       std::lock_guard lock(mu_);
       if (target_.data == nullptr) return FailedPrecondition("no target to commit");
@@ -1186,6 +1193,7 @@ struct SwarmNode::Impl {
                                   " missing)");
       }
       data = target_.data;
+      kept_payloads = protocol_.fetching_payloads();
     }
     // The commit (fsyncs, renames) runs without the lock; uploads keep reading the staging
     // and fall back to the committed files once it moved.
@@ -1196,7 +1204,7 @@ struct SwarmNode::Impl {
       RETURN_IF_ERROR(
           store_.CommitPartial(options_.channel, data->manifest.version, *data->subset));
     } else {
-      KeepDeltaFile(*data);
+      if (kept_payloads) KeepDeltaFile(*data);
       RETURN_IF_ERROR(store_.Commit(options_.channel, data->manifest.version));
     }
     if (Result<std::vector<VersionInfo>> kept = store_.List(options_.channel); kept.ok()) {
@@ -1216,7 +1224,7 @@ struct SwarmNode::Impl {
   // before the version becomes current. A node that took some chunks whole has no complete set:
   // its samplers copy the chunks that differ instead.
   void KeepDeltaFile(const TargetData& data) {
-    if (!data.delta || data.payloads == nullptr || !data.manifest.delta.has_value()) return;
+    if (data.payloads == nullptr || !data.manifest.delta.has_value()) return;
     const Status s = live::WriteDeltaFile(store_.root(), data.manifest,
                                           [&](ChunkIndex i) -> std::span<const uint8_t> {
                                             // The cache keeps every payload it holds alive, so the
@@ -1304,7 +1312,7 @@ struct SwarmNode::Impl {
     if (target_.data == nullptr) return p;
     const Manifest& m = target_.data->manifest;
     p.version = m.version;
-    p.delta = target_.data->delta;
+    p.delta = protocol_.fetching_payloads();
     const std::vector<bool>& want = protocol_.want();
     const std::vector<bool>& whole = protocol_.whole();
     for (uint32_t i = 0; i < m.chunk_count(); ++i) {
