@@ -160,6 +160,9 @@ Status RunSim(const SimFlags& f) {
   c.tuning.request_timeout = std::chrono::nanoseconds(static_cast<int64_t>(f.timeout * 1e9));
   c.rebalance_interval = f.rebalance_ms * 1e-3;
   c.seed = f.seed;
+  if (f.threads > 2) {
+    return InvalidArgument("--threads must be 0 (two on a machine with two cores or more), 1 or 2");
+  }
   c.threads = f.threads;
   if (f.die + f.stragglers + f.late > 1) {
     return InvalidArgument("--die + --stragglers + --late must not exceed 1");

@@ -35,6 +35,7 @@ expect_error missing "missing" "$wc" inspect "$work/missing"
 # Command-line mistakes.
 expect_error bad-chunk-size "12parsecs" "$wc" manifest "$work/model" --chunk-size 12parsecs
 expect_error bad-hash "hash" "$wc" manifest "$work/model" --hash md5
+expect_error sim-threads "threads must be" "$wc" sim -n 10 --size 1GB --threads 3
 
 # A store refuses a bad channel name and is left as it was.
 mkdir -p "$work/store"
