@@ -24,6 +24,20 @@ double Sum(const FleetResult& r, double NodeResult::*field) {
   return s;
 }
 
+// The same run, event for event: counts, and every node's completion and bytes.
+void ExpectSameRun(const FleetResult& a, const FleetResult& b) {
+  EXPECT_EQ(a.events, b.events);
+  EXPECT_EQ(a.requests, b.requests);
+  EXPECT_EQ(a.replacement_peers, b.replacement_peers);
+  EXPECT_EQ(a.duplicate_bytes, b.duplicate_bytes);
+  ASSERT_EQ(a.nodes.size(), b.nodes.size());
+  for (size_t i = 0; i < a.nodes.size(); ++i) {
+    EXPECT_EQ(a.nodes[i].completed_at, b.nodes[i].completed_at) << "node " << i;
+    EXPECT_EQ(a.nodes[i].bytes_in, b.nodes[i].bytes_in) << "node " << i;
+    EXPECT_EQ(a.nodes[i].bytes_out, b.nodes[i].bytes_out) << "node " << i;
+  }
+}
+
 TEST(Fleet, EveryReceiverCompletesNearTheBound) {
   Result<FleetResult> r = RunFleet(Small());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -149,14 +163,7 @@ TEST(Fleet, SkippingHavesToHoldersChangesNothing) {
   c.have_to_holders = true;
   Result<FleetResult> all = RunFleet(c);
   ASSERT_TRUE(skip.ok() && all.ok());
-  EXPECT_EQ(skip->events, all->events);
-  EXPECT_EQ(skip->requests, all->requests);
-  EXPECT_EQ(skip->replacement_peers, all->replacement_peers);
-  for (size_t i = 0; i < skip->nodes.size(); ++i) {
-    EXPECT_EQ(skip->nodes[i].completed_at, all->nodes[i].completed_at) << "node " << i;
-    EXPECT_EQ(skip->nodes[i].bytes_in, all->nodes[i].bytes_in) << "node " << i;
-    EXPECT_EQ(skip->nodes[i].bytes_out, all->nodes[i].bytes_out) << "node " << i;
-  }
+  ExpectSameRun(*skip, *all);
 }
 
 TEST(Fleet, TheFanOutWorkerChangesNothing) {
@@ -176,15 +183,7 @@ TEST(Fleet, TheFanOutWorkerChangesNothing) {
   c.threads = 2;
   Result<FleetResult> two = RunFleet(c);
   ASSERT_TRUE(one.ok() && two.ok());
-  EXPECT_EQ(one->events, two->events);
-  EXPECT_EQ(one->requests, two->requests);
-  EXPECT_EQ(one->replacement_peers, two->replacement_peers);
-  EXPECT_EQ(one->duplicate_bytes, two->duplicate_bytes);
-  for (size_t i = 0; i < one->nodes.size(); ++i) {
-    EXPECT_EQ(one->nodes[i].completed_at, two->nodes[i].completed_at) << "node " << i;
-    EXPECT_EQ(one->nodes[i].bytes_in, two->nodes[i].bytes_in) << "node " << i;
-    EXPECT_EQ(one->nodes[i].bytes_out, two->nodes[i].bytes_out) << "node " << i;
-  }
+  ExpectSameRun(*one, *two);
 }
 
 TEST(Fleet, RejectsNonsense) {
