@@ -2,6 +2,7 @@
 // on a virtual clock, and print where it lands against the lower bound and reference schedules.
 // docs/simulator.md describes the model; the last line of output is one JSON object.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -10,8 +11,10 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli/command.h"
@@ -245,27 +248,54 @@ Status RunSim(const SimFlags& f) {
 
   sim::ReferenceSetup ref{f.nodes, c.total_bytes, c.chunk_bytes, c.bandwidth, c.shared, c.latency};
   nlohmann::ordered_json refs;
-  const auto t1 = std::chrono::steady_clock::now();
-  refs["source_to_all_formula_s"] = sim::SourceToAllFormula(ref);
-  refs["chain_formula_s"] = sim::ChainFormula(ref);
-  refs["binomial_formula_s"] = sim::BinomialFormula(ref);
-  if (f.references) {
-    refs["source_to_all_sim_s"] = sim::SimulateSourceToAll(ref);
-    refs["chain_sim_s"] = sim::SimulateChain(ref);
-    uint32_t rounds = 0;
-    refs["binomial_sim_s"] = sim::SimulateBinomial(ref, &rounds);
-    refs["binomial_sim_nodes"] = uint64_t{1}
-                                 << static_cast<int>(std::ceil(std::log2(f.nodes + 1.0)));
-  }
-  const double ref_wall =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
-
+  double ref_wall = 0;
+  auto run_references = [&] {
+    const auto t1 = std::chrono::steady_clock::now();
+    refs["source_to_all_formula_s"] = sim::SourceToAllFormula(ref);
+    refs["chain_formula_s"] = sim::ChainFormula(ref);
+    refs["binomial_formula_s"] = sim::BinomialFormula(ref);
+    if (f.references) {
+      refs["source_to_all_sim_s"] = sim::SimulateSourceToAll(ref);
+      refs["chain_sim_s"] = sim::SimulateChain(ref);
+      uint32_t rounds = 0;
+      refs["binomial_sim_s"] = sim::SimulateBinomial(ref, &rounds);
+      refs["binomial_sim_nodes"] = uint64_t{1}
+                                   << static_cast<int>(std::ceil(std::log2(f.nodes + 1.0)));
+    }
+    ref_wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  };
   // The control plane after the distribution, once per commit policy, on the same fleet result.
+  // The references and the rollouts are separate simulations sharing nothing, so with a second
+  // thread they run side by side: it takes the references, then rollouts from the same queue
+  // (a few seconds of a 1,000-node run's wall time). The jthread joins on every return path.
+  const std::vector<sim::RolloutNode> rnodes = sim::RolloutNodes(r);
+  std::vector<std::optional<Result<sim::RolloutResult>>> rollout_results(rollout_configs.size());
+  std::atomic<size_t> next_rollout{0};
+  auto run_rollouts = [&] {
+    for (size_t i = next_rollout++; i < rollout_configs.size(); i = next_rollout++) {
+      rollout_results[i].emplace(sim::SimulateRollout(rollout_configs[i], rnodes));
+    }
+  };
+  const bool side_by_side =
+      c.threads == 0 ? std::thread::hardware_concurrency() >= 2 : c.threads >= 2;
+  {
+    std::jthread side;
+    if (side_by_side) {
+      side = std::jthread([&] {
+        run_references();
+        run_rollouts();
+      });
+    } else {
+      run_references();
+    }
+    run_rollouts();
+  }
+
   nlohmann::ordered_json rollouts = nlohmann::ordered_json::array();
   std::vector<std::string> rollout_lines;
-  const std::vector<sim::RolloutNode> rnodes = sim::RolloutNodes(r);
-  for (const sim::RolloutConfig& rc : rollout_configs) {
-    ASSIGN_OR_RETURN(sim::RolloutResult ro, sim::SimulateRollout(rc, rnodes));
+  for (size_t i = 0; i < rollout_configs.size(); ++i) {
+    const sim::RolloutConfig& rc = rollout_configs[i];
+    ASSIGN_OR_RETURN(sim::RolloutResult ro, std::move(*rollout_results[i]));
     const std::string policy = rollout::FormatCommitPolicy(rc.policy);
     auto lag = [](double to, double from) {
       return to >= 0 && from >= 0 ? nlohmann::ordered_json(to - from) : nlohmann::ordered_json();
