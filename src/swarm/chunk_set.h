@@ -71,4 +71,20 @@ class ChunkSet {
   uint32_t count_ = 0;
 };
 
+// A read-only look at a chunk set whose words are kept elsewhere: the scheduler keeps every
+// peer's have-set in one array (Scheduler::peer_has_), and PeerProtocol reads a registered
+// peer's bits there.
+class ChunkSetView {
+ public:
+  ChunkSetView(const uint64_t* words, uint32_t size) : words_(words), size_(size) {}
+  bool Contains(ChunkIndex chunk) const {
+    const uint32_t i = chunk.value();
+    return i < size_ && ((words_[i >> 6] >> (i & 63)) & 1) != 0;
+  }
+
+ private:
+  const uint64_t* words_;
+  uint32_t size_;
+};
+
 }  // namespace weightcast::swarm

@@ -126,8 +126,8 @@ void PeerProtocol::Forget(PeerState& p) {
 
 void PeerProtocol::Reclaim(PeerId id, PeerState& p) {
   const bool payload = target_ && target_->scheduler_fetches_payloads;
-  const ChunkSet* kept = Delegated(id, p, payload);
-  if (kept == nullptr) return;
+  const std::optional<ChunkSetView> kept = Delegated(id, p, payload);
+  if (!kept) return;
   std::vector<bool>& bits = payload ? p.payload : p.whole;
   for (uint32_t i = 0; i < bits.size(); ++i) bits[i] = kept->Contains(ChunkIndex(i));
 }

@@ -260,14 +260,14 @@ class PeerProtocol {
   }
   // Whether `p` (`id`) holds `chunk` whole (payload false) or its payload.
   bool Holds(PeerId id, const PeerState& p, uint32_t chunk, bool payload) const {
-    if (const ChunkSet* kept = Delegated(id, p, payload)) return kept->Contains(ChunkIndex(chunk));
+    if (const auto kept = Delegated(id, p, payload)) return kept->Contains(ChunkIndex(chunk));
     return payload ? p.payload[chunk] : p.whole[chunk];
   }
   // The scheduler's have-set of registered `p` when it records the bits of that kind (the kind
   // the target fetches), else nullptr: then p's own bits are current.
-  const ChunkSet* Delegated(PeerId id, const PeerState& p, bool payload) const {
+  std::optional<ChunkSetView> Delegated(PeerId id, const PeerState& p, bool payload) const {
     if (!Registered(p) || !target_->scheduler || payload != target_->scheduler_fetches_payloads) {
-      return nullptr;
+      return std::nullopt;
     }
     return target_->scheduler->peer_has(p.slot, id);
   }

@@ -79,6 +79,7 @@ Scheduler::Scheduler(SchedulerOptions options)
       source_slots_(1, 0),
       receiver_held_(n_),
       request_count_(n_, 0),
+      set_words_((n_ + 63) / 64),
       sent_count_(n_, 0),
       rng_(options_.seed) {
   for (uint32_t i = 0; i < n_; ++i) {
@@ -179,7 +180,7 @@ uint32_t Scheduler::window(PeerId peer) const {
 ChunkIndex Scheduler::Pick(Peer& p, bool endgame) {
   const ChunkIndex none(n_);
   const std::vector<uint64_t>& want_words = endgame ? need_.words() : need_unrequested_.words();
-  const std::vector<uint64_t>& has = p.has.words();
+  const uint64_t* has = HasWords(SlotOf(p));
   const std::vector<uint64_t>& refused = p.refused.words();
   const std::vector<uint64_t>& receiver_held = receiver_held_.words();
   const size_t nw = want_words.size();
@@ -297,13 +298,14 @@ void Scheduler::WidenHolders(uint32_t words) {
 }
 
 void Scheduler::ForgetPeer(Time /*now*/, Peer& p) {
-  const std::vector<uint64_t>& words = p.has.words();
-  for (size_t w = 0; w < words.size(); ++w) {
+  uint64_t* words = HasWords(SlotOf(p));
+  for (size_t w = 0; w < set_words_; ++w) {
     uint64_t bits = words[w];
     while (bits != 0) {
       CountHolder(p, static_cast<uint32_t>(w * 64 + std::countr_zero(bits)), -1);
       bits &= bits - 1;
     }
+    words[w] = 0;
   }
   while (!p.inflight.empty()) RemoveRequest(p, p.inflight.back().chunk);
   auto gone = [&](const ServeItem& s) { return s.peer == p.id; };
@@ -320,7 +322,6 @@ void Scheduler::ForgetPeer(Time /*now*/, Peer& p) {
   const auto slot_index = static_cast<size_t>(&p - peers_.data());
   source_slots_[slot_index / 64] &= ~(uint64_t{1} << (slot_index % 64));
   p.source = false;
-  p.has = ChunkSet();
   p.refused = ChunkSet();
   p.held_since.clear();
   p.inflight.clear();
@@ -344,6 +345,7 @@ std::span<const Action> Scheduler::OnPeerConnected(Time now, PeerId peer, const 
   } else {
     slot = static_cast<uint32_t>(peers_.size());
     peers_.emplace_back();
+    peer_has_.resize(peers_.size() * set_words_, 0);
     if (slot >= 64 * holder_words_) WidenHolders(holder_words_ + 1);
     peer_ids_.emplace_back(0);
   }
@@ -352,7 +354,12 @@ std::span<const Action> Scheduler::OnPeerConnected(Time now, PeerId peer, const 
   p.live = true;
   p.source = role == PeerRole::kSource;
   if (p.source) source_slots_[slot / 64] |= uint64_t{1} << (slot % 64);
-  p.has = has.size() == n_ ? has : ChunkSet(n_);
+  uint64_t* words = HasWords(slot);
+  if (has.size() == n_) {
+    std::copy(has.words().begin(), has.words().end(), words);
+  } else {
+    std::fill(words, words + set_words_, 0);
+  }
   p.refused = ChunkSet(n_);
   p.held_since.clear();
   p.inflight.clear();
@@ -365,8 +372,7 @@ std::span<const Action> Scheduler::OnPeerConnected(Time now, PeerId peer, const 
     DropPeer(now, p, DropReason::kProtocolError);
     return Flush();
   }
-  const std::vector<uint64_t>& words = p.has.words();
-  for (size_t w = 0; w < words.size(); ++w) {
+  for (size_t w = 0; w < set_words_; ++w) {
     uint64_t bits = words[w];
     while (bits != 0) {
       CountHolder(p, static_cast<uint32_t>(w * 64 + std::countr_zero(bits)), +1);
@@ -400,7 +406,14 @@ std::span<const Action> Scheduler::OnHave(Time now, PeerId peer, ChunkIndex chun
     FillAll(now);
     return Flush();
   }
-  if (p->has.Insert(chunk)) CountHolder(*p, chunk.value(), +1);
+  // The word's address comes from the slot, not from the record just checked: the two loads
+  // (each a cache miss in a large simulated fleet) overlap.
+  uint64_t& word = HasWords(SlotOf(*p))[chunk.value() >> 6];
+  const uint64_t bit = uint64_t{1} << (chunk.value() & 63);
+  if ((word & bit) == 0) {
+    word |= bit;
+    CountHolder(*p, chunk.value(), +1);
+  }
   if (Needed(chunk) && p->inflight.size() < p->window) Fill(now, *p);
   return Flush();
 }

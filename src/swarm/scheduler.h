@@ -202,9 +202,9 @@ class Scheduler {
     return &holders_[size_t{chunk.value()} * holder_words_];
   }
   uint32_t holder_words() const { return holder_words_; }
-  const ChunkSet* peer_has(uint32_t slot, PeerId peer) const {
-    return slot < peers_.size() && peers_[slot].live && peers_[slot].id == peer ? &peers_[slot].has
-                                                                                : nullptr;
+  std::optional<ChunkSetView> peer_has(uint32_t slot, PeerId peer) const {
+    if (slot >= peers_.size() || !peers_[slot].live || peers_[slot].id != peer) return std::nullopt;
+    return ChunkSetView(HasWords(slot), n_);
   }
   // The earliest deadline of an outstanding request, or Time::max() when none; an owner can
   // arm its timer for it instead of ticking.
@@ -219,8 +219,7 @@ class Scheduler {
   struct Peer {
     PeerId id;
     bool live = false;
-    bool source = false;  // PeerRole::kSource
-    ChunkSet has;
+    bool source = false;  // PeerRole::kSource (its have-set: HasWords of its slot)
     ChunkSet refused;
     Time refused_until{0};
     // spread_first: when a repeat of each chunk was first refused to this peer (Time::min():
@@ -246,6 +245,10 @@ class Scheduler {
     actions_.push_back(Action{kind, peer, chunk, r, count});
   }
   Peer* FindPeer(PeerId id);
+  size_t SlotOf(const Peer& p) const { return static_cast<size_t>(&p - peers_.data()); }
+  // The have-set of the peer in `slot`: set_words_ words of peer_has_.
+  uint64_t* HasWords(size_t slot) { return &peer_has_[slot * set_words_]; }
+  const uint64_t* HasWords(size_t slot) const { return &peer_has_[slot * set_words_]; }
   bool Needed(ChunkIndex c) const { return need_.Contains(c); }
   bool Requested(Peer& p, ChunkIndex c) const;
   void AddRequest(Time now, Peer& p, ChunkIndex c);
@@ -304,6 +307,11 @@ class Scheduler {
   std::vector<uint8_t> request_count_;  // outstanding requests per chunk
   size_t outstanding_ = 0;
   std::vector<Peer> peers_;
+  // Every peer's have-set, set_words_ words per slot, in one array: a HAVE's word is found from
+  // the slot alone, so its cache miss overlaps the one on the peer's record instead of waiting
+  // for a pointer kept there (the simulator delivers N x C x degree HAVEs).
+  uint32_t set_words_;
+  std::vector<uint64_t> peer_has_;
   std::vector<uint32_t> free_slots_;
   // Slot of each connected peer, parallel to peers_ (a free slot's entry is stale;
   // Peer::live tells). A linear scan

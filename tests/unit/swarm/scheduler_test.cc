@@ -574,14 +574,14 @@ TEST(Scheduler, CountsHoldersOfManyPeersBySlot) {
   const std::optional<uint32_t> slot99 = s.slot(PeerId(99));
   ASSERT_TRUE(slot99.has_value());
   EXPECT_NE((s.holder_slots(ChunkIndex(2))[*slot99 / 64] >> (*slot99 % 64)) & 1, 0u);
-  ASSERT_NE(s.peer_has(*slot99, PeerId(99)), nullptr);
+  ASSERT_NE(s.peer_has(*slot99, PeerId(99)), std::nullopt);
   EXPECT_TRUE(s.peer_has(*slot99, PeerId(99))->Contains(ChunkIndex(2)));
-  EXPECT_EQ(s.peer_has(*slot99, PeerId(98)), nullptr);
+  EXPECT_EQ(s.peer_has(*slot99, PeerId(98)), std::nullopt);
   for (uint64_t id = 1; id <= 100; id += 2) s.OnPeerDisconnected(t0, PeerId(id));
   EXPECT_EQ(s.availability(ChunkIndex(1)), 50u);
   EXPECT_EQ(s.availability(ChunkIndex(2)), 1u);
   EXPECT_EQ(s.receiver_holders(ChunkIndex(2)), 0u);  // 70 is a source
-  EXPECT_EQ(s.peer_has(*slot99, PeerId(99)), nullptr);
+  EXPECT_EQ(s.peer_has(*slot99, PeerId(99)), std::nullopt);
   EXPECT_FALSE(s.slot(PeerId(99)).has_value());
 }
 
