@@ -247,8 +247,8 @@ class Scheduler {
   Peer* FindPeer(PeerId id);
   size_t SlotOf(const Peer& p) const { return static_cast<size_t>(&p - peers_.data()); }
   // The have-set of the peer in `slot`: set_words_ words of peer_has_.
-  uint64_t* HasWords(size_t slot) { return &peer_has_[slot * set_words_]; }
-  const uint64_t* HasWords(size_t slot) const { return &peer_has_[slot * set_words_]; }
+  uint64_t* HasWords(size_t slot) { return peer_has_.data() + slot * set_words_; }
+  const uint64_t* HasWords(size_t slot) const { return peer_has_.data() + slot * set_words_; }
   bool Needed(ChunkIndex c) const { return need_.Contains(c); }
   bool Requested(Peer& p, ChunkIndex c) const;
   void AddRequest(Time now, Peer& p, ChunkIndex c);
