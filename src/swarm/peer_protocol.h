@@ -264,7 +264,7 @@ class PeerProtocol {
     return payload ? p.payload[chunk] : p.whole[chunk];
   }
   // The scheduler's have-set of registered `p` when it records the bits of that kind (the kind
-  // the target fetches), else nullptr: then p's own bits are current.
+  // the target fetches), else none: then p's own bits are current.
   std::optional<ChunkSetView> Delegated(PeerId id, const PeerState& p, bool payload) const {
     if (!Registered(p) || !target_->scheduler || payload != target_->scheduler_fetches_payloads) {
       return std::nullopt;

@@ -192,9 +192,6 @@ class Scheduler {
   uint32_t window(PeerId peer) const;
   // The slot of connected `peer` (fixed while it stays connected), or nullopt.
   std::optional<uint32_t> slot(PeerId peer) const;
-  // The have-set kept of the peer in `slot`, while that slot is still `peer`'s (nullptr
-  // otherwise). The peer protocol reads a registered peer's bits here instead of keeping a second
-  // copy: one record per peer, so a HAVE sets one bit (the simulator delivers N x C x degree).
   // Which slots hold `chunk`: bit s % 64 of word s / 64, holder_words() words. Chunk-major, so
   // that the peer protocol finds which of its peers lack a chunk it announces in one word, not in
   // every peer's have-set.
@@ -202,6 +199,9 @@ class Scheduler {
     return &holders_[size_t{chunk.value()} * holder_words_];
   }
   uint32_t holder_words() const { return holder_words_; }
+  // The have-set kept of the peer in `slot`, while that slot is still `peer`'s (nullopt
+  // otherwise). The peer protocol reads a registered peer's bits here instead of keeping a second
+  // copy: one record per peer, so a HAVE sets one bit (the simulator delivers N x C x degree).
   std::optional<ChunkSetView> peer_has(uint32_t slot, PeerId peer) const {
     if (slot >= peers_.size() || !peers_[slot].live || peers_[slot].id != peer) return std::nullopt;
     return ChunkSetView(HasWords(slot), n_);
