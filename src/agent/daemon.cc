@@ -295,8 +295,9 @@ Status Agent::Impl::Beat() {
     if (t.channel() == options.channel) rollout->OnTarget(t, client.get());
   }
   if (options.exit_after.value() != 0) {
-    auto current = store->Current(options.channel);
-    if (current.ok() && *current >= options.exit_after) {
+    // The participant's current, not the store's: the store switches on the commit's thread
+    // before the participant (and so the COMMITTED phase this last heartbeat reports) hears of it.
+    if (rollout->current() >= options.exit_after) {
       // One more heartbeat so the coordinator sees the COMMITTED phase before we leave.
       wire::Heartbeat last;
       *last.add_channels() = rollout->Progress();
@@ -381,7 +382,7 @@ Status Agent::Impl::Run() {
   ro.hook_retries = options.hook_retries;
   ro.hook_failure = options.hook_failure;
   ro.log = options.log;
-  ro.on_hook_done = [this] { RequestWake(); };
+  ro.on_work_done = [this] { RequestWake(); };
   ASSIGN_OR_RETURN(rollout, RolloutDriver::Create(std::move(ro), *store, *node));
   if (options.corrupt_uploads_for_testing) {
     Log("TESTING ONLY: every chunk this node uploads is corrupted");

@@ -75,6 +75,7 @@ RolloutDriver::RolloutDriver(RolloutDriverOptions options, Store& store, node::S
 
 RolloutDriver::~RolloutDriver() {
   if (hook_thread_.joinable()) hook_thread_.join();
+  if (commit_thread_.joinable()) commit_thread_.join();
 }
 
 rollout::Time RolloutDriver::Now() {
@@ -106,6 +107,10 @@ wire::ChannelProgress RolloutDriver::Progress() const {
 }
 
 void RolloutDriver::OnTarget(const wire::ChannelTarget& target, coord::CoordinatorClient* client) {
+  if (committing_.value() != 0) {
+    pending_target_ = target;  // for when the commit's result is in (Poll)
+    return;
+  }
   rollout::Target t;
   t.version = Version(target.version());
   t.decision = static_cast<rollout::Decision>(target.decision());
@@ -131,6 +136,24 @@ void RolloutDriver::OnTarget(const wire::ChannelTarget& target, coord::Coordinat
 }
 
 void RolloutDriver::Poll(coord::CoordinatorClient* client) {
+  if (committing_.value() != 0) {
+    std::optional<std::pair<Version, Status>> committed;
+    {
+      std::lock_guard lock(hook_mu_);
+      committed.swap(commit_result_);
+    }
+    if (!committed) return;  // still committing: nothing else is fed to the participant
+    commit_thread_.join();
+    committing_ = Version();
+    Execute(Committed(committed->first, committed->second), client);
+    if (committing_.value() != 0) return;
+    if (pending_target_) {
+      const wire::ChannelTarget target = std::move(*pending_target_);
+      pending_target_.reset();
+      OnTarget(target, client);
+      if (committing_.value() != 0) return;
+    }
+  }
   if (fetching_.value() != 0) {
     const node::SwarmProgress p = node_.progress();
     if (NodeHolds(p, fetching_) && (p.complete || !p.error.empty())) {
@@ -174,15 +197,33 @@ Status RolloutDriver::StartFetch(Version v, coord::CoordinatorClient* client) {
   return node_.Fetch(manifest, std::move(signed_bytes));
 }
 
-Status RolloutDriver::Commit(Version v, coord::CoordinatorClient* client) {
-  node::SwarmProgress p = node_.progress();
-  if (!NodeHolds(p, v)) {
+void RolloutDriver::StartCommit(Version v, coord::CoordinatorClient* client) {
+  if (!NodeHolds(node_.progress(), v)) {
     // Prepared before a restart: the staging is on disk, the node does not have it as its
     // target yet. Fetching resumes the staging with every chunk already verified.
-    RETURN_IF_ERROR(StartFetch(v, client));
-    p = node_.progress();
+    Status st = StartFetch(v, client);
+    if (!st.ok()) {
+      const std::span<const rollout::ParticipantAction> more = Committed(v, st);
+      queued_.insert(queued_.end(), more.begin(), more.end());  // RunActions goes on with them
+      return;
+    }
   }
-  return node_.CommitTarget();
+  committing_ = v;
+  commit_thread_ = std::thread([this, v] {
+    Status st = node_.CommitTarget();
+    {
+      std::lock_guard lock(hook_mu_);
+      commit_result_.emplace(v, std::move(st));
+    }
+    if (options_.on_work_done) options_.on_work_done();
+  });
+}
+
+std::span<const rollout::ParticipantAction> RolloutDriver::Committed(Version v, const Status& st) {
+  Log((st.ok() ? "committed " : "commit of ") + V(v) +
+      (st.ok() ? "" : " failed: " + st.ToString()));
+  RefreshKept();
+  return participant_.OnCommitted(Now(), v, st);
 }
 
 Status RolloutDriver::AbortStaging(Version v) {
@@ -193,10 +234,16 @@ Status RolloutDriver::AbortStaging(Version v) {
 
 void RolloutDriver::Execute(std::span<const rollout::ParticipantAction> span,
                             coord::CoordinatorClient* client) {
-  // Results feed the participant, which returns more actions: work through them in order.
-  std::vector<rollout::ParticipantAction> queue(span.begin(), span.end());
-  for (size_t i = 0; i < queue.size(); ++i) {
-    const rollout::ParticipantAction a = queue[i];
+  queued_.insert(queued_.end(), span.begin(), span.end());
+  RunActions(client);
+}
+
+void RolloutDriver::RunActions(coord::CoordinatorClient* client) {
+  // Results feed the participant, which returns more actions: work through them in order. A
+  // commit runs on its own thread; the actions behind it wait for its result (Poll).
+  while (!queued_.empty() && committing_.value() == 0) {
+    const rollout::ParticipantAction a = queued_.front();
+    queued_.erase(queued_.begin());
     std::span<const rollout::ParticipantAction> more;
     switch (a.kind) {
       case ParticipantActionKind::kFetch: {
@@ -216,14 +263,9 @@ void RolloutDriver::Execute(std::span<const rollout::ParticipantAction> span,
         more = participant_.OnAborted(Now(), a.version, st);
         break;
       }
-      case ParticipantActionKind::kCommit: {
-        Status st = Commit(a.version, client);
-        Log((st.ok() ? "committed " : "commit of ") + V(a.version) +
-            (st.ok() ? "" : " failed: " + st.ToString()));
-        RefreshKept();
-        more = participant_.OnCommitted(Now(), a.version, st);
+      case ParticipantActionKind::kCommit:
+        StartCommit(a.version, client);  // its result comes back through Poll
         break;
-      }
       case ParticipantActionKind::kSwitch: {
         Status st = store_.Rollback(options_.channel, a.version).status();
         Log((st.ok() ? "switched current to " : "switch to ") + V(a.version) +
@@ -243,7 +285,7 @@ void RolloutDriver::Execute(std::span<const rollout::ParticipantAction> span,
             std::lock_guard lock(hook_mu_);
             hook_result_.emplace(v, std::move(st));
           }
-          if (options_.on_hook_done) options_.on_hook_done();
+          if (options_.on_work_done) options_.on_work_done();
         });
         break;
       }
@@ -261,7 +303,7 @@ void RolloutDriver::Execute(std::span<const rollout::ParticipantAction> span,
         report_now_ = true;
         break;
     }
-    queue.insert(queue.end(), more.begin(), more.end());
+    queued_.insert(queued_.end(), more.begin(), more.end());
   }
 }
 

@@ -8,13 +8,16 @@
 //   Poll()              between heartbeats: fetch completion, hook results, retries
 //   report_now()        the participant wants the coordinator to hear something at once
 //                       (PREPARED, COMMITTED, FAILED): heartbeat without waiting
-//   on_hook_done        (option) a hook finished while the daemon may be in a held heartbeat
+//   on_work_done        (option) a hook or a commit finished while the daemon may be in a held
+//                       heartbeat
 //
 // Fetch: the signed manifest comes from the coordinator and must verify with the cluster secret;
 // node::SwarmNode::Fetch stages it (resuming a staging left by a restart). Commit:
 // node::SwarmNode:: CommitTarget (Store::Commit, one atomic switch of `current`). Rollback:
-// Store::Rollback to the kept version, nothing fetched. The engine hook runs on its own thread so
-// that heartbeats go on while an engine reloads.
+// Store::Rollback to the kept version, nothing fetched. The engine hook and the commit each run
+// on a thread of their own, so that heartbeats go on while an engine reloads or a version's
+// files are made durable (on a disk, seconds per GB: longer than the coordinator's heartbeat
+// timeout, which would declare a committing agent dead).
 //
 // An agent that follows a subset of tensors (--tensors) takes part like any other: PREPARED
 // once every chunk of its tensors is verified, and its commit is a partial version in the store
@@ -55,9 +58,9 @@ struct RolloutDriverOptions {
   net::Duration hook_retry_backoff = std::chrono::seconds(1);
   net::Duration retry_backoff = std::chrono::seconds(2);
   net::LogFn log = net::LogToStderr;
-  // Called on the hook's thread when a hook run finished (its result waits for Poll): the
-  // daemon wakes a heartbeat the coordinator holds, so Poll runs at once. May be null.
-  std::function<void()> on_hook_done;
+  // Called on the hook's or the commit's thread when it finished (its result waits for Poll):
+  // the daemon wakes a heartbeat the coordinator holds, so Poll runs at once. May be null.
+  std::function<void()> on_work_done;
 };
 
 class RolloutDriver {
@@ -66,7 +69,7 @@ class RolloutDriver {
   // the participant from it. Fails on a bad hook option or an unreadable store.
   static Result<std::unique_ptr<RolloutDriver>> Create(RolloutDriverOptions options, Store& store,
                                                        node::SwarmNode& node);
-  ~RolloutDriver();  // waits for a running hook
+  ~RolloutDriver();  // waits for a running hook or commit
   RolloutDriver(const RolloutDriver&) = delete;
   RolloutDriver& operator=(const RolloutDriver&) = delete;
 
@@ -87,11 +90,18 @@ class RolloutDriver {
                 rollout::Participant participant);
   void Log(const std::string& line) const { options_.log("agent: " + line); }
   static rollout::Time Now();
+  // Queues `actions` behind those still waiting and runs what it can (RunActions).
   void Execute(std::span<const rollout::ParticipantAction> actions,
                coord::CoordinatorClient* client);
+  // Runs the queued actions in order, the participant's answers to each queued behind the rest;
+  // stops while a commit runs (the rest waits for its result).
+  void RunActions(coord::CoordinatorClient* client);
+  // Starts the commit of `v` on commit_thread_; its result reaches the participant in Poll.
+  void StartCommit(Version v, coord::CoordinatorClient* client);
+  // What a commit's result does on the daemon's thread; returns the participant's answer.
+  std::span<const rollout::ParticipantAction> Committed(Version v, const Status& st);
   // Makes `v` the swarm node's target (manifest from the coordinator, verified).
   Status StartFetch(Version v, coord::CoordinatorClient* client);
-  Status Commit(Version v, coord::CoordinatorClient* client);
   Status AbortStaging(Version v);
   // Re-reads the committed versions the store keeps (after a commit or a switch collects some).
   void RefreshKept();
@@ -105,9 +115,19 @@ class RolloutDriver {
   std::vector<Version> kept_;  // what the store keeps, reported to the coordinator
   bool report_now_ = false;
 
+  // Actions not yet run: the rest of a batch while a commit runs, in order.
+  std::vector<rollout::ParticipantAction> queued_;
+
   std::thread hook_thread_;
   std::mutex hook_mu_;
   std::optional<std::pair<Version, Status>> hook_result_;  // guarded by hook_mu_
+
+  // The commit running on commit_thread_ (0: none). Meanwhile the participant is not fed:
+  // the newest target waits in pending_target_ (each heartbeat reply repeats it) and timers wait.
+  Version committing_;
+  std::thread commit_thread_;
+  std::optional<std::pair<Version, Status>> commit_result_;  // guarded by hook_mu_
+  std::optional<coord::wire::ChannelTarget> pending_target_;
 };
 
 }  // namespace weightcast::agent
