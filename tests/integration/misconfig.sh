@@ -6,10 +6,12 @@
 # one-shot publish to a closed port gives up within its documented 30 s. Every process is bounded.
 source "$(dirname "$0")/rollout_lib.bash" "$1"
 
-# The background processes here run under `timeout`; the EXIT trap's SIGKILL would stop only
-# timeout itself, so they get a SIGTERM first (which timeout passes on).
+# The background processes here run under `timeout`, which leads a process group of its own
+# with the command in it; the EXIT trap's SIGKILL to timeout alone would leave the command
+# running, orphaned (a SIGTERM first, passed on by timeout, lost the race to that SIGKILL: agents
+# of this test were found still retrying an hour later). So each group is killed whole.
 bounded=()
-trap 'for p in "${bounded[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; cleanup' EXIT
+trap 'for p in "${bounded[@]}"; do kill -KILL -- "-$p" 2>/dev/null || true; done; cleanup' EXIT
 
 make_versions 1
 start_coordinator
