@@ -9,8 +9,16 @@ channel=policy
 coord=""
 
 cleanup() {
-  local name
-  for name in "${!pids[@]}"; do kill -9 "${pids[$name]}" 2>/dev/null || true; done
+  local name p
+  for name in "${!pids[@]}"; do
+    p="${pids[$name]}"
+    # A command started under `timeout` runs in the group timeout leads: killing timeout alone
+    # would leave the command running, orphaned. So a group leader's group goes whole.
+    if [[ "$(ps -o pgid= -p "$p" 2>/dev/null | tr -d ' ')" == "$p" ]]; then
+      kill -9 -- "-$p" 2>/dev/null || true
+    fi
+    kill -9 "$p" 2>/dev/null || true
+  done
   for name in "${!pids[@]}"; do wait "${pids[$name]}" 2>/dev/null || true; done
   if [[ "${KEEP_WORK:-}" == 1 ]]; then echo "work dir kept: $work"; else rm -rf "$work"; fi
 }

@@ -6,13 +6,6 @@
 # one-shot publish to a closed port gives up within its documented 30 s. Every process is bounded.
 source "$(dirname "$0")/rollout_lib.bash" "$1"
 
-# The background processes here run under `timeout`, which leads a process group of its own
-# with the command in it; the EXIT trap's SIGKILL to timeout alone would leave the command
-# running, orphaned (a SIGTERM first, passed on by timeout, lost the race to that SIGKILL: agents
-# of this test were found still retrying an hour later). So each group is killed whole.
-bounded=()
-trap 'for p in "${bounded[@]}"; do kill -KILL -- "-$p" 2>/dev/null || true; done; cleanup' EXIT
-
 make_versions 1
 start_coordinator
 head -c 48 /dev/urandom | base64 >"$work/wrong-secret"
@@ -26,12 +19,10 @@ pub_start=$SECONDS
 timeout 60 "$wc" publish --coordinator "$closed" --store "$work/pub-closed" --channel "$channel" \
   --dir "$work/ckpt/1" --until complete --secret-file "$work/secret" >"$work/pub-closed.log" 2>&1 &
 pids[pub_closed]=$!
-bounded+=($!)
 # An agent of the closed port: INFO at first, one ERROR once the outage lasts 10 s.
 timeout 60 "$wc" agent --coordinator "$closed" --store "$work/away" --channel "$channel" \
   --secret-file "$work/secret" >"$work/away.log" 2>&1 &
 pids[away]=$!
-bounded+=($!)
 
 # expect_exit NAME RC PATTERN CMD...: CMD exits with RC within 10 s and prints PATTERN.
 expect_exit() {
@@ -85,7 +76,6 @@ expect_exit "publish, wrong cluster" 1 "wrong cluster" \
 timeout 60 "$wc" agent --coordinator "$coord" --store "$work/wrong" --channel "$channel" \
   --metrics 127.0.0.1:0 --secret-file "$work/wrong-secret" >"$work/wrong.log" 2>&1 &
 pids[wrong]=$!
-bounded+=($!)
 wait_for 10 grep -q 'ERROR.*refused our handshake: wrong cluster secret' "$work/wrong.log" ||
   fail "the wrong-secret agent logged no ERROR within 10 s"
 metrics_url="$(grep -o 'http://[0-9.:]*/metrics' "$work/wrong.log" | head -n 1)"
