@@ -139,7 +139,7 @@ void RolloutDriver::Poll(coord::CoordinatorClient* client) {
   if (committing_.value() != 0) {
     std::optional<std::pair<Version, Status>> committed;
     {
-      std::lock_guard lock(hook_mu_);
+      std::lock_guard lock(result_mu_);
       committed.swap(commit_result_);
     }
     if (!committed) return;  // still committing: nothing else is fed to the participant
@@ -171,7 +171,7 @@ void RolloutDriver::Poll(coord::CoordinatorClient* client) {
   }
   std::optional<std::pair<Version, Status>> done;
   {
-    std::lock_guard lock(hook_mu_);
+    std::lock_guard lock(result_mu_);
     done.swap(hook_result_);
   }
   if (done) {
@@ -212,7 +212,7 @@ void RolloutDriver::StartCommit(Version v, coord::CoordinatorClient* client) {
   commit_thread_ = std::thread([this, v] {
     Status st = node_.CommitTarget();
     {
-      std::lock_guard lock(hook_mu_);
+      std::lock_guard lock(result_mu_);
       commit_result_.emplace(v, std::move(st));
     }
     if (options_.on_work_done) options_.on_work_done();
@@ -282,7 +282,7 @@ void RolloutDriver::RunActions(coord::CoordinatorClient* client) {
         hook_thread_ = std::thread([this, v, dir] {
           Status st = hook_.Run(options_.channel, v, dir);
           {
-            std::lock_guard lock(hook_mu_);
+            std::lock_guard lock(result_mu_);
             hook_result_.emplace(v, std::move(st));
           }
           if (options_.on_work_done) options_.on_work_done();

@@ -119,14 +119,14 @@ class RolloutDriver {
   std::vector<rollout::ParticipantAction> queued_;
 
   std::thread hook_thread_;
-  std::mutex hook_mu_;
-  std::optional<std::pair<Version, Status>> hook_result_;  // guarded by hook_mu_
+  std::mutex result_mu_;  // the results the hook's and the commit's threads leave for Poll
+  std::optional<std::pair<Version, Status>> hook_result_;  // guarded by result_mu_
 
   // The commit running on commit_thread_ (0: none). Meanwhile the participant is not fed:
   // the newest target waits in pending_target_ (each heartbeat reply repeats it) and timers wait.
   Version committing_;
   std::thread commit_thread_;
-  std::optional<std::pair<Version, Status>> commit_result_;  // guarded by hook_mu_
+  std::optional<std::pair<Version, Status>> commit_result_;  // guarded by result_mu_
   std::optional<coord::wire::ChannelTarget> pending_target_;
 };
 

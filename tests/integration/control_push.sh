@@ -8,21 +8,12 @@
 # shellcheck source=tests/integration/swarm_lib.bash
 source "$(dirname "$0")/swarm_lib.bash" "$1"
 
-"$wc" coordinator --listen 127.0.0.1:0 --state-dir "$work/coord-state" \
-  --address-file "$work/coord.addr" --heartbeat-timeout 6s --secret-file "$work/secret" \
-  >>"$work/coord.log" 2>&1 &
-pids[coord]=$!
-wait_for 20 test -s "$work/coord.addr" || fail "the coordinator did not start"
-coord="$(cat "$work/coord.addr")"
+HEARTBEAT_TIMEOUT=6s start_coordinator
 
 agents=(a1 a2 a3)
 MODEL_SIZE=4MiB make_versions 2
 for a in "${agents[@]}"; do start_agent "$a" --log-format text; done
-all_registered() {
-  local a
-  for a in "${agents[@]}"; do grep -q "registered with the coordinator" "$work/$a.log" || return 1; done
-}
-wait_for 20 all_registered || fail "the agents did not register"
+wait_for 20 all_registered "${agents[@]}" || fail "the agents did not register"
 # The rollout decider takes no decision for one heartbeat timeout after the coordinator starts
 # (its recovery grace): publish after it.
 sleep 5

@@ -12,12 +12,14 @@
 source "$(dirname "${BASH_SOURCE[0]}")/cluster_common.bash" "$1"
 default_model_size=8MiB  # make_versions' size unless MODEL_SIZE is set
 
+# start_coordinator [FLAGS...]: on a free port, heartbeat timeout HEARTBEAT_TIMEOUT (default
+# 1500ms); sets $coord.
 start_coordinator() {
   rm -f "$work/coord.addr"
   local listen="127.0.0.1:0"
   [[ -n "$coord" ]] && listen="$coord"  # a restart keeps the address agents know
   "$wc" coordinator --listen "$listen" --state-dir "$work/coord-state" \
-    --address-file "$work/coord.addr" --heartbeat-timeout 1500ms \
+    --address-file "$work/coord.addr" --heartbeat-timeout "${HEARTBEAT_TIMEOUT:-1500ms}" \
     --secret-file "$work/secret" "$@" >>"$work/coord.log" 2>&1 &
   pids[coord]=$!
   wait_for 20 test -s "$work/coord.addr" || fail "the coordinator did not start"
@@ -53,6 +55,12 @@ publish() {
     --dir "$work/ckpt/$i" --chunk-size "${CHUNK_SIZE:-256KiB}" --secret-file "$work/secret" \
     --node-id 1 "$@" >>"$work/pub.log" 2>&1 &
   pids[pub]=$!
+}
+
+# all_registered NAME...: every named agent's log says it registered with the coordinator.
+all_registered() {
+  local name
+  for name in "$@"; do grep -q "registered with the coordinator" "$work/$name.log" || return 1; done
 }
 
 current_of() {
