@@ -18,9 +18,9 @@
 namespace weightcast {
 namespace {
 
-// A read-only mapping of [offset, offset + size) of one file, opened for the duration of one
-// chunk. Mapping per chunk (rather than every file up front) keeps open descriptors and mappings
-// bounded by the number of workers, whatever the number of files.
+// A read-only mapping of [offset, offset + size) of one file, opened for one run of chunks (below).
+// Mapping per run (rather than every file up front) keeps open descriptors and mappings bounded by
+// the number of workers, whatever the number of files.
 class FileWindow {
  public:
   static Result<FileWindow> Open(const std::filesystem::path& path, uint64_t expected_size,
@@ -77,12 +77,51 @@ class FileWindow {
   std::span<const uint8_t> bytes_;
 };
 
+// The bytes that one worker hashes for a run of consecutive chunks, read through one window per
+// file the run touches instead of one per chunk. At 128 KiB chunks (what ChooseChunkSize picks
+// for every version up to 1 GiB) the open/mmap/munmap/close of a window per chunk took more time
+// than the hashing (1 GiB: 1.7 s against 0.8 s at 8 MiB chunks, most of it in the kernel;
+// docs/bench/manifest.md), so a run covers about kRunBytes whatever the chunk size.
+inline constexpr uint64_t kRunBytes = 8ull << 20;
+
+class RunWindows {
+ public:
+  RunWindows(const std::filesystem::path& root, const std::vector<ManifestFile>& files,
+             uint64_t run_end)
+      : root_(root), files_(files), run_end_(run_end) {}
+
+  // Bytes [pos, pos + take) of the flat space, all inside file `i`. Maps from pos to the end of
+  // the run or of the file, whichever comes first, when the current window does not hold them.
+  Result<std::span<const uint8_t>> Bytes(size_t i, uint64_t pos, uint64_t take) {
+    if (!window_ || file_ != i || pos < begin_ || pos + take > end_) {
+      const ManifestFile& f = files_[i];
+      window_.reset();
+      const uint64_t end = std::max(pos + take, std::min(run_end_, f.offset + f.size));
+      ASSIGN_OR_RETURN(FileWindow w,
+                       FileWindow::Open(root_ / f.path, f.size, pos - f.offset, end - pos));
+      window_.emplace(std::move(w));
+      file_ = i;
+      begin_ = pos;
+      end_ = end;
+    }
+    return window_->bytes().subspan(pos - begin_, take);
+  }
+
+ private:
+  const std::filesystem::path& root_;
+  const std::vector<ManifestFile>& files_;
+  uint64_t run_end_;
+  std::optional<FileWindow> window_;
+  size_t file_ = 0;
+  uint64_t begin_ = 0;  // flat offsets of the window's bytes
+  uint64_t end_ = 0;
+};
+
 // Hashes chunk `index`: the bytes [index * chunk_size, ...) of the flat space, which may come from
 // several files (a chunk spanning a file boundary, or many small files in one chunk).
-Result<Digest> HashOneChunk(const std::filesystem::path& root,
-                            const std::vector<ManifestFile>& files, uint64_t total,
+Result<Digest> HashOneChunk(const std::vector<ManifestFile>& files, uint64_t total,
                             uint64_t chunk_size, HashAlgorithm algorithm, uint64_t index,
-                            Digest* fast_hash) {
+                            RunWindows& windows, Digest* fast_hash) {
   const uint64_t begin = index * chunk_size;
   const uint64_t end = std::min(total, begin + chunk_size);
   // The last file that starts at or before `begin`; skips the empty files sharing its offset.
@@ -95,10 +134,9 @@ Result<Digest> HashOneChunk(const std::filesystem::path& root,
   for (uint64_t pos = begin; pos < end; ++i) {
     const ManifestFile& f = files[i];
     if (f.offset + f.size <= pos) continue;  // empty file, or one that ended exactly at pos
-    const uint64_t in_file = pos - f.offset;
     const uint64_t take = std::min(end, f.offset + f.size) - pos;
-    ASSIGN_OR_RETURN(FileWindow window, FileWindow::Open(root / f.path, f.size, in_file, take));
-    UpdateStreaming(hasher, algorithm, window.bytes(), fast ? &*fast : nullptr);
+    ASSIGN_OR_RETURN(std::span<const uint8_t> bytes, windows.Bytes(i, pos, take));
+    UpdateStreaming(hasher, algorithm, bytes, fast ? &*fast : nullptr);
     pos += take;
   }
   if (fast_hash != nullptr) *fast_hash = fast->Finish();
@@ -166,18 +204,27 @@ Result<std::vector<Digest>> HashChunks(const std::filesystem::path& root,
   std::atomic<bool> failed{false};
   std::mutex error_mu;
   Status error;
+  const size_t per_run = static_cast<size_t>(std::max<uint64_t>(1, kRunBytes / chunk_size));
+  const size_t runs = (count + per_run - 1) / per_run;
   ThreadPool pool(threads);
-  pool.ParallelFor(count, [&](size_t index) {
-    if (failed.load(std::memory_order_relaxed)) return;
-    Result<Digest> digest = HashOneChunk(root, files, total, chunk_size, algorithm, index,
-                                         fast_hashes != nullptr ? &(*fast_hashes)[index] : nullptr);
-    if (digest.ok()) {
-      out[index] = *digest;
+  pool.ParallelFor(runs, [&](size_t run) {
+    const size_t first = run * per_run;
+    const size_t last = std::min(count, first + per_run);
+    RunWindows windows(root, files, std::min<uint64_t>(total, last * chunk_size));
+    for (size_t index = first; index < last; ++index) {
+      if (failed.load(std::memory_order_relaxed)) return;
+      Result<Digest> digest =
+          HashOneChunk(files, total, chunk_size, algorithm, index, windows,
+                       fast_hashes != nullptr ? &(*fast_hashes)[index] : nullptr);
+      if (digest.ok()) {
+        out[index] = *digest;
+        continue;
+      }
+      std::lock_guard<std::mutex> lock(error_mu);
+      if (!failed.exchange(true)) {
+        error = digest.status().WithContext("chunk " + std::to_string(index));
+      }
       return;
-    }
-    std::lock_guard<std::mutex> lock(error_mu);
-    if (!failed.exchange(true)) {
-      error = digest.status().WithContext("chunk " + std::to_string(index));
     }
   });
   if (failed.load()) return error;

@@ -138,6 +138,33 @@ TEST(HashChunks, HashesChunksThatSpanManySmallFiles) {
             NaiveChunkHashes(FlatBytes(ckpt), kMinChunkSize, HashAlgorithm::kSha256));
 }
 
+TEST(HashChunks, RunsOfChunksAcrossFilesHashLikeOneChunkAtATime) {
+  TempDir dir;
+  Checkpoint ckpt;
+  ckpt.root = dir.path();
+  // ~21 MiB over files of odd sizes, an empty one among them: a worker's run of chunks (8 MiB)
+  // starts and ends inside files, and chunks span file boundaries inside and across runs.
+  const size_t sizes[] = {3'000'001, 0, 7'340'033, 65'537, 5'000'000, 6'291'459};
+  for (size_t i = 0; i < std::size(sizes); ++i) {
+    AddPlainFile(ckpt, "f" + std::to_string(i), sizes[i], static_cast<uint32_t>(i + 7));
+  }
+  Result<Manifest> m = BuildManifest(ckpt, "runs", Version(1), {.chunk_size = kMinChunkSize});
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const std::vector<uint8_t> flat = FlatBytes(ckpt);
+  for (uint64_t chunk_size : {kMinChunkSize + 4097, uint64_t{3} << 20, uint64_t{16} << 20}) {
+    for (size_t threads : {1u, 3u}) {
+      std::vector<Digest> fast;
+      Result<std::vector<Digest>> got =
+          HashChunks(dir.path(), m->files, chunk_size, HashAlgorithm::kSha256, threads, &fast);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      EXPECT_EQ(*got, NaiveChunkHashes(flat, chunk_size, HashAlgorithm::kSha256))
+          << "chunk " << chunk_size << " threads " << threads;
+      EXPECT_EQ(fast, NaiveChunkHashes(flat, chunk_size, HashAlgorithm::kXxh3_128))
+          << "chunk " << chunk_size << " threads " << threads;
+    }
+  }
+}
+
 TEST(HashChunks, FailsWhenAFileSizeDiffersFromItsEntry) {
   TempDir dir;
   Checkpoint ckpt = MakeSmallCheckpoint(dir.path());
