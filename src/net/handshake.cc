@@ -261,4 +261,18 @@ OutFrame Handshake::ErrorFrameFor(const Status& status) {
   return OutFrame::Make(FrameType::kError, Serialize(report));
 }
 
+OutFrame Handshake::GoodbyeFrame() {
+  wire::ErrorReport report;
+  report.set_reason(wire::ErrorReport::REASON_SHUTDOWN);
+  report.set_message("closing the connection");
+  return OutFrame::Make(FrameType::kError, Serialize(report));
+}
+
+bool Handshake::IsGoodbye(const Frame& frame) {
+  if (frame.type != FrameType::kError) return false;
+  wire::ErrorReport report;
+  return report.ParseFromArray(frame.body.data(), static_cast<int>(frame.body.size())) &&
+         report.reason() == wire::ErrorReport::REASON_SHUTDOWN;
+}
+
 }  // namespace weightcast::net

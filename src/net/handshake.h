@@ -92,6 +92,12 @@ class Handshake {
   const PeerInfo& peer() const { return peer_; }
 
   static OutFrame ErrorFrameFor(const Status& status);
+  // What an established connection sends just before this node closes it on purpose: an
+  // ErrorReport with REASON_SHUTDOWN. It tells the peer the hang-up that follows is routine, not
+  // a failure (a transport that cannot tell a close from a crash on its own uses it).
+  static OutFrame GoodbyeFrame();
+  // Whether `frame` is that goodbye.
+  static bool IsGoodbye(const Frame& frame);
 
  private:
   enum class State { kAwaitHello, kAwaitAuth, kEstablished, kFailed };

@@ -87,7 +87,11 @@ class WatchedConnection : public Connection {
     std::lock_guard lock(mu_);
     if (reported_) return result;
     reported_ = true;
-    if (now.message() == "connection closed by this node") return result;
+    // Routine ends on either side (the peer's transport said goodbye first) are not failures.
+    if (now.message() == "connection closed by this node" ||
+        now.message() == "peer closed the connection") {
+      return result;
+    }
     memory_->MarkFailed(address_, retry_after_);
     if (log_) {
       log_("ucx: connection to " + address_ + " failed (" + now.ToString() +

@@ -465,8 +465,19 @@ class Core : public std::enable_shared_from_this<Core> {
 
   void Close(const std::shared_ptr<Conn>& conn) {
     if (conn->FailShared(Unavailable("connection closed by this node"))) {
-      Post([this, conn] { Kill(*conn, /*force=*/false); });
+      Post([this, conn] { SayGoodbyeAndClose(conn); });
     }
+  }
+
+  // A routine close from this side. UCX reports the peer's end of any disconnect as a reset,
+  // whether we closed on purpose or crashed, so the goodbye (behind every frame sent before it,
+  // and flushed by the close) is how the peer tells the two apart (transport_select.cc's
+  // fallback memory demotes an address to TCP only for a failure).
+  void SayGoodbyeAndClose(const std::shared_ptr<Conn>& conn) {
+    if (!conn->dead && conn->established_io()) {
+      SendNow(conn, Handshake::GoodbyeFrame(), /*counted=*/false);
+    }
+    Kill(*conn, /*force=*/false);
   }
 
   Result<std::shared_ptr<Conn>> Connect(std::string_view address, Duration timeout) {
@@ -719,8 +730,11 @@ class Core : public std::enable_shared_from_this<Core> {
     std::vector<std::shared_ptr<Conn>> all;
     for (auto& [ep, conn] : by_ep_) all.push_back(conn);
     for (auto& conn : all) {
-      const bool healthy = conn->FailShared(Unavailable("transport shut down"));
-      Kill(*conn, /*force=*/!healthy);
+      if (conn->FailShared(Unavailable("transport shut down"))) {
+        SayGoodbyeAndClose(conn);
+      } else {
+        Kill(*conn, /*force=*/true);
+      }
     }
     for (auto& l : listeners_) {
       if (l->listener != nullptr) ucp_listener_destroy(l->listener);
@@ -1120,7 +1134,11 @@ class Core : public std::enable_shared_from_this<Core> {
         return;
       }
       if (frame.type == FrameType::kError) {
-        Fail(*conn, Aborted("peer closed the connection with an error report"), true);
+        if (Handshake::IsGoodbye(frame)) {
+          Fail(*conn, Unavailable("peer closed the connection"), false);
+        } else {
+          Fail(*conn, Aborted("peer closed the connection with an error report"), true);
+        }
         return;
       }
       {
@@ -1230,13 +1248,15 @@ class Core : public std::enable_shared_from_this<Core> {
     auto it = by_ep_.find(ep);
     if (it == by_ep_.end()) return;
     std::shared_ptr<Conn> conn = it->second;
-    // A peer that closed is routine (like a TCP EOF); anything else is worth a line.
-    const bool routine = status == UCS_ERR_CONNECTION_RESET || status == UCS_ERR_CANCELED;
+    // A peer that hung up is not worth a line here (like a TCP EOF); anything else is. A peer
+    // closing on purpose said goodbye first, and that frame already ended the connection, so a
+    // hang-up that gets here came without one: a crash, a lost link, or an older peer.
+    const bool hung_up = status == UCS_ERR_CONNECTION_RESET || status == UCS_ERR_CANCELED;
     Fail(*conn,
-         Unavailable(routine
-                         ? "peer closed the connection"
+         Unavailable(hung_up
+                         ? "peer hung up without a goodbye"
                          : "ucx: connection to " + conn->address + " failed: " + UcsError(status)),
-         !routine);
+         !hung_up);
   }
 
   Options options_;

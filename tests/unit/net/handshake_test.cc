@@ -224,5 +224,15 @@ TEST(Handshake, SecretFileIsNotOverwrittenUnlessAsked) {
   EXPECT_EQ(ModeOf(path), 0600u);  // the replacement does not inherit the old file's mode
 }
 
+TEST(Handshake, GoodbyeIsAShutdownReportAndNothingElseIsOne) {
+  EXPECT_TRUE(Handshake::IsGoodbye(ToFrame(Handshake::GoodbyeFrame())));
+  EXPECT_FALSE(
+      Handshake::IsGoodbye(ToFrame(Handshake::ErrorFrameFor(Unauthenticated("bad proof")))));
+  EXPECT_FALSE(Handshake::IsGoodbye(ToFrame(OutFrame::Make(FrameType::kPing, {}))));
+  Frame garbage = ToFrame(Handshake::GoodbyeFrame());
+  garbage.body.assign({0xff, 0xff, 0xff});
+  EXPECT_FALSE(Handshake::IsGoodbye(garbage));
+}
+
 }  // namespace
 }  // namespace weightcast::net

@@ -362,6 +362,38 @@ TEST_P(UcxTransportTest, AutoUsesUcxThenFallsBackToTcpAfterAFailure) {
   EXPECT_GT(by[1].second.bytes_sent, 1u << 20);
 }
 
+// A peer that closes its end as a matter of routine (a peer list changed, a fetch ended) says
+// goodbye first, so the selection layer does not take the hang-up for a UCX failure and keeps
+// reaching that address over UCX. (It used to demote it to TCP for a minute, logging a failure.)
+TEST_P(UcxTransportTest, AutoKeepsUcxAfterThePeerClosesRoutinely) {
+  LogCapture log;
+  auto server = CreateTransport(TestOptions(2, &log), {});
+  auto client = CreateTransport(TestOptions(1, &log), {});
+  ASSERT_TRUE(server.ok() && client.ok());
+  auto l = (*server)->Listen("127.0.0.1:0");
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  const std::string address = (*l)->address();
+
+  auto first = (*client)->Connect(address, 5s);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_EQ((*first)->peer().transport, "ucx");
+  auto accepted = (*l)->Accept(5s);
+  ASSERT_TRUE(accepted.ok());
+  ASSERT_TRUE((*first)->Send(OutFrame::Make(FrameType::kControl, {7}), 5s).ok());
+  ASSERT_TRUE((*accepted)->Receive(5s).ok());
+  (*accepted)->Close();
+  auto ended = (*first)->Receive(5s);
+  ASSERT_FALSE(ended.ok());
+  EXPECT_EQ(ended.status().code(), Code::kUnavailable) << ended.status().ToString();
+  EXPECT_EQ(ended.status().message(), "peer closed the connection");
+  (*first).reset();
+
+  auto second = (*client)->Connect(address, 5s);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ((*second)->peer().transport, "ucx");
+  EXPECT_FALSE(log.Contains("use TCP")) << log.All();
+}
+
 INSTANTIATE_TEST_SUITE_P(Tls, UcxTransportTest, ::testing::Values("tcp", "posix,cma,tcp"),
                          [](const ::testing::TestParamInfo<const char*>& info) {
                            return std::string(info.index == 0 ? "tcp" : "shm");
