@@ -1,6 +1,6 @@
-// Fuzzes the wire-frame decoder and the handshake's reading of frames: any byte stream, split
-// at a data-chosen point, must decode to validated frames or a clean error, never a crash,
-// over-read or unbounded allocation.
+// Fuzzes the wire-frame decoder, the handshake's reading of frames and the goodbye check: any
+// byte stream, split at a data-chosen point, must decode to validated frames or a clean error,
+// never a crash, over-read or unbounded allocation.
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -28,6 +28,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       auto header = frame.chunk_header();
       if (!header.ok() || header->payload_length != frame.chunk_payload().size()) __builtin_trap();
     }
+    // What a connection reads after its handshake: a goodbye, or any other error report.
+    (void)Handshake::IsGoodbye(frame);
     if (!handshake.OnFrame(frame).ok()) break;
   }
   return 0;
