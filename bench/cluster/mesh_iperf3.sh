@@ -4,12 +4,14 @@
 # every host to every other host (N*(N-1) flows) for SECONDS. Prints each host's received rate
 # and, last, one JSON object: per-host receive rate (mean, min, max) and retransmits. The
 # reference for a swarm's download rate on the same network (docs/BENCHMARKS.md).
-#   sudo bash bench/cluster/mesh_iperf3.sh [N=16] [RATE=50mbit] [SECONDS=30] [K=N-1]
+#   sudo bash bench/cluster/mesh_iperf3.sh [N=16] [RATE=50mbit] [SECONDS=60] [K=N-1]
+# (SECONDS 60 by default: 240 clients took 27 s to start on a 2-core VM, and the measured window
+# opens only once all of them run.)
 # With K, host s sends only to hosts s+1 .. s+K (mod N): K flows on every link each way.
 set -euo pipefail
 n=${1:-16}
 rate=${2:-50mbit}
-seconds=${3:-30}
+seconds=${3:-60}
 k=${4:-$((n - 1))}
 [[ $(id -u) -eq 0 ]] || { echo "needs root (network namespaces)" >&2; exit 77; }
 command -v iperf3 >/dev/null || { echo "needs iperf3" >&2; exit 1; }
@@ -60,7 +62,10 @@ port_bytes() {
 # closes 2 s before the first one stops.
 launch=$((SECONDS - started))
 window=$((seconds - launch - 5))
-[[ $window -ge 3 ]] || { echo "SECONDS too short: starting the clients took ${launch} s" >&2; exit 1; }
+[[ $window -ge 3 ]] || {
+  echo "SECONDS too short: starting the clients took ${launch} s; give at least $((launch + 8))" >&2
+  exit 1
+}
 sleep 3
 t1=$(date +%s.%N)
 port_bytes >"$out/ports.1"
