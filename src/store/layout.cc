@@ -2,6 +2,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -104,6 +106,25 @@ Status RenameDurable(const std::filesystem::path& from, const std::filesystem::p
   std::filesystem::path b = ParentOf(to);
   RETURN_IF_ERROR(FsyncPath(b));
   if (a != b) RETURN_IF_ERROR(FsyncPath(a));
+  return Status::Ok();
+}
+
+Status CloneOrCopyFile(const std::filesystem::path& from, const std::filesystem::path& to) {
+  const int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
+  if (in < 0) return ErrnoStatus("open(" + from.string() + ")", errno);
+  const int out = ::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (out < 0) {
+    const int err = errno;
+    ::close(in);
+    return ErrnoStatus("create(" + to.string() + ")", err);
+  }
+  const bool cloned = ::ioctl(out, FICLONE, in) == 0;
+  ::close(in);
+  ::close(out);
+  if (cloned) return Status::Ok();
+  std::error_code ec;
+  std::filesystem::copy_file(from, to, std::filesystem::copy_options::overwrite_existing, ec);
+  if (ec) return IoError("copy(" + from.string() + " -> " + to.string() + "): " + ec.message());
   return Status::Ok();
 }
 

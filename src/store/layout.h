@@ -46,6 +46,9 @@ class ChannelLayout {
   std::filesystem::path staging_root() const { return dir_ / "staging"; }
   std::filesystem::path current_link() const { return dir_ / "current"; }
   std::filesystem::path current_tmp() const { return dir_ / "current.tmp"; }
+  // The versions rolled back from, one decimal number a line: collection does not keep them
+  // in place of the versions a later rollback can go to.
+  std::filesystem::path withdrawn_file() const { return dir_ / "withdrawn"; }
 
   std::filesystem::path version_dir(Version v) const { return versions_dir() / VersionName(v); }
   std::filesystem::path manifest_file(Version v) const {
@@ -74,6 +77,11 @@ Status MakeDirDurable(const std::filesystem::path& dir);
 
 // rename(2) then fsync of both parent directories (one when they are the same).
 Status RenameDurable(const std::filesystem::path& from, const std::filesystem::path& to);
+
+// Makes `to` (which must not exist) an independent copy of `from`: a reflink (FICLONE) where the
+// filesystem shares extents copy-on-write (btrfs, XFS), which costs no copy, else a byte copy.
+// Either way a later write to `from` never reaches `to`.
+Status CloneOrCopyFile(const std::filesystem::path& from, const std::filesystem::path& to);
 
 // Removes a file or a whole tree. A missing path is fine.
 Status RemoveAll(const std::filesystem::path& path);

@@ -313,7 +313,17 @@ Result<Version> StoreImpl::Rollback(std::string_view channel, std::optional<Vers
   }
   ASSIGN_OR_RETURN(Manifest manifest, ManifestLocked(channel, target));
   RETURN_IF_ERROR(CheckSizesLocked(layout, manifest));
+  // A damaged `current` is repaired by a rollback; nothing is then known to be withdrawn.
+  const Result<Version> from = CurrentLocked(layout);
+  ASSIGN_OR_RETURN(std::set<Version> withdrawn, WithdrawnLocked(layout));
   RETURN_IF_ERROR(SwitchCurrentLocked(layout, target));
+  // Going back withdraws every kept version above the target up to the one left; going forward
+  // (to a version above the current one) takes the target back.
+  for (Version v : committed) {
+    if (from.ok() && v > target && v <= *from) withdrawn.insert(v);
+  }
+  withdrawn.erase(target);
+  RETURN_IF_ERROR(WriteWithdrawnLocked(layout, withdrawn));
   return target;
 }
 
@@ -409,8 +419,7 @@ Result<ImportedFiles> StoreImpl::StageImport(std::string_view channel, Version v
       std::filesystem::create_hard_link(from, to, ec);
       if (ec) return IoError("link(" + from.string() + " -> " + to.string() + "): " + ec.message());
     } else {
-      std::filesystem::copy_file(from, to, std::filesystem::copy_options::none, ec);
-      if (ec) return IoError("copy(" + from.string() + " -> " + to.string() + "): " + ec.message());
+      RETURN_IF_ERROR(CloneOrCopyFile(from, to));
       // A trainer writing while we copied would leave a torn copy that hashes consistently:
       // the source must be the same file, unchanged, after the copy as before it.
       ASSIGN_OR_RETURN(ImportedFiles::Stamp after, StampOf(from, p));

@@ -39,8 +39,9 @@
 namespace weightcast {
 
 struct StoreOptions {
-  // Committed versions kept per channel (the highest-numbered ones), for rollback. The current
-  // version is always kept as well, even when it is not among them.
+  // Committed versions kept per channel, for rollback: the current one and the highest-numbered
+  // ones below it that were not rolled back from, this many in all. Versions above the current
+  // one (after a rollback) stay until a newer version is committed.
   uint32_t keep_versions = 2;
   // MarkVerified persists records in batches of this many chunks (Flush and Commit persist the
   // rest). A crash loses at most the unflushed batch: those chunks are fetched again.
@@ -66,7 +67,8 @@ struct VersionInfo {
 
 // How ImportDirectory brings a publisher's files into the store.
 enum class ImportMode {
-  kCopy,      // independent copies (the default; safe if the source is modified later)
+  kCopy,      // independent copies, reflinked where the filesystem can (the default; safe if the
+              // source is modified later)
   kHardlink,  // no copy: the version shares inodes with the source, which must then never be
               // modified in place (Verify would report it). Same filesystem only.
 };

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -83,6 +84,9 @@ class StoreImpl {
                       const PartialVersion* partial = nullptr);
   Status FinishCommitLocked(const ChannelLayout& layout, std::string_view channel, Version v);
   Result<std::vector<Version>> CollectLocked(std::string_view channel);
+  // The versions rolled back from (ChannelLayout::withdrawn_file), and their replacement.
+  Result<std::set<Version>> WithdrawnLocked(const ChannelLayout& layout) const;
+  Status WriteWithdrawnLocked(const ChannelLayout& layout, const std::set<Version>& withdrawn);
   Result<std::vector<Version>> CommittedLocked(const ChannelLayout& layout) const;
   Result<Version> CurrentLocked(const ChannelLayout& layout) const;
   Result<Manifest> ManifestLocked(std::string_view channel, Version version) const;

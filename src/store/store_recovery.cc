@@ -138,12 +138,20 @@ Result<std::vector<Version>> StoreImpl::CollectLocked(std::string_view channel) 
     }
     return current.status().WithContext("not collecting old versions");
   }
-  // The highest-numbered keep_versions versions, and the current one whatever its number.
+  // The current version; the versions above it (rolled back from: a store can still roll
+  // forward to them until a newer version is committed); and below it, the highest-numbered
+  // versions up to keep_versions in all, leaving out the ones rolled back from: they are not
+  // where a rollback goes, and keeping them would push out the known-good versions that are.
+  ASSIGN_OR_RETURN(std::set<Version> withdrawn, WithdrawnLocked(layout));
   std::set<Version> keep{*current};
-  uint32_t kept = 0;
-  for (auto it = committed.rbegin(); it != committed.rend() && kept < options_.keep_versions;
-       ++it, ++kept) {
-    keep.insert(*it);
+  uint32_t kept = 1;
+  for (auto it = committed.rbegin(); it != committed.rend(); ++it) {
+    if (*it > *current) {
+      keep.insert(*it);
+    } else if (*it < *current && kept < options_.keep_versions && withdrawn.count(*it) == 0) {
+      keep.insert(*it);
+      ++kept;
+    }
   }
   std::vector<Version> removed;
   for (Version v : committed) {
@@ -164,7 +172,38 @@ Result<std::vector<Version>> StoreImpl::CollectLocked(std::string_view channel) 
     RETURN_IF_ERROR(RemoveAll(doomed));
     removed.push_back(v);
   }
+  bool pruned = false;
+  for (Version v : removed) pruned |= withdrawn.erase(v) != 0;
+  if (pruned) RETURN_IF_ERROR(WriteWithdrawnLocked(layout, withdrawn));
   return removed;
+}
+
+Result<std::set<Version>> StoreImpl::WithdrawnLocked(const ChannelLayout& layout) const {
+  std::set<Version> out;
+  if (!Exists(layout.withdrawn_file())) return out;
+  ASSIGN_OR_RETURN(const std::string text, ReadFileToString(layout.withdrawn_file(), 1 << 20));
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string_view line(text.data() + start, end - start);
+    const std::optional<Version> v = ParseVersionName(line);
+    if (!v.has_value()) {
+      return Corrupt(layout.withdrawn_file().string() + ": not a version number: '" +
+                     std::string(line) + "'");
+    }
+    out.insert(*v);
+    start = end + 1;
+  }
+  return out;
+}
+
+Status StoreImpl::WriteWithdrawnLocked(const ChannelLayout& layout,
+                                       const std::set<Version>& withdrawn) {
+  if (withdrawn.empty()) return RemoveAll(layout.withdrawn_file());
+  std::string text;
+  for (Version v : withdrawn) text += VersionName(v) + "\n";
+  return WriteFileAtomic(layout.withdrawn_file(), text);
 }
 
 }  // namespace weightcast::store

@@ -258,6 +258,46 @@ TEST(Store, KeepsTheLastVersionsAndRollsBack) {
   EXPECT_EQ(*store.Rollback("policy", Version(3)), Version(3));
 }
 
+TEST(Store, KeepsTheVersionsARollbackCanGoToNotTheOnesRolledBackFrom) {
+  TempDir dir;
+  {
+    Store store = OpenOrDie(dir.path());
+    for (uint64_t v = 1; v <= 3; ++v) {
+      ASSERT_TRUE(StageAndCommit(store, "policy", Version(v), SampleFiles(v)).ok());
+    }
+    ASSERT_EQ(*store.Rollback("policy"), Version(2));  // 3 is withdrawn
+  }
+  // Withdrawn survives a reopen; the next commit keeps 2 (known good), not 3.
+  Store store = OpenOrDie(dir.path());
+  ASSERT_TRUE(StageAndCommit(store, "policy", Version(4), SampleFiles(4)).ok());
+  auto list = store.List("policy");
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ((*list)[0].version, Version(2));
+  EXPECT_EQ((*list)[1].version, Version(4));
+  // So the fleet can roll back a second time, and again after that.
+  ASSERT_EQ(*store.Rollback("policy"), Version(2));
+  ASSERT_TRUE(StageAndCommit(store, "policy", Version(5), SampleFiles(5)).ok());
+  EXPECT_EQ(*store.Rollback("policy"), Version(2));
+  EXPECT_FALSE(fs::exists(dir.path() / "policy/versions/4"));
+}
+
+TEST(Store, RollingForwardTakesAVersionOutOfTheWithdrawn) {
+  TempDir dir;
+  Store store = OpenOrDie(dir.path(), {.keep_versions = 3});
+  for (uint64_t v = 1; v <= 3; ++v) {
+    ASSERT_TRUE(StageAndCommit(store, "policy", Version(v), SampleFiles(v)).ok());
+  }
+  ASSERT_EQ(*store.Rollback("policy", Version(1)), Version(1));  // 2 and 3 withdrawn
+  ASSERT_EQ(*store.Rollback("policy", Version(2)), Version(2));  // 2 is good again
+  ASSERT_TRUE(StageAndCommit(store, "policy", Version(4), SampleFiles(4)).ok());
+  auto list = store.List("policy");
+  ASSERT_TRUE(list.ok());
+  std::vector<uint64_t> kept;
+  for (const VersionInfo& i : *list) kept.push_back(i.version.value());
+  EXPECT_EQ(kept, (std::vector<uint64_t>{1, 2, 4}));
+}
+
 TEST(Store, RollbackSurvivesReopen) {
   TempDir dir;
   {
