@@ -40,6 +40,7 @@ struct PublishFlags {
   std::string import = "auto";
   std::string writer_id;
   bool take_over = false;
+  bool allow_no_tensors = false;
   uint32_t rank = 0;
   uint32_t world = 1;
   NodeFlags node;
@@ -115,6 +116,7 @@ Status RunPublish(const PublishFlags& flags) {
   options.node_id = PeerId(flags.node.node_id);
   options.writer_id = flags.writer_id;
   options.take_over = flags.take_over;
+  options.allow_no_tensors = flags.allow_no_tensors;
   options.rank = flags.rank;
   options.world = flags.world;
   options.build.chunk_size = chunk_size;
@@ -227,11 +229,16 @@ void SetupPublish(CLI::App& app) {
                   "a channel's first version one chosen from its size (docs/publish.md)")
       ->capture_default_str();
   cmd->add_option("--import", flags->import,
-                  "How files enter the store: auto (hard links on one filesystem), copy, hardlink")
+                  "How files enter the store: auto or copy (a reflink where the filesystem can, so "
+                  "the store never shares bytes the trainer rewrites), hardlink (no copy; the "
+                  "files must then never be modified in place)")
       ->capture_default_str();
   cmd->add_option("--writer-id", flags->writer_id,
                   "This writer's identity across restarts (default: the id kept in the store, "
                   "STORE/.writer-id)");
+  cmd->add_flag("--allow-no-tensors", flags->allow_no_tensors,
+                "Publish a directory that holds no tensor (refused by default: every agent would "
+                "make it current in place of the model)");
   cmd->add_flag("--take-over", flags->take_over,
                 "Take the channel from the publisher that holds it; that one is fenced");
   cmd->add_option("--rank", flags->rank,

@@ -181,6 +181,9 @@ Status Publisher::Impl::Start() {
     po.rank = options.rank;
     po.world = options.world;
     po.connect_timeout = options.connect_timeout;
+    // Every directory it publishes is a scratch file of its own, written once and removed after
+    // the import: linking it in is safe and copies nothing.
+    po.import = publish::ImportPolicy::kHardlink;
     auto created = publish::Publisher::Create(std::move(po));
     if (!created.ok()) {
       // Giving up on an unreachable coordinator is kUnavailable whatever the last try said

@@ -458,6 +458,7 @@ PrepareOptions Publisher::BaseOptions() const {
   o.build = options_.build;
   o.codec = options_.codec;
   o.import = options_.import;
+  o.allow_no_tensors = options_.allow_no_tensors;
   return o;
 }
 

@@ -81,6 +81,9 @@ struct PublisherOptions {
   BuildOptions build;
   codec::VersionCodecOptions codec;
   ImportPolicy import = ImportPolicy::kAuto;
+  // A directory without a single tensor (a readme, a config) is refused unless this is set:
+  // every agent would commit it as current in place of the model.
+  bool allow_no_tensors = false;
   // How often WaitUntil and Watch look again.
   net::Duration poll_interval = std::chrono::milliseconds(200);
   // Give up connecting to the coordinator at Create after this long. A refused handshake (wrong

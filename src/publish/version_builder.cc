@@ -1,7 +1,5 @@
 #include "publish/version_builder.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <chrono>
 #include <optional>
@@ -21,23 +19,15 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-Result<ImportMode> ChooseImportMode(ImportPolicy policy, const fs::path& dir,
-                                    const fs::path& store_root) {
-  switch (policy) {
-    case ImportPolicy::kCopy:
-      return ImportMode::kCopy;
-    case ImportPolicy::kHardlink:
-      return ImportMode::kHardlink;
-    case ImportPolicy::kAuto:
-      break;
+bool HasTensors(const Checkpoint& checkpoint) {
+  for (const CheckpointFile& f : checkpoint.files) {
+    if (f.is_safetensors && !f.header.tensors.empty()) return true;
   }
-  struct stat a {
-  }, b{};
-  if (::stat(dir.c_str(), &a) != 0) return ErrnoStatus("stat(" + dir.string() + ")", errno);
-  if (::stat(store_root.c_str(), &b) != 0) {
-    return ErrnoStatus("stat(" + store_root.string() + ")", errno);
-  }
-  return a.st_dev == b.st_dev ? ImportMode::kHardlink : ImportMode::kCopy;
+  return false;
+}
+
+ImportMode ChooseImportMode(ImportPolicy policy) {
+  return policy == ImportPolicy::kHardlink ? ImportMode::kHardlink : ImportMode::kCopy;
 }
 
 // Whether `target` can be encoded against `base`: the codec pairs chunk i with chunk i, which
@@ -122,10 +112,16 @@ Result<PreparedVersion> PrepareVersion(Store& store, const fs::path& dir,
   RETURN_IF_ERROR(ValidateChannelName(options.channel));
   if (options.secret.empty()) return InvalidArgument("no cluster secret to sign the manifest");
   PreparedVersion out;
-  ASSIGN_OR_RETURN(out.import_mode, ChooseImportMode(options.import, dir, store.root()));
+  out.import_mode = ChooseImportMode(options.import);
 
   auto start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(Checkpoint source, OpenCheckpoint(dir));
+  if (!options.allow_no_tensors && !HasTensors(source)) {
+    return InvalidArgument(dir.string() +
+                           " holds no tensors (no safetensors file with a tensor in it): a version "
+                           "without weights would replace the model on every node; "
+                           "--allow-no-tensors publishes it anyway");
+  }
   for (const CheckpointFile& f : source.files) {
     if (!f.is_safetensors && !f.relative_path.ends_with(".safetensors.index.json")) {
       out.other_files.emplace_back(f.relative_path, f.size);

@@ -29,9 +29,12 @@
 namespace weightcast::publish {
 
 enum class ImportPolicy {
-  kAuto,      // hard links when the directory and the store are on one filesystem, else copies
-  kCopy,      // always copy (the trainer may later modify files in place)
-  kHardlink,  // always hard-link (fails across filesystems)
+  // Copies (reflinks where the filesystem shares extents): trainers rewrite the same checkpoint
+  // path every step, and a write into a linked inode would change a committed version.
+  kAuto,
+  kCopy,      // the same as kAuto
+  kHardlink,  // hard links: no copy, but the files must never be modified in place afterwards
+              // (replacing them by rename is fine); fails across filesystems
 };
 
 // BuildOptions::chunk_size that lets PrepareVersion choose (ResolveChunkSize).
@@ -55,6 +58,8 @@ struct PrepareOptions {
   // coordinator that already logged higher versions from elsewhere raises it).
   Version min_version{1};
   ImportPolicy import = ImportPolicy::kAuto;
+  // Refuse (kInvalidArgument, nothing staged) a directory that holds no tensor at all.
+  bool allow_no_tensors = false;
   // Carried in the manifest's metadata (not part of the root), e.g. the source directory.
   std::map<std::string, std::string> metadata;
   // Called once the manifest is final and before the version becomes current, with the version's

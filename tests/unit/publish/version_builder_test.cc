@@ -237,22 +237,59 @@ TEST(ResolveChunkSize, ToldThenTheChannelsThenTheRule) {
   EXPECT_EQ(ResolveChunkSize(kAutoChunkSize, size, nullptr), ChooseChunkSize(size));
 }
 
-TEST(PrepareVersion, HardLinksOnOneFilesystemAndCopiesWhenAsked) {
+TEST(PrepareVersion, CopiesByDefaultAndHardLinksOnlyWhenAsked) {
   Fixture f(1);
   auto v1 = PrepareVersion(f.store, f.trainer / "step-0000", Options());
   ASSERT_TRUE(v1.ok()) << v1.status().ToString();
-  EXPECT_EQ(v1->import_mode, ImportMode::kHardlink);
+  EXPECT_EQ(v1->import_mode, ImportMode::kCopy);
   const std::string file = v1->manifest.files.front().path;
-  EXPECT_EQ(Inode(f.trainer / "step-0000" / file),
+  EXPECT_NE(Inode(f.trainer / "step-0000" / file),
             Inode(f.store.VersionPath("policy", Version(1)) / file));
 
   PrepareOptions o = Options();
-  o.import = ImportPolicy::kCopy;
+  o.import = ImportPolicy::kHardlink;
   auto v2 = PrepareVersion(f.store, f.trainer / "step-0001", o);
   ASSERT_TRUE(v2.ok()) << v2.status().ToString();
-  EXPECT_EQ(v2->import_mode, ImportMode::kCopy);
-  EXPECT_NE(Inode(f.trainer / "step-0001" / file),
+  EXPECT_EQ(v2->import_mode, ImportMode::kHardlink);
+  EXPECT_EQ(Inode(f.trainer / "step-0001" / file),
             Inode(f.store.VersionPath("policy", Version(2)) / file));
+}
+
+// Trainers save every step to the same path (cp, open('wb'), save_file): with the default
+// import the committed version must not change when the trainer's file does.
+TEST(PrepareVersion, ACheckpointRewrittenInPlaceLeavesTheStoreIntact) {
+  Fixture f(1);
+  auto v1 = PrepareVersion(f.store, f.trainer / "step-0000", Options());
+  ASSERT_TRUE(v1.ok()) << v1.status().ToString();
+  const std::string file = v1->manifest.files.front().path;
+  {
+    std::fstream rewrite(f.trainer / "step-0000" / file,
+                         std::ios::in | std::ios::out | std::ios::binary);
+    rewrite.seekp(static_cast<std::streamoff>(v1->manifest.files.front().size / 2));
+    rewrite.write("overwritten by the next step", 28);
+  }
+  const Status verified = f.store.Verify("policy", Version(1));
+  EXPECT_TRUE(verified.ok()) << "the trainer's in-place write reached the committed version: "
+                             << verified.ToString();
+}
+
+TEST(PrepareVersion, RefusesADirectoryWithoutTensorsUnlessAllowed) {
+  Fixture f(0);
+  const fs::path text = f.dir.path() / "txtonly";
+  fs::create_directories(text);
+  std::ofstream(text / "readme.txt") << "hi\n";
+  auto refused = PrepareVersion(f.store, text, Options());
+  ASSERT_EQ(refused.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("no tensors"), std::string::npos)
+      << refused.status().ToString();
+  EXPECT_EQ(f.store.Current("policy").status().code(), Code::kNotFound);
+  EXPECT_EQ(*f.store.NextVersion("policy"), Version(1));
+
+  PrepareOptions o = Options();
+  o.allow_no_tensors = true;
+  auto allowed = PrepareVersion(f.store, text, o);
+  ASSERT_TRUE(allowed.ok()) << allowed.status().ToString();
+  EXPECT_EQ(*f.store.Current("policy"), Version(1));
 }
 
 TEST(PrepareVersion, MinVersionRaisesTheNumber) {
