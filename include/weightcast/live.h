@@ -94,6 +94,11 @@ struct MemoryPublisherOptions {
   uint64_t chunk_size = 8ull << 20;
   size_t threads = 0;   // hashing and encoding; 0: one per core
   bool sha256 = false;  // chunk hashes: XXH3-128 by default (same-host readers), or SHA-256
+  // Encode each version as a delta against the one before. Off by default: samplers on the same
+  // machine copy the chunks whose hashes changed, which costs less than encoding them
+  // (docs/live.md, "Copy or delta"). On, a sampler applying in place writes only the changed
+  // elements.
+  bool deltas = false;
 };
 
 struct MemoryPublishResult {

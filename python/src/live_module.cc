@@ -133,8 +133,9 @@ struct PendingPublish {
 class PyMemoryPublisher {
  public:
   PyMemoryPublisher(const std::filesystem::path& dir, const std::string& channel,
-                    uint64_t chunk_size, size_t threads, bool sha256) {
+                    uint64_t chunk_size, size_t threads, bool sha256, bool deltas) {
     MemoryPublisherOptions o;
+    o.deltas = deltas;
     o.chunk_size = chunk_size;
     o.threads = threads;
     o.sha256 = sha256;
@@ -146,6 +147,7 @@ class PyMemoryPublisher {
 
   py::dict Publish(const py::list& tensors, std::optional<int64_t> step) {
     Join();
+    ThrowIfClosed();
     std::vector<py::buffer_info> pinned;
     std::vector<TensorView> views = TensorsFromPython(tensors, pinned);
     Result<MemoryPublishResult> r = Internal("not run");
@@ -160,6 +162,7 @@ class PyMemoryPublisher {
   std::shared_ptr<PendingPublish> PublishAsync(const py::list& tensors,
                                                std::optional<int64_t> step) {
     Join();
+    ThrowIfClosed();
     std::vector<py::buffer_info> pinned;
     std::vector<TensorView> views = TensorsFromPython(tensors, pinned);
     Status s;
@@ -179,9 +182,16 @@ class PyMemoryPublisher {
     return state;
   }
 
-  void Close() { Join(); }
+  // Waits for the pending finish, then lets the channel go (its one-writer lock with it).
+  void Close() {
+    Join();
+    publisher_.reset();
+  }
 
  private:
+  void ThrowIfClosed() const {
+    if (publisher_ == nullptr) ThrowIfError(FailedPrecondition("the publisher is closed"));
+  }
   void Join() {
     if (finisher_.joinable()) {
       py::gil_scoped_release release;
@@ -202,9 +212,10 @@ void RegisterLive(py::module_& m) {
       .def("copy_from", &PyLiveTensors::CopyFrom, py::arg("other"))
       .def_property_readonly("version", &PyLiveTensors::version);
   py::class_<PyMemoryPublisher>(m, "_MemoryPublisher")
-      .def(py::init<const std::filesystem::path&, const std::string&, uint64_t, size_t, bool>(),
+      .def(py::init<const std::filesystem::path&, const std::string&, uint64_t, size_t, bool,
+                    bool>(),
            py::arg("dir"), py::arg("channel"), py::arg("chunk_size"), py::arg("threads") = 0,
-           py::arg("sha256") = false)
+           py::arg("sha256") = false, py::arg("deltas") = false)
       .def("publish", &PyMemoryPublisher::Publish, py::arg("tensors"), py::arg("step"))
       .def("publish_async", &PyMemoryPublisher::PublishAsync, py::arg("tensors"), py::arg("step"))
       .def("close", &PyMemoryPublisher::Close);

@@ -1,5 +1,8 @@
 """Subscriber: receive the committed versions of a channel into memory-mapped views."""
 
+import os
+import time
+
 from . import _options, _weightcast
 from ._version import Version
 
@@ -80,6 +83,7 @@ class Subscriber:
             raise TypeError(f"memory must be a bool, not {type(memory).__name__} {memory!r}")
         self._memory = memory
         self._closed = False
+        self._made = time.monotonic()
         if memory:
             if coordinator is not None or secret_file is not None or options:
                 raise _weightcast.InvalidArgumentError(
@@ -108,15 +112,47 @@ class Subscriber:
         minimum = 0 if min_version is None else _version_number(min_version, "min_version")
         if self._memory:
             from ._live import MemoryVersion
-            if self._closed:
-                raise _weightcast.AbortedError("the subscriber was closed")
-            number = _weightcast._wait_memory(str(self.store), self.channel, max(minimum, 1),
-                                              timeout)
+            number = self._wait_memory(max(minimum, 1), timeout)
             self._last = number
             return MemoryVersion(number)
         version = Version(self._core.wait(minimum, timeout))
         self._last = version.version
         return version
+
+    # A memory channel's wait runs in short slices so that close() from another thread and
+    # Ctrl-C (KeyboardInterrupt, raised between slices) end it; the C++ wait sleeps on inotify,
+    # so a new version wakes it at once whatever the slice.
+    _MEMORY_SLICE = 0.1
+    _MEMORY_APPEAR = 5.0  # a channel directory still missing this long after __init__: an error
+
+    def _wait_memory(self, minimum, timeout):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        channel_dir = os.path.join(self.store, self.channel + ".memory")
+        while True:
+            if self._closed:
+                raise _weightcast.AbortedError("the subscriber was closed")
+            if not os.path.isdir(channel_dir):
+                if os.path.exists(os.path.join(self.store, ".lock")):
+                    raise _weightcast.FailedPreconditionError(
+                        f"{self.store} is a weightcast store, not a memory channel's directory: "
+                        f"read it with Subscriber({self.store!r}, {self.channel!r}) without "
+                        "memory=True")
+                if time.monotonic() - self._made > self._MEMORY_APPEAR:
+                    raise _weightcast.NotFoundError(
+                        f"no memory channel {self.channel!r} in {self.store} after "
+                        f"{self._MEMORY_APPEAR:g} s: is a Publisher({self.store!r}, "
+                        f"{self.channel!r}, memory=True) running on this machine?")
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                raise _weightcast.DeadlineExceededError(
+                    f"no version {minimum} of memory channel {self.channel!r} in {self.store} "
+                    f"within {timeout:g} s")
+            wait = self._MEMORY_SLICE if deadline is None else min(self._MEMORY_SLICE,
+                                                                   deadline - now)
+            try:
+                return _weightcast._wait_memory(str(self.store), self.channel, minimum, wait)
+            except _weightcast.DeadlineExceededError:
+                continue
 
     def changed(self, since_version, version=None):
         """[(tensor name, [(begin, end), ...])]: the byte ranges (offsets into each tensor's

@@ -87,6 +87,7 @@ Result<std::unique_ptr<MemoryPublisher>> MemoryPublisher::Open(
   live::MemoryChannelOptions o;
   o.chunk_size = options.chunk_size;
   o.threads = options.threads;
+  o.deltas = options.deltas;
   o.algorithm = options.sha256 ? HashAlgorithm::kSha256 : HashAlgorithm::kXxh3_128;
   auto impl = std::make_unique<Impl>();
   ASSIGN_OR_RETURN(impl->writer, live::MemoryChannelWriter::Open(dir, std::move(channel), o));

@@ -29,6 +29,22 @@ class HostTensorMemory final : public TensorMemory {
   Digest Hash(std::span<const codec::ChunkPiece> pieces, HashAlgorithm algorithm) override {
     return codec::HashPieces(pieces, algorithm);
   }
+  Digest CopyAndHash(std::span<const LivePiece> pieces, HashAlgorithm algorithm) override {
+    constexpr size_t kBlock = 64 << 10;  // well inside L2: the hash reads what the copy wrote
+    Hasher hasher(algorithm);
+    for (const LivePiece& p : pieces) {
+      if (p.live.empty()) {
+        hasher.Update(p.file);
+        continue;
+      }
+      for (size_t at = 0; at < p.live.size(); at += kBlock) {
+        const size_t n = std::min(kBlock, p.live.size() - at);
+        std::memcpy(p.live.data() + at, p.file.data() + at, n);
+        hasher.Update(p.live.subspan(at, n));
+      }
+    }
+    return hasher.Finish();
+  }
 
  private:
   codec::CodecScratch scratch_;
@@ -43,10 +59,7 @@ std::string Describe(DType dtype, const std::vector<uint64_t>& shape) {
 
 // A chunk of the target as the live tensors and the target's files hold it: for each piece, the
 // live bytes (when a registered tensor covers it) and the file bytes at the same place.
-struct Piece {
-  std::span<uint8_t> live;
-  std::span<const uint8_t> file;
-};
+using Piece = LivePiece;
 
 class ChunkLayout {
  public:
@@ -250,14 +263,14 @@ Result<ApplyReport> LiveSet::Apply(const VersionView& target, const ApplyOptions
   const ChunkLayout layout(m, target.files, live);
   std::vector<Piece> pieces;
   std::set<uint32_t> left_unverified;
-  auto copy_whole = [&](ChunkIndex index, std::vector<codec::ChunkPiece>& chunk) -> Status {
-    for (const Piece& p : pieces) {
-      if (!p.live.empty()) {
-        memory_->Copy(p.live, p.file);
-        report.copied_bytes += p.live.size();
-      }
-    }
-    if (memory_->Hash(chunk, m.hash_algorithm) != m.chunk_hashes[index.value()]) {
+  const auto live_bytes = [&] {
+    uint64_t n = 0;
+    for (const Piece& p : pieces) n += p.live.size();
+    return n;
+  };
+  auto copy_whole = [&](ChunkIndex index) -> Status {
+    report.copied_bytes += live_bytes();
+    if (memory_->CopyAndHash(pieces, m.hash_algorithm) != m.chunk_hashes[index.value()]) {
       return Corrupt("chunk " + std::to_string(index.value()) + " of v" +
                      std::to_string(m.version.value()) +
                      " does not match its manifest even as copied from the store's files");
@@ -279,7 +292,7 @@ Result<ApplyReport> LiveSet::Apply(const VersionView& target, const ApplyOptions
           if (!check) {
             left_unverified.insert(i);
           } else if (memory_->Hash(chunk, m.hash_algorithm) != want) {
-            RETURN_IF_ERROR(copy_whole(index, chunk));
+            RETURN_IF_ERROR(copy_whole(index));
             ++report.chunks_repaired;
           }
         }
@@ -317,7 +330,7 @@ Result<ApplyReport> LiveSet::Apply(const VersionView& target, const ApplyOptions
             (s.ok() ? std::string("patched result does not match the manifest") : s.message()) +
             "; copied whole";
       }
-      RETURN_IF_ERROR(copy_whole(index, chunk));
+      RETURN_IF_ERROR(copy_whole(index));
       ++report.chunks_repaired;
       continue;
     }
@@ -327,16 +340,12 @@ Result<ApplyReport> LiveSet::Apply(const VersionView& target, const ApplyOptions
       ++report.chunks_unchanged;
       continue;
     }
-    for (const Piece& p : pieces) {
-      if (!p.live.empty()) {
-        memory_->Copy(p.live, p.file);
-        report.copied_bytes += p.live.size();
-      }
-    }
     ++report.chunks_copied;
+    report.copied_bytes += live_bytes();
     if (!check) {
+      for (const Piece& p : pieces) memory_->Copy(p.live, p.file);
       left_unverified.insert(i);
-    } else if (memory_->Hash(chunk, m.hash_algorithm) != want) {
+    } else if (memory_->CopyAndHash(pieces, m.hash_algorithm) != want) {
       return Corrupt("chunk " + std::to_string(i) + " of v" + std::to_string(m.version.value()) +
                      " does not match its manifest as copied from the store's files");
     }

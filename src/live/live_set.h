@@ -38,7 +38,14 @@ struct LiveTensor {
   std::span<uint8_t> bytes;
 };
 
-// Where live tensors live, and the three things done to them: patch a chunk with a payload, copy
+// A piece of a chunk as a sampler holds it: `live` (empty for bytes it does not hold, such as a
+// file header or an unregistered tensor) and the bytes at the same place in the version's files.
+struct LivePiece {
+  std::span<uint8_t> live;
+  std::span<const uint8_t> file;
+};
+
+// Where live tensors live, and the things done to them: patch a chunk with a payload, copy
 // bytes in, hash a chunk. Host memory now (HostMemory); a device implementation (CUDA kernels
 // for the patch and the hash, cudaMemcpy for the copy) goes behind the same calls without
 // touching the protocol. A ChunkPiece's `live` span is then an address range in that memory.
@@ -54,6 +61,10 @@ class TensorMemory {
                                       HashAlgorithm algorithm) = 0;
   virtual void Copy(std::span<uint8_t> live, std::span<const uint8_t> from) = 0;
   virtual Digest Hash(std::span<const codec::ChunkPiece> pieces, HashAlgorithm algorithm) = 0;
+  // Copies each piece's file bytes into its live bytes and returns the hash of the chunk as
+  // written (live bytes where held, file bytes elsewhere), in one pass: each block is hashed
+  // while it is still in cache.
+  virtual Digest CopyAndHash(std::span<const LivePiece> pieces, HashAlgorithm algorithm) = 0;
 };
 std::unique_ptr<TensorMemory> HostMemory();
 

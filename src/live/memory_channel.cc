@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/file.h>
 #include <sys/inotify.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -105,7 +106,9 @@ MemoryChannelWriter::MemoryChannelWriter(fs::path dir, std::string channel,
                                          MemoryChannelOptions options)
     : dir_(std::move(dir)), channel_(std::move(channel)), options_(options) {}
 
-MemoryChannelWriter::~MemoryChannelWriter() = default;
+MemoryChannelWriter::~MemoryChannelWriter() {
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+}
 
 Result<std::unique_ptr<MemoryChannelWriter>> MemoryChannelWriter::Open(
     const fs::path& dir, std::string channel, const MemoryChannelOptions& options) {
@@ -121,8 +124,19 @@ Result<std::unique_ptr<MemoryChannelWriter>> MemoryChannelWriter::Open(
     fs::create_directories(SlotDir(channel_dir, i), ec);
     if (ec) return IoError("mkdir " + SlotDir(channel_dir, i).string() + ": " + ec.message());
   }
-  auto w = std::unique_ptr<MemoryChannelWriter>(
-      new MemoryChannelWriter(channel_dir, std::move(channel), options));
+  auto w =
+      std::unique_ptr<MemoryChannelWriter>(new MemoryChannelWriter(channel_dir, channel, options));
+  // Two writers would number their versions alike and rewrite each other's slots.
+  const fs::path lock_path = channel_dir / ".lock";
+  w->lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (w->lock_fd_ < 0) return ErrnoStatus("open(" + lock_path.string() + ")", errno);
+  if (::flock(w->lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK) {
+      return Unavailable("memory channel " + channel + " in " + dir.string() +
+                         " already has a publisher (one writer per channel; close it first)");
+    }
+    return ErrnoStatus("flock(" + lock_path.string() + ")", errno);
+  }
   for (int i = 0; i < 2; ++i) {
     w->slots_[i] = std::make_unique<Slot>();
     w->slots_[i]->path = SlotDir(channel_dir, i) / kFileName;
@@ -235,7 +249,7 @@ Result<MemoryPublished> MemoryChannelWriter::Finish() {
   std::vector<Digest> hashes;
   std::map<uint32_t, std::vector<uint8_t>> payloads;
   std::optional<DeltaInfo> delta;
-  if (current_ != nullptr && current_->chunk_size == manifest.chunk_size &&
+  if (options_.deltas && current_ != nullptr && current_->chunk_size == manifest.chunk_size &&
       current_->hash_algorithm == manifest.hash_algorithm) {
     const Slot& base = *slots_[current_slot_];
     const codec::SnapshotReader base_bytes =

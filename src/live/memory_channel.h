@@ -51,6 +51,7 @@ struct MemoryChannelOptions {
   uint64_t chunk_size = kDefaultChunkSize;
   HashAlgorithm algorithm = HashAlgorithm::kXxh3_128;  // same-host readers (docs/live.md)
   size_t threads = 0;                                  // hashing and encoding; 0: one per core
+  bool deltas = false;  // encode against the current version (MemoryPublisherOptions::deltas)
 };
 
 struct MemoryPublished {
@@ -71,6 +72,8 @@ class MemoryChannelWriter {
  public:
   // Creates DIR/<channel>.memory (DIR should be on tmpfs, e.g. /dev/shm/...) and continues the
   // numbering after a version found there (a restarted publisher; its slots are rewritten).
+  // One writer per channel: the writer holds an exclusive lock on the channel's `.lock` for its
+  // lifetime, and a second one (in this process or another) gets kUnavailable.
   static Result<std::unique_ptr<MemoryChannelWriter>> Open(const std::filesystem::path& dir,
                                                            std::string channel,
                                                            const MemoryChannelOptions& options);
@@ -94,6 +97,7 @@ class MemoryChannelWriter {
   const std::filesystem::path dir_;
   const std::string channel_;
   const MemoryChannelOptions options_;
+  int lock_fd_ = -1;  // flock(LOCK_EX) on dir_/.lock while this writer lives
   std::mutex mu_;
   std::condition_variable cv_;
   bool snapshot_pending_ = false;  // Snapshot done, Finish not yet

@@ -252,8 +252,8 @@ def test_two_sampler_processes_over_a_memory_channel(flip):
                 got_version, delta, repaired, digest = conn.recv()
                 assert got_version == version
                 assert repaired == 0
-                # A delta from v2 on; flipped, the idle copy first catches up by a memcpy.
-                assert delta == (version > 1)
+                # One host: the chunks that changed are copied from the slot, never encoded.
+                assert not delta
                 assert digest == want
         for p in procs:
             p.join(30)
@@ -313,3 +313,74 @@ def test_a_reshaped_tensor_between_steps_is_published_and_refused_only_by_a_stal
         pub.close()
         import shutil
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_memory_channel_has_one_writer_and_a_closed_publisher_publishes_nothing():
+    directory = f"/dev/shm/wc-test-one-writer-{os.getpid()}"
+    w = {"w": torch.zeros(1000, dtype=torch.bfloat16)}
+    pub = weightcast.Publisher(directory, "policy", memory=True, chunk_size=SMALL_CHUNK)
+    try:
+        with pytest.raises(weightcast.UnavailableError, match="already has a publisher"):
+            weightcast.Publisher(directory, "policy", memory=True, chunk_size=SMALL_CHUNK)
+        assert pub.publish(w).version == 1
+        pub.close()
+        with pytest.raises(weightcast.FailedPreconditionError, match="closed"):
+            pub.publish(w)
+        with pytest.raises(weightcast.FailedPreconditionError, match="closed"):
+            pub.publish_async(w)
+        # Once closed, the channel takes a new writer, which numbers on.
+        again = weightcast.Publisher(directory, "policy", memory=True, chunk_size=SMALL_CHUNK)
+        assert again.publish(w).version == 2
+        again.close()
+    finally:
+        import shutil
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_memory_wait_ends_on_close_from_another_thread(tmp_path):
+    import threading
+    import time
+    pub = weightcast.Publisher(tmp_path, "policy", memory=True, chunk_size=SMALL_CHUNK)
+    sub = weightcast.Subscriber(tmp_path, "policy", memory=True)
+    closer = threading.Timer(0.3, sub.close)
+    closer.start()
+    start = time.monotonic()
+    with pytest.raises(weightcast.AbortedError, match="closed"):
+        sub.wait(5)  # never published
+    assert time.monotonic() - start < 3
+    closer.join()
+    pub.close()
+
+
+def test_memory_wait_ends_on_ctrl_c(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+    code = ("import weightcast; "
+            f"s = weightcast.Subscriber({str(tmp_path)!r}, 'policy', memory=True); "
+            f"p = weightcast.Publisher({str(tmp_path)!r}, 'policy', memory=True); "
+            "print('waiting', flush=True); s.wait(7)")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "waiting"
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=5)
+    finally:
+        proc.kill()
+    assert "KeyboardInterrupt" in err, err
+
+
+def test_memory_wait_names_a_mistyped_directory_and_a_store(tmp_path, monkeypatch):
+    monkeypatch.setattr(weightcast.Subscriber, "_MEMORY_APPEAR", 0.3)
+    sub = weightcast.Subscriber(tmp_path / "mistyped", "policy", memory=True)
+    with pytest.raises(weightcast.NotFoundError, match="no memory channel 'policy'"):
+        sub.wait(timeout=30)
+    store = tmp_path / "store"
+    local = weightcast.Publisher(store, "policy", chunk_size=SMALL_CHUNK)
+    local.publish({"w": torch.zeros(10, dtype=torch.bfloat16)})
+    local.close()
+    with pytest.raises(weightcast.FailedPreconditionError, match="is a weightcast store"):
+        weightcast.Subscriber(store, "policy", memory=True).wait(timeout=30)
