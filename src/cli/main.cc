@@ -50,10 +50,29 @@ int main(int argc, char** argv) {
   std::stable_sort(registry.begin(), registry.end(),
                    [](const Entry& a, const Entry& b) { return a.order < b.order; });
   for (const Entry& entry : registry) entry.setup(app);
+  // A first word that names no command: say which word, and list the commands (CLI11 alone says
+  // only that a subcommand is required). `help` is what a user types for --help.
+  if (argc >= 2 && argv[1][0] != '-') {
+    const std::string word = argv[1];
+    if (word == "help") {
+      std::cout << app.help();
+      return 0;
+    }
+    const bool known = std::any_of(registry.begin(), registry.end(),
+                                   [&](const Entry& e) { return e.name == word; });
+    if (!known) {
+      std::cerr << "weightcast: unknown command '" << word << "'; the commands are:";
+      for (const Entry& entry : registry) std::cerr << " " << entry.name;
+      std::cerr << " (weightcast --help)\n";
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version exit 0; every parse error is a usage error: 2, as Finish gives
+    // kInvalidArgument, whatever CLI11's own numbering.
+    return app.exit(e) == 0 ? 0 : 2;
   }
   return ExitCode();
 }

@@ -55,7 +55,13 @@ Result<std::string> LoadClusterSecret(const std::filesystem::path& path, std::st
   std::string secret;
   std::string source;
   if (!path.empty()) {
-    ASSIGN_OR_RETURN(secret, ReadFileToString(path, 1 << 16));
+    Result<std::string> read = ReadFileToString(path, 1 << 16);
+    if (!read.ok()) {
+      // A usage error: name the flag's file as the secret file, whatever the errno said.
+      return InvalidArgument("cannot read the secret file " + path.string() + ": " +
+                             read.status().message());
+    }
+    secret = std::move(read).value();
     while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r')) secret.pop_back();
     source = "secret file " + path.string();
     struct stat st {};
@@ -70,7 +76,8 @@ Result<std::string> LoadClusterSecret(const std::filesystem::path& path, std::st
     std::string name(env_var);
     const char* value = std::getenv(name.c_str());
     if (value == nullptr) {
-      return NotFound("no cluster secret: pass a secret file or set " + name);
+      return InvalidArgument("no cluster secret: pass a secret file (--secret-file) or set " +
+                             name + " (make one with: weightcast keygen --out FILE)");
     }
     secret = value;
     source = "environment variable " + name;

@@ -37,6 +37,20 @@ expect_error bad-chunk-size "12parsecs" "$wc" manifest "$work/model" --chunk-siz
 expect_error bad-hash "hash" "$wc" manifest "$work/model" --hash md5
 expect_error sim-threads "threads must be" "$wc" sim -n 10 --size 1GB --threads 3
 
+# An unknown command is named, with exit 2 (a usage error); `help` is --help.
+expect_exit_code() {
+  local name="$1" want="$2" pattern="$3" rc=0 out
+  shift 3
+  out="$("$@" 2>&1)" || rc=$?
+  if [[ $rc != "$want" ]] || ! grep -q -- "$pattern" <<<"$out"; then
+    echo "FAIL $name: exit $rc (wanted $want), output: $(head -n 3 <<<"$out")"; fail=1; return
+  fi
+  echo "ok   $name: exit $rc"
+}
+expect_exit_code unknown-command 2 "unknown command 'frobnicate'" "$wc" frobnicate
+expect_exit_code help-command 0 "Subcommands" "$wc" help
+expect_exit_code unknown-flag 2 "--frobnicate" "$wc" inspect --frobnicate
+
 # A store refuses a bad channel name and is left as it was.
 mkdir -p "$work/store"
 expect_error bad-channel "channel" "$wc" store import --root "$work/store" --channel ../x "$work/model"

@@ -50,6 +50,13 @@ expect_exit "rollback --coordinator" 2 "--coordinator" \
 expect_exit "agent --listen" 2 "--listen" \
   "$wc" agent --coordinator "$coord" --listen 127.0.0.1:65536 --store "$work/flag-agent" \
   --channel "$channel" --secret-file "$work/secret"
+# No secret, or a secret file that is not there: a usage error naming what is missing.
+expect_exit "agent without a secret" 2 "no cluster secret" \
+  env -u WEIGHTCAST_SECRET "$wc" agent --coordinator "$coord" --store "$work/flag-agent" \
+  --channel "$channel"
+expect_exit "agent --secret-file missing" 2 "secret file $work/no-such-secret" \
+  "$wc" agent --coordinator "$coord" --store "$work/flag-agent" --channel "$channel" \
+  --secret-file "$work/no-such-secret"
 # A missing --dir is found before the store is opened or the coordinator dialled (the closed
 # port would make a connect attempt wait).
 expect_exit "publish --dir missing" 2 "--dir $work/no-such-dir: no such directory" \

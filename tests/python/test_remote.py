@@ -147,7 +147,7 @@ def test_agent_options_are_checked(cluster, tmp_path):
     with pytest.raises(weightcast.InvalidArgumentError, match="log_level"):
         weightcast.Subscriber(tmp_path / "agent", "policy", coordinator=address,
                               secret_file=secret_file, log_level="loud")
-    with pytest.raises(weightcast.NotFoundError, match="cluster secret: .*missing"):
+    with pytest.raises(weightcast.InvalidArgumentError, match="secret file .*missing"):
         weightcast.Subscriber(tmp_path / "agent", "policy", coordinator=address,
                               secret_file=str(tmp_path / "missing"))
 

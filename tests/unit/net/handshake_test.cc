@@ -140,7 +140,12 @@ TEST(Handshake, LoadsSecretFromFileOrEnvironmentOnly) {
   ::setenv("WC_TEST_SECRET", "short", 1);
   EXPECT_EQ(LoadClusterSecret("", "WC_TEST_SECRET").status().code(), Code::kInvalidArgument);
   ::unsetenv("WC_TEST_SECRET");
-  EXPECT_EQ(LoadClusterSecret("", "WC_TEST_SECRET").status().code(), Code::kNotFound);
+  EXPECT_EQ(LoadClusterSecret("", "WC_TEST_SECRET").status().code(), Code::kInvalidArgument);
+  // A missing file is named as the secret file: a usage error, not a bare "No such file".
+  const Status missing = LoadClusterSecret(path + ".missing").status();
+  EXPECT_EQ(missing.code(), Code::kInvalidArgument);
+  EXPECT_NE(missing.message().find("secret file " + path + ".missing"), std::string::npos)
+      << missing.ToString();
 }
 
 std::string WriteTemp(const std::string& name, const std::string& text, mode_t mode) {
