@@ -49,7 +49,7 @@ expect_exit_code() {
 }
 expect_exit_code unknown-command 2 "unknown command 'frobnicate'" "$wc" frobnicate
 expect_exit_code help-command 0 "Subcommands" "$wc" help
-expect_exit_code unknown-flag 2 "--frobnicate" "$wc" inspect --frobnicate
+expect_exit_code unknown-flag 2 "--frobnicate" "$wc" inspect "$good" --frobnicate
 
 # A store refuses a bad channel name and is left as it was.
 mkdir -p "$work/store"
