@@ -100,7 +100,9 @@ class LiveTensors:
             return report
         back = 1 - self._front
         front_set, back_set = self._sets[self._front][1], self._sets[back][1]
-        if front_set.version != 0 and back_set.version != front_set.version and \
+        # A memory channel's versions are copied, not patched: the apply copies the chunks that
+        # differ from what the idle copy holds, so a catch-up copy first would only copy twice.
+        if not memory and front_set.version != 0 and back_set.version != front_set.version and \
                 front_set.version < version:
             # The idle copy catches up with the copy in use by one memcpy, so one delta (not a
             # chain of two, reading twice the payloads) brings it to `version`.

@@ -33,6 +33,7 @@
 #include "live/live_set.h"
 #include "manifest/builder.h"
 #include "manifest/manifest.h"
+#include "util/thread_pool.h"
 
 namespace weightcast::live {
 
@@ -98,6 +99,7 @@ class MemoryChannelWriter {
   const std::string channel_;
   const MemoryChannelOptions options_;
   int lock_fd_ = -1;  // flock(LOCK_EX) on dir_/.lock while this writer lives
+  ThreadPool pool_;   // hashing; options_.threads
   std::mutex mu_;
   std::condition_variable cv_;
   bool snapshot_pending_ = false;  // Snapshot done, Finish not yet

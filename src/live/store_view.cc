@@ -4,7 +4,8 @@
 
 namespace weightcast::live {
 
-OpenedVersion::OpenedVersion(Manifest manifest, std::vector<MappedFile> files,
+OpenedVersion::OpenedVersion(Manifest manifest,
+                             std::vector<std::shared_ptr<const MappedFile>> files,
                              std::optional<DeltaFile> delta)
     : manifest_(std::make_shared<const Manifest>(std::move(manifest))),
       files_(std::move(files)),
@@ -44,7 +45,7 @@ VersionView OpenedVersion::view() const {
       v.files.push_back(mapped_->File(i));
     }
   }
-  for (const MappedFile& f : files_) v.files.push_back(f.bytes());
+  for (const auto& f : files_) v.files.push_back(f->bytes());
   v.delta = delta_.has_value() ? &*delta_ : nullptr;
   return v;
 }

@@ -29,8 +29,10 @@ class OpenedVersion {
   // kNotFound when the channel has no such committed version (any more).
   static Result<std::unique_ptr<OpenedVersion>> Open(const std::filesystem::path& store_root,
                                                      std::string_view channel, Version version);
-  // From parts a caller opened itself (a memory channel's slot and files).
-  OpenedVersion(Manifest manifest, std::vector<MappedFile> files, std::optional<DeltaFile> delta);
+  // From parts a caller opened itself (a memory channel's slot mappings, which it may share
+  // with later versions: the slots are rewritten in place).
+  OpenedVersion(Manifest manifest, std::vector<std::shared_ptr<const MappedFile>> files,
+                std::optional<DeltaFile> delta);
   // From a store's mapped view.
   OpenedVersion(std::shared_ptr<const MappedVersion> mapped, std::optional<DeltaFile> delta);
 
@@ -40,8 +42,8 @@ class OpenedVersion {
 
  private:
   std::shared_ptr<const Manifest> manifest_;
-  std::vector<MappedFile> files_;                // from a memory channel
-  std::shared_ptr<const MappedVersion> mapped_;  // from a store (files_ then empty)
+  std::vector<std::shared_ptr<const MappedFile>> files_;  // from a memory channel
+  std::shared_ptr<const MappedVersion> mapped_;           // from a store (files_ then empty)
   std::optional<DeltaFile> delta_;
 };
 

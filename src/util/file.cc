@@ -26,14 +26,14 @@ class FdCloser {
 
 }  // namespace
 
-Result<MappedFile> MappedFile::Open(const std::filesystem::path& path) {
+Result<MappedFile> MappedFile::Open(const std::filesystem::path& path, bool populate) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoStatus("open(" + path.string() + ")", errno);
   FdCloser closer(fd);
-  return Map(fd, path);
+  return Map(fd, path, populate);
 }
 
-Result<MappedFile> MappedFile::Map(int fd, const std::filesystem::path& path) {
+Result<MappedFile> MappedFile::Map(int fd, const std::filesystem::path& path, bool populate) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) return ErrnoStatus("stat(" + path.string() + ")", errno);
   if (!S_ISREG(st.st_mode)) return InvalidArgument(path.string() + ": not a regular file");
@@ -41,7 +41,8 @@ Result<MappedFile> MappedFile::Map(int fd, const std::filesystem::path& path) {
   file.path_ = path;
   file.size_ = static_cast<uint64_t>(st.st_size);
   if (file.size_ == 0) return file;
-  void* p = ::mmap(nullptr, file.size_, PROT_READ, MAP_SHARED, fd, 0);
+  void* p =
+      ::mmap(nullptr, file.size_, PROT_READ, MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, 0);
   if (p == MAP_FAILED) return ErrnoStatus("mmap(" + path.string() + ")", errno);
   ::madvise(p, file.size_, MADV_SEQUENTIAL);
   file.data_ = static_cast<const uint8_t*>(p);
