@@ -375,6 +375,28 @@ class LiveSampler(SamplerStrategy):
         self.sub.close()
 
 
+class CoordLiveSampler(LiveSampler):
+    """What a user's sampler does across machines: a Subscriber with an in-process agent that
+    joins the coordinator, and update(LiveTensors) after every wait(): the version's payloads
+    (kept beside the agent's store) are patched into the live tensors, every chunk checked."""
+
+    def open(self):
+        c = self.config
+        self.sub = weightcast.Subscriber(
+            os.path.join(c["workdir"], f"sampler{self.index}"), CHANNEL,
+            coordinator=c["coordinator"], secret_file=c["secret_file"],
+            log_level=c["log_level"],
+            log_file=os.path.join(c["workdir"], f"sampler{self.index}.log"))
+        self.live = None
+
+    def receive(self, version, holder):
+        out = super().receive(version, holder)
+        out["bytes_received"] = None  # the agent's, below: update() reads the kept payloads
+        status = self.sub.status() or {}
+        out["extra"]["agent_bytes_received"] = status.get("bytes_received")
+        return out
+
+
 class ShmCopySampler(SamplerStrategy):
     """Reference: the plainest sync on one host. Waits for the trainer's note on its pipe, then
     copies the shared-memory buffer into its live tensors (one memcpy, in place)."""
@@ -530,9 +552,12 @@ class ShmCopyTrainer(TrainerSide):
 
 
 class WeightcastTrainer(TrainerSide):
-    def __init__(self, args, coordinator, flip=False):
+    def __init__(self, args, coordinator, flip=False, asynchronous=False):
         super().__init__(args)
         self.coordinated, self.flip = coordinator, flip
+        # publish_async(): the trainer is blocked for the snapshot only (what an RL loop uses).
+        self.asynchronous = asynchronous
+        self.pending = None
         self.coordinator_process = None
         self.raw_results = []
 
@@ -578,6 +603,12 @@ class WeightcastTrainer(TrainerSide):
             self.publisher._core = Recording()
 
     def publish(self, live, step):
+        if self.asynchronous:
+            if self.pending is not None:
+                self.pending.wait(self.args.timeout)
+            start = time.monotonic()
+            self.pending = self.publisher.publish_async(live.tensors, step=step)
+            return {"blocked_s": time.monotonic() - start, "wire_bytes": None}
         n = len(self.raw_results)
         r = self.publisher.publish(live.tensors, step=step)
         out = {"blocked_s": r.seconds, "wire_bytes": r.wire_bytes, "version": r.version,
@@ -591,6 +622,8 @@ class WeightcastTrainer(TrainerSide):
 
     def close(self):
         try:
+            if self.pending is not None:
+                self.pending.wait(self.args.timeout)
             self.publisher.close()
         finally:
             if self.coordinator_process is not None:
@@ -685,6 +718,11 @@ METHODS = {
     "wc-local-flip": (lambda a: WeightcastTrainer(a, False, flip=True), WeightcastSampler, 2),
     "wc-coord": (lambda a: WeightcastTrainer(a, True), WeightcastSampler, 1),
     "wc-coord-flip": (lambda a: WeightcastTrainer(a, True, flip=True), WeightcastSampler, 2),
+    # The RL loop a user writes: publish_async() on a coordinated Publisher, samplers keep
+    # LiveTensors current with Subscriber.update (flipped, or in place).
+    "coord-live-flip": (lambda a: WeightcastTrainer(a, True, flip=True, asynchronous=True),
+                        CoordLiveSampler, 2),
+    "coord-live": (lambda a: WeightcastTrainer(a, True, asynchronous=True), CoordLiveSampler, 1),
     "live": (lambda a: LiveTrainer(a), LiveSampler, 1),
     "live-flip": (lambda a: LiveTrainer(a, flip=True), LiveSampler, 2),
 }
@@ -811,6 +849,9 @@ def run_method(name, spec, args, workroot):
                 result["publish_log"] = trainer.publish_log()
                 timelines = [agent_timeline(os.path.join(workdir, f"sampler{i}.log"))
                              for i in range(args.samplers)]
+                coordinator = coordinator_timeline(os.path.join(workdir, "coordinator.log"))
+                traces = [step_trace(row, timelines, coordinator) for row in steps[1:]]
+                result["trace"] = [tr for tr in traces if tr is not None]
             else:
                 timelines = None
             result["breakdown"] = breakdown(steps, timelines)
@@ -834,7 +875,10 @@ def run_method(name, spec, args, workroot):
 
 
 AGENT_EVENT = re.compile(r"^(\S+Z) \w+ agent (?:swarm policy: |agent: )"
-                         r"(?:(target) v(\d+)|v(\d+) (complete) in|(committed) v(\d+))")
+                         r"(?:(target) v(\d+)|v(\d+) (complete) in|(committed) v(\d+)|"
+                         r"(prepared) v(\d+))")
+COORDINATOR_EVENT = re.compile(r"^(\S+Z) \w+ coordinator (?:(published) \S+ v(\d+)|"
+                               r"\S+ v(\d+): (DECISION)_)")
 
 
 def agent_timeline(path):
@@ -850,10 +894,57 @@ def agent_timeline(path):
             continue
         ts = datetime.datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S.%fZ").replace(
             tzinfo=datetime.timezone.utc).timestamp()
-        event = m.group(2) or m.group(5) or m.group(6)
-        version = int(m.group(3) or m.group(4) or m.group(7))
+        event = m.group(2) or m.group(5) or m.group(6) or m.group(8)
+        version = int(m.group(3) or m.group(4) or m.group(7) or m.group(9))
         out.setdefault(version, {}).setdefault(event, ts)
     return out
+
+
+def coordinator_timeline(path):
+    """{version: {"published"|"decision": wall time}} from the coordinator's log."""
+    out = {}
+    try:
+        lines = open(path, errors="replace").read().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        m = COORDINATOR_EVENT.match(line)
+        if not m:
+            continue
+        ts = datetime.datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+            tzinfo=datetime.timezone.utc).timestamp()
+        event = "published" if m.group(2) else "decision"
+        out.setdefault(int(m.group(3) or m.group(4)), {}).setdefault(event, ts)
+    return out
+
+
+# The phases of one coordinated step, in order (docs/rl_step.md gives each one's floor).
+TRACE_PHASES = ("snapshot", "publish", "announce", "fetch", "vote", "decision", "commit", "wake",
+                "apply")
+
+
+def step_trace(row, agents, coordinator):
+    """One coordinated step as consecutive phases of the slowest sampler, in seconds (wall
+    clock; the logs have millisecond stamps): snapshot (publish_async() blocked), publish (the
+    publisher writes the tensors, hashes and encodes them, signs, and the coordinator logs the
+    version), announce (logged -> the agent has its target), fetch (first request -> every
+    payload verified, decoded onto the base and staged), vote (-> the agent's prepare vote),
+    decision (-> the coordinator's decision, which waits for the slowest vote), commit (-> the
+    agent committed), wake (-> the sampler's wait() returned), apply (-> its live tensors hold
+    the version). None when a mark is missing."""
+    version = row["step"] + 1
+    t = row["times"]
+    last = max(range(len(t["done"])), key=lambda i: t["done"][i])
+    ev, co = agents[last].get(version, {}), coordinator.get(version, {})
+    marks = [t["start"], t["start"] + row["trainer_blocked_s"], co.get("published"),
+             ev.get("target"), ev.get("complete"), ev.get("prepared"), co.get("decision"),
+             ev.get("committed"), t["woke"][last], t["done"][last]]
+    if any(m is None for m in marks):
+        return None
+    trace = {name: b - a for name, a, b in zip(TRACE_PHASES, marks, marks[1:])}
+    trace["sum"] = marks[-1] - marks[0]
+    trace["step"] = row["step_s"]
+    return trace
 
 
 def breakdown(steps, timelines):
@@ -945,6 +1036,12 @@ def method_figures(result, ref):
         out["prepare_s"] = summary([p.get("prepare_s") for p in pubs])
     if result.get("breakdown"):
         out["breakdown_s"] = result["breakdown"]
+    if result.get("trace"):
+        out["trace_s"] = {name: statistics.median(tr[name] for tr in result["trace"])
+                          for name in TRACE_PHASES + ("sum",)}
+        # The phases are consecutive marks of one step: they sum to the step it measured.
+        out["trace_over_step"] = statistics.median(tr["sum"] / tr["step"]
+                                                   for tr in result["trace"])
     if result.get("publish_log"):
         logs = [l for l in result["publish_log"] if l.get("delta") == "true"]
         for k in ("prepare_s", "import_s", "build_s", "encode_s"):
@@ -1120,7 +1217,11 @@ def main():
         if rt:
             line += "  | " + " ".join(f"{k}={v:.3f}" for k, v in rt.items())
         print(line)
-        if f.get("breakdown_s"):
+        if f.get("trace_s"):
+            print(f"  {'':<14} trace of a delta step, slowest sampler (median): " + ", ".join(
+                f"{k} {v * 1e3:.0f} ms" for k, v in f["trace_s"].items()) +
+                f" ({f['trace_over_step']:.2f} of the step)")
+        elif f.get("breakdown_s"):
             print(f"  {'':<14} delta step, slowest sampler (median): " + ", ".join(
                 f"{k} {v * 1e3:.0f} ms" for k, v in f["breakdown_s"].items()) +
                 (f"; publish(): encode {f['log_encode_s']['median'] * 1e3:.0f} ms, import "

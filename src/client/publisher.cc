@@ -102,6 +102,7 @@ struct Publisher::Impl : std::enable_shared_from_this<Publisher::Impl> {
   struct Job {
     std::vector<client::TensorBytes> tensors;
     std::unique_ptr<uint8_t[]> owned;
+    uint64_t owned_size = 0;
     std::shared_ptr<const void> keep_alive;
     std::optional<int64_t> step;
     std::string slices;  // a sharded rank's slices (coord::kPartSlicesKey), renamed tensors
@@ -127,6 +128,11 @@ struct Publisher::Impl : std::enable_shared_from_this<Publisher::Impl> {
     return remote;
   }
   void Close(PendingPublishes pending);
+  // Snapshot buffers of finished publishes, reused by the next ones of the same size: a fresh
+  // allocation of a model's size costs a page fault per 4 KiB on the first copy into it, which is
+  // many times the copy itself (and the trainer waits for it).
+  std::unique_ptr<uint8_t[]> TakeSpareBuffer(uint64_t size);
+  void KeepSpareBuffer(std::unique_ptr<uint8_t[]> buffer, uint64_t size);
 
   const PublisherOptions options;
   std::unique_ptr<Store> store;  // local only; used by the worker thread alone
@@ -139,6 +145,8 @@ struct Publisher::Impl : std::enable_shared_from_this<Publisher::Impl> {
   std::deque<Job> queue;  // guarded by mu
   bool busy = false;      // the worker runs a job; guarded by mu
   bool closing = false;   // no more submissions; guarded by mu
+  // At most two: the one being published and the one the next snapshot fills. Guarded by mu.
+  std::vector<std::pair<std::unique_ptr<uint8_t[]>, uint64_t>> spare_buffers;
   bool abort_queued = false;
   std::shared_ptr<PublishHandle::State> last;  // the newest submitted; guarded by mu
   std::thread worker;
@@ -234,7 +242,10 @@ Result<PublishHandle> Publisher::Impl::Submit(std::span<const TensorView> tensor
   if (async.copy) {
     uint64_t total = 0;
     for (const client::TensorBytes& t : checked) total += t.bytes.size();
-    job.owned.reset(new (std::nothrow) uint8_t[std::max<uint64_t>(total, 1)]);
+    job.owned = TakeSpareBuffer(total);
+    job.owned_size = total;
+    if (job.owned == nullptr)
+      job.owned.reset(new (std::nothrow) uint8_t[std::max<uint64_t>(total, 1)]);
     if (job.owned == nullptr) {
       return ResourceExhausted("cannot allocate " + FormatBytes(total) +
                                " to copy the tensors (publish with copy off instead)");
@@ -261,6 +272,26 @@ Result<PublishHandle> Publisher::Impl::Submit(std::span<const TensorView> tensor
   return PublishHandle(std::move(state));
 }
 
+std::unique_ptr<uint8_t[]> Publisher::Impl::TakeSpareBuffer(uint64_t size) {
+  std::lock_guard lock(mu);
+  for (auto it = spare_buffers.begin(); it != spare_buffers.end(); ++it) {
+    if (it->second == size) {
+      std::unique_ptr<uint8_t[]> out = std::move(it->first);
+      spare_buffers.erase(it);
+      return out;
+    }
+  }
+  return nullptr;
+}
+
+void Publisher::Impl::KeepSpareBuffer(std::unique_ptr<uint8_t[]> buffer, uint64_t size) {
+  constexpr size_t kMaxSpare = 2;
+  std::lock_guard lock(mu);
+  if (closing) return;
+  spare_buffers.emplace_back(std::move(buffer), size);
+  if (spare_buffers.size() > kMaxSpare) spare_buffers.erase(spare_buffers.begin());
+}
+
 void Publisher::Impl::WorkerLoop() {
   while (true) {
     Job job;
@@ -274,8 +305,9 @@ void Publisher::Impl::WorkerLoop() {
     }
     Result<PublishResult> result = Run(job);
     std::shared_ptr<PublishHandle::State> state = std::move(job.state);
-    // Release the caller's buffers (and our copy) before the handle says done: from then on the
-    // caller may change them.
+    // Release the caller's buffers (and keep our copy for the next snapshot) before the handle
+    // says done: from then on the caller may change them.
+    if (job.owned != nullptr) KeepSpareBuffer(std::move(job.owned), job.owned_size);
     job = Job();
     state->Finish(std::move(result));
     {
@@ -363,6 +395,7 @@ void Publisher::Impl::Close(PendingPublishes pending) {
   {
     std::lock_guard lock(mu);
     closing = true;
+    spare_buffers.clear();
     if (pending == PendingPublishes::kAbort) dropped.swap(queue);
   }
   cv.notify_all();

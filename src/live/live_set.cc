@@ -261,6 +261,14 @@ Result<ApplyReport> LiveSet::Apply(const VersionView& target, const ApplyOptions
   if (!same_layout) unverified.clear();  // chunk indices of another layout mean nothing here
 
   const ChunkLayout layout(m, target.files, live);
+  // Every chunk written is checked against the manifest's fast checksums when it has them
+  // (XXH3-128, signed with the rest of it): the bytes come from the store's verified files or
+  // from payloads checked against their SHA-256, so what the check must catch is a bad base, a
+  // decoder bug or a memory error, and a 128-bit checksum does that at memory speed
+  // (docs/verification.md). Without them, the chunk hashes themselves.
+  const bool fast = m.has_fast_hashes();
+  const HashAlgorithm check_algorithm = fast ? HashAlgorithm::kXxh3_128 : m.hash_algorithm;
+  const std::vector<Digest>& checks = fast ? m.fast_hashes : m.chunk_hashes;
   std::vector<Piece> pieces;
   std::set<uint32_t> left_unverified;
   const auto live_bytes = [&] {
@@ -270,7 +278,7 @@ Result<ApplyReport> LiveSet::Apply(const VersionView& target, const ApplyOptions
   };
   auto copy_whole = [&](ChunkIndex index) -> Status {
     report.copied_bytes += live_bytes();
-    if (memory_->CopyAndHash(pieces, m.hash_algorithm) != m.chunk_hashes[index.value()]) {
+    if (memory_->CopyAndHash(pieces, check_algorithm) != checks[index.value()]) {
       return Corrupt("chunk " + std::to_string(index.value()) + " of v" +
                      std::to_string(m.version.value()) +
                      " does not match its manifest even as copied from the store's files");
@@ -283,7 +291,7 @@ Result<ApplyReport> LiveSet::Apply(const VersionView& target, const ApplyOptions
     std::vector<codec::ChunkPiece> chunk = AsChunkPieces(pieces);
     const bool was_unverified = unverified.contains(i);
     const bool check = options.verify;
-    const Digest& want = m.chunk_hashes[i];
+    const Digest& want = checks[i];
     if (report.delta) {
       const DeltaChunk& d = m.delta->chunks[i];
       if (d.encoding == ChunkEncoding::kSame) {
@@ -291,7 +299,7 @@ Result<ApplyReport> LiveSet::Apply(const VersionView& target, const ApplyOptions
         if (was_unverified) {
           if (!check) {
             left_unverified.insert(i);
-          } else if (memory_->Hash(chunk, m.hash_algorithm) != want) {
+          } else if (memory_->Hash(chunk, check_algorithm) != want) {
             RETURN_IF_ERROR(copy_whole(index));
             ++report.chunks_repaired;
           }
@@ -314,7 +322,7 @@ Result<ApplyReport> LiveSet::Apply(const VersionView& target, const ApplyOptions
       } else {
         report.payload_bytes += payload->size();
         Result<Digest> got =
-            memory_->PatchAndHash(*payload, held->chunk_hashes[i], chunk, m.hash_algorithm);
+            memory_->PatchAndHash(*payload, held->chunk_hashes[i], chunk, check_algorithm);
         s = got.status();
         matches = got.ok() && *got == want;
       }
@@ -336,7 +344,7 @@ Result<ApplyReport> LiveSet::Apply(const VersionView& target, const ApplyOptions
     }
     // No usable delta: copy what differs from the version held (same layout, same hash and
     // checked), everything else.
-    if (same_layout && !was_unverified && held->chunk_hashes[i] == want) {
+    if (same_layout && !was_unverified && held->chunk_hashes[i] == m.chunk_hashes[i]) {
       ++report.chunks_unchanged;
       continue;
     }
@@ -345,7 +353,7 @@ Result<ApplyReport> LiveSet::Apply(const VersionView& target, const ApplyOptions
     if (!check) {
       for (const Piece& p : pieces) memory_->Copy(p.live, p.file);
       left_unverified.insert(i);
-    } else if (memory_->CopyAndHash(pieces, m.hash_algorithm) != want) {
+    } else if (memory_->CopyAndHash(pieces, check_algorithm) != want) {
       return Corrupt("chunk " + std::to_string(i) + " of v" + std::to_string(m.version.value()) +
                      " does not match its manifest as copied from the store's files");
     }
