@@ -23,6 +23,9 @@ struct NodeStatus {
   // Why the node cannot make progress, as "CODE: message" (a version that cannot complete, or
   // a coordinator that refuses or cannot be reached); empty while fine.
   std::string error;
+  // What a fetch waits for when it cannot move, in words ("no live node holds v6: no peer is
+  // connected"); empty while it moves or has nothing to fetch.
+  std::string waiting;
   std::string address;  // where peers reach this node
   uint64_t node_id = 0;
   // Subscriber only: the channel's committed version in the store (0: none yet), and whether

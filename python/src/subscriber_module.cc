@@ -169,6 +169,7 @@ class PySubscriber {
     d["peers"] = s.peers;
     d["complete"] = s.complete;
     d["error"] = s.error;
+    d["waiting"] = s.waiting;
     d["address"] = s.address;
     d["node_id"] = s.node_id;
     d["current_version"] = s.current_version;

@@ -163,25 +163,37 @@ Status RunPublish(const PublishFlags& flags) {
   signals.OnSignal([&publisher] { publisher->Stop(); });
 
   Status result;
+  // A one-shot publish stopped before its --until held did not do what was asked: it exits
+  // non-zero and says what the fleet is left with.
+  std::string interrupted;
+  const std::string until_text = flags.until.empty() ? "replicated" : flags.until;
   if (!flags.watch.empty()) {
     result = publisher->Watch(flags.watch, settle);
   } else {
     Result<publish::PublishedVersion> published = publisher->PublishDirectory(flags.dir);
     if (!published.ok()) {
       result = published.status();
+      interrupted = "before the version was published";
     } else {
       // The version number on stdout, for scripts; everything else is in the log.
       std::cout << published->version.value() << std::endl;
       result = publisher->WaitUntil(until);
       if (result.ok() && until != publish::SeedUntil::kNever) {
-        log.Info("done seeding", {{"version", published->version.value()},
-                                  {"until", flags.until.empty() ? "replicated" : flags.until}});
+        log.Info("done seeding", {{"version", published->version.value()}, {"until", until_text}});
       }
+      const std::string v = "v" + std::to_string(published->version.value());
+      interrupted = "before " + v + " was " + until_text + "; agents still fetching " + v +
+                    " have no source but each other until its prepare deadline";
     }
   }
   if (signals.signalled()) {
     log.Info("stopping", {{"signal", std::string(strsignal(signals.signal()))}});
-    if (result.code() == Code::kAborted) result = Status::Ok();  // a requested stop
+    if (result.code() == Code::kAborted) {
+      const bool one_shot = flags.watch.empty() && until != publish::SeedUntil::kNever;
+      result = one_shot ? Aborted(std::string("interrupted by ") + strsignal(signals.signal()) +
+                                  " " + interrupted)
+                        : Status::Ok();  // a requested stop of a seed that runs until stopped
+    }
   }
   signals.OnSignal({});  // the publisher goes away before the signal thread does
   publisher->Stop();

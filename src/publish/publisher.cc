@@ -669,6 +669,25 @@ bool Publisher::Holds(SeedUntil until, Version version, const wire::FleetStatus&
   return agents > 0;
 }
 
+void Publisher::ReportFollowers(Version version, const wire::FleetStatus& status) {
+  uint32_t agents = 0;
+  for (const wire::NodeStatus& node : status.nodes()) {
+    if (node.source() || !node.alive()) continue;
+    for (const wire::ChannelProgress& ch : node.channels())
+      agents += ch.channel() == options_.channel;
+  }
+  // Said once when it becomes true, not every poll: a publish nobody fetches is otherwise silent.
+  if (agents == 0 && !no_followers_reported_) {
+    options_.log.Warn("0 agents follow channel " + options_.channel + ": nothing fetches v" +
+                          std::to_string(version.value()) + " until an agent joins",
+                      {{"version", version.value()}});
+  } else if (agents > 0 && no_followers_reported_) {
+    options_.log.Info(std::to_string(agents) + " agents follow channel " + options_.channel,
+                      {{"version", version.value()}});
+  }
+  no_followers_reported_ = agents == 0;
+}
+
 Status Publisher::WaitUntil(SeedUntil until, net::Duration timeout) {
   if (seeding().value() == 0) return FailedPrecondition("nothing is being seeded");
   const auto start = std::chrono::steady_clock::now();
@@ -690,6 +709,7 @@ Status Publisher::WaitUntil(SeedUntil until, net::Duration timeout) {
         if (unreachable) options_.log.Info("the coordinator answers again");
         unreachable = false;
         if (Holds(until, version, *status)) return Status::Ok();
+        ReportFollowers(version, *status);
         for (const wire::ChannelLog& log : status->channels()) {
           if (log.channel() != options_.channel) continue;
           for (const wire::VersionEntry& e : log.versions()) {

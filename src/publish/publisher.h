@@ -206,6 +206,8 @@ class Publisher {
   Status ReconcilePart(Version current, const coord::wire::ChannelLog& log);
   // Whether `until` holds for `version`, given the coordinator's view of the channel (kComplete).
   bool Holds(SeedUntil until, Version version, const coord::wire::FleetStatus& status);
+  // Logs (WARN) when no live agent follows the channel, and again (INFO) once one does.
+  void ReportFollowers(Version version, const coord::wire::FleetStatus& status);
   void HeartbeatLoop();
   bool SleepFor(net::Duration d);  // false when stopping
   bool Stopping() const { return stopping_ || (options_.cancel != nullptr && *options_.cancel); }
@@ -238,6 +240,7 @@ class Publisher {
   Status lost_lease_;     // guarded by mu_
   // The non-safetensors files of the last published directory, to warn only when they change.
   std::vector<std::pair<std::string, uint64_t>> warned_other_files_;
+  bool no_followers_reported_ = false;  // WaitUntil's thread only
   uint64_t seeding_chunks_ = 0;
   uint64_t seeding_bytes_ = 0;
   std::atomic<bool> stopping_{false};

@@ -256,3 +256,21 @@ def test_live_tensors_follow_an_in_process_agent_from_its_delta_payloads(cluster
             assert report["copied_bytes"] == 0 and report["chunks_repaired"] == 0
             assert torch.equal(live.tensors["layer.weight"].view(torch.int16), bits)
             assert np.array_equal(live.tensors["steps"], weights["steps"])
+
+
+def test_a_late_subscriber_says_that_no_live_node_holds_the_version(cluster, tmp_path):
+    address, secret_file = cluster
+    with weightcast.Publisher(tmp_path / "publisher", "policy", coordinator=address,
+                              secret_file=secret_file, chunk_size=SMALL_CHUNK) as pub:
+        pub.publish(policy_weights(1))
+    # The only holder is gone: the late subscriber's agent has a target and nobody to fetch from.
+    with weightcast.Subscriber(tmp_path / "late", "policy", coordinator=address,
+                               secret_file=secret_file) as sub:
+        deadline = time.monotonic() + 20
+        status = sub.status()
+        while "no live node holds v1" not in status["waiting"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+            status = sub.status()
+        assert "no live node holds v1" in status["waiting"], status
+        with pytest.raises(weightcast.DeadlineExceededError):
+            sub.wait(1, timeout=0.5)

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# A one-shot publish says what it waits for and does not pretend to succeed: with no agent
+# following the channel it logs that nothing fetches the version, and Ctrl-C (SIGINT) before its
+# --until holds exits non-zero saying what the fleet is left with.
+source "$(dirname "$0")/rollout_lib.bash" "$1"
+
+make_versions 1
+start_coordinator
+"$wc" publish --coordinator "$coord" --store "$work/pub" --channel "$channel" \
+  --dir "$work/ckpt/1" --secret-file "$work/secret" >"$work/pub.out" 2>"$work/pub.log" &
+pub=$!
+wait_for 30 grep -q "0 agents follow channel $channel: nothing fetches v1" "$work/pub.log" ||
+  fail "the publisher did not say that no agent follows the channel: $(cat "$work/pub.log")"
+kill -INT "$pub"
+rc=0
+wait "$pub" || rc=$?
+[[ $rc != 0 ]] || fail "an interrupted publish exited 0"
+grep -q "interrupted by Interrupt before v1 was replicated" "$work/pub.log" ||
+  fail "the interrupted publish did not say why: $(tail -n 3 "$work/pub.log")"
+[[ "$(cat "$work/pub.out")" == 1 ]] || fail "the version number is not on stdout"
+echo "PASS publish_interrupt (exit $rc)"
