@@ -41,6 +41,27 @@ Result<net::TransportKind> ParseTransportFlag(std::string_view value) {
   return kind;
 }
 
+namespace {
+
+bool IsHostName(std::string_view host) {
+  if (host.empty() || host.size() > 253) return false;
+  size_t label = 0;
+  for (size_t i = 0; i < host.size(); ++i) {
+    const char c = host[i];
+    if (c == '.') {
+      if (label == 0) return false;
+      label = 0;
+      continue;
+    }
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    (c == '-' && label > 0 && i + 1 < host.size() && host[i + 1] != '.');
+    if (!ok || ++label > 63) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 Status ValidateAddressFlag(std::string_view flag, std::string_view full, bool allow_port_zero) {
   auto bad = [&](const std::string& why) {
     return InvalidArgument(std::string(flag) + " '" + std::string(full) + "': " + why);
@@ -67,13 +88,15 @@ Status ValidateAddressFlag(std::string_view flag, std::string_view full, bool al
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
   }
-  // The transport takes IP addresses only (it resolves no names): the same rule as there.
+  // An IP address, or a host name the transport resolves at every connect (so only its form
+  // is checked here: letters, digits, '-' and '.', labels of 1-63).
   in_addr v4{};
   in6_addr v6{};
-  if (host != "localhost" && ::inet_pton(AF_INET, host.c_str(), &v4) != 1 &&
-      ::inet_pton(AF_INET6, host.c_str(), &v6) != 1) {
-    return bad("'" + host + "' is not an IP address (host names are not resolved)");
+  if (::inet_pton(AF_INET, host.c_str(), &v4) == 1 ||
+      ::inet_pton(AF_INET6, host.c_str(), &v6) == 1) {
+    return Status::Ok();
   }
+  if (!IsHostName(host)) return bad("'" + host + "' is neither an IP address nor a host name");
   return Status::Ok();
 }
 

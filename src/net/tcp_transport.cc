@@ -37,10 +37,12 @@
 #include <asio/use_awaitable.hpp>
 #include <asio/write.hpp>
 
+#include <netdb.h>
 #include <sys/ioctl.h>
 
 #include <atomic>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <future>
 #include <list>
@@ -171,7 +173,6 @@ Result<tcp::endpoint> ParseEndpoint(std::string_view address) {
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
   }
-  if (host == "localhost") host = "127.0.0.1";
   char* end = nullptr;
   unsigned long port = std::strtoul(port_text.c_str(), &end, 10);
   if (port_text.empty() || *end != '\0' || port > 65535) {
@@ -179,11 +180,31 @@ Result<tcp::endpoint> ParseEndpoint(std::string_view address) {
   }
   std::error_code ec;
   asio::ip::address ip = asio::ip::make_address(host, ec);
-  if (ec) {
-    return InvalidArgument("address '" + std::string(address) + "': '" + host +
-                           "' is not an IP address");
+  if (!ec) return tcp::endpoint(ip, static_cast<uint16_t>(port));
+  // A host name (DNS, a Kubernetes service, /etc/hosts), resolved at every connect so that a
+  // name that moves is followed. IPv4 first: a listener given "localhost" binds 127.0.0.1.
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
+  if (rc != 0 || found == nullptr) {
+    // Unavailable, not a bad argument: a name that does not resolve yet may resolve later.
+    return Unavailable("address '" + std::string(address) + "': cannot resolve '" + host +
+                       "': " + ::gai_strerror(rc));
   }
-  return tcp::endpoint(ip, static_cast<uint16_t>(port));
+  const addrinfo* pick = found;
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    if (a->ai_family == AF_INET) {
+      pick = a;
+      break;
+    }
+  }
+  tcp::endpoint endpoint;
+  std::memcpy(endpoint.data(), pick->ai_addr, pick->ai_addrlen);
+  ::freeaddrinfo(found);
+  endpoint.port(static_cast<uint16_t>(port));
+  return endpoint;
 }
 
 template <typename Pred>

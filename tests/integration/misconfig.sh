@@ -35,7 +35,7 @@ expect_exit() {
 }
 
 # Flag errors: exit 2 at once, naming the flag, nothing started.
-for bad in 127.0.0.1:99999 127.0.0.1 127.0.0.1:0 coord.example:7000; do
+for bad in 127.0.0.1:99999 127.0.0.1 127.0.0.1:0 'bad_name!:7000' -host:7000; do
   expect_exit "agent --coordinator $bad" 2 "--coordinator" \
     "$wc" agent --coordinator "$bad" --store "$work/flag-agent" --channel "$channel" \
     --secret-file "$work/secret"
@@ -50,6 +50,14 @@ expect_exit "rollback --coordinator" 2 "--coordinator" \
 expect_exit "agent --listen" 2 "--listen" \
   "$wc" agent --coordinator "$coord" --listen 127.0.0.1:65536 --store "$work/flag-agent" \
   --channel "$channel" --secret-file "$work/secret"
+# Host names are resolved: localhost reaches the coordinator; a name that does not resolve is
+# named (the .invalid domain never resolves).
+coord_port="${coord##*:}"
+expect_exit "status --coordinator localhost" 0 "" \
+  "$wc" status --coordinator "localhost:$coord_port" --once --secret-file "$work/secret"
+expect_exit "status --coordinator unresolvable" 1 "cannot resolve 'no-such-host.invalid'" \
+  "$wc" status --coordinator no-such-host.invalid:7000 --once --secret-file "$work/secret"
+
 # No secret, or a secret file that is not there: a usage error naming what is missing.
 expect_exit "agent without a secret" 2 "no cluster secret" \
   env -u WEIGHTCAST_SECRET "$wc" agent --coordinator "$coord" --store "$work/flag-agent" \
