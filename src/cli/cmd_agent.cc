@@ -114,8 +114,9 @@ void SetupAgent(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--rack", flags->rack, "Rack of this machine (peer lists prefer the same rack)");
   cmd->add_option("--tensors", flags->tensors,
-                  "Fetch only the tensors matching this glob (repeatable); the version stays "
-                  "staged, not committed");
+                  "Fetch only the tensors matching this glob (repeatable); each version is "
+                  "committed partial, holding only those tensors (store list shows it so; "
+                  "docs/sharded_publish.md)");
   cmd->add_option("--metrics", flags->metrics,
                   "ip:port to serve Prometheus metrics at /metrics (port 0: any free port)");
   cmd->add_option("--upload-limit", flags->upload_limit, "Upload rate limit, bytes/s (e.g. 1GiB)");

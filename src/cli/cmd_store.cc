@@ -3,6 +3,7 @@
 #include <iostream>
 #include <limits>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,7 @@ Status RunList(const Flags& flags) {
       if (info.has_manifest) {
         std::cout << "  " << FormatBytes(info.total_size) << "  " << info.chunk_count
                   << " chunks  root " << ToHex(info.root).substr(0, 16);
+        if (info.partial) std::cout << "  partial (only the selected tensors' chunks)";
       } else {
         std::cout << "  (manifest missing or unreadable: run store verify)";
       }
@@ -96,11 +98,19 @@ Status RunVerify(const Flags& flags) {
     ASSIGN_OR_RETURN(Version v, ParseVersion(flags.version));
     targets.push_back(v);
   }
+  std::set<Version> partial;
+  if (Result<std::vector<VersionInfo>> infos = store.List(flags.channel); infos.ok()) {
+    for (const VersionInfo& info : *infos) {
+      if (info.partial) partial.insert(info.version);
+    }
+  }
   Status first_error;
   for (Version v : targets) {
     Status st = store.Verify(flags.channel, v);
     if (st.ok()) {
-      std::cout << flags.channel << "/" << v.value() << ": ok\n";
+      std::cout << flags.channel << "/" << v.value() << ": ok"
+                << (partial.count(v) != 0 ? " (partial: the selected tensors' chunks)" : "")
+                << "\n";
     } else {
       std::cout << flags.channel << "/" << v.value() << ": " << st.ToString() << "\n";
       if (first_error.ok()) first_error = st;

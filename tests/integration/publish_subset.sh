@@ -69,6 +69,11 @@ cmp -s "$work/part/1/1/model.safetensors" "$(part_file sub 1 1)" &&
   fail "the subset agent holds rank 1's bytes too"
 cmp -s "$work/part/1/1/model.safetensors" "$(part_file whole 1 1)" ||
   fail "the whole agent's rank-1 file differs from the source"
+"$wc" store list --root "$work/sub" | grep -q "^  \* 1 .*partial" ||
+  fail "store list does not show the subset agent's v1 as partial: $("$wc" store list --root "$work/sub")"
+"$wc" store verify --root "$work/sub" --channel "$channel" 1 | grep -q ": ok (partial" ||
+  fail "store verify does not say v1 is partial"
+"$wc" store list --root "$work/whole" | grep -q "partial" && fail "the whole agent's v1 is listed partial"
 sub1="$(received sub 1)" whole1="$(received whole 1)"
 [[ -n "$sub1" && -n "$whole1" ]] || fail "no completion lines (sub '$sub1', whole '$whole1')"
 ((sub1 < whole1)) || fail "the subset agent received $sub1 bytes, the whole one $whole1"
