@@ -35,7 +35,7 @@ struct FetchFlags {
   size_t window = 8;
   size_t workers = 2;
   bool no_delta = false;
-  double timeout_s = 60;
+  std::string timeout = "60s";
   std::string download_limit;
   std::string transport = "tcp";
 };
@@ -106,8 +106,9 @@ Status RunFetch(const FetchFlags& flags) {
   net::TransportSelection selection;
   selection.kind = kind;
   ASSIGN_OR_RETURN(auto transport, net::CreateTransport(options, selection));
-  const auto timeout =
-      std::chrono::duration_cast<net::Duration>(std::chrono::duration<double>(flags.timeout_s));
+  ASSIGN_OR_RETURN(const std::chrono::nanoseconds parsed, ParseDuration(flags.timeout));
+  if (parsed.count() == 0) return InvalidArgument("--timeout must be above 0");
+  const auto timeout = std::chrono::duration_cast<net::Duration>(parsed);
   ASSIGN_OR_RETURN(auto connection, transport->Connect(flags.from, timeout));
 
   ProgressPrinter printer;
@@ -174,7 +175,8 @@ void SetupFetch(CLI::App& app) {
   cmd->add_option("--workers", flags->workers, "Threads verifying and decoding chunks")
       ->capture_default_str();
   cmd->add_flag("--no-delta", flags->no_delta, "Fetch every chunk whole");
-  cmd->add_option("--timeout", flags->timeout_s, "Fail after this many seconds without a reply")
+  cmd->add_option("--timeout", flags->timeout,
+                  "Fail after this long without a reply (e.g. 60s, 2m; a bare number is seconds)")
       ->capture_default_str();
   cmd->add_option("--download-limit", flags->download_limit, "Download rate limit, bytes/s");
   AddTransportFlag(cmd, flags->transport);

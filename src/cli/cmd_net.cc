@@ -22,7 +22,7 @@ struct NetFlags {
   std::string secret_file;
   std::string cluster = "default";
   uint64_t node_id = 0;
-  double timeout_s = 120;
+  std::string timeout = "120s";
   // send only
   std::string bytes = "1GiB";
   std::string chunk_size = "4MiB";
@@ -70,16 +70,19 @@ Result<net::Options> MakeOptions(const NetFlags& flags) {
   return options;
 }
 
-net::Duration Seconds(double s) {
-  return std::chrono::duration_cast<net::Duration>(std::chrono::duration<double>(s));
+Result<net::Duration> Timeout(const NetFlags& flags) {
+  ASSIGN_OR_RETURN(const std::chrono::nanoseconds parsed, ParseDuration(flags.timeout));
+  if (parsed.count() == 0) return InvalidArgument("--timeout must be above 0");
+  return std::chrono::duration_cast<net::Duration>(parsed);
 }
 
 Status RunRecv(const NetFlags& flags) {
   ASSIGN_OR_RETURN(net::Options options, MakeOptions(flags));
+  ASSIGN_OR_RETURN(const net::Duration timeout, Timeout(flags));
   ASSIGN_OR_RETURN(auto transport, MakeTransport(flags, std::move(options)));
   ASSIGN_OR_RETURN(auto listener, transport->Listen(flags.address));
   std::cerr << "listening on " << listener->address() << std::endl;
-  ASSIGN_OR_RETURN(net::P2pStats stats, net::P2pReceive(*listener, Seconds(flags.timeout_s)));
+  ASSIGN_OR_RETURN(net::P2pStats stats, net::P2pReceive(*listener, timeout));
   std::cout << stats.ToJson("recv") << std::endl;
   return Status::Ok();
 }
@@ -95,7 +98,7 @@ Status RunSend(const NetFlags& flags) {
   options.max_frame_bytes = static_cast<uint32_t>(chunk + net::kChunkHeaderSize);
   send.chunk_bytes = static_cast<uint32_t>(chunk);
   send.file = flags.file;
-  send.timeout = Seconds(flags.timeout_s);
+  ASSIGN_OR_RETURN(send.timeout, Timeout(flags));
   ASSIGN_OR_RETURN(auto transport, MakeTransport(flags, std::move(options)));
   ASSIGN_OR_RETURN(net::P2pStats stats, net::P2pSend(*transport, flags.address, send));
   std::cout << stats.ToJson("send") << std::endl;
@@ -106,7 +109,8 @@ void AddCommon(CLI::App* cmd, NetFlags& flags) {
   cmd->add_option("--secret-file", flags.secret_file, kSecretFileHelp);
   cmd->add_option("--cluster", flags.cluster, "Cluster id both sides must share");
   cmd->add_option("--node-id", flags.node_id, "This node's id (default: random)");
-  cmd->add_option("--timeout", flags.timeout_s, "Give up after this many seconds");
+  cmd->add_option("--timeout", flags.timeout,
+                  "Give up after this long (e.g. 120s, 2m; a bare number is seconds)");
   cmd->add_option("--upload-limit", flags.upload_limit, "Upload rate limit, bytes/s (e.g. 100MiB)");
   cmd->add_option("--download-limit", flags.download_limit, "Download rate limit, bytes/s");
   cmd->add_option("--tls-cert", flags.tls_cert, "Enable TLS: this node's PEM certificate");

@@ -46,7 +46,10 @@ struct SimFlags {
   double source_leaves_at = -1;
   // Scheduler settings: an agent's defaults (swarm/tuning.h) unless a flag says otherwise.
   swarm::Tuning tuning{};
-  double timeout = std::chrono::duration<double>(swarm::Tuning{}.request_timeout).count();
+  std::string timeout = std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                           swarm::Tuning{}.request_timeout)
+                                           .count()) +
+                        "ms";
   double rebalance_ms = 100;
   uint64_t seed = 1;
   uint32_t threads = 0;
@@ -159,8 +162,9 @@ Status RunSim(const SimFlags& f) {
   c.late_at = f.late_at;
   c.source_leaves_at = f.source_leaves_at;
   c.tuning = f.tuning;
-  if (f.timeout <= 0) return InvalidArgument("--timeout must be positive");
-  c.tuning.request_timeout = std::chrono::nanoseconds(static_cast<int64_t>(f.timeout * 1e9));
+  ASSIGN_OR_RETURN(const std::chrono::nanoseconds request_timeout, ParseDuration(f.timeout));
+  if (request_timeout.count() <= 0) return InvalidArgument("--timeout must be positive");
+  c.tuning.request_timeout = request_timeout;
   c.rebalance_interval = f.rebalance_ms * 1e-3;
   c.seed = f.seed;
   if (f.threads > 2) {
@@ -463,7 +467,8 @@ void SetupSim(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--slots", f->tuning.upload_slots, "Concurrent uploads per node")
       ->capture_default_str();
-  cmd->add_option("--timeout", f->timeout, "Request timeout, seconds")->capture_default_str();
+  cmd->add_option("--timeout", f->timeout, "Request timeout (e.g. 4s, 500ms)")
+      ->capture_default_str();
   cmd->add_option("--rebalance-ms", f->rebalance_ms, "Max-min rate recomputation interval")
       ->capture_default_str();
   cmd->add_option("--seed", f->seed, "Seed")->capture_default_str();

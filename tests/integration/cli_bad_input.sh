@@ -51,6 +51,14 @@ expect_exit_code unknown-command 2 "unknown command 'frobnicate'" "$wc" frobnica
 expect_exit_code help-command 0 "Subcommands" "$wc" help
 expect_exit_code unknown-flag 2 "--frobnicate" "$wc" inspect "$good" --frobnicate
 
+# Durations read alike on every command: "60s", "2m", a bare number of seconds; garbage is named.
+"$wc" keygen --out "$work/secret" >/dev/null
+expect_error fetch-timeout "12parsecs" "$wc" fetch --from 127.0.0.1:1 --root "$work/fetched" \
+  --channel p --timeout 12parsecs --secret-file "$work/secret"
+expect_error net-timeout "12parsecs" "$wc" net recv --listen 127.0.0.1:0 --timeout 12parsecs \
+  --secret-file "$work/secret"
+expect_error sim-timeout "12parsecs" "$wc" sim -n 10 --size 1GB --timeout 12parsecs
+
 # A store refuses a bad channel name and is left as it was.
 mkdir -p "$work/store"
 expect_error bad-channel "channel" "$wc" store import --root "$work/store" --channel ../x "$work/model"
