@@ -1,5 +1,6 @@
 // weightcast serve   serve the committed versions of a channel to fetching agents (docs/p2p.md)
 // The cluster secret comes from --secret-file or WEIGHTCAST_SECRET, never from the command line.
+#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <random>
@@ -45,6 +46,14 @@ Status RunServe(const ServeFlags& flags) {
   }
   // Read-only: the trainer may keep importing versions into the store while we serve it.
   ASSIGN_OR_RETURN(Store store, Store::Open(flags.root, {.read_only = true}));
+  // A channel the store has never had is a mistyped name, not one to wait for.
+  ASSIGN_OR_RETURN(const std::vector<std::string> channels, store.Channels());
+  if (std::find(channels.begin(), channels.end(), flags.channel) == channels.end()) {
+    std::string known;
+    for (const std::string& c : channels) known += (known.empty() ? "" : ", ") + c;
+    return InvalidArgument("store " + flags.root + " has no channel " + flags.channel + " (" +
+                           (known.empty() ? "it has none" : "it has: " + known) + ")");
+  }
   agent::VersionServer server(store, {.channel = flags.channel,
                                       .manifest_secret = options.secret,
                                       .workers_per_connection = flags.workers});

@@ -52,6 +52,20 @@ Result<std::unique_ptr<StoreImpl>> StoreImpl::Open(const std::filesystem::path& 
     }
   } else {
     std::error_code ec;
+    // Only a new or empty directory becomes a store: a mistyped path to a directory of other
+    // files (a checkpoint, a home directory) must not be filled with a store's layout.
+    const auto status = std::filesystem::status(root, ec);
+    if (std::filesystem::exists(status)) {
+      if (!std::filesystem::is_directory(status)) {
+        return FailedPrecondition(root.string() +
+                                  " is not a weightcast store (it is a file, not a directory)");
+      }
+      if (!std::filesystem::exists(root / ".lock", ec) && !std::filesystem::is_empty(root, ec)) {
+        return FailedPrecondition(root.string() +
+                                  " is not a weightcast store (a directory with files but no "
+                                  ".lock): give a new or empty directory, or an existing store");
+      }
+    }
     std::filesystem::create_directories(root, ec);
     if (ec) return IoError("mkdir(" + root.string() + "): " + ec.message());
     std::filesystem::path lock_path = root / ".lock";

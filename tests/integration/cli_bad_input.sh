@@ -66,6 +66,16 @@ if [ -n "$(ls -A "$work/store" | grep -v '^\.' || true)" ]; then
   echo "FAIL bad-channel: store changed: $(ls -A "$work/store")"; fail=1
 fi
 
+# A directory of other files does not become a store: store import, fetch and agent refuse it.
+mkdir -p "$work/notastore" && echo hello >"$work/notastore/readme.txt"
+expect_error import-into-files "not a weightcast store" \
+  "$wc" store import --root "$work/notastore" --channel policy "$work/model"
+expect_error fetch-into-files "not a weightcast store" "$wc" fetch --from 127.0.0.1:1 \
+  --root "$work/notastore" --channel p --secret-file "$work/secret"
+if [ "$(ls -A "$work/notastore")" != readme.txt ]; then
+  echo "FAIL notastore: changed: $(ls -A "$work/notastore")"; fail=1
+fi
+
 # The good file is fine.
 "$wc" inspect "$good" >/dev/null || { echo "FAIL good file rejected"; fail=1; }
 exit $fail

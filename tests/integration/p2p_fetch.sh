@@ -21,6 +21,13 @@ head -c 48 /dev/urandom | base64 >"$work/secret"
 "$wc" store import --root "$work/trainer" --channel policy --chunk-size 1MiB --version 3 \
   "$work/step-0002" >/dev/null
 
+# A channel the store does not have is refused at once (exit 2), naming the ones it has.
+rc=0
+"$wc" serve --root "$work/trainer" --channel nope --listen 127.0.0.1:0 \
+  --secret-file "$work/secret" 2>"$work/nope.log" || rc=$?
+[ "$rc" = 2 ] && grep -q "has no channel nope (it has: policy)" "$work/nope.log" ||
+  { echo "FAIL: serve --channel nope: exit $rc: $(cat "$work/nope.log")"; exit 1; }
+
 # Listen on a free port; the server names it on stderr.
 timeout 120 "$wc" serve --root "$work/trainer" --channel policy --listen 127.0.0.1:0 \
   --secret-file "$work/secret" 2>"$work/serve.log" &

@@ -298,6 +298,22 @@ TEST(Store, RollingForwardTakesAVersionOutOfTheWithdrawn) {
   EXPECT_EQ(kept, (std::vector<uint64_t>{1, 2, 4}));
 }
 
+TEST(Store, OnlyANewOrEmptyDirectoryBecomesAStore) {
+  TempDir dir;
+  const fs::path other = dir.path() / "checkpoint";
+  fs::create_directories(other);
+  std::ofstream(other / "model.safetensors") << "not a store";
+  auto refused = Store::Open(other);
+  ASSERT_EQ(refused.status().code(), Code::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("not a weightcast store"), std::string::npos);
+  EXPECT_FALSE(fs::exists(other / ".lock"));  // nothing was written into it
+  std::ofstream(dir.path() / "file") << "x";
+  EXPECT_EQ(Store::Open(dir.path() / "file").status().code(), Code::kFailedPrecondition);
+  fs::create_directories(dir.path() / "empty");
+  EXPECT_TRUE(Store::Open(dir.path() / "empty").ok());
+  EXPECT_TRUE(Store::Open(dir.path() / "empty").ok());  // an existing store opens again
+}
+
 TEST(Store, RollbackSurvivesReopen) {
   TempDir dir;
   {
