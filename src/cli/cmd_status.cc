@@ -356,7 +356,7 @@ void SetupStatus(CLI::App& app) {
                 "Print the coordinator's FleetStatus as JSON (one object per line per poll)");
   cmd->add_flag("--until-complete", flags->until_complete,
                 "Exit 0 once every live agent following the channel(s) has the newest version "
-                "committed");
+                "committed, or, after a rollback, the version rolled back to");
   cmd->add_option("--interval", flags->interval, "Time between polls (e.g. 500ms, 2s)")
       ->capture_default_str();
   cmd->add_option("--timeout", flags->timeout,

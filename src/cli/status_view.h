@@ -66,8 +66,17 @@ struct ChannelSummary {
   bool settled() const {
     return target != 0 && followers > 0 && committed + subset_prepared == followers;
   }
-  // Settled on the newest version (`status --until-complete`).
-  bool complete() const { return version != 0 && target == version && settled(); }
+  // The newest version was committed and then rolled back past: the fleet's rollout of it is
+  // over, and settling on the version rolled back to completes it.
+  bool rolled_back() const {
+    return entry.decision() == coord::wire::DECISION_ABORT && entry.committed_once();
+  }
+  // Settled on the newest version, or on the version a rollback made current
+  // (`status --until-complete`).
+  bool complete() const {
+    return version != 0 && settled() &&
+           (target == version || (rolled_back() && target == current_version));
+  }
 };
 
 // Summaries of every channel in `now` (or only `channel` when not empty), in the order of

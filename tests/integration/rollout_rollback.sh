@@ -30,6 +30,10 @@ for a in a1 a2 a3; do
   same_files 1 "$a" || fail "$a's v1 differs"
 done
 [[ "$(fleet_current)" == 1 ]] || fail "the coordinator's current version is not 1"
+# The rollout of v2 is over: the fleet settled on the version rolled back to.
+"$wc" status --coordinator "$coord" --until-complete --timeout 20s --channel "$channel" \
+  --secret-file "$work/secret" >"$work/status-after-rollback.out" 2>&1 ||
+  fail "status --until-complete after a rollback: $(tail -n 2 "$work/status-after-rollback.out")"
 
 # Refused: a version that is current, above the current one, or unknown. Nothing changes.
 if rollback 1 2>"$work/refused.err"; then fail "rollback to the current version accepted"; fi
