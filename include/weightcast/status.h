@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cassert>
+#include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -90,16 +92,18 @@ class [[nodiscard]] Result {
   bool ok() const { return value_.has_value(); }
   const Status& status() const { return status_; }
 
+  // The value. On an error this is a bug in the caller, in every build: it prints the status and
+  // aborts, rather than hand out a value that is not there. Check ok() first.
   T& value() & {
-    assert(ok());
+    CheckOk();
     return *value_;
   }
   const T& value() const& {
-    assert(ok());
+    CheckOk();
     return *value_;
   }
   T&& value() && {
-    assert(ok());
+    CheckOk();
     return std::move(*value_);
   }
   T& operator*() & { return value(); }
@@ -109,6 +113,14 @@ class [[nodiscard]] Result {
   const T* operator->() const { return &value(); }
 
  private:
+  void CheckOk() const {
+    if (!value_.has_value()) [[unlikely]] {
+      std::fprintf(stderr, "weightcast: the value of a Result that holds an error: %s\n",
+                   status_.ToString().c_str());
+      std::abort();
+    }
+  }
+
   std::optional<T> value_;
   Status status_;
 };
@@ -119,18 +131,18 @@ class [[nodiscard]] Result {
 #define WC_CONCAT_(a, b) WC_CONCAT_INNER_(a, b)
 
 // Returns the Status of `expr` from the enclosing function if it is not OK.
-#define RETURN_IF_ERROR(expr)                 \
+#define WC_RETURN_IF_ERROR(expr)              \
   do {                                        \
     ::weightcast::Status wc_status_ = (expr); \
     if (!wc_status_.ok()) return wc_status_;  \
   } while (false)
 
 // NOLINTBEGIN(bugprone-macro-parentheses): `lhs` is a declaration and `result` a name.
-// `ASSIGN_OR_RETURN(auto x, ComputeX());` declares x from a Result, or returns its Status.
-#define ASSIGN_OR_RETURN(lhs, expr) \
-  ASSIGN_OR_RETURN_IMPL_(WC_CONCAT_(wc_result_, __LINE__), lhs, expr)
-#define ASSIGN_OR_RETURN_IMPL_(result, lhs, expr) \
-  auto result = (expr);                           \
-  if (!result.ok()) return result.status();       \
+// `WC_ASSIGN_OR_RETURN(auto x, ComputeX());` declares x from a Result, or returns its Status.
+#define WC_ASSIGN_OR_RETURN(lhs, expr) \
+  WC_ASSIGN_OR_RETURN_IMPL_(WC_CONCAT_(wc_result_, __LINE__), lhs, expr)
+#define WC_ASSIGN_OR_RETURN_IMPL_(result, lhs, expr) \
+  auto result = (expr);                              \
+  if (!result.ok()) return result.status();          \
   lhs = std::move(result).value()
 // NOLINTEND(bugprone-macro-parentheses)

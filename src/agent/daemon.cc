@@ -228,8 +228,8 @@ void Agent::Impl::OnConnected() {
 }
 
 Status Agent::Impl::Connect() {
-  ASSIGN_OR_RETURN(client, coord::CoordinatorClient::Connect(*transport, options.coordinator,
-                                                             std::chrono::seconds(3)));
+  WC_ASSIGN_OR_RETURN(client, coord::CoordinatorClient::Connect(*transport, options.coordinator,
+                                                                std::chrono::seconds(3)));
   wire::Register reg;
   reg.set_peer_address(node->address());
   reg.set_rack(options.rack);
@@ -283,7 +283,7 @@ Status Agent::Impl::Beat() {
     std::lock_guard lock(mu);
     armed.reset();
   }
-  ASSIGN_OR_RETURN(wire::HeartbeatReply reply, std::move(answered));
+  WC_ASSIGN_OR_RETURN(wire::HeartbeatReply reply, std::move(answered));
   seen_generation = reply.generation();
   long_poll = reply.generation() != 0;
   std::vector<node::PeerAddress> peers;
@@ -335,7 +335,7 @@ void Agent::Impl::WakerLoop() {
 }
 
 Status Agent::Impl::Run() {
-  ASSIGN_OR_RETURN(Store opened, Store::Open(options.store_dir));
+  WC_ASSIGN_OR_RETURN(Store opened, Store::Open(options.store_dir));
   store = std::make_unique<Store>(std::move(opened));
   net::Options net;
   net.self.cluster_id = options.cluster;
@@ -358,7 +358,7 @@ Status Agent::Impl::Run() {
   }
   net::TransportSelection selection;
   selection.kind = options.transport;
-  ASSIGN_OR_RETURN(transport, net::CreateTransport(net, selection));
+  WC_ASSIGN_OR_RETURN(transport, net::CreateTransport(net, selection));
   node::SwarmNodeOptions so;
   so.channel = options.channel;
   so.node_id = options.node_id;
@@ -374,7 +374,7 @@ Status Agent::Impl::Run() {
                           ChunkFetchBuckets(), labels);
   so.on_bad_chunk = [this](PeerId peer) { CountBadChunk(peer); };
   node = std::make_unique<node::SwarmNode>(*store, *transport, std::move(so));
-  RETURN_IF_ERROR(node->Start(options.listen));
+  WC_RETURN_IF_ERROR(node->Start(options.listen));
   RolloutDriverOptions ro;
   ro.channel = options.channel;
   ro.secret = options.secret;
@@ -383,7 +383,7 @@ Status Agent::Impl::Run() {
   ro.hook_failure = options.hook_failure;
   ro.log = options.log;
   ro.on_work_done = [this] { RequestWake(); };
-  ASSIGN_OR_RETURN(rollout, RolloutDriver::Create(std::move(ro), *store, *node));
+  WC_ASSIGN_OR_RETURN(rollout, RolloutDriver::Create(std::move(ro), *store, *node));
   if (options.corrupt_uploads_for_testing) {
     Log("TESTING ONLY: every chunk this node uploads is corrupted");
   }
@@ -464,7 +464,7 @@ Status Agent::Impl::Run() {
                        });
   }
   if (!options.metrics.empty()) {
-    ASSIGN_OR_RETURN(metrics_server, metrics::MetricsServer::Start(registry, options.metrics));
+    WC_ASSIGN_OR_RETURN(metrics_server, metrics::MetricsServer::Start(registry, options.metrics));
     Log("serving metrics at http://" + metrics_server->address() + "/metrics");
   }
 

@@ -89,8 +89,8 @@ Result<EngineHook> EngineHook::Create(EngineHookOptions options) {
 
 Status EngineHook::Run(std::string_view channel, Version version,
                        const std::filesystem::path& dir) const {
-  if (!options_.command.empty()) RETURN_IF_ERROR(RunCommand(channel, version, dir));
-  if (!options_.url.empty()) RETURN_IF_ERROR(Post(channel, version, dir));
+  if (!options_.command.empty()) WC_RETURN_IF_ERROR(RunCommand(channel, version, dir));
+  if (!options_.url.empty()) WC_RETURN_IF_ERROR(Post(channel, version, dir));
   return Status::Ok();
 }
 

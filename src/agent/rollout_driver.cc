@@ -22,7 +22,7 @@ bool NodeHolds(const node::SwarmProgress& p, Version v) { return p.version == v;
 
 Result<std::unique_ptr<RolloutDriver>> RolloutDriver::Create(RolloutDriverOptions options,
                                                              Store& store, node::SwarmNode& node) {
-  ASSIGN_OR_RETURN(EngineHook hook, EngineHook::Create(options.hook));
+  WC_ASSIGN_OR_RETURN(EngineHook hook, EngineHook::Create(options.hook));
   rollout::LocalState state;
   auto current = store.Current(options.channel);
   if (current.ok()) {
@@ -51,7 +51,7 @@ Result<std::unique_ptr<RolloutDriver>> RolloutDriver::Create(RolloutDriverOption
   po.hook_retry_backoff = options.hook_retry_backoff;
   po.hook_failure = options.hook_failure;
   po.retry_backoff = options.retry_backoff;
-  ASSIGN_OR_RETURN(rollout::Participant participant, rollout::Participant::Create(po, state));
+  WC_ASSIGN_OR_RETURN(rollout::Participant participant, rollout::Participant::Create(po, state));
   auto driver = std::unique_ptr<RolloutDriver>(
       new RolloutDriver(std::move(options), store, node, std::move(hook), std::move(participant)));
   driver->RefreshKept();
@@ -188,8 +188,8 @@ void RolloutDriver::Poll(coord::CoordinatorClient* client) {
 
 Status RolloutDriver::StartFetch(Version v, coord::CoordinatorClient* client) {
   if (client == nullptr) return Unavailable("no coordinator connection to ask for the manifest");
-  ASSIGN_OR_RETURN(std::vector<uint8_t> signed_bytes, client->GetManifest(options_.channel, v));
-  ASSIGN_OR_RETURN(Manifest manifest, VerifySignedManifest(signed_bytes, options_.secret));
+  WC_ASSIGN_OR_RETURN(std::vector<uint8_t> signed_bytes, client->GetManifest(options_.channel, v));
+  WC_ASSIGN_OR_RETURN(Manifest manifest, VerifySignedManifest(signed_bytes, options_.secret));
   if (manifest.channel != options_.channel || manifest.version != v) {
     return Corrupt("the coordinator sent the manifest of " + manifest.channel + " " +
                    V(manifest.version) + " for " + V(v));

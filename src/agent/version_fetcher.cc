@@ -38,27 +38,29 @@ Status SendMessage(net::Connection& connection, const Message& message) {
 Result<Message> ReceiveMessage(net::Connection& connection, net::Duration timeout,
                                std::atomic<uint64_t>& wire_bytes) {
   while (true) {
-    ASSIGN_OR_RETURN(net::Frame frame, connection.Receive(timeout));
+    WC_ASSIGN_OR_RETURN(net::Frame frame, connection.Receive(timeout));
     wire_bytes += frame.body.size() + net::kFrameHeaderSize;
     if (frame.type != net::FrameType::kControl) {
       return Corrupt("p2p: unexpected " + std::string(net::FrameTypeName(frame.type)) +
                      " frame while waiting for a reply");
     }
-    ASSIGN_OR_RETURN(Message message, ParseMessage(frame.body));
+    WC_ASSIGN_OR_RETURN(Message message, ParseMessage(frame.body));
     if (message.type != MessageType::kEcho) return message;
   }
 }
 
 Result<Manifest> RequestManifest(net::Connection& connection, uint64_t version,
                                  const FetchOptions& options, std::atomic<uint64_t>& wire_bytes) {
-  RETURN_IF_ERROR(SendMessage(connection, {.type = MessageType::kGetManifest, .version = version}));
-  ASSIGN_OR_RETURN(Message reply, ReceiveMessage(connection, options.receive_timeout, wire_bytes));
+  WC_RETURN_IF_ERROR(
+      SendMessage(connection, {.type = MessageType::kGetManifest, .version = version}));
+  WC_ASSIGN_OR_RETURN(Message reply,
+                      ReceiveMessage(connection, options.receive_timeout, wire_bytes));
   if (reply.type == MessageType::kError) return ErrorStatus(reply);
   if (reply.type != MessageType::kManifest) {
     return Corrupt("p2p: expected a manifest, got message type " +
                    std::to_string(static_cast<int>(reply.type)));
   }
-  ASSIGN_OR_RETURN(Manifest manifest, VerifySignedManifest(reply.blob, options.manifest_secret));
+  WC_ASSIGN_OR_RETURN(Manifest manifest, VerifySignedManifest(reply.blob, options.manifest_secret));
   if (manifest.channel != options.channel) {
     return Corrupt("p2p: server sent a manifest of channel '" + manifest.channel + "', not '" +
                    options.channel + "'");
@@ -113,7 +115,7 @@ class Transfer {
     }
     for (uint32_t chunk : first) {
       outstanding_[chunk] = 0;
-      RETURN_IF_ERROR(Request(chunk, /*whole=*/false));
+      WC_RETURN_IF_ERROR(Request(chunk, /*whole=*/false));
     }
     const size_t workers = std::max<size_t>(options_.workers, 1);
     std::vector<std::thread> threads;
@@ -168,10 +170,10 @@ class Transfer {
   Status Handle(const net::Frame& frame, codec::CodecScratch& scratch, Hasher& hasher,
                 std::vector<uint8_t>& out, std::vector<uint8_t>& base_scratch) {
     if (frame.type == net::FrameType::kControl) {
-      ASSIGN_OR_RETURN(Message message, ParseMessage(frame.body));
+      WC_ASSIGN_OR_RETURN(Message message, ParseMessage(frame.body));
       if (message.type == MessageType::kEcho) return Status::Ok();
       if (message.type == MessageType::kError && message.chunk != kNoChunk) {
-        RETURN_IF_ERROR(CheckOutstanding(message.chunk));
+        WC_RETURN_IF_ERROR(CheckOutstanding(message.chunk));
         return Retry(message.chunk, ErrorStatus(message));
       }
       return Corrupt("p2p: unexpected message type " +
@@ -180,13 +182,13 @@ class Transfer {
     if (frame.type != net::FrameType::kChunk) {
       return Corrupt("p2p: unexpected " + std::string(net::FrameTypeName(frame.type)) + " frame");
     }
-    ASSIGN_OR_RETURN(net::ChunkHeader header, frame.chunk_header());
+    WC_ASSIGN_OR_RETURN(net::ChunkHeader header, frame.chunk_header());
     if (header.version != manifest_.version.value()) {
       return Corrupt("p2p: chunk of v" + std::to_string(header.version) + " while fetching v" +
                      std::to_string(manifest_.version.value()));
     }
     const uint32_t chunk = header.chunk_index;
-    RETURN_IF_ERROR(CheckOutstanding(chunk));
+    WC_RETURN_IF_ERROR(CheckOutstanding(chunk));
     const ChunkIndex index(chunk);
     const ByteRange range = manifest_.ChunkRange(index);
     const Digest& expected = manifest_.chunk_hashes[chunk];
@@ -233,8 +235,8 @@ class Transfer {
       return Retry(chunk, Corrupt("chunk " + std::to_string(chunk) + " has unknown encoding " +
                                   std::to_string(header.encoding)));
     }
-    RETURN_IF_ERROR(staged_.WriteChunk(index, verified));
-    RETURN_IF_ERROR(staged_.MarkVerified(index));
+    WC_RETURN_IF_ERROR(staged_.WriteChunk(index, verified));
+    WC_RETURN_IF_ERROR(staged_.MarkVerified(index));
     return Completed(chunk, range.size, delta);
   }
 
@@ -282,11 +284,11 @@ class Transfer {
       finished = --remaining_ == 0;
       if (finished) done_ = true;
     }
-    if (next) RETURN_IF_ERROR(Request(*next, /*whole=*/false));
+    if (next) WC_RETURN_IF_ERROR(Request(*next, /*whole=*/false));
     if (finished) {
       // The other workers wait in Receive: one echo each wakes them to see that we are done.
       for (size_t i = 1; i < std::max<size_t>(options_.workers, 1); ++i) {
-        RETURN_IF_ERROR(SendMessage(connection_, {.type = MessageType::kEcho}));
+        WC_RETURN_IF_ERROR(SendMessage(connection_, {.type = MessageType::kEcho}));
       }
     }
     return Status::Ok();
@@ -359,10 +361,10 @@ Result<FetchStats> FetchVersion(net::Connection& connection, Store& store,
   stats.chunks = manifest.chunk_count();
   stats.model_bytes = manifest.total_size();
 
-  ASSIGN_OR_RETURN(std::vector<Version> committed, CommittedVersions(store, options.channel));
+  WC_ASSIGN_OR_RETURN(std::vector<Version> committed, CommittedVersions(store, options.channel));
   for (Version v : committed) {
     if (v != manifest.version) continue;
-    ASSIGN_OR_RETURN(Manifest local, store.GetManifest(options.channel, v));
+    WC_ASSIGN_OR_RETURN(Manifest local, store.GetManifest(options.channel, v));
     if (local.root != manifest.root) {
       return FailedPrecondition("local v" + std::to_string(v.value()) +
                                 " differs from the server's (another root)");
@@ -378,16 +380,16 @@ Result<FetchStats> FetchVersion(net::Connection& connection, Store& store,
   if (staging.ok()) {
     for (Version v : *staging) {
       if (v != manifest.version) continue;
-      ASSIGN_OR_RETURN(StagedVersion resumed, store.ResumeStaging(options.channel, v));
+      WC_ASSIGN_OR_RETURN(StagedVersion resumed, store.ResumeStaging(options.channel, v));
       if (resumed.manifest().root == manifest.root) {
         staged = std::move(resumed);
       } else {
-        RETURN_IF_ERROR(store.Abort(options.channel, v));
+        WC_RETURN_IF_ERROR(store.Abort(options.channel, v));
       }
     }
   }
   if (!staged) {
-    ASSIGN_OR_RETURN(StagedVersion begun, store.BeginStaging(options.channel, manifest));
+    WC_ASSIGN_OR_RETURN(StagedVersion begun, store.BeginStaging(options.channel, manifest));
     staged = std::move(begun);
   }
   stats.chunks_resumed = staged->verified_count();
@@ -403,7 +405,7 @@ Result<FetchStats> FetchVersion(net::Connection& connection, Store& store,
         if (remote.status().code() == Code::kNotFound) continue;
         return fail(remote.status());
       }
-      ASSIGN_OR_RETURN(Manifest local, store.GetManifest(options.channel, *it));
+      WC_ASSIGN_OR_RETURN(Manifest local, store.GetManifest(options.channel, *it));
       if (local.root != remote->root || local.hash_algorithm != manifest.hash_algorithm) continue;
       auto bytes = codec::SnapshotReader::Open(store.VersionPath(options.channel, *it), local);
       if (!bytes.ok()) continue;
@@ -447,8 +449,8 @@ Result<FetchStats> FetchVersion(net::Connection& connection, Store& store,
     connection.Close();
     return transferred;
   }
-  RETURN_IF_ERROR(staged->Flush());
-  RETURN_IF_ERROR(store.Commit(options.channel, manifest.version));
+  WC_RETURN_IF_ERROR(staged->Flush());
+  WC_RETURN_IF_ERROR(store.Commit(options.channel, manifest.version));
   finish();
   return stats;
 }

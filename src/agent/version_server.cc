@@ -49,7 +49,7 @@ VersionServerStats VersionServer::stats() const {
 
 Result<std::shared_ptr<const VersionServer::Loaded>> VersionServer::Load(uint64_t version) {
   if (version == 0) {
-    ASSIGN_OR_RETURN(Version current, store_.Current(options_.channel));
+    WC_ASSIGN_OR_RETURN(Version current, store_.Current(options_.channel));
     version = current.value();
   }
   {
@@ -57,9 +57,9 @@ Result<std::shared_ptr<const VersionServer::Loaded>> VersionServer::Load(uint64_
     auto it = cache_.find(version);
     if (it != cache_.end()) return it->second;
   }
-  ASSIGN_OR_RETURN(Manifest manifest, store_.GetManifest(options_.channel, Version(version)));
-  ASSIGN_OR_RETURN(std::shared_ptr<const MappedVersion> view,
-                   store_.OpenView(options_.channel, Version(version)));
+  WC_ASSIGN_OR_RETURN(Manifest manifest, store_.GetManifest(options_.channel, Version(version)));
+  WC_ASSIGN_OR_RETURN(std::shared_ptr<const MappedVersion> view,
+                      store_.OpenView(options_.channel, Version(version)));
   auto loaded = std::make_shared<Loaded>();
   loaded->signed_manifest = SignManifest(manifest, options_.manifest_secret);
   loaded->manifest = std::move(manifest);
@@ -115,7 +115,7 @@ void VersionServer::ServeConnection(net::Connection& connection) {
 
 Status VersionServer::Answer(net::Connection& connection, std::span<const uint8_t> body,
                              codec::CodecScratch& scratch) {
-  ASSIGN_OR_RETURN(Message request, ParseMessage(body));
+  WC_ASSIGN_OR_RETURN(Message request, ParseMessage(body));
   switch (request.type) {
     case MessageType::kEcho:
       return SendMessage(connection, Message{.type = MessageType::kEcho});
@@ -155,7 +155,7 @@ Status VersionServer::Answer(net::Connection& connection, std::span<const uint8_
 Status VersionServer::SendChunk(net::Connection& connection, uint64_t version, uint32_t chunk,
                                 uint64_t base_version, codec::CodecScratch& scratch) {
   if (version == 0) return InvalidArgument("chunk request without a version");
-  ASSIGN_OR_RETURN(std::shared_ptr<const Loaded> target, Load(version));
+  WC_ASSIGN_OR_RETURN(std::shared_ptr<const Loaded> target, Load(version));
   const Manifest& manifest = target->manifest;
   if (chunk >= manifest.chunk_count()) {
     return OutOfRange("chunk " + std::to_string(chunk) + " of v" + std::to_string(version) +
@@ -165,7 +165,7 @@ Status VersionServer::SendChunk(net::Connection& connection, uint64_t version, u
   net::ChunkHeader header{.version = version, .chunk_index = chunk};
 
   // A partial version (a tensor-subset agent's) refuses the chunks it does not hold.
-  ASSIGN_OR_RETURN(ChunkBytes target_bytes, target->view->Chunk(index));
+  WC_ASSIGN_OR_RETURN(ChunkBytes target_bytes, target->view->Chunk(index));
 
   // A delta when the client names a base we hold with this chunk; otherwise the raw bytes.
   std::shared_ptr<const Loaded> base;

@@ -43,13 +43,13 @@ struct AgentFlags {
 };
 
 Status RunAgent(const AgentFlags& flags) {
-  ASSIGN_OR_RETURN(metrics::LogFormat format, metrics::ParseLogFormat(flags.node.log_format));
-  RETURN_IF_ERROR(ValidateChannelName(flags.channel));
+  WC_ASSIGN_OR_RETURN(metrics::LogFormat format, metrics::ParseLogFormat(flags.node.log_format));
+  WC_RETURN_IF_ERROR(ValidateChannelName(flags.channel));
   // Flag errors before anything starts: a bad address would otherwise be retried forever.
-  RETURN_IF_ERROR(ValidateCoordinatorFlag("--coordinator", flags.coordinator));
-  RETURN_IF_ERROR(ValidateAddressFlag("--listen", flags.listen, /*allow_port_zero=*/true));
+  WC_RETURN_IF_ERROR(ValidateCoordinatorFlag("--coordinator", flags.coordinator));
+  WC_RETURN_IF_ERROR(ValidateAddressFlag("--listen", flags.listen, /*allow_port_zero=*/true));
   if (!flags.metrics.empty()) {
-    RETURN_IF_ERROR(ValidateAddressFlag("--metrics", flags.metrics, /*allow_port_zero=*/true));
+    WC_RETURN_IF_ERROR(ValidateAddressFlag("--metrics", flags.metrics, /*allow_port_zero=*/true));
   }
   metrics::Logger log("agent", format);
   agent::AgentOptions options;
@@ -57,38 +57,39 @@ Status RunAgent(const AgentFlags& flags) {
   options.store_dir = flags.store;
   options.channel = flags.channel;
   options.listen = flags.listen;
-  ASSIGN_OR_RETURN(options.transport, ParseTransportFlag(flags.transport));
+  WC_ASSIGN_OR_RETURN(options.transport, ParseTransportFlag(flags.transport));
   options.rack = flags.rack;
   options.tensor_patterns = flags.tensors;
   options.metrics = flags.metrics;
   if (!flags.upload_limit.empty()) {
-    ASSIGN_OR_RETURN(options.upload_limit, ParseSize(flags.upload_limit));
+    WC_ASSIGN_OR_RETURN(options.upload_limit, ParseSize(flags.upload_limit));
     if (options.upload_limit == 0) return InvalidArgument("--upload-limit must be above 0");
   }
   if (!flags.download_limit.empty()) {
-    ASSIGN_OR_RETURN(options.download_limit, ParseSize(flags.download_limit));
+    WC_ASSIGN_OR_RETURN(options.download_limit, ParseSize(flags.download_limit));
     if (options.download_limit == 0) return InvalidArgument("--download-limit must be above 0");
   }
   options.exit_after = Version(flags.exit_after);
-  ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.node.secret_file));
+  WC_ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.node.secret_file));
   options.cluster = flags.node.cluster;
   options.node_id = PeerId(flags.node.node_id);
   options.corrupt_uploads_for_testing = flags.corrupt_uploads_for_testing;
-  ASSIGN_OR_RETURN(options.verify_result, ParseVerifyResultFlag(flags.verify_result));
+  WC_ASSIGN_OR_RETURN(options.verify_result, ParseVerifyResultFlag(flags.verify_result));
   options.hook.command = flags.hook_command;
   options.hook.url = flags.hook_url;
-  ASSIGN_OR_RETURN(auto hook_timeout, ParseDuration(flags.hook_timeout));
+  WC_ASSIGN_OR_RETURN(auto hook_timeout, ParseDuration(flags.hook_timeout));
   options.hook.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(hook_timeout);
   // Checked here so that a bad URL or timeout is a flag error (exit 2), not a run failure.
-  RETURN_IF_ERROR(agent::EngineHook::Create(options.hook).status());
+  WC_RETURN_IF_ERROR(agent::EngineHook::Create(options.hook).status());
   options.hook_retries = flags.hook_retries;
-  ASSIGN_OR_RETURN(options.hook_failure, rollout::ParseHookFailure(flags.hook_failure));
+  WC_ASSIGN_OR_RETURN(options.hook_failure, rollout::ParseHookFailure(flags.hook_failure));
   options.log = log.AsLineFn();
   options.log_error = [log](std::string_view line) { log.Error(line); };
 
   // Before any thread starts, so that every thread has the signals blocked.
   SignalStopper signals;
-  ASSIGN_OR_RETURN(std::unique_ptr<agent::Agent> agent, agent::Agent::Create(std::move(options)));
+  WC_ASSIGN_OR_RETURN(std::unique_ptr<agent::Agent> agent,
+                      agent::Agent::Create(std::move(options)));
   signals.OnSignal([&agent] { agent->Stop(); });
   Status run = agent->Run();
   signals.OnSignal({});

@@ -59,9 +59,9 @@ Status RunEtcdCoordinator(const CoordinatorFlags& flags, const coord::Coordinato
         "--state-dir and --etcd exclude each other: with --etcd the version "
         "log lives in etcd");
   }
-  ASSIGN_OR_RETURN(net::Duration ttl, ParseDuration(flags.lease_ttl));
+  WC_ASSIGN_OR_RETURN(net::Duration ttl, ParseDuration(flags.lease_ttl));
   SignalStopper signals;
-  ASSIGN_OR_RETURN(auto transport, net::TcpTransport::Create(std::move(net_options), 2));
+  WC_ASSIGN_OR_RETURN(auto transport, net::TcpTransport::Create(std::move(net_options), 2));
   coord::EtcdCoordinatorOptions options;
   options.endpoints = flags.etcd;
   options.prefix =
@@ -76,7 +76,7 @@ Status RunEtcdCoordinator(const CoordinatorFlags& flags, const coord::Coordinato
   options.log = log.AsLineFn();
   options.coordinator_options = [base, rollout]() -> Result<coord::CoordinatorOptions> {
     coord::CoordinatorOptions options = base;
-    ASSIGN_OR_RETURN(options.decider, coord::RolloutDecider::Create(rollout));
+    WC_ASSIGN_OR_RETURN(options.decider, coord::RolloutDecider::Create(rollout));
     return options;
   };
   options.on_listening = [&](const std::string& address) {
@@ -101,13 +101,13 @@ Status RunEtcdCoordinator(const CoordinatorFlags& flags, const coord::Coordinato
 }
 
 Status RunCoordinator(const CoordinatorFlags& flags) {
-  ASSIGN_OR_RETURN(metrics::LogFormat format, metrics::ParseLogFormat(flags.node.log_format));
-  ASSIGN_OR_RETURN(net::Duration heartbeat_timeout, ParseDuration(flags.heartbeat_timeout));
+  WC_ASSIGN_OR_RETURN(metrics::LogFormat format, metrics::ParseLogFormat(flags.node.log_format));
+  WC_ASSIGN_OR_RETURN(net::Duration heartbeat_timeout, ParseDuration(flags.heartbeat_timeout));
   if (heartbeat_timeout < std::chrono::milliseconds(30)) {
     return InvalidArgument("--heartbeat-timeout must be at least 30ms");
   }
   if (flags.degree < 2) return InvalidArgument("--degree must be at least 2");
-  ASSIGN_OR_RETURN(net::Duration part_timeout, ParseDuration(flags.part_timeout));
+  WC_ASSIGN_OR_RETURN(net::Duration part_timeout, ParseDuration(flags.part_timeout));
   if (part_timeout < std::chrono::milliseconds(100)) {
     return InvalidArgument("--part-timeout must be at least 100ms");
   }
@@ -122,13 +122,13 @@ Status RunCoordinator(const CoordinatorFlags& flags) {
   options.part_timeout = part_timeout;
   options.degree = flags.degree;
   options.log = log.AsLineFn();
-  ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.node.secret_file));
+  WC_ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.node.secret_file));
   coord::FleetPageOptions page;
   if (!flags.admin_secret_file.empty()) {
     if (flags.metrics.empty()) {
       return InvalidArgument("--admin-secret-file needs --metrics (the page is served there)");
     }
-    ASSIGN_OR_RETURN(page.admin_secret, net::LoadClusterSecret(flags.admin_secret_file));
+    WC_ASSIGN_OR_RETURN(page.admin_secret, net::LoadClusterSecret(flags.admin_secret_file));
     if (page.admin_secret == options.secret) {
       return InvalidArgument(
           "--admin-secret-file holds the cluster secret: give the page a secret of its own "
@@ -137,14 +137,14 @@ Status RunCoordinator(const CoordinatorFlags& flags) {
   }
   // The two-phase rollout decides commits and aborts (docs/rollout.md).
   coord::RolloutDeciderOptions rollout;
-  ASSIGN_OR_RETURN(rollout.policy, rollout::ParseCommitPolicy(flags.commit_policy));
-  ASSIGN_OR_RETURN(rollout.prepare_deadline, ParseDuration(flags.prepare_deadline));
+  WC_ASSIGN_OR_RETURN(rollout.policy, rollout::ParseCommitPolicy(flags.commit_policy));
+  WC_ASSIGN_OR_RETURN(rollout.prepare_deadline, ParseDuration(flags.prepare_deadline));
   if (rollout.prepare_deadline <= net::Duration::zero()) {
     return InvalidArgument("--prepare-deadline must be above 0");
   }
   rollout.recovery_grace = heartbeat_timeout;
   rollout.clock = &net::Clock::Real();
-  ASSIGN_OR_RETURN(options.decider, coord::RolloutDecider::Create(rollout));
+  WC_ASSIGN_OR_RETURN(options.decider, coord::RolloutDecider::Create(rollout));
 
   net::Options net_options;
   net_options.self.cluster_id = flags.node.cluster;
@@ -173,23 +173,23 @@ Status RunCoordinator(const CoordinatorFlags& flags) {
   // Before the coordinator, which updates its per-channel metrics in it until it is destroyed.
   metrics::Registry registry;
   options.metrics = &registry;
-  ASSIGN_OR_RETURN(std::unique_ptr<coord::Coordinator> coordinator,
-                   coord::Coordinator::Open(std::move(options)));
+  WC_ASSIGN_OR_RETURN(std::unique_ptr<coord::Coordinator> coordinator,
+                      coord::Coordinator::Open(std::move(options)));
   coord::ExportCoordinatorMetrics(*coordinator, registry);
   std::unique_ptr<metrics::MetricsServer> metrics_server;
   if (!flags.metrics.empty()) {
-    ASSIGN_OR_RETURN(metrics_server,
-                     metrics::MetricsServer::Start(registry, flags.metrics,
-                                                   coord::FleetPageRoutes(*coordinator, page)));
+    WC_ASSIGN_OR_RETURN(metrics_server,
+                        metrics::MetricsServer::Start(registry, flags.metrics,
+                                                      coord::FleetPageRoutes(*coordinator, page)));
     log.Info("serving metrics", {{"address", "http://" + metrics_server->address() + "/metrics"}});
     log.Info("serving the fleet page",
              {{"address", "http://" + metrics_server->address() + "/"},
               {"rollback_from_page", page.admin_secret.empty() ? "off" : "on"}});
   }
-  ASSIGN_OR_RETURN(auto transport, net::TcpTransport::Create(std::move(net_options), 2));
-  ASSIGN_OR_RETURN(auto listener, transport->Listen(flags.listen));
+  WC_ASSIGN_OR_RETURN(auto transport, net::TcpTransport::Create(std::move(net_options), 2));
+  WC_ASSIGN_OR_RETURN(auto listener, transport->Listen(flags.listen));
   if (!flags.address_file.empty()) {
-    RETURN_IF_ERROR(WriteFileAtomic(flags.address_file, listener->address()));
+    WC_RETURN_IF_ERROR(WriteFileAtomic(flags.address_file, listener->address()));
   }
   log.Info("listening",
            {{"address", listener->address()},

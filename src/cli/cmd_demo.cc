@@ -34,8 +34,8 @@ struct DemoFlags {
 };
 
 Status RunDemoCommand(const DemoFlags& flags) {
-  ASSIGN_OR_RETURN(uint64_t size, ParseSize(flags.size));
-  ASSIGN_OR_RETURN(uint64_t chunk_size, ParseSize(flags.chunk_size));
+  WC_ASSIGN_OR_RETURN(uint64_t size, ParseSize(flags.size));
+  WC_ASSIGN_OR_RETURN(uint64_t chunk_size, ParseSize(flags.chunk_size));
   if (chunk_size < kMinChunkSize || chunk_size > kMaxChunkSize) {
     return InvalidArgument("--chunk-size must be between " + FormatBytes(kMinChunkSize) + " and " +
                            FormatBytes(kMaxChunkSize));

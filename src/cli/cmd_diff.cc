@@ -50,12 +50,12 @@ Status RunDiff(const DiffFlags& flags) {
     return InvalidArgument("--version must be greater than --base-version");
   }
   BuildOptions build;
-  ASSIGN_OR_RETURN(build.chunk_size, ParseSize(flags.chunk_size));
+  WC_ASSIGN_OR_RETURN(build.chunk_size, ParseSize(flags.chunk_size));
   if (build.chunk_size < kMinChunkSize || build.chunk_size > kMaxChunkSize) {
     return InvalidArgument("--chunk-size " + flags.chunk_size + " is outside " +
                            FormatBytes(kMinChunkSize) + " .. " + FormatBytes(kMaxChunkSize));
   }
-  ASSIGN_OR_RETURN(build.algorithm, ParseHashAlgorithm(flags.hash));
+  WC_ASSIGN_OR_RETURN(build.algorithm, ParseHashAlgorithm(flags.hash));
   build.threads = flags.threads;
   codec::VersionCodecOptions options;
   options.threads = flags.threads;
@@ -70,16 +70,16 @@ Status RunDiff(const DiffFlags& flags) {
   options.chunk.zstd_level = flags.level;
 
   const auto start = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(Checkpoint old_ckpt, OpenCheckpoint(flags.old_dir));
-  ASSIGN_OR_RETURN(Checkpoint new_ckpt, OpenCheckpoint(flags.new_dir));
-  ASSIGN_OR_RETURN(Manifest base,
-                   BuildManifest(old_ckpt, "default", Version(flags.base_version), build));
-  ASSIGN_OR_RETURN(Manifest target,
-                   BuildManifest(new_ckpt, "default", Version(flags.version), build));
-  ASSIGN_OR_RETURN(codec::SnapshotReader base_bytes,
-                   codec::SnapshotReader::Open(old_ckpt.root, base));
-  ASSIGN_OR_RETURN(codec::SnapshotReader target_bytes,
-                   codec::SnapshotReader::Open(new_ckpt.root, target));
+  WC_ASSIGN_OR_RETURN(Checkpoint old_ckpt, OpenCheckpoint(flags.old_dir));
+  WC_ASSIGN_OR_RETURN(Checkpoint new_ckpt, OpenCheckpoint(flags.new_dir));
+  WC_ASSIGN_OR_RETURN(Manifest base,
+                      BuildManifest(old_ckpt, "default", Version(flags.base_version), build));
+  WC_ASSIGN_OR_RETURN(Manifest target,
+                      BuildManifest(new_ckpt, "default", Version(flags.version), build));
+  WC_ASSIGN_OR_RETURN(codec::SnapshotReader base_bytes,
+                      codec::SnapshotReader::Open(old_ckpt.root, base));
+  WC_ASSIGN_OR_RETURN(codec::SnapshotReader target_bytes,
+                      codec::SnapshotReader::Open(new_ckpt.root, target));
 
   const fs::path out(flags.out);
   std::error_code ec;
@@ -92,13 +92,13 @@ Status RunDiff(const DiffFlags& flags) {
   if (fd.fd < 0) return ErrnoStatus("open(" + payload_path.string() + ")", errno);
   uint64_t payload_bytes = 0;
   const auto encode_start = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(DeltaInfo info, codec::EncodeVersion(
-                                       base, base_bytes, target, target_bytes,
-                                       [&](ChunkIndex, std::span<const uint8_t> payload) {
-                                         payload_bytes += payload.size();
-                                         return WriteAll(fd.fd, payload, payload_path.string());
-                                       },
-                                       options));
+  WC_ASSIGN_OR_RETURN(DeltaInfo info, codec::EncodeVersion(
+                                          base, base_bytes, target, target_bytes,
+                                          [&](ChunkIndex, std::span<const uint8_t> payload) {
+                                            payload_bytes += payload.size();
+                                            return WriteAll(fd.fd, payload, payload_path.string());
+                                          },
+                                          options));
   const double encode_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - encode_start).count();
   if (::fsync(fd.fd) != 0) return ErrnoStatus("fsync(" + payload_path.string() + ")", errno);
@@ -106,7 +106,7 @@ Status RunDiff(const DiffFlags& flags) {
   for (const DeltaChunk& d : info.chunks) ++counts[static_cast<int>(d.encoding)];
   target.delta = std::move(info);
   const fs::path manifest_path = out / "manifest.wcm";
-  RETURN_IF_ERROR(WriteManifestFile(manifest_path, target));
+  WC_RETURN_IF_ERROR(WriteManifestFile(manifest_path, target));
   std::error_code size_ec;
   const uint64_t manifest_bytes = fs::file_size(manifest_path, size_ec);
   const double seconds =

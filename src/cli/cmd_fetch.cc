@@ -86,30 +86,30 @@ class ProgressPrinter {
 };
 
 Status RunFetch(const FetchFlags& flags) {
-  RETURN_IF_ERROR(ValidateChannelName(flags.channel));
+  WC_RETURN_IF_ERROR(ValidateChannelName(flags.channel));
   if (flags.version && *flags.version == 0) return InvalidArgument("--version must be above 0");
-  RETURN_IF_ERROR(ValidateAddressFlag("--from", flags.from));
-  ASSIGN_OR_RETURN(net::TransportKind kind, ParseTransportFlag(flags.transport));
+  WC_RETURN_IF_ERROR(ValidateAddressFlag("--from", flags.from));
+  WC_ASSIGN_OR_RETURN(net::TransportKind kind, ParseTransportFlag(flags.transport));
   net::Options options;
-  ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.secret_file));
+  WC_ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.secret_file));
   options.self.cluster_id = flags.cluster;
   options.self.node_id = PeerId(flags.node_id != 0 ? flags.node_id : std::random_device{}());
   options.self.role = net::Role::kAgent;
   if (!flags.download_limit.empty()) {
-    ASSIGN_OR_RETURN(uint64_t rate, ParseSize(flags.download_limit));
+    WC_ASSIGN_OR_RETURN(uint64_t rate, ParseSize(flags.download_limit));
     if (rate == 0) return InvalidArgument("--download-limit must be above 0");
     options.download_limit =
         std::make_shared<net::TokenBucket>(rate, std::max<uint64_t>(rate / 10, 1 << 20));
   }
   const std::string secret = options.secret;
-  ASSIGN_OR_RETURN(Store store, Store::Open(flags.root));
+  WC_ASSIGN_OR_RETURN(Store store, Store::Open(flags.root));
   net::TransportSelection selection;
   selection.kind = kind;
-  ASSIGN_OR_RETURN(auto transport, net::CreateTransport(options, selection));
-  ASSIGN_OR_RETURN(const std::chrono::nanoseconds parsed, ParseDuration(flags.timeout));
+  WC_ASSIGN_OR_RETURN(auto transport, net::CreateTransport(options, selection));
+  WC_ASSIGN_OR_RETURN(const std::chrono::nanoseconds parsed, ParseDuration(flags.timeout));
   if (parsed.count() == 0) return InvalidArgument("--timeout must be above 0");
   const auto timeout = std::chrono::duration_cast<net::Duration>(parsed);
-  ASSIGN_OR_RETURN(auto connection, transport->Connect(flags.from, timeout));
+  WC_ASSIGN_OR_RETURN(auto connection, transport->Connect(flags.from, timeout));
 
   ProgressPrinter printer;
   agent::FetchOptions fetch{.channel = flags.channel, .manifest_secret = secret};
@@ -127,7 +127,7 @@ Status RunFetch(const FetchFlags& flags) {
     std::cerr << "fetch over UCX failed (" << stats.status().ToString() << "); resuming over TCP"
               << std::endl;
     connection.reset();
-    ASSIGN_OR_RETURN(connection, transport->Connect(flags.from, timeout));
+    WC_ASSIGN_OR_RETURN(connection, transport->Connect(flags.from, timeout));
     stats = agent::FetchVersion(*connection, store, fetch);
   }
   printer.End();

@@ -170,7 +170,7 @@ void PrintJson(const Checkpoint& checkpoint, uint64_t limit, std::ostream& out) 
 }
 
 Status RunInspect(const InspectOptions& options) {
-  ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(options.path));
+  WC_ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(options.path));
   constexpr uint64_t kUnlimited = std::numeric_limits<uint64_t>::max();
   constexpr uint64_t kDefaultTextLimit = 50;
   uint64_t limit = options.json ? kUnlimited : kDefaultTextLimit;

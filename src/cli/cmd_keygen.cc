@@ -17,12 +17,12 @@ struct KeygenFlags {
 };
 
 Status RunKeygen(const KeygenFlags& flags) {
-  ASSIGN_OR_RETURN(std::string secret, net::GenerateClusterSecret());
+  WC_ASSIGN_OR_RETURN(std::string secret, net::GenerateClusterSecret());
   if (flags.out.empty()) {
     std::cout << secret << "\n";
     return Status::Ok();
   }
-  RETURN_IF_ERROR(net::WriteSecretFile(flags.out, secret, flags.force));
+  WC_RETURN_IF_ERROR(net::WriteSecretFile(flags.out, secret, flags.force));
   std::cerr << "wrote a new cluster secret to " << flags.out
             << " (mode 0600); give it to every node as --secret-file\n";
   return Status::Ok();

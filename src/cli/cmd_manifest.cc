@@ -89,19 +89,19 @@ Status RunBuild(const BuildFlags& flags) {
         "(weightcast manifest show FILE); see --help");
   }
   BuildOptions options;
-  ASSIGN_OR_RETURN(options.chunk_size, ParseSize(flags.chunk_size));
+  WC_ASSIGN_OR_RETURN(options.chunk_size, ParseSize(flags.chunk_size));
   if (options.chunk_size < kMinChunkSize || options.chunk_size > kMaxChunkSize) {
     return InvalidArgument("--chunk-size " + flags.chunk_size + " is outside " +
                            FormatBytes(kMinChunkSize) + " .. " + FormatBytes(kMaxChunkSize));
   }
-  ASSIGN_OR_RETURN(options.algorithm, ParseHashAlgorithm(flags.hash));
+  WC_ASSIGN_OR_RETURN(options.algorithm, ParseHashAlgorithm(flags.hash));
   options.threads = flags.threads;
   if (flags.version == 0) return InvalidArgument("--version must be 1 or more");
 
-  ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(flags.dir));
+  WC_ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(flags.dir));
   const auto start = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(Manifest m,
-                   BuildManifest(checkpoint, flags.channel, Version(flags.version), options));
+  WC_ASSIGN_OR_RETURN(Manifest m,
+                      BuildManifest(checkpoint, flags.channel, Version(flags.version), options));
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double gbps = seconds > 0 ? static_cast<double>(m.total_size()) / seconds / 1e9 : 0;
@@ -109,7 +109,7 @@ Status RunBuild(const BuildFlags& flags) {
                              ? options.threads
                              : std::max<size_t>(1, std::thread::hardware_concurrency());
 
-  if (!flags.out.empty()) RETURN_IF_ERROR(WriteManifestFile(flags.out, m));
+  if (!flags.out.empty()) WC_RETURN_IF_ERROR(WriteManifestFile(flags.out, m));
 
   if (flags.json) {
     Json doc = SummaryJson(m);
@@ -132,7 +132,7 @@ Status RunBuild(const BuildFlags& flags) {
 }
 
 Status RunShow(const ShowFlags& flags) {
-  ASSIGN_OR_RETURN(Manifest m, ReadManifestFile(flags.file));
+  WC_ASSIGN_OR_RETURN(Manifest m, ReadManifestFile(flags.file));
   std::map<std::string_view, uint64_t> encodings;
   uint64_t payload = 0;
   if (m.delta.has_value()) {

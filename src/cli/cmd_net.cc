@@ -35,7 +35,7 @@ struct NetFlags {
 
 // TLS is TCP's: with it, the transport is TCP whatever --transport says.
 Result<std::unique_ptr<net::Transport>> MakeTransport(const NetFlags& flags, net::Options options) {
-  ASSIGN_OR_RETURN(net::TransportKind kind, ParseTransportFlag(flags.transport));
+  WC_ASSIGN_OR_RETURN(net::TransportKind kind, ParseTransportFlag(flags.transport));
   net::TransportSelection selection;
   selection.kind = options.tls.enabled ? net::TransportKind::kTcp : kind;
   selection.tcp_io_threads = 1;
@@ -44,7 +44,7 @@ Result<std::unique_ptr<net::Transport>> MakeTransport(const NetFlags& flags, net
 
 Result<net::Options> MakeOptions(const NetFlags& flags) {
   net::Options options;
-  ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.secret_file));
+  WC_ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.secret_file));
   options.self.cluster_id = flags.cluster;
   options.self.node_id = PeerId(flags.node_id != 0 ? flags.node_id : std::random_device{}());
   options.self.role = net::Role::kTool;
@@ -58,12 +58,12 @@ Result<net::Options> MakeOptions(const NetFlags& flags) {
                    .ca_file = flags.tls_ca};
   }
   if (!flags.upload_limit.empty()) {
-    ASSIGN_OR_RETURN(uint64_t rate, ParseSize(flags.upload_limit));
+    WC_ASSIGN_OR_RETURN(uint64_t rate, ParseSize(flags.upload_limit));
     options.upload_limit =
         std::make_shared<net::TokenBucket>(rate, std::max<uint64_t>(rate / 10, 1 << 20));
   }
   if (!flags.download_limit.empty()) {
-    ASSIGN_OR_RETURN(uint64_t rate, ParseSize(flags.download_limit));
+    WC_ASSIGN_OR_RETURN(uint64_t rate, ParseSize(flags.download_limit));
     options.download_limit =
         std::make_shared<net::TokenBucket>(rate, std::max<uint64_t>(rate / 10, 1 << 20));
   }
@@ -71,36 +71,36 @@ Result<net::Options> MakeOptions(const NetFlags& flags) {
 }
 
 Result<net::Duration> Timeout(const NetFlags& flags) {
-  ASSIGN_OR_RETURN(const std::chrono::nanoseconds parsed, ParseDuration(flags.timeout));
+  WC_ASSIGN_OR_RETURN(const std::chrono::nanoseconds parsed, ParseDuration(flags.timeout));
   if (parsed.count() == 0) return InvalidArgument("--timeout must be above 0");
   return std::chrono::duration_cast<net::Duration>(parsed);
 }
 
 Status RunRecv(const NetFlags& flags) {
-  ASSIGN_OR_RETURN(net::Options options, MakeOptions(flags));
-  ASSIGN_OR_RETURN(const net::Duration timeout, Timeout(flags));
-  ASSIGN_OR_RETURN(auto transport, MakeTransport(flags, std::move(options)));
-  ASSIGN_OR_RETURN(auto listener, transport->Listen(flags.address));
+  WC_ASSIGN_OR_RETURN(net::Options options, MakeOptions(flags));
+  WC_ASSIGN_OR_RETURN(const net::Duration timeout, Timeout(flags));
+  WC_ASSIGN_OR_RETURN(auto transport, MakeTransport(flags, std::move(options)));
+  WC_ASSIGN_OR_RETURN(auto listener, transport->Listen(flags.address));
   std::cerr << "listening on " << listener->address() << std::endl;
-  ASSIGN_OR_RETURN(net::P2pStats stats, net::P2pReceive(*listener, timeout));
+  WC_ASSIGN_OR_RETURN(net::P2pStats stats, net::P2pReceive(*listener, timeout));
   std::cout << stats.ToJson("recv") << std::endl;
   return Status::Ok();
 }
 
 Status RunSend(const NetFlags& flags) {
-  ASSIGN_OR_RETURN(net::Options options, MakeOptions(flags));
+  WC_ASSIGN_OR_RETURN(net::Options options, MakeOptions(flags));
   net::P2pSendOptions send;
-  ASSIGN_OR_RETURN(send.bytes, ParseSize(flags.bytes));
-  ASSIGN_OR_RETURN(uint64_t chunk, ParseSize(flags.chunk_size));
+  WC_ASSIGN_OR_RETURN(send.bytes, ParseSize(flags.bytes));
+  WC_ASSIGN_OR_RETURN(uint64_t chunk, ParseSize(flags.chunk_size));
   if (chunk == 0 || chunk > (256u << 20)) {
     return InvalidArgument("--chunk-size must be between 1 byte and 256 MiB");
   }
   options.max_frame_bytes = static_cast<uint32_t>(chunk + net::kChunkHeaderSize);
   send.chunk_bytes = static_cast<uint32_t>(chunk);
   send.file = flags.file;
-  ASSIGN_OR_RETURN(send.timeout, Timeout(flags));
-  ASSIGN_OR_RETURN(auto transport, MakeTransport(flags, std::move(options)));
-  ASSIGN_OR_RETURN(net::P2pStats stats, net::P2pSend(*transport, flags.address, send));
+  WC_ASSIGN_OR_RETURN(send.timeout, Timeout(flags));
+  WC_ASSIGN_OR_RETURN(auto transport, MakeTransport(flags, std::move(options)));
+  WC_ASSIGN_OR_RETURN(net::P2pStats stats, net::P2pSend(*transport, flags.address, send));
   std::cout << stats.ToJson("send") << std::endl;
   return Status::Ok();
 }

@@ -58,7 +58,7 @@ class StagedFiles {
   Status Create(const fs::path& dir, const Manifest& m) {
     files_ = &m.files;
     for (const ManifestFile& f : m.files) {
-      RETURN_IF_ERROR(CheckRelativePath(f.path));
+      WC_RETURN_IF_ERROR(CheckRelativePath(f.path));
       const fs::path p = dir / f.path;
       std::error_code ec;
       fs::create_directories(p.parent_path(), ec);
@@ -115,30 +115,30 @@ class StagedFiles {
 Status Patch(const PatchFlags& flags, const fs::path& staging, uint64_t* delta_bytes_out,
              uint64_t* out_bytes) {
   const fs::path delta_dir(flags.delta_dir);
-  ASSIGN_OR_RETURN(Manifest target, ReadManifestFile(delta_dir / "manifest.wcm"));
+  WC_ASSIGN_OR_RETURN(Manifest target, ReadManifestFile(delta_dir / "manifest.wcm"));
   if (!target.delta.has_value()) {
     return InvalidArgument((delta_dir / "manifest.wcm").string() + " has no delta section");
   }
   const DeltaInfo& delta = *target.delta;
 
   // Hash the base as the delta's chunking sees it; its root must be the delta's base root.
-  ASSIGN_OR_RETURN(Checkpoint base_ckpt, OpenCheckpoint(flags.base_dir));
+  WC_ASSIGN_OR_RETURN(Checkpoint base_ckpt, OpenCheckpoint(flags.base_dir));
   BuildOptions build;
   build.chunk_size = target.chunk_size;
   build.algorithm = target.hash_algorithm;
   build.threads = flags.threads;
-  ASSIGN_OR_RETURN(Manifest base,
-                   BuildManifest(base_ckpt, target.channel, delta.base_version, build));
+  WC_ASSIGN_OR_RETURN(Manifest base,
+                      BuildManifest(base_ckpt, target.channel, delta.base_version, build));
   if (base.root != delta.base_root) {
     return FailedPrecondition(flags.base_dir + " is not the base of this delta: its root is " +
                               ToHex(base.root) + ", the delta applies to " +
                               ToHex(delta.base_root));
   }
-  ASSIGN_OR_RETURN(codec::SnapshotReader base_bytes,
-                   codec::SnapshotReader::Open(base_ckpt.root, base));
+  WC_ASSIGN_OR_RETURN(codec::SnapshotReader base_bytes,
+                      codec::SnapshotReader::Open(base_ckpt.root, base));
 
   const fs::path payload_path = delta_dir / "payloads.bin";
-  ASSIGN_OR_RETURN(MappedFile payloads, MappedFile::Open(payload_path));
+  WC_ASSIGN_OR_RETURN(MappedFile payloads, MappedFile::Open(payload_path));
   std::vector<uint64_t> offsets(delta.chunks.size());
   uint64_t total = 0;
   for (size_t i = 0; i < delta.chunks.size(); ++i) {
@@ -155,10 +155,10 @@ Status Patch(const PatchFlags& flags, const fs::path& staging, uint64_t* delta_b
   *delta_bytes_out = total;
 
   StagedFiles files;
-  RETURN_IF_ERROR(files.Create(staging, target));
+  WC_RETURN_IF_ERROR(files.Create(staging, target));
   codec::VersionCodecOptions options;
   options.threads = flags.threads;
-  RETURN_IF_ERROR(codec::DecodeVersion(
+  WC_RETURN_IF_ERROR(codec::DecodeVersion(
       base, base_bytes, target,
       [&](ChunkIndex i) -> Result<std::span<const uint8_t>> {
         return payloads.bytes().subspan(offsets[i.value()], delta.chunks[i.value()].payload_size);
@@ -167,7 +167,7 @@ Status Patch(const PatchFlags& flags, const fs::path& staging, uint64_t* delta_b
         return files.Write(target.ChunkRange(i).offset, bytes);
       },
       options));
-  RETURN_IF_ERROR(files.SyncAndClose());
+  WC_RETURN_IF_ERROR(files.SyncAndClose());
   *out_bytes = target.total_size();
   return Status::Ok();
 }
@@ -195,7 +195,7 @@ Status RunPatch(const PatchFlags& flags) {
     return s;
   }
   const fs::path parent = out.parent_path().empty() ? fs::path(".") : out.parent_path();
-  RETURN_IF_ERROR(FsyncPath(parent));
+  WC_RETURN_IF_ERROR(FsyncPath(parent));
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double ratio =

@@ -62,13 +62,13 @@ Status RunPublish(const PublishFlags& flags) {
   if (flags.dir.empty() == flags.watch.empty()) {
     return InvalidArgument("give exactly one of --dir PATH and --watch DIR");
   }
-  RETURN_IF_ERROR(ValidateChannelName(flags.channel));
-  ASSIGN_OR_RETURN(metrics::LogFormat format, metrics::ParseLogFormat(flags.node.log_format));
+  WC_RETURN_IF_ERROR(ValidateChannelName(flags.channel));
+  WC_ASSIGN_OR_RETURN(metrics::LogFormat format, metrics::ParseLogFormat(flags.node.log_format));
   // Flag errors before the store is opened or the coordinator is dialled.
-  RETURN_IF_ERROR(ValidateCoordinatorFlag("--coordinator", flags.coordinator));
-  RETURN_IF_ERROR(ValidateAddressFlag("--listen", flags.listen, /*allow_port_zero=*/true));
+  WC_RETURN_IF_ERROR(ValidateCoordinatorFlag("--coordinator", flags.coordinator));
+  WC_RETURN_IF_ERROR(ValidateAddressFlag("--listen", flags.listen, /*allow_port_zero=*/true));
   if (!flags.metrics.empty()) {
-    RETURN_IF_ERROR(ValidateAddressFlag("--metrics", flags.metrics, /*allow_port_zero=*/true));
+    WC_RETURN_IF_ERROR(ValidateAddressFlag("--metrics", flags.metrics, /*allow_port_zero=*/true));
   }
   if (flags.world == 0 || flags.rank >= flags.world) {
     return InvalidArgument("--rank " + std::to_string(flags.rank) + " --world " +
@@ -92,14 +92,14 @@ Status RunPublish(const PublishFlags& flags) {
                                                     : "no such directory"));
     }
   }
-  ASSIGN_OR_RETURN(publish::SeedUntil until,
-                   publish::ParseSeedUntil(!flags.until.empty() ? flags.until
-                                           : flags.dir.empty()  ? "never"
-                                                                : "replicated"));
-  ASSIGN_OR_RETURN(auto settle, ParseDuration(flags.settle));
+  WC_ASSIGN_OR_RETURN(publish::SeedUntil until,
+                      publish::ParseSeedUntil(!flags.until.empty() ? flags.until
+                                              : flags.dir.empty()  ? "never"
+                                                                   : "replicated"));
+  WC_ASSIGN_OR_RETURN(auto settle, ParseDuration(flags.settle));
   uint64_t chunk_size = publish::kAutoChunkSize;
   if (flags.chunk_size != "auto") {
-    ASSIGN_OR_RETURN(chunk_size, ParseSize(flags.chunk_size));
+    WC_ASSIGN_OR_RETURN(chunk_size, ParseSize(flags.chunk_size));
     if (chunk_size < kMinChunkSize || chunk_size > kMaxChunkSize) {
       return InvalidArgument("--chunk-size must be auto or between " + FormatBytes(kMinChunkSize) +
                              " and " + FormatBytes(kMaxChunkSize));
@@ -111,7 +111,7 @@ Status RunPublish(const PublishFlags& flags) {
   options.store = flags.store;
   options.channel = flags.channel;
   options.listen = flags.listen;
-  ASSIGN_OR_RETURN(options.transport, ParseTransportFlag(flags.transport));
+  WC_ASSIGN_OR_RETURN(options.transport, ParseTransportFlag(flags.transport));
   options.cluster = flags.node.cluster;
   options.node_id = PeerId(flags.node.node_id);
   options.writer_id = flags.writer_id;
@@ -124,11 +124,11 @@ Status RunPublish(const PublishFlags& flags) {
   options.reseed_payloads = flags.dir.empty();
   // A one-shot --dir ends when the coordinator stays away (--watch waits it out, at ERROR).
   if (!flags.dir.empty()) options.unreachable_timeout = kUnreachableTimeout;
-  ASSIGN_OR_RETURN(options.import, ParseImport(flags.import));
+  WC_ASSIGN_OR_RETURN(options.import, ParseImport(flags.import));
   options.log = metrics::Logger("publish", format);
-  ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.node.secret_file));
+  WC_ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.node.secret_file));
   if (!flags.upload_limit.empty()) {
-    ASSIGN_OR_RETURN(uint64_t rate, ParseSize(flags.upload_limit));
+    WC_ASSIGN_OR_RETURN(uint64_t rate, ParseSize(flags.upload_limit));
     if (rate == 0) return InvalidArgument("--upload-limit must be above 0");
     options.upload_limit =
         std::make_shared<net::TokenBucket>(rate, std::max<uint64_t>(rate / 10, 1 << 20));
@@ -140,7 +140,7 @@ Status RunPublish(const PublishFlags& flags) {
   metrics::Registry registry;
   std::unique_ptr<metrics::MetricsServer> metrics_server;
   if (!flags.metrics.empty()) {
-    ASSIGN_OR_RETURN(metrics_server, metrics::MetricsServer::Start(registry, flags.metrics));
+    WC_ASSIGN_OR_RETURN(metrics_server, metrics::MetricsServer::Start(registry, flags.metrics));
     log.Info("serving metrics", {{"address", "http://" + metrics_server->address() + "/metrics"}});
     options.metrics = &registry;
   }

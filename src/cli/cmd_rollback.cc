@@ -56,19 +56,19 @@ Switched CountSwitched(const wire::FleetStatus& status, const std::string& chann
 }
 
 Status RunRollback(const RollbackFlags& flags) {
-  RETURN_IF_ERROR(ValidateChannelName(flags.channel));
-  ASSIGN_OR_RETURN(metrics::LogFormat format, metrics::ParseLogFormat(flags.node.log_format));
-  RETURN_IF_ERROR(ValidateCoordinatorFlag("--coordinator", flags.coordinator));
-  ASSIGN_OR_RETURN(auto timeout, ParseDuration(flags.timeout));
-  ASSIGN_OR_RETURN(auto connect_timeout, ParseDuration(flags.connect_timeout));
+  WC_RETURN_IF_ERROR(ValidateChannelName(flags.channel));
+  WC_ASSIGN_OR_RETURN(metrics::LogFormat format, metrics::ParseLogFormat(flags.node.log_format));
+  WC_RETURN_IF_ERROR(ValidateCoordinatorFlag("--coordinator", flags.coordinator));
+  WC_ASSIGN_OR_RETURN(auto timeout, ParseDuration(flags.timeout));
+  WC_ASSIGN_OR_RETURN(auto connect_timeout, ParseDuration(flags.connect_timeout));
   if (connect_timeout <= std::chrono::nanoseconds::zero()) {
     return InvalidArgument("--connect-timeout must be above 0");
   }
   metrics::Logger log("rollback", format);
 
-  ASSIGN_OR_RETURN(net::Options options, ToolTransportOptions(flags.node));
+  WC_ASSIGN_OR_RETURN(net::Options options, ToolTransportOptions(flags.node));
   options.log = log.AsLineFn();
-  ASSIGN_OR_RETURN(auto transport, net::TcpTransport::Create(std::move(options), 1));
+  WC_ASSIGN_OR_RETURN(auto transport, net::TcpTransport::Create(std::move(options), 1));
 
   auto client = coord::CoordinatorClient::Connect(*transport, flags.coordinator, connect_timeout);
   if (!client.ok()) {

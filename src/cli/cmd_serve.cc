@@ -31,23 +31,23 @@ struct ServeFlags {
 };
 
 Status RunServe(const ServeFlags& flags) {
-  RETURN_IF_ERROR(ValidateChannelName(flags.channel));
-  ASSIGN_OR_RETURN(net::TransportKind kind, ParseTransportFlag(flags.transport));
+  WC_RETURN_IF_ERROR(ValidateChannelName(flags.channel));
+  WC_ASSIGN_OR_RETURN(net::TransportKind kind, ParseTransportFlag(flags.transport));
   net::Options options;
-  ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.secret_file));
+  WC_ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.secret_file));
   options.self.cluster_id = flags.cluster;
   options.self.node_id = PeerId(flags.node_id != 0 ? flags.node_id : std::random_device{}());
   options.self.role = net::Role::kPublisher;
   if (!flags.upload_limit.empty()) {
-    ASSIGN_OR_RETURN(uint64_t rate, ParseSize(flags.upload_limit));
+    WC_ASSIGN_OR_RETURN(uint64_t rate, ParseSize(flags.upload_limit));
     if (rate == 0) return InvalidArgument("--upload-limit must be above 0");
     options.upload_limit =
         std::make_shared<net::TokenBucket>(rate, std::max<uint64_t>(rate / 10, 1 << 20));
   }
   // Read-only: the trainer may keep importing versions into the store while we serve it.
-  ASSIGN_OR_RETURN(Store store, Store::Open(flags.root, {.read_only = true}));
+  WC_ASSIGN_OR_RETURN(Store store, Store::Open(flags.root, {.read_only = true}));
   // A channel the store has never had is a mistyped name, not one to wait for.
-  ASSIGN_OR_RETURN(const std::vector<std::string> channels, store.Channels());
+  WC_ASSIGN_OR_RETURN(const std::vector<std::string> channels, store.Channels());
   if (std::find(channels.begin(), channels.end(), flags.channel) == channels.end()) {
     std::string known;
     for (const std::string& c : channels) known += (known.empty() ? "" : ", ") + c;
@@ -59,8 +59,8 @@ Status RunServe(const ServeFlags& flags) {
                                       .workers_per_connection = flags.workers});
   net::TransportSelection selection;
   selection.kind = kind;
-  ASSIGN_OR_RETURN(auto transport, net::CreateTransport(options, selection));
-  ASSIGN_OR_RETURN(auto listener, transport->Listen(flags.listen));
+  WC_ASSIGN_OR_RETURN(auto transport, net::CreateTransport(options, selection));
+  WC_ASSIGN_OR_RETURN(auto listener, transport->Listen(flags.listen));
   std::cerr << "serving channel " << flags.channel << " of " << flags.root << " on "
             << listener->address() << std::endl;
   server.Serve(*listener);

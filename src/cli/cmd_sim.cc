@@ -108,13 +108,13 @@ Status WriteOutputs(const SimFlags& f, const sim::FleetResult& r) {
           << (n.completed_at >= 0 ? Fixed(n.completed_at, 3) : "") << ',' << Fixed(n.bytes_in, 0)
           << ',' << Fixed(n.bytes_out, 0) << '\n';
   }
-  RETURN_IF_ERROR(WriteFileAtomic(dir / "completion.csv", nodes.str()));
+  WC_RETURN_IF_ERROR(WriteFileAtomic(dir / "completion.csv", nodes.str()));
   std::ostringstream progress;
   progress << "t_s,fraction,complete\n";
   for (const sim::ProgressSample& p : r.progress) {
     progress << Fixed(p.t, 3) << ',' << Fixed(p.fraction, 5) << ',' << p.complete << '\n';
   }
-  RETURN_IF_ERROR(WriteFileAtomic(dir / "progress.csv", progress.str()));
+  WC_RETURN_IF_ERROR(WriteFileAtomic(dir / "progress.csv", progress.str()));
   if (!f.plot) return Status::Ok();
   // Completion-time CDF and fleet progress, side by side: the plot bench/cluster draws too
   // (src/sim/progress_plot.gnuplot), with its inputs set first so that sim.gnuplot reruns alone.
@@ -131,7 +131,7 @@ Status WriteOutputs(const SimFlags& f, const sim::FleetResult& r) {
      << "bound = " << r.lower_bound << "\n"
      << "title = 'weightcast sim'\nprogress_title = 'bytes verified'\n"
      << assets::kProgressPlotGnuplot;
-  RETURN_IF_ERROR(WriteFileAtomic(dir / "sim.gnuplot", gp.str()));
+  WC_RETURN_IF_ERROR(WriteFileAtomic(dir / "sim.gnuplot", gp.str()));
   const std::string cmd = "gnuplot '" + (dir / "sim.gnuplot").string() + "'";
   if (std::system(cmd.c_str()) != 0) {
     return Unavailable("sim: gnuplot failed (apt-get install gnuplot-nox), CSVs are in " + f.out);
@@ -142,11 +142,11 @@ Status WriteOutputs(const SimFlags& f, const sim::FleetResult& r) {
 Status RunSim(const SimFlags& f) {
   sim::FleetConfig c;
   c.receivers = f.nodes;
-  ASSIGN_OR_RETURN(c.total_bytes, ParseSize(f.size));
+  WC_ASSIGN_OR_RETURN(c.total_bytes, ParseSize(f.size));
   if (f.chunk == "auto") {
     c.chunk_bytes = ChooseChunkSize(c.total_bytes);
   } else {
-    ASSIGN_OR_RETURN(c.chunk_bytes, ParseSize(f.chunk));
+    WC_ASSIGN_OR_RETURN(c.chunk_bytes, ParseSize(f.chunk));
   }
   if (f.gbps <= 0) return InvalidArgument("--gbps must be positive");
   c.bandwidth = f.gbps * 1e9 / 8;
@@ -162,7 +162,7 @@ Status RunSim(const SimFlags& f) {
   c.late_at = f.late_at;
   c.source_leaves_at = f.source_leaves_at;
   c.tuning = f.tuning;
-  ASSIGN_OR_RETURN(const std::chrono::nanoseconds request_timeout, ParseDuration(f.timeout));
+  WC_ASSIGN_OR_RETURN(const std::chrono::nanoseconds request_timeout, ParseDuration(f.timeout));
   if (request_timeout.count() <= 0) return InvalidArgument("--timeout must be positive");
   c.tuning.request_timeout = request_timeout;
   c.rebalance_interval = f.rebalance_ms * 1e-3;
@@ -178,9 +178,9 @@ Status RunSim(const SimFlags& f) {
   std::vector<sim::RolloutConfig> rollout_configs;
   if (!f.commit_policies.empty() && f.commit_policies != "none") {
     sim::RolloutConfig rc;
-    ASSIGN_OR_RETURN(const auto deadline, ParseDuration(f.prepare_deadline));
-    ASSIGN_OR_RETURN(const auto interval, ParseDuration(f.heartbeat));
-    ASSIGN_OR_RETURN(const auto timeout, ParseDuration(f.heartbeat_timeout));
+    WC_ASSIGN_OR_RETURN(const auto deadline, ParseDuration(f.prepare_deadline));
+    WC_ASSIGN_OR_RETURN(const auto interval, ParseDuration(f.heartbeat));
+    WC_ASSIGN_OR_RETURN(const auto timeout, ParseDuration(f.heartbeat_timeout));
     rc.prepare_deadline = std::chrono::duration<double>(deadline).count();
     rc.heartbeat_interval = std::chrono::duration<double>(interval).count();
     rc.heartbeat_timeout = std::chrono::duration<double>(timeout).count();
@@ -216,7 +216,7 @@ Status RunSim(const SimFlags& f) {
         std::string_view item = rest.substr(0, comma);
         sim::RolloutConfig one = channel;
         if (const size_t at = item.find('@'); at != std::string_view::npos) {
-          ASSIGN_OR_RETURN(const auto own, ParseDuration(item.substr(at + 1)));
+          WC_ASSIGN_OR_RETURN(const auto own, ParseDuration(item.substr(at + 1)));
           one.prepare_deadline = std::chrono::duration<double>(own).count();
           if (one.prepare_deadline <= 0) {
             return InvalidArgument("--commit-policy: deadline must be > 0 in '" +
@@ -224,14 +224,14 @@ Status RunSim(const SimFlags& f) {
           }
           item = item.substr(0, at);
         }
-        ASSIGN_OR_RETURN(one.policy, rollout::ParseCommitPolicy(item));
+        WC_ASSIGN_OR_RETURN(one.policy, rollout::ParseCommitPolicy(item));
         rollout_configs.push_back(one);
         rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
       }
     }
   }
   const auto t0 = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(sim::FleetResult r, sim::RunFleet(c));
+  WC_ASSIGN_OR_RETURN(sim::FleetResult r, sim::RunFleet(c));
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   std::vector<double> all, healthy;
@@ -299,7 +299,7 @@ Status RunSim(const SimFlags& f) {
   std::vector<std::string> rollout_lines;
   for (size_t i = 0; i < rollout_configs.size(); ++i) {
     const sim::RolloutConfig& rc = rollout_configs[i];
-    ASSIGN_OR_RETURN(sim::RolloutResult ro, std::move(*rollout_results[i]));
+    WC_ASSIGN_OR_RETURN(sim::RolloutResult ro, std::move(*rollout_results[i]));
     const std::string policy = rollout::FormatCommitPolicy(rc.policy);
     auto lag = [](double to, double from) {
       return to >= 0 && from >= 0 ? nlohmann::ordered_json(to - from) : nlohmann::ordered_json();
@@ -364,7 +364,7 @@ Status RunSim(const SimFlags& f) {
             << " events in " << Fixed(wall, 2) << " s\n";
   std::cout << "references: " << refs.dump() << "\n";
   for (const std::string& line : rollout_lines) std::cout << line << "\n";
-  if (!f.out.empty()) RETURN_IF_ERROR(WriteOutputs(f, r));
+  if (!f.out.empty()) WC_RETURN_IF_ERROR(WriteOutputs(f, r));
 
   nlohmann::ordered_json j;
   j["bench"] = "sim";

@@ -138,7 +138,7 @@ class StatusCommand {
         const wire::FleetStatus* earlier = EarlierSnapshot(now);
         std::vector<ChannelSummary> summaries = Summarize(now, earlier, flags_.channel);
         if (flags_.json) {
-          ASSIGN_OR_RETURN(std::string json, ToJson(now, flags_.all));
+          WC_ASSIGN_OR_RETURN(std::string json, ToJson(now, flags_.all));
           std::printf("%s\n", json.c_str());
         } else if (tty) {
           TerminalSize size = QueryTerminal();
@@ -153,7 +153,7 @@ class StatusCommand {
         std::fflush(stdout);
         Remember(std::move(status).value());
         if (flags_.until_complete && AllComplete(summaries)) return Status::Ok();
-        if (flags_.until_complete) RETURN_IF_ERROR(AbortedNewest(summaries));
+        if (flags_.until_complete) WC_RETURN_IF_ERROR(AbortedNewest(summaries));
         if (!last_error.empty()) log_.Info("the coordinator answers again");
         last_error.clear();
       } else if (coord::IsPermanentConnectError(status.status())) {
@@ -197,7 +197,7 @@ class StatusCommand {
   // mid-rollout is followed, not fatal).
   Result<wire::FleetStatus> Poll() {
     if (client_ == nullptr) {
-      ASSIGN_OR_RETURN(client_, Connect());
+      WC_ASSIGN_OR_RETURN(client_, Connect());
     }
     auto status = client_->GetStatus(flags_.channel, /*include_left=*/true);
     if (!status.ok() && (status.status().code() == Code::kUnavailable ||
@@ -208,10 +208,10 @@ class StatusCommand {
   }
 
   Status Once() {
-    ASSIGN_OR_RETURN(wire::FleetStatus now,
-                     client_->GetStatus(flags_.channel, /*include_left=*/true));
+    WC_ASSIGN_OR_RETURN(wire::FleetStatus now,
+                        client_->GetStatus(flags_.channel, /*include_left=*/true));
     if (flags_.json) {
-      ASSIGN_OR_RETURN(std::string json, ToJson(now, flags_.all));
+      WC_ASSIGN_OR_RETURN(std::string json, ToJson(now, flags_.all));
       std::printf("%s\n", json.c_str());
     } else {
       ViewOptions options{.channel = flags_.channel,
@@ -229,7 +229,7 @@ class StatusCommand {
     }
     const std::vector<ChannelSummary> summaries = Summarize(now, nullptr, flags_.channel);
     if (flags_.until_complete && !AllComplete(summaries)) {
-      RETURN_IF_ERROR(AbortedNewest(summaries));
+      WC_RETURN_IF_ERROR(AbortedNewest(summaries));
       return FailedPrecondition("the newest version is not committed by every live agent yet");
     }
     return Status::Ok();
@@ -294,15 +294,15 @@ class StatusCommand {
 };
 
 Status RunStatus(const StatusFlags& flags) {
-  if (!flags.channel.empty()) RETURN_IF_ERROR(ValidateChannelName(flags.channel));
-  ASSIGN_OR_RETURN(metrics::LogFormat format, metrics::ParseLogFormat(flags.node.log_format));
-  RETURN_IF_ERROR(ValidateCoordinatorFlag("--coordinator", flags.coordinator));
-  ASSIGN_OR_RETURN(auto interval, ParseDuration(flags.interval));
+  if (!flags.channel.empty()) WC_RETURN_IF_ERROR(ValidateChannelName(flags.channel));
+  WC_ASSIGN_OR_RETURN(metrics::LogFormat format, metrics::ParseLogFormat(flags.node.log_format));
+  WC_RETURN_IF_ERROR(ValidateCoordinatorFlag("--coordinator", flags.coordinator));
+  WC_ASSIGN_OR_RETURN(auto interval, ParseDuration(flags.interval));
   if (interval < std::chrono::milliseconds(50)) {
     return InvalidArgument("--interval must be at least 50ms");
   }
-  ASSIGN_OR_RETURN(auto timeout, ParseDuration(flags.timeout));
-  ASSIGN_OR_RETURN(auto connect_timeout, ParseDuration(flags.connect_timeout));
+  WC_ASSIGN_OR_RETURN(auto timeout, ParseDuration(flags.timeout));
+  WC_ASSIGN_OR_RETURN(auto connect_timeout, ParseDuration(flags.connect_timeout));
   if (connect_timeout <= std::chrono::nanoseconds::zero()) {
     return InvalidArgument("--connect-timeout must be above 0");
   }
@@ -312,11 +312,11 @@ Status RunStatus(const StatusFlags& flags) {
   metrics::Logger log("status", format);
   if (flags.verbose) log.set_min_level(metrics::LogLevel::kDebug);
 
-  ASSIGN_OR_RETURN(net::Options options, ToolTransportOptions(flags.node));
+  WC_ASSIGN_OR_RETURN(net::Options options, ToolTransportOptions(flags.node));
   // The transport's lines (a refused connect, a failed handshake) repeat what the error says;
   // shown with --verbose only.
   options.log = [log](std::string_view line) { log.Debug(line); };
-  ASSIGN_OR_RETURN(auto transport, net::TcpTransport::Create(std::move(options), 1));
+  WC_ASSIGN_OR_RETURN(auto transport, net::TcpTransport::Create(std::move(options), 1));
 
   InstallInterruptHandler();
   StatusCommand command(flags, std::move(transport), log);

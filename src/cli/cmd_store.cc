@@ -45,7 +45,7 @@ Result<Version> ParseVersion(std::string_view text) {
 
 Result<std::optional<Version>> OptionalVersion(const std::string& text) {
   if (text.empty()) return std::optional<Version>();
-  ASSIGN_OR_RETURN(Version v, ParseVersion(text));
+  WC_ASSIGN_OR_RETURN(Version v, ParseVersion(text));
   return std::optional<Version>(v);
 }
 
@@ -60,12 +60,12 @@ Result<std::vector<std::string>> ChannelsToShow(const Store& store, const Flags&
 }
 
 Status RunList(const Flags& flags) {
-  ASSIGN_OR_RETURN(Store store, Store::Open(flags.root, {.read_only = true}));
-  ASSIGN_OR_RETURN(std::vector<std::string> channels, ChannelsToShow(store, flags));
+  WC_ASSIGN_OR_RETURN(Store store, Store::Open(flags.root, {.read_only = true}));
+  WC_ASSIGN_OR_RETURN(std::vector<std::string> channels, ChannelsToShow(store, flags));
   if (channels.empty()) std::cout << "no channels in " << flags.root << "\n";
   for (const std::string& channel : channels) {
-    ASSIGN_OR_RETURN(std::vector<VersionInfo> versions, store.List(channel));
-    ASSIGN_OR_RETURN(std::vector<Version> staging, store.ListStaging(channel));
+    WC_ASSIGN_OR_RETURN(std::vector<VersionInfo> versions, store.List(channel));
+    WC_ASSIGN_OR_RETURN(std::vector<Version> staging, store.ListStaging(channel));
     std::cout << "channel " << channel << "\n";
     for (const VersionInfo& info : versions) {
       std::cout << (info.current ? "  * " : "    ") << info.version.value();
@@ -85,17 +85,17 @@ Status RunList(const Flags& flags) {
 }
 
 Status RunVerify(const Flags& flags) {
-  RETURN_IF_ERROR(NeedChannel(flags));
-  ASSIGN_OR_RETURN(Store store, Store::Open(flags.root, {.read_only = true}));
+  WC_RETURN_IF_ERROR(NeedChannel(flags));
+  WC_ASSIGN_OR_RETURN(Store store, Store::Open(flags.root, {.read_only = true}));
   std::vector<Version> targets;
   if (flags.version == "all") {
-    ASSIGN_OR_RETURN(std::vector<VersionInfo> versions, store.List(flags.channel));
+    WC_ASSIGN_OR_RETURN(std::vector<VersionInfo> versions, store.List(flags.channel));
     for (const VersionInfo& info : versions) targets.push_back(info.version);
   } else if (flags.version.empty()) {
-    ASSIGN_OR_RETURN(Version current, store.Current(flags.channel));
+    WC_ASSIGN_OR_RETURN(Version current, store.Current(flags.channel));
     targets.push_back(current);
   } else {
-    ASSIGN_OR_RETURN(Version v, ParseVersion(flags.version));
+    WC_ASSIGN_OR_RETURN(Version v, ParseVersion(flags.version));
     targets.push_back(v);
   }
   std::set<Version> partial;
@@ -120,11 +120,11 @@ Status RunVerify(const Flags& flags) {
 }
 
 Status RunRollback(const Flags& flags) {
-  RETURN_IF_ERROR(NeedChannel(flags));
-  ASSIGN_OR_RETURN(std::optional<Version> to, OptionalVersion(flags.version));
-  ASSIGN_OR_RETURN(Store store, Store::Open(flags.root));
+  WC_RETURN_IF_ERROR(NeedChannel(flags));
+  WC_ASSIGN_OR_RETURN(std::optional<Version> to, OptionalVersion(flags.version));
+  WC_ASSIGN_OR_RETURN(Store store, Store::Open(flags.root));
   auto before = store.Current(flags.channel);
-  ASSIGN_OR_RETURN(Version now, store.Rollback(flags.channel, to));
+  WC_ASSIGN_OR_RETURN(Version now, store.Rollback(flags.channel, to));
   std::cout << flags.channel << ": current ";
   if (before.ok()) std::cout << before->value() << " -> ";
   std::cout << now.value() << "\n";
@@ -133,10 +133,10 @@ Status RunRollback(const Flags& flags) {
 
 Status RunGc(const Flags& flags) {
   if (flags.keep == 0) return InvalidArgument("--keep must be at least 1");
-  ASSIGN_OR_RETURN(Store store, Store::Open(flags.root, {.keep_versions = flags.keep}));
-  ASSIGN_OR_RETURN(std::vector<std::string> channels, ChannelsToShow(store, flags));
+  WC_ASSIGN_OR_RETURN(Store store, Store::Open(flags.root, {.keep_versions = flags.keep}));
+  WC_ASSIGN_OR_RETURN(std::vector<std::string> channels, ChannelsToShow(store, flags));
   for (const std::string& channel : channels) {
-    ASSIGN_OR_RETURN(std::vector<Version> removed, store.CollectGarbage(channel));
+    WC_ASSIGN_OR_RETURN(std::vector<Version> removed, store.CollectGarbage(channel));
     std::cout << channel << ": removed " << removed.size() << " version(s)";
     for (size_t i = 0; i < removed.size(); ++i) {
       std::cout << (i == 0 ? ": " : ", ") << removed[i].value();
@@ -147,23 +147,24 @@ Status RunGc(const Flags& flags) {
 }
 
 Status RunImport(const Flags& flags) {
-  RETURN_IF_ERROR(NeedChannel(flags));
+  WC_RETURN_IF_ERROR(NeedChannel(flags));
   if (flags.source.empty()) return InvalidArgument("give the checkpoint directory to import");
   BuildOptions options;
-  ASSIGN_OR_RETURN(options.chunk_size, ParseSize(flags.chunk_size));
+  WC_ASSIGN_OR_RETURN(options.chunk_size, ParseSize(flags.chunk_size));
   if (options.chunk_size < kMinChunkSize || options.chunk_size > kMaxChunkSize) {
     return InvalidArgument("--chunk-size " + flags.chunk_size + " is outside " +
                            FormatBytes(kMinChunkSize) + " .. " + FormatBytes(kMaxChunkSize));
   }
-  ASSIGN_OR_RETURN(options.algorithm, ParseHashAlgorithm(flags.hash));
-  ASSIGN_OR_RETURN(std::optional<Version> requested, OptionalVersion(flags.version));
-  ASSIGN_OR_RETURN(Store store, Store::Open(flags.root));
-  ASSIGN_OR_RETURN(Version next, store.NextVersion(flags.channel));
+  WC_ASSIGN_OR_RETURN(options.algorithm, ParseHashAlgorithm(flags.hash));
+  WC_ASSIGN_OR_RETURN(std::optional<Version> requested, OptionalVersion(flags.version));
+  WC_ASSIGN_OR_RETURN(Store store, Store::Open(flags.root));
+  WC_ASSIGN_OR_RETURN(Version next, store.NextVersion(flags.channel));
   Version version = requested.value_or(next);
-  ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(flags.source));
-  ASSIGN_OR_RETURN(Manifest manifest, BuildManifest(checkpoint, flags.channel, version, options));
-  RETURN_IF_ERROR(store.ImportDirectory(flags.channel, manifest, checkpoint.root,
-                                        flags.link ? ImportMode::kHardlink : ImportMode::kCopy));
+  WC_ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(flags.source));
+  WC_ASSIGN_OR_RETURN(Manifest manifest,
+                      BuildManifest(checkpoint, flags.channel, version, options));
+  WC_RETURN_IF_ERROR(store.ImportDirectory(flags.channel, manifest, checkpoint.root,
+                                           flags.link ? ImportMode::kHardlink : ImportMode::kCopy));
   std::cout << "committed " << flags.channel << "/" << version.value() << "  "
             << FormatBytes(manifest.total_size()) << "  " << manifest.chunk_count()
             << " chunks  root " << ToHex(manifest.root) << "\n"

@@ -33,12 +33,12 @@ struct ModelFlags {
 Status RunModel(const ModelFlags& flags) {
   synth::SynthModelOptions options;
   options.out_dir = flags.out;
-  ASSIGN_OR_RETURN(options.target_bytes, ParseSize(flags.size));
-  ASSIGN_OR_RETURN(options.dtype, ParseSynthDType(flags.dtype));
-  ASSIGN_OR_RETURN(options.shard_bytes, ParseSize(flags.shard_size));
+  WC_ASSIGN_OR_RETURN(options.target_bytes, ParseSize(flags.size));
+  WC_ASSIGN_OR_RETURN(options.dtype, ParseSynthDType(flags.dtype));
+  WC_ASSIGN_OR_RETURN(options.shard_bytes, ParseSize(flags.shard_size));
   options.seed = flags.seed;
   options.threads = flags.threads;
-  ASSIGN_OR_RETURN(synth::SynthModelSummary summary, synth::WriteSynthModel(options));
+  WC_ASSIGN_OR_RETURN(synth::SynthModelSummary summary, synth::WriteSynthModel(options));
   const synth::ModelShape& s = summary.shape;
   std::cout << "wrote " << flags.out << ": " << summary.tensors << " tensors, " << s.ParamCount()
             << " parameters (hidden " << s.hidden << ", layers " << s.layers << ", heads "
@@ -89,7 +89,7 @@ Status RunSteps(const StepsFlags& flags) {
   options.adam.signal = flags.signal;
   options.seed = flags.seed;
   options.threads = flags.threads;
-  ASSIGN_OR_RETURN(std::vector<synth::StepStats> stats, synth::WriteSynthSteps(options));
+  WC_ASSIGN_OR_RETURN(std::vector<synth::StepStats> stats, synth::WriteSynthSteps(options));
   for (const synth::StepStats& s : stats) {
     std::cout << s.dir.string() << ": " << Percent(s.changed_fraction()) << " of " << s.elements
               << " elements changed (per tensor min " << Percent(s.min_tensor_fraction) << " "

@@ -241,7 +241,7 @@ Result<std::string> NewSecret() {
 }
 
 Status WriteSecretFile(const fs::path& path) {
-  ASSIGN_OR_RETURN(std::string secret, NewSecret());
+  WC_ASSIGN_OR_RETURN(std::string secret, NewSecret());
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return ErrnoStatus("open(" + path.string() + ")", errno);
   secret += '\n';
@@ -252,8 +252,8 @@ Status WriteSecretFile(const fs::path& path) {
 
 // Compares two files byte for byte through mmap.
 Result<bool> SameBytes(const fs::path& a, const fs::path& b) {
-  ASSIGN_OR_RETURN(MappedFile fa, MappedFile::Open(a));
-  ASSIGN_OR_RETURN(MappedFile fb, MappedFile::Open(b));
+  WC_ASSIGN_OR_RETURN(MappedFile fa, MappedFile::Open(a));
+  WC_ASSIGN_OR_RETURN(MappedFile fb, MappedFile::Open(b));
   if (fa.size() != fb.size()) return false;
   auto x = fa.bytes(), y = fb.bytes();
   return std::equal(x.begin(), x.end(), y.begin());
@@ -262,7 +262,7 @@ Result<bool> SameBytes(const fs::path& a, const fs::path& b) {
 // Every file the manifest lists is byte-identical under both roots.
 Result<bool> SameVersionFiles(const Manifest& manifest, const fs::path& a, const fs::path& b) {
   for (const ManifestFile& file : manifest.files) {
-    ASSIGN_OR_RETURN(bool same, SameBytes(a / file.path, b / file.path));
+    WC_ASSIGN_OR_RETURN(bool same, SameBytes(a / file.path, b / file.path));
     if (!same) return false;
   }
   return true;
@@ -277,7 +277,7 @@ Result<double> TimePlainCopy(const fs::path& dir, const fs::path& scratch) {
   if (ec) return IoError("copy " + dir.string() + ": " + ec.message());
   // Include the writeback, as a transfer that commits (fsyncs) its files does.
   for (const auto& entry : fs::recursive_directory_iterator(scratch, ec)) {
-    if (entry.is_regular_file()) RETURN_IF_ERROR(FsyncPath(entry.path()));
+    if (entry.is_regular_file()) WC_RETURN_IF_ERROR(FsyncPath(entry.path()));
   }
   double seconds = SecondsSince(start);
   fs::remove_all(scratch, ec);
@@ -364,7 +364,7 @@ Status Demo::Synthesize() {
   model_options.out_dir = StepDir(trainer_, 0);
   model_options.target_bytes = config_.model_bytes;
   model_options.seed = config_.seed;
-  ASSIGN_OR_RETURN(synth::SynthModelSummary model, synth::WriteSynthModel(model_options));
+  WC_ASSIGN_OR_RETURN(synth::SynthModelSummary model, synth::WriteSynthModel(model_options));
   out_ << "[1] trainer: " << model.tensors << " bf16 tensors, " << FormatBytes(model.file_bytes)
        << " in " << model.files.size() << " files (" << Fixed(SecondsSince(start)) << " s)\n";
   if (config_.steps > 0) {
@@ -375,7 +375,7 @@ Status Demo::Synthesize() {
     step_options.steps = config_.steps;
     step_options.seed = config_.seed;
     if (config_.lr > 0) step_options.adam.lr = config_.lr;
-    ASSIGN_OR_RETURN(steps_, synth::WriteSynthSteps(step_options));
+    WC_ASSIGN_OR_RETURN(steps_, synth::WriteSynthSteps(step_options));
     out_ << "    " << steps_.size() << " RL-like steps (Adam, lr " << step_options.adam.lr
          << "), changed elements per step:";
     for (const auto& s : steps_) out_ << " " << Fixed(100 * s.changed_fraction()) << "%";
@@ -386,40 +386,40 @@ Status Demo::Synthesize() {
 }
 
 Status Demo::StartFleet() {
-  RETURN_IF_ERROR(WriteSecretFile(secret_));
+  WC_RETURN_IF_ERROR(WriteSecretFile(secret_));
   const fs::path address_file = work_ / "coordinator.address";
-  ASSIGN_OR_RETURN(
+  WC_ASSIGN_OR_RETURN(
       coordinator_pid_,
       group_.Start("coordinator", config_.exe,
                    {"coordinator", "--listen", "127.0.0.1:0", "--state-dir",
                     (work_ / "coordinator").string(), "--address-file", address_file.string(),
                     "--heartbeat-timeout", "3s", "--secret-file", secret_.string()},
                    logs_ / "coordinator.log", /*daemon=*/true));
-  ASSIGN_OR_RETURN(coordinator_, WaitForAddress(group_, coordinator_pid_, address_file, stop_));
+  WC_ASSIGN_OR_RETURN(coordinator_, WaitForAddress(group_, coordinator_pid_, address_file, stop_));
   for (uint32_t i = 1; i <= config_.agents; ++i) {
     const std::string name = "agent-" + std::to_string(i);
-    RETURN_IF_ERROR(group_
-                        .Start(name, config_.exe,
-                               {"agent", "--coordinator", coordinator_, "--store",
-                                (work_ / name).string(), "--channel", std::string(kChannel),
-                                "--listen", "127.0.0.1:0", "--secret-file", secret_.string()},
-                               logs_ / (name + ".log"), /*daemon=*/true)
-                        .status());
+    WC_RETURN_IF_ERROR(group_
+                           .Start(name, config_.exe,
+                                  {"agent", "--coordinator", coordinator_, "--store",
+                                   (work_ / name).string(), "--channel", std::string(kChannel),
+                                   "--listen", "127.0.0.1:0", "--secret-file", secret_.string()},
+                                  logs_ / (name + ".log"), /*daemon=*/true)
+                           .status());
   }
   net::Options options;
   options.self.cluster_id = "default";
   options.self.node_id = PeerId(std::random_device{}() | 1ull << 40);
   options.self.role = net::Role::kTool;
-  ASSIGN_OR_RETURN(options.secret, ReadFileToString(secret_, 4096));
+  WC_ASSIGN_OR_RETURN(options.secret, ReadFileToString(secret_, 4096));
   while (!options.secret.empty() && options.secret.back() == '\n') options.secret.pop_back();
   options.log = [](std::string_view) {};  // the demo prints its own view
-  ASSIGN_OR_RETURN(transport_, net::TcpTransport::Create(std::move(options), 1));
-  ASSIGN_OR_RETURN(client_, coord::CoordinatorClient::Connect(*transport_, coordinator_));
+  WC_ASSIGN_OR_RETURN(transport_, net::TcpTransport::Create(std::move(options), 1));
+  WC_ASSIGN_OR_RETURN(client_, coord::CoordinatorClient::Connect(*transport_, coordinator_));
 
   // Every agent registered before the first version goes out, so all start together.
   const auto deadline = Clock::now() + std::chrono::seconds(30);
   for (;;) {
-    ASSIGN_OR_RETURN(wire::FleetStatus status, Poll());
+    WC_ASSIGN_OR_RETURN(wire::FleetStatus status, Poll());
     if (LiveAgents(status) >= config_.agents) break;
     if (Clock::now() >= deadline) {
       return DeadlineExceeded(std::to_string(LiveAgents(status)) + " of " +
@@ -446,10 +446,10 @@ Status Demo::PublishVersion(uint64_t step, VersionRow& row) {
   const uint64_t version = step + 1;
   row.version = version;
   row.changed_fraction = step == 0 ? 1.0 : steps_[step - 1].changed_fraction();
-  ASSIGN_OR_RETURN(row.copy_seconds, TimePlainCopy(source, work_ / "plain-copy"));
+  WC_ASSIGN_OR_RETURN(row.copy_seconds, TimePlainCopy(source, work_ / "plain-copy"));
 
   const auto start = Clock::now();
-  ASSIGN_OR_RETURN(
+  WC_ASSIGN_OR_RETURN(
       pid_t pid,
       group_.Start(
           "publish-v" + std::to_string(version), config_.exe,
@@ -532,7 +532,7 @@ Status Demo::PublishVersion(uint64_t step, VersionRow& row) {
     std::this_thread::sleep_for(std::chrono::milliseconds(config_.live_view ? 250 : 100));
   }
   // --until complete: the publisher sees the same and exits by itself.
-  ASSIGN_OR_RETURN(int exit, group_.Wait(pid, std::chrono::seconds(30)));
+  WC_ASSIGN_OR_RETURN(int exit, group_.Wait(pid, std::chrono::seconds(30)));
   if (exit != 0) {
     return Internal("the publisher of v" + std::to_string(version) + " ended with " +
                     ProcessGroup::Describe(exit));
@@ -544,25 +544,26 @@ Status Demo::PublishVersion(uint64_t step, VersionRow& row) {
 // trainer's) byte for byte.
 Status Demo::CheckIdentical(uint64_t step, VersionRow& row) {
   const Version version(row.version);
-  ASSIGN_OR_RETURN(Store publisher, Store::Open(work_ / "publisher", {.read_only = true}));
-  ASSIGN_OR_RETURN(Manifest manifest, publisher.GetManifest(kChannel, version));
+  WC_ASSIGN_OR_RETURN(Store publisher, Store::Open(work_ / "publisher", {.read_only = true}));
+  WC_ASSIGN_OR_RETURN(Manifest manifest, publisher.GetManifest(kChannel, version));
   const fs::path reference = publisher.VersionPath(kChannel, version);
-  ASSIGN_OR_RETURN(row.identical, SameVersionFiles(manifest, StepDir(trainer_, step), reference));
+  WC_ASSIGN_OR_RETURN(row.identical,
+                      SameVersionFiles(manifest, StepDir(trainer_, step), reference));
   for (uint32_t i = 1; row.identical && i <= config_.agents; ++i) {
     const fs::path root = work_ / ("agent-" + std::to_string(i));
-    ASSIGN_OR_RETURN(Store agent, Store::Open(root, {.read_only = true}));
-    ASSIGN_OR_RETURN(Version current, agent.Current(kChannel));
+    WC_ASSIGN_OR_RETURN(Store agent, Store::Open(root, {.read_only = true}));
+    WC_ASSIGN_OR_RETURN(Version current, agent.Current(kChannel));
     if (current != version) {
       return Internal("agent-" + std::to_string(i) + " has v" + std::to_string(current.value()) +
                       " current, not v" + std::to_string(version.value()));
     }
-    ASSIGN_OR_RETURN(Manifest held, agent.GetManifest(kChannel, version));
+    WC_ASSIGN_OR_RETURN(Manifest held, agent.GetManifest(kChannel, version));
     if (held.root != manifest.root) {
       return Internal("agent-" + std::to_string(i) + " holds another v" +
                       std::to_string(version.value()) + " (its root differs)");
     }
-    ASSIGN_OR_RETURN(row.identical,
-                     SameVersionFiles(manifest, reference, agent.VersionPath(kChannel, version)));
+    WC_ASSIGN_OR_RETURN(
+        row.identical, SameVersionFiles(manifest, reference, agent.VersionPath(kChannel, version)));
   }
   out_ << "    v" << row.version << " committed on all " << config_.agents << " agents in "
        << Fixed(row.distribute_seconds) << " s"
@@ -603,11 +604,11 @@ Status Demo::Run() {
   if (ec) return IoError("create " + work_.string() + ": " + ec.message());
   out_ << "weightcast demo: a coordinator, a publisher and " << config_.agents
        << " agents on loopback, in " << work_.string() << "\n\n";
-  RETURN_IF_ERROR(Synthesize());
-  RETURN_IF_ERROR(StartFleet());
+  WC_RETURN_IF_ERROR(Synthesize());
+  WC_RETURN_IF_ERROR(StartFleet());
   for (uint64_t step = 0; step <= steps_.size(); ++step) {
     VersionRow row;
-    RETURN_IF_ERROR(PublishVersion(step, row));
+    WC_RETURN_IF_ERROR(PublishVersion(step, row));
     rows_.push_back(row);
   }
   PrintTable();

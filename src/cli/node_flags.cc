@@ -109,7 +109,7 @@ Status ValidateCoordinatorFlag(std::string_view flag, std::string_view value) {
   std::string_view rest = value;
   while (true) {
     const size_t comma = rest.find(',');
-    RETURN_IF_ERROR(ValidateAddressFlag(flag, rest.substr(0, comma)));
+    WC_RETURN_IF_ERROR(ValidateAddressFlag(flag, rest.substr(0, comma)));
     if (comma == std::string_view::npos) return Status::Ok();
     rest.remove_prefix(comma + 1);
   }
@@ -117,7 +117,7 @@ Status ValidateCoordinatorFlag(std::string_view flag, std::string_view value) {
 
 Result<net::Options> ToolTransportOptions(const NodeFlags& flags) {
   net::Options options;
-  ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.secret_file));
+  WC_ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.secret_file));
   options.self.cluster_id = flags.cluster;
   options.self.node_id = PeerId(flags.node_id != 0 ? flags.node_id : std::random_device{}());
   options.self.role = net::Role::kTool;

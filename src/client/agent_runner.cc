@@ -6,7 +6,8 @@ namespace weightcast::client {
 
 Result<std::unique_ptr<AgentRunner>> AgentRunner::Start(agent::AgentOptions options,
                                                         std::function<void()> on_exit) {
-  ASSIGN_OR_RETURN(std::unique_ptr<agent::Agent> agent, agent::Agent::Create(std::move(options)));
+  WC_ASSIGN_OR_RETURN(std::unique_ptr<agent::Agent> agent,
+                      agent::Agent::Create(std::move(options)));
   std::unique_ptr<AgentRunner> runner(new AgentRunner(std::move(agent)));
   AgentRunner* self = runner.get();
   runner->thread_ = std::thread([self, on_exit = std::move(on_exit)] {

@@ -11,7 +11,7 @@ Result<std::vector<uint8_t>> ConcatAlong(uint32_t dim, std::span<const TensorVie
   if (dim >= first.shape.size()) {
     return InvalidArgument("slice " + first.name + " has no dimension " + std::to_string(dim));
   }
-  ASSIGN_OR_RETURN(const uint32_t bits, DTypeBitWidth(first.dtype));
+  WC_ASSIGN_OR_RETURN(const uint32_t bits, DTypeBitWidth(first.dtype));
   // Elements before `dim` (rows of the cut) and after it (one index along `dim`).
   uint64_t outer = 1;
   for (uint32_t d = 0; d < dim; ++d) outer *= first.shape[d];

@@ -26,12 +26,12 @@ static_assert(ChunkSizeLimits::kDefault == kDefaultChunkSize);
 static_assert(ChunkSizeLimits::kMax == kMaxChunkSize);
 
 Result<uint32_t> DTypeBitWidth(std::string_view dtype) {
-  ASSIGN_OR_RETURN(DType parsed, ParseDType(dtype));
+  WC_ASSIGN_OR_RETURN(DType parsed, ParseDType(dtype));
   return DTypeBits(parsed);
 }
 
 Result<uint64_t> TensorSizeInBytes(std::string_view dtype, std::span<const uint64_t> shape) {
-  ASSIGN_OR_RETURN(DType parsed, ParseDType(dtype));
+  WC_ASSIGN_OR_RETURN(DType parsed, ParseDType(dtype));
   return TensorByteSize(parsed, shape);
 }
 
@@ -47,7 +47,7 @@ Result<LogLevel> ParseLogLevel(std::string_view text) {
 Result<uint64_t> ParseByteSize(std::string_view text) { return ParseSize(text); }
 
 Result<SeedUntil> ParseSeedUntil(std::string_view text) {
-  ASSIGN_OR_RETURN(publish::SeedUntil until, publish::ParseSeedUntil(text));
+  WC_ASSIGN_OR_RETURN(publish::SeedUntil until, publish::ParseSeedUntil(text));
   switch (until) {
     case publish::SeedUntil::kReplicated:
       return SeedUntil::kReplicated;

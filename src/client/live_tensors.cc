@@ -51,21 +51,21 @@ Result<std::unique_ptr<LiveTensors>> LiveTensors::Register(std::vector<LiveTenso
                                    {static_cast<uint8_t*>(t.data), static_cast<size_t>(t.size)}});
   }
   auto impl = std::make_unique<Impl>();
-  ASSIGN_OR_RETURN(impl->set, live::LiveSet::Create(std::move(set)));
+  WC_ASSIGN_OR_RETURN(impl->set, live::LiveSet::Create(std::move(set)));
   return std::unique_ptr<LiveTensors>(new LiveTensors(std::move(impl)));
 }
 
 Result<LiveApplyReport> LiveTensors::ApplyFromStore(const std::filesystem::path& store,
                                                     std::string_view channel, Version version) {
-  ASSIGN_OR_RETURN(const live::ApplyReport r,
-                   live::ApplyFromStore(store, channel, version, *impl_->set));
+  WC_ASSIGN_OR_RETURN(const live::ApplyReport r,
+                      live::ApplyFromStore(store, channel, version, *impl_->set));
   return ToPublic(r);
 }
 
 Result<LiveApplyReport> LiveTensors::ApplyFromMemory(const std::filesystem::path& dir,
                                                      std::string_view channel, Version version) {
-  ASSIGN_OR_RETURN(const live::ApplyReport r,
-                   live::ApplyFromMemory(dir, channel, version, *impl_->set));
+  WC_ASSIGN_OR_RETURN(const live::ApplyReport r,
+                      live::ApplyFromMemory(dir, channel, version, *impl_->set));
   return ToPublic(r);
 }
 
@@ -90,7 +90,7 @@ Result<std::unique_ptr<MemoryPublisher>> MemoryPublisher::Open(
   o.deltas = options.deltas;
   o.algorithm = options.sha256 ? HashAlgorithm::kSha256 : HashAlgorithm::kXxh3_128;
   auto impl = std::make_unique<Impl>();
-  ASSIGN_OR_RETURN(impl->writer, live::MemoryChannelWriter::Open(dir, std::move(channel), o));
+  WC_ASSIGN_OR_RETURN(impl->writer, live::MemoryChannelWriter::Open(dir, std::move(channel), o));
   return std::unique_ptr<MemoryPublisher>(new MemoryPublisher(std::move(impl)));
 }
 
@@ -109,7 +109,7 @@ Status MemoryPublisher::Snapshot(const std::vector<TensorView>& tensors,
 }
 
 Result<MemoryPublishResult> MemoryPublisher::Finish() {
-  ASSIGN_OR_RETURN(const live::MemoryPublished p, impl_->writer->Finish());
+  WC_ASSIGN_OR_RETURN(const live::MemoryPublished p, impl_->writer->Finish());
   MemoryPublishResult out;
   out.version = p.version;
   out.delta = p.delta;
@@ -124,7 +124,7 @@ Result<MemoryPublishResult> MemoryPublisher::Finish() {
 
 Result<MemoryPublishResult> MemoryPublisher::Publish(const std::vector<TensorView>& tensors,
                                                      std::optional<int64_t> step) {
-  RETURN_IF_ERROR(Snapshot(tensors, step));
+  WC_RETURN_IF_ERROR(Snapshot(tensors, step));
   return Finish();
 }
 

@@ -156,13 +156,13 @@ struct Publisher::Impl : std::enable_shared_from_this<Publisher::Impl> {
 };
 
 Status Publisher::Impl::Start() {
-  RETURN_IF_ERROR(ValidateChannelName(options.channel));
+  WC_RETURN_IF_ERROR(ValidateChannelName(options.channel));
   if (options.chunk_size < ChunkSizeLimits::kMin || options.chunk_size > ChunkSizeLimits::kMax) {
     return InvalidArgument("chunk_size " + std::to_string(options.chunk_size) + " is outside [" +
                            std::to_string(ChunkSizeLimits::kMin) + ", " +
                            std::to_string(ChunkSizeLimits::kMax) + "]");
   }
-  RETURN_IF_ERROR(client::CheckStorePath(options.store));
+  WC_RETURN_IF_ERROR(client::CheckStorePath(options.store));
   if (options.world > 1 && options.coordinator.empty()) {
     return InvalidArgument("a sharded publisher (world " + std::to_string(options.world) +
                            ") needs a coordinator, which assembles the ranks' parts");
@@ -170,18 +170,18 @@ Status Publisher::Impl::Start() {
   if (options.coordinator.empty()) {
     StoreOptions store_options;
     store_options.keep_versions = options.keep_versions;
-    ASSIGN_OR_RETURN(Store opened, Store::Open(options.store, store_options));
+    WC_ASSIGN_OR_RETURN(Store opened, Store::Open(options.store, store_options));
     store = std::make_unique<Store>(std::move(opened));
   } else {
     publish::PublisherOptions po;
-    ASSIGN_OR_RETURN(po.log, client::MakeLogger("publish", options.log_level, options.log_file));
-    ASSIGN_OR_RETURN(po.secret, client::LoadSecret(options.secret));
+    WC_ASSIGN_OR_RETURN(po.log, client::MakeLogger("publish", options.log_level, options.log_file));
+    WC_ASSIGN_OR_RETURN(po.secret, client::LoadSecret(options.secret));
     po.coordinator = options.coordinator;
     po.channel = options.channel;
     po.store = options.store;
     po.build.chunk_size = options.chunk_size;
     po.listen = options.listen;
-    ASSIGN_OR_RETURN(po.transport, net::ParseTransportKind(options.transport));
+    WC_ASSIGN_OR_RETURN(po.transport, net::ParseTransportKind(options.transport));
     po.cluster = options.cluster;
     po.node_id = PeerId(options.node_id);
     po.writer_id = options.writer_id;
@@ -234,9 +234,9 @@ Result<std::string> Publisher::Impl::NameSlices(std::span<const TensorView> tens
 
 Result<PublishHandle> Publisher::Impl::Submit(std::span<const TensorView> tensors,
                                               std::optional<int64_t> step, AsyncOptions async) {
-  ASSIGN_OR_RETURN(std::vector<client::TensorBytes> checked, client::CheckTensors(tensors));
+  WC_ASSIGN_OR_RETURN(std::vector<client::TensorBytes> checked, client::CheckTensors(tensors));
   Job job;
-  ASSIGN_OR_RETURN(job.slices, NameSlices(tensors, checked));
+  WC_ASSIGN_OR_RETURN(job.slices, NameSlices(tensors, checked));
   job.submitted = Clock::now();
   job.step = step;
   if (async.copy) {
@@ -333,11 +333,12 @@ Result<PublishResult> Publisher::Impl::Run(const Job& job) {
 
 Result<PublishResult> Publisher::Impl::RunLocal(const Job& job,
                                                 const std::map<std::string, std::string>& meta) {
-  ASSIGN_OR_RETURN(std::filesystem::path dir,
-                   client::PrepareScratchDir(store->root(), options.channel));
-  RETURN_IF_ERROR(client::WriteTensorsFile(dir / "model.safetensors", job.tensors));
-  ASSIGN_OR_RETURN(client::LocalPublishResult r,
-                   client::CommitDirectory(*store, options.channel, dir, options.chunk_size, meta));
+  WC_ASSIGN_OR_RETURN(std::filesystem::path dir,
+                      client::PrepareScratchDir(store->root(), options.channel));
+  WC_RETURN_IF_ERROR(client::WriteTensorsFile(dir / "model.safetensors", job.tensors));
+  WC_ASSIGN_OR_RETURN(
+      client::LocalPublishResult r,
+      client::CommitDirectory(*store, options.channel, dir, options.chunk_size, meta));
   PublishResult out;
   out.version = r.version.value();
   out.total_bytes = r.total_bytes;
@@ -352,9 +353,9 @@ Result<PublishResult> Publisher::Impl::RunLocal(const Job& job,
 
 Result<PublishResult> Publisher::Impl::RunCoordinated(
     const Job& job, const std::map<std::string, std::string>& meta) {
-  ASSIGN_OR_RETURN(std::filesystem::path dir,
-                   client::PrepareScratchDir(options.store, options.channel));
-  RETURN_IF_ERROR(client::WriteTensorsFile(dir / "model.safetensors", job.tensors));
+  WC_ASSIGN_OR_RETURN(std::filesystem::path dir,
+                      client::PrepareScratchDir(options.store, options.channel));
+  WC_RETURN_IF_ERROR(client::WriteTensorsFile(dir / "model.safetensors", job.tensors));
   auto published = remote->PublishDirectory(dir, meta);
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);  // imported (linked or copied) into the store
@@ -362,8 +363,8 @@ Result<PublishResult> Publisher::Impl::RunCoordinated(
   // The root, from the manifest the publisher committed (a read-only open takes no lock).
   StoreOptions read_only;
   read_only.read_only = true;
-  ASSIGN_OR_RETURN(Store read, Store::Open(options.store, read_only));
-  ASSIGN_OR_RETURN(Manifest manifest, read.GetManifest(options.channel, published->version));
+  WC_ASSIGN_OR_RETURN(Store read, Store::Open(options.store, read_only));
+  WC_ASSIGN_OR_RETURN(Manifest manifest, read.GetManifest(options.channel, published->version));
   PublishResult out;
   out.version = published->version.value();
   out.total_bytes = published->model_bytes;
@@ -450,7 +451,7 @@ Status PublishHandle::WaitUntil(SeedUntil until,
 
 Result<std::unique_ptr<Publisher>> Publisher::Open(PublisherOptions options) {
   auto impl = std::make_shared<Impl>(std::move(options));
-  RETURN_IF_ERROR(impl->Start());
+  WC_RETURN_IF_ERROR(impl->Start());
   return std::unique_ptr<Publisher>(new Publisher(std::move(impl)));
 }
 
@@ -462,7 +463,7 @@ Result<PublishResult> Publisher::Publish(std::span<const TensorView> tensors,
                                          std::optional<int64_t> step) {
   AsyncOptions in_place;
   in_place.copy = false;  // the caller's bytes stay valid: we wait below
-  ASSIGN_OR_RETURN(PublishHandle handle, PublishAsync(tensors, step, std::move(in_place)));
+  WC_ASSIGN_OR_RETURN(PublishHandle handle, PublishAsync(tensors, step, std::move(in_place)));
   return handle.Wait();
 }
 

@@ -53,7 +53,7 @@ Result<std::unique_ptr<StoreFollower>> StoreFollower::Create(std::filesystem::pa
                                                              std::string channel,
                                                              std::chrono::nanoseconds store_grace) {
   if (root.empty()) return InvalidArgument("store path is empty");
-  RETURN_IF_ERROR(ValidateChannelName(channel));
+  WC_RETURN_IF_ERROR(ValidateChannelName(channel));
   UniqueFd inotify(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
   if (inotify.get() < 0) return ErrnoStatus("inotify_init1", errno);
   UniqueFd wake(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
@@ -117,7 +117,7 @@ Result<std::shared_ptr<const Manifest>> StoreFollower::ManifestOf(Version versio
   // Store it caches no manifest beyond this call.
   StoreOptions options;
   options.read_only = true;
-  ASSIGN_OR_RETURN(Store store, Store::Open(root_, options));
+  WC_ASSIGN_OR_RETURN(Store store, Store::Open(root_, options));
   auto manifest = store.GetManifest(channel_, version);
   if (!manifest.ok()) {
     if (manifest.status().code() == Code::kNotFound) {
@@ -130,7 +130,7 @@ Result<std::shared_ptr<const Manifest>> StoreFollower::ManifestOf(Version versio
 }
 
 Result<std::optional<OpenedVersion>> StoreFollower::TryOpenCurrent(Version min_version) {
-  RETURN_IF_ERROR(CheckRootIsStore());
+  WC_RETURN_IF_ERROR(CheckRootIsStore());
   StoreOptions options;
   options.read_only = true;
   auto store = Store::Open(root_, options);
@@ -221,7 +221,7 @@ void StoreFollower::Sleep(std::chrono::steady_clock::time_point until) {
 Result<Version> StoreFollower::Current() const {
   StoreOptions options;
   options.read_only = true;
-  ASSIGN_OR_RETURN(Store store, Store::Open(root_, options));
+  WC_ASSIGN_OR_RETURN(Store store, Store::Open(root_, options));
   return store.Current(channel_);
 }
 
@@ -240,7 +240,7 @@ Result<OpenedVersion> StoreFollower::Wait(Version min_version,
               : std::chrono::steady_clock::time_point::max();
   while (true) {
     if (closed_.load()) return Aborted("subscriber closed");
-    ASSIGN_OR_RETURN(std::optional<OpenedVersion> opened, TryOpenCurrent(min_version));
+    WC_ASSIGN_OR_RETURN(std::optional<OpenedVersion> opened, TryOpenCurrent(min_version));
     if (opened) return std::move(*opened);
     if (std::chrono::steady_clock::now() >= deadline) {
       return DeadlineExceeded(

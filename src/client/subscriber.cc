@@ -82,7 +82,8 @@ Result<std::shared_ptr<ReceivedVersion::Impl>> ReceivedVersion::Impl::Make(
     impl->tensors.push_back(std::move(location));
   }
   std::sort(impl->unselected.begin(), impl->unselected.end());
-  ASSIGN_OR_RETURN(std::vector<coord::TensorSlice> slices, coord::SlicesOf(m, coord::kSlicesKey));
+  WC_ASSIGN_OR_RETURN(std::vector<coord::TensorSlice> slices,
+                      coord::SlicesOf(m, coord::kSlicesKey));
   std::sort(slices.begin(), slices.end(), [](const auto& a, const auto& b) {
     return a.whole != b.whole ? a.whole < b.whole : a.start < b.start;
   });
@@ -230,13 +231,13 @@ Result<WholeTensor> ReceivedVersion::whole_tensor(std::string_view name) const {
   }
   const auto it = impl_->wholes.find(name);
   if (it == impl_->wholes.end()) {
-    ASSIGN_OR_RETURN(TensorView t, tensor(name));  // not sliced: the tensor itself, or its error
+    WC_ASSIGN_OR_RETURN(TensorView t, tensor(name));  // not sliced: the tensor itself, or its error
     return WholeTensor{t.name, t.dtype, t.shape, {t.bytes.begin(), t.bytes.end()}};
   }
   const auto& [dim, names] = it->second;
   std::vector<TensorView> parts;
   for (const std::string& slice : names) {
-    ASSIGN_OR_RETURN(TensorView t, tensor(slice));
+    WC_ASSIGN_OR_RETURN(TensorView t, tensor(slice));
     parts.push_back(std::move(t));
   }
   auto bytes = client::ConcatAlong(dim, parts);
@@ -306,39 +307,40 @@ Status Subscriber::Impl::AgentError() const {
 
 Result<ReceivedVersion> Subscriber::Impl::Opened(Result<client::OpenedVersion> opened) const {
   if (!opened.ok()) return opened.status();
-  ASSIGN_OR_RETURN(std::shared_ptr<ReceivedVersion::Impl> impl,
-                   ReceivedVersion::Impl::Make(std::move(opened).value()));
+  WC_ASSIGN_OR_RETURN(std::shared_ptr<ReceivedVersion::Impl> impl,
+                      ReceivedVersion::Impl::Make(std::move(opened).value()));
   return ReceivedVersion(std::move(impl));
 }
 
 Result<std::unique_ptr<Subscriber>> Subscriber::Open(SubscriberOptions options) {
-  ASSIGN_OR_RETURN(std::unique_ptr<client::StoreFollower> follower,
-                   client::StoreFollower::Create(options.store, options.channel));
+  WC_ASSIGN_OR_RETURN(std::unique_ptr<client::StoreFollower> follower,
+                      client::StoreFollower::Create(options.store, options.channel));
   auto impl = std::make_unique<Impl>(std::move(options), std::move(follower));
   const SubscriberOptions& o = impl->options;
   if (!o.coordinator.empty()) {
-    RETURN_IF_ERROR(client::CheckStorePath(o.store));
+    WC_RETURN_IF_ERROR(client::CheckStorePath(o.store));
     agent::AgentOptions a;
     a.coordinator = o.coordinator;
     a.store_dir = o.store.string();
     a.channel = o.channel;
     a.listen = o.listen;
-    ASSIGN_OR_RETURN(a.transport, net::ParseTransportKind(o.transport));
+    WC_ASSIGN_OR_RETURN(a.transport, net::ParseTransportKind(o.transport));
     a.rack = o.rack;
     a.metrics = o.metrics;
     a.upload_limit = o.upload_limit;
     a.download_limit = o.download_limit;
     a.tensor_patterns = o.tensors;
-    ASSIGN_OR_RETURN(a.secret, client::LoadSecret(o.secret));
+    WC_ASSIGN_OR_RETURN(a.secret, client::LoadSecret(o.secret));
     a.cluster = o.cluster;
     a.node_id = PeerId(o.node_id);
-    ASSIGN_OR_RETURN(metrics::Logger logger, client::MakeLogger("agent", o.log_level, o.log_file));
+    WC_ASSIGN_OR_RETURN(metrics::Logger logger,
+                        client::MakeLogger("agent", o.log_level, o.log_file));
     a.log = logger.AsLineFn();
     // Errors that need a person (a refused handshake) show at the default level, warn.
     a.log_error = [logger](std::string_view line) { logger.Error(line); };
     client::StoreFollower* f = impl->follower.get();
     // A dead agent wakes a blocked Wait, which then returns the agent's error.
-    ASSIGN_OR_RETURN(impl->agent, client::AgentRunner::Start(std::move(a), [f] { f->Close(); }));
+    WC_ASSIGN_OR_RETURN(impl->agent, client::AgentRunner::Start(std::move(a), [f] { f->Close(); }));
   }
   return std::unique_ptr<Subscriber>(new Subscriber(std::move(impl)));
 }
@@ -365,7 +367,7 @@ Result<ReceivedVersion> Subscriber::Wait(uint64_t min_version,
   // The agent's health is looked at between slices of the wait.
   constexpr auto kSlice = std::chrono::milliseconds(100);
   while (true) {
-    RETURN_IF_ERROR(impl_->AgentError());
+    WC_RETURN_IF_ERROR(impl_->AgentError());
     const auto now = Clock::now();
     const std::chrono::nanoseconds slice =
         deadline == Clock::time_point::max()
@@ -375,7 +377,7 @@ Result<ReceivedVersion> Subscriber::Wait(uint64_t min_version,
     Result<client::OpenedVersion> opened = impl_->follower->Wait(wanted, slice);
     if (opened.ok()) return impl_->Opened(std::move(opened));
     if (opened.status().code() == Code::kAborted) {
-      RETURN_IF_ERROR(impl_->AgentError());
+      WC_RETURN_IF_ERROR(impl_->AgentError());
       return opened.status();
     }
     if (opened.status().code() != Code::kDeadlineExceeded) return opened.status();
@@ -384,10 +386,10 @@ Result<ReceivedVersion> Subscriber::Wait(uint64_t min_version,
 }
 
 Result<std::vector<TensorChange>> Subscriber::Changed(uint64_t since, uint64_t to) const {
-  ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> from,
-                   impl_->follower->ManifestOf(Version(since)));
-  ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> target,
-                   impl_->follower->ManifestOf(Version(to)));
+  WC_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> from,
+                      impl_->follower->ManifestOf(Version(since)));
+  WC_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> target,
+                      impl_->follower->ManifestOf(Version(to)));
   return client::ChangedTensors(*from, *target);
 }
 

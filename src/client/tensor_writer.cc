@@ -37,8 +37,8 @@ Status WriteTensorsFile(const std::filesystem::path& path, std::vector<TensorByt
   std::vector<TensorSpec> specs;
   specs.reserve(tensors.size());
   for (const TensorBytes& t : tensors) specs.push_back({t.name, t.dtype, t.shape});
-  ASSIGN_OR_RETURN(auto writer, SafetensorsWriter::Create(path, std::move(specs)));
-  for (const TensorBytes& t : tensors) RETURN_IF_ERROR(writer->Append(t.bytes));
+  WC_ASSIGN_OR_RETURN(auto writer, SafetensorsWriter::Create(path, std::move(specs)));
+  for (const TensorBytes& t : tensors) WC_RETURN_IF_ERROR(writer->Append(t.bytes));
   return writer->Finish();
 }
 

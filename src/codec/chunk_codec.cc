@@ -121,9 +121,9 @@ Result<size_t> ZstdSections(std::span<const uint8_t> stream, std::span<const siz
   for (size_t end : ends) {
     if (end >= stream.size()) break;
     if (end - begin < kMinSection) continue;
-    RETURN_IF_ERROR(feed(end, ZSTD_e_flush));
+    WC_RETURN_IF_ERROR(feed(end, ZSTD_e_flush));
   }
-  RETURN_IF_ERROR(feed(stream.size(), ZSTD_e_end));
+  WC_RETURN_IF_ERROR(feed(stream.size(), ZSTD_e_end));
   return out.pos;
 }
 
@@ -170,7 +170,7 @@ Result<EncodedChunk> Assemble(PayloadHeader header, std::span<const uint8_t> str
   EncodedChunk out;
   header.stream_size = stream.size();
   WriteHeader(header, out.payload);
-  ASSIGN_OR_RETURN(Coder coder, AppendCoded(stream, st.sections, options, st, out.payload));
+  WC_ASSIGN_OR_RETURN(Coder coder, AppendCoded(stream, st.sections, options, st, out.payload));
   out.payload[7] = static_cast<uint8_t>(coder);
   out.encoding = header.encoding;
   out.transform = header.transform;
@@ -334,12 +334,12 @@ Result<PayloadHeader> ParsePayloadHeader(std::span<const uint8_t> payload) {
   size_t pos = kPayloadFixedHeaderSize;
   h.segments.reserve(segment_count);
   for (uint32_t i = 0; i < segment_count; ++i) {
-    ASSIGN_OR_RETURN(uint64_t size, GetVarint(payload, &pos));
+    WC_ASSIGN_OR_RETURN(uint64_t size, GetVarint(payload, &pos));
     if (pos >= payload.size()) return Corrupt("delta payload: truncated segment list");
     h.segments.push_back({size, payload[pos++]});
   }
   if (h.transform != Transform::kNone) {
-    RETURN_IF_ERROR(ValidateSegments(h.segments, h.chunk_size).WithContext("delta payload"));
+    WC_RETURN_IF_ERROR(ValidateSegments(h.segments, h.chunk_size).WithContext("delta payload"));
   }
   // An encoder's sparse stream is at most kMaxSparseStreamPerByte bytes per chunk byte plus a
   // count, a gap width, plane headers and a tail per segment (under 32 bytes); anything longer
@@ -365,18 +365,18 @@ Result<EncodedChunk> EncodeChunk(const HashedChunk& base, const HashedChunk& tar
   if (base.algorithm() != target.algorithm()) {
     return InvalidArgument("base and target chunks are hashed with different algorithms");
   }
-  RETURN_IF_ERROR(CheckSegmentsArg(segments, target.bytes().size()));
+  WC_RETURN_IF_ERROR(CheckSegmentsArg(segments, target.bytes().size()));
   CodecScratch::State& st = ScratchAccess::Get(scratch);
   const uint64_t size = target.bytes().size();
   if (base.bytes().size() == size && base.hash() == target.hash()) {
     return EncodedChunk{ChunkEncoding::kSame, Transform::kNone, Coder::kStored, {}};
   }
   if (base.bytes().size() != size || size == 0) return EncodeFull(target, segments, options, st);
-  ASSIGN_OR_RETURN(EncodedChunk best,
-                   EncodeXor(base, target.bytes(), &target.hash(), nullptr, segments, options, st));
+  WC_ASSIGN_OR_RETURN(EncodedChunk best, EncodeXor(base, target.bytes(), &target.hash(), nullptr,
+                                                   segments, options, st));
   if (static_cast<double>(best.payload.size()) >
       options.try_full_above * static_cast<double>(size)) {
-    ASSIGN_OR_RETURN(EncodedChunk full, EncodeFull(target, segments, options, st));
+    WC_ASSIGN_OR_RETURN(EncodedChunk full, EncodeFull(target, segments, options, st));
     if (full.payload.size() < best.payload.size()) best = std::move(full);
   }
   return best;
@@ -386,7 +386,7 @@ Result<EncodedChunk> EncodeChunkHashing(const HashedChunk& base, std::span<const
                                         std::span<const Segment> segments,
                                         const ChunkEncodeOptions& options, CodecScratch& scratch,
                                         Digest* target_hash, Digest* fast_hash) {
-  RETURN_IF_ERROR(CheckSegmentsArg(segments, target.size()));
+  WC_RETURN_IF_ERROR(CheckSegmentsArg(segments, target.size()));
   if (base.bytes().size() != target.size() || target.empty()) {
     // No base chunk to compare with (a new or resized chunk): the target is read for each hash.
     const HashedChunk t = HashedChunk::Compute(target, base.algorithm());
@@ -395,13 +395,13 @@ Result<EncodedChunk> EncodeChunkHashing(const HashedChunk& base, std::span<const
     return EncodeChunk(base, t, segments, options, scratch);
   }
   CodecScratch::State& st = ScratchAccess::Get(scratch);
-  ASSIGN_OR_RETURN(EncodedChunk best,
-                   EncodeXor(base, target, nullptr, target_hash, segments, options, st, fast_hash));
+  WC_ASSIGN_OR_RETURN(EncodedChunk best, EncodeXor(base, target, nullptr, target_hash, segments,
+                                                   options, st, fast_hash));
   if (best.encoding != ChunkEncoding::kSame &&
       static_cast<double>(best.payload.size()) >
           options.try_full_above * static_cast<double>(target.size())) {
     const HashedChunk t = HashedChunk::FromVerifiedManifest(target, *target_hash, base.algorithm());
-    ASSIGN_OR_RETURN(EncodedChunk full, EncodeFull(t, segments, options, st));
+    WC_ASSIGN_OR_RETURN(EncodedChunk full, EncodeFull(t, segments, options, st));
     if (full.payload.size() < best.payload.size()) best = std::move(full);
   }
   return best;
@@ -409,7 +409,7 @@ Result<EncodedChunk> EncodeChunkHashing(const HashedChunk& base, std::span<const
 
 Result<EncodedChunk> EncodeFullChunk(const HashedChunk& target, std::span<const Segment> segments,
                                      const ChunkEncodeOptions& options, CodecScratch& scratch) {
-  RETURN_IF_ERROR(CheckSegmentsArg(segments, target.bytes().size()));
+  WC_RETURN_IF_ERROR(CheckSegmentsArg(segments, target.bytes().size()));
   return EncodeFull(target, segments, options, ScratchAccess::Get(scratch));
 }
 
@@ -436,7 +436,7 @@ Result<Prepared> Prepare(std::span<const uint8_t> payload, const HashedChunk& ba
                          CodecScratch::State& st, bool check_base = true) {
   Prepared p;
   p.fast = fast;
-  ASSIGN_OR_RETURN(p.h, ParsePayloadHeader(payload));
+  WC_ASSIGN_OR_RETURN(p.h, ParsePayloadHeader(payload));
   const PayloadHeader& h = p.h;
   const bool is_xor = h.encoding == ChunkEncoding::kXor;
   if (h.hash_algorithm != base.algorithm()) {
@@ -526,7 +526,7 @@ Status InverseWhole(const Prepared& p, std::span<uint8_t> result) {
       }
       break;
     case Transform::kPlanes:
-      RETURN_IF_ERROR(PlanesInverse(p.stream, p.xor_base, h.segments, result));
+      WC_RETURN_IF_ERROR(PlanesInverse(p.stream, p.xor_base, h.segments, result));
       break;
     case Transform::kSparse:
     case Transform::kSparseDiff:
@@ -554,10 +554,10 @@ Status PatchAndHash(const Prepared& p, std::span<uint8_t> dst, CodecScratch::Sta
     const size_t n = static_cast<size_t>(std::min<uint64_t>(kPatchBlock, h.chunk_size - at));
     const std::span<uint8_t> block =
         dst.empty() ? std::span<uint8_t>(st.block).first(n) : dst.subspan(at, n);
-    RETURN_IF_ERROR(applier.Fill(at, block));
+    WC_RETURN_IF_ERROR(applier.Fill(at, block));
     hasher.Update(block);
   }
-  RETURN_IF_ERROR(applier.Finish());
+  WC_RETURN_IF_ERROR(applier.Finish());
   return CheckTarget(hasher.Finish(), p);
 }
 
@@ -565,11 +565,11 @@ Status DecodeInto(std::span<const uint8_t> payload, const HashedChunk& base,
                   const Digest* expected_target, const Digest* fast, std::span<uint8_t> out,
                   CodecScratch& scratch) {
   CodecScratch::State& st = ScratchAccess::Get(scratch);
-  ASSIGN_OR_RETURN(Prepared p, Prepare(payload, base, expected_target, fast, out.size(), st));
+  WC_ASSIGN_OR_RETURN(Prepared p, Prepare(payload, base, expected_target, fast, out.size(), st));
   if (IsSparse(p.h.transform)) {
     // Verify without writing `out`, then patch `out` directly: two reads of the base, but no
     // chunk-sized scratch and no copy of the result.
-    RETURN_IF_ERROR(PatchAndHash(p, {}, st));
+    WC_RETURN_IF_ERROR(PatchAndHash(p, {}, st));
     SparseApplier applier(p.stream, p.xor_base, p.h.segments, ValuesOf(p.h.transform));
     Status s;
     // Block by block, so each change lands in a block just copied (still in cache).
@@ -582,7 +582,7 @@ Status DecodeInto(std::span<const uint8_t> payload, const HashedChunk& base,
     return Status::Ok();
   }
   st.result.resize(p.h.chunk_size);
-  RETURN_IF_ERROR(InverseWhole(p, st.result));
+  WC_RETURN_IF_ERROR(InverseWhole(p, st.result));
   if (!out.empty()) std::memcpy(out.data(), st.result.data(), out.size());
   return Status::Ok();
 }
@@ -591,7 +591,7 @@ Status DecodeToBuffer(std::span<const uint8_t> payload, const HashedChunk& base,
                       const Digest* expected_target, const Digest* fast, uint64_t chunk_size,
                       std::vector<uint8_t>& buffer, CodecScratch& scratch) {
   CodecScratch::State& st = ScratchAccess::Get(scratch);
-  ASSIGN_OR_RETURN(Prepared p, Prepare(payload, base, expected_target, fast, chunk_size, st));
+  WC_ASSIGN_OR_RETURN(Prepared p, Prepare(payload, base, expected_target, fast, chunk_size, st));
   buffer.resize(p.h.chunk_size);
   if (IsSparse(p.h.transform)) return PatchAndHash(p, buffer, st);
   return InverseWhole(p, buffer);
@@ -601,7 +601,7 @@ Status DecodeUnverifiedInto(std::span<const uint8_t> payload, const HashedChunk&
                             const Digest* expected_target, const Digest* fast,
                             std::span<uint8_t> out, CodecScratch& scratch) {
   CodecScratch::State& st = ScratchAccess::Get(scratch);
-  ASSIGN_OR_RETURN(Prepared p, Prepare(payload, base, expected_target, fast, out.size(), st));
+  WC_ASSIGN_OR_RETURN(Prepared p, Prepare(payload, base, expected_target, fast, out.size(), st));
   if (IsSparse(p.h.transform)) return PatchAndHash(p, out, st);
   return InverseWhole(p, out);
 }
@@ -610,7 +610,7 @@ Status DecodeStreaming(std::span<const uint8_t> payload, const HashedChunk& base
                        const Digest* expected_target, const Digest* fast, uint64_t chunk_size,
                        const DecodedBlockSink& sink, CodecScratch& scratch) {
   CodecScratch::State& st = ScratchAccess::Get(scratch);
-  ASSIGN_OR_RETURN(Prepared p, Prepare(payload, base, expected_target, fast, chunk_size, st));
+  WC_ASSIGN_OR_RETURN(Prepared p, Prepare(payload, base, expected_target, fast, chunk_size, st));
   const PayloadHeader& h = p.h;
   Hasher hasher(p.result_algorithm());
   if (IsSparse(h.transform)) {
@@ -619,11 +619,11 @@ Status DecodeStreaming(std::span<const uint8_t> payload, const HashedChunk& base
     for (uint64_t at = 0; at < h.chunk_size; at += kDecodeBlock) {
       const size_t n = static_cast<size_t>(std::min<uint64_t>(kDecodeBlock, h.chunk_size - at));
       const std::span<uint8_t> block = std::span<uint8_t>(st.block).first(n);
-      RETURN_IF_ERROR(applier.Fill(at, block));
+      WC_RETURN_IF_ERROR(applier.Fill(at, block));
       hasher.Update(block);
-      RETURN_IF_ERROR(sink(at, block));
+      WC_RETURN_IF_ERROR(sink(at, block));
     }
-    RETURN_IF_ERROR(applier.Finish());
+    WC_RETURN_IF_ERROR(applier.Finish());
     return CheckTarget(hasher.Finish(), p);
   }
   // Planes and none undo their transform over the whole chunk; the result is then hashed and
@@ -639,7 +639,7 @@ Status DecodeStreaming(std::span<const uint8_t> payload, const HashedChunk& base
       }
       break;
     case Transform::kPlanes:
-      RETURN_IF_ERROR(PlanesInverse(p.stream, p.xor_base, h.segments, st.result));
+      WC_RETURN_IF_ERROR(PlanesInverse(p.stream, p.xor_base, h.segments, st.result));
       break;
     case Transform::kSparse:
     case Transform::kSparseDiff:
@@ -649,7 +649,7 @@ Status DecodeStreaming(std::span<const uint8_t> payload, const HashedChunk& base
     const size_t n = static_cast<size_t>(std::min<uint64_t>(kDecodeBlock, h.chunk_size - at));
     const std::span<const uint8_t> block = std::span<const uint8_t>(st.result).subspan(at, n);
     hasher.Update(block);
-    RETURN_IF_ERROR(sink(at, block));
+    WC_RETURN_IF_ERROR(sink(at, block));
   }
   return CheckTarget(hasher.Finish(), p);
 }
@@ -793,9 +793,9 @@ void HashPieceRange(std::span<const ChunkPiece> pieces, uint64_t begin, uint64_t
 Result<Digest> ApplyChunkInPlaceHashing(std::span<const uint8_t> payload, const Digest& base_hash,
                                         std::span<const ChunkPiece> pieces, HashAlgorithm algorithm,
                                         CodecScratch& scratch) {
-  ASSIGN_OR_RETURN(const PayloadHeader h, ParsePayloadHeader(payload));
+  WC_ASSIGN_OR_RETURN(const PayloadHeader h, ParsePayloadHeader(payload));
   if (h.encoding != ChunkEncoding::kXor || !IsSparse(h.transform)) {
-    RETURN_IF_ERROR(ApplyChunkInPlace(payload, base_hash, pieces, scratch));
+    WC_RETURN_IF_ERROR(ApplyChunkInPlace(payload, base_hash, pieces, scratch));
     return HashPieces(pieces, algorithm);
   }
   CodecScratch::State& st = ScratchAccess::Get(scratch);
@@ -811,18 +811,19 @@ Result<Digest> ApplyChunkInPlaceHashing(std::span<const uint8_t> payload, const 
   }
   const HashedChunk vouched =
       HashedChunk::FromVerifiedManifest(std::span<const uint8_t>(), base_hash, h.hash_algorithm);
-  ASSIGN_OR_RETURN(const Prepared p, Prepare(payload, vouched, nullptr, nullptr, h.chunk_size, st,
-                                             /*check_base=*/false));
+  WC_ASSIGN_OR_RETURN(const Prepared p,
+                      Prepare(payload, vouched, nullptr, nullptr, h.chunk_size, st,
+                              /*check_base=*/false));
   SparseApplier applier(p.stream, {}, h.segments, ValuesOf(h.transform));
   PiecePlacement placement(pieces);
   Hasher hasher(algorithm);
   constexpr uint64_t kBlock = 64 << 10;
   for (uint64_t at = 0; at < h.chunk_size; at += kBlock) {
     const uint64_t end = std::min(h.chunk_size, at + kBlock);
-    RETURN_IF_ERROR(applier.ApplyInPlaceUntil(placement, end));
+    WC_RETURN_IF_ERROR(applier.ApplyInPlaceUntil(placement, end));
     HashPieceRange(pieces, at, end, hasher);
   }
-  RETURN_IF_ERROR(applier.Finish());
+  WC_RETURN_IF_ERROR(applier.Finish());
   if (placement.straddled())
     return Corrupt("delta payload changes an element across two live pieces");
   return hasher.Finish();
@@ -831,7 +832,7 @@ Result<Digest> ApplyChunkInPlaceHashing(std::span<const uint8_t> payload, const 
 Status ApplyChunkInPlace(std::span<const uint8_t> payload, const Digest& base_hash,
                          std::span<const ChunkPiece> pieces, CodecScratch& scratch) {
   CodecScratch::State& st = ScratchAccess::Get(scratch);
-  ASSIGN_OR_RETURN(const PayloadHeader h, ParsePayloadHeader(payload));
+  WC_ASSIGN_OR_RETURN(const PayloadHeader h, ParsePayloadHeader(payload));
   uint64_t chunk_size = 0;
   for (const ChunkPiece& p : pieces) chunk_size += p.size();
   if (chunk_size != h.chunk_size) {
@@ -857,7 +858,7 @@ Status ApplyChunkInPlace(std::span<const uint8_t> payload, const Digest& base_ha
   if (is_xor && IsSparse(h.transform)) {
     SparseApplier applier(p.stream, {}, h.segments, ValuesOf(h.transform));
     PiecePlacement placement(pieces);
-    RETURN_IF_ERROR(applier.ApplyInPlace(placement));
+    WC_RETURN_IF_ERROR(applier.ApplyInPlace(placement));
     if (placement.straddled()) {
       return Corrupt("delta payload changes an element across two live pieces");
     }
@@ -886,7 +887,7 @@ Status ApplyChunkInPlace(std::span<const uint8_t> payload, const Digest& base_ha
       }
       break;
     case Transform::kPlanes:
-      RETURN_IF_ERROR(PlanesInverse(p.stream, p.xor_base, h.segments, out));
+      WC_RETURN_IF_ERROR(PlanesInverse(p.stream, p.xor_base, h.segments, out));
       break;
     case Transform::kSparse:
     case Transform::kSparseDiff:

@@ -469,7 +469,7 @@ Status SparseInverse(std::span<const uint8_t> stream, std::span<const uint8_t> b
     return Internal("sparse inverse: buffers do not match the segments");
   }
   SparseApplier applier(stream, base, segments, values);
-  RETURN_IF_ERROR(applier.Fill(0, out));
+  WC_RETURN_IF_ERROR(applier.Fill(0, out));
   return applier.Finish();
 }
 
@@ -610,7 +610,7 @@ Status SparseApplier::Advance() {
       done_ = true;
       return Status::Ok();
     }
-    RETURN_IF_ERROR(StartSegment());
+    WC_RETURN_IF_ERROR(StartSegment());
   }
 }
 
@@ -624,7 +624,7 @@ Status SparseApplier::Fill(uint64_t offset, std::span<uint8_t> dst) {
   while (true) {
     if (!pending_) {
       if (done_) break;
-      RETURN_IF_ERROR(Advance());
+      WC_RETURN_IF_ERROR(Advance());
       if (!pending_) break;
       value_ = Combine(LoadLow(base_.data() + off_, len_));
     }
@@ -709,7 +709,7 @@ Status SparseApplier::ApplyInPlaceUntil(Placement& at, uint64_t end) {
   while (true) {
     if (!pending_) {
       if (done_) break;
-      RETURN_IF_ERROR(Advance());
+      WC_RETURN_IF_ERROR(Advance());
       if (!pending_) break;
     }
     if (off_ >= end) break;  // stays pending for the next call
@@ -721,14 +721,14 @@ Status SparseApplier::ApplyInPlaceUntil(Placement& at, uint64_t end) {
 }
 
 Status SparseApplier::ApplyInPlace(Placement& at) {
-  RETURN_IF_ERROR(ApplyInPlaceUntil(at, UINT64_MAX));
+  WC_RETURN_IF_ERROR(ApplyInPlaceUntil(at, UINT64_MAX));
   return Finish();
 }
 
 Status SparseApplier::Finish() {
   while (!done_) {
     if (pending_) return Internal("sparse applier: the chunk was not filled to its end");
-    RETURN_IF_ERROR(Advance());
+    WC_RETURN_IF_ERROR(Advance());
   }
   if (pending_) return Internal("sparse applier: the chunk was not filled to its end");
   if (pos_ != size_) {

@@ -68,7 +68,7 @@ Result<SnapshotReader> SnapshotReader::Open(const std::filesystem::path& root,
                                             const Manifest& manifest) {
   SnapshotReader r;
   for (const ManifestFile& f : manifest.files) {
-    ASSIGN_OR_RETURN(MappedFile m, MappedFile::Open(root / f.path));
+    WC_ASSIGN_OR_RETURN(MappedFile m, MappedFile::Open(root / f.path));
     if (m.size() != f.size) {
       return Corrupt((root / f.path).string() + ": " + std::to_string(m.size()) +
                      " bytes, the manifest says " + std::to_string(f.size));
@@ -182,7 +182,7 @@ Result<DeltaInfo> EncodeAll(const Manifest& base, const SnapshotReader& base_byt
       d.payload_size = e.payload.size();
       if (e.encoding != ChunkEncoding::kSame) {
         d.payload_hash = Sha256(e.payload);
-        RETURN_IF_ERROR(sink(i, e.payload));
+        WC_RETURN_IF_ERROR(sink(i, e.payload));
       }
       e.payload = {};  // release as soon as it is written
     }
@@ -257,7 +257,7 @@ Status DecodeVersion(const Manifest& base, const SnapshotReader& base_bytes, con
           ready[k] = base_bytes.Read(br, buf);
           return Status::Ok();
         }
-        ASSIGN_OR_RETURN(std::span<const uint8_t> payload, payloads(i));
+        WC_ASSIGN_OR_RETURN(std::span<const uint8_t> payload, payloads(i));
         std::optional<CheckedPayload> checked;
         if (fast) {
           Result<CheckedPayload> c = CheckedPayload::Check(payload, d.payload_size, d.payload_hash);
@@ -277,15 +277,15 @@ Status DecodeVersion(const Manifest& base, const SnapshotReader& base_bytes, con
                     : DecodeChunkToBuffer(payload, hb, &target.chunk_hashes[i.value()], tr.size,
                                           buf, w->codec);
         workers.Give(std::move(w));
-        RETURN_IF_ERROR(s);
+        WC_RETURN_IF_ERROR(s);
         ready[k] = buf;
         return Status::Ok();
       }();
     });
     for (uint32_t k = 0; k < n; ++k) {
       const ChunkIndex i(start + k);
-      RETURN_IF_ERROR(statuses[k].WithContext(ChunkName(i)));
-      RETURN_IF_ERROR(sink(i, ready[k]));
+      WC_RETURN_IF_ERROR(statuses[k].WithContext(ChunkName(i)));
+      WC_RETURN_IF_ERROR(sink(i, ready[k]));
     }
   }
   return Status::Ok();

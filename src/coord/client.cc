@@ -208,7 +208,7 @@ Status CoordinatorClient::Wake() {
   wire::Envelope envelope;
   envelope.set_request_id(0);
   envelope.mutable_heartbeat()->set_wake(true);
-  ASSIGN_OR_RETURN(std::vector<uint8_t> body, EncodeEnvelope(envelope));
+  WC_ASSIGN_OR_RETURN(std::vector<uint8_t> body, EncodeEnvelope(envelope));
   return connection_->SendControl(body, std::chrono::seconds(1));
 }
 
@@ -222,7 +222,7 @@ Result<wire::Envelope> CoordinatorClient::Call(wire::Envelope request, net::Dura
   }
   const uint64_t id = next_request_id_++;
   request.set_request_id(id);
-  ASSIGN_OR_RETURN(std::vector<uint8_t> body, EncodeEnvelope(request));
+  WC_ASSIGN_OR_RETURN(std::vector<uint8_t> body, EncodeEnvelope(request));
 
   // One deadline for the send and for every receive: replies to earlier calls that timed out may
   // still arrive first and are skipped, without extending the wait.
@@ -234,7 +234,7 @@ Result<wire::Envelope> CoordinatorClient::Call(wire::Envelope request, net::Dura
     return std::max(net::Duration::zero(), deadline - clock.Now());
   };
 
-  RETURN_IF_ERROR(connection_->SendControl(body, remaining()));
+  WC_RETURN_IF_ERROR(connection_->SendControl(body, remaining()));
   while (true) {
     auto frame = connection_->Receive(remaining());
     if (!frame.ok()) return frame.status().WithContext("coordinator");
@@ -268,14 +268,14 @@ Result<wire::Envelope> CoordinatorClient::Call(wire::Envelope request, net::Dura
 Result<wire::RegisterReply> CoordinatorClient::Register(const wire::Register& request) {
   wire::Envelope envelope;
   *envelope.mutable_register_() = request;
-  ASSIGN_OR_RETURN(wire::Envelope reply, Call(std::move(envelope)));
+  WC_ASSIGN_OR_RETURN(wire::Envelope reply, Call(std::move(envelope)));
   return std::move(*reply.mutable_register_reply());
 }
 
 Result<wire::HeartbeatReply> CoordinatorClient::Heartbeat(const wire::Heartbeat& request) {
   wire::Envelope envelope;
   *envelope.mutable_heartbeat() = request;
-  ASSIGN_OR_RETURN(wire::Envelope reply, Call(std::move(envelope)));
+  WC_ASSIGN_OR_RETURN(wire::Envelope reply, Call(std::move(envelope)));
   return std::move(*reply.mutable_heartbeat_reply());
 }
 
@@ -284,7 +284,7 @@ Result<Version> CoordinatorClient::Publish(std::span<const uint8_t> signed_manif
   wire::Envelope envelope;
   envelope.mutable_publish()->set_signed_manifest(signed_manifest.data(), signed_manifest.size());
   envelope.mutable_publish()->set_writer_epoch(writer_epoch);
-  ASSIGN_OR_RETURN(wire::Envelope reply, Call(std::move(envelope)));
+  WC_ASSIGN_OR_RETURN(wire::Envelope reply, Call(std::move(envelope)));
   return Version(reply.publish_reply().version());
 }
 
@@ -293,7 +293,7 @@ Result<wire::PublishReply> CoordinatorClient::PublishPart(std::span<const uint8_
   wire::Envelope envelope;
   envelope.mutable_publish()->set_signed_manifest(signed_part.data(), signed_part.size());
   envelope.mutable_publish()->set_writer_epoch(writer_epoch);
-  ASSIGN_OR_RETURN(wire::Envelope reply, Call(std::move(envelope)));
+  WC_ASSIGN_OR_RETURN(wire::Envelope reply, Call(std::move(envelope)));
   return std::move(*reply.mutable_publish_reply());
 }
 
@@ -302,7 +302,7 @@ Result<std::vector<uint8_t>> CoordinatorClient::GetManifest(std::string_view cha
   wire::Envelope envelope;
   envelope.mutable_get_manifest()->set_channel(std::string(channel));
   envelope.mutable_get_manifest()->set_version(version.value());
-  ASSIGN_OR_RETURN(wire::Envelope reply, Call(std::move(envelope)));
+  WC_ASSIGN_OR_RETURN(wire::Envelope reply, Call(std::move(envelope)));
   const std::string& bytes = reply.manifest_reply().signed_manifest();
   return std::vector<uint8_t>(bytes.begin(), bytes.end());
 }
@@ -316,7 +316,7 @@ Result<wire::FleetStatus> CoordinatorClient::GetStatus(std::string_view channel,
   wire::Envelope envelope;
   envelope.mutable_get_status()->set_channel(std::string(channel));
   envelope.mutable_get_status()->set_include_left(include_left);
-  ASSIGN_OR_RETURN(wire::Envelope reply, Call(std::move(envelope)));
+  WC_ASSIGN_OR_RETURN(wire::Envelope reply, Call(std::move(envelope)));
   return std::move(*reply.mutable_fleet_status());
 }
 
@@ -324,7 +324,7 @@ Result<Version> CoordinatorClient::Rollback(std::string_view channel, Version ve
   wire::Envelope envelope;
   envelope.mutable_rollback()->set_channel(std::string(channel));
   envelope.mutable_rollback()->set_version(version.value());
-  ASSIGN_OR_RETURN(wire::Envelope reply, Call(std::move(envelope)));
+  WC_ASSIGN_OR_RETURN(wire::Envelope reply, Call(std::move(envelope)));
   return Version(reply.rollback_reply().version());
 }
 

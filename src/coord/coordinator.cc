@@ -172,12 +172,12 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Open(CoordinatorOptions option
   if (!options.log) options.log = [](std::string_view) {};
   std::unique_ptr<Coordinator> coordinator(new Coordinator(std::move(options)));
   if (coordinator->options_.open_store) {
-    ASSIGN_OR_RETURN(std::unique_ptr<LogStore> store, coordinator->options_.open_store());
-    ASSIGN_OR_RETURN(coordinator->log_,
-                     VersionLog::Open(std::move(store), coordinator->options_.secret));
+    WC_ASSIGN_OR_RETURN(std::unique_ptr<LogStore> store, coordinator->options_.open_store());
+    WC_ASSIGN_OR_RETURN(coordinator->log_,
+                        VersionLog::Open(std::move(store), coordinator->options_.secret));
   } else {
-    ASSIGN_OR_RETURN(coordinator->log_, VersionLog::Open(coordinator->options_.state_dir,
-                                                         coordinator->options_.secret));
+    WC_ASSIGN_OR_RETURN(coordinator->log_, VersionLog::Open(coordinator->options_.state_dir,
+                                                            coordinator->options_.secret));
   }
   const VersionLog::Recovery& recovery = coordinator->log_->recovery();
   uint64_t versions = 0;
@@ -311,22 +311,22 @@ Result<wire::RegisterReply> Coordinator::OnRegister(uint64_t session, const net:
   if (request.peer_address().empty()) {
     return InvalidArgument("register: no peer address (where this node serves chunks)");
   }
-  RETURN_IF_ERROR(CheckLabel("peer address", request.peer_address()));
-  RETURN_IF_ERROR(CheckLabel("rack", request.rack()));
-  RETURN_IF_ERROR(CheckLabel("hostname", request.hostname()));
+  WC_RETURN_IF_ERROR(CheckLabel("peer address", request.peer_address()));
+  WC_RETURN_IF_ERROR(CheckLabel("rack", request.rack()));
+  WC_RETURN_IF_ERROR(CheckLabel("hostname", request.hostname()));
   if (request.channels().empty()) return InvalidArgument("register: no channel");
   if (static_cast<size_t>(request.channels_size()) > kMaxChannelsPerNode) {
     return InvalidArgument("register: more than " + std::to_string(kMaxChannelsPerNode) +
                            " channels");
   }
   for (const std::string& channel : request.channels()) {
-    RETURN_IF_ERROR(ValidateChannelName(channel).WithContext("register"));
+    WC_RETURN_IF_ERROR(ValidateChannelName(channel).WithContext("register"));
   }
   if (static_cast<size_t>(request.tensor_patterns_size()) > kMaxTensorPatterns) {
     return InvalidArgument("register: more than " + std::to_string(kMaxTensorPatterns) +
                            " tensor patterns");
   }
-  RETURN_IF_ERROR(CheckLabel("writer id", request.writer_id()));
+  WC_RETURN_IF_ERROR(CheckLabel("writer id", request.writer_id()));
   if (peer.role != net::Role::kPublisher &&
       (!request.writer_id().empty() || request.take_over() || request.leases_size() != 0 ||
        request.world() != 0 || request.rank() != 0)) {
@@ -350,13 +350,13 @@ Result<wire::RegisterReply> Coordinator::OnRegister(uint64_t session, const net:
   std::vector<WriterGrant> grants;
   if (peer.role == net::Role::kPublisher) {
     for (const std::string& channel : request.channels()) {
-      ASSIGN_OR_RETURN(WriterGrant grant, GrantWriterLocked(channel, peer, request, now));
+      WC_ASSIGN_OR_RETURN(WriterGrant grant, GrantWriterLocked(channel, peer, request, now));
       grants.push_back(std::move(grant));
     }
     for (WriterGrant& grant : grants) {
       if (!grant.record.has_value()) continue;
-      RETURN_IF_ERROR(log_->RecordWriter(grant.channel, *grant.record)
-                          .WithContext("register: logging the writer of " + grant.channel));
+      WC_RETURN_IF_ERROR(log_->RecordWriter(grant.channel, *grant.record)
+                             .WithContext("register: logging the writer of " + grant.channel));
       options_.log(grant.channel + ": " + DescribeWriter(*grant.record, UnixMs()) + " (" +
                    grant.how + ")");
       ChannelChangedLocked(grant.channel);
@@ -476,7 +476,7 @@ Result<Coordinator::WriterGrant> Coordinator::GrantWriterLocked(const std::strin
   }
   if (held != 0) {
     // The process held a lease before (it reconnects): it keeps it only if nobody took it since.
-    RETURN_IF_ERROR(CheckNotFencedLocked(channel, peer.node_id, held));
+    WC_RETURN_IF_ERROR(CheckNotFencedLocked(channel, peer.node_id, held));
     grant.epoch = held;
     return grant;
   }
@@ -554,7 +554,7 @@ Result<std::optional<wire::HeartbeatReply>> Coordinator::OnHeartbeat(
   if (node.role == net::Role::kPublisher) {
     // A writer fenced by a take-over (or a restart of the same writer) hears it here.
     for (const std::string& channel : node.registration.channels()) {
-      RETURN_IF_ERROR(CheckNotFencedLocked(channel, node.id, 0).WithContext("heartbeat"));
+      WC_RETURN_IF_ERROR(CheckNotFencedLocked(channel, node.id, 0).WithContext("heartbeat"));
     }
   }
   ++counters_.heartbeats;
@@ -721,7 +721,7 @@ Result<wire::PublishReply> Coordinator::OnPublish(const net::PeerInfo& peer,
     if (!part.ok()) return part.status().WithContext("publish");
     if (part->has_value()) return OnPublishPartLocked(peer, request, *signed_part, **part, now);
   }
-  ASSIGN_OR_RETURN(VerifiedPublish verified, log_->VerifyPublish(bytes));
+  WC_ASSIGN_OR_RETURN(VerifiedPublish verified, log_->VerifyPublish(bytes));
   const Manifest& m = verified.manifest;
   if (const wire::ChannelWriter* writer = log_->writer(m.channel);
       writer != nullptr && writer->world() > 1 && request.writer_epoch() != 0) {
@@ -733,8 +733,8 @@ Result<wire::PublishReply> Coordinator::OnPublish(const net::PeerInfo& peer,
   // One writer per channel: the lease's epoch fences a writer that lost it; without an epoch (a
   // tool, an older publisher) only while no other live writer holds the channel.
   if (request.writer_epoch() != 0) {
-    RETURN_IF_ERROR(CheckNotFencedLocked(m.channel, peer.node_id, request.writer_epoch())
-                        .WithContext("publish"));
+    WC_RETURN_IF_ERROR(CheckNotFencedLocked(m.channel, peer.node_id, request.writer_epoch())
+                           .WithContext("publish"));
   } else if (const wire::ChannelWriter* writer = log_->writer(m.channel);
              writer != nullptr && writer->node_id() != peer.node_id.value() &&
              WriterLiveLocked(m.channel, *writer, now)) {
@@ -749,7 +749,7 @@ Result<wire::PublishReply> Coordinator::OnPublish(const net::PeerInfo& peer,
     reply.set_version(m.version.value());
     return reply;
   }
-  ASSIGN_OR_RETURN(wire::VersionEntry entry, RecordPublishLocked(verified, peer.node_id));
+  WC_ASSIGN_OR_RETURN(wire::VersionEntry entry, RecordPublishLocked(verified, peer.node_id));
   reply.set_version(entry.version());
   return reply;
 }
@@ -764,7 +764,7 @@ Result<wire::VersionEntry> Coordinator::RecordPublishLocked(const VerifiedPublis
   if (m.delta.has_value()) preview.set_base_version(m.delta->base_version.value());
   const DecisionChange decision =
       options_.decider->OnPublish(channel != nullptr ? *channel : kEmpty, preview);
-  ASSIGN_OR_RETURN(
+  WC_ASSIGN_OR_RETURN(
       wire::VersionEntry entry,
       log_->RecordPublish(verified, from, UnixMs(), decision.decision, decision.abort_reason));
   ++counters_.versions_published;
@@ -790,11 +790,11 @@ Result<wire::VersionEntry> Coordinator::RecordPublishLocked(const VerifiedPublis
 }
 
 Result<wire::ManifestReply> Coordinator::OnGetManifest(const wire::GetManifest& request) {
-  RETURN_IF_ERROR(ValidateChannelName(request.channel()).WithContext("get manifest"));
+  WC_RETURN_IF_ERROR(ValidateChannelName(request.channel()).WithContext("get manifest"));
   std::shared_ptr<const std::vector<uint8_t>> bytes;
   {
     std::lock_guard lock(mu_);
-    ASSIGN_OR_RETURN(bytes, log_->GetManifest(request.channel(), request.version()));
+    WC_ASSIGN_OR_RETURN(bytes, log_->GetManifest(request.channel(), request.version()));
   }
   wire::ManifestReply reply;
   reply.set_signed_manifest(bytes->data(), bytes->size());
@@ -882,7 +882,7 @@ Result<uint64_t> Coordinator::OnRollback(const net::PeerInfo& peer, const wire::
     return FailedPrecondition("rollback: a " + std::string(net::RoleName(peer.role)) +
                               " may not roll a channel back");
   }
-  RETURN_IF_ERROR(ValidateChannelName(request.channel()).WithContext("rollback"));
+  WC_RETURN_IF_ERROR(ValidateChannelName(request.channel()).WithContext("rollback"));
   std::lock_guard lock(mu_);
   if (peer.role == net::Role::kAgent) {
     // An agent whose engine refused the new version (--hook-failure rollback) may roll back a
@@ -892,9 +892,9 @@ Result<uint64_t> Coordinator::OnRollback(const net::PeerInfo& peer, const wire::
       return FailedPrecondition("rollback: an agent may only roll back a channel it follows");
     }
   }
-  ASSIGN_OR_RETURN(uint64_t target, log_->ResolveRollback(request.channel(), request.version()));
-  RETURN_IF_ERROR(CheckRollbackReachableLocked(request.channel(), target));
-  ASSIGN_OR_RETURN(uint64_t version, log_->RecordRollback(request.channel(), target, UnixMs()));
+  WC_ASSIGN_OR_RETURN(uint64_t target, log_->ResolveRollback(request.channel(), request.version()));
+  WC_RETURN_IF_ERROR(CheckRollbackReachableLocked(request.channel(), target));
+  WC_ASSIGN_OR_RETURN(uint64_t version, log_->RecordRollback(request.channel(), target, UnixMs()));
   if (const ChannelState* channel = log_->channel(request.channel()); channel != nullptr) {
     channel_metrics_.RolledBack(*channel);
   }

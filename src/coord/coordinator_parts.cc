@@ -126,7 +126,7 @@ Result<wire::PublishReply> Coordinator::OnPublishPartLocked(const net::PeerInfo&
                               ": the channel has no sharded writer; register with a rank and "
                               "world (--rank/--world) first");
   }
-  RETURN_IF_ERROR(
+  WC_RETURN_IF_ERROR(
       CheckNotFencedLocked(channel, peer.node_id, request.writer_epoch()).WithContext("publish"));
   if (part.world != writer->world()) {
     return InvalidArgument("publish: " + what + " says " + PartValue(part) +
@@ -152,9 +152,9 @@ Result<wire::PublishReply> Coordinator::OnPublishPartLocked(const net::PeerInfo&
   // Assembled already: a rank asking again (or restarted) learns it, if its part is the one in.
   if (const ChannelState* state = log_->channel(channel);
       state != nullptr && state->Find(version) != nullptr) {
-    ASSIGN_OR_RETURN(auto bytes, log_->GetManifest(channel, version));
-    ASSIGN_OR_RETURN(Manifest assembled, VerifySignedManifest(*bytes, options_.secret));
-    ASSIGN_OR_RETURN(std::vector<PartLayout> parts, PartsOf(assembled));
+    WC_ASSIGN_OR_RETURN(auto bytes, log_->GetManifest(channel, version));
+    WC_ASSIGN_OR_RETURN(Manifest assembled, VerifySignedManifest(*bytes, options_.secret));
+    WC_ASSIGN_OR_RETURN(std::vector<PartLayout> parts, PartsOf(assembled));
     if (part.rank < parts.size() && parts[part.rank].root == manifest.root) {
       reply.set_assembled(true);
       reply.set_parts_in(part.world);
@@ -229,7 +229,7 @@ Result<wire::PublishReply> Coordinator::OnPublishPartLocked(const net::PeerInfo&
     options_.log(channel + " " + V(version) + ": assembled as a full version: " + why_full);
   }
   assemblies_.erase(it);
-  ASSIGN_OR_RETURN(wire::VersionEntry entry, RecordPublishLocked(*verified, peer.node_id));
+  WC_ASSIGN_OR_RETURN(wire::VersionEntry entry, RecordPublishLocked(*verified, peer.node_id));
   (void)entry;
   reply.set_assembled(true);
   return reply;

@@ -109,7 +109,7 @@ std::string Client::Health() const {
 }
 
 Result<std::string> Client::Post(std::string_view path, const std::string& body, bool probe) {
-  if (!probe) RETURN_IF_ERROR(FailFast());
+  if (!probe) WC_RETURN_IF_ERROR(FailFast());
   size_t start = 0;
   {
     std::lock_guard lock(mu_);
@@ -149,16 +149,16 @@ Result<std::string> Client::Post(std::string_view path, const std::string& body,
 
 Result<RangeResult> Client::Range(std::string_view key, std::string_view range_end, int64_t limit,
                                   bool serializable) {
-  ASSIGN_OR_RETURN(std::string body,
-                   Post("/v3/kv/range", RangeRequest(key, range_end, limit, serializable),
-                        /*probe=*/true));
+  WC_ASSIGN_OR_RETURN(std::string body,
+                      Post("/v3/kv/range", RangeRequest(key, range_end, limit, serializable),
+                           /*probe=*/true));
   auto parsed = ParseRangeResponse(body);
   if (parsed.ok()) Succeeded();
   return parsed;
 }
 
 Result<TxnResult> Client::Commit(const Txn& txn) {
-  ASSIGN_OR_RETURN(std::string body, Post("/v3/kv/txn", TxnRequest(txn), /*probe=*/false));
+  WC_ASSIGN_OR_RETURN(std::string body, Post("/v3/kv/txn", TxnRequest(txn), /*probe=*/false));
   auto parsed = ParseTxnResponse(body);
   if (parsed.ok()) {
     Succeeded();
@@ -169,16 +169,16 @@ Result<TxnResult> Client::Commit(const Txn& txn) {
 }
 
 Result<LeaseGrantResult> Client::LeaseGrant(int64_t ttl_seconds) {
-  ASSIGN_OR_RETURN(std::string body,
-                   Post("/v3/lease/grant", LeaseGrantRequest(ttl_seconds), /*probe=*/true));
+  WC_ASSIGN_OR_RETURN(std::string body,
+                      Post("/v3/lease/grant", LeaseGrantRequest(ttl_seconds), /*probe=*/true));
   auto parsed = ParseLeaseGrantResponse(body);
   if (parsed.ok()) Succeeded();
   return parsed;
 }
 
 Result<int64_t> Client::KeepAlive(int64_t lease) {
-  ASSIGN_OR_RETURN(std::string body,
-                   Post("/v3/lease/keepalive", LeaseIdRequest(lease), /*probe=*/true));
+  WC_ASSIGN_OR_RETURN(std::string body,
+                      Post("/v3/lease/keepalive", LeaseIdRequest(lease), /*probe=*/true));
   auto parsed = ParseKeepAliveResponse(body);
   if (parsed.ok()) {
     Succeeded();
@@ -189,8 +189,8 @@ Result<int64_t> Client::KeepAlive(int64_t lease) {
 }
 
 Status Client::LeaseRevoke(int64_t lease) {
-  ASSIGN_OR_RETURN(std::string body,
-                   Post("/v3/lease/revoke", LeaseIdRequest(lease), /*probe=*/true));
+  WC_ASSIGN_OR_RETURN(std::string body,
+                      Post("/v3/lease/revoke", LeaseIdRequest(lease), /*probe=*/true));
   return ParseEmptyResponse(body);
 }
 

@@ -57,8 +57,8 @@ Status EtcdCoordinator::Run() {
   }
   etcd::ClientOptions client_options;
   client_options.timeout = options_.etcd_timeout;
-  ASSIGN_OR_RETURN(std::unique_ptr<etcd::Client> client,
-                   etcd::Client::Create(options_.endpoints, client_options));
+  WC_ASSIGN_OR_RETURN(std::unique_ptr<etcd::Client> client,
+                      etcd::Client::Create(options_.endpoints, client_options));
   const EtcdKeys keys{options_.prefix};
   std::string bound = options_.listen;
   std::unique_ptr<Election> election;
@@ -67,7 +67,7 @@ Status EtcdCoordinator::Run() {
 
   while (!Stopping()) {
     // Standing by.
-    ASSIGN_OR_RETURN(std::unique_ptr<net::Listener> listener, Listen(bound));
+    WC_ASSIGN_OR_RETURN(std::unique_ptr<net::Listener> listener, Listen(bound));
     if (first) {
       bound = listener->address();
       if (options_.advertise.empty()) options_.advertise = bound;
@@ -150,7 +150,7 @@ Status EtcdCoordinator::Run() {
       }
       return coordinator.status();
     }
-    ASSIGN_OR_RETURN(std::unique_ptr<net::Listener> serving_listener, Listen(bound));
+    WC_ASSIGN_OR_RETURN(std::unique_ptr<net::Listener> serving_listener, Listen(bound));
     {
       std::lock_guard lock(mu_);
       serving_ = coordinator->get();

@@ -6,7 +6,7 @@ Election::Election(etcd::Client& client, EtcdKeys keys, std::string self, std::c
     : client_(client), keys_(std::move(keys)), self_(std::move(self)), ttl_(ttl) {}
 
 Result<Election::Outcome> Election::Campaign() {
-  ASSIGN_OR_RETURN(etcd::LeaseGrantResult lease, client_.LeaseGrant(ttl_.count()));
+  WC_ASSIGN_OR_RETURN(etcd::LeaseGrantResult lease, client_.LeaseGrant(ttl_.count()));
   etcd::Txn txn;
   txn.compare.push_back(etcd::CreateRevisionIs(keys_.leader(), 0));
   txn.success.push_back(etcd::PutOp(keys_.leader(), self_, lease.id));
@@ -35,7 +35,7 @@ Status Election::WaitForChange(int64_t from, std::chrono::milliseconds wait) {
 }
 
 Status Election::Renew(LeaderTerm& term) {
-  ASSIGN_OR_RETURN(int64_t ttl, client_.KeepAlive(term.lease()));
+  WC_ASSIGN_OR_RETURN(int64_t ttl, client_.KeepAlive(term.lease()));
   if (ttl <= 0) term.Lose("its etcd lease expired");
   return Status::Ok();
 }

@@ -113,28 +113,28 @@ Result<const json*> Array(const json& object, std::string_view field) {
 }
 
 Result<int64_t> HeaderRevision(const json& object) {
-  ASSIGN_OR_RETURN(const json* header, Object(object, "header"));
+  WC_ASSIGN_OR_RETURN(const json* header, Object(object, "header"));
   return Int(*header, "revision");
 }
 
 Result<KeyValue> ParseKeyValue(const json& kv) {
   if (!kv.is_object()) return Corrupt("etcd: a key-value is not an object");
   KeyValue out;
-  ASSIGN_OR_RETURN(out.key, Bytes(kv, "key"));
-  ASSIGN_OR_RETURN(out.value, Bytes(kv, "value"));
-  ASSIGN_OR_RETURN(out.create_revision, Int(kv, "create_revision"));
-  ASSIGN_OR_RETURN(out.mod_revision, Int(kv, "mod_revision"));
-  ASSIGN_OR_RETURN(out.version, Int(kv, "version"));
-  ASSIGN_OR_RETURN(out.lease, Int(kv, "lease"));
+  WC_ASSIGN_OR_RETURN(out.key, Bytes(kv, "key"));
+  WC_ASSIGN_OR_RETURN(out.value, Bytes(kv, "value"));
+  WC_ASSIGN_OR_RETURN(out.create_revision, Int(kv, "create_revision"));
+  WC_ASSIGN_OR_RETURN(out.mod_revision, Int(kv, "mod_revision"));
+  WC_ASSIGN_OR_RETURN(out.version, Int(kv, "version"));
+  WC_ASSIGN_OR_RETURN(out.lease, Int(kv, "lease"));
   return out;
 }
 
 Result<RangeResult> ParseRange(const json& object) {
   RangeResult out;
-  ASSIGN_OR_RETURN(out.revision, HeaderRevision(object));
-  ASSIGN_OR_RETURN(const json* kvs, Array(object, "kvs"));
+  WC_ASSIGN_OR_RETURN(out.revision, HeaderRevision(object));
+  WC_ASSIGN_OR_RETURN(const json* kvs, Array(object, "kvs"));
   for (const json& kv : *kvs) {
-    ASSIGN_OR_RETURN(KeyValue parsed, ParseKeyValue(kv));
+    WC_ASSIGN_OR_RETURN(KeyValue parsed, ParseKeyValue(kv));
     out.kvs.push_back(std::move(parsed));
   }
   out.more = Bool(object, "more");
@@ -348,32 +348,32 @@ std::string WatchCreateRequest(std::string_view key, std::string_view range_end,
 }
 
 Result<RangeResult> ParseRangeResponse(std::string_view body) {
-  ASSIGN_OR_RETURN(json parsed, ParseObject(body, "range"));
+  WC_ASSIGN_OR_RETURN(json parsed, ParseObject(body, "range"));
   return ParseRange(parsed);
 }
 
 Result<TxnResult> ParseTxnResponse(std::string_view body) {
-  ASSIGN_OR_RETURN(json parsed, ParseObject(body, "txn"));
+  WC_ASSIGN_OR_RETURN(json parsed, ParseObject(body, "txn"));
   TxnResult out;
-  ASSIGN_OR_RETURN(out.revision, HeaderRevision(parsed));
+  WC_ASSIGN_OR_RETURN(out.revision, HeaderRevision(parsed));
   out.succeeded = Bool(parsed, "succeeded");
-  ASSIGN_OR_RETURN(const json* responses, Array(parsed, "responses"));
+  WC_ASSIGN_OR_RETURN(const json* responses, Array(parsed, "responses"));
   for (const json& response : *responses) {
     if (!response.is_object()) return Corrupt("etcd txn: a response is not an object");
     auto range = response.find("response_range");
     if (range == response.end()) continue;
     if (!range->is_object()) return Corrupt("etcd txn: response_range is not an object");
-    ASSIGN_OR_RETURN(RangeResult parsed_range, ParseRange(*range));
+    WC_ASSIGN_OR_RETURN(RangeResult parsed_range, ParseRange(*range));
     out.ranges.push_back(std::move(parsed_range));
   }
   return out;
 }
 
 Result<LeaseGrantResult> ParseLeaseGrantResponse(std::string_view body) {
-  ASSIGN_OR_RETURN(json parsed, ParseObject(body, "lease grant"));
+  WC_ASSIGN_OR_RETURN(json parsed, ParseObject(body, "lease grant"));
   LeaseGrantResult out;
-  ASSIGN_OR_RETURN(out.id, Int(parsed, "ID"));
-  ASSIGN_OR_RETURN(out.ttl_seconds, Int(parsed, "TTL"));
+  WC_ASSIGN_OR_RETURN(out.id, Int(parsed, "ID"));
+  WC_ASSIGN_OR_RETURN(out.ttl_seconds, Int(parsed, "TTL"));
   if (out.id == 0 || out.ttl_seconds <= 0) {
     return Corrupt("etcd lease grant: no lease in the answer");
   }
@@ -383,23 +383,23 @@ Result<LeaseGrantResult> ParseLeaseGrantResponse(std::string_view body) {
 Result<int64_t> ParseKeepAliveResponse(std::string_view body) {
   // A stream endpoint: the gateway wraps each message as {"result": {...}}; the first is ours.
   const size_t end = body.find('\n');
-  ASSIGN_OR_RETURN(
+  WC_ASSIGN_OR_RETURN(
       json parsed,
       ParseObject(end == std::string_view::npos ? body : body.substr(0, end), "lease keepalive"));
-  ASSIGN_OR_RETURN(const json* result, Object(parsed, "result"));
-  ASSIGN_OR_RETURN(int64_t ttl, Int(*result, "TTL"));
+  WC_ASSIGN_OR_RETURN(const json* result, Object(parsed, "result"));
+  WC_ASSIGN_OR_RETURN(int64_t ttl, Int(*result, "TTL"));
   return ttl < 0 ? 0 : ttl;
 }
 
 Result<WatchMessage> ParseWatchMessage(std::string_view line) {
-  ASSIGN_OR_RETURN(json parsed, ParseObject(line, "watch"));
-  ASSIGN_OR_RETURN(const json* result, Object(parsed, "result"));
+  WC_ASSIGN_OR_RETURN(json parsed, ParseObject(line, "watch"));
+  WC_ASSIGN_OR_RETURN(const json* result, Object(parsed, "result"));
   WatchMessage out;
-  ASSIGN_OR_RETURN(out.revision, HeaderRevision(*result));
+  WC_ASSIGN_OR_RETURN(out.revision, HeaderRevision(*result));
   out.created = Bool(*result, "created");
   out.canceled = Bool(*result, "canceled");
-  ASSIGN_OR_RETURN(out.compact_revision, Int(*result, "compact_revision"));
-  ASSIGN_OR_RETURN(const json* events, Array(*result, "events"));
+  WC_ASSIGN_OR_RETURN(out.compact_revision, Int(*result, "compact_revision"));
+  WC_ASSIGN_OR_RETURN(const json* events, Array(*result, "events"));
   for (const json& event : *events) {
     if (!event.is_object()) return Corrupt("etcd watch: an event is not an object");
     WatchEvent parsed_event;
@@ -412,8 +412,8 @@ Result<WatchMessage> ParseWatchMessage(std::string_view line) {
         return Corrupt("etcd watch: unknown event type " + name.substr(0, 32));
       }
     }
-    ASSIGN_OR_RETURN(const json* kv, Object(event, "kv"));
-    ASSIGN_OR_RETURN(parsed_event.kv, ParseKeyValue(*kv));
+    WC_ASSIGN_OR_RETURN(const json* kv, Object(event, "kv"));
+    WC_ASSIGN_OR_RETURN(parsed_event.kv, ParseKeyValue(*kv));
     out.events.push_back(std::move(parsed_event));
   }
   return out;

@@ -65,7 +65,7 @@ Result<LogStore::Loaded> EtcdLogStore::Load() {
   const std::string end = etcd::PrefixEnd(keys_.log_prefix());
   std::string from = keys_.log_prefix();
   while (true) {
-    ASSIGN_OR_RETURN(etcd::RangeResult batch, client_.Range(from, end, kLoadBatch));
+    WC_ASSIGN_OR_RETURN(etcd::RangeResult batch, client_.Range(from, end, kLoadBatch));
     for (etcd::KeyValue& kv : batch.kvs) {
       const uint64_t sequence = loaded.records.size() + 1;
       if (kv.key != keys_.log(sequence)) {
@@ -93,7 +93,7 @@ Status EtcdLogStore::FencedWrite(std::vector<etcd::Op> ops, std::string_view wha
   txn.compare.push_back(Fence(keys_, *term_));
   txn.success = std::move(ops);
   txn.failure.push_back(RangeOf(keys_.leader()));
-  ASSIGN_OR_RETURN(etcd::TxnResult result, client_.Commit(txn));
+  WC_ASSIGN_OR_RETURN(etcd::TxnResult result, client_.Commit(txn));
   if (result.succeeded) return Status::Ok();
   std::string holder = "nobody";
   if (!result.ranges.empty() && !result.ranges[0].kvs.empty()) {
@@ -113,7 +113,7 @@ Status EtcdLogStore::Append(uint64_t sequence, std::string_view record) {
   txn.success.push_back(etcd::PutOp(key, std::string(record)));
   txn.failure.push_back(RangeOf(keys_.leader()));
   txn.failure.push_back(RangeOf(key));
-  ASSIGN_OR_RETURN(etcd::TxnResult result, client_.Commit(txn));
+  WC_ASSIGN_OR_RETURN(etcd::TxnResult result, client_.Commit(txn));
   if (result.succeeded) return Status::Ok();
   if (result.ranges.size() != 2) return Corrupt("etcd txn: expected 2 answers on failure");
   const auto& leader = result.ranges[0].kvs;
@@ -139,11 +139,11 @@ Status EtcdLogStore::PutManifest(std::string_view channel, uint64_t version,
   const std::string prefix = keys_.manifest_prefix(channel, version);
   const std::string what = std::string(channel) + " v" + std::to_string(version) + "'s manifest";
   // An orphan from a publish that never got its record may have more parts: clear it first.
-  RETURN_IF_ERROR(FencedWrite({etcd::DeleteRangeOp(prefix, etcd::PrefixEnd(prefix))}, what));
+  WC_RETURN_IF_ERROR(FencedWrite({etcd::DeleteRangeOp(prefix, etcd::PrefixEnd(prefix))}, what));
   const std::string_view bytes(reinterpret_cast<const char*>(signed_manifest.data()),
                                signed_manifest.size());
   for (size_t at = 0, part = 0; at < bytes.size() || part == 0; at += kManifestPartBytes, ++part) {
-    RETURN_IF_ERROR(FencedWrite(
+    WC_RETURN_IF_ERROR(FencedWrite(
         {etcd::PutOp(prefix + Padded(part, 6), std::string(bytes.substr(at, kManifestPartBytes)))},
         what));
   }
@@ -153,8 +153,8 @@ Status EtcdLogStore::PutManifest(std::string_view channel, uint64_t version,
 Result<std::string> EtcdLogStore::GetManifest(std::string_view channel, uint64_t version) {
   const std::string prefix = keys_.manifest_prefix(channel, version);
   // A recorded version's manifest never changes: any member's copy will do, quorum or not.
-  ASSIGN_OR_RETURN(etcd::RangeResult range,
-                   client_.Range(prefix, etcd::PrefixEnd(prefix), 0, /*serializable=*/true));
+  WC_ASSIGN_OR_RETURN(etcd::RangeResult range,
+                      client_.Range(prefix, etcd::PrefixEnd(prefix), 0, /*serializable=*/true));
   if (range.kvs.empty()) {
     return NotFound(std::string(channel) + " v" + std::to_string(version) +
                     " has no manifest in etcd");

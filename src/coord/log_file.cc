@@ -43,7 +43,7 @@ Result<LogFile::Opened> LogFile::Open(const std::filesystem::path& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) {
     if (ec) return IoError("stat(" + path.string() + "): " + ec.message());
-    RETURN_IF_ERROR(WriteFileAtomic(path, kHeader));
+    WC_RETURN_IF_ERROR(WriteFileAtomic(path, kHeader));
   }
   auto read = ReadFileToString(path, 4ull << 30);
   if (!read.ok()) return read.status();

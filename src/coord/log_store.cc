@@ -16,8 +16,8 @@ Status CreateDirectoryDurably(const std::filesystem::path& dir) {
   if (std::filesystem::is_directory(dir, ec)) return Status::Ok();
   std::filesystem::create_directories(dir, ec);
   if (ec) return IoError("mkdir(" + dir.string() + "): " + ec.message());
-  RETURN_IF_ERROR(FsyncPath(dir));
-  RETURN_IF_ERROR(FsyncPath(dir.parent_path()));
+  WC_RETURN_IF_ERROR(FsyncPath(dir));
+  WC_RETURN_IF_ERROR(FsyncPath(dir.parent_path()));
   return FsyncPath(dir.parent_path().parent_path());
 }
 
@@ -40,7 +40,7 @@ std::filesystem::path FileLogStore::ManifestPath(std::string_view channel, uint6
 }
 
 Result<LogStore::Loaded> FileLogStore::Load() {
-  ASSIGN_OR_RETURN(LogFile::Opened opened, LogFile::Open(state_dir_ / "log"));
+  WC_ASSIGN_OR_RETURN(LogFile::Opened opened, LogFile::Open(state_dir_ / "log"));
   log_ = std::move(opened.file);
   appended_ = opened.records.size();
   return Loaded{.records = std::move(opened.records), .torn_bytes = opened.torn_bytes};
@@ -52,7 +52,7 @@ Status FileLogStore::Append(uint64_t sequence, std::string_view record) {
     return Internal("log store: record " + std::to_string(sequence) + " after " +
                     std::to_string(appended_));
   }
-  RETURN_IF_ERROR(log_->Append(record));
+  WC_RETURN_IF_ERROR(log_->Append(record));
   appended_ = sequence;
   return Status::Ok();
 }
@@ -60,7 +60,7 @@ Status FileLogStore::Append(uint64_t sequence, std::string_view record) {
 Status FileLogStore::PutManifest(std::string_view channel, uint64_t version,
                                  std::span<const uint8_t> signed_manifest) {
   const std::filesystem::path path = ManifestPath(channel, version);
-  RETURN_IF_ERROR(CreateDirectoryDurably(path.parent_path()));
+  WC_RETURN_IF_ERROR(CreateDirectoryDurably(path.parent_path()));
   return WriteFileAtomic(path,
                          std::string_view(reinterpret_cast<const char*>(signed_manifest.data()),
                                           signed_manifest.size()));

@@ -361,7 +361,7 @@ Result<Manifest> PartAssembly::Assemble(const Manifest* base, std::string* why_f
     for (const auto& [key, value] : part.metadata) {
       if (!AssemblyKey(key)) out.metadata.emplace(key, value);  // rank 0's wins for per-rank keys
     }
-    ASSIGN_OR_RETURN(std::vector<TensorSlice> own, SlicesOf(part, kPartSlicesKey));
+    WC_ASSIGN_OR_RETURN(std::vector<TensorSlice> own, SlicesOf(part, kPartSlicesKey));
     slices.insert(slices.end(), own.begin(), own.end());
     AppendField(table, std::to_string(rank), '\t');
     AppendField(table, std::to_string(layout.first_chunk), '\t');
@@ -376,7 +376,7 @@ Result<Manifest> PartAssembly::Assemble(const Manifest* base, std::string* why_f
   }
   out.metadata[std::string(kPartsKey)] = table;
   if (!slices.empty()) {
-    RETURN_IF_ERROR(CheckSlices(slices, out));
+    WC_RETURN_IF_ERROR(CheckSlices(slices, out));
     const std::string text = SlicesText(slices);
     // Split on line ends into values that fit.
     size_t at = 0;
@@ -395,7 +395,7 @@ Result<Manifest> PartAssembly::Assemble(const Manifest* base, std::string* why_f
   std::string why;
   std::vector<PartLayout> base_parts;
   if (base != nullptr) {
-    ASSIGN_OR_RETURN(base_parts, PartsOf(*base));
+    WC_ASSIGN_OR_RETURN(base_parts, PartsOf(*base));
   }
   DeltaInfo delta;
   for (const auto& [rank, part] : parts_) {

@@ -38,7 +38,7 @@ Result<std::shared_ptr<RolloutDecider>> RolloutDecider::Create(RolloutDeciderOpt
   rollout::TrackerOptions check{.policy = options.policy,
                                 .prepare_deadline = options.prepare_deadline,
                                 .recovery_grace = options.recovery_grace};
-  RETURN_IF_ERROR(rollout::RolloutTracker::Create(check).status());
+  WC_RETURN_IF_ERROR(rollout::RolloutTracker::Create(check).status());
   auto decider = std::shared_ptr<RolloutDecider>(new RolloutDecider(options));
   if (options.clock != nullptr) decider->start_ = options.clock->Now();
   return decider;

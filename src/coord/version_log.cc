@@ -40,7 +40,7 @@ const ChannelState* VersionLog::channel(std::string_view name) const {
 
 Result<std::unique_ptr<VersionLog>> VersionLog::Open(const std::filesystem::path& state_dir,
                                                      std::string secret) {
-  ASSIGN_OR_RETURN(std::unique_ptr<FileLogStore> store, FileLogStore::Open(state_dir));
+  WC_ASSIGN_OR_RETURN(std::unique_ptr<FileLogStore> store, FileLogStore::Open(state_dir));
   return Open(std::move(store), std::move(secret));
 }
 
@@ -48,14 +48,14 @@ Result<std::unique_ptr<VersionLog>> VersionLog::Open(std::unique_ptr<LogStore> s
                                                      std::string secret) {
   std::unique_ptr<VersionLog> log(new VersionLog(std::move(store), std::move(secret)));
   const std::string where = log->store_->Describe();
-  ASSIGN_OR_RETURN(LogStore::Loaded loaded, log->store_->Load());
+  WC_ASSIGN_OR_RETURN(LogStore::Loaded loaded, log->store_->Load());
   log->recovery_.torn_bytes = loaded.torn_bytes;
   for (const std::string& bytes : loaded.records) {
     state::LogRecord record;
     if (!record.ParseFromString(bytes)) {
       return Corrupt(where + ": record " + std::to_string(log->sequence_ + 1) + " does not parse");
     }
-    RETURN_IF_ERROR(log->Apply(record).WithContext(where));
+    WC_RETURN_IF_ERROR(log->Apply(record).WithContext(where));
     ++log->recovery_.records;
   }
   // Every logged version must still have its manifest, exactly as published.
@@ -190,7 +190,7 @@ const wire::ChannelWriter* VersionLog::writer(std::string_view channel) const {
 }
 
 Status VersionLog::RecordWriter(std::string_view channel, const wire::ChannelWriter& writer) {
-  RETURN_IF_ERROR(ValidateChannelName(channel).WithContext("writer"));
+  WC_RETURN_IF_ERROR(ValidateChannelName(channel).WithContext("writer"));
   const wire::ChannelWriter* current = this->writer(channel);
   if (writer.epoch() <= (current == nullptr ? 0 : current->epoch())) {
     return FailedPrecondition("writer epoch " + std::to_string(writer.epoch()) + " of " +
@@ -207,7 +207,7 @@ Status VersionLog::Append(state::LogRecord record) {
   record.set_sequence(sequence_ + 1);
   std::string bytes;
   if (!record.SerializeToString(&bytes)) return Internal("log record did not serialize");
-  RETURN_IF_ERROR(store_->Append(record.sequence(), bytes));
+  WC_RETURN_IF_ERROR(store_->Append(record.sequence(), bytes));
   // The record is on disk; applying it cannot fail for a record our own checks let through.
   Status applied = Apply(record);
   if (!applied.ok()) return Internal("applying a logged record: " + applied.ToString());
@@ -216,7 +216,7 @@ Status VersionLog::Append(state::LogRecord record) {
 
 Result<VerifiedPublish> VersionLog::VerifyPublish(std::span<const uint8_t> signed_manifest) const {
   VerifiedPublish out;
-  ASSIGN_OR_RETURN(out.manifest, VerifySignedManifest(signed_manifest, secret_));
+  WC_ASSIGN_OR_RETURN(out.manifest, VerifySignedManifest(signed_manifest, secret_));
   const Manifest& m = out.manifest;
   const uint64_t version = m.version.value();
   if (version == 0) return InvalidArgument("publish: version 0 is not a version");
@@ -287,11 +287,11 @@ Result<wire::VersionEntry> VersionLog::RecordPublish(const VerifiedPublish& publ
   entry.set_decision(decision);
   entry.set_abort_reason(std::string(abort_reason));
 
-  RETURN_IF_ERROR(store_->PutManifest(m.channel, m.version.value(), publish.signed_manifest));
+  WC_RETURN_IF_ERROR(store_->PutManifest(m.channel, m.version.value(), publish.signed_manifest));
   state::LogRecord record;
   record.set_channel(m.channel);
   *record.mutable_published() = entry;
-  RETURN_IF_ERROR(Append(std::move(record)));
+  WC_RETURN_IF_ERROR(Append(std::move(record)));
   channels_[m.channel].newest_manifest =
       std::make_shared<const std::vector<uint8_t>>(publish.signed_manifest);
   return entry;
@@ -350,13 +350,13 @@ Result<uint64_t> VersionLog::ResolveRollback(std::string_view channel, uint64_t 
 
 Result<uint64_t> VersionLog::RecordRollback(std::string_view channel, uint64_t version,
                                             uint64_t unix_ms) {
-  ASSIGN_OR_RETURN(version, ResolveRollback(channel, version));
+  WC_ASSIGN_OR_RETURN(version, ResolveRollback(channel, version));
   state::LogRecord record;
   record.set_channel(std::string(channel));
   record.mutable_rollback()->set_version(version);
   record.mutable_rollback()->set_abort_reason("rolled back to v" + std::to_string(version));
   record.mutable_rollback()->set_unix_ms(unix_ms);
-  RETURN_IF_ERROR(Append(std::move(record)));
+  WC_RETURN_IF_ERROR(Append(std::move(record)));
   return version;
 }
 
@@ -373,7 +373,7 @@ Result<std::shared_ptr<const std::vector<uint8_t>>> VersionLog::GetManifest(
   if (state->Find(version) == nullptr) {
     return NotFound(VersionName(channel, version) + " is not published");
   }
-  ASSIGN_OR_RETURN(std::string bytes, store_->GetManifest(channel, version));
+  WC_ASSIGN_OR_RETURN(std::string bytes, store_->GetManifest(channel, version));
   return std::make_shared<const std::vector<uint8_t>>(bytes.begin(), bytes.end());
 }
 

@@ -56,7 +56,7 @@ Result<CheckpointFile> DescribeFile(const fs::path& full_path, std::string relat
   file.relative_path = std::move(relative_path);
   file.is_safetensors = EndsWith(file.relative_path, kSafetensorsSuffix);
   if (file.is_safetensors) {
-    ASSIGN_OR_RETURN(file.header, ReadSafetensorsHeader(full_path));
+    WC_ASSIGN_OR_RETURN(file.header, ReadSafetensorsHeader(full_path));
     // The header was validated against the file size it saw, so the size follows from it.
     file.size = file.header.data_offset() +
                 (file.header.tensors.empty() ? 0 : file.header.tensors.back().end);
@@ -123,7 +123,7 @@ Status ApplyIndex(const fs::path& root, const CheckpointFile& index_file,
                   std::map<std::string, std::string>& weight_map) {
   const fs::path full = root / index_file.relative_path;
   const std::string label = full.string();
-  ASSIGN_OR_RETURN(std::string text, ReadFileToString(full, kMaxSafetensorsHeaderBytes));
+  WC_ASSIGN_OR_RETURN(std::string text, ReadFileToString(full, kMaxSafetensorsHeaderBytes));
   if (auto bad = format_internal::FirstInvalidUtf8(text)) {
     return Corrupt(label + ": not valid UTF-8 (ill-formed byte at offset " + std::to_string(*bad) +
                    ")");
@@ -195,7 +195,8 @@ Result<Checkpoint> OpenFiles(fs::path root, std::vector<CheckpointFile> files) {
   std::map<std::string, std::string> index_for_dir;  // dir -> one index there, for messages
   for (const CheckpointFile& file : checkpoint.files) {
     if (!EndsWith(file.relative_path, kIndexSuffix)) continue;
-    RETURN_IF_ERROR(ApplyIndex(checkpoint.root, file, files_by_path, where, checkpoint.weight_map));
+    WC_RETURN_IF_ERROR(
+        ApplyIndex(checkpoint.root, file, files_by_path, where, checkpoint.weight_map));
     index_for_dir.emplace(ParentDir(file.relative_path), file.relative_path);
   }
   // Where a directory has an index, every tensor of its shards must be listed: a shard the index
@@ -235,7 +236,7 @@ Result<Checkpoint> OpenCheckpoint(const fs::path& path) {
                              ": not a directory or a .safetensors file; pass the checkpoint "
                              "directory to include other files");
     }
-    ASSIGN_OR_RETURN(CheckpointFile file, DescribeFile(path, name));
+    WC_ASSIGN_OR_RETURN(CheckpointFile file, DescribeFile(path, name));
     fs::path root = path.parent_path();
     if (root.empty()) root = ".";
     std::vector<CheckpointFile> files;
@@ -246,12 +247,12 @@ Result<Checkpoint> OpenCheckpoint(const fs::path& path) {
     return InvalidArgument(path.string() + ": not a directory or a .safetensors file");
   }
 
-  ASSIGN_OR_RETURN(auto listed, ListFiles(path));
+  WC_ASSIGN_OR_RETURN(auto listed, ListFiles(path));
   if (listed.empty()) return InvalidArgument(path.string() + ": the directory holds no files");
   std::vector<CheckpointFile> files;
   files.reserve(listed.size());
   for (auto& [full, relative] : listed) {
-    ASSIGN_OR_RETURN(CheckpointFile file, DescribeFile(full, std::move(relative)));
+    WC_ASSIGN_OR_RETURN(CheckpointFile file, DescribeFile(full, std::move(relative)));
     files.push_back(std::move(file));
   }
   return OpenFiles(path, std::move(files));

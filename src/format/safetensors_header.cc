@@ -216,13 +216,13 @@ Result<SafetensorsHeader> ParseChecked(std::span<const uint8_t> file_prefix, uin
   header.tensors.reserve(root->size());
   for (const auto& [key, value] : root->items()) {
     if (key == kMetadataKey) {
-      RETURN_IF_ERROR(ReadMetadata(value, header.metadata));
+      WC_RETURN_IF_ERROR(ReadMetadata(value, header.metadata));
       continue;
     }
-    ASSIGN_OR_RETURN(TensorInfo info, ReadTensorEntry(key, value));
+    WC_ASSIGN_OR_RETURN(TensorInfo info, ReadTensorEntry(key, value));
     header.tensors.push_back(std::move(info));
   }
-  RETURN_IF_ERROR(CheckLayout(header.tensors, file_size - 8 - n));
+  WC_RETURN_IF_ERROR(CheckLayout(header.tensors, file_size - 8 - n));
   return header;
 }
 
@@ -251,12 +251,12 @@ Result<SafetensorsHeader> ReadSafetensorsHeader(const std::filesystem::path& pat
   // Read the length first, then exactly the header; the parser reports any bad length, so a
   // length that is too large is never allocated.
   std::vector<uint8_t> prefix(static_cast<size_t>(std::min<uint64_t>(file_size, 8)));
-  RETURN_IF_ERROR(ReadExactAt(fd, 0, prefix, name));
+  WC_RETURN_IF_ERROR(ReadExactAt(fd, 0, prefix, name));
   if (prefix.size() == 8) {
     const uint64_t n = LoadLittleEndian64(prefix.data());
     if (n <= kMaxSafetensorsHeaderBytes && n <= file_size - 8) {
       prefix.resize(static_cast<size_t>(8 + n));
-      RETURN_IF_ERROR(ReadExactAt(fd, 8, std::span<uint8_t>(prefix).subspan(8), name));
+      WC_RETURN_IF_ERROR(ReadExactAt(fd, 8, std::span<uint8_t>(prefix).subspan(8), name));
     }
   }
   return ParseSafetensorsHeader(prefix, file_size, name);

@@ -58,7 +58,7 @@ class FileSafetensorsWriter final : public SafetensorsWriter {
     }
     appended_ += bytes.size();
     if (bytes.size() >= kWriteBufferBytes / 4) {
-      RETURN_IF_ERROR(Flush());
+      WC_RETURN_IF_ERROR(Flush());
       Status st = WriteAll(fd_, bytes, tmp_path_.string());
       if (!st.ok()) return Fail(st);
       return Status::Ok();
@@ -67,7 +67,7 @@ class FileSafetensorsWriter final : public SafetensorsWriter {
       buffer_.insert(buffer_.end(), bytes.begin(), bytes.end());
       return Status::Ok();
     }
-    RETURN_IF_ERROR(Flush());
+    WC_RETURN_IF_ERROR(Flush());
     buffer_.assign(bytes.begin(), bytes.end());
     return Status::Ok();
   }
@@ -80,7 +80,7 @@ class FileSafetensorsWriter final : public SafetensorsWriter {
                                      std::to_string(appended_) + " of " +
                                      std::to_string(data_bytes_) + " declared data bytes"));
     }
-    RETURN_IF_ERROR(Flush());
+    WC_RETURN_IF_ERROR(Flush());
     if (::fsync(fd_) != 0) return Fail(ErrnoStatus("fsync(" + tmp_path_.string() + ")", errno));
     int fd = std::exchange(fd_, -1);
     if (::close(fd) != 0) return Fail(ErrnoStatus("close(" + tmp_path_.string() + ")", errno));
@@ -179,7 +179,7 @@ Result<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::Create(
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus("open(" + tmp.string() + ")", errno);
   auto writer = std::make_unique<FileSafetensorsWriter>(path, tmp, fd, header->data_bytes);
-  RETURN_IF_ERROR(writer->WriteHeader(header->bytes));
+  WC_RETURN_IF_ERROR(writer->WriteHeader(header->bytes));
   return std::unique_ptr<SafetensorsWriter>(std::move(writer));
 }
 

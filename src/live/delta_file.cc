@@ -145,8 +145,9 @@ Result<DeltaFile> DeltaFile::OpenAt(const fs::path& path, const Manifest& manife
   std::error_code ec;
   if (!fs::exists(path, ec)) return NotFound("no delta file " + path.string());
   DeltaFile out;
-  ASSIGN_OR_RETURN(out.file_, MappedFile::Open(path));
-  ASSIGN_OR_RETURN(out.offsets_, CheckDeltaFileBytes(out.file_.bytes(), manifest, path.string()));
+  WC_ASSIGN_OR_RETURN(out.file_, MappedFile::Open(path));
+  WC_ASSIGN_OR_RETURN(out.offsets_,
+                      CheckDeltaFileBytes(out.file_.bytes(), manifest, path.string()));
   return out;
 }
 

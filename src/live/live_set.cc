@@ -165,7 +165,7 @@ Result<std::unique_ptr<LiveSet>> LiveSet::Create(std::vector<LiveTensor> tensors
   for (const LiveTensor& t : tensors) {
     if (t.name.empty()) return InvalidArgument("a live tensor has an empty name");
     if (!names.insert(t.name).second) return InvalidArgument("live tensor '" + t.name + "' twice");
-    ASSIGN_OR_RETURN(const uint64_t size, TensorByteSize(t.dtype, t.shape));
+    WC_ASSIGN_OR_RETURN(const uint64_t size, TensorByteSize(t.dtype, t.shape));
     if (size != t.bytes.size()) {
       return InvalidArgument("live tensor '" + t.name + "' (" + Describe(t.dtype, t.shape) +
                              ") needs " + std::to_string(size) + " bytes, it has " +
@@ -300,7 +300,7 @@ Result<ApplyReport> LiveSet::Apply(const VersionView& target, const ApplyOptions
           if (!check) {
             left_unverified.insert(i);
           } else if (memory_->Hash(chunk, check_algorithm) != want) {
-            RETURN_IF_ERROR(copy_whole(index));
+            WC_RETURN_IF_ERROR(copy_whole(index));
             ++report.chunks_repaired;
           }
         }
@@ -338,7 +338,7 @@ Result<ApplyReport> LiveSet::Apply(const VersionView& target, const ApplyOptions
             (s.ok() ? std::string("patched result does not match the manifest") : s.message()) +
             "; copied whole";
       }
-      RETURN_IF_ERROR(copy_whole(index));
+      WC_RETURN_IF_ERROR(copy_whole(index));
       ++report.chunks_repaired;
       continue;
     }

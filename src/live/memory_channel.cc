@@ -47,7 +47,7 @@ Result<Version> ReadCurrent(const fs::path& channel_dir) {
   std::error_code ec;
   if (!fs::exists(path, ec))
     return NotFound("no version in memory channel " + channel_dir.string());
-  ASSIGN_OR_RETURN(std::string text, ReadFileToString(path, 64));
+  WC_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path, 64));
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
   const std::optional<Version> v = store::ParseVersionName(text);
   if (!v.has_value()) return Corrupt(path.string() + ": not a version number: '" + text + "'");
@@ -91,7 +91,7 @@ Result<std::unique_ptr<OpenedVersion>> OpenMemoryVersion(const fs::path& channel
     return NotFound("v" + std::to_string(v.value()) + " of memory channel " + std::string(channel) +
                     " is gone (the publisher moved two versions on): apply the current one");
   }
-  ASSIGN_OR_RETURN(Manifest m, ReadManifestFile(path));
+  WC_ASSIGN_OR_RETURN(Manifest m, ReadManifestFile(path));
   if (m.channel != channel || m.version != v || m.files.size() != 1 ||
       m.files[0].path != kFileName || !m.metadata.contains(std::string(kSlotKey))) {
     return Corrupt(path.string() + ": not a manifest of this memory channel");
@@ -146,7 +146,7 @@ MemoryChannelWriter::~MemoryChannelWriter() {
 
 Result<std::unique_ptr<MemoryChannelWriter>> MemoryChannelWriter::Open(
     const fs::path& dir, std::string channel, const MemoryChannelOptions& options) {
-  RETURN_IF_ERROR(ValidateChannelName(channel));
+  WC_RETURN_IF_ERROR(ValidateChannelName(channel));
   if (options.chunk_size < kMinChunkSize || options.chunk_size > kMaxChunkSize) {
     return InvalidArgument("chunk size " + std::to_string(options.chunk_size) + " is outside [" +
                            std::to_string(kMinChunkSize) + ", " + std::to_string(kMaxChunkSize) +
@@ -222,7 +222,7 @@ Status MemoryChannelWriter::Snapshot(std::vector<SnapshotTensor> tensors,
   std::unique_lock lock(mu_);
   cv_.wait(lock, [&] { return !snapshot_pending_; });
   for (const SnapshotTensor& t : tensors) {
-    ASSIGN_OR_RETURN(const uint64_t size, TensorByteSize(t.dtype, t.shape));
+    WC_ASSIGN_OR_RETURN(const uint64_t size, TensorByteSize(t.dtype, t.shape));
     if (size != t.bytes.size()) {
       return InvalidArgument("tensor " + t.name + ": " + std::to_string(t.bytes.size()) +
                              " bytes, its dtype and shape need " + std::to_string(size));
@@ -239,9 +239,9 @@ Status MemoryChannelWriter::Snapshot(std::vector<SnapshotTensor> tensors,
   std::vector<TensorSpec> specs;
   specs.reserve(tensors.size());
   for (const SnapshotTensor& t : tensors) specs.push_back({t.name, t.dtype, t.shape});
-  ASSIGN_OR_RETURN(const EncodedHeader header, EncodeSafetensorsHeader(specs, {}));
+  WC_ASSIGN_OR_RETURN(const EncodedHeader header, EncodeSafetensorsHeader(specs, {}));
   const int slot = current_slot_ < 0 ? 0 : 1 - current_slot_;
-  RETURN_IF_ERROR(MapSlot(slot, header.bytes.size() + header.data_bytes));
+  WC_RETURN_IF_ERROR(MapSlot(slot, header.bytes.size() + header.data_bytes));
   uint8_t* out = slots_[slot]->data;
   std::memcpy(out, header.bytes.data(), header.bytes.size());
   out += header.bytes.size();
@@ -272,12 +272,12 @@ Result<MemoryPublished> MemoryChannelWriter::Finish() {
   auto start = std::chrono::steady_clock::now();
   const int slot = building_;
   const Slot& target = *slots_[slot];
-  ASSIGN_OR_RETURN(const Checkpoint checkpoint, OpenCheckpoint(SlotDir(dir_, slot)));
+  WC_ASSIGN_OR_RETURN(const Checkpoint checkpoint, OpenCheckpoint(SlotDir(dir_, slot)));
   BuildOptions build;
   build.chunk_size = options_.chunk_size;
   build.algorithm = options_.algorithm;
   build.threads = options_.threads;
-  ASSIGN_OR_RETURN(Manifest manifest, BuildManifestLayout(checkpoint, channel_, next_, build));
+  WC_ASSIGN_OR_RETURN(Manifest manifest, BuildManifestLayout(checkpoint, channel_, next_, build));
   manifest.metadata = metadata_;
   manifest.metadata[std::string(kSlotKey)] = std::to_string(slot);
   const codec::SnapshotReader target_bytes =
@@ -297,7 +297,7 @@ Result<MemoryPublished> MemoryChannelWriter::Finish() {
       out.payload_bytes += p.size();
       return Status::Ok();
     };
-    ASSIGN_OR_RETURN(
+    WC_ASSIGN_OR_RETURN(
         delta, codec::EncodeVersionHashing(*current_, base_bytes, manifest, target_bytes, sink,
                                            &hashes, codec_options));
   } else {
@@ -311,21 +311,21 @@ Result<MemoryPublished> MemoryChannelWriter::Finish() {
     });
     out.payload_bytes = manifest.total_size();
   }
-  RETURN_IF_ERROR(FinishManifest(manifest, std::move(hashes)));
+  WC_RETURN_IF_ERROR(FinishManifest(manifest, std::move(hashes)));
   manifest.delta = std::move(delta);
   out.encode_seconds = Since(start);
 
   start = std::chrono::steady_clock::now();
   if (manifest.delta.has_value()) {
-    RETURN_IF_ERROR(WriteDeltaFileAt(
+    WC_RETURN_IF_ERROR(WriteDeltaFileAt(
         DeltaPath(dir_, manifest.version), manifest, [&](ChunkIndex i) -> std::span<const uint8_t> {
           auto it = payloads.find(i.value());
           return it == payloads.end() ? std::span<const uint8_t>()
                                       : std::span<const uint8_t>(it->second);
         }));
   }
-  RETURN_IF_ERROR(WriteManifestFile(ManifestPath(dir_, manifest.version), manifest));
-  RETURN_IF_ERROR(
+  WC_RETURN_IF_ERROR(WriteManifestFile(ManifestPath(dir_, manifest.version), manifest));
+  WC_RETURN_IF_ERROR(
       WriteFileAtomic(dir_ / "current", std::to_string(manifest.version.value()) + "\n"));
   // The version before the previous one lived in the slot just rewritten: its files go.
   std::error_code ec;

@@ -22,7 +22,7 @@ Result<std::unique_ptr<OpenedVersion>> OpenedVersion::Open(const std::filesystem
                                                            Version version) {
   StoreOptions options;
   options.read_only = true;
-  ASSIGN_OR_RETURN(Store store, Store::Open(store_root, options));
+  WC_ASSIGN_OR_RETURN(Store store, Store::Open(store_root, options));
   // The store's mapped view: the one read path for a version's bytes (store/mapped_version.h).
   Result<std::shared_ptr<const MappedVersion>> mapped = store.OpenView(channel, version);
   if (!mapped.ok()) {
@@ -51,7 +51,7 @@ VersionView OpenedVersion::view() const {
 }
 
 Result<ApplyReport> ApplyChain(Version version, LiveSet& live, const OpenVersionFn& open) {
-  ASSIGN_OR_RETURN(std::unique_ptr<OpenedVersion> target, open(version));
+  WC_ASSIGN_OR_RETURN(std::unique_ptr<OpenedVersion> target, open(version));
   // A chain: every version after the held one up to the target, each a delta onto the one
   // before it, with its delta file.
   std::vector<std::unique_ptr<OpenedVersion>> steps;
@@ -86,7 +86,7 @@ Result<ApplyReport> ApplyChain(Version version, LiveSet& live, const OpenVersion
     if (!r.ok()) break;  // the final Apply below copies whatever the chain left unknown
     add(*r);
   }
-  ASSIGN_OR_RETURN(const ApplyReport last, live.Apply(target->view()));
+  WC_ASSIGN_OR_RETURN(const ApplyReport last, live.Apply(target->view()));
   add(last);
   return total;
 }

@@ -97,8 +97,8 @@ class RunWindows {
       const ManifestFile& f = files_[i];
       window_.reset();
       const uint64_t end = std::max(pos + take, std::min(run_end_, f.offset + f.size));
-      ASSIGN_OR_RETURN(FileWindow w,
-                       FileWindow::Open(root_ / f.path, f.size, pos - f.offset, end - pos));
+      WC_ASSIGN_OR_RETURN(FileWindow w,
+                          FileWindow::Open(root_ / f.path, f.size, pos - f.offset, end - pos));
       window_.emplace(std::move(w));
       file_ = i;
       begin_ = pos;
@@ -135,7 +135,7 @@ Result<Digest> HashOneChunk(const std::vector<ManifestFile>& files, uint64_t tot
     const ManifestFile& f = files[i];
     if (f.offset + f.size <= pos) continue;  // empty file, or one that ended exactly at pos
     const uint64_t take = std::min(end, f.offset + f.size) - pos;
-    ASSIGN_OR_RETURN(std::span<const uint8_t> bytes, windows.Bytes(i, pos, take));
+    WC_ASSIGN_OR_RETURN(std::span<const uint8_t> bytes, windows.Bytes(i, pos, take));
     UpdateStreaming(hasher, algorithm, bytes, fast ? &*fast : nullptr);
     pos += take;
   }
@@ -194,7 +194,7 @@ Result<std::vector<Digest>> HashChunks(const std::filesystem::path& root,
                                        const std::vector<ManifestFile>& files, uint64_t chunk_size,
                                        HashAlgorithm algorithm, size_t threads,
                                        std::vector<Digest>* fast_hashes) {
-  RETURN_IF_ERROR(CheckLayout(files, chunk_size));
+  WC_RETURN_IF_ERROR(CheckLayout(files, chunk_size));
   const uint64_t total = files.empty() ? 0 : files.back().offset + files.back().size;
   const size_t count = static_cast<size_t>(total / chunk_size + (total % chunk_size != 0 ? 1 : 0));
   std::vector<Digest> out(count);
@@ -233,7 +233,7 @@ Result<std::vector<Digest>> HashChunks(const std::filesystem::path& root,
 
 Result<Manifest> BuildManifestLayout(const Checkpoint& checkpoint, std::string channel,
                                      Version version, const BuildOptions& options) {
-  RETURN_IF_ERROR(ValidateChannelName(channel));
+  WC_RETURN_IF_ERROR(ValidateChannelName(channel));
   if (version.value() == 0) return InvalidArgument("version must be 1 or more");
   if (options.algorithm != HashAlgorithm::kSha256 &&
       options.algorithm != HashAlgorithm::kXxh3_128) {
@@ -285,7 +285,7 @@ Result<Manifest> BuildManifestLayout(const Checkpoint& checkpoint, std::string c
       m.tensors.begin(), m.tensors.end(),
       [](const ManifestTensor& a, const ManifestTensor& b) { return a.offset < b.offset; });
 
-  RETURN_IF_ERROR(CheckLayout(m.files, m.chunk_size));
+  WC_RETURN_IF_ERROR(CheckLayout(m.files, m.chunk_size));
   // Placeholders, so that chunk_count() and ChunkRange work before the hashes are known.
   const uint64_t total = offset;
   m.chunk_hashes.assign(total / m.chunk_size + (total % m.chunk_size != 0 ? 1 : 0), Digest{});
@@ -315,12 +315,12 @@ Status FinishManifest(Manifest& manifest, std::vector<Digest> chunk_hashes,
 
 Result<Manifest> BuildManifest(const Checkpoint& checkpoint, std::string channel, Version version,
                                const BuildOptions& options) {
-  ASSIGN_OR_RETURN(Manifest m,
-                   BuildManifestLayout(checkpoint, std::move(channel), version, options));
+  WC_ASSIGN_OR_RETURN(Manifest m,
+                      BuildManifestLayout(checkpoint, std::move(channel), version, options));
   std::vector<Digest> fast;
-  ASSIGN_OR_RETURN(std::vector<Digest> hashes,
-                   HashChunks(checkpoint.root, m.files, m.chunk_size, m.hash_algorithm,
-                              options.threads, WantsFastHashes(options) ? &fast : nullptr));
+  WC_ASSIGN_OR_RETURN(std::vector<Digest> hashes,
+                      HashChunks(checkpoint.root, m.files, m.chunk_size, m.hash_algorithm,
+                                 options.threads, WantsFastHashes(options) ? &fast : nullptr));
   if (Status s = FinishManifest(m, std::move(hashes), std::move(fast)); !s.ok()) {
     return InvalidArgument(checkpoint.root.string() + ": " + s.message());
   }

@@ -130,7 +130,7 @@ Status PrescanCounts(std::span<const uint8_t> bytes) {
     if (!WireFormatLite::SkipField(&in, tag)) break;  // the full parse reports it
   }
   for (const Limit& limit : kTopLevel) {
-    RETURN_IF_ERROR(CheckCount(counts[limit.field], limit.max, limit.what));
+    WC_RETURN_IF_ERROR(CheckCount(counts[limit.field], limit.max, limit.what));
   }
   return CheckCount(delta_chunks, kMaxManifestChunks, "delta chunks");
 }
@@ -143,14 +143,14 @@ Result<Manifest> FromProto(const pb::Manifest& p) {
     return Corrupt(FutureVersionMessage(p.format_version()));
   }
   // Bound every count before reserving or copying anything.
-  RETURN_IF_ERROR(CheckCount(static_cast<size_t>(p.files_size()), kMaxManifestFiles, "files"));
-  RETURN_IF_ERROR(
+  WC_RETURN_IF_ERROR(CheckCount(static_cast<size_t>(p.files_size()), kMaxManifestFiles, "files"));
+  WC_RETURN_IF_ERROR(
       CheckCount(static_cast<size_t>(p.tensors_size()), kMaxManifestTensors, "tensors"));
-  RETURN_IF_ERROR(
+  WC_RETURN_IF_ERROR(
       CheckCount(static_cast<size_t>(p.chunk_hashes_size()), kMaxManifestChunks, "chunks"));
-  RETURN_IF_ERROR(
+  WC_RETURN_IF_ERROR(
       CheckCount(static_cast<size_t>(p.fast_hashes_size()), kMaxManifestChunks, "fast hashes"));
-  RETURN_IF_ERROR(CheckCount(p.metadata().size(), kMaxMetadataEntries, "metadata entries"));
+  WC_RETURN_IF_ERROR(CheckCount(p.metadata().size(), kMaxMetadataEntries, "metadata entries"));
   if (p.channel().size() > kMaxChannelBytes) {
     return Corrupt("channel name is " + std::to_string(p.channel().size()) +
                    " bytes, over the limit of " + std::to_string(kMaxChannelBytes));
@@ -160,8 +160,8 @@ Result<Manifest> FromProto(const pb::Manifest& p) {
   m.format_version = p.format_version();
   m.channel = p.channel();
   m.version = Version(p.version());
-  ASSIGN_OR_RETURN(m.hash_algorithm,
-                   FromProtoAlgorithm(p.hash_algorithm(), "chunk hash algorithm"));
+  WC_ASSIGN_OR_RETURN(m.hash_algorithm,
+                      FromProtoAlgorithm(p.hash_algorithm(), "chunk hash algorithm"));
   m.chunk_size = p.chunk_size();
 
   m.files.reserve(static_cast<size_t>(p.files_size()));
@@ -202,14 +202,15 @@ Result<Manifest> FromProto(const pb::Manifest& p) {
 
   m.chunk_hashes.reserve(static_cast<size_t>(p.chunk_hashes_size()));
   for (const std::string& h : p.chunk_hashes()) {
-    ASSIGN_OR_RETURN(Digest d, ToDigest(h, "chunk hash " + std::to_string(m.chunk_hashes.size())));
+    WC_ASSIGN_OR_RETURN(Digest d,
+                        ToDigest(h, "chunk hash " + std::to_string(m.chunk_hashes.size())));
     m.chunk_hashes.push_back(d);
   }
 
   m.fast_hashes.reserve(static_cast<size_t>(p.fast_hashes_size()));
   for (const std::string& h : p.fast_hashes()) {
-    ASSIGN_OR_RETURN(Digest d,
-                     ToFastDigest(h, "fast hash " + std::to_string(m.fast_hashes.size())));
+    WC_ASSIGN_OR_RETURN(Digest d,
+                        ToFastDigest(h, "fast hash " + std::to_string(m.fast_hashes.size())));
     m.fast_hashes.push_back(d);
   }
 
@@ -217,17 +218,17 @@ Result<Manifest> FromProto(const pb::Manifest& p) {
 
   if (p.has_delta()) {
     const pb::Delta& pd = p.delta();
-    RETURN_IF_ERROR(
+    WC_RETURN_IF_ERROR(
         CheckCount(static_cast<size_t>(pd.chunks_size()), kMaxManifestChunks, "delta chunks"));
     DeltaInfo d;
     d.base_version = Version(pd.base_version());
-    ASSIGN_OR_RETURN(d.base_root, ToDigest(pd.base_root(), "delta base root"));
+    WC_ASSIGN_OR_RETURN(d.base_root, ToDigest(pd.base_root(), "delta base root"));
     // Absent in manifests written before payload hashes were always SHA-256: the chunk algorithm.
     if (pd.payload_hash_algorithm() == pb::HASH_ALGORITHM_UNSPECIFIED) {
       d.payload_hash_algorithm = m.hash_algorithm;
     } else {
-      ASSIGN_OR_RETURN(d.payload_hash_algorithm,
-                       FromProtoAlgorithm(pd.payload_hash_algorithm(), "payload hash algorithm"));
+      WC_ASSIGN_OR_RETURN(d.payload_hash_algorithm, FromProtoAlgorithm(pd.payload_hash_algorithm(),
+                                                                       "payload hash algorithm"));
     }
     d.chunks.reserve(static_cast<size_t>(pd.chunks_size()));
     for (const pb::DeltaChunk& c : pd.chunks()) {
@@ -239,14 +240,14 @@ Result<Manifest> FromProto(const pb::Manifest& p) {
       DeltaChunk out;
       out.encoding = static_cast<ChunkEncoding>(c.encoding());
       out.payload_size = c.payload_size();
-      ASSIGN_OR_RETURN(out.payload_hash,
-                       ToDigest(c.payload_hash(), "delta chunk " + index + " payload hash"));
+      WC_ASSIGN_OR_RETURN(out.payload_hash,
+                          ToDigest(c.payload_hash(), "delta chunk " + index + " payload hash"));
       d.chunks.push_back(out);
     }
     m.delta = std::move(d);
   }
 
-  ASSIGN_OR_RETURN(m.root, ToDigest(p.root(), "root hash"));
+  WC_ASSIGN_OR_RETURN(m.root, ToDigest(p.root(), "root hash"));
   return m;
 }
 
@@ -322,7 +323,7 @@ Result<Manifest> ParseManifest(std::span<const uint8_t> bytes) {
     // Bad input is reported through our Status; keep protobuf's own log lines (invalid UTF-8 in a
     // string field, ...) off the user's terminal while parsing.
     google::protobuf::LogSilencer silence_protobuf_logs;
-    RETURN_IF_ERROR(PrescanCounts(bytes));
+    WC_RETURN_IF_ERROR(PrescanCounts(bytes));
     pb::Manifest p;
     if (!p.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
       std::optional<uint64_t> version = PeekFormatVersion(bytes);
@@ -332,8 +333,8 @@ Result<Manifest> ParseManifest(std::span<const uint8_t> bytes) {
       return Corrupt("manifest is not a valid protobuf weightcast.manifest.Manifest (" +
                      std::to_string(bytes.size()) + " bytes)");
     }
-    ASSIGN_OR_RETURN(Manifest m, FromProto(p));
-    RETURN_IF_ERROR(ValidateManifest(m));
+    WC_ASSIGN_OR_RETURN(Manifest m, FromProto(p));
+    WC_RETURN_IF_ERROR(ValidateManifest(m));
     return m;
   } catch (const std::exception& e) {
     return Corrupt(std::string("manifest could not be decoded: ") + e.what());
@@ -349,7 +350,7 @@ Status WriteManifestFile(const std::filesystem::path& path, const Manifest& mani
 }
 
 Result<Manifest> ReadManifestFile(const std::filesystem::path& path) {
-  ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(path, kMaxManifestBytes));
+  WC_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(path, kMaxManifestBytes));
   Result<Manifest> m = ParseManifest(AsBytes(bytes));
   if (!m.ok()) return m.status().WithContext(path.string());
   return m;

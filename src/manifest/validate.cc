@@ -47,7 +47,7 @@ Status CheckFiles(const Manifest& m) {
   uint64_t expected_offset = 0;
   for (size_t i = 0; i < m.files.size(); ++i) {
     const ManifestFile& f = m.files[i];
-    RETURN_IF_ERROR(CheckPath(i, f));
+    WC_RETURN_IF_ERROR(CheckPath(i, f));
     if (i > 0 && !(m.files[i - 1].path < f.path)) {
       return Corrupt(FileLabel(i, f) + " is not after " + FileLabel(i - 1, m.files[i - 1]) +
                      " (files must be sorted by path, without duplicates)");
@@ -263,12 +263,12 @@ Status ValidateManifest(const Manifest& m) {
   }
   if (Status s = ValidateChannelName(m.channel); !s.ok()) return Corrupt(s.message());
   if (m.version.value() == 0) return Corrupt("manifest version is 0 (versions start at 1)");
-  RETURN_IF_ERROR(CheckFiles(m));
-  RETURN_IF_ERROR(CheckChunks(m));
-  RETURN_IF_ERROR(CheckFastHashes(m));
-  RETURN_IF_ERROR(CheckTensors(m));
-  RETURN_IF_ERROR(CheckMetadata(m));
-  RETURN_IF_ERROR(CheckDelta(m));
+  WC_RETURN_IF_ERROR(CheckFiles(m));
+  WC_RETURN_IF_ERROR(CheckChunks(m));
+  WC_RETURN_IF_ERROR(CheckFastHashes(m));
+  WC_RETURN_IF_ERROR(CheckTensors(m));
+  WC_RETURN_IF_ERROR(CheckMetadata(m));
+  WC_RETURN_IF_ERROR(CheckDelta(m));
   const Digest root = ComputeRoot(m);
   if (root != m.root) {
     return Corrupt("root hash mismatch: the manifest says " + ToHex(m.root) +

@@ -79,7 +79,7 @@ MetricsServer::~MetricsServer() { Stop(); }
 Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(Registry& registry,
                                                             std::string_view address,
                                                             std::vector<HttpRoute> routes) {
-  ASSIGN_OR_RETURN(HostPort where, ParseHostPort(address));
+  WC_ASSIGN_OR_RETURN(HostPort where, ParseHostPort(address));
   auto impl = std::make_unique<Impl>();
   httplib::Server& server = impl->server;
   // A scrape every few seconds needs no more than two threads (httplib's default is one per

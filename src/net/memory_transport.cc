@@ -136,7 +136,7 @@ class MemoryConnection : public Connection {
   const PeerInfo& peer() const override { return e_->peer; }
 
   Status Send(OutFrame frame, Duration timeout) override {
-    RETURN_IF_ERROR(CheckSendable(frame));
+    WC_RETURN_IF_ERROR(CheckSendable(frame));
     std::unique_lock lock(state_->mu);
     auto room = [&] {
       auto to = e_->other.lock();
@@ -259,7 +259,7 @@ class MemoryTransport : public Transport {
 // Decodes an OutFrame with the receiver's limits, as the wire would.
 Result<Frame> RoundTrip(const OutFrame& out, uint32_t max_frame_bytes) {
   FrameDecoder decoder(max_frame_bytes);
-  RETURN_IF_ERROR(decoder.Feed(WireBytes(out)));
+  WC_RETURN_IF_ERROR(decoder.Feed(WireBytes(out)));
   std::deque<Frame> frames = decoder.TakeFrames();
   if (frames.size() != 1) return Internal("round trip produced no frame");
   return std::move(frames.front());
@@ -284,8 +284,8 @@ Result<std::unique_ptr<Connection>> MemoryTransport::Connect(std::string_view ad
   Status initiator_status, acceptor_status;
   auto step = [](Handshake& hs, const OutFrame& out, const Options& receiver,
                  std::deque<OutFrame>& replies) -> Status {
-    ASSIGN_OR_RETURN(Frame frame, RoundTrip(out, receiver.max_frame_bytes));
-    ASSIGN_OR_RETURN(std::optional<OutFrame> reply, hs.OnFrame(frame));
+    WC_ASSIGN_OR_RETURN(Frame frame, RoundTrip(out, receiver.max_frame_bytes));
+    WC_ASSIGN_OR_RETURN(std::optional<OutFrame> reply, hs.OnFrame(frame));
     if (reply) replies.push_back(std::move(*reply));
     return Status::Ok();
   };

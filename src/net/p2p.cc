@@ -61,7 +61,7 @@ Result<P2pStats> P2pSend(Transport& transport, std::string_view address,
   std::shared_ptr<const void> owner;
   std::span<const uint8_t> source;
   if (!options.file.empty()) {
-    ASSIGN_OR_RETURN(MappedFile mapped, MappedFile::Open(options.file));
+    WC_ASSIGN_OR_RETURN(MappedFile mapped, MappedFile::Open(options.file));
     if (mapped.size() < options.chunk_bytes) {
       return InvalidArgument(options.file.string() + " is smaller than one chunk");
     }
@@ -74,30 +74,30 @@ Result<P2pStats> P2pSend(Transport& transport, std::string_view address,
     source = *buffer;
     owner = buffer;
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn, transport.Connect(address));
+  WC_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn, transport.Connect(address));
   const auto deadline = WallClock::now() + options.timeout;
   auto left = [&] { return std::chrono::duration_cast<Duration>(deadline - WallClock::now()); };
 
   const Usage u0 = ProcessUsage();
   const auto t0 = WallClock::now();
-  RETURN_IF_ERROR(conn->SendControl(U64Bytes(options.bytes), left()));
+  WC_RETURN_IF_ERROR(conn->SendControl(U64Bytes(options.bytes), left()));
   P2pStats stats;
   uint64_t offset_in_source = 0;
   while (stats.bytes < options.bytes) {
     uint64_t n = std::min<uint64_t>(options.chunk_bytes, options.bytes - stats.bytes);
     if (offset_in_source + n > source.size()) offset_in_source = 0;
-    RETURN_IF_ERROR(conn->SendChunk({.version = 1,
-                                     .channel = 0,
-                                     .chunk_index = static_cast<uint32_t>(stats.chunks),
-                                     .payload_length = 0,
-                                     .encoding = 0},
-                                    source.subspan(offset_in_source, n), owner, left()));
+    WC_RETURN_IF_ERROR(conn->SendChunk({.version = 1,
+                                        .channel = 0,
+                                        .chunk_index = static_cast<uint32_t>(stats.chunks),
+                                        .payload_length = 0,
+                                        .encoding = 0},
+                                       source.subspan(offset_in_source, n), owner, left()));
     offset_in_source += n;
     stats.bytes += n;
     ++stats.chunks;
   }
-  ASSIGN_OR_RETURN(Frame ack, conn->Receive(left()));
-  ASSIGN_OR_RETURN(uint64_t acknowledged, ParseU64(ack));
+  WC_ASSIGN_OR_RETURN(Frame ack, conn->Receive(left()));
+  WC_ASSIGN_OR_RETURN(uint64_t acknowledged, ParseU64(ack));
   stats.seconds = std::chrono::duration<double>(WallClock::now() - t0).count();
   const Usage u1 = ProcessUsage();
   stats.cpu_user = u1.user - u0.user;
@@ -112,18 +112,18 @@ Result<P2pStats> P2pSend(Transport& transport, std::string_view address,
 Result<P2pStats> P2pReceive(Listener& listener, Duration timeout) {
   const auto deadline = WallClock::now() + timeout;
   auto left = [&] { return std::chrono::duration_cast<Duration>(deadline - WallClock::now()); };
-  ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn, listener.Accept(left()));
-  ASSIGN_OR_RETURN(Frame first, conn->Receive(left()));
-  ASSIGN_OR_RETURN(uint64_t expected, ParseU64(first));
+  WC_ASSIGN_OR_RETURN(std::unique_ptr<Connection> conn, listener.Accept(left()));
+  WC_ASSIGN_OR_RETURN(Frame first, conn->Receive(left()));
+  WC_ASSIGN_OR_RETURN(uint64_t expected, ParseU64(first));
   const Usage u0 = ProcessUsage();
   const auto t0 = WallClock::now();
   P2pStats stats;
   while (stats.bytes < expected) {
-    ASSIGN_OR_RETURN(Frame frame, conn->Receive(left()));
+    WC_ASSIGN_OR_RETURN(Frame frame, conn->Receive(left()));
     if (frame.type != FrameType::kChunk) {
       return Corrupt("expected a chunk frame, got " + std::string(FrameTypeName(frame.type)));
     }
-    ASSIGN_OR_RETURN(ChunkHeader header, frame.chunk_header());
+    WC_ASSIGN_OR_RETURN(ChunkHeader header, frame.chunk_header());
     if (header.chunk_index != static_cast<uint32_t>(stats.chunks)) {
       return Corrupt("chunk " + std::to_string(header.chunk_index) + " arrived where " +
                      std::to_string(stats.chunks) + " was due");
@@ -139,8 +139,8 @@ Result<P2pStats> P2pReceive(Listener& listener, Duration timeout) {
   const Usage u1 = ProcessUsage();
   stats.cpu_user = u1.user - u0.user;
   stats.cpu_system = u1.system - u0.system;
-  RETURN_IF_ERROR(conn->SendControl(U64Bytes(stats.bytes), left()));
-  RETURN_IF_ERROR(conn->Flush(left()));
+  WC_RETURN_IF_ERROR(conn->SendControl(U64Bytes(stats.bytes), left()));
+  WC_RETURN_IF_ERROR(conn->Flush(left()));
   return stats;
 }
 

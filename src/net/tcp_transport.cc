@@ -381,7 +381,7 @@ class TcpConn : public std::enable_shared_from_this<TcpConn> {
   // Control frames have a queue of their own that the writer empties first: a heartbeat or a
   // request never waits behind megabytes of queued chunk data, nor for room among them.
   Status Send(OutFrame frame, Duration timeout) {
-    RETURN_IF_ERROR(CheckSendable(frame));
+    WC_RETURN_IF_ERROR(CheckSendable(frame));
     std::unique_lock lock(mu_);
     const size_t size = frame.wire_size();
     const bool control = frame.type() != FrameType::kChunk;
@@ -1031,7 +1031,7 @@ class TcpTransportImpl : public Transport {
   }
 
   Result<std::unique_ptr<Listener>> Listen(std::string_view address) override {
-    ASSIGN_OR_RETURN(tcp::endpoint endpoint, ParseEndpoint(address));
+    WC_ASSIGN_OR_RETURN(tcp::endpoint endpoint, ParseEndpoint(address));
     try {
       tcp::acceptor acceptor(asio::make_strand(shared_->io));
       acceptor.open(endpoint.protocol());
@@ -1046,7 +1046,7 @@ class TcpTransportImpl : public Transport {
   }
 
   Result<std::unique_ptr<Connection>> Connect(std::string_view address, Duration timeout) override {
-    ASSIGN_OR_RETURN(tcp::endpoint endpoint, ParseEndpoint(address));
+    WC_ASSIGN_OR_RETURN(tcp::endpoint endpoint, ParseEndpoint(address));
     auto promise = std::make_shared<std::promise<Result<std::shared_ptr<TcpConn>>>>();
     auto future = promise->get_future();
     auto strand = asio::make_strand(shared_->io);

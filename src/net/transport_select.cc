@@ -216,8 +216,8 @@ class DualTransport : public Transport {
   }
 
   Result<std::unique_ptr<Listener>> Listen(std::string_view address) override {
-    ASSIGN_OR_RETURN(auto parts, SplitTransportAddress(address));
-    ASSIGN_OR_RETURN(std::unique_ptr<Listener> tcp, tcp_->Listen(parts.first));
+    WC_ASSIGN_OR_RETURN(auto parts, SplitTransportAddress(address));
+    WC_ASSIGN_OR_RETURN(std::unique_ptr<Listener> tcp, tcp_->Listen(parts.first));
     if (ucx_ == nullptr) return tcp;
     const std::string bound_tcp = tcp->address();
     const std::string ucx_address =
@@ -237,7 +237,7 @@ class DualTransport : public Transport {
   }
 
   Result<std::unique_ptr<Connection>> Connect(std::string_view address, Duration timeout) override {
-    ASSIGN_OR_RETURN(auto parts, SplitTransportAddress(address));
+    WC_ASSIGN_OR_RETURN(auto parts, SplitTransportAddress(address));
     if (ucx_ == nullptr || parts.second.empty()) return tcp_->Connect(parts.first, timeout);
     const bool required = selection_.kind == TransportKind::kUcx;
     if (!required && memory_->Failed(parts.second)) return tcp_->Connect(parts.first, timeout);
@@ -336,8 +336,8 @@ Result<std::unique_ptr<Transport>> CreateTransport(const Options& options,
     return UcxTransport::Create(options, selection.ucx).status();
   }
   Options tcp_options = options;
-  ASSIGN_OR_RETURN(std::unique_ptr<Transport> tcp,
-                   TcpTransport::Create(std::move(tcp_options), selection.tcp_io_threads));
+  WC_ASSIGN_OR_RETURN(std::unique_ptr<Transport> tcp,
+                      TcpTransport::Create(std::move(tcp_options), selection.tcp_io_threads));
   return std::unique_ptr<Transport>(
       std::make_unique<DualTransport>(options, selection, std::move(tcp), std::move(ucx)));
 }

@@ -26,7 +26,7 @@ Result<UcxMessageHead> ParseUcxMessageHead(std::span<const uint8_t> header, uint
     head.destination |= static_cast<uint64_t>(header[i]) << (8 * i);
     head.sequence |= static_cast<uint64_t>(header[8 + i]) << (8 * i);
   }
-  ASSIGN_OR_RETURN(head.frame, ParseFrameHeader(header.subspan(kUcxRouteSize), max_body_bytes));
+  WC_ASSIGN_OR_RETURN(head.frame, ParseFrameHeader(header.subspan(kUcxRouteSize), max_body_bytes));
   head.body_prefix = header.subspan(kUcxRouteSize + kFrameHeaderSize);
   const size_t want_prefix = head.frame.type == FrameType::kChunk ? kChunkHeaderSize : 0;
   if (head.body_prefix.size() != want_prefix) {

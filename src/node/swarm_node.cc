@@ -197,7 +197,7 @@ struct SwarmNode::Impl {
   Status Start(std::string_view listen_address) {
     std::lock_guard lock(mu_);
     if (started_) return FailedPrecondition("swarm node already started");
-    ASSIGN_OR_RETURN(listener_, transport_.Listen(listen_address));
+    WC_ASSIGN_OR_RETURN(listener_, transport_.Listen(listen_address));
     address_ = listener_->address();
     started_ = true;
     size_t workers = options_.workers;
@@ -446,8 +446,8 @@ struct SwarmNode::Impl {
       // Through the store's mapped views: the frame sends from the mapping, which its owner
       // keeps (no copy, except for a chunk that spans files).
       auto committed = [&](Version v, ChunkIndex c) -> Result<ChunkBytes> {
-        ASSIGN_OR_RETURN(std::shared_ptr<const MappedVersion> view,
-                         store_.OpenView(options_.channel, v));
+        WC_ASSIGN_OR_RETURN(std::shared_ptr<const MappedVersion> view,
+                            store_.OpenView(options_.channel, v));
         return view->Chunk(c);
       };
       Result<ChunkBytes> bytes = NotFound("chunk not held");
@@ -462,7 +462,7 @@ struct SwarmNode::Impl {
         // Committed (or committed while we read the staging): the version's view.
         if (!bytes.ok()) bytes = committed(t.manifest.version, item.chunk);
       }
-      RETURN_IF_ERROR(bytes.status());
+      WC_RETURN_IF_ERROR(bytes.status());
       data = HeldBytes{bytes->bytes, std::move(bytes->owner)};
       ++uploads_from_store_;
     }
@@ -941,7 +941,7 @@ struct SwarmNode::Impl {
     }
     for (const VersionInfo& info : *list) {
       if (info.version != v) continue;
-      ASSIGN_OR_RETURN(Manifest m, store_.GetManifest(options_.channel, v));
+      WC_ASSIGN_OR_RETURN(Manifest m, store_.GetManifest(options_.channel, v));
       return std::optional<Manifest>(std::move(m));
     }
     return std::optional<Manifest>();
@@ -949,8 +949,8 @@ struct SwarmNode::Impl {
 
   // Which chunks of committed `m` hold its bytes: all, or a partial version's (Store::GetPartial).
   Result<std::vector<bool>> HeldChunks(const Manifest& m) const {
-    ASSIGN_OR_RETURN(std::optional<PartialVersion> partial,
-                     store_.GetPartial(options_.channel, m.version));
+    WC_ASSIGN_OR_RETURN(std::optional<PartialVersion> partial,
+                        store_.GetPartial(options_.channel, m.version));
     std::vector<bool> out(m.chunk_count(), !partial.has_value());
     if (partial) {
       for (ChunkIndex c : partial->chunks) out[c.value()] = true;
@@ -1006,13 +1006,13 @@ struct SwarmNode::Impl {
                                     std::move(selection.chunks)};
     }
 
-    ASSIGN_OR_RETURN(std::optional<Manifest> held, Committed(manifest.version));
+    WC_ASSIGN_OR_RETURN(std::optional<Manifest> held, Committed(manifest.version));
     if (held) {
       if (held->root != manifest.root) {
         return FailedPrecondition("local " + V(manifest.version) + " has another root");
       }
       // A partial version (a tensor-subset node's) holds, and serves, only its chunks.
-      ASSIGN_OR_RETURN(std::vector<bool> holds, HeldChunks(*held));
+      WC_ASSIGN_OR_RETURN(std::vector<bool> holds, HeldChunks(*held));
       for (uint32_t i = 0; i < n; ++i) {
         if (want[i] && !holds[i]) {
           return FailedPrecondition("local " + V(manifest.version) +
@@ -1024,7 +1024,8 @@ struct SwarmNode::Impl {
       data->committed = true;
       target_.data = std::move(data);
       // Every wanted chunk is held: the target is complete from the start.
-      RETURN_IF_ERROR(StartTarget(std::move(holds), std::vector<bool>(n, false), std::move(want)));
+      WC_RETURN_IF_ERROR(
+          StartTarget(std::move(holds), std::vector<bool>(n, false), std::move(want)));
       Log("target " + V(manifest.version) + " already committed: serving it");
       return Status::Ok();
     }
@@ -1045,7 +1046,7 @@ struct SwarmNode::Impl {
       }
     }
     if (!data->staged) {
-      ASSIGN_OR_RETURN(StagedVersion begun, store_.BeginStaging(options_.channel, manifest));
+      WC_ASSIGN_OR_RETURN(StagedVersion begun, store_.BeginStaging(options_.channel, manifest));
       data->staged.emplace(std::move(begun));
     }
     std::vector<bool> whole(n, false);
@@ -1097,11 +1098,11 @@ struct SwarmNode::Impl {
         }
       }
     }
-    RETURN_IF_ERROR(data->staged->Flush());
+    WC_RETURN_IF_ERROR(data->staged->Flush());
     target_.data = std::move(data);
     target_.started = begun;
-    RETURN_IF_ERROR(StartTarget(std::move(whole), std::vector<bool>(n, false), std::move(want),
-                                {.fetch_payloads = fetch_payloads}));
+    WC_RETURN_IF_ERROR(StartTarget(std::move(whole), std::vector<bool>(n, false), std::move(want),
+                                   {.fetch_payloads = fetch_payloads}));
     Log("target " + V(manifest.version) + ": " + std::to_string(n) + " chunks, " +
         std::to_string(resumed) + " resumed, " + std::to_string(copied) + " copied locally, " +
         (fetch_payloads ? "fetching delta payloads" : "fetching whole chunks") + " (staged in " +
@@ -1114,7 +1115,7 @@ struct SwarmNode::Impl {
   Status Seed(const Manifest& manifest, std::shared_ptr<const PayloadCache> payloads) {
     std::lock_guard lock(mu_);
     if (auto s = CheckReplace(manifest)) return *s;
-    ASSIGN_OR_RETURN(std::optional<Manifest> held, Committed(manifest.version));
+    WC_ASSIGN_OR_RETURN(std::optional<Manifest> held, Committed(manifest.version));
     if (!held || held->root != manifest.root) {
       return FailedPrecondition("cannot seed " + V(manifest.version) +
                                 ": not committed in the store with this root");
@@ -1133,8 +1134,8 @@ struct SwarmNode::Impl {
       }
     }
     target_.started = Clock::now();
-    RETURN_IF_ERROR(StartTarget(std::vector<bool>(n, true), std::move(payload),
-                                std::vector<bool>(n, true), {.source = true}));
+    WC_RETURN_IF_ERROR(StartTarget(std::vector<bool>(n, true), std::move(payload),
+                                   std::vector<bool>(n, true), {.source = true}));
     Log("seeding " + V(manifest.version));
     return Status::Ok();
   }
@@ -1152,7 +1153,7 @@ struct SwarmNode::Impl {
           "cannot seed " + V(manifest.version) + ": this rank's part is not its chunks " +
           std::to_string(first_chunk) + ".." + std::to_string(first_chunk + own));
     }
-    ASSIGN_OR_RETURN(std::optional<Manifest> held, Committed(part.version));
+    WC_ASSIGN_OR_RETURN(std::optional<Manifest> held, Committed(part.version));
     if (!held || held->root != part.root) {
       return FailedPrecondition("cannot seed " + V(manifest.version) +
                                 ": this rank's part is not committed in the store");
@@ -1173,7 +1174,7 @@ struct SwarmNode::Impl {
       }
     }
     target_.started = Clock::now();
-    RETURN_IF_ERROR(StartTarget(own_chunks, std::move(payload), own_chunks, {.source = true}));
+    WC_RETURN_IF_ERROR(StartTarget(own_chunks, std::move(payload), own_chunks, {.source = true}));
     Log("seeding " + V(manifest.version) + " chunks " + std::to_string(first_chunk) + ".." +
         std::to_string(first_chunk + own) + " (this rank's part)");
     return Status::Ok();
@@ -1197,15 +1198,15 @@ struct SwarmNode::Impl {
     }
     // The commit (fsyncs, renames) runs without the lock; uploads keep reading the staging
     // and fall back to the committed files once it moved.
-    RETURN_IF_ERROR(data->staged->Flush());
+    WC_RETURN_IF_ERROR(data->staged->Flush());
     if (data->subset) {
       // Only the chunks of its tensors (docs/agent.md, "Tensor subsets"): no delta file, since
       // samplers of a partial version read its files.
-      RETURN_IF_ERROR(
+      WC_RETURN_IF_ERROR(
           store_.CommitPartial(options_.channel, data->manifest.version, *data->subset));
     } else {
       if (kept_payloads) KeepDeltaFile(*data);
-      RETURN_IF_ERROR(store_.Commit(options_.channel, data->manifest.version));
+      WC_RETURN_IF_ERROR(store_.Commit(options_.channel, data->manifest.version));
     }
     if (Result<std::vector<VersionInfo>> kept = store_.List(options_.channel); kept.ok()) {
       std::vector<Version> keep;
@@ -1409,8 +1410,8 @@ std::string SwarmNode::address() const {
 PeerId SwarmNode::id() const { return impl_->options_.node_id; }
 
 Status SwarmNode::Fetch(const Manifest& manifest, std::vector<uint8_t> signed_manifest) {
-  ASSIGN_OR_RETURN(Manifest verified,
-                   VerifySignedManifest(signed_manifest, impl_->options_.manifest_secret));
+  WC_ASSIGN_OR_RETURN(Manifest verified,
+                      VerifySignedManifest(signed_manifest, impl_->options_.manifest_secret));
   if (verified.root != manifest.root || verified.version != manifest.version) {
     return InvalidArgument("the signed manifest is not the manifest given");
   }
@@ -1419,8 +1420,8 @@ Status SwarmNode::Fetch(const Manifest& manifest, std::vector<uint8_t> signed_ma
 
 Status SwarmNode::Seed(const Manifest& manifest, std::vector<uint8_t> signed_manifest,
                        std::shared_ptr<const PayloadCache> payloads) {
-  ASSIGN_OR_RETURN(Manifest verified,
-                   VerifySignedManifest(signed_manifest, impl_->options_.manifest_secret));
+  WC_ASSIGN_OR_RETURN(Manifest verified,
+                      VerifySignedManifest(signed_manifest, impl_->options_.manifest_secret));
   if (verified.root != manifest.root || verified.version != manifest.version) {
     return InvalidArgument("the signed manifest is not the manifest given");
   }
@@ -1430,8 +1431,8 @@ Status SwarmNode::Seed(const Manifest& manifest, std::vector<uint8_t> signed_man
 Status SwarmNode::SeedPart(const Manifest& manifest, std::vector<uint8_t> signed_manifest,
                            const Manifest& part, uint32_t first_chunk,
                            std::shared_ptr<const PayloadCache> payloads) {
-  ASSIGN_OR_RETURN(Manifest verified,
-                   VerifySignedManifest(signed_manifest, impl_->options_.manifest_secret));
+  WC_ASSIGN_OR_RETURN(Manifest verified,
+                      VerifySignedManifest(signed_manifest, impl_->options_.manifest_secret));
   if (verified.root != manifest.root || verified.version != manifest.version) {
     return InvalidArgument("the signed manifest is not the manifest given");
   }

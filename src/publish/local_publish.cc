@@ -26,7 +26,7 @@ Result<PreparedVersion> PublishLocal(Store& store, const std::filesystem::path& 
       return p ? std::span<const uint8_t>(*p) : std::span<const uint8_t>();
     });
   };
-  ASSIGN_OR_RETURN(PreparedVersion out, PrepareVersion(store, dir, o));
+  WC_ASSIGN_OR_RETURN(PreparedVersion out, PrepareVersion(store, dir, o));
   if (Result<std::vector<VersionInfo>> kept = store.List(options.channel); kept.ok()) {
     std::vector<Version> keep;
     for (const VersionInfo& v : *kept) keep.push_back(v.version);

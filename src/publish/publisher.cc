@@ -109,16 +109,16 @@ Result<std::string> StoreWriterId(const fs::path& store) {
   const fs::path path = store / ".writer-id";
   std::error_code ec;
   if (fs::exists(path, ec)) {
-    ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+    WC_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
     while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-    RETURN_IF_ERROR(CheckWriterId(text, path.string()));
+    WC_RETURN_IF_ERROR(CheckWriterId(text, path.string()));
     return text;
   }
   std::random_device rd;
   uint8_t bytes[8];
   for (uint8_t& b : bytes) b = static_cast<uint8_t>(rd());
   const std::string id = "w-" + ToHex(bytes);
-  RETURN_IF_ERROR(WriteFileAtomic(path, id + "\n"));
+  WC_RETURN_IF_ERROR(WriteFileAtomic(path, id + "\n"));
   return id;
 }
 
@@ -186,7 +186,7 @@ Publisher::Publisher(PublisherOptions options) : options_(std::move(options)) {}
 Publisher::~Publisher() { Stop(); }
 
 Result<std::unique_ptr<Publisher>> Publisher::Create(PublisherOptions options) {
-  RETURN_IF_ERROR(ValidateChannelName(options.channel));
+  WC_RETURN_IF_ERROR(ValidateChannelName(options.channel));
   if (options.secret.empty()) {
     return InvalidArgument("no cluster secret (--secret-file or $WEIGHTCAST_SECRET)");
   }
@@ -228,12 +228,12 @@ Status Publisher::Start() {
     node_id_ = PeerId(((uint64_t{rd()} << 32 | rd()) >> 1) | 1);
   }
   options_.log = options_.log.With({{"node", node_id_.value()}, {"channel", options_.channel}});
-  ASSIGN_OR_RETURN(Store store, Store::Open(options_.store));
+  WC_ASSIGN_OR_RETURN(Store store, Store::Open(options_.store));
   store_.emplace(std::move(store));
   if (options_.writer_id.empty()) {
-    ASSIGN_OR_RETURN(writer_id_, StoreWriterId(options_.store));
+    WC_ASSIGN_OR_RETURN(writer_id_, StoreWriterId(options_.store));
   } else {
-    RETURN_IF_ERROR(CheckWriterId(options_.writer_id, "--writer-id"));
+    WC_RETURN_IF_ERROR(CheckWriterId(options_.writer_id, "--writer-id"));
     writer_id_ = options_.writer_id;
   }
   options_.log = options_.log.With({{"writer", writer_id_}});
@@ -252,7 +252,7 @@ Status Publisher::Start() {
   };
   net::TransportSelection selection;
   selection.kind = options_.transport;
-  ASSIGN_OR_RETURN(transport_, net::CreateTransport(net, selection));
+  WC_ASSIGN_OR_RETURN(transport_, net::CreateTransport(net, selection));
 
   node::SwarmNodeOptions node;
   node.channel = options_.channel;
@@ -261,7 +261,7 @@ Status Publisher::Start() {
   node.source = true;
   node.log = options_.log.AsLineFn();
   node_ = std::make_unique<node::SwarmNode>(*store_, *transport_, std::move(node));
-  RETURN_IF_ERROR(node_->Start(options_.listen));
+  WC_RETURN_IF_ERROR(node_->Start(options_.listen));
   options_.log.Info("seeding from", {{"address", node_->address()}});
 
   // The coordinator may still be starting (scripts launch everything at once).
@@ -324,8 +324,8 @@ Status Publisher::Start() {
 std::string Publisher::address() const { return node_ ? node_->address() : std::string(); }
 
 Status Publisher::ConnectLocked() {
-  ASSIGN_OR_RETURN(std::unique_ptr<coord::CoordinatorClient> client,
-                   coord::CoordinatorClient::Connect(*transport_, options_.coordinator));
+  WC_ASSIGN_OR_RETURN(std::unique_ptr<coord::CoordinatorClient> client,
+                      coord::CoordinatorClient::Connect(*transport_, options_.coordinator));
   wire::Register request;
   request.set_peer_address(node_->address());
   request.add_channels(options_.channel);
@@ -349,7 +349,7 @@ Status Publisher::ConnectLocked() {
   } else {
     request.set_take_over(options_.take_over);
   }
-  ASSIGN_OR_RETURN(wire::RegisterReply reply, client->Register(request));
+  WC_ASSIGN_OR_RETURN(wire::RegisterReply reply, client->Register(request));
   for (const wire::WriterLease& lease : reply.leases()) {
     if (lease.channel() != options_.channel) continue;
     std::lock_guard lock(mu_);
@@ -373,7 +373,7 @@ Status Publisher::ConnectLocked() {
 Result<std::shared_ptr<coord::CoordinatorClient>> Publisher::Client() {
   std::lock_guard lock(client_mu_);
   if (stopping_) return Aborted("the publisher is stopping");
-  if (client_ == nullptr) RETURN_IF_ERROR(ConnectLocked());
+  if (client_ == nullptr) WC_RETURN_IF_ERROR(ConnectLocked());
   return client_;
 }
 
@@ -440,9 +440,10 @@ template Result<std::vector<uint8_t>> Publisher::Call<std::vector<uint8_t>>(
     const std::function<Result<std::vector<uint8_t>>(coord::CoordinatorClient&)>&, bool);
 
 Result<wire::ChannelLog> Publisher::ChannelLog() {
-  ASSIGN_OR_RETURN(wire::FleetStatus status,
-                   Call<wire::FleetStatus>(
-                       [&](coord::CoordinatorClient& c) { return c.GetStatus(options_.channel); }));
+  WC_ASSIGN_OR_RETURN(wire::FleetStatus status,
+                      Call<wire::FleetStatus>([&](coord::CoordinatorClient& c) {
+                        return c.GetStatus(options_.channel);
+                      }));
   for (const wire::ChannelLog& log : status.channels()) {
     if (log.channel() == options_.channel) return log;
   }
@@ -467,12 +468,13 @@ Status Publisher::Reconcile() {
   if (!current.ok()) {
     return current.status().code() == Code::kNotFound ? Status::Ok() : current.status();
   }
-  ASSIGN_OR_RETURN(wire::ChannelLog log, ChannelLog());
+  WC_ASSIGN_OR_RETURN(wire::ChannelLog log, ChannelLog());
   if (sharded()) return ReconcilePart(*current, log);
   // A version the coordinator has not logged is about to be published: it needs its payloads.
   const bool unlogged = current->value() > NewestLogged(log);
-  ASSIGN_OR_RETURN(PreparedVersion prepared, ReloadVersion(*store_, *current, BaseOptions(),
-                                                           unlogged || options_.reseed_payloads));
+  WC_ASSIGN_OR_RETURN(
+      PreparedVersion prepared,
+      ReloadVersion(*store_, *current, BaseOptions(), unlogged || options_.reseed_payloads));
   if (unlogged) {
     // Imported but never logged: the previous run died between the two. Publish it now, as a
     // full version unless its base is logged.
@@ -482,7 +484,7 @@ Status Publisher::Reconcile() {
     }
     options_.log.Info("publishing a version the coordinator has not logged",
                       {{"version", current->value()}});
-    RETURN_IF_ERROR(PublishSigned(prepared));
+    WC_RETURN_IF_ERROR(PublishSigned(prepared));
     return StartSeeding(prepared);
   }
   if (!Logged(log, *current, prepared.manifest.root)) {
@@ -490,11 +492,11 @@ Status Publisher::Reconcile() {
     return Status::Ok();
   }
   // Seed what the agents verify: the coordinator's signed manifest of the version.
-  ASSIGN_OR_RETURN(std::vector<uint8_t> signed_manifest,
-                   Call<std::vector<uint8_t>>([&](coord::CoordinatorClient& c) {
-                     return c.GetManifest(options_.channel, *current);
-                   }));
-  ASSIGN_OR_RETURN(Manifest logged, VerifySignedManifest(signed_manifest, options_.secret));
+  WC_ASSIGN_OR_RETURN(std::vector<uint8_t> signed_manifest,
+                      Call<std::vector<uint8_t>>([&](coord::CoordinatorClient& c) {
+                        return c.GetManifest(options_.channel, *current);
+                      }));
+  WC_ASSIGN_OR_RETURN(Manifest logged, VerifySignedManifest(signed_manifest, options_.secret));
   if (!SameDelta(logged.delta, prepared.manifest.delta)) prepared.payloads.reset();
   prepared.manifest = std::move(logged);
   prepared.signed_manifest = std::move(signed_manifest);
@@ -560,7 +562,7 @@ Status Publisher::PublishSigned(const PreparedVersion& prepared) {
 }
 
 Status Publisher::StartSeeding(const PreparedVersion& prepared) {
-  RETURN_IF_ERROR(node_->Seed(prepared.manifest, prepared.signed_manifest, prepared.payloads));
+  WC_RETURN_IF_ERROR(node_->Seed(prepared.manifest, prepared.signed_manifest, prepared.payloads));
   bool held = false;
   {
     std::lock_guard lock(mu_);
@@ -585,14 +587,14 @@ Result<PublishedVersion> Publisher::PublishDirectory(
     const fs::path& dir, const std::map<std::string, std::string>& metadata) {
   std::lock_guard publishing(publish_mu_);
   if (stopping_) return Aborted("the publisher is stopping");
-  RETURN_IF_ERROR(lost_lease());
+  WC_RETURN_IF_ERROR(lost_lease());
   const auto start = std::chrono::steady_clock::now();
   Result<wire::ChannelLog> channel_log = ChannelLog();
   // A connection the coordinator closed (a take-over closes the fenced writer's) is dropped by
   // that call; once more on a new one, which also learns whether this writer was fenced.
   if (!channel_log.ok() && Transient(channel_log.status())) channel_log = ChannelLog();
-  RETURN_IF_ERROR(lost_lease());
-  ASSIGN_OR_RETURN(wire::ChannelLog log, std::move(channel_log));
+  WC_RETURN_IF_ERROR(lost_lease());
+  WC_ASSIGN_OR_RETURN(wire::ChannelLog log, std::move(channel_log));
   if (sharded()) return PublishPartDirectory(dir, metadata, log);
   PrepareOptions o = BaseOptions();
   o.metadata = metadata;
@@ -604,7 +606,7 @@ Result<PublishedVersion> Publisher::PublishDirectory(
     Result<Manifest> base = store_->GetManifest(options_.channel, *current);
     o.delta = base.ok() && Logged(log, *current, base->root) && !AbortedInLog(log, *current);
   }
-  ASSIGN_OR_RETURN(PreparedVersion prepared, PrepareVersion(*store_, dir, o));
+  WC_ASSIGN_OR_RETURN(PreparedVersion prepared, PrepareVersion(*store_, dir, o));
   PublishedVersion out;
   out.version = prepared.manifest.version;
   out.delta = prepared.manifest.delta.has_value();
@@ -616,8 +618,8 @@ Result<PublishedVersion> Publisher::PublishDirectory(
     WarnOtherFiles(dir, prepared.other_files);
   }
   warned_other_files_ = prepared.other_files;
-  RETURN_IF_ERROR(PublishSigned(prepared));
-  RETURN_IF_ERROR(StartSeeding(prepared));
+  WC_RETURN_IF_ERROR(PublishSigned(prepared));
+  WC_RETURN_IF_ERROR(StartSeeding(prepared));
   options_.log.Info("published", {{"version", out.version.value()},
                                   {"dir", dir.string()},
                                   {"delta", out.delta},
@@ -696,7 +698,7 @@ Status Publisher::WaitUntil(SeedUntil until, net::Duration timeout) {
   std::chrono::steady_clock::time_point unreachable_since{};
   for (;;) {
     if (stopping_) return Aborted("stopped");
-    RETURN_IF_ERROR(lost_lease());
+    WC_RETURN_IF_ERROR(lost_lease());
     const Version version = seeding();
     const std::string v = "v" + std::to_string(version.value());
     // kNever seeds until Stop whatever the coordinator says; the others ask it every poll, both
@@ -746,10 +748,10 @@ Status Publisher::WaitUntil(SeedUntil until, net::Duration timeout) {
 }
 
 Status Publisher::Watch(const fs::path& dir, net::Duration settle) {
-  ASSIGN_OR_RETURN(Watcher watcher,
-                   Watcher::Open({.dir = dir,
-                                  .state_file = WatchStatePath(options_.store, options_.channel),
-                                  .settle = settle}));
+  WC_ASSIGN_OR_RETURN(Watcher watcher,
+                      Watcher::Open({.dir = dir,
+                                     .state_file = WatchStatePath(options_.store, options_.channel),
+                                     .settle = settle}));
   std::error_code ec;
   const fs::path watched = fs::weakly_canonical(dir, ec);
   // A directory imported by a run that died before it could write the state file: the version's
@@ -762,7 +764,7 @@ Status Publisher::Watch(const fs::path& dir, net::Duration settle) {
       if (it == m->metadata.end()) continue;
       const fs::path source(it->second);
       if (source.parent_path() == watched && !watcher.IsPublished(source.filename().string())) {
-        RETURN_IF_ERROR(watcher.MarkPublished(source.filename().string()));
+        WC_RETURN_IF_ERROR(watcher.MarkPublished(source.filename().string()));
       }
     }
   }
@@ -772,7 +774,7 @@ Status Publisher::Watch(const fs::path& dir, net::Duration settle) {
   std::map<std::string, std::pair<std::chrono::steady_clock::time_point, net::Duration>> backoff;
   while (!stopping_) {
     // Taken over by another writer: publishing on would be refused every time.
-    RETURN_IF_ERROR(lost_lease());
+    WC_RETURN_IF_ERROR(lost_lease());
     Result<std::vector<WatchEvent>> events = watcher.Poll();
     if (!events.ok()) {
       options_.log.Warn("cannot scan the watched directory",
@@ -818,7 +820,7 @@ Status Publisher::Watch(const fs::path& dir, net::Duration settle) {
           std::lock_guard lock(mu_);
           publish_error_.clear();
         }
-        RETURN_IF_ERROR(watcher.MarkPublished(event.name));
+        WC_RETURN_IF_ERROR(watcher.MarkPublished(event.name));
       }
     }
     SleepFor(options_.poll_interval);

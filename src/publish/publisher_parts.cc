@@ -66,7 +66,7 @@ Result<fs::path> PaddedCopy(const fs::path& dir, const Checkpoint& checkpoint,
     }
     if (ec) return LinkFailed(f.relative_path, scratch, ec);
   }
-  RETURN_IF_ERROR(WriteFileAtomic(scratch / kPadFile, std::string(pad, '\0')));
+  WC_RETURN_IF_ERROR(WriteFileAtomic(scratch / kPadFile, std::string(pad, '\0')));
   return scratch;
 }
 
@@ -112,7 +112,7 @@ Result<PublishedVersion> Publisher::PublishPartDirectory(
 
   // Every rank cuts its part alike, and every part but the last ends on a chunk boundary, so
   // the coordinator can lay the parts end to end (docs/sharded_publish.md, "Layout").
-  ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(dir));
+  WC_ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(dir));
   const uint64_t bytes = checkpoint.total_bytes();
   uint64_t chunk = options_.build.chunk_size;
   if (chunk == kAutoChunkSize) {
@@ -123,13 +123,13 @@ Result<PublishedVersion> Publisher::PublishPartDirectory(
   const uint64_t pad = options_.rank + 1 == options_.world ? 0 : (chunk - bytes % chunk) % chunk;
   const fs::path scratch = options_.store / (".part-import-" + options_.channel);
   if (pad != 0) {
-    ASSIGN_OR_RETURN(source, PaddedCopy(dir, checkpoint, scratch, pad));
+    WC_ASSIGN_OR_RETURN(source, PaddedCopy(dir, checkpoint, scratch, pad));
     o.import = ImportPolicy::kAuto;
   }
   Result<PreparedVersion> made = PrepareVersion(*store_, source, o);
   std::error_code ec;
   if (pad != 0) fs::remove_all(scratch, ec);
-  ASSIGN_OR_RETURN(PreparedVersion prepared, std::move(made));
+  WC_ASSIGN_OR_RETURN(PreparedVersion prepared, std::move(made));
   std::erase_if(prepared.other_files, [](const auto& f) { return f.first == kPadFile; });
 
   PublishedVersion out;
@@ -139,8 +139,8 @@ Result<PublishedVersion> Publisher::PublishPartDirectory(
   out.payload_bytes = prepared.payload_bytes;
   out.chunks = prepared.manifest.chunk_count();
   out.prepare_seconds = Since(start);
-  RETURN_IF_ERROR(PublishPartSigned(prepared));
-  RETURN_IF_ERROR(StartSeedingPart(prepared));
+  WC_RETURN_IF_ERROR(PublishPartSigned(prepared));
+  WC_RETURN_IF_ERROR(StartSeedingPart(prepared));
   options_.log.Info("published a part", {{"version", out.version.value()},
                                          {"rank", static_cast<uint64_t>(options_.rank)},
                                          {"world", static_cast<uint64_t>(options_.world)},
@@ -197,12 +197,12 @@ Status Publisher::PublishPartSigned(const PreparedVersion& part) {
 
 Status Publisher::StartSeedingPart(const PreparedVersion& part) {
   const Version version = part.manifest.version;
-  ASSIGN_OR_RETURN(std::vector<uint8_t> signed_manifest,
-                   Call<std::vector<uint8_t>>([&](coord::CoordinatorClient& c) {
-                     return c.GetManifest(options_.channel, version);
-                   }));
-  ASSIGN_OR_RETURN(Manifest assembled, VerifySignedManifest(signed_manifest, options_.secret));
-  ASSIGN_OR_RETURN(std::vector<coord::PartLayout> parts, coord::PartsOf(assembled));
+  WC_ASSIGN_OR_RETURN(std::vector<uint8_t> signed_manifest,
+                      Call<std::vector<uint8_t>>([&](coord::CoordinatorClient& c) {
+                        return c.GetManifest(options_.channel, version);
+                      }));
+  WC_ASSIGN_OR_RETURN(Manifest assembled, VerifySignedManifest(signed_manifest, options_.secret));
+  WC_ASSIGN_OR_RETURN(std::vector<coord::PartLayout> parts, coord::PartsOf(assembled));
   if (options_.rank >= parts.size() || parts[options_.rank].root != part.manifest.root) {
     return FailedPrecondition("v" + std::to_string(version.value()) +
                               " was assembled without this rank's part");
@@ -211,8 +211,8 @@ Status Publisher::StartSeedingPart(const PreparedVersion& part) {
   // serve nobody.
   std::shared_ptr<const node::PayloadCache> payloads = part.payloads;
   if (!assembled.delta.has_value()) payloads.reset();
-  RETURN_IF_ERROR(node_->SeedPart(assembled, signed_manifest, part.manifest,
-                                  parts[options_.rank].first_chunk, std::move(payloads)));
+  WC_RETURN_IF_ERROR(node_->SeedPart(assembled, signed_manifest, part.manifest,
+                                     parts[options_.rank].first_chunk, std::move(payloads)));
   bool held = false;
   {
     std::lock_guard lock(mu_);
@@ -227,8 +227,8 @@ Status Publisher::StartSeedingPart(const PreparedVersion& part) {
 }
 
 Status Publisher::ReconcilePart(Version current, const wire::ChannelLog& log) {
-  ASSIGN_OR_RETURN(PreparedVersion prepared,
-                   ReloadVersion(*store_, current, BaseOptions(), /*encode_payloads=*/true));
+  WC_ASSIGN_OR_RETURN(PreparedVersion prepared,
+                      ReloadVersion(*store_, current, BaseOptions(), /*encode_payloads=*/true));
   if (current.value() > Newest(log) && current.value() > log.newest_aborted_assembly()) {
     // This rank's part was prepared but its version never assembled (the process died, or is
     // being restarted mid-version): give it again. A delta on a base the fleet lacks is sent
@@ -245,7 +245,7 @@ Status Publisher::ReconcilePart(Version current, const wire::ChannelLog& log) {
                         {{"version", current.value()}, {"error", given.ToString()}});
       return Status::Ok();
     }
-    RETURN_IF_ERROR(given);
+    WC_RETURN_IF_ERROR(given);
     return StartSeedingPart(prepared);
   }
   if (!PartLogged(log, current, prepared.manifest.root)) return Status::Ok();

@@ -61,9 +61,10 @@ Result<Encoded> Encode(const Manifest& base, const fs::path& base_dir, const Man
                        const codec::VersionCodecOptions& options,
                        std::vector<Digest>* target_hashes = nullptr,
                        std::vector<Digest>* target_fast_hashes = nullptr) {
-  ASSIGN_OR_RETURN(codec::SnapshotReader base_bytes, codec::SnapshotReader::Open(base_dir, base));
-  ASSIGN_OR_RETURN(codec::SnapshotReader target_bytes,
-                   codec::SnapshotReader::Open(target_dir, target));
+  WC_ASSIGN_OR_RETURN(codec::SnapshotReader base_bytes,
+                      codec::SnapshotReader::Open(base_dir, base));
+  WC_ASSIGN_OR_RETURN(codec::SnapshotReader target_bytes,
+                      codec::SnapshotReader::Open(target_dir, target));
   Encoded out;
   node::PayloadCacheOptions cache;
   cache.spill_dir = spill_dir;
@@ -74,12 +75,12 @@ Result<Encoded> Encode(const Manifest& base, const fs::path& base_dir, const Man
     return Status::Ok();
   };
   if (target_hashes != nullptr) {
-    ASSIGN_OR_RETURN(out.delta,
-                     codec::EncodeVersionHashing(base, base_bytes, target, target_bytes, sink,
-                                                 target_hashes, options, target_fast_hashes));
+    WC_ASSIGN_OR_RETURN(out.delta,
+                        codec::EncodeVersionHashing(base, base_bytes, target, target_bytes, sink,
+                                                    target_hashes, options, target_fast_hashes));
   } else {
-    ASSIGN_OR_RETURN(out.delta,
-                     codec::EncodeVersion(base, base_bytes, target, target_bytes, sink, options));
+    WC_ASSIGN_OR_RETURN(
+        out.delta, codec::EncodeVersion(base, base_bytes, target, target_bytes, sink, options));
   }
   return out;
 }
@@ -109,13 +110,13 @@ Status SameFiles(const Checkpoint& source, const Checkpoint& staged) {
 // against the base, and the commit does not hash again.
 Result<PreparedVersion> PrepareVersion(Store& store, const fs::path& dir,
                                        const PrepareOptions& options) {
-  RETURN_IF_ERROR(ValidateChannelName(options.channel));
+  WC_RETURN_IF_ERROR(ValidateChannelName(options.channel));
   if (options.secret.empty()) return InvalidArgument("no cluster secret to sign the manifest");
   PreparedVersion out;
   out.import_mode = ChooseImportMode(options.import);
 
   auto start = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(Checkpoint source, OpenCheckpoint(dir));
+  WC_ASSIGN_OR_RETURN(Checkpoint source, OpenCheckpoint(dir));
   if (!options.allow_no_tensors && !HasTensors(source)) {
     return InvalidArgument(dir.string() +
                            " holds no tensors (no safetensors file with a tensor in it): a version "
@@ -127,30 +128,30 @@ Result<PreparedVersion> PrepareVersion(Store& store, const fs::path& dir,
       out.other_files.emplace_back(f.relative_path, f.size);
     }
   }
-  ASSIGN_OR_RETURN(Version next, store.NextVersion(options.channel));
+  WC_ASSIGN_OR_RETURN(Version next, store.NextVersion(options.channel));
   next = std::max(next, options.min_version);
   std::vector<std::string> paths;
   paths.reserve(source.files.size());
   for (const CheckpointFile& f : source.files) paths.push_back(f.relative_path);
-  ASSIGN_OR_RETURN(ImportedFiles staged,
-                   store.StageImport(options.channel, next, paths, source.root, out.import_mode));
+  WC_ASSIGN_OR_RETURN(ImportedFiles staged, store.StageImport(options.channel, next, paths,
+                                                              source.root, out.import_mode));
   out.import_seconds = SecondsSince(start);
 
   start = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(staged.dir()));
-  RETURN_IF_ERROR(SameFiles(source, checkpoint));
+  WC_ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(staged.dir()));
+  WC_RETURN_IF_ERROR(SameFiles(source, checkpoint));
   // The base: the version the store has current, which is what the publisher last published
   // (or rolled back to). Nodes holding it fetch payloads; everyone else fetches whole chunks.
   std::optional<Manifest> current_manifest;
   Result<Version> current = store.Current(options.channel);
   if (!current.ok() && current.status().code() != Code::kNotFound) return current.status();
   if (current.ok()) {
-    ASSIGN_OR_RETURN(current_manifest, store.GetManifest(options.channel, *current));
+    WC_ASSIGN_OR_RETURN(current_manifest, store.GetManifest(options.channel, *current));
   }
   BuildOptions build = options.build;
   build.chunk_size = ResolveChunkSize(build.chunk_size, checkpoint.total_bytes(),
                                       current_manifest ? &*current_manifest : nullptr);
-  ASSIGN_OR_RETURN(out.manifest, BuildManifestLayout(checkpoint, options.channel, next, build));
+  WC_ASSIGN_OR_RETURN(out.manifest, BuildManifestLayout(checkpoint, options.channel, next, build));
   for (const auto& [key, value] : options.metadata) out.manifest.metadata[key] = value;
   std::optional<Manifest> base;
   if (options.delta && current_manifest && DeltaPays(*current_manifest, out.manifest)) {
@@ -160,16 +161,18 @@ Result<PreparedVersion> PrepareVersion(Store& store, const fs::path& dir,
   std::vector<Digest> hashes, fast_hashes;
   std::vector<Digest>* fast = WantsFastHashes(build) ? &fast_hashes : nullptr;
   if (base.has_value()) {
-    ASSIGN_OR_RETURN(Encoded encoded,
-                     Encode(*base, store.VersionPath(options.channel, base->version), out.manifest,
-                            staged.dir(), store.root(), options.codec, &hashes, fast));
+    WC_ASSIGN_OR_RETURN(
+        Encoded encoded,
+        Encode(*base, store.VersionPath(options.channel, base->version), out.manifest, staged.dir(),
+               store.root(), options.codec, &hashes, fast));
     out.manifest.delta = std::move(encoded.delta);
     out.payloads = std::move(encoded.payloads);
     out.payload_bytes = encoded.payload_bytes;
     out.encode_seconds = SecondsSince(start);
   } else {
-    ASSIGN_OR_RETURN(hashes, HashChunks(staged.dir(), out.manifest.files, out.manifest.chunk_size,
-                                        out.manifest.hash_algorithm, options.build.threads, fast));
+    WC_ASSIGN_OR_RETURN(hashes,
+                        HashChunks(staged.dir(), out.manifest.files, out.manifest.chunk_size,
+                                   out.manifest.hash_algorithm, options.build.threads, fast));
     out.build_seconds = SecondsSince(start);
   }
   if (Status s = FinishManifest(out.manifest, std::move(hashes), std::move(fast_hashes)); !s.ok()) {
@@ -181,8 +184,8 @@ Result<PreparedVersion> PrepareVersion(Store& store, const fs::path& dir,
   // it was linked (docs/publish.md says why hashing again would protect nothing more).
   start = std::chrono::steady_clock::now();
   if (options.before_commit)
-    RETURN_IF_ERROR(options.before_commit(out.manifest, out.payloads.get()));
-  RETURN_IF_ERROR(store.CommitImport(options.channel, out.manifest, std::move(staged)));
+    WC_RETURN_IF_ERROR(options.before_commit(out.manifest, out.payloads.get()));
+  WC_RETURN_IF_ERROR(store.CommitImport(options.channel, out.manifest, std::move(staged)));
   out.import_seconds += SecondsSince(start);
   out.signed_manifest = SignManifest(out.manifest, options.secret);
   return out;
@@ -190,10 +193,10 @@ Result<PreparedVersion> PrepareVersion(Store& store, const fs::path& dir,
 
 Result<PreparedVersion> ReloadVersion(const Store& store, Version version,
                                       const PrepareOptions& options, bool encode_payloads) {
-  RETURN_IF_ERROR(ValidateChannelName(options.channel));
+  WC_RETURN_IF_ERROR(ValidateChannelName(options.channel));
   if (options.secret.empty()) return InvalidArgument("no cluster secret to sign the manifest");
   PreparedVersion out;
-  ASSIGN_OR_RETURN(out.manifest, store.GetManifest(options.channel, version));
+  WC_ASSIGN_OR_RETURN(out.manifest, store.GetManifest(options.channel, version));
   if (out.manifest.delta.has_value()) {
     const DeltaInfo& delta = *out.manifest.delta;
     for (const DeltaChunk& chunk : delta.chunks) out.payload_bytes += chunk.payload_size;
@@ -201,7 +204,7 @@ Result<PreparedVersion> ReloadVersion(const Store& store, Version version,
                                             : Result<Manifest>(NotFound("payloads not wanted"));
     if (base.ok() && base->root == delta.base_root) {
       auto start = std::chrono::steady_clock::now();
-      ASSIGN_OR_RETURN(
+      WC_ASSIGN_OR_RETURN(
           Encoded encoded,
           Encode(*base, store.VersionPath(options.channel, delta.base_version), out.manifest,
                  store.VersionPath(options.channel, version), store.root(), options.codec));

@@ -93,7 +93,7 @@ Result<Watcher> Watcher::Open(WatchOptions options, const net::Clock& clock) {
   Watcher watcher(std::move(options), clock);
   const fs::path& state = watcher.options_.state_file;
   if (fs::exists(state, ec)) {
-    ASSIGN_OR_RETURN(std::string text, ReadFileToString(state, kMaxStateBytes));
+    WC_ASSIGN_OR_RETURN(std::string text, ReadFileToString(state, kMaxStateBytes));
     size_t pos = text.find('\n');
     if (pos == std::string::npos || std::string_view(text).substr(0, pos) != kStateHeader) {
       return Corrupt(state.string() + ": not a weightcast publish watch state file");

@@ -38,7 +38,7 @@ Result<RolloutTracker> RolloutTracker::Create(TrackerOptions options) {
 
 Result<RolloutTracker> RolloutTracker::Recover(TrackerOptions options, Time now,
                                                const ChannelSnapshot& snapshot) {
-  ASSIGN_OR_RETURN(RolloutTracker t, Create(std::move(options)));
+  WC_ASSIGN_OR_RETURN(RolloutTracker t, Create(std::move(options)));
   for (const VersionRecord& r : snapshot.versions) {
     if (r.version.value() == 0) return InvalidArgument("recovered state names version 0");
     if (t.versions_.contains(r.version)) {

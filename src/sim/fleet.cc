@@ -405,7 +405,7 @@ Result<FleetResult> Fleet::Run() {
   plo.degree = c.tuning.degree;
   plo.same_rack_fraction = c.tuning.same_rack_fraction;
   plo.seed = c.seed;
-  ASSIGN_OR_RETURN(auto lists, swarm::BuildPeerLists(infos, plo));
+  WC_ASSIGN_OR_RETURN(auto lists, swarm::BuildPeerLists(infos, plo));
 
   for (uint32_t i = 0; i < n; ++i) {
     SimNode& node = nodes_[i];
@@ -424,8 +424,8 @@ Result<FleetResult> Fleet::Run() {
                            .chunk_bytes = c.chunk_bytes,
                            .payload_bytes = {},
                            .seed = c.seed * 1000003 + i};
-    ASSIGN_OR_RETURN(std::span<const Effect> started,
-                     node.proto->SetTarget(ToTime(0), std::move(spec)));
+    WC_ASSIGN_OR_RETURN(std::span<const Effect> started,
+                        node.proto->SetTarget(ToTime(0), std::move(spec)));
     (void)started;  // no peers yet: nothing to send
     node.joined = node.role != NodeRole::kLate;
   }

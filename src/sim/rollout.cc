@@ -150,7 +150,8 @@ Status RolloutSim::ApplyParticipant(double now, uint32_t i,
         const double done = nodes_[i].complete_at;
         if (done >= 0 && done <= now) {
           a.fetching = false;
-          RETURN_IF_ERROR(ApplyParticipant(now, i, a.participant->OnStaged(ToTime(now), kNew, {})));
+          WC_RETURN_IF_ERROR(
+              ApplyParticipant(now, i, a.participant->OnStaged(ToTime(now), kNew, {})));
         }
         break;
       }
@@ -171,7 +172,7 @@ Status RolloutSim::ApplyParticipant(double now, uint32_t i,
       }
       case ParticipantActionKind::kRunHook:
         // No engine hook is configured (ParticipantOptions::hook is false); answered anyway.
-        RETURN_IF_ERROR(
+        WC_RETURN_IF_ERROR(
             ApplyParticipant(now, i, a.participant->OnHookDone(ToTime(now), act.version, {})));
         break;
       case ParticipantActionKind::kRequestRollback:
@@ -258,7 +259,7 @@ Result<RolloutResult> RolloutSim::Run() {
   history.versions.push_back(rollout::VersionRecord{kOld, Decision::kCommit, "initial"});
   history.current = kOld;
   const double before = c.publish_at - 10 * (c.heartbeat_timeout + 1);
-  ASSIGN_OR_RETURN(RolloutTracker tracker, RolloutTracker::Recover(to, ToTime(before), history));
+  WC_ASSIGN_OR_RETURN(RolloutTracker tracker, RolloutTracker::Recover(to, ToTime(before), history));
   tracker_.emplace(std::move(tracker));
 
   const size_t n = nodes_.size();
@@ -270,7 +271,7 @@ Result<RolloutResult> RolloutSim::Run() {
   std::uniform_real_distribution<double> phase(0, c.heartbeat_interval);
   for (size_t i = 0; i < n; ++i) {
     Agent& a = agents_[i];
-    ASSIGN_OR_RETURN(Participant p, Participant::Create(rollout::ParticipantOptions{}, local));
+    WC_ASSIGN_OR_RETURN(Participant p, Participant::Create(rollout::ParticipantOptions{}, local));
     a.participant.emplace(std::move(p));
     const uint32_t node = static_cast<uint32_t>(i);
     const double jitter = phase(rng_);
@@ -288,7 +289,7 @@ Result<RolloutResult> RolloutSim::Run() {
       result_.last_prepared_at = std::max(result_.last_prepared_at, nodes_[i].complete_at);
     }
   }
-  ASSIGN_OR_RETURN(auto published, tracker_->OnPublished(ToTime(c.publish_at), kNew));
+  WC_ASSIGN_OR_RETURN(auto published, tracker_->OnPublished(ToTime(c.publish_at), kNew));
   ApplyTracker(c.publish_at, published);
   const double sweep = std::min(c.heartbeat_interval / 4, 0.1);
   Push(Make(c.publish_at + sweep, Ev::kSweep));
@@ -382,7 +383,7 @@ Result<RolloutResult> RolloutSim::Run() {
       case Ev::kReply:
         if (!Alive(i, now)) break;
         agents_[i].waiting_reply = false;
-        RETURN_IF_ERROR(
+        WC_RETURN_IF_ERROR(
             ApplyParticipant(now, i, agents_[i].participant->OnTarget(ToTime(now), e.target)));
         if (c.long_poll && !agents_[i].waiting_reply) SendHeartbeat(now, i);
         break;
@@ -407,7 +408,7 @@ Result<RolloutResult> RolloutSim::Run() {
       case Ev::kComplete:
         if (!Alive(i, now) || !agents_[i].fetching) break;
         agents_[i].fetching = false;
-        RETURN_IF_ERROR(
+        WC_RETURN_IF_ERROR(
             ApplyParticipant(now, i, agents_[i].participant->OnStaged(ToTime(now), kNew, {})));
         break;
       case Ev::kStoreDone: {
@@ -429,7 +430,7 @@ Result<RolloutResult> RolloutSim::Run() {
           agents_[i].committed_at = now;
           result_.node_committed_at[i] = now;
         }
-        RETURN_IF_ERROR(ApplyParticipant(now, i, next));
+        WC_RETURN_IF_ERROR(ApplyParticipant(now, i, next));
         break;
       }
       case Ev::kSweep: {
@@ -447,7 +448,7 @@ Result<RolloutResult> RolloutSim::Run() {
         for (size_t j = 0; j < n; ++j) {
           Participant& p = *agents_[j].participant;
           if (Alive(uint32_t(j), now) && p.next_deadline() <= ToTime(now)) {
-            RETURN_IF_ERROR(ApplyParticipant(now, uint32_t(j), p.OnTimer(ToTime(now))));
+            WC_RETURN_IF_ERROR(ApplyParticipant(now, uint32_t(j), p.OnTimer(ToTime(now))));
           }
         }
         settled = Settled(now);

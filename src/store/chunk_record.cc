@@ -70,7 +70,7 @@ Result<ChunkRecord> ChunkRecord::Create(const std::filesystem::path& path, const
   if (fd < 0) return ErrnoStatus("open(" + path.string() + ")", errno);
   ChunkRecord record(fd, path);
   std::vector<uint8_t> header = Header(root);
-  RETURN_IF_ERROR(WriteAll(fd, header, path.string()));
+  WC_RETURN_IF_ERROR(WriteAll(fd, header, path.string()));
   if (::fdatasync(fd) != 0) return ErrnoStatus("fdatasync(" + path.string() + ")", errno);
   return record;
 }
@@ -90,15 +90,15 @@ Result<ChunkRecord> ChunkRecord::Open(const std::filesystem::path& path, const D
   std::vector<uint8_t> bytes;
   if (size <= limit) {
     bytes.resize(size);
-    RETURN_IF_ERROR(ReadExactAt(fd, 0, bytes, path.string()));
+    WC_RETURN_IF_ERROR(ReadExactAt(fd, 0, bytes, path.string()));
   }
   std::vector<uint8_t> header = Header(root);
   if (size > limit || bytes.size() < kRecordHeaderBytes ||
       std::memcmp(bytes.data(), header.data(), kRecordHeaderBytes) != 0) {
     recovery.header_mismatch = true;
     recovery.discarded_bytes = size;
-    RETURN_IF_ERROR(TruncateDurable(fd, 0, path));
-    RETURN_IF_ERROR(WriteAll(fd, header, path.string()));
+    WC_RETURN_IF_ERROR(TruncateDurable(fd, 0, path));
+    WC_RETURN_IF_ERROR(WriteAll(fd, header, path.string()));
     if (::fdatasync(fd) != 0) return ErrnoStatus("fdatasync(" + path.string() + ")", errno);
     return record;
   }
@@ -115,7 +115,7 @@ Result<ChunkRecord> ChunkRecord::Open(const std::filesystem::path& path, const D
   }
   if (good != size) {
     recovery.discarded_bytes = size - good;
-    RETURN_IF_ERROR(TruncateDurable(fd, good, path));
+    WC_RETURN_IF_ERROR(TruncateDurable(fd, good, path));
   }
   return record;
 }
@@ -128,7 +128,7 @@ Status ChunkRecord::Append(std::span<const ChunkIndex> chunks) {
     PutU32(buf.data() + i * kRecordBytes, chunks[i].value());
     PutU32(buf.data() + i * kRecordBytes + 4, chunks[i].value() ^ kRecordCheck);
   }
-  RETURN_IF_ERROR(WriteAll(fd_, buf, path_.string()));
+  WC_RETURN_IF_ERROR(WriteAll(fd_, buf, path_.string()));
   if (::fdatasync(fd_) != 0) return ErrnoStatus("fdatasync(" + path_.string() + ")", errno);
   return Status::Ok();
 }

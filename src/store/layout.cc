@@ -56,7 +56,7 @@ Status ValidateRelativePath(std::string_view path) {
 Status ValidateManifestPaths(const Manifest& manifest) {
   std::set<std::string> files;
   for (const ManifestFile& f : manifest.files) {
-    RETURN_IF_ERROR(ValidateRelativePath(f.path));
+    WC_RETURN_IF_ERROR(ValidateRelativePath(f.path));
     if (!files.insert(f.path).second) {
       return Corrupt("manifest lists file '" + f.path + "' twice");
     }
@@ -104,8 +104,8 @@ Status RenameDurable(const std::filesystem::path& from, const std::filesystem::p
   }
   std::filesystem::path a = ParentOf(from);
   std::filesystem::path b = ParentOf(to);
-  RETURN_IF_ERROR(FsyncPath(b));
-  if (a != b) RETURN_IF_ERROR(FsyncPath(a));
+  WC_RETURN_IF_ERROR(FsyncPath(b));
+  if (a != b) WC_RETURN_IF_ERROR(FsyncPath(a));
   return Status::Ok();
 }
 

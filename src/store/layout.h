@@ -110,7 +110,7 @@ Status ForEachSegment(const std::vector<ManifestFile>& files, ByteRange range, F
     if (f.size == 0 || f.offset + f.size <= pos) continue;
     uint64_t in_file = pos - f.offset;
     uint64_t len = std::min<uint64_t>(f.size - in_file, range.end() - pos);
-    RETURN_IF_ERROR(fn(i, in_file, len, pos - range.offset));
+    WC_RETURN_IF_ERROR(fn(i, in_file, len, pos - range.offset));
     pos += len;
   }
   if (pos != range.end()) {

@@ -50,8 +50,8 @@ Result<std::shared_ptr<const MappedVersion>> MappedVersion::MapCommitted(
   std::vector<MappedFile> files;
   files.reserve(manifest->files.size());
   for (const ManifestFile& f : manifest->files) {
-    ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(dir / f.path));
-    RETURN_IF_ERROR(CheckSize(file, f));
+    WC_ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(dir / f.path));
+    WC_RETURN_IF_ERROR(CheckSize(file, f));
     ReadAsNormal(file);
     files.push_back(std::move(file));
   }
@@ -66,8 +66,8 @@ Result<std::shared_ptr<const MappedVersion>> MappedVersion::MapStaging(
   std::vector<MappedFile> files;
   files.reserve(m.files.size());
   for (size_t i = 0; i < m.files.size(); ++i) {
-    ASSIGN_OR_RETURN(MappedFile file, MappedFile::Map(state->fds[i], m.files[i].path));
-    RETURN_IF_ERROR(CheckSize(file, m.files[i]));
+    WC_ASSIGN_OR_RETURN(MappedFile file, MappedFile::Map(state->fds[i], m.files[i].path));
+    WC_RETURN_IF_ERROR(CheckSize(file, m.files[i]));
     ReadAsNormal(file);
     files.push_back(std::move(file));
   }
@@ -105,7 +105,7 @@ Status MappedVersion::CheckHeld(ChunkIndex index) const {
 bool MappedVersion::Holds(ChunkIndex index) const { return CheckHeld(index).ok(); }
 
 Result<ChunkBytes> MappedVersion::Chunk(ChunkIndex index) const {
-  RETURN_IF_ERROR(CheckHeld(index));
+  WC_RETURN_IF_ERROR(CheckHeld(index));
   const ByteRange range = manifest_->ChunkRange(index);
   const size_t first = store::FirstFileAt(manifest_->files, range.offset);
   if (first < files_.size()) {
@@ -118,7 +118,7 @@ Result<ChunkBytes> MappedVersion::Chunk(ChunkIndex index) const {
   }
   // Spans files: gathered. A chunk per file boundary at most, so rare for large chunks.
   std::shared_ptr<uint8_t[]> buffer = std::make_shared_for_overwrite<uint8_t[]>(range.size);
-  RETURN_IF_ERROR(store::ForEachSegment(
+  WC_RETURN_IF_ERROR(store::ForEachSegment(
       manifest_->files, range, [&](size_t file, uint64_t at, uint64_t len, uint64_t to) {
         std::memcpy(buffer.get() + to, files_[file].bytes().data() + at, len);
         return Status::Ok();

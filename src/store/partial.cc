@@ -44,8 +44,8 @@ Result<PartialVersion> ParsePartial(std::string_view text, const Manifest& manif
     }
     return Status::Ok();
   };
-  RETURN_IF_ERROR(strings("patterns", out.patterns));
-  RETURN_IF_ERROR(strings("tensors", out.tensors));
+  WC_RETURN_IF_ERROR(strings("patterns", out.patterns));
+  WC_RETURN_IF_ERROR(strings("tensors", out.tensors));
   if (!j.contains("chunks") || !j["chunks"].is_array()) return bad("no 'chunks' list");
   for (const nlohmann::json& c : j["chunks"]) {
     if (!c.is_number_unsigned() || c.get<uint64_t>() >= manifest.chunk_count()) {
@@ -72,7 +72,7 @@ Result<std::optional<PartialVersion>> ReadPartialFile(const std::filesystem::pat
     if (errno == ENOENT) return std::optional<PartialVersion>();
     return ErrnoStatus("stat(" + path.string() + ")", errno);
   }
-  ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  WC_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
   auto parsed = ParsePartial(text, manifest);
   if (!parsed.ok()) return parsed.status().WithContext(path.string());
   return std::optional<PartialVersion>(std::move(parsed).value());

@@ -108,7 +108,7 @@ Status StagingState::OpenFiles(const std::filesystem::path& files_dir, bool crea
     if (fd < 0) return ErrnoStatus("open(" + path.string() + ")", errno);
     fds[i] = fd;
     if (create) {
-      RETURN_IF_ERROR(Preallocate(fd, f.size, path));
+      WC_RETURN_IF_ERROR(Preallocate(fd, f.size, path));
     } else {
       struct stat st {};
       if (::fstat(fd, &st) != 0) return ErrnoStatus("stat(" + path.string() + ")", errno);
@@ -128,26 +128,26 @@ Result<std::shared_ptr<StagingState>> StagingState::Create(const ChannelLayout& 
                                                            ImportMode mode) {
   Version v = manifest.version;
   std::filesystem::path partial = layout.staging_partial(v);
-  RETURN_IF_ERROR(RemoveAll(partial));  // left by an earlier failure in this process
-  RETURN_IF_ERROR(MakeDirDurable(partial));
+  WC_RETURN_IF_ERROR(RemoveAll(partial));  // left by an earlier failure in this process
+  WC_RETURN_IF_ERROR(MakeDirDurable(partial));
   auto state = std::make_shared<StagingState>(layout, std::move(channel), manifest, batch);
   auto build = [&]() -> Status {
     std::filesystem::path files_dir = partial / "files";
-    RETURN_IF_ERROR(MakeDirDurable(files_dir));
+    WC_RETURN_IF_ERROR(MakeDirDurable(files_dir));
     if (import_from != nullptr) {
       for (const ManifestFile& f : manifest.files) {
         std::filesystem::path to = files_dir / f.path;
         std::error_code ec;
         std::filesystem::create_directories(to.parent_path(), ec);
         if (ec) return IoError("mkdir(" + to.parent_path().string() + "): " + ec.message());
-        RETURN_IF_ERROR(CopyOrLink(*import_from / f.path, to, mode));
+        WC_RETURN_IF_ERROR(CopyOrLink(*import_from / f.path, to, mode));
       }
     }
-    RETURN_IF_ERROR(state->OpenFiles(files_dir, import_from == nullptr));
+    WC_RETURN_IF_ERROR(state->OpenFiles(files_dir, import_from == nullptr));
     // Directory entries of the files must be durable before the rename publishes the staging.
-    for (const auto& dir : DirsOf(files_dir, manifest)) RETURN_IF_ERROR(FsyncPath(dir));
-    RETURN_IF_ERROR(WriteFileAtomic(partial / "manifest.wcm", SerializeManifest(manifest)));
-    ASSIGN_OR_RETURN(state->record, ChunkRecord::Create(partial / "chunks.log", manifest.root));
+    for (const auto& dir : DirsOf(files_dir, manifest)) WC_RETURN_IF_ERROR(FsyncPath(dir));
+    WC_RETURN_IF_ERROR(WriteFileAtomic(partial / "manifest.wcm", SerializeManifest(manifest)));
+    WC_ASSIGN_OR_RETURN(state->record, ChunkRecord::Create(partial / "chunks.log", manifest.root));
     return FsyncPath(partial);
   };
   Status st = build();
@@ -169,23 +169,23 @@ Result<std::shared_ptr<StagingState>> StagingState::Load(const ChannelLayout& la
   if (::stat(dir.c_str(), &st) != 0) {
     return NotFound("no staging version " + channel + "/" + VersionName(version));
   }
-  ASSIGN_OR_RETURN(Manifest manifest, ReadManifestFile(layout.staging_manifest(version)));
+  WC_ASSIGN_OR_RETURN(Manifest manifest, ReadManifestFile(layout.staging_manifest(version)));
   if (manifest.version != version || manifest.channel != channel) {
     return Corrupt(layout.staging_manifest(version).string() + ": manifest is for " +
                    manifest.channel + "/" + VersionName(manifest.version));
   }
-  RETURN_IF_ERROR(ValidateManifestPaths(manifest));
+  WC_RETURN_IF_ERROR(ValidateManifestPaths(manifest));
   auto state = std::make_shared<StagingState>(layout, std::move(channel), manifest, batch);
-  RETURN_IF_ERROR(state->OpenFiles(layout.staging_files(version), /*create=*/false));
+  WC_RETURN_IF_ERROR(state->OpenFiles(layout.staging_files(version), /*create=*/false));
   state->verified.assign(manifest.chunk_count(), false);
   RecordRecovery recovery;
   std::filesystem::path record_path = layout.staging_record(version);
   if (::stat(record_path.c_str(), &st) != 0) {
     // Only damage from outside removes the record; start it over.
-    ASSIGN_OR_RETURN(state->record, ChunkRecord::Create(record_path, manifest.root));
+    WC_ASSIGN_OR_RETURN(state->record, ChunkRecord::Create(record_path, manifest.root));
   } else {
-    ASSIGN_OR_RETURN(state->record,
-                     ChunkRecord::Open(record_path, manifest.root, state->verified, recovery));
+    WC_ASSIGN_OR_RETURN(state->record,
+                        ChunkRecord::Open(record_path, manifest.root, state->verified, recovery));
   }
   state->verified_count = recovery.chunks;
   state->discarded_bytes = recovery.discarded_bytes;
@@ -204,7 +204,7 @@ Status StagingState::WriteChunk(ChunkIndex index, std::span<const uint8_t> bytes
 Status StagingState::WriteChunkPart(ChunkIndex index, uint64_t offset,
                                     std::span<const uint8_t> bytes) {
   std::shared_lock io(io_mu);
-  RETURN_IF_ERROR(CheckOpen());
+  WC_RETURN_IF_ERROR(CheckOpen());
   if (index.value() >= manifest.chunk_count()) {
     return OutOfRange("chunk " + std::to_string(index.value()) + " is beyond the " +
                       std::to_string(manifest.chunk_count()) + " chunks of the version");
@@ -238,7 +238,7 @@ Status StagingState::WriteChunkPart(ChunkIndex index, uint64_t offset,
 
 Status StagingState::MarkVerified(ChunkIndex index) {
   std::shared_lock io(io_mu);
-  RETURN_IF_ERROR(CheckOpen());
+  WC_RETURN_IF_ERROR(CheckOpen());
   if (index.value() >= manifest.chunk_count()) {
     return OutOfRange("chunk " + std::to_string(index.value()) + " is beyond the " +
                       std::to_string(manifest.chunk_count()) + " chunks of the version");
@@ -287,7 +287,7 @@ Status StagingState::FlushPending() {
 
 Status StagingState::Flush() {
   std::shared_lock io(io_mu);
-  RETURN_IF_ERROR(CheckOpen());
+  WC_RETURN_IF_ERROR(CheckOpen());
   return FlushPending();
 }
 
@@ -299,10 +299,10 @@ bool StagingState::HasChunk(ChunkIndex index) const {
 Result<std::shared_ptr<const MappedVersion>> StagingState::View(
     const std::shared_ptr<const StagingState>& self) {
   std::shared_lock io(self->io_mu);
-  RETURN_IF_ERROR(self->CheckOpen());
+  WC_RETURN_IF_ERROR(self->CheckOpen());
   std::lock_guard lock(self->view_mu);
   if (self->view == nullptr) {
-    ASSIGN_OR_RETURN(self->view, MappedVersion::MapStaging(self));
+    WC_ASSIGN_OR_RETURN(self->view, MappedVersion::MapStaging(self));
   }
   return self->view;
 }
@@ -318,8 +318,8 @@ std::vector<ChunkIndex> StagingState::VerifiedChunks() const {
 
 Status StagingState::SealForCommit(const std::vector<ChunkIndex>* required) {
   std::unique_lock io(io_mu);
-  RETURN_IF_ERROR(CheckOpen());
-  RETURN_IF_ERROR(FlushPending());
+  WC_RETURN_IF_ERROR(CheckOpen());
+  WC_RETURN_IF_ERROR(FlushPending());
   std::unique_lock rec(rec_mu);
   if (required != nullptr) {
     const auto missing = std::count_if(required->begin(), required->end(), [&](ChunkIndex c) {
@@ -341,7 +341,7 @@ Status StagingState::SealForCommit(const std::vector<ChunkIndex>* required) {
     if (::fsync(fds[i]) != 0) return ErrnoStatus("fsync(" + manifest.files[i].path + ")", errno);
   }
   for (const auto& dir : DirsOf(layout.staging_files(manifest.version), manifest)) {
-    RETURN_IF_ERROR(FsyncPath(dir));
+    WC_RETURN_IF_ERROR(FsyncPath(dir));
   }
   return Status::Ok();
 }

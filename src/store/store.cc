@@ -83,9 +83,10 @@ Result<std::unique_ptr<StoreImpl>> StoreImpl::Open(const std::filesystem::path& 
   }
   auto impl = std::make_unique<StoreImpl>(root, options, lock_fd);
   if (!options.read_only) {
-    ASSIGN_OR_RETURN(std::vector<std::string> channels, impl->Channels());
+    WC_ASSIGN_OR_RETURN(std::vector<std::string> channels, impl->Channels());
     for (const std::string& channel : channels) {
-      RETURN_IF_ERROR(impl->RecoverChannel(channel).WithContext("recovering channel " + channel));
+      WC_RETURN_IF_ERROR(
+          impl->RecoverChannel(channel).WithContext("recovering channel " + channel));
     }
   }
   return impl;
@@ -99,7 +100,7 @@ Status StoreImpl::CheckWritable() const {
 }
 
 Result<std::vector<std::string>> StoreImpl::Channels() const {
-  ASSIGN_OR_RETURN(std::vector<std::string> names, ListDir(root_));
+  WC_ASSIGN_OR_RETURN(std::vector<std::string> names, ListDir(root_));
   std::vector<std::string> out;
   for (std::string& name : names) {
     struct stat st {};
@@ -111,21 +112,22 @@ Result<std::vector<std::string>> StoreImpl::Channels() const {
 }
 
 Result<StagedVersion> StoreImpl::BeginStaging(std::string_view channel, const Manifest& manifest) {
-  RETURN_IF_ERROR(CheckNewVersion(channel, manifest));
+  WC_RETURN_IF_ERROR(CheckNewVersion(channel, manifest));
   std::lock_guard lock(mu_);
-  ASSIGN_OR_RETURN(auto state, CreateStagingLocked(channel, manifest, nullptr, ImportMode::kCopy));
+  WC_ASSIGN_OR_RETURN(auto state,
+                      CreateStagingLocked(channel, manifest, nullptr, ImportMode::kCopy));
   return StagedVersion(state);
 }
 
 Status StoreImpl::CheckNewVersion(std::string_view channel, const Manifest& manifest) const {
-  RETURN_IF_ERROR(CheckWritable());
-  RETURN_IF_ERROR(ValidateChannelName(channel));
+  WC_RETURN_IF_ERROR(CheckWritable());
+  WC_RETURN_IF_ERROR(ValidateChannelName(channel));
   if (manifest.channel != channel) {
     return InvalidArgument("manifest is for channel '" + manifest.channel + "', not '" +
                            std::string(channel) + "'");
   }
   if (manifest.version.value() == 0) return InvalidArgument("manifest has version 0");
-  RETURN_IF_ERROR(ValidateManifest(manifest));
+  WC_RETURN_IF_ERROR(ValidateManifest(manifest));
   return ValidateManifestPaths(manifest);
 }
 
@@ -143,10 +145,10 @@ Result<std::shared_ptr<StagingState>> StoreImpl::CreateStagingLocked(
   }
   for (const auto& dir :
        {layout.dir(), layout.versions_dir(), layout.manifests_dir(), layout.staging_root()}) {
-    RETURN_IF_ERROR(MakeDirDurable(dir));
+    WC_RETURN_IF_ERROR(MakeDirDurable(dir));
   }
-  ASSIGN_OR_RETURN(auto state, StagingState::Create(layout, std::string(channel), manifest,
-                                                    options_.record_batch, source, mode));
+  WC_ASSIGN_OR_RETURN(auto state, StagingState::Create(layout, std::string(channel), manifest,
+                                                       options_.record_batch, source, mode));
   staging_[{std::string(channel), v.value()}] = state;
   return state;
 }
@@ -159,24 +161,24 @@ Result<std::shared_ptr<StagingState>> StoreImpl::StagingLocked(std::string_view 
     if (auto live = it->second.lock()) return live;
     staging_.erase(it);
   }
-  ASSIGN_OR_RETURN(auto state, StagingState::Load(Layout(channel), std::string(channel), version,
-                                                  options_.record_batch));
+  WC_ASSIGN_OR_RETURN(auto state, StagingState::Load(Layout(channel), std::string(channel), version,
+                                                     options_.record_batch));
   staging_[key] = state;
   return state;
 }
 
 Result<StagedVersion> StoreImpl::ResumeStaging(std::string_view channel, Version version) {
-  RETURN_IF_ERROR(CheckWritable());
-  RETURN_IF_ERROR(ValidateChannelName(channel));
+  WC_RETURN_IF_ERROR(CheckWritable());
+  WC_RETURN_IF_ERROR(ValidateChannelName(channel));
   std::lock_guard lock(mu_);
-  ASSIGN_OR_RETURN(auto state, StagingLocked(channel, version));
+  WC_ASSIGN_OR_RETURN(auto state, StagingLocked(channel, version));
   return StagedVersion(state);
 }
 
 Result<std::vector<Version>> StoreImpl::ListStaging(std::string_view channel) const {
-  RETURN_IF_ERROR(ValidateChannelName(channel));
+  WC_RETURN_IF_ERROR(ValidateChannelName(channel));
   std::lock_guard lock(mu_);
-  ASSIGN_OR_RETURN(std::vector<std::string> names, ListDir(Layout(channel).staging_root()));
+  WC_ASSIGN_OR_RETURN(std::vector<std::string> names, ListDir(Layout(channel).staging_root()));
   std::vector<Version> out;
   for (const std::string& name : names) {
     if (auto v = ParseVersionName(name)) out.push_back(*v);
@@ -191,8 +193,8 @@ Status StoreImpl::SwitchCurrentLocked(const ChannelLayout& layout, Version versi
 }
 
 Status StoreImpl::Commit(std::string_view channel, Version version) {
-  RETURN_IF_ERROR(CheckWritable());
-  RETURN_IF_ERROR(ValidateChannelName(channel));
+  WC_RETURN_IF_ERROR(CheckWritable());
+  WC_RETURN_IF_ERROR(ValidateChannelName(channel));
   std::lock_guard lock(mu_);
   return CommitLocked(channel, version);
 }
@@ -203,8 +205,8 @@ Status StoreImpl::Commit(std::string_view channel, Version version) {
 // disk freed); one that fails after it is finished by the next Commit, or by Open.
 Status StoreImpl::CommitPartial(std::string_view channel, Version version,
                                 const PartialVersion& wanted) {
-  RETURN_IF_ERROR(CheckWritable());
-  RETURN_IF_ERROR(ValidateChannelName(channel));
+  WC_RETURN_IF_ERROR(CheckWritable());
+  WC_RETURN_IF_ERROR(ValidateChannelName(channel));
   std::lock_guard lock(mu_);
   return CommitLocked(channel, version, &wanted);
 }
@@ -221,10 +223,10 @@ Status StoreImpl::CommitLocked(std::string_view channel, Version v, const Partia
     }
     return FinishCommitLocked(layout, channel, v);
   }
-  ASSIGN_OR_RETURN(auto state, StagingLocked(channel, v));
+  WC_ASSIGN_OR_RETURN(auto state, StagingLocked(channel, v));
   // 1. Every chunk verified (of a partial version: every chunk of its tensors), every byte and
   //    directory entry of the files durable.
-  RETURN_IF_ERROR(state->SealForCommit(partial != nullptr ? &partial->chunks : nullptr));
+  WC_RETURN_IF_ERROR(state->SealForCommit(partial != nullptr ? &partial->chunks : nullptr));
   // 1b. The partial record among the files, durable before the commit point, so versions/<v>
   //     never exists without it; a whole commit drops one left by an earlier partial attempt.
   const std::filesystem::path record = layout.staging_files(v) / std::string(kPartialFileName);
@@ -237,17 +239,17 @@ Status StoreImpl::CommitLocked(std::string_view channel, Version v, const Partia
     }
     PartialVersion held = *partial;
     held.chunks = state->VerifiedChunks();
-    RETURN_IF_ERROR(WriteFileAtomic(record, SerializePartial(held)));
+    WC_RETURN_IF_ERROR(WriteFileAtomic(record, SerializePartial(held)));
   } else if (!listed && Exists(record)) {
-    RETURN_IF_ERROR(RemoveAll(record));
-    RETURN_IF_ERROR(FsyncPath(layout.staging_files(v)));
+    WC_RETURN_IF_ERROR(RemoveAll(record));
+    WC_RETURN_IF_ERROR(FsyncPath(layout.staging_files(v)));
   }
   // 2. The manifest beside the version. A crash after this leaves an orphan manifest (no
   //    versions/<v>) that Open removes; the staging is intact and can be committed again.
-  RETURN_IF_ERROR(WriteFileAtomic(layout.manifest_file(v), SerializeManifest(state->manifest)));
+  WC_RETURN_IF_ERROR(WriteFileAtomic(layout.manifest_file(v), SerializeManifest(state->manifest)));
   // 3. The commit point: the files become versions/<v>. From here Open rolls the commit forward,
   //    recognising staging/<v> without its files/ directory.
-  RETURN_IF_ERROR(RenameDurable(layout.staging_files(v), layout.version_dir(v)));
+  WC_RETURN_IF_ERROR(RenameDurable(layout.staging_files(v), layout.version_dir(v)));
   state->Close();
   staging_.erase(key);
   return FinishCommitLocked(layout, channel, v);
@@ -257,20 +259,20 @@ Status StoreImpl::CommitLocked(std::string_view channel, Version v, const Partia
 Status StoreImpl::FinishCommitLocked(const ChannelLayout& layout, std::string_view channel,
                                      Version v) {
   // 4. `current` moves in one rename.
-  RETURN_IF_ERROR(SwitchCurrentLocked(layout, v));
+  WC_RETURN_IF_ERROR(SwitchCurrentLocked(layout, v));
   // 5. Staging leftovers (manifest copy, record) go, renamed away first: a numbered staging
   //    without files/ must exist only between steps 3 and 5, or a later Open would roll this
   //    commit forward again over a rollback made in between.
   std::filesystem::path done = layout.staging_root() / (".done-" + VersionName(v));
-  RETURN_IF_ERROR(RemoveAll(done));
-  RETURN_IF_ERROR(RenameDurable(layout.staging_dir(v), done));
-  RETURN_IF_ERROR(RemoveAll(done));
+  WC_RETURN_IF_ERROR(RemoveAll(done));
+  WC_RETURN_IF_ERROR(RenameDurable(layout.staging_dir(v), done));
+  WC_RETURN_IF_ERROR(RemoveAll(done));
   return CollectLocked(channel).status();
 }
 
 Status StoreImpl::Abort(std::string_view channel, Version version) {
-  RETURN_IF_ERROR(CheckWritable());
-  RETURN_IF_ERROR(ValidateChannelName(channel));
+  WC_RETURN_IF_ERROR(CheckWritable());
+  WC_RETURN_IF_ERROR(ValidateChannelName(channel));
   std::lock_guard lock(mu_);
   ChannelLayout layout = Layout(channel);
   Key key{std::string(channel), version.value()};
@@ -285,8 +287,8 @@ Status StoreImpl::Abort(std::string_view channel, Version version) {
   // Renamed to a hidden name first so that a crash halfway through the removal never leaves a
   // staging/<v> that looks resumable but lacks files.
   std::filesystem::path doomed = layout.staging_root() / (".aborted-" + VersionName(version));
-  RETURN_IF_ERROR(RemoveAll(doomed));
-  RETURN_IF_ERROR(RenameDurable(layout.staging_dir(version), doomed));
+  WC_RETURN_IF_ERROR(RemoveAll(doomed));
+  WC_RETURN_IF_ERROR(RenameDurable(layout.staging_dir(version), doomed));
   return RemoveAll(doomed);
 }
 
@@ -305,11 +307,11 @@ Status StoreImpl::CheckSizesLocked(const ChannelLayout& layout, const Manifest& 
 }
 
 Result<Version> StoreImpl::Rollback(std::string_view channel, std::optional<Version> to) {
-  RETURN_IF_ERROR(CheckWritable());
-  RETURN_IF_ERROR(ValidateChannelName(channel));
+  WC_RETURN_IF_ERROR(CheckWritable());
+  WC_RETURN_IF_ERROR(ValidateChannelName(channel));
   std::lock_guard lock(mu_);
   ChannelLayout layout = Layout(channel);
-  ASSIGN_OR_RETURN(std::vector<Version> committed, CommittedLocked(layout));
+  WC_ASSIGN_OR_RETURN(std::vector<Version> committed, CommittedLocked(layout));
   Version target;
   if (to.has_value()) {
     if (std::find(committed.begin(), committed.end(), *to) == committed.end()) {
@@ -317,7 +319,7 @@ Result<Version> StoreImpl::Rollback(std::string_view channel, std::optional<Vers
     }
     target = *to;
   } else {
-    ASSIGN_OR_RETURN(Version current, CurrentLocked(layout));
+    WC_ASSIGN_OR_RETURN(Version current, CurrentLocked(layout));
     auto it = std::lower_bound(committed.begin(), committed.end(), current);
     if (it == committed.begin()) {
       return NotFound("no kept version of channel " + std::string(channel) + " below " +
@@ -325,29 +327,29 @@ Result<Version> StoreImpl::Rollback(std::string_view channel, std::optional<Vers
     }
     target = *std::prev(it);
   }
-  ASSIGN_OR_RETURN(Manifest manifest, ManifestLocked(channel, target));
-  RETURN_IF_ERROR(CheckSizesLocked(layout, manifest));
+  WC_ASSIGN_OR_RETURN(Manifest manifest, ManifestLocked(channel, target));
+  WC_RETURN_IF_ERROR(CheckSizesLocked(layout, manifest));
   // A damaged `current` is repaired by a rollback; nothing is then known to be withdrawn.
   const Result<Version> from = CurrentLocked(layout);
-  ASSIGN_OR_RETURN(std::set<Version> withdrawn, WithdrawnLocked(layout));
-  RETURN_IF_ERROR(SwitchCurrentLocked(layout, target));
+  WC_ASSIGN_OR_RETURN(std::set<Version> withdrawn, WithdrawnLocked(layout));
+  WC_RETURN_IF_ERROR(SwitchCurrentLocked(layout, target));
   // Going back withdraws every kept version above the target up to the one left; going forward
   // (to a version above the current one) takes the target back.
   for (Version v : committed) {
     if (from.ok() && v > target && v <= *from) withdrawn.insert(v);
   }
   withdrawn.erase(target);
-  RETURN_IF_ERROR(WriteWithdrawnLocked(layout, withdrawn));
+  WC_RETURN_IF_ERROR(WriteWithdrawnLocked(layout, withdrawn));
   return target;
 }
 
 Status StoreImpl::ImportDirectory(std::string_view channel, const Manifest& manifest,
                                   const std::filesystem::path& dir, ImportMode mode) {
-  RETURN_IF_ERROR(CheckNewVersion(channel, manifest));
+  WC_RETURN_IF_ERROR(CheckNewVersion(channel, manifest));
   std::lock_guard lock(mu_);
   ChannelLayout layout = Layout(channel);
   Version v = manifest.version;
-  ASSIGN_OR_RETURN(auto state, CreateStagingLocked(channel, manifest, &dir, mode));
+  WC_ASSIGN_OR_RETURN(auto state, CreateStagingLocked(channel, manifest, &dir, mode));
   auto fail = [&](Status st) { return DropStagingLocked(channel, *state, std::move(st)); };
   // The source may differ from what the manifest describes (edited since it was built): every
   // byte is checked before the version can become current.
@@ -395,10 +397,10 @@ Result<ImportedFiles::Stamp> StoreImpl::StampOf(const std::filesystem::path& pat
 Result<ImportedFiles> StoreImpl::StageImport(std::string_view channel, Version version,
                                              const std::vector<std::string>& paths,
                                              const std::filesystem::path& dir, ImportMode mode) {
-  RETURN_IF_ERROR(CheckWritable());
-  RETURN_IF_ERROR(ValidateChannelName(channel));
+  WC_RETURN_IF_ERROR(CheckWritable());
+  WC_RETURN_IF_ERROR(ValidateChannelName(channel));
   if (version.value() == 0) return InvalidArgument("version must be 1 or more");
-  for (const std::string& p : paths) RETURN_IF_ERROR(ValidateRelativePath(p));
+  for (const std::string& p : paths) WC_RETURN_IF_ERROR(ValidateRelativePath(p));
   std::lock_guard lock(mu_);
   ChannelLayout layout = Layout(channel);
   if (Exists(layout.version_dir(version))) {
@@ -407,11 +409,11 @@ Result<ImportedFiles> StoreImpl::StageImport(std::string_view channel, Version v
   if (Exists(layout.staging_dir(version))) {
     return AlreadyExists("version " + Name(channel, version) + " is already staging");
   }
-  for (const auto& d : {layout.dir(), layout.staging_root()}) RETURN_IF_ERROR(MakeDirDurable(d));
+  for (const auto& d : {layout.dir(), layout.staging_root()}) WC_RETURN_IF_ERROR(MakeDirDurable(d));
   // A name Open removes (not a version number): a crash before CommitImport leaves nothing that
   // could be mistaken for a staging version. Not made durable: it is never needed after a crash.
   const std::filesystem::path into = layout.staging_root() / (".import-" + VersionName(version));
-  RETURN_IF_ERROR(RemoveAll(into));
+  WC_RETURN_IF_ERROR(RemoveAll(into));
   ImportedFiles out;
   out.channel_ = std::string(channel);
   out.version_ = version;
@@ -428,15 +430,15 @@ Result<ImportedFiles> StoreImpl::StageImport(std::string_view channel, Version v
     std::filesystem::create_directories(to.parent_path(), ec);
     if (ec) return IoError("mkdir(" + to.parent_path().string() + "): " + ec.message());
     // Refuses directories and devices before linking them.
-    ASSIGN_OR_RETURN(ImportedFiles::Stamp source, StampOf(from, p));
+    WC_ASSIGN_OR_RETURN(ImportedFiles::Stamp source, StampOf(from, p));
     if (mode == ImportMode::kHardlink) {
       std::filesystem::create_hard_link(from, to, ec);
       if (ec) return IoError("link(" + from.string() + " -> " + to.string() + "): " + ec.message());
     } else {
-      RETURN_IF_ERROR(CloneOrCopyFile(from, to));
+      WC_RETURN_IF_ERROR(CloneOrCopyFile(from, to));
       // A trainer writing while we copied would leave a torn copy that hashes consistently:
       // the source must be the same file, unchanged, after the copy as before it.
-      ASSIGN_OR_RETURN(ImportedFiles::Stamp after, StampOf(from, p));
+      WC_ASSIGN_OR_RETURN(ImportedFiles::Stamp after, StampOf(from, p));
       if (after.size != source.size || after.inode != source.inode ||
           after.mtime_ns != source.mtime_ns || after.ctime_ns != source.ctime_ns) {
         return Corrupt(from.string() +
@@ -444,7 +446,7 @@ Result<ImportedFiles> StoreImpl::StageImport(std::string_view channel, Version v
                        "committed");
       }
     }
-    ASSIGN_OR_RETURN(ImportedFiles::Stamp stamp, StampOf(to, p));
+    WC_ASSIGN_OR_RETURN(ImportedFiles::Stamp stamp, StampOf(to, p));
     out.stamps_.push_back(std::move(stamp));
   }
   return out;
@@ -452,7 +454,7 @@ Result<ImportedFiles> StoreImpl::StageImport(std::string_view channel, Version v
 
 Status StoreImpl::CommitImport(std::string_view channel, const Manifest& manifest,
                                ImportedFiles files) {
-  RETURN_IF_ERROR(CheckNewVersion(channel, manifest));
+  WC_RETURN_IF_ERROR(CheckNewVersion(channel, manifest));
   if (files.dir_.empty()) return FailedPrecondition("no staged import to commit");
   if (files.channel_ != channel || files.version_ != manifest.version) {
     return InvalidArgument("the staged import is " + Name(files.channel_, files.version_) +
@@ -470,7 +472,7 @@ Status StoreImpl::CommitImport(std::string_view channel, const Manifest& manifes
     auto it = staged.find(f.path);
     if (it == staged.end()) return InvalidArgument(f.path + " was not imported");
     const ImportedFiles::Stamp& before = *it->second;
-    ASSIGN_OR_RETURN(ImportedFiles::Stamp now, StampOf(files.dir_ / f.path, f.path));
+    WC_ASSIGN_OR_RETURN(ImportedFiles::Stamp now, StampOf(files.dir_ / f.path, f.path));
     if (now.size != f.size || before.size != f.size) {
       return Corrupt(f.path + ": " + std::to_string(now.size) + " bytes, the manifest says " +
                      std::to_string(f.size) + " (changed while it was being published)");
@@ -482,8 +484,8 @@ Status StoreImpl::CommitImport(std::string_view channel, const Manifest& manifes
   }
   std::lock_guard lock(mu_);
   // The staged files are on the store's filesystem: linking them into the staging copies nothing.
-  ASSIGN_OR_RETURN(auto state,
-                   CreateStagingLocked(channel, manifest, &files.dir_, ImportMode::kHardlink));
+  WC_ASSIGN_OR_RETURN(auto state,
+                      CreateStagingLocked(channel, manifest, &files.dir_, ImportMode::kHardlink));
   return CommitWholeStagingLocked(channel, *state);
 }
 
@@ -514,7 +516,7 @@ Status StagedVersion::PutChunk(ChunkIndex index, std::span<const uint8_t> bytes)
     return Corrupt("chunk " + std::to_string(index.value()) + " of " + state_->channel + "/" +
                    store::VersionName(m.version) + " does not match its hash in the manifest");
   }
-  RETURN_IF_ERROR(state_->WriteChunk(index, bytes));
+  WC_RETURN_IF_ERROR(state_->WriteChunk(index, bytes));
   return state_->MarkVerified(index);
 }
 
@@ -542,8 +544,8 @@ Result<std::shared_ptr<const MappedVersion>> StagedVersion::View() const {
 }
 
 Result<std::vector<uint8_t>> StagedVersion::ReadChunk(ChunkIndex index) const {
-  ASSIGN_OR_RETURN(std::shared_ptr<const MappedVersion> view, View());
-  ASSIGN_OR_RETURN(ChunkBytes chunk, view->Chunk(index));
+  WC_ASSIGN_OR_RETURN(std::shared_ptr<const MappedVersion> view, View());
+  WC_ASSIGN_OR_RETURN(ChunkBytes chunk, view->Chunk(index));
   return std::vector<uint8_t>(chunk.bytes.begin(), chunk.bytes.end());
 }
 
@@ -558,7 +560,7 @@ Store& Store::operator=(Store&&) noexcept = default;
 Store::~Store() = default;
 
 Result<Store> Store::Open(const std::filesystem::path& root, const StoreOptions& options) {
-  ASSIGN_OR_RETURN(auto impl, StoreImpl::Open(root, options));
+  WC_ASSIGN_OR_RETURN(auto impl, StoreImpl::Open(root, options));
   return Store(std::move(impl));
 }
 

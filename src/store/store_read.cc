@@ -39,7 +39,7 @@ std::string DescribeChunk(const Manifest& m, ChunkIndex index) {
 }  // namespace
 
 Result<std::vector<Version>> StoreImpl::CommittedLocked(const ChannelLayout& layout) const {
-  ASSIGN_OR_RETURN(std::vector<std::string> names, ListDir(layout.versions_dir()));
+  WC_ASSIGN_OR_RETURN(std::vector<std::string> names, ListDir(layout.versions_dir()));
   std::vector<Version> out;
   for (const std::string& name : names) {
     auto v = ParseVersionName(name);
@@ -76,8 +76,8 @@ Result<Version> StoreImpl::CurrentLocked(const ChannelLayout& layout) const {
 }
 
 Result<Manifest> StoreImpl::ManifestLocked(std::string_view channel, Version version) const {
-  ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> manifest,
-                   SharedManifestLocked(channel, version));
+  WC_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> manifest,
+                      SharedManifestLocked(channel, version));
   return *manifest;
 }
 
@@ -96,7 +96,7 @@ Result<std::shared_ptr<const Manifest>> StoreImpl::SharedManifestLocked(std::str
     return Corrupt("manifest of committed version " + Name(channel, version) + " is missing (" +
                    path.string() + ")");
   }
-  ASSIGN_OR_RETURN(Manifest manifest, ReadManifestFile(path));
+  WC_ASSIGN_OR_RETURN(Manifest manifest, ReadManifestFile(path));
   if (manifest.version != version || manifest.channel != channel) {
     return Corrupt(path.string() + ": manifest is for " + Name(manifest.channel, manifest.version));
   }
@@ -110,10 +110,10 @@ Result<std::shared_ptr<const PartialVersion>> StoreImpl::PartialLocked(std::stri
   Key key{std::string(channel), version.value()};
   auto it = partials_.find(key);
   if (it != partials_.end()) return it->second;
-  ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> manifest,
-                   SharedManifestLocked(channel, version));
-  ASSIGN_OR_RETURN(std::optional<PartialVersion> partial,
-                   ReadPartialFile(Layout(channel).version_dir(version), *manifest));
+  WC_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> manifest,
+                      SharedManifestLocked(channel, version));
+  WC_ASSIGN_OR_RETURN(std::optional<PartialVersion> partial,
+                      ReadPartialFile(Layout(channel).version_dir(version), *manifest));
   std::shared_ptr<const PartialVersion> shared;
   if (partial) shared = std::make_shared<const PartialVersion>(std::move(*partial));
   partials_[key] = shared;
@@ -122,19 +122,20 @@ Result<std::shared_ptr<const PartialVersion>> StoreImpl::PartialLocked(std::stri
 
 Result<std::optional<PartialVersion>> StoreImpl::GetPartial(std::string_view channel,
                                                             Version version) const {
-  RETURN_IF_ERROR(ValidateChannelName(channel));
+  WC_RETURN_IF_ERROR(ValidateChannelName(channel));
   std::lock_guard lock(mu_);
-  ASSIGN_OR_RETURN(std::shared_ptr<const PartialVersion> partial, PartialLocked(channel, version));
+  WC_ASSIGN_OR_RETURN(std::shared_ptr<const PartialVersion> partial,
+                      PartialLocked(channel, version));
   if (partial == nullptr) return std::optional<PartialVersion>();
   return std::optional<PartialVersion>(*partial);
 }
 
 Result<std::vector<VersionInfo>> StoreImpl::List(std::string_view channel) const {
-  RETURN_IF_ERROR(ValidateChannelName(channel));
+  WC_RETURN_IF_ERROR(ValidateChannelName(channel));
   std::lock_guard lock(mu_);
   ChannelLayout layout = Layout(channel);
   if (!IsDir(layout.dir())) return NotFound("no channel " + std::string(channel));
-  ASSIGN_OR_RETURN(std::vector<Version> committed, CommittedLocked(layout));
+  WC_ASSIGN_OR_RETURN(std::vector<Version> committed, CommittedLocked(layout));
   auto current = CurrentLocked(layout);
   std::vector<VersionInfo> out;
   for (Version v : committed) {
@@ -156,25 +157,25 @@ Result<std::vector<VersionInfo>> StoreImpl::List(std::string_view channel) const
 }
 
 Result<Version> StoreImpl::Current(std::string_view channel) const {
-  RETURN_IF_ERROR(ValidateChannelName(channel));
+  WC_RETURN_IF_ERROR(ValidateChannelName(channel));
   std::lock_guard lock(mu_);
   return CurrentLocked(Layout(channel));
 }
 
 Result<Manifest> StoreImpl::GetManifest(std::string_view channel, Version version) const {
-  RETURN_IF_ERROR(ValidateChannelName(channel));
+  WC_RETURN_IF_ERROR(ValidateChannelName(channel));
   std::lock_guard lock(mu_);
   return ManifestLocked(channel, version);
 }
 
 Result<Version> StoreImpl::NextVersion(std::string_view channel) const {
-  RETURN_IF_ERROR(ValidateChannelName(channel));
+  WC_RETURN_IF_ERROR(ValidateChannelName(channel));
   std::lock_guard lock(mu_);
   ChannelLayout layout = Layout(channel);
   uint64_t highest = 0;
-  ASSIGN_OR_RETURN(std::vector<Version> committed, CommittedLocked(layout));
+  WC_ASSIGN_OR_RETURN(std::vector<Version> committed, CommittedLocked(layout));
   if (!committed.empty()) highest = committed.back().value();
-  ASSIGN_OR_RETURN(std::vector<std::string> staging, ListDir(layout.staging_root()));
+  WC_ASSIGN_OR_RETURN(std::vector<std::string> staging, ListDir(layout.staging_root()));
   for (const std::string& name : staging) {
     if (auto v = ParseVersionName(name)) highest = std::max(highest, v->value());
   }
@@ -182,15 +183,15 @@ Result<Version> StoreImpl::NextVersion(std::string_view channel) const {
 }
 
 Status StoreImpl::Verify(std::string_view channel, Version version) const {
-  RETURN_IF_ERROR(ValidateChannelName(channel));
+  WC_RETURN_IF_ERROR(ValidateChannelName(channel));
   Manifest manifest;
   std::shared_ptr<const PartialVersion> partial;
   ChannelLayout layout = Layout(channel);
   {
     std::lock_guard lock(mu_);
-    ASSIGN_OR_RETURN(manifest, ManifestLocked(channel, version));
-    RETURN_IF_ERROR(CheckSizesLocked(layout, manifest));
-    ASSIGN_OR_RETURN(partial, PartialLocked(channel, version));
+    WC_ASSIGN_OR_RETURN(manifest, ManifestLocked(channel, version));
+    WC_RETURN_IF_ERROR(CheckSizesLocked(layout, manifest));
+    WC_ASSIGN_OR_RETURN(partial, PartialLocked(channel, version));
   }
   // Hashing runs without the store lock: a committed version's files never change under it
   // (except by GC, which Verify's caller should not race with a version it still wants).
@@ -263,28 +264,29 @@ void StoreImpl::ForgetView(const Key& key) {
 
 Result<std::shared_ptr<const MappedVersion>> StoreImpl::OpenView(std::string_view channel,
                                                                  Version version) const {
-  RETURN_IF_ERROR(ValidateChannelName(channel));
+  WC_RETURN_IF_ERROR(ValidateChannelName(channel));
   const Key key{std::string(channel), version.value()};
   if (std::shared_ptr<const MappedVersion> hit = CachedView(key)) return hit;
   std::lock_guard lock(mu_);
   // Mapped meanwhile by another thread: keep one view.
   if (std::shared_ptr<const MappedVersion> hit = CachedView(key)) return hit;
-  ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> manifest,
-                   SharedManifestLocked(channel, version));
-  ASSIGN_OR_RETURN(std::shared_ptr<const PartialVersion> partial, PartialLocked(channel, version));
+  WC_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> manifest,
+                      SharedManifestLocked(channel, version));
+  WC_ASSIGN_OR_RETURN(std::shared_ptr<const PartialVersion> partial,
+                      PartialLocked(channel, version));
   // Under mu_: a collection cannot remove the files between the manifest read and the mapping,
   // nor forget the version before it is cached.
-  ASSIGN_OR_RETURN(std::shared_ptr<const MappedVersion> view,
-                   MappedVersion::MapCommitted(Layout(channel).version_dir(version),
-                                               std::string(channel), manifest, partial));
+  WC_ASSIGN_OR_RETURN(std::shared_ptr<const MappedVersion> view,
+                      MappedVersion::MapCommitted(Layout(channel).version_dir(version),
+                                                  std::string(channel), manifest, partial));
   RememberView(key, view);
   return view;
 }
 
 Result<std::vector<uint8_t>> StoreImpl::ReadChunk(std::string_view channel, Version version,
                                                   ChunkIndex index) const {
-  ASSIGN_OR_RETURN(std::shared_ptr<const MappedVersion> view, OpenView(channel, version));
-  ASSIGN_OR_RETURN(ChunkBytes chunk, view->Chunk(index));
+  WC_ASSIGN_OR_RETURN(std::shared_ptr<const MappedVersion> view, OpenView(channel, version));
+  WC_ASSIGN_OR_RETURN(ChunkBytes chunk, view->Chunk(index));
   return std::vector<uint8_t>(chunk.bytes.begin(), chunk.bytes.end());
 }
 

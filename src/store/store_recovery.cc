@@ -42,7 +42,7 @@ Status StoreImpl::RecoverChannel(const std::string& channel) {
     return ErrnoStatus("unlink(" + layout.current_tmp().string() + ")", errno);
   }
 
-  ASSIGN_OR_RETURN(std::vector<std::string> staging, ListDir(layout.staging_root()));
+  WC_ASSIGN_OR_RETURN(std::vector<std::string> staging, ListDir(layout.staging_root()));
   std::vector<Version> resumable;
   for (const std::string& name : staging) {
     std::filesystem::path dir = layout.staging_root() / name;
@@ -50,7 +50,7 @@ Status StoreImpl::RecoverChannel(const std::string& channel) {
     if (!v) {
       // .partial-<v> (BeginStaging before its publishing rename), .aborted-<v>, .done-<v>,
       // .import-<v> (a publisher's import that never reached CommitImport).
-      RETURN_IF_ERROR(RemoveAll(dir));
+      WC_RETURN_IF_ERROR(RemoveAll(dir));
       continue;
     }
     bool has_files = Exists(layout.staging_files(*v));
@@ -58,27 +58,27 @@ Status StoreImpl::RecoverChannel(const std::string& channel) {
     if (!has_files && committed) {
       // Killed after the commit point (files renamed to versions/<v>): finish the commit.
       if (!Exists(layout.manifest_file(*v))) {
-        ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(layout.staging_manifest(*v)));
-        RETURN_IF_ERROR(WriteFileAtomic(layout.manifest_file(*v), bytes));
+        WC_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(layout.staging_manifest(*v)));
+        WC_RETURN_IF_ERROR(WriteFileAtomic(layout.manifest_file(*v), bytes));
       }
-      RETURN_IF_ERROR(SwitchCurrentLocked(layout, *v));
+      WC_RETURN_IF_ERROR(SwitchCurrentLocked(layout, *v));
       std::filesystem::path done = layout.staging_root() / (".done-" + name);
-      RETURN_IF_ERROR(RemoveAll(done));
-      RETURN_IF_ERROR(RenameDurable(dir, done));
-      RETURN_IF_ERROR(RemoveAll(done));
+      WC_RETURN_IF_ERROR(RemoveAll(done));
+      WC_RETURN_IF_ERROR(RenameDurable(dir, done));
+      WC_RETURN_IF_ERROR(RemoveAll(done));
       rolled_forward = true;
       continue;
     }
     if (!has_files || committed) {
       // Half removed, or a leftover of a version that is committed already.
-      RETURN_IF_ERROR(RemoveAll(dir));
+      WC_RETURN_IF_ERROR(RemoveAll(dir));
       continue;
     }
     auto manifest = ReadManifestFile(layout.staging_manifest(*v));
     if (!manifest.ok() || manifest->version != *v || manifest->channel != channel) {
       // Only damage from outside does this (the manifest is written before the staging is
       // published); the staging cannot be resumed without it.
-      RETURN_IF_ERROR(RemoveAll(dir));
+      WC_RETURN_IF_ERROR(RemoveAll(dir));
       continue;
     }
     resumable.push_back(*v);
@@ -87,49 +87,49 @@ Status StoreImpl::RecoverChannel(const std::string& channel) {
   // resume it, and it would hold disk space forever. (Going back is Rollback's job.)
   if (auto current = CurrentLocked(layout); current.ok()) {
     for (Version v : resumable) {
-      if (v < *current) RETURN_IF_ERROR(RemoveAll(layout.staging_dir(v)));
+      if (v < *current) WC_RETURN_IF_ERROR(RemoveAll(layout.staging_dir(v)));
     }
   }
-  if (!staging.empty()) RETURN_IF_ERROR(FsyncPath(layout.staging_root()));
+  if (!staging.empty()) WC_RETURN_IF_ERROR(FsyncPath(layout.staging_root()));
 
   // Versions: anything not named by a number is a version GC had started to remove.
-  ASSIGN_OR_RETURN(std::vector<std::string> versions, ListDir(layout.versions_dir()));
+  WC_ASSIGN_OR_RETURN(std::vector<std::string> versions, ListDir(layout.versions_dir()));
   bool removed = false;
   for (const std::string& name : versions) {
     if (ParseVersionName(name)) continue;
-    RETURN_IF_ERROR(RemoveAll(layout.versions_dir() / name));
+    WC_RETURN_IF_ERROR(RemoveAll(layout.versions_dir() / name));
     removed = true;
   }
-  if (removed) RETURN_IF_ERROR(FsyncPath(layout.versions_dir()));
+  if (removed) WC_RETURN_IF_ERROR(FsyncPath(layout.versions_dir()));
 
   // Manifests: temporaries of WriteFileAtomic, and manifests whose version never reached its
   // commit point or was collected.
-  ASSIGN_OR_RETURN(std::vector<std::string> manifests, ListDir(layout.manifests_dir()));
+  WC_ASSIGN_OR_RETURN(std::vector<std::string> manifests, ListDir(layout.manifests_dir()));
   removed = false;
   for (const std::string& name : manifests) {
     auto v = ParseManifestName(name);
     if (v && Exists(layout.version_dir(*v))) continue;
-    RETURN_IF_ERROR(RemoveAll(layout.manifests_dir() / name));
+    WC_RETURN_IF_ERROR(RemoveAll(layout.manifests_dir() / name));
     removed = true;
   }
-  if (removed) RETURN_IF_ERROR(FsyncPath(layout.manifests_dir()));
+  if (removed) WC_RETURN_IF_ERROR(FsyncPath(layout.manifests_dir()));
 
   if (rolled_forward) {
-    RETURN_IF_ERROR(CollectLocked(channel).status());
+    WC_RETURN_IF_ERROR(CollectLocked(channel).status());
   }
   return Status::Ok();
 }
 
 Result<std::vector<Version>> StoreImpl::CollectGarbage(std::string_view channel) {
-  RETURN_IF_ERROR(CheckWritable());
-  RETURN_IF_ERROR(ValidateChannelName(channel));
+  WC_RETURN_IF_ERROR(CheckWritable());
+  WC_RETURN_IF_ERROR(ValidateChannelName(channel));
   std::lock_guard lock(mu_);
   return CollectLocked(channel);
 }
 
 Result<std::vector<Version>> StoreImpl::CollectLocked(std::string_view channel) {
   ChannelLayout layout = Layout(channel);
-  ASSIGN_OR_RETURN(std::vector<Version> committed, CommittedLocked(layout));
+  WC_ASSIGN_OR_RETURN(std::vector<Version> committed, CommittedLocked(layout));
   auto current = CurrentLocked(layout);
   if (!current.ok()) {
     // Without a readable `current` we cannot tell which version must stay: remove nothing.
@@ -142,7 +142,7 @@ Result<std::vector<Version>> StoreImpl::CollectLocked(std::string_view channel) 
   // forward to them until a newer version is committed); and below it, the highest-numbered
   // versions up to keep_versions in all, leaving out the ones rolled back from: they are not
   // where a rollback goes, and keeping them would push out the known-good versions that are.
-  ASSIGN_OR_RETURN(std::set<Version> withdrawn, WithdrawnLocked(layout));
+  WC_ASSIGN_OR_RETURN(std::set<Version> withdrawn, WithdrawnLocked(layout));
   std::set<Version> keep{*current};
   uint32_t kept = 1;
   for (auto it = committed.rbegin(); it != committed.rend(); ++it) {
@@ -159,8 +159,8 @@ Result<std::vector<Version>> StoreImpl::CollectLocked(std::string_view channel) 
     // Hidden name first: a crash mid-removal leaves a non-numeric entry that Open finishes off,
     // never a numbered version with half its files.
     std::filesystem::path doomed = layout.versions_dir() / (".gc-" + VersionName(v));
-    RETURN_IF_ERROR(RemoveAll(doomed));
-    RETURN_IF_ERROR(RenameDurable(layout.version_dir(v), doomed));
+    WC_RETURN_IF_ERROR(RemoveAll(doomed));
+    WC_RETURN_IF_ERROR(RenameDurable(layout.version_dir(v), doomed));
     // Views held elsewhere keep their mappings of the unlinked files (docs/store_layout.md).
     ForgetView({std::string(channel), v.value()});
     manifests_.erase({std::string(channel), v.value()});
@@ -168,20 +168,20 @@ Result<std::vector<Version>> StoreImpl::CollectLocked(std::string_view channel) 
     if (::unlink(layout.manifest_file(v).c_str()) != 0 && errno != ENOENT) {
       return ErrnoStatus("unlink(" + layout.manifest_file(v).string() + ")", errno);
     }
-    RETURN_IF_ERROR(FsyncPath(layout.manifests_dir()));
-    RETURN_IF_ERROR(RemoveAll(doomed));
+    WC_RETURN_IF_ERROR(FsyncPath(layout.manifests_dir()));
+    WC_RETURN_IF_ERROR(RemoveAll(doomed));
     removed.push_back(v);
   }
   bool pruned = false;
   for (Version v : removed) pruned |= withdrawn.erase(v) != 0;
-  if (pruned) RETURN_IF_ERROR(WriteWithdrawnLocked(layout, withdrawn));
+  if (pruned) WC_RETURN_IF_ERROR(WriteWithdrawnLocked(layout, withdrawn));
   return removed;
 }
 
 Result<std::set<Version>> StoreImpl::WithdrawnLocked(const ChannelLayout& layout) const {
   std::set<Version> out;
   if (!Exists(layout.withdrawn_file())) return out;
-  ASSIGN_OR_RETURN(const std::string text, ReadFileToString(layout.withdrawn_file(), 1 << 20));
+  WC_ASSIGN_OR_RETURN(const std::string text, ReadFileToString(layout.withdrawn_file(), 1 << 20));
   size_t start = 0;
   while (start < text.size()) {
     size_t end = text.find('\n', start);

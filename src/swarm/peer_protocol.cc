@@ -585,7 +585,7 @@ Status PeerProtocol::Restart(Time now, PayloadKind abandoned) {
   }
   so.seed = t.spec.seed;
   const uint32_t scaled_window = so.window_per_peer;
-  ASSIGN_OR_RETURN(Scheduler scheduler, Scheduler::Create(std::move(so)));
+  WC_ASSIGN_OR_RETURN(Scheduler scheduler, Scheduler::Create(std::move(so)));
   t.window = scaled_window;
   t.scheduler.emplace(std::move(scheduler));
   t.scheduler_fetches_payloads = t.spec.fetch_payloads;

@@ -53,8 +53,8 @@ Status PrepareOutputDir(const std::filesystem::path& dir) {
 
 Status WriteShard(const std::filesystem::path& path, const std::vector<TensorSpec>& tensors,
                   DType dtype, uint64_t seed, ThreadPool& pool) {
-  ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsWriter> writer,
-                   SafetensorsWriter::Create(path, tensors, {{"format", "pt"}}));
+  WC_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsWriter> writer,
+                      SafetensorsWriter::Create(path, tensors, {{"format", "pt"}}));
   size_t element_bytes = SynthElementBytes(dtype);
   std::vector<Slice> slices = CutSlices(tensors, kSliceBytes / element_bytes);
   std::vector<TensorInit> inits;
@@ -72,7 +72,7 @@ Status WriteShard(const std::filesystem::path& path, const std::vector<TensorSpe
       buffers[j].resize(s.count * element_bytes);
       GenerateValues(seed, inits[s.tensor], dtype, s.first, buffers[j]);
     });
-    for (size_t j = 0; j < n; ++j) RETURN_IF_ERROR(writer->Append(buffers[j]));
+    for (size_t j = 0; j < n; ++j) WC_RETURN_IF_ERROR(writer->Append(buffers[j]));
   }
   return writer->Finish();
 }
@@ -99,12 +99,12 @@ Result<SynthModelSummary> WriteSynthModel(const SynthModelOptions& options) {
   if (options.shard_bytes == 0) return InvalidArgument("shard size must be positive");
   SynthModelSummary summary;
   if (options.shape.has_value()) {
-    RETURN_IF_ERROR(ValidateModelShape(*options.shape));
+    WC_RETURN_IF_ERROR(ValidateModelShape(*options.shape));
     summary.shape = *options.shape;
   } else {
-    ASSIGN_OR_RETURN(summary.shape, PickModelShape(options.target_bytes, options.dtype));
+    WC_ASSIGN_OR_RETURN(summary.shape, PickModelShape(options.target_bytes, options.dtype));
   }
-  RETURN_IF_ERROR(PrepareOutputDir(options.out_dir));
+  WC_RETURN_IF_ERROR(PrepareOutputDir(options.out_dir));
 
   std::vector<TensorSpec> tensors = ModelTensors(summary.shape, options.dtype);
   summary.tensors = tensors.size();
@@ -124,14 +124,14 @@ Result<SynthModelSummary> WriteSynthModel(const SynthModelOptions& options) {
 
   Status st = WriteFileAtomic(options.out_dir / "config.json",
                               ModelConfigJson(summary.shape, options.dtype, options.seed));
-  RETURN_IF_ERROR(st);
+  WC_RETURN_IF_ERROR(st);
   summary.files.push_back("config.json");
 
   ThreadPool pool(options.threads);
   nlohmann::json weight_map = nlohmann::json::object();
   for (size_t i = 0; i < shards.size(); ++i) {
     std::string name = shards.size() == 1 ? "model.safetensors" : ShardName(i, shards.size());
-    RETURN_IF_ERROR(
+    WC_RETURN_IF_ERROR(
         WriteShard(options.out_dir / name, shards[i], options.dtype, options.seed, pool));
     for (const TensorSpec& t : shards[i]) weight_map[t.name] = name;
     summary.files.push_back(name);
@@ -140,7 +140,7 @@ Result<SynthModelSummary> WriteSynthModel(const SynthModelOptions& options) {
     nlohmann::json index;
     index["metadata"] = {{"total_size", summary.tensor_bytes}};
     index["weight_map"] = std::move(weight_map);
-    RETURN_IF_ERROR(
+    WC_RETURN_IF_ERROR(
         WriteFileAtomic(options.out_dir / "model.safetensors.index.json", index.dump(2) + "\n"));
     summary.files.push_back("model.safetensors.index.json");
   }

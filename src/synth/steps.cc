@@ -81,7 +81,7 @@ class StepWriter {
 
   Status WriteFile(const std::filesystem::path& source, const SafetensorsHeader& header,
                    const std::vector<std::filesystem::path>& destinations) {
-    ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(source));
+    WC_ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(source));
     const uint8_t* data = file.bytes().data() + header.data_offset();
 
     std::vector<TensorSpec> specs;
@@ -102,8 +102,8 @@ class StepWriter {
     for (const std::filesystem::path& dest : destinations) {
       // Same tensors, order and metadata as the source, so every step has the same header and
       // the same byte layout: a chunk of step k lines up with the same chunk of step k + 1.
-      ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsWriter> w,
-                       SafetensorsWriter::Create(dest, specs, header.metadata));
+      WC_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsWriter> w,
+                          SafetensorsWriter::Create(dest, specs, header.metadata));
       writers.push_back(std::move(w));
     }
 
@@ -138,15 +138,15 @@ class StepWriter {
           const Slice& s = slices[start + j];
           const StepTensor& t = tensors[s.tensor];
           if (t.updated) {
-            RETURN_IF_ERROR(writers[k]->Append(states[j].prev));
+            WC_RETURN_IF_ERROR(writers[k]->Append(states[j].prev));
             changed[k][t.stats_index] += states[j].changed;
           } else {
-            RETURN_IF_ERROR(writers[k]->Append({data + t.info->begin + s.first, s.count}));
+            WC_RETURN_IF_ERROR(writers[k]->Append({data + t.info->begin + s.first, s.count}));
           }
         }
       }
     }
-    for (auto& w : writers) RETURN_IF_ERROR(w->Finish());
+    for (auto& w : writers) WC_RETURN_IF_ERROR(w->Finish());
     return Status::Ok();
   }
 
@@ -309,8 +309,8 @@ Status CheckOptions(const SynthStepsOptions& o) {
 }  // namespace
 
 Result<std::vector<StepStats>> WriteSynthSteps(const SynthStepsOptions& options) {
-  RETURN_IF_ERROR(CheckOptions(options));
-  ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(options.from));
+  WC_RETURN_IF_ERROR(CheckOptions(options));
+  WC_ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(options.from));
   std::error_code ec;
   std::filesystem::create_directories(options.out_dir, ec);
   if (ec) return IoError("mkdir(" + options.out_dir.string() + "): " + ec.message());
@@ -345,20 +345,20 @@ Result<std::vector<StepStats>> WriteSynthSteps(const SynthStepsOptions& options)
       destinations.push_back(dest);
     }
     if (f.is_safetensors) {
-      RETURN_IF_ERROR(
+      WC_RETURN_IF_ERROR(
           writer.WriteFile(source, f.header, destinations).WithContext(f.relative_path));
       continue;
     }
     for (const std::filesystem::path& dest : destinations) {
       std::filesystem::copy_file(source, dest, ec);
       if (ec) return IoError("copy(" + source.string() + "): " + ec.message());
-      RETURN_IF_ERROR(FsyncPath(dest));
+      WC_RETURN_IF_ERROR(FsyncPath(dest));
     }
   }
 
   std::vector<StepStats> stats;
   for (size_t k = 0; k < options.steps; ++k) {
-    RETURN_IF_ERROR(FsyncPath(stagings[k]));
+    WC_RETURN_IF_ERROR(FsyncPath(stagings[k]));
     std::filesystem::rename(stagings[k], finals[k], ec);
     if (ec) return IoError("rename(" + stagings[k].string() + "): " + ec.message());
     StepStats s;
@@ -390,7 +390,7 @@ Result<std::vector<StepStats>> WriteSynthSteps(const SynthStepsOptions& options)
     }
     stats.push_back(std::move(s));
   }
-  RETURN_IF_ERROR(FsyncPath(options.out_dir));
+  WC_RETURN_IF_ERROR(FsyncPath(options.out_dir));
   return stats;
 }
 

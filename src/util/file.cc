@@ -82,7 +82,7 @@ Result<std::string> ReadFileToString(const std::filesystem::path& path, uint64_t
                       " bytes is over the limit of " + std::to_string(max_bytes));
   }
   std::string out(static_cast<size_t>(st.st_size), '\0');
-  RETURN_IF_ERROR(
+  WC_RETURN_IF_ERROR(
       ReadExactAt(fd, 0, {reinterpret_cast<uint8_t*>(out.data()), out.size()}, path.string()));
   return out;
 }

@@ -109,7 +109,7 @@ Result<uint64_t> ParseSize(std::string_view text) {
     return InvalidArgument("size '" + std::string(text) + "': " + std::string(why) +
                            " (examples: " + std::string(kExamples) + ")");
   };
-  ASSIGN_OR_RETURN(NumberAndUnit split, SplitNumberAndUnit(text, "size", kExamples));
+  WC_ASSIGN_OR_RETURN(NumberAndUnit split, SplitNumberAndUnit(text, "size", kExamples));
   const double value = split.value;
   std::string unit;
   for (char c : split.unit) {
@@ -147,7 +147,7 @@ Result<std::chrono::nanoseconds> ParseDuration(std::string_view text) {
     return InvalidArgument("duration '" + std::string(text) + "': " + std::string(why) +
                            " (examples: " + std::string(kExamples) + ")");
   };
-  ASSIGN_OR_RETURN(NumberAndUnit split, SplitNumberAndUnit(text, "duration", kExamples));
+  WC_ASSIGN_OR_RETURN(NumberAndUnit split, SplitNumberAndUnit(text, "duration", kExamples));
   const double value = split.value;
   std::string_view unit = split.unit;
   double ns_per_unit = 0;

@@ -391,7 +391,7 @@ class Core : public std::enable_shared_from_this<Core> {
 
   // Caller side of Send: waits for room, then hands the frame to the progress thread.
   Status Send(const std::shared_ptr<Conn>& conn, OutFrame frame, Duration timeout) {
-    RETURN_IF_ERROR(CheckSendable(frame));
+    WC_RETURN_IF_ERROR(CheckSendable(frame));
     const size_t size = frame.wire_size();
     const bool control = frame.type() != FrameType::kChunk;
     if (options_.upload_limit && !control) {
@@ -482,13 +482,13 @@ class Core : public std::enable_shared_from_this<Core> {
 
   Result<std::shared_ptr<Conn>> Connect(std::string_view address, Duration timeout) {
     socklen_t len = 0;
-    ASSIGN_OR_RETURN(sockaddr_storage addr, ParseSockaddr(address, &len));
+    WC_ASSIGN_OR_RETURN(sockaddr_storage addr, ParseSockaddr(address, &len));
     auto conn = std::make_shared<Conn>();
     conn->core_for_callbacks = this;
     conn->initiator = true;
     conn->address = std::string(address);
     const Duration limit = std::min(timeout, options_.handshake_timeout);
-    RETURN_IF_ERROR(ProbeListener(addr, len, limit, conn->address));
+    WC_RETURN_IF_ERROR(ProbeListener(addr, len, limit, conn->address));
     Status created = Call<Status>([&]() -> Status {
       ucp_ep_params_t ep{};
       ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
@@ -512,7 +512,7 @@ class Core : public std::enable_shared_from_this<Core> {
       Begin(conn, Clock::Real().Now() + limit);
       return Status::Ok();
     });
-    RETURN_IF_ERROR(created);
+    WC_RETURN_IF_ERROR(created);
     std::unique_lock lock(conn->mu);
     WaitFor(conn->cv, lock, limit + std::chrono::milliseconds(100),
             [&] { return conn->established || !conn->status.ok(); });
@@ -527,7 +527,7 @@ class Core : public std::enable_shared_from_this<Core> {
 
   Result<std::shared_ptr<ListenerState>> Listen(std::string_view address, std::string* bound) {
     socklen_t len = 0;
-    ASSIGN_OR_RETURN(sockaddr_storage addr, ParseSockaddr(address, &len));
+    WC_ASSIGN_OR_RETURN(sockaddr_storage addr, ParseSockaddr(address, &len));
     auto state = std::make_shared<ListenerState>();
     state->core = this;
     Status made = Call<Status>([&]() -> Status {
@@ -549,7 +549,7 @@ class Core : public std::enable_shared_from_this<Core> {
       listeners_.push_back(state);
       return Status::Ok();
     });
-    RETURN_IF_ERROR(made);
+    WC_RETURN_IF_ERROR(made);
     return state;
   }
 
@@ -1352,12 +1352,12 @@ class UcxTransportImpl : public Transport {
   UcxMemoryStats memory_stats() const { return core_->memory_stats(); }
   Result<std::unique_ptr<Listener>> Listen(std::string_view address) override {
     std::string bound;
-    ASSIGN_OR_RETURN(auto state, core_->Listen(address, &bound));
+    WC_ASSIGN_OR_RETURN(auto state, core_->Listen(address, &bound));
     return std::unique_ptr<Listener>(
         std::make_unique<UcxListener>(core_, std::move(state), std::move(bound)));
   }
   Result<std::unique_ptr<Connection>> Connect(std::string_view address, Duration timeout) override {
-    ASSIGN_OR_RETURN(auto conn, core_->Connect(address, timeout));
+    WC_ASSIGN_OR_RETURN(auto conn, core_->Connect(address, timeout));
     return std::unique_ptr<Connection>(std::make_unique<UcxConnection>(core_, std::move(conn)));
   }
 
@@ -1375,7 +1375,7 @@ Result<std::unique_ptr<Transport>> UcxTransport::Create(Options options, UcxOpti
                            " bytes");
   }
   auto core = std::make_shared<Core>(std::move(options), ucx);
-  RETURN_IF_ERROR(core->Start());
+  WC_RETURN_IF_ERROR(core->Start());
   return std::unique_ptr<Transport>(std::make_unique<UcxTransportImpl>(std::move(core)));
 }
 

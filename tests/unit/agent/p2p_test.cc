@@ -78,8 +78,8 @@ class P2p : public ::testing::Test {
 
   Result<FetchStats> Fetch(std::optional<Version> version, std::string secret = kSecret) {
     auto transport = network_.CreateTransport("sampler", NodeOptions(2, secret));
-    ASSIGN_OR_RETURN(auto connection, transport->Connect("mem:trainer"));
-    ASSIGN_OR_RETURN(Store store, Store::Open(client_root_));
+    WC_ASSIGN_OR_RETURN(auto connection, transport->Connect("mem:trainer"));
+    WC_ASSIGN_OR_RETURN(Store store, Store::Open(client_root_));
     FetchOptions options{.channel = kChannel, .version = version, .manifest_secret = secret};
     options.log = [](std::string_view) {};
     return FetchVersion(*connection, store, options);

@@ -49,7 +49,7 @@ Result<ReceivedVersion> WaitFor(const std::filesystem::path& store, uint64_t v) 
   SubscriberOptions options;
   options.store = store;
   options.channel = kChannel;
-  ASSIGN_OR_RETURN(std::unique_ptr<Subscriber> subscriber, Subscriber::Open(options));
+  WC_ASSIGN_OR_RETURN(std::unique_ptr<Subscriber> subscriber, Subscriber::Open(options));
   return subscriber->Wait(v, 10s);
 }
 

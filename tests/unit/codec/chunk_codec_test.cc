@@ -60,17 +60,18 @@ Status RoundTrip(const Bytes& base, const Bytes& target, std::span<const Segment
     return base == target ? Status::Ok() : Internal("same for different bytes");
   }
   Bytes out(target.size(), 0xEE);
-  RETURN_IF_ERROR(DecodeChunk(enc->payload, b, &t.hash(), out, scratch));
+  WC_RETURN_IF_ERROR(DecodeChunk(enc->payload, b, &t.hash(), out, scratch));
   if (out != target) return Internal("round trip differs");
   std::vector<uint8_t> buffer(3, 0xEE);
-  RETURN_IF_ERROR(DecodeChunkToBuffer(enc->payload, b, &t.hash(), target.size(), buffer, scratch));
+  WC_RETURN_IF_ERROR(
+      DecodeChunkToBuffer(enc->payload, b, &t.hash(), target.size(), buffer, scratch));
   if (buffer != target) return Internal("round trip to buffer differs");
   Bytes into(target.size(), 0xEE);
-  RETURN_IF_ERROR(DecodeChunkUnverifiedInto(enc->payload, b, &t.hash(), into, scratch));
+  WC_RETURN_IF_ERROR(DecodeChunkUnverifiedInto(enc->payload, b, &t.hash(), into, scratch));
   if (into != target) return Internal("round trip in place differs");
   // Streaming: blocks arrive front to back, none empty or larger than kDecodeBlock.
   Bytes streamed;
-  RETURN_IF_ERROR(DecodeChunkStreaming(
+  WC_RETURN_IF_ERROR(DecodeChunkStreaming(
       enc->payload, b, &t.hash(), target.size(),
       [&](uint64_t offset, std::span<const uint8_t> block) -> Status {
         if (offset != streamed.size() || block.empty() || block.size() > kDecodeBlock) {

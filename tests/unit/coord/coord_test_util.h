@@ -90,11 +90,11 @@ class CoordinatorHarness {
 
   // Opens the coordinator on the harness's state directory and serves it.
   Status Start() {
-    ASSIGN_OR_RETURN(coordinator_, Coordinator::Open(Options()));
+    WC_ASSIGN_OR_RETURN(coordinator_, Coordinator::Open(Options()));
     if (transport_ == nullptr) {
       transport_ = network_.CreateTransport("coord", NodeOptions(1, net::Role::kCoordinator));
     }
-    ASSIGN_OR_RETURN(listener_, transport_->Listen("mem:coord"));
+    WC_ASSIGN_OR_RETURN(listener_, transport_->Listen("mem:coord"));
     serve_ = std::thread([this] { coordinator_->Serve(*listener_); });
     return Status::Ok();
   }

@@ -64,7 +64,7 @@ Result<wire::PublishReply> Give(Ranks& ranks, uint32_t rank, const Manifest& par
 
 Result<Manifest> Newest(CoordinatorHarness& h) {
   auto tool = h.Connect(99, net::Role::kTool);
-  ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, tool->GetManifest("policy", Version(0)));
+  WC_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, tool->GetManifest("policy", Version(0)));
   return VerifySignedManifest(bytes, testing::kSecret);
 }
 

@@ -65,7 +65,7 @@ std::vector<TestFile> NextStep(std::vector<TestFile> files) {
 // the payloads in `cache`, as a publisher does.
 Status MakeDelta(const Manifest& base, const std::string& base_flat, Manifest& target,
                  const std::string& target_flat, PayloadCache& cache) {
-  ASSIGN_OR_RETURN(
+  WC_ASSIGN_OR_RETURN(
       DeltaInfo delta,
       codec::EncodeVersion(base, codec::SnapshotReader::FromMemory(AsBytes(base_flat)), target,
                            codec::SnapshotReader::FromMemory(AsBytes(target_flat)),

@@ -24,7 +24,7 @@ Status WriteInPieces(StagedVersion& staged, const std::string& flat, const Manif
                      ChunkIndex i, uint64_t piece) {
   const std::span<const uint8_t> bytes = ChunkOf(flat, m, i);
   for (uint64_t at = 0; at < bytes.size(); at += piece) {
-    RETURN_IF_ERROR(staged.WriteChunkPart(
+    WC_RETURN_IF_ERROR(staged.WriteChunkPart(
         i, at, bytes.subspan(at, std::min<uint64_t>(piece, bytes.size() - at))));
   }
   return Status::Ok();

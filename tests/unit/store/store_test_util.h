@@ -110,10 +110,10 @@ class TempDir {
 inline Status StageAndCommit(Store& store, const std::string& channel, Version version,
                              const std::vector<TestFile>& files) {
   Manifest m = MakeManifest(channel, version, files);
-  ASSIGN_OR_RETURN(StagedVersion staged, store.BeginStaging(channel, m));
+  WC_ASSIGN_OR_RETURN(StagedVersion staged, store.BeginStaging(channel, m));
   std::string flat = Flat(files);
   for (uint32_t i = 0; i < m.chunk_count(); ++i) {
-    RETURN_IF_ERROR(staged.PutChunk(ChunkIndex(i), ChunkOf(flat, m, ChunkIndex(i))));
+    WC_RETURN_IF_ERROR(staged.PutChunk(ChunkIndex(i), ChunkOf(flat, m, ChunkIndex(i))));
   }
   return store.Commit(channel, version);
 }

@@ -19,8 +19,8 @@ Result<int> Half(int x) {
 }
 
 Result<int> Quarter(int x) {
-  ASSIGN_OR_RETURN(int h, Half(x));
-  ASSIGN_OR_RETURN(int q, Half(h));
+  WC_ASSIGN_OR_RETURN(int h, Half(x));
+  WC_ASSIGN_OR_RETURN(int q, Half(h));
   return q;
 }
 
