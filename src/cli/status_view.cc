@@ -249,10 +249,10 @@ std::string RenderSummaryLine(const ChannelSummary& s) {
   if (s.failed > 0) line += " failed " + std::to_string(s.failed);
   line += " " + FormatRate(s.verified_bytes_per_s);
   line += " ETA " + FormatEta(s.eta_s);
-  if (s.complete()) {
+  if (s.target != s.version && s.settled()) {
+    line += " settled";  // on the version a rollback made current
+  } else if (s.complete()) {
     line += " complete";
-  } else if (s.target != s.version && s.settled()) {
-    line += " settled";
   }
   return line;
 }
@@ -511,7 +511,7 @@ std::string RenderStatus(const wire::FleetStatus& now, const wire::FleetStatus* 
     } else if (s.current_version != 0 && s.current_version != s.version) {
       add("fleet current v" + std::to_string(s.current_version), false);
     }
-    if (s.complete()) add("complete", false);
+    if (s.complete() && s.target == s.version) add("complete", false);
     out += line + "\n";
 
     const std::string bytes_figures =

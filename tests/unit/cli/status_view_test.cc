@@ -327,7 +327,10 @@ TEST(Summarize, AfterARollbackTheBarsShowTheFleetsCurrentVersion) {
   EXPECT_EQ(s[0].bytes_done, s[0].bytes_total);
   EXPECT_EQ(s[0].bytes_total, 200 * kMiB);
   EXPECT_TRUE(s[0].settled());
-  EXPECT_FALSE(s[0].complete());  // the newest is not committed: --until-complete waits
+  // The rollout of v2 is over (committed, then rolled back past) and the fleet settled on the
+  // version rolled back to: --until-complete is done.
+  EXPECT_TRUE(s[0].rolled_back());
+  EXPECT_TRUE(s[0].complete());
   std::string text = RenderStatus(now, nullptr, {.channel = "", .width = 100});
   EXPECT_NE(text.find("ABORTED: rolled back to v1"), std::string::npos) << text;
   EXPECT_NE(text.find("fleet current v1, 100.00 MiB  settled"), std::string::npos) << text;
