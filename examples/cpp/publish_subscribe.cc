@@ -63,8 +63,8 @@ int main(int argc, char** argv) {
   auto second = handle->Wait();
   if (!second.ok()) return Fail("PublishHandle::Wait", second.status());
   std::printf("published v%llu and v%llu (%llu bytes each) into %s\n",
-              static_cast<unsigned long long>(first->version),
-              static_cast<unsigned long long>(second->version),
+              static_cast<unsigned long long>(first->version.value()),
+              static_cast<unsigned long long>(second->version.value()),
               static_cast<unsigned long long>(second->total_bytes), store.c_str());
 
   weightcast::SubscriberOptions subscriber_options;
@@ -72,10 +72,10 @@ int main(int argc, char** argv) {
   subscriber_options.channel = "policy";
   auto subscriber = weightcast::Subscriber::Open(subscriber_options);
   if (!subscriber.ok()) return Fail("Subscriber::Open", subscriber.status());
-  auto received = (*subscriber)->Wait(2, std::chrono::seconds(10));
+  auto received = (*subscriber)->Wait(weightcast::Version(2), std::chrono::seconds(10));
   if (!received.ok()) return Fail("Subscriber::Wait", received.status());
   std::printf("received v%llu (step %lld, root %.16s...)\n",
-              static_cast<unsigned long long>(received->version()),
+              static_cast<unsigned long long>(received->version().value()),
               static_cast<long long>(received->step().value_or(-1)), received->root().c_str());
   for (const weightcast::TensorView& t : received->tensors()) {
     float value = 0;
@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
     }
   }
   // Only the chunk holding element 200000 differs between the versions.
-  auto changes = (*subscriber)->Changed(1, 2);
+  auto changes = (*subscriber)->Changed(weightcast::Version(1), weightcast::Version(2));
   if (!changes.ok()) return Fail("Subscriber::Changed", changes.status());
   for (const weightcast::TensorChange& c : *changes) {
     for (const auto& [begin, end] : c.ranges) {

@@ -5,10 +5,12 @@
 #include <cstdint>
 #include <string>
 
+#include <weightcast/types.h>
+
 namespace weightcast {
 
 struct NodeStatus {
-  uint64_t version = 0;  // the version being fetched or seeded (0: none)
+  Version version;  // the version being fetched or seeded (0: none)
   bool delta = false;    // moved as delta payloads onto the previous version
   uint32_t chunks_done = 0;
   uint32_t chunks_total = 0;
@@ -30,7 +32,7 @@ struct NodeStatus {
   uint64_t node_id = 0;
   // Subscriber only: the channel's committed version in the store (0: none yet), and whether
   // the in-process agent still runs.
-  uint64_t current_version = 0;
+  Version current_version;
   bool running = false;
 };
 

@@ -37,7 +37,7 @@ namespace weightcast {
 
 // What one publish did.
 struct PublishResult {
-  uint64_t version = 0;
+  Version version;
   std::optional<int64_t> step;  // as given to Publish; stored in the manifest's metadata
   uint64_t total_bytes = 0;     // the version's bytes
   uint32_t chunk_count = 0;

@@ -78,7 +78,7 @@ class ReceivedVersion {
   ReceivedVersion& operator=(ReceivedVersion&&) noexcept;
 
   const std::string& channel() const;
-  uint64_t version() const;
+  Version version() const;
   std::optional<int64_t> step() const;        // the publisher's step, when it gave one
   const std::filesystem::path& path() const;  // the version's directory when it was opened
   const std::string& root() const;            // the root hash, lowercase hex
@@ -86,7 +86,7 @@ class ReceivedVersion {
   uint64_t total_size() const;
   uint32_t chunk_count() const;
   const std::map<std::string, std::string>& metadata() const;
-  std::optional<uint64_t> base_version() const;  // the base of a delta version
+  std::optional<Version> base_version() const;  // the base of a delta version
 
   const std::vector<VersionFile>& files() const;                // manifest order
   const std::vector<TensorLocation>& tensor_locations() const;  // offset order
@@ -165,7 +165,7 @@ class Subscriber {
   //    refused the agent; kUnavailable when the agent has not reached the coordinator within
   //    connect_timeout of Open;
   //  - kCorrupt for a committed file whose size disagrees with its manifest.
-  Result<ReceivedVersion> Wait(uint64_t min_version = 0,
+  Result<ReceivedVersion> Wait(Version min_version = Version(0),
                                std::optional<std::chrono::nanoseconds> timeout = std::nullopt);
 
   // The tensors of version `to` whose bytes may differ from version `since`, at chunk
@@ -173,7 +173,7 @@ class Subscriber {
   // dtype and shape reports only its bytes inside chunks that differ; a new tensor, or one whose
   // dtype, shape or place changed, is reported whole; tensors only in `since` are not reported.
   // Both versions must have been returned by Wait or still be in the store (kNotFound).
-  Result<std::vector<TensorChange>> Changed(uint64_t since, uint64_t to) const;
+  Result<std::vector<TensorChange>> Changed(Version since, Version to) const;
 
   // The in-process agent's progress and the store's current version. kFailedPrecondition
   // without a coordinator. Never blocks beyond reading a small file.
@@ -184,7 +184,7 @@ class Subscriber {
   const std::string& channel() const;
 
   // "no version 3 of channel policy in store /x": what Wait(min_version) waits for, in words.
-  std::string Describe(uint64_t min_version) const;
+  std::string Describe(Version min_version) const;
 
   // Wakes a blocked Wait (and fails later ones) with kAborted and stops the agent (joining its
   // threads). Versions already returned stay valid. Idempotent; blocks while the agent stops.

@@ -21,7 +21,7 @@ namespace {
 
 py::dict ResultDict(const PublishResult& r, bool coordinated) {
   py::dict d;
-  d["version"] = r.version;
+  d["version"] = r.version.value();
   d["total_bytes"] = r.total_bytes;
   d["chunk_count"] = r.chunk_count;
   d["root"] = r.root;
@@ -180,7 +180,7 @@ class PyPublisher {
   py::dict Status() {
     const NodeStatus s = ValueOrThrow(Open()->status());
     py::dict d;
-    d["version"] = s.version;
+    d["version"] = s.version.value();
     d["delta"] = s.delta;
     d["chunks_done"] = s.chunks_done;
     d["chunks_total"] = s.chunks_total;

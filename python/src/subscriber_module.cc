@@ -26,14 +26,17 @@ class PyOpenedVersion {
   explicit PyOpenedVersion(ReceivedVersion version) : version_(std::move(version)) {}
 
   const std::string& channel() const { return version_.channel(); }
-  uint64_t version() const { return version_.version(); }
+  uint64_t version() const { return version_.version().value(); }
   std::string path() const { return version_.path().string(); }
   const std::string& root() const { return version_.root(); }
   uint64_t chunk_size() const { return version_.chunk_size(); }
   uint64_t total_size() const { return version_.total_size(); }
   uint32_t chunk_count() const { return version_.chunk_count(); }
   const std::map<std::string, std::string>& metadata() const { return version_.metadata(); }
-  std::optional<uint64_t> base_version() const { return version_.base_version(); }
+  std::optional<uint64_t> base_version() const {
+    const std::optional<Version> base = version_.base_version();
+    return base ? std::optional<uint64_t>(base->value()) : std::nullopt;
+  }
 
   // [(relative path, size)], in manifest order.
   py::list files() const {
@@ -130,10 +133,10 @@ class PySubscriber {
   std::unique_ptr<PyOpenedVersion> Wait(uint64_t min_version, std::optional<double> timeout_s) {
     Result<ReceivedVersion> opened = WaitInSlices<ReceivedVersion>(
         ToDuration(timeout_s),
-        [&](std::chrono::nanoseconds slice) { return subscriber_->Wait(min_version, slice); });
+        [&](std::chrono::nanoseconds slice) { return subscriber_->Wait(Version(min_version), slice); });
     if (!opened.ok() && opened.status().code() == Code::kDeadlineExceeded) {
       std::ostringstream text;
-      text << subscriber_->Describe(min_version) << " within " << *timeout_s << " s";
+      text << subscriber_->Describe(Version(min_version)) << " within " << *timeout_s << " s";
       Throw(DeadlineExceeded(text.str()));
     }
     return std::make_unique<PyOpenedVersion>(ValueOrThrow(std::move(opened)));
@@ -143,7 +146,7 @@ class PySubscriber {
   py::list Changed(uint64_t since, uint64_t to) {
     Result<std::vector<TensorChange>> changes = [&] {
       py::gil_scoped_release release;
-      return subscriber_->Changed(since, to);
+      return subscriber_->Changed(Version(since), Version(to));
     }();
     py::list out;
     for (const TensorChange& c : ValueOrThrow(std::move(changes))) {
@@ -159,7 +162,7 @@ class PySubscriber {
     if (!subscriber_->has_agent()) return py::none();
     const NodeStatus s = ValueOrThrow(subscriber_->status());
     py::dict d;
-    d["version"] = s.version;
+    d["version"] = s.version.value();
     d["delta"] = s.delta;
     d["chunks_done"] = s.chunks_done;
     d["chunks_total"] = s.chunks_total;
@@ -172,7 +175,7 @@ class PySubscriber {
     d["waiting"] = s.waiting;
     d["address"] = s.address;
     d["node_id"] = s.node_id;
-    d["current_version"] = s.current_version;
+    d["current_version"] = s.current_version.value();
     d["running"] = s.running;
     return d;
   }

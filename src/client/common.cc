@@ -151,7 +151,7 @@ std::string FormatSeconds(std::chrono::nanoseconds d) {
 
 NodeStatus ToNodeStatus(const node::SwarmProgress& p) {
   NodeStatus s;
-  s.version = p.version.value();
+  s.version = p.version;
   s.delta = p.delta;
   s.chunks_done = p.chunks_done;
   s.chunks_total = p.chunks_total;
@@ -164,8 +164,8 @@ NodeStatus ToNodeStatus(const node::SwarmProgress& p) {
   s.complete = p.complete;
   s.committed = p.committed;
   s.error = p.error;
-  if (s.version != 0 && !s.complete && s.peers == 0) {
-    s.waiting = "no live node holds v" + std::to_string(s.version) +
+  if (s.version.value() != 0 && !s.complete && s.peers == 0) {
+    s.waiting = "no live node holds v" + std::to_string(s.version.value()) +
                 ": no peer is connected (the publisher and every agent holding it are gone, or "
                 "not reached yet)";
   }

@@ -340,7 +340,7 @@ Result<PublishResult> Publisher::Impl::RunLocal(const Job& job,
       client::LocalPublishResult r,
       client::CommitDirectory(*store, options.channel, dir, options.chunk_size, meta));
   PublishResult out;
-  out.version = r.version.value();
+  out.version = r.version;
   out.total_bytes = r.total_bytes;
   out.chunk_count = r.chunk_count;
   out.root = ToHex(r.root);
@@ -366,7 +366,7 @@ Result<PublishResult> Publisher::Impl::RunCoordinated(
   WC_ASSIGN_OR_RETURN(Store read, Store::Open(options.store, read_only));
   WC_ASSIGN_OR_RETURN(Manifest manifest, read.GetManifest(options.channel, published->version));
   PublishResult out;
-  out.version = published->version.value();
+  out.version = published->version;
   out.total_bytes = published->model_bytes;
   out.chunk_count = published->chunks;
   out.root = ToHex(manifest.root);

@@ -123,7 +123,7 @@ const std::vector<TensorLocation> kNoTensors;
 const std::string& ReceivedVersion::channel() const {
   return impl_ ? impl_->opened.channel : kEmptyString;
 }
-uint64_t ReceivedVersion::version() const { return impl_ ? impl_->opened.version.value() : 0; }
+Version ReceivedVersion::version() const { return impl_ ? impl_->opened.version : Version(0); }
 std::optional<int64_t> ReceivedVersion::step() const {
   auto it = metadata().find("step");
   if (it == metadata().end()) return std::nullopt;
@@ -149,9 +149,9 @@ uint32_t ReceivedVersion::chunk_count() const {
 const std::map<std::string, std::string>& ReceivedVersion::metadata() const {
   return impl_ ? impl_->opened.manifest->metadata : kEmptyMap;
 }
-std::optional<uint64_t> ReceivedVersion::base_version() const {
+std::optional<Version> ReceivedVersion::base_version() const {
   if (!impl_ || !impl_->opened.manifest->delta) return std::nullopt;
-  return impl_->opened.manifest->delta->base_version.value();
+  return impl_->opened.manifest->delta->base_version;
 }
 const std::vector<VersionFile>& ReceivedVersion::files() const {
   return impl_ ? impl_->files : kNoFiles;
@@ -179,7 +179,7 @@ Result<TensorView> ReceivedVersion::tensor(std::string_view name) const {
       patterns += (patterns.empty() ? "" : " ") + p;
     }
     return FailedPrecondition("tensor " + std::string(name) + " of version " +
-                              std::to_string(version()) + " of channel " + channel() +
+                              std::to_string(version().value()) + " of channel " + channel() +
                               " was not received: this version holds only the tensors of '" +
                               patterns + "' (a tensor-subset agent's)");
   }
@@ -191,7 +191,7 @@ Result<TensorView> ReceivedVersion::tensor(std::string_view name) const {
                         t.size == 0 ? std::span<const uint8_t>() : file.subspan(t.offset, t.size)};
     }
   }
-  return NotFound("no tensor " + std::string(name) + " in version " + std::to_string(version()) +
+  return NotFound("no tensor " + std::string(name) + " in version " + std::to_string(version().value()) +
                   " of channel " + channel());
 }
 
@@ -225,7 +225,7 @@ Result<WholeTensor> ReceivedVersion::whole_tensor(std::string_view name) const {
   if (!impl_) return NotFound("no tensor " + std::string(name) + " in an empty version");
   if (impl_->partial_wholes.count(name) != 0) {
     return FailedPrecondition("whole tensor " + std::string(name) + " of version " +
-                              std::to_string(version()) +
+                              std::to_string(version().value()) +
                               " cannot be assembled: this version holds only some of its slices "
                               "(a tensor-subset agent's)");
   }
@@ -243,7 +243,7 @@ Result<WholeTensor> ReceivedVersion::whole_tensor(std::string_view name) const {
   auto bytes = client::ConcatAlong(dim, parts);
   if (!bytes.ok()) {
     return Corrupt("whole tensor " + std::string(name) + " of version " +
-                   std::to_string(version()) + ": " + bytes.status().message());
+                   std::to_string(version().value()) + ": " + bytes.status().message());
   }
   WholeTensor out{std::string(name), parts[0].dtype, parts[0].shape, std::move(bytes).value()};
   out.shape[dim] = 0;
@@ -349,9 +349,9 @@ Subscriber::Subscriber(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Subscriber::~Subscriber() { Close(); }
 
-Result<ReceivedVersion> Subscriber::Wait(uint64_t min_version,
+Result<ReceivedVersion> Subscriber::Wait(Version min_version,
                                          std::optional<std::chrono::nanoseconds> timeout) {
-  const Version wanted(min_version);
+  const Version wanted = min_version;
   const auto timed_out = [&] {
     return DeadlineExceeded(Describe(min_version) + " within " +
                             client::FormatSeconds(timeout.value_or(std::chrono::nanoseconds(0))));
@@ -385,11 +385,9 @@ Result<ReceivedVersion> Subscriber::Wait(uint64_t min_version,
   }
 }
 
-Result<std::vector<TensorChange>> Subscriber::Changed(uint64_t since, uint64_t to) const {
-  WC_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> from,
-                      impl_->follower->ManifestOf(Version(since)));
-  WC_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> target,
-                      impl_->follower->ManifestOf(Version(to)));
+Result<std::vector<TensorChange>> Subscriber::Changed(Version since, Version to) const {
+  WC_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> from, impl_->follower->ManifestOf(since));
+  WC_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> target, impl_->follower->ManifestOf(to));
   return client::ChangedTensors(*from, *target);
 }
 
@@ -408,7 +406,7 @@ Result<NodeStatus> Subscriber::status() const {
   s.address = agent.address();
   s.node_id = agent.id().value();
   Result<Version> current = impl_->follower->Current();
-  s.current_version = current.ok() ? current->value() : 0;
+  s.current_version = current.ok() ? *current : Version(0);
   return s;
 }
 
@@ -416,8 +414,8 @@ bool Subscriber::has_agent() const { return impl_->agent != nullptr; }
 const std::filesystem::path& Subscriber::store() const { return impl_->options.store; }
 const std::string& Subscriber::channel() const { return impl_->options.channel; }
 
-std::string Subscriber::Describe(uint64_t min_version) const {
-  return impl_->follower->Describe(Version(min_version));
+std::string Subscriber::Describe(Version min_version) const {
+  return impl_->follower->Describe(min_version);
 }
 
 void Subscriber::Close() {

@@ -112,19 +112,19 @@ TEST(CoordinatedApi, PublishAsyncReachesAnAgentInProcess) {
   ASSERT_TRUE(handle.ok()) << handle.status().ToString();
   auto published = handle->Wait(30s);
   ASSERT_TRUE(published.ok()) << published.status().ToString();
-  EXPECT_EQ(published->version, 1u);
+  EXPECT_EQ(published->version, Version(1));
   EXPECT_EQ(published->wire_bytes, published->total_bytes);  // a full version
-  auto v = (*subscriber)->Wait(1, 30s);
+  auto v = (*subscriber)->Wait(Version(1), 30s);
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   EXPECT_EQ(v->root(), published->root);
   EXPECT_EQ(v->step(), 1);
   EXPECT_TRUE(handle->WaitUntil(SeedUntil::kReplicated, 30s).ok());
   auto seeding = (*publisher)->status();
   ASSERT_TRUE(seeding.ok());
-  EXPECT_EQ(seeding->version, 1u);
+  EXPECT_EQ(seeding->version, Version(1));
   auto status = (*subscriber)->status();
   ASSERT_TRUE(status.ok());
-  EXPECT_EQ(status->current_version, 1u);
+  EXPECT_EQ(status->current_version, Version(1));
   EXPECT_TRUE(status->running);
   EXPECT_EQ(status->error, "");
 }
@@ -142,7 +142,7 @@ TEST(CoordinatedApi, AWrongSecretIsUnauthenticatedWithinSeconds) {
       Subscriber::Open(SubscriberAt(dir.path() / "agent", coordinator.address(), kWrongSecret));
   ASSERT_TRUE(subscriber.ok()) << subscriber.status().ToString();
   start = Clock::now();
-  auto v = (*subscriber)->Wait(1, 30s);
+  auto v = (*subscriber)->Wait(Version(1), 30s);
   EXPECT_EQ(v.status().code(), Code::kUnauthenticated) << v.status().ToString();
   EXPECT_LT(SecondsSince(start), 5);
   auto status = (*subscriber)->status();
@@ -164,7 +164,7 @@ TEST(CoordinatedApi, AnUnreachableCoordinatorIsUnavailableWithinSeconds) {
   auto subscriber = Subscriber::Open(s);
   ASSERT_TRUE(subscriber.ok()) << subscriber.status().ToString();
   start = Clock::now();
-  auto v = (*subscriber)->Wait(1, 30s);
+  auto v = (*subscriber)->Wait(Version(1), 30s);
   EXPECT_EQ(v.status().code(), Code::kUnavailable) << v.status().ToString();
   EXPECT_LT(SecondsSince(start), 5);
   auto status = (*subscriber)->status();

@@ -61,7 +61,7 @@ TEST(PublisherApi, PublishesTensorsThatASubscriberReadsInPlace) {
       {"bias", "BF16", {2}, {reinterpret_cast<const uint8_t*>(bias.data()), 4}}};
   auto result = publisher->Publish(tensors, 7);
   ASSERT_TRUE(result.ok()) << result.status().ToString();
-  EXPECT_EQ(result->version, 1u);
+  EXPECT_EQ(result->version, Version(1));
   EXPECT_EQ(result->step, 7);
   EXPECT_EQ(result->root.size(), 64u);
   // A full first version: a sampler holding nothing reads every byte.
@@ -69,9 +69,9 @@ TEST(PublisherApi, PublishesTensorsThatASubscriberReadsInPlace) {
   EXPECT_FALSE(result->delta);
 
   auto subscriber = OpenReader(dir.path() / "store");
-  auto v = subscriber->Wait(1, 5s);
+  auto v = subscriber->Wait(Version(1), 5s);
   ASSERT_TRUE(v.ok()) << v.status().ToString();
-  EXPECT_EQ(v->version(), 1u);
+  EXPECT_EQ(v->version(), Version(1));
   EXPECT_EQ(v->step(), 7);
   EXPECT_EQ(v->root(), result->root);
   auto got = v->tensor("weight");
@@ -102,7 +102,7 @@ TEST(PublisherApi, RefusesBadTensorsBeforeAnythingIsWritten) {
     EXPECT_EQ(publisher->PublishAsync(tensors).status().code(), Code::kInvalidArgument);
   }
   auto subscriber = OpenReader(dir.path() / "store");
-  EXPECT_EQ(subscriber->Wait(0, 100ms).status().code(), Code::kDeadlineExceeded);
+  EXPECT_EQ(subscriber->Wait(Version(0), 100ms).status().code(), Code::kDeadlineExceeded);
 }
 
 TEST(PublisherApi, AsyncCopyIsNotAffectedByChangesAfterTheCall) {
@@ -115,7 +115,7 @@ TEST(PublisherApi, AsyncCopyIsNotAffectedByChangesAfterTheCall) {
   auto result = handle->Wait(30s);
   ASSERT_TRUE(result.ok()) << result.status().ToString();
   EXPECT_TRUE(handle->done());
-  auto v = OpenReader(dir.path() / "store")->Wait(1, 5s);
+  auto v = OpenReader(dir.path() / "store")->Wait(Version(1), 5s);
   ASSERT_TRUE(v.ok());
   EXPECT_EQ(Floats(v->tensor("w")->bytes), std::vector<float>(100000, 1.0f));
 }
@@ -134,7 +134,7 @@ TEST(PublisherApi, AsyncWithoutCopyKeepsTheCallersBuffersUntilDone) {
   weight.reset();  // the publish owns the last reference now
   ASSERT_TRUE(handle->Wait(30s).ok());
   EXPECT_TRUE(watch.expired());  // released by the time the handle is done
-  auto v = OpenReader(dir.path() / "store")->Wait(1, 5s);
+  auto v = OpenReader(dir.path() / "store")->Wait(Version(1), 5s);
   ASSERT_TRUE(v.ok());
   EXPECT_EQ(Floats(v->tensor("w")->bytes), std::vector<float>(1000, 3.0f));
 }
@@ -153,12 +153,12 @@ TEST(PublisherApi, PublishesRunInSubmissionOrder) {
   const std::vector<float> last(20000, 9.0f);
   auto blocking = publisher->Publish({{{"w", "F32", {20000}, Bytes(last)}}}, 9);
   ASSERT_TRUE(blocking.ok());
-  EXPECT_EQ(blocking->version, 6u);
+  EXPECT_EQ(blocking->version, Version(6));
   for (int step = 0; step < 5; ++step) {
     ASSERT_TRUE(handles[step].done());
     auto r = handles[step].Wait();
     ASSERT_TRUE(r.ok()) << r.status().ToString();
-    EXPECT_EQ(r->version, static_cast<uint64_t>(step + 1));
+    EXPECT_EQ(r->version, Version(step + 1));
     EXPECT_EQ(r->step, step);
   }
 }
@@ -171,9 +171,9 @@ TEST(PublisherApi, CloseFinishesQueuedPublishesEvenWhenTheirHandlesWereDropped) 
     ASSERT_TRUE(publisher->PublishAsync({{{"w", "F32", {50000}, Bytes(w)}}}, step).ok());
   }
   publisher.reset();  // the destructor waits for them
-  auto v = OpenReader(dir.path() / "store")->Wait(0, 1s);
+  auto v = OpenReader(dir.path() / "store")->Wait(Version(0), 1s);
   ASSERT_TRUE(v.ok()) << v.status().ToString();
-  EXPECT_EQ(v->version(), 3u);
+  EXPECT_EQ(v->version(), Version(3));
   EXPECT_EQ(v->step(), 2);
 }
 
@@ -195,7 +195,7 @@ TEST(PublisherApi, CloseWithAbortFailsThePublishesNotStarted) {
     auto r = h.Wait();
     if (r.ok()) {
       EXPECT_EQ(aborted, 0u) << "a publish ran after one was aborted";
-      EXPECT_EQ(r->version, next_version++);
+      EXPECT_EQ(r->version, Version(next_version++));
     } else {
       EXPECT_EQ(r.status().code(), Code::kAborted) << r.status().ToString();
       ++aborted;
@@ -258,7 +258,7 @@ TEST(PublisherApi, APathThatIsNotAStoreIsAFailedPrecondition) {
   reader.channel = "policy";
   auto subscriber = Subscriber::Open(reader);
   ASSERT_TRUE(subscriber.ok());
-  EXPECT_EQ((*subscriber)->Wait(0, 10s).status().code(), Code::kFailedPrecondition);
+  EXPECT_EQ((*subscriber)->Wait(Version(0), 10s).status().code(), Code::kFailedPrecondition);
 }
 
 TEST(SubscriberApi, ChangedReportsOnlyTheChunksThatDiffer) {
@@ -274,8 +274,8 @@ TEST(SubscriberApi, ChangedReportsOnlyTheChunksThatDiffer) {
       publisher->Publish({{{"w", "F32", {w.size()}, Bytes(w)}, {"z", "F32", {16}, Bytes(other)}}})
           .ok());
   auto subscriber = OpenReader(dir.path() / "store");
-  ASSERT_TRUE(subscriber->Wait(2, 5s).ok());
-  auto changes = subscriber->Changed(1, 2);
+  ASSERT_TRUE(subscriber->Wait(Version(2), 5s).ok());
+  auto changes = subscriber->Changed(Version(1), Version(2));
   ASSERT_TRUE(changes.ok()) << changes.status().ToString();
   ASSERT_EQ(changes->size(), 1u);
   EXPECT_EQ((*changes)[0].name, "w");
@@ -285,7 +285,7 @@ TEST(SubscriberApi, ChangedReportsOnlyTheChunksThatDiffer) {
   EXPECT_LE(begin, changed_at);
   EXPECT_GT(end, changed_at);
   EXPECT_LE(end - begin, ChunkSizeLimits::kMin);
-  EXPECT_EQ(subscriber->Changed(1, 9).status().code(), Code::kNotFound);
+  EXPECT_EQ(subscriber->Changed(Version(1), Version(9)).status().code(), Code::kNotFound);
 }
 
 TEST(PublicHelpers, ParseWhatTheCliParses) {

@@ -50,7 +50,7 @@ Result<ReceivedVersion> WaitFor(const std::filesystem::path& store, uint64_t v) 
   options.store = store;
   options.channel = kChannel;
   WC_ASSIGN_OR_RETURN(std::unique_ptr<Subscriber> subscriber, Subscriber::Open(options));
-  return subscriber->Wait(v, 10s);
+  return subscriber->Wait(Version(v), 10s);
 }
 
 TEST(ReceivedVersion, AssemblesAWholeTensorFromItsSlices) {
