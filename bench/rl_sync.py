@@ -678,9 +678,12 @@ class LiveTrainer(TrainerSide):
     slot and returns (what the trainer waits for); hashing, delta encoding and the switch of the
     current version run behind it."""
 
-    def __init__(self, args, flip=False):
+    def __init__(self, args, flip=False, deltas=False):
         super().__init__(args)
         self.flip = flip
+        # MemoryPublisherOptions::deltas: the publisher encodes each version against the one
+        # before and samplers patch the payloads (the comparison behind the copy default).
+        self.deltas = deltas
         self.handle = None
 
     def start(self, workdir):
@@ -691,6 +694,13 @@ class LiveTrainer(TrainerSide):
     def open(self):
         self.publisher = weightcast.Publisher(self.memory_dir, CHANNEL, memory=True,
                                               chunk_size=self.args.chunk_size)
+        if self.deltas:  # the Python API has no switch for it: the binding's own
+            chunk = (int(weightcast._weightcast._parse_size(self.args.chunk_size))
+                     if self.args.chunk_size else weightcast._weightcast.DEFAULT_CHUNK_SIZE)
+            core = self.publisher._core
+            core._p.close()  # lets the channel's one-writer lock go
+            core._p = weightcast._weightcast._MemoryPublisher(self.memory_dir, CHANNEL, chunk,
+                                                              deltas=True)
 
     def publish(self, live, step):
         if self.handle is not None:
@@ -725,6 +735,7 @@ METHODS = {
     "coord-live": (lambda a: WeightcastTrainer(a, True, asynchronous=True), CoordLiveSampler, 1),
     "live": (lambda a: LiveTrainer(a), LiveSampler, 1),
     "live-flip": (lambda a: LiveTrainer(a, flip=True), LiveSampler, 2),
+    "live-delta": (lambda a: LiveTrainer(a, deltas=True), LiveSampler, 1),
 }
 
 
