@@ -13,8 +13,8 @@ and sends them back for the next update.
 
 By default it starts its own coordinator (the `weightcast` binary: $WEIGHTCAST_BIN or the one the
 module was built with) on loopback and each sampler runs an in-process agent with its own store;
-with --local the trainer publishes into a memory channel in shared memory and the samplers patch
-their live weights from its delta payloads. It cleans everything up on exit.
+with --local the trainer publishes into a memory channel in shared memory and the samplers copy
+the chunks that changed into their live weights. It cleans everything up on exit.
 
 Columns: return (mean episode return of the samplers with that version), publish (time of
 publish()), sync (publish start until the last sampler's live weights hold the version), size
@@ -185,7 +185,8 @@ def sampler_main(index, args, coordinator, secret_file, store, conn):
     torch.set_num_threads(1)
     rng = np.random.default_rng(1000 + index)
     # The sampler serves from a bf16 copy of the policy; LiveTensors brings its parameters to
-    # every version in place, writing only the elements that changed.
+    # every version in place, writing only what changed (the changed elements from a delta's
+    # payloads, or the changed chunks from a memory channel).
     policy = make_policy(args).to(torch.bfloat16)
     for p in policy.parameters():
         p.requires_grad_(False)

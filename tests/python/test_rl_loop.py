@@ -26,7 +26,8 @@ def test_rl_loop_two_steps():
 
 
 def test_rl_loop_local_memory_channel():
-    """--local: the samplers patch their live weights from the trainer's memory channel."""
+    """--local: the samplers copy the changed chunks of the trainer's memory channel into their
+    live weights (docs/live.md, "Copy or delta")."""
     result = subprocess.run([sys.executable, EXAMPLE, "--steps", "2", "--params", "4000000",
                              "--local"], capture_output=True, text=True, timeout=240)
     output = result.stdout + result.stderr
@@ -36,5 +37,5 @@ def test_rl_loop_local_memory_channel():
     assert all(line.endswith("4/4 ok") for line in lines), output
     for line in lines[1:]:
         size, received = int(line.split()[5]), int(line.split()[6])
-        assert received * 20 < size, line  # a step touches few rows of the table
+        assert 0 < received <= size, line  # the chunks that changed, at most the model
     assert "bit-identical to the trainer at every step" in result.stdout
