@@ -892,41 +892,36 @@ COORDINATOR_EVENT = re.compile(r"^(\S+Z) \w+ coordinator (?:(published) \S+ v(\d
                                r"\S+ v(\d+): (DECISION)_)")
 
 
-def agent_timeline(path):
-    """{version: {"target"|"complete"|"committed": wall time}} from an agent's info log."""
+def log_timeline(path, pattern, classify):
+    """{version: {event: wall time of its first line}} from a node's log: `pattern` matches the
+    lines of interest (a timestamp first), `classify(match)` gives (event, version)."""
     out = {}
     try:
         lines = open(path, errors="replace").read().splitlines()
     except OSError:
         return out
     for line in lines:
-        m = AGENT_EVENT.match(line)
+        m = pattern.match(line)
         if not m:
             continue
         ts = datetime.datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S.%fZ").replace(
             tzinfo=datetime.timezone.utc).timestamp()
-        event = m.group(2) or m.group(5) or m.group(6) or m.group(8)
-        version = int(m.group(3) or m.group(4) or m.group(7) or m.group(9))
+        event, version = classify(m)
         out.setdefault(version, {}).setdefault(event, ts)
     return out
 
 
+def agent_timeline(path):
+    """{version: {"target"|"complete"|"prepared"|"committed": wall time}} from an agent's log."""
+    return log_timeline(path, AGENT_EVENT, lambda m: (
+        m.group(2) or m.group(5) or m.group(6) or m.group(8),
+        int(m.group(3) or m.group(4) or m.group(7) or m.group(9))))
+
+
 def coordinator_timeline(path):
     """{version: {"published"|"decision": wall time}} from the coordinator's log."""
-    out = {}
-    try:
-        lines = open(path, errors="replace").read().splitlines()
-    except OSError:
-        return out
-    for line in lines:
-        m = COORDINATOR_EVENT.match(line)
-        if not m:
-            continue
-        ts = datetime.datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S.%fZ").replace(
-            tzinfo=datetime.timezone.utc).timestamp()
-        event = "published" if m.group(2) else "decision"
-        out.setdefault(int(m.group(3) or m.group(4)), {}).setdefault(event, ts)
-    return out
+    return log_timeline(path, COORDINATOR_EVENT, lambda m: (
+        "published" if m.group(2) else "decision", int(m.group(3) or m.group(4))))
 
 
 # The phases of one coordinated step, in order (docs/rl_step.md gives each one's floor).
