@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -50,6 +51,28 @@ struct Agent::Impl {
   explicit Impl(AgentOptions o) : options(std::move(o)) {}
 
   void Log(const std::string& line) { options.log("agent: " + line); }
+  // A fetch with no peer connected cannot move: said once (after a grace, as connections come
+  // and go), and again when a peer is back, so that a wait is never silent.
+  void ReportStarved(const node::SwarmProgress& p) {
+    const bool starved = p.version.value() != 0 && !p.complete && p.peers == 0;
+    const auto now = std::chrono::steady_clock::now();
+    if (!starved) {
+      if (starved_reported)
+        Log("a peer holding v" + std::to_string(p.version.value()) + " is back");
+      starved_since.reset();
+      starved_reported = false;
+      return;
+    }
+    if (!starved_since) starved_since = now;
+    if (!starved_reported && now - *starved_since >= std::chrono::seconds(3)) {
+      LogError("no live node holds v" + std::to_string(p.version.value()) +
+               ": no peer is connected (the publisher and every agent holding it are gone, or "
+               "not reached); waiting for one");
+      starved_reported = true;
+    }
+  }
+  std::optional<std::chrono::steady_clock::time_point> starved_since;
+  bool starved_reported = false;
   void LogError(const std::string& line) { options.log_error("agent: " + line); }
 
   // A failed connect: logs it (ERROR for a permanent cause or a long outage, without repeating
@@ -515,6 +538,7 @@ Status Agent::Impl::Run() {
     // waits for what changed (PREPARED, COMMITTED, FAILED).
     rollout->Poll(client.get());
     UpdateFailed(rollout->Progress());
+    ReportStarved(node->progress());
     if (rollout->report_now()) continue;
     // The coordinator holds the next heartbeat until there is news: that is the wait.
     if (long_poll && beat.ok()) continue;

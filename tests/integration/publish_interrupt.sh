@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A one-shot publish says what it waits for and does not pretend to succeed: with no agent
 # following the channel it logs that nothing fetches the version, and Ctrl-C (SIGINT) before its
-# --until holds exits non-zero saying what the fleet is left with.
+# --until holds exits non-zero saying what the fleet is left with; an agent that joins once no
+# live node holds the version says so.
 source "$(dirname "$0")/rollout_lib.bash" "$1"
 
 make_versions 1
@@ -18,4 +19,8 @@ wait "$pub" || rc=$?
 grep -q "interrupted by Interrupt before v1 was replicated" "$work/pub.log" ||
   fail "the interrupted publish did not say why: $(tail -n 3 "$work/pub.log")"
 [[ "$(cat "$work/pub.out")" == 1 ]] || fail "the version number is not on stdout"
+# The only holder of v1 is gone: an agent that joins now says so instead of waiting silently.
+start_agent late
+wait_for 30 grep -q "no live node holds v1: no peer is connected" "$work/late.log" ||
+  fail "the late agent did not say that no live node holds v1: $(tail -n 5 "$work/late.log")"
 echo "PASS publish_interrupt (exit $rc)"
