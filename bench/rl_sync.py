@@ -206,6 +206,38 @@ def rl_step(live, step, changed, seed):
     return int(idx.size)
 
 
+class AdamWSteps:
+    """Steps of torch.optim.AdamW (betas 0.9/0.999, no weight decay) on an fp32 master copy of
+    the weights; the bf16 weights published are the master rounded, so an element changes when
+    its accumulated update crosses a bf16 rounding boundary, as in mixed-precision training. Each
+    element's gradient is a fixed direction plus as much fresh noise (both Gaussian, seeded), so
+    updates drift steadily as in training rather than cancel as pure noise would. The learning
+    rate sets the fraction that changes per step (see --lr). Holds 4 fp32 copies (16 bytes a
+    parameter)."""
+
+    def __init__(self, live, lr, seed):
+        self.master = live.flat.float()
+        self.master.grad = torch.empty_like(self.master)
+        self.opt = torch.optim.AdamW([self.master], lr=lr, weight_decay=0.0)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.direction = torch.empty_like(self.master).normal_(generator=self.generator)
+        # Off the bf16 grid first: a master that starts on it needs half an ulp of drift before
+        # anything changes, which the first steps of a real run are long past.
+        for _ in range(self.WARMUP):
+            self.step(live)
+
+    WARMUP = 32
+
+    def step(self, live):
+        """One optimizer step, then the live bf16 weights become the rounded master. Returns the
+        number of elements that changed."""
+        self.master.grad.normal_(generator=self.generator).add_(self.direction)
+        self.opt.step()
+        before = live.bits.clone()
+        live.flat.copy_(self.master)
+        return int((live.bits != before).sum())
+
+
 # ---------------------------------------------------------------------------------------------
 # Sampler strategies: one instance in each sampler process. A method is a trainer side and a
 # sampler strategy; to add one, write both (or reuse a trainer side) and add it to METHODS.
@@ -808,9 +840,15 @@ def run_method(name, spec, args, workroot):
         for conn in pipes:
             receive(conn, args.timeout, "ready")
         live = init_model(spec, args.seed)  # after the fork: the samplers share none of it
+        adamw = AdamWSteps(live, args.lr, args.seed) if args.lr else None
         steps = []
         for step in range(args.steps + 1):
-            changed = rl_step(live, step, args.changed, args.seed) if step else 0
+            if step == 0:
+                changed = 0
+            elif adamw is not None:
+                changed = adamw.step(live)
+            else:
+                changed = rl_step(live, step, args.changed, args.seed)
             expected = live.digest()
             cpu0, sys0 = cpu_self(), resource.getrusage(resource.RUSAGE_SELF).ru_stime
             t0, t0_wall = time.monotonic(), time.time()
@@ -830,6 +868,7 @@ def run_method(name, spec, args, workroot):
             received = [r.get("bytes_received") for r in rs]
             row = {"step": step, "kind": "full" if step == 0 else "delta",
                    "changed_elements": changed,
+                   "changed_fraction": changed / live.bits.numel(),
                    "step_s": max(a[3] for a in acks) - t0,
                    "trainer_blocked_s": pub["blocked_s"], "trainer_cpu_s": trainer_cpu,
                    "trainer_sys_s": trainer_sys,
@@ -1011,7 +1050,7 @@ def print_step(name, row):
           f"trainer blocked {row['trainer_blocked_s']:7.3f} s  sampler blocked "
           f"{row['sampler_blocked_s'] * 1e3:8.2f} ms (write {row['sampler_write_s'] * 1e3:7.1f} "
           f"ms, {fmt_bytes(row['written_bytes'])})  payload {fmt_bytes(row['wire_bytes'])}  "
-          f"received {rec_text}", flush=True)
+          f"received {rec_text}  changed {row['changed_fraction']:.2%}", flush=True)
 
 
 def method_figures(result, ref):
@@ -1087,7 +1126,13 @@ def main():
     parser.add_argument("--samplers", type=int, default=4)
     parser.add_argument("--steps", type=int, default=5, help="delta steps after the full version")
     parser.add_argument("--changed", type=float, default=0.01,
-                        help="fraction of elements each step changes")
+                        help="fraction of elements each step changes (+-1..2 ulps at random "
+                             "positions)")
+    parser.add_argument("--lr", type=float, default=None,
+                        help="instead of --changed: torch.optim.AdamW steps at this learning "
+                             "rate on an fp32 master copy (gradients: a fixed Gaussian direction "
+                             "plus as much noise; 32 warm-up steps first). Measured here: 1e-6, "
+                             "1e-5, 1e-4 change about 1%%, 5%%, 40%% of the elements per step")
     parser.add_argument("--methods", default="memcpy,gloo,wc-local,wc-local-flip,wc-coord",
                         help=f"comma-separated, from memcpy,{','.join(METHODS)}")
     parser.add_argument("--chunk-size", default=None,
@@ -1128,8 +1173,9 @@ def main():
           f"{shape['hidden']}, {shape['layers']} layers, intermediate {shape['intermediate']}, "
           f"vocab {shape['vocab']}, {shape['heads']} heads (MHA: q/k/v/o hidden x hidden), "
           f"lm_head untied, {len(spec)} tensors")
-    print(f"  {args.samplers} samplers, {args.steps} delta steps of {args.changed:.2%} changed "
-          f"(+-1..2 ulps), chunk size {args.chunk_size or weightcast._weightcast.DEFAULT_CHUNK_SIZE}, "
+    steps_text = (f"AdamW steps at lr {args.lr:g}" if args.lr else
+                  f"{args.changed:.2%} changed (+-1..2 ulps)")
+    print(f"  {args.samplers} samplers, {args.steps} delta steps: {steps_text}, chunk size {args.chunk_size or weightcast._weightcast.DEFAULT_CHUNK_SIZE}, "
           f"hash {HASH_NAME}, load {os.getloadavg()[0]:.1f}, {mem_available() / 2**30:.1f} GiB "
           f"available")
     if xxhash is None:
@@ -1235,7 +1281,7 @@ def main():
                  f"{f['log_prepare_s']['median'] * 1e3:.0f} ms" if "log_encode_s" in f else ""))
     out = {"bench": "rl_sync", "params": n_params, "bytes": model_bytes, "shape": shape,
            "tensors": len(spec), "samplers": args.samplers, "steps": args.steps,
-           "changed": args.changed,
+           "changed": None if args.lr else args.changed, "lr": args.lr,
            "chunk_size": int(weightcast._weightcast._parse_size(args.chunk_size))
            if args.chunk_size else weightcast._weightcast.DEFAULT_CHUNK_SIZE,
            "hash": HASH_NAME, "reference": {k: v for k, v in ref.items()
