@@ -10,8 +10,8 @@
 namespace weightcast {
 
 struct NodeStatus {
-  Version version;  // the version being fetched or seeded (0: none)
-  bool delta = false;    // moved as delta payloads onto the previous version
+  Version version;     // the version being fetched or seeded (0: none)
+  bool delta = false;  // moved as delta payloads onto the previous version
   uint32_t chunks_done = 0;
   uint32_t chunks_total = 0;
   uint64_t bytes_done = 0;  // model bytes of the chunks done

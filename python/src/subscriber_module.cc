@@ -131,9 +131,10 @@ class PySubscriber {
   }
 
   std::unique_ptr<PyOpenedVersion> Wait(uint64_t min_version, std::optional<double> timeout_s) {
-    Result<ReceivedVersion> opened = WaitInSlices<ReceivedVersion>(
-        ToDuration(timeout_s),
-        [&](std::chrono::nanoseconds slice) { return subscriber_->Wait(Version(min_version), slice); });
+    Result<ReceivedVersion> opened =
+        WaitInSlices<ReceivedVersion>(ToDuration(timeout_s), [&](std::chrono::nanoseconds slice) {
+          return subscriber_->Wait(Version(min_version), slice);
+        });
     if (!opened.ok() && opened.status().code() == Code::kDeadlineExceeded) {
       std::ostringstream text;
       text << subscriber_->Describe(Version(min_version)) << " within " << *timeout_s << " s";

@@ -191,8 +191,8 @@ Result<TensorView> ReceivedVersion::tensor(std::string_view name) const {
                         t.size == 0 ? std::span<const uint8_t>() : file.subspan(t.offset, t.size)};
     }
   }
-  return NotFound("no tensor " + std::string(name) + " in version " + std::to_string(version().value()) +
-                  " of channel " + channel());
+  return NotFound("no tensor " + std::string(name) + " in version " +
+                  std::to_string(version().value()) + " of channel " + channel());
 }
 
 bool ReceivedVersion::partial() const { return impl_ && impl_->opened.partial != nullptr; }
