@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <iterator>
 
 #include "codec/version_codec.h"
 #include "format/safetensors.h"
@@ -79,6 +80,13 @@ std::shared_ptr<const MappedFile> MapSlotForReading(const fs::path& path, Status
   }
   auto shared = std::make_shared<const MappedFile>(std::move(file).value());
   mapped[path] = {st.st_ino, shared};
+  // Let go of slots whose files are gone or replaced (a channel removed, a new size): a mapping
+  // keeps a deleted tmpfs file's pages alive for as long as this process runs.
+  for (auto it = mapped.begin(); it != mapped.end();) {
+    struct stat now {};
+    const bool stale = ::stat(it->first.c_str(), &now) != 0 || now.st_ino != it->second.first;
+    it = stale ? mapped.erase(it) : std::next(it);
+  }
   return shared;
 }
 
