@@ -54,9 +54,9 @@ struct Agent::Impl {
   // A fetch with no peer connected cannot move: said once (after a grace, as connections come
   // and go), and again when a peer is back, so that a wait is never silent.
   void ReportStarved(const node::SwarmProgress& p) {
-    const bool starved = p.version.value() != 0 && !p.complete && p.peers == 0;
+    const std::string starved = p.Starved();
     const auto now = std::chrono::steady_clock::now();
-    if (!starved) {
+    if (starved.empty()) {
       if (starved_reported)
         Log("a peer holding v" + std::to_string(p.version.value()) + " is back");
       starved_since.reset();
@@ -65,9 +65,7 @@ struct Agent::Impl {
     }
     if (!starved_since) starved_since = now;
     if (!starved_reported && now - *starved_since >= std::chrono::seconds(3)) {
-      LogError("no live node holds v" + std::to_string(p.version.value()) +
-               ": no peer is connected (the publisher and every agent holding it are gone, or "
-               "not reached); waiting for one");
+      LogError(starved + "; waiting for one");
       starved_reported = true;
     }
   }

@@ -164,11 +164,7 @@ NodeStatus ToNodeStatus(const node::SwarmProgress& p) {
   s.complete = p.complete;
   s.committed = p.committed;
   s.error = p.error;
-  if (s.version.value() != 0 && !s.complete && s.peers == 0) {
-    s.waiting = "no live node holds v" + std::to_string(s.version.value()) +
-                ": no peer is connected (the publisher and every agent holding it are gone, or "
-                "not reached yet)";
-  }
+  s.waiting = p.Starved();
   return s;
 }
 

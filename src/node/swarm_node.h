@@ -116,6 +116,15 @@ struct SwarmProgress {
   bool complete = false;  // every wanted chunk verified (and committed once CommitTarget)
   bool committed = false;
   std::string error{};  // why the target cannot complete (empty while fine)
+
+  // A fetch that cannot move because no peer is connected, in words ("no live node holds v6:
+  // ..."); empty otherwise. What the agent logs and a Subscriber's status says.
+  std::string Starved() const {
+    if (version.value() == 0 || complete || peers != 0) return {};
+    return "no live node holds v" + std::to_string(version.value()) +
+           ": no peer is connected (the publisher and every agent holding it are gone, or not "
+           "reached yet)";
+  }
 };
 
 // Totals over the node's life (for /metrics).
