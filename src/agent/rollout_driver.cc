@@ -102,6 +102,7 @@ wire::ChannelProgress RolloutDriver::Progress() const {
     c.set_bytes_received(p.bytes_received);
     c.set_bytes_sent(p.bytes_sent);
     c.set_delta(p.delta);
+    c.set_waiting(p.Starved());
   }
   return c;
 }

@@ -512,6 +512,8 @@ std::string RenderStatus(const wire::FleetStatus& now, const wire::FleetStatus* 
       add("fleet current v" + std::to_string(s.current_version), false);
     }
     if (s.complete() && s.target == s.version) add("complete", false);
+    // Nobody to deliver to: said, so that a publish into an empty channel is not a silent wait.
+    if (s.followers == 0) add("waiting: 0 agents follow channel " + Safe(s.channel), true);
     out += line + "\n";
 
     const std::string bytes_figures =
@@ -619,6 +621,11 @@ std::string RenderStatus(const wire::FleetStatus& now, const wire::FleetStatus* 
         r.notes.push_back(Wrap("    error: node " + std::to_string(node.node_id()) + " " +
                                    Safe(p.channel()) + " v" + std::to_string(p.version()) + ": " +
                                    Safe(p.error()),
+                               options.width, 6));
+      }
+      if (!p.waiting().empty()) {
+        r.notes.push_back(Wrap("    waiting: node " + std::to_string(node.node_id()) + " " +
+                                   Safe(p.channel()) + ": " + Safe(p.waiting()),
                                options.width, 6));
       }
       rows.push_back(std::move(r));

@@ -407,6 +407,19 @@ TEST(RenderStatus, FailedAgentsComeFirstWithTheirErrors) {
   EXPECT_NE(text.find("6 / 7 done"), std::string::npos);
 }
 
+TEST(RenderStatus, SaysWhatAStalledFetchAndAnEmptyChannelWaitFor) {
+  wire::FleetStatus now = Fleet(1000);
+  AddNode(now, 4, true, wire::PHASE_FETCHING, 2, 1, 40)
+      ->set_waiting("no live node holds v2: no peer is connected");
+  std::string text = RenderStatus(now, nullptr, {.channel = "", .width = 100});
+  EXPECT_NE(text.find("waiting: node 4 policy: no live node holds v2"), std::string::npos) << text;
+  EXPECT_EQ(text.find("0 agents follow"), std::string::npos) << text;
+
+  wire::FleetStatus empty = Fleet(1000);
+  text = RenderStatus(empty, nullptr, {.channel = "", .width = 100});
+  EXPECT_NE(text.find("waiting: 0 agents follow channel policy"), std::string::npos) << text;
+}
+
 TEST(RenderStatus, ShortTablesKeepDeadAndUnfinishedNodes) {
   wire::FleetStatus now = Fleet(1000);
   for (uint64_t id = 1; id <= 10; ++id) AddNode(now, id, true, wire::PHASE_COMMITTED, 2, 2, 100);
