@@ -1,4 +1,5 @@
-"""Shared fixtures. The module comes from PYTHONPATH (ctest sets it to build/<preset>/python)."""
+"""Shared fixtures. ctest runs these against the installed package (tests/python/installed.sh);
+PYTHONPATH=build/<preset>/python runs them against a build tree."""
 
 import pytest
 
