@@ -728,7 +728,7 @@ class LiveTrainer(TrainerSide):
                                               chunk_size=self.args.chunk_size)
         if self.deltas:  # the Python API has no switch for it: the binding's own
             chunk = (int(weightcast._weightcast._parse_size(self.args.chunk_size))
-                     if self.args.chunk_size else weightcast._weightcast.DEFAULT_CHUNK_SIZE)
+                     if self.args.chunk_size else weightcast._weightcast.AUTO_CHUNK_SIZE)
             core = self.publisher._core
             core._p.close()  # lets the channel's one-writer lock go
             core._p = weightcast._weightcast._MemoryPublisher(self.memory_dir, CHANNEL, chunk,
@@ -1136,7 +1136,7 @@ def main():
     parser.add_argument("--methods", default="memcpy,gloo,wc-local,wc-local-flip,wc-coord",
                         help=f"comma-separated, from memcpy,{','.join(METHODS)}")
     parser.add_argument("--chunk-size", default=None,
-                        help="weightcast chunk size (default: the module's DEFAULT_CHUNK_SIZE)")
+                        help="weightcast chunk size (default: auto, the publishers' own rule)")
     parser.add_argument("--seed", type=int, default=15)
     parser.add_argument("--timeout", type=float, default=300.0,
                         help="seconds any one wait may take before the run fails")
@@ -1175,7 +1175,10 @@ def main():
           f"lm_head untied, {len(spec)} tensors")
     steps_text = (f"AdamW steps at lr {args.lr:g}" if args.lr else
                   f"{args.changed:.2%} changed (+-1..2 ulps)")
-    print(f"  {args.samplers} samplers, {args.steps} delta steps: {steps_text}, chunk size {args.chunk_size or weightcast._weightcast.DEFAULT_CHUNK_SIZE}, "
+    chunk_size = (int(weightcast._weightcast._parse_size(args.chunk_size)) if args.chunk_size
+                  else weightcast._weightcast.auto_chunk_size(model_bytes))
+    print(f"  {args.samplers} samplers, {args.steps} delta steps: {steps_text}, chunk size "
+          f"{fmt_bytes(chunk_size)}{'' if args.chunk_size else ' (auto)'}, "
           f"hash {HASH_NAME}, load {os.getloadavg()[0]:.1f}, {mem_available() / 2**30:.1f} GiB "
           f"available")
     if xxhash is None:
@@ -1282,8 +1285,7 @@ def main():
     out = {"bench": "rl_sync", "params": n_params, "bytes": model_bytes, "shape": shape,
            "tensors": len(spec), "samplers": args.samplers, "steps": args.steps,
            "changed": None if args.lr else args.changed, "lr": args.lr,
-           "chunk_size": int(weightcast._weightcast._parse_size(args.chunk_size))
-           if args.chunk_size else weightcast._weightcast.DEFAULT_CHUNK_SIZE,
+           "chunk_size": chunk_size, "chunk_size_auto": not args.chunk_size,
            "hash": HASH_NAME, "reference": {k: v for k, v in ref.items()
                                              if not k.endswith("_runs")},
            "methods": figures, "wall_s": time.monotonic() - wall0,

@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include <weightcast/options.h>
 #include <weightcast/status.h>
 #include <weightcast/tensor.h>
 #include <weightcast/types.h>
@@ -91,8 +92,8 @@ class LiveTensors {
 // slots reused in turn, so a publish copies the tensors into pages that already exist. Each
 // version after the first is a delta against the previous one, its payloads in a delta file.
 struct MemoryPublisherOptions {
-  uint64_t chunk_size = 8ull << 20;
-  size_t threads = 0;   // hashing and encoding; 0: one per core
+  uint64_t chunk_size = ChunkSizeLimits::kAuto;  // bytes: kAuto (options.h), or in [kMin, kMax]
+  size_t threads = 0;                            // hashing and encoding; 0: one per core
   bool sha256 = false;  // chunk hashes: XXH3-128 by default (same-host readers), or SHA-256
   // Encode each version as a delta against the one before. Off by default: samplers on the same
   // machine copy the chunks whose hashes changed, which costs less than encoding them
@@ -105,6 +106,7 @@ struct MemoryPublishResult {
   Version version;
   bool delta = false;
   uint64_t total_bytes = 0;
+  uint64_t chunk_count = 0;
   uint64_t payload_bytes = 0;   // what a sampler holding the previous version reads
   std::string root;             // lowercase hex
   double snapshot_seconds = 0;  // the copy of the tensors: what the trainer waits for

@@ -13,13 +13,19 @@
 
 namespace weightcast {
 
-// Chunk sizes a manifest accepts (docs/manifest_format.md), and the one a publisher uses unless
-// told otherwise.
+// Chunk sizes a manifest accepts (docs/manifest_format.md). kAuto, every publisher's default,
+// cuts a version by its size as `weightcast publish --chunk-size auto` does: about 8,192 chunks,
+// 128 KiB to 64 MiB, and a channel's later versions keep the chunk size of the one before them
+// (docs/publish.md, "Chunk size").
 struct ChunkSizeLimits {
   static constexpr uint64_t kMin = 64ull << 10;
-  static constexpr uint64_t kDefault = 8ull << 20;
   static constexpr uint64_t kMax = 256ull << 20;
+  static constexpr uint64_t kAuto = 0;
 };
+
+// The chunk size kAuto gives the first version of a channel of `total_bytes` (the same
+// function as `weightcast publish --chunk-size auto`).
+uint64_t AutoChunkSize(uint64_t total_bytes);
 
 // The least severe events an in-process daemon logs.
 enum class LogLevel { kDebug, kInfo, kWarn, kError };
@@ -49,10 +55,10 @@ struct PublisherOptions {
   // host:port of the coordinator. Empty: a local publisher, which only commits each version into
   // `store` for subscribers and agents on this machine.
   std::string coordinator;
-  SecretSource secret;                              // with a coordinator only
-  uint64_t chunk_size = ChunkSizeLimits::kDefault;  // bytes, in [kMin, kMax]
-  uint32_t keep_versions = 2;                       // local publisher: versions kept (>= 1)
-  std::string listen = "127.0.0.1:0";               // where peers fetch from this node
+  SecretSource secret;                           // with a coordinator only
+  uint64_t chunk_size = ChunkSizeLimits::kAuto;  // bytes: kAuto, or in [kMin, kMax]
+  uint32_t keep_versions = 2;                    // local publisher: versions kept (>= 1)
+  std::string listen = "127.0.0.1:0";            // where peers fetch from this node
   // How peer connections travel: "tcp" (the default), "auto" (UCX with peers that offer it,
   // else TCP, and TCP when UCX fails) or "ucx" (no fallback to TCP for peers that offer UCX).
   // Anything else fails Open with kInvalidArgument. docs/transport_ucx.md.

@@ -90,7 +90,7 @@ py::dict ToDict(const MemoryPublishResult& r) {
   out["delta"] = r.delta;
   out["total_bytes"] = r.total_bytes;
   out["wire_bytes"] = r.payload_bytes;
-  out["chunk_count"] = 0;
+  out["chunk_count"] = r.chunk_count;
   out["root"] = r.root;
   out["snapshot_seconds"] = r.snapshot_seconds;
   out["encode_seconds"] = r.encode_seconds;

@@ -19,7 +19,9 @@ PYBIND11_MODULE(_weightcast, m) {
   using namespace weightcast::python;
   m.doc() = "weightcast C++ core (use the `weightcast` package, not this module directly)";
   RegisterErrors(m);
-  m.attr("DEFAULT_CHUNK_SIZE") = weightcast::ChunkSizeLimits::kDefault;
+  m.attr("AUTO_CHUNK_SIZE") = weightcast::ChunkSizeLimits::kAuto;
+  m.def("auto_chunk_size", &weightcast::AutoChunkSize, py::arg("total_bytes"),
+        "The chunk size chunk_size='auto' gives a channel's first version of total_bytes");
   m.attr("MIN_CHUNK_SIZE") = weightcast::ChunkSizeLimits::kMin;
   m.attr("MAX_CHUNK_SIZE") = weightcast::ChunkSizeLimits::kMax;
   // The CLI's size rules ("1MiB", "64KiB", "4096"), so chunk_size= and the rate limits read

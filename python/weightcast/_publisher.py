@@ -147,8 +147,9 @@ class Publisher:
 
     def __init__(self, store, channel, coordinator=None, secret_file=None, *, chunk_size=None,
                  keep_versions=2, memory=False, **publisher_options):
-        """``chunk_size``: bytes (int) or a size string as the CLI takes ("1MiB"); default
-        ``DEFAULT_CHUNK_SIZE``. ``publisher_options`` (with a coordinator): listen
+        """``chunk_size``: "auto" (the default, also None or 0: by the version's size, as
+        ``weightcast publish`` cuts it, docs/publish.md "Chunk size"), bytes (int) or a size
+        string as the CLI takes ("1MiB"). ``publisher_options`` (with a coordinator): listen
         ("127.0.0.1:0"), transport ("tcp", "auto" or "ucx"), cluster, node_id, writer_id,
         take_over (bool), rank and world (sharded, see publish()), connect_timeout (s, default
         5), log_level ("warn"; also debug, info, error), log_file (default stderr). The secret comes from secret_file or
@@ -160,7 +161,7 @@ class Publisher:
             "Publisher", publisher_options, self._OPTIONS,
             also=("store", "channel", "coordinator", "secret_file", "chunk_size",
                   "keep_versions", "memory"))
-        chunk_size = (_weightcast.DEFAULT_CHUNK_SIZE if chunk_size is None
+        chunk_size = (_weightcast.AUTO_CHUNK_SIZE if chunk_size in (None, "auto")
                       else _options.size("chunk_size", chunk_size))
         keep_versions = _options.integer("keep_versions", keep_versions)
         if not isinstance(memory, bool):

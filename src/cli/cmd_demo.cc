@@ -25,7 +25,7 @@ namespace {
 struct DemoFlags {
   std::string work_dir = "build/demo";
   std::string size = "1GiB";
-  std::string chunk_size = "8MiB";
+  std::string chunk_size = "auto";
   uint64_t steps = 3;
   uint32_t agents = 4;
   double lr = 0;  // 0: the synth default
@@ -35,11 +35,7 @@ struct DemoFlags {
 
 Status RunDemoCommand(const DemoFlags& flags) {
   WC_ASSIGN_OR_RETURN(uint64_t size, ParseSize(flags.size));
-  WC_ASSIGN_OR_RETURN(uint64_t chunk_size, ParseSize(flags.chunk_size));
-  if (chunk_size < kMinChunkSize || chunk_size > kMaxChunkSize) {
-    return InvalidArgument("--chunk-size must be between " + FormatBytes(kMinChunkSize) + " and " +
-                           FormatBytes(kMaxChunkSize));
-  }
+  WC_RETURN_IF_ERROR(ParseChunkSize(flags.chunk_size).status());  // checked before anything starts
   std::error_code ec;
   const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) return IoError("cannot find this binary (/proc/self/exe): " + ec.message());
@@ -48,7 +44,7 @@ Status RunDemoCommand(const DemoFlags& flags) {
   config.work_dir = std::filesystem::absolute(flags.work_dir);
   config.exe = exe;
   config.model_bytes = size;
-  config.chunk_size = chunk_size;
+  config.chunk_size = flags.chunk_size;
   config.steps = flags.steps;
   config.agents = flags.agents;
   config.lr = flags.lr;
@@ -80,7 +76,10 @@ void SetupDemo(CLI::App& app) {
   cmd->add_option("--work-dir", flags->work_dir, "Directory for the demo's files (wiped first)")
       ->capture_default_str();
   cmd->add_option("--size", flags->size, "Model size, e.g. 256MiB, 1GiB")->capture_default_str();
-  cmd->add_option("--chunk-size", flags->chunk_size, "Chunk size of the versions")
+  cmd->add_option("--chunk-size", flags->chunk_size,
+                  "Chunk size of the versions: "
+                  "auto (the default): about 8,192 chunks, 128KiB .. 64MiB, by the size "
+                  "(docs/publish.md); or a size, 64KiB .. 256MiB")
       ->capture_default_str();
   cmd->add_option("--steps", flags->steps, "RL-like steps after the first version")
       ->check(CLI::Range(0, 20))

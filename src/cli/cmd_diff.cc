@@ -27,7 +27,7 @@ struct DiffFlags {
   std::string old_dir;
   std::string new_dir;
   std::string out;
-  std::string chunk_size = "8MiB";
+  std::string chunk_size = "auto";
   std::string hash = "sha256";
   std::string coder = "zstd";
   int level = 1;
@@ -50,11 +50,7 @@ Status RunDiff(const DiffFlags& flags) {
     return InvalidArgument("--version must be greater than --base-version");
   }
   BuildOptions build;
-  WC_ASSIGN_OR_RETURN(build.chunk_size, ParseSize(flags.chunk_size));
-  if (build.chunk_size < kMinChunkSize || build.chunk_size > kMaxChunkSize) {
-    return InvalidArgument("--chunk-size " + flags.chunk_size + " is outside " +
-                           FormatBytes(kMinChunkSize) + " .. " + FormatBytes(kMaxChunkSize));
-  }
+  WC_ASSIGN_OR_RETURN(build.chunk_size, ParseChunkSize(flags.chunk_size));
   WC_ASSIGN_OR_RETURN(build.algorithm, ParseHashAlgorithm(flags.hash));
   build.threads = flags.threads;
   codec::VersionCodecOptions options;
@@ -74,6 +70,7 @@ Status RunDiff(const DiffFlags& flags) {
   WC_ASSIGN_OR_RETURN(Checkpoint new_ckpt, OpenCheckpoint(flags.new_dir));
   WC_ASSIGN_OR_RETURN(Manifest base,
                       BuildManifest(old_ckpt, "default", Version(flags.base_version), build));
+  build.chunk_size = base.chunk_size;  // chunks cut alike pair up (auto: the base's rule)
   WC_ASSIGN_OR_RETURN(Manifest target,
                       BuildManifest(new_ckpt, "default", Version(flags.version), build));
   WC_ASSIGN_OR_RETURN(codec::SnapshotReader base_bytes,
@@ -148,7 +145,10 @@ void SetupDiff(CLI::App& app) {
   cmd->add_option("old", flags->old_dir, "Base checkpoint directory")->required();
   cmd->add_option("new", flags->new_dir, "New checkpoint directory")->required();
   cmd->add_option("-o,--out", flags->out, "Delta directory to create")->required();
-  cmd->add_option("--chunk-size", flags->chunk_size, "Chunk size (64KiB .. 256MiB)")
+  cmd->add_option("--chunk-size", flags->chunk_size,
+                  "Chunk size of both: "
+                  "auto (the default): about 8,192 chunks, 128KiB .. 64MiB, by the size "
+                  "(docs/publish.md); or a size, 64KiB .. 256MiB")
       ->capture_default_str();
   cmd->add_option("--hash", flags->hash, "Chunk hash: sha256 or xxh3-128")->capture_default_str();
   cmd->add_option("--coder", flags->coder, "Entropy coder: zstd or lz4")->capture_default_str();

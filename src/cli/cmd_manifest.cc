@@ -21,7 +21,7 @@ using Json = nlohmann::ordered_json;
 
 struct BuildFlags {
   std::string dir;
-  std::string chunk_size = std::to_string(kDefaultChunkSize >> 20) + "MiB";
+  std::string chunk_size = "auto";
   std::string hash = "sha256";
   std::string channel = "default";
   uint64_t version = 1;
@@ -89,11 +89,7 @@ Status RunBuild(const BuildFlags& flags) {
         "(weightcast manifest show FILE); see --help");
   }
   BuildOptions options;
-  WC_ASSIGN_OR_RETURN(options.chunk_size, ParseSize(flags.chunk_size));
-  if (options.chunk_size < kMinChunkSize || options.chunk_size > kMaxChunkSize) {
-    return InvalidArgument("--chunk-size " + flags.chunk_size + " is outside " +
-                           FormatBytes(kMinChunkSize) + " .. " + FormatBytes(kMaxChunkSize));
-  }
+  WC_ASSIGN_OR_RETURN(options.chunk_size, ParseChunkSize(flags.chunk_size));
   WC_ASSIGN_OR_RETURN(options.algorithm, ParseHashAlgorithm(flags.hash));
   options.threads = flags.threads;
   if (flags.version == 0) return InvalidArgument("--version must be 1 or more");
@@ -222,7 +218,10 @@ void SetupManifest(CLI::App& app) {
       "Build the manifest of a checkpoint directory (files, tensors, chunk hashes, root hash), "
       "or show a stored one with `manifest show FILE`");
   cmd->add_option("dir", build->dir, "Checkpoint directory or .safetensors file");
-  cmd->add_option("--chunk-size", build->chunk_size, "Chunk size, e.g. 8MiB (64KiB .. 256MiB)")
+  cmd->add_option("--chunk-size", build->chunk_size,
+                  "Chunk size: "
+                  "auto (the default): about 8,192 chunks, 128KiB .. 64MiB, by the size "
+                  "(docs/publish.md); or a size, 64KiB .. 256MiB")
       ->capture_default_str();
   cmd->add_option("--hash", build->hash, "Chunk hash: sha256 or xxh3-128")->capture_default_str();
   cmd->add_option("--channel", build->channel, "Channel name ([A-Za-z0-9._-])")

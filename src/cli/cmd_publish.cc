@@ -97,14 +97,7 @@ Status RunPublish(const PublishFlags& flags) {
                                               : flags.dir.empty()  ? "never"
                                                                    : "replicated"));
   WC_ASSIGN_OR_RETURN(auto settle, ParseDuration(flags.settle));
-  uint64_t chunk_size = publish::kAutoChunkSize;
-  if (flags.chunk_size != "auto") {
-    WC_ASSIGN_OR_RETURN(chunk_size, ParseSize(flags.chunk_size));
-    if (chunk_size < kMinChunkSize || chunk_size > kMaxChunkSize) {
-      return InvalidArgument("--chunk-size must be auto or between " + FormatBytes(kMinChunkSize) +
-                             " and " + FormatBytes(kMaxChunkSize));
-    }
-  }
+  WC_ASSIGN_OR_RETURN(const uint64_t chunk_size, ParseChunkSize(flags.chunk_size));
 
   publish::PublisherOptions options;
   options.coordinator = flags.coordinator;

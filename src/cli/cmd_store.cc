@@ -23,7 +23,7 @@ struct Flags {
   uint32_t keep = 2;
   // import
   std::string source;
-  std::string chunk_size = "8MiB";
+  std::string chunk_size = "auto";
   std::string hash = "sha256";
   bool link = false;
 };
@@ -150,17 +150,21 @@ Status RunImport(const Flags& flags) {
   WC_RETURN_IF_ERROR(NeedChannel(flags));
   if (flags.source.empty()) return InvalidArgument("give the checkpoint directory to import");
   BuildOptions options;
-  WC_ASSIGN_OR_RETURN(options.chunk_size, ParseSize(flags.chunk_size));
-  if (options.chunk_size < kMinChunkSize || options.chunk_size > kMaxChunkSize) {
-    return InvalidArgument("--chunk-size " + flags.chunk_size + " is outside " +
-                           FormatBytes(kMinChunkSize) + " .. " + FormatBytes(kMaxChunkSize));
-  }
+  WC_ASSIGN_OR_RETURN(options.chunk_size, ParseChunkSize(flags.chunk_size));
   WC_ASSIGN_OR_RETURN(options.algorithm, ParseHashAlgorithm(flags.hash));
   WC_ASSIGN_OR_RETURN(std::optional<Version> requested, OptionalVersion(flags.version));
   WC_ASSIGN_OR_RETURN(Store store, Store::Open(flags.root));
   WC_ASSIGN_OR_RETURN(Version next, store.NextVersion(flags.channel));
   Version version = requested.value_or(next);
   WC_ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(flags.source));
+  if (options.chunk_size == kAutoChunkSize) {
+    // As a publish cuts it: the channel's current chunk size, so that the next version can be a
+    // delta of this one; else the rule.
+    if (Result<Version> current = store.Current(flags.channel); current.ok()) {
+      WC_ASSIGN_OR_RETURN(Manifest held, store.GetManifest(flags.channel, *current));
+      options.chunk_size = held.chunk_size;
+    }
+  }
   WC_ASSIGN_OR_RETURN(Manifest manifest,
                       BuildManifest(checkpoint, flags.channel, version, options));
   WC_RETURN_IF_ERROR(store.ImportDirectory(flags.channel, manifest, checkpoint.root,
@@ -211,7 +215,12 @@ void SetupStore(CLI::App& app) {
   import->add_option("dir", flags->source, "Checkpoint directory (or one .safetensors file)")
       ->required();
   import->add_option("--version", flags->version, "Version number (default: the next one)");
-  import->add_option("--chunk-size", flags->chunk_size, "Chunk size")->capture_default_str();
+  import
+      ->add_option("--chunk-size", flags->chunk_size,
+                   "Chunk size: auto (the default): the channel's current one, else about 8,192 "
+                   "chunks, 128KiB .. 64MiB, by the size (docs/publish.md); or a size, 64KiB .. "
+                   "256MiB")
+      ->capture_default_str();
   import->add_option("--hash", flags->hash, "Chunk hash: sha256 or xxh3-128")
       ->capture_default_str();
   import->add_flag("--link", flags->link,

@@ -455,8 +455,8 @@ Status Demo::PublishVersion(uint64_t step, VersionRow& row) {
           "publish-v" + std::to_string(version), config_.exe,
           {"publish", "--coordinator", coordinator_, "--store", (work_ / "publisher").string(),
            "--channel", std::string(kChannel), "--dir", source.string(), "--until", "complete",
-           "--node-id", std::to_string(kPublisherNodeId), "--chunk-size",
-           std::to_string(config_.chunk_size), "--secret-file", secret_.string()},
+           "--node-id", std::to_string(kPublisherNodeId), "--chunk-size", config_.chunk_size,
+           "--secret-file", secret_.string()},
           logs_ / ("publish-v" + std::to_string(version) + ".log"), /*daemon=*/false));
   out_ << "[3] v" << version << ": publishing " << source.filename().string()
        << (step == 0 ? " (full)" : " (delta against v" + std::to_string(version - 1) + ")") << "\n";

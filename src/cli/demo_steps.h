@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <ostream>
+#include <string>
 
 #include <weightcast/status.h>
 
@@ -14,7 +15,7 @@ struct DemoConfig {
   std::filesystem::path work_dir;
   std::filesystem::path exe;  // the weightcast binary the processes run (/proc/self/exe)
   uint64_t model_bytes = 1ull << 30;
-  uint64_t chunk_size = 8ull << 20;
+  std::string chunk_size = "auto";  // as `weightcast publish --chunk-size` takes it
   uint64_t steps = 3;
   uint32_t agents = 4;
   double lr = 0;  // 0: the synth default

@@ -22,7 +22,7 @@ namespace weightcast {
 // The public free functions (tensor.h, options.h, publisher.h) are thin wrappers of the
 // internal ones; the constants must agree with the manifest's.
 static_assert(ChunkSizeLimits::kMin == kMinChunkSize);
-static_assert(ChunkSizeLimits::kDefault == kDefaultChunkSize);
+static_assert(ChunkSizeLimits::kAuto == kAutoChunkSize);
 static_assert(ChunkSizeLimits::kMax == kMaxChunkSize);
 
 Result<uint32_t> DTypeBitWidth(std::string_view dtype) {
@@ -45,6 +45,8 @@ Result<LogLevel> ParseLogLevel(std::string_view text) {
 }
 
 Result<uint64_t> ParseByteSize(std::string_view text) { return ParseSize(text); }
+
+uint64_t AutoChunkSize(uint64_t total_bytes) { return ChooseChunkSize(total_bytes); }
 
 Result<SeedUntil> ParseSeedUntil(std::string_view text) {
   WC_ASSIGN_OR_RETURN(publish::SeedUntil until, publish::ParseSeedUntil(text));

@@ -114,6 +114,7 @@ Result<MemoryPublishResult> MemoryPublisher::Finish() {
   out.version = p.version;
   out.delta = p.delta;
   out.total_bytes = p.total_bytes;
+  out.chunk_count = p.chunk_count;
   out.payload_bytes = p.payload_bytes;
   out.root = ToHex(p.root);
   out.snapshot_seconds = p.snapshot_seconds;

@@ -157,10 +157,11 @@ struct Publisher::Impl : std::enable_shared_from_this<Publisher::Impl> {
 
 Status Publisher::Impl::Start() {
   WC_RETURN_IF_ERROR(ValidateChannelName(options.channel));
-  if (options.chunk_size < ChunkSizeLimits::kMin || options.chunk_size > ChunkSizeLimits::kMax) {
+  if (options.chunk_size != ChunkSizeLimits::kAuto &&
+      (options.chunk_size < ChunkSizeLimits::kMin || options.chunk_size > ChunkSizeLimits::kMax)) {
     return InvalidArgument("chunk_size " + std::to_string(options.chunk_size) + " is outside [" +
                            std::to_string(ChunkSizeLimits::kMin) + ", " +
-                           std::to_string(ChunkSizeLimits::kMax) + "]");
+                           std::to_string(ChunkSizeLimits::kMax) + "] and not 0 (auto)");
   }
   WC_RETURN_IF_ERROR(client::CheckStorePath(options.store));
   if (options.world > 1 && options.coordinator.empty()) {

@@ -155,10 +155,11 @@ MemoryChannelWriter::~MemoryChannelWriter() {
 Result<std::unique_ptr<MemoryChannelWriter>> MemoryChannelWriter::Open(
     const fs::path& dir, std::string channel, const MemoryChannelOptions& options) {
   WC_RETURN_IF_ERROR(ValidateChannelName(channel));
-  if (options.chunk_size < kMinChunkSize || options.chunk_size > kMaxChunkSize) {
+  if (options.chunk_size != kAutoChunkSize &&
+      (options.chunk_size < kMinChunkSize || options.chunk_size > kMaxChunkSize)) {
     return InvalidArgument("chunk size " + std::to_string(options.chunk_size) + " is outside [" +
                            std::to_string(kMinChunkSize) + ", " + std::to_string(kMaxChunkSize) +
-                           "]");
+                           "] and not 0 (auto)");
   }
   const fs::path channel_dir = MemoryChannelDir(dir, channel);
   std::error_code ec;
@@ -282,7 +283,11 @@ Result<MemoryPublished> MemoryChannelWriter::Finish() {
   const Slot& target = *slots_[slot];
   WC_ASSIGN_OR_RETURN(const Checkpoint checkpoint, OpenCheckpoint(SlotDir(dir_, slot)));
   BuildOptions build;
-  build.chunk_size = options_.chunk_size;
+  // Auto: the channel keeps its first version's chunk size, as a publisher's channel does, so
+  // that every version can be a delta of the one before.
+  build.chunk_size = options_.chunk_size != kAutoChunkSize ? options_.chunk_size
+                     : current_ != nullptr                 ? current_->chunk_size
+                                                           : kAutoChunkSize;
   build.algorithm = options_.algorithm;
   build.threads = options_.threads;
   WC_ASSIGN_OR_RETURN(Manifest manifest, BuildManifestLayout(checkpoint, channel_, next_, build));
@@ -346,6 +351,7 @@ Result<MemoryPublished> MemoryChannelWriter::Finish() {
   out.version = manifest.version;
   out.delta = manifest.delta.has_value();
   out.total_bytes = manifest.total_size();
+  out.chunk_count = manifest.chunk_count();
   out.root = manifest.root;
   out.publish_seconds = Since(start);
   current_ = std::make_shared<const Manifest>(std::move(manifest));

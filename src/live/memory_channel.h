@@ -49,7 +49,7 @@ struct SnapshotTensor {
 };
 
 struct MemoryChannelOptions {
-  uint64_t chunk_size = kDefaultChunkSize;
+  uint64_t chunk_size = kAutoChunkSize;  // ChooseChunkSize; later versions keep the first's
   HashAlgorithm algorithm = HashAlgorithm::kXxh3_128;  // same-host readers (docs/live.md)
   size_t threads = 0;                                  // hashing and encoding; 0: one per core
   bool deltas = false;  // encode against the current version (MemoryPublisherOptions::deltas)
@@ -59,6 +59,7 @@ struct MemoryPublished {
   Version version;
   bool delta = false;
   uint64_t total_bytes = 0;
+  uint64_t chunk_count = 0;
   uint64_t payload_bytes = 0;  // what a sampler holding the previous version reads
   Digest root{};
   double snapshot_seconds = 0;  // the copy of the tensors (what the trainer waits for)

@@ -285,6 +285,7 @@ Result<Manifest> BuildManifestLayout(const Checkpoint& checkpoint, std::string c
       m.tensors.begin(), m.tensors.end(),
       [](const ManifestTensor& a, const ManifestTensor& b) { return a.offset < b.offset; });
 
+  if (m.chunk_size == kAutoChunkSize) m.chunk_size = ChooseChunkSize(offset);
   WC_RETURN_IF_ERROR(CheckLayout(m.files, m.chunk_size));
   // Placeholders, so that chunk_count() and ChunkRange work before the hashes are known.
   const uint64_t total = offset;

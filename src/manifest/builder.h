@@ -12,13 +12,11 @@
 #include <weightcast/types.h>
 
 #include "format/safetensors.h"
+#include "manifest/chunk_size.h"
 #include "manifest/manifest.h"
 
 namespace weightcast {
 
-// Default chunk size: 8 MiB. Hashing is within 2% of its 16 MiB throughput there, while the swarm
-// pipeline fill and buffer pools stay half of 16 MiB's; docs/bench/manifest.md has the figures.
-inline constexpr uint64_t kDefaultChunkSize = 8ull << 20;
 inline constexpr uint64_t kMinChunkSize = 64ull << 10;
 inline constexpr uint64_t kMaxChunkSize = 256ull << 20;
 
@@ -37,7 +35,7 @@ inline constexpr size_t kMaxMetadataKeyBytes = 256;
 inline constexpr size_t kMaxMetadataValueBytes = 64 << 10;
 
 struct BuildOptions {
-  uint64_t chunk_size = kDefaultChunkSize;
+  uint64_t chunk_size = kAutoChunkSize;  // kAutoChunkSize: ChooseChunkSize(the checkpoint's size)
   HashAlgorithm algorithm = HashAlgorithm::kSha256;
   size_t threads = 0;  // 0: one per core
   // Also an XXH3-128 per chunk (Manifest::fast_hashes), in the same pass as the SHA-256 while the

@@ -1,6 +1,21 @@
 #include "manifest/chunk_size.h"
 
+#include <string>
+
+#include "manifest/builder.h"
+#include "util/text.h"
+
 namespace weightcast {
+
+Result<uint64_t> ParseChunkSize(std::string_view text) {
+  if (text == "auto") return kAutoChunkSize;
+  Result<uint64_t> size = ParseSize(text);
+  if (!size.ok() || *size < kMinChunkSize || *size > kMaxChunkSize) {
+    return InvalidArgument("chunk size " + std::string(text) + ": must be auto or between " +
+                           FormatBytes(kMinChunkSize) + " and " + FormatBytes(kMaxChunkSize));
+  }
+  return *size;
+}
 
 uint64_t ChooseChunkSize(uint64_t total_bytes) {
   uint64_t c = kAutoChunkMin;

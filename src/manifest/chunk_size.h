@@ -4,8 +4,17 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
+
+#include <weightcast/status.h>
 
 namespace weightcast {
+
+// A chunk-size option of 0 means "by the rule below", at every door: `weightcast publish`,
+// `manifest`, `diff`, `store import` and `demo` (--chunk-size auto, their default), the C++ and
+// Python Publisher and MemoryPublisher (chunk_size 0, their default). A channel's later versions
+// keep the chunk size of the version before them (deltas need equal chunk sizes).
+inline constexpr uint64_t kAutoChunkSize = 0;
 
 // About this many chunks per version. Each receiver finishes about K·c/B after S/B (c the chunk
 // size, B the link): a chunk takes source_slots·c/B to leave the source and about slots·c/B per
@@ -30,5 +39,10 @@ inline constexpr uint64_t kAutoChunkMax = 64ull << 20;
 // size, so versions of one size get one chunk size (deltas need equal chunk sizes; a channel's
 // later versions keep the chunk size of the one before them, PrepareVersion).
 uint64_t ChooseChunkSize(uint64_t total_bytes);
+
+// A --chunk-size as the CLI and Python take it: "auto" (kAutoChunkSize), or a size ("256KiB",
+// "8MiB", "131072") between kMinChunkSize and kMaxChunkSize; kInvalidArgument naming the text
+// otherwise.
+Result<uint64_t> ParseChunkSize(std::string_view text);
 
 }  // namespace weightcast

@@ -37,9 +37,6 @@ enum class ImportPolicy {
               // (replacing them by rename is fine); fails across filesystems
 };
 
-// BuildOptions::chunk_size that lets PrepareVersion choose (ResolveChunkSize).
-inline constexpr uint64_t kAutoChunkSize = 0;
-
 // The chunk size PrepareVersion cuts a version into (docs/publish.md, "Chunk size"): `requested`
 // unless it is kAutoChunkSize; then the chunk size of the channel's current version `current`
 // (null: none), so that a delta against it pairs chunks cut alike whatever the new size; else

@@ -30,7 +30,7 @@ def test_an_extension_for_another_interpreter_names_the_one_it_was_built_for(tmp
         f'WEIGHTCAST_BIN = None\nPYTHON = "/opt/python3.99/bin/python3"\n'
         f'PYTHON_VERSION = "3.99"\nEXT_SUFFIX = "{other}"\n')
     env = dict(os.environ, PYTHONPATH=str(tmp_path))
-    result = subprocess.run([sys.executable, "-c", "import weightcast"], env=env,
+    result = subprocess.run([sys.executable, "-c", "import weightcast"], env=env, cwd=tmp_path,
                             capture_output=True, text=True)
     assert result.returncode != 0
     assert "weightcast was built for Python 3.99 (/opt/python3.99/bin/python3)" in result.stderr

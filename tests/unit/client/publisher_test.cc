@@ -229,7 +229,7 @@ TEST(PublisherApi, OpenChecksItsOptions) {
   options.channel = "policy";
   options.chunk_size = 100;
   EXPECT_EQ(Publisher::Open(options).status().code(), Code::kInvalidArgument);
-  options.chunk_size = ChunkSizeLimits::kDefault;
+  options.chunk_size = ChunkSizeLimits::kAuto;
   options.keep_versions = 0;
   EXPECT_EQ(Publisher::Open(options).status().code(), Code::kInvalidArgument);
   options.keep_versions = 2;
