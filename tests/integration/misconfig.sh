@@ -52,9 +52,14 @@ expect_exit "agent --listen" 2 "--listen" \
   --channel "$channel" --secret-file "$work/secret"
 # Host names are resolved: localhost reaches the coordinator; a name that does not resolve is
 # named (the .invalid domain never resolves).
+# A bare container may have no /etc/hosts: then localhost names nothing here, and the check says so.
 coord_port="${coord##*:}"
-expect_exit "status --coordinator localhost" 0 "" \
-  "$wc" status --coordinator "localhost:$coord_port" --once --secret-file "$work/secret"
+if getent hosts localhost >/dev/null; then
+  expect_exit "status --coordinator localhost" 0 "" \
+    "$wc" status --coordinator "localhost:$coord_port" --once --secret-file "$work/secret"
+else
+  echo "skip status --coordinator localhost: localhost does not resolve on this machine"
+fi
 expect_exit "status --coordinator unresolvable" 1 "cannot resolve 'no-such-host.invalid'" \
   "$wc" status --coordinator no-such-host.invalid:7000 --once --secret-file "$work/secret"
 
