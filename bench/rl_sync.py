@@ -1195,6 +1195,7 @@ def main():
               f" of stores in {where}" + (f" (over --mem-budget {args.mem_budget})"
                                           if in_ram > budget else ""), flush=True)
         if where not in roots:
+            os.makedirs(where, exist_ok=True)  # --work-dir may name one not made yet
             roots[where] = tempfile.mkdtemp(prefix="wc-rl-sync-", dir=where)
         return roots[where]
 
