@@ -808,7 +808,7 @@ def memory_estimate(name, model_bytes, samplers):
     anon = model_bytes * (1 + samplers * copies)
     if name == "gloo":
         return anon, 0
-    stores = 1 + (samplers if name.startswith("wc-coord") else 0)
+    stores = 1 + (samplers if name.startswith(("wc-coord", "coord-")) else 0)
     return anon, 3 * model_bytes * stores
 
 
@@ -838,7 +838,7 @@ def run_method(name, spec, args, workroot):
         trainer.open()
         opened = True
         for conn in pipes:
-            receive(conn, args.timeout, "ready")
+            receive(conn, args.timeout, "ready", procs[pipes.index(conn)])
         live = init_model(spec, args.seed)  # after the fork: the samplers share none of it
         adamw = AdamWSteps(live, args.lr, args.seed) if args.lr else None
         steps = []
@@ -854,7 +854,7 @@ def run_method(name, spec, args, workroot):
             t0, t0_wall = time.monotonic(), time.time()
             pub = trainer.publish(live, step)
             pub["returned_wall"] = time.time()
-            acks = [receive(conn, args.timeout, "ok") for conn in pipes]
+            acks = [receive(conn, args.timeout, "ok", p) for conn, p in zip(pipes, procs)]
             trainer_cpu = cpu_self() - cpu0
             trainer_sys = resource.getrusage(resource.RUSAGE_SELF).ru_stime - sys0
             for _, index, version, done, digest, r in acks:
@@ -1023,10 +1023,22 @@ class Mismatch(RuntimeError):
     pass
 
 
-def receive(conn, timeout, kind):
+def receive(conn, timeout, kind, proc=None):
     if not conn.poll(timeout):
         raise RuntimeError(f"a sampler sent nothing within {timeout} s (waiting for {kind})")
-    message = conn.recv()
+    try:
+        message = conn.recv()
+    except EOFError:
+        # The sampler process is gone: say how it ended (SIGKILL is most often the OOM killer).
+        how = "its process ended"
+        if proc is not None:
+            proc.join(5)
+            code = proc.exitcode
+            how = (f"its process was killed by signal {-code}"
+                   + (" (SIGKILL: out of memory? see dmesg; try a smaller --params or fewer "
+                      "--samplers)" if code == -9 else "") if code is not None and code < 0
+                   else f"its process exited with status {code}")
+        raise RuntimeError(f"a sampler sent no {kind!r}: {how}") from None
     if message[0] == "error":
         raise RuntimeError(f"sampler {message[1]}: {message[2]}")
     if message[0] != kind:
