@@ -18,7 +18,7 @@
 //   mmap_nopopulate, stream_sparse (a file sized by ftruncate, not preallocated),
 //   stream_populate (the base range prefaulted with MADV_POPULATE_READ): variants on request
 //   floor:   one memcpy of the base and one SHA-256 pass over it: what no decoder can avoid
-// Issue 15 (docs/verification.md), the agent's two --verify-result settings side by side, each
+// The agent's two --verify-result settings (docs/verification.md) side by side, each
 // with the payload's SHA-256 check the agent makes first:
 //   verify_sha256: payload SHA-256, then DecodeChunkStreaming hashing the result with SHA-256
 //   verify_fast:   CheckedPayload (payload SHA-256), then the fast DecodeChunkStreaming overload

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Threads per agent against the number of peers (issue 16): for each degree in DEGREES, one
+# Threads per agent against the number of peers: for each degree in DEGREES, one
 # coordinator (--degree D), one publisher and AGENTS agents (real processes, loopback) receive one
 # synth version; every agent's thread count (Threads: in /proc/PID/status) is sampled every 0.2 s
 # while the version moves, and its open peer connections are read from its /metrics. Reported per

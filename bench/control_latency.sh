@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Control-plane latency on loopback (issue 9, docs/bench/control.md): the time from `weightcast
+# Control-plane latency on loopback (docs/bench/control.md): the time from `weightcast
 # publish` starting to every agent having COMMITTED the version (the agents' "committed vN" log
 # lines), for a full version and then for one small delta step of it, with two weightcast
 # binaries side by side in one run (rounds alternate between them). On loopback the bytes take

@@ -7,7 +7,7 @@
 //
 //   bench_coordinator_load [--nodes 1000] [--rounds 20] [--publishes 20] [--etcd URL,...]
 //
-// With --etcd (issue 19) the same run is made twice, on the embedded file log and then on the
+// With --etcd the same run is made twice, on the embedded file log and then on the
 // etcd backend (this process leads through an etcd lease under a prefix of its own), and the
 // figures of both are printed with their ratios: `etcd_publish_vs_file` (a publish's time on
 // etcd over its time on the file log) and `etcd_heartbeats_vs_file`.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Threads of a coordinator against its connections (issue 16): for each N in COUNTS and each
+# Threads of a coordinator against its connections: for each N in COUNTS and each
 # weightcast binary given, one `weightcast coordinator` on loopback and one client process that
 # holds N authenticated connections to it (bench_coordinator_clients: GetStatus answered on
 # each); the coordinator's Threads: (/proc/PID/status) is read once all N are connected. A

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The etcd control plane (issue 19) measured against the embedded one, in one run, on loopback:
+# The etcd control plane measured against the embedded one, in one run, on loopback:
 #  - publish -> fleet committed: the time from starting `weightcast publish` of the next version
 #    to every agent (4) having it current, on the embedded coordinator (file log) and on two
 #    coordinators over a 3-member etcd cluster; ratio etcd over file;

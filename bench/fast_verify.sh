@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Issue 15, fast verify: what an agent spends applying one RL delta step with
+# Fast verify: what an agent spends applying one RL delta step with
 # `--verify-result fast` (each rebuilt chunk checked against the signed manifest's XXH3-128,
 # after the payload matched its SHA-256) against `--verify-result sha256` (the rebuilt chunk
-# hashed with SHA-256, as before), in one run, next to the references that bound them:
+# hashed with SHA-256), in one run, next to the references that bound them:
 #   1. real processes on 127.0.0.1 (one coordinator, one publisher, one agent; the same binary):
 #      the agent receives a full version (synth bf16, default 1 GiB), then one training step of it
 #      (~1% of elements changed) as a delta; the figure is the agent's CPU seconds (user + system,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""RL weight sync on loopback, side by side (issue 15): weightcast against torch.distributed
+"""RL weight sync on loopback, side by side: weightcast against torch.distributed
 (gloo) broadcasting the same Llama-shaped bf16 state dict to the same N sampler processes.
 
 One trainer (this process) and N sampler processes, started once per method. Every method
@@ -361,7 +361,7 @@ class WeightcastSampler(SamplerStrategy):
 
 
 class LiveSampler(SamplerStrategy):
-    """The memory-to-memory path (issue 15, docs/live.md): Subscriber(memory=True) follows the
+    """The memory-to-memory path (docs/live.md): Subscriber(memory=True) follows the
     trainer's memory channel and update() patches only the changed elements into the live
     tensors, every written chunk checked against the manifest. In place, or with a flip into the
     standby copy (config["flip"])."""

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# RL weight sync on loopback (issue 15): weightcast against torch.distributed gloo, side by side.
+# RL weight sync on loopback: weightcast against torch.distributed gloo, side by side.
 # Finds the Python module of this checkout's build (release first) and the interpreter it was
 # built for (Debian's /usr/bin/python3: torch with gloo, numpy), then runs bench/rl_sync.py.
 #

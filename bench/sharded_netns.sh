@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sharded publish on the emulated cluster (issue 17, docs/sharded_publish.md): SIZE bytes
+# Sharded publish on the emulated cluster (docs/sharded_publish.md): SIZE bytes
 # published by W ranks on W source hosts (each rank its own SIZE/W-byte part, `publish --rank R
 # --world W`) to AGENTS agents, next to the same bytes published by one source on one host, in
 # one run on one network (bench/cluster/netns.sh: every host's link shaped to RATE both ways).

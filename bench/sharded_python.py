@@ -1,4 +1,4 @@
-"""Sharded publish from Python (issue 17, docs/sharded_publish.md): W ranks (threads of this
+"""Sharded publish from Python (docs/sharded_publish.md): W ranks (threads of this
 process, each its own Publisher and store) publish the rows of every matrix of a state dict
 (rows split W ways, marked as slices) for each step; S samplers (Subscriber, each with its own
 in-process agent) receive every step; each sampler's whole tensors are compared bit for bit with

@@ -4,11 +4,11 @@
 # Usage: bench/sim_goals.sh path/to/weightcast [N...]   (default N: 100 1000)
 # Scheduler settings: the agents' defaults (swarm/tuning.h: adaptive per-peer windows, 24 peers
 # per node with 24 upload slots, 32 requests in flight per node, replacement peers below 24),
-# which `weightcast sim` runs with no scheduler flag; SCHED_ARGS adds flags (session 3-4 runs
-# passed those same settings as flags). Extra flags in SIM_ARGS.
+# which `weightcast sim` runs with no scheduler flag; SCHED_ARGS adds flags (the runs of
+# docs/bench/sim.md pass those same settings as flags). Extra flags in SIM_ARGS.
 # CHUNK is the simulated chunk size (default auto: what `weightcast publish` picks for 500 GB,
-# 64 MiB; the session 3-4 figures used CHUNK=96MiB). Each run is recorded with its wall and
-# user CPU seconds and the load average before and after it (the machine is shared).
+# 64 MiB; the figures of docs/bench/sim.md use CHUNK=96MiB). Each run is recorded with its wall
+# and user CPU seconds and the load average before and after it (the machine is shared).
 # Each run prints its JSON line; the last line is one JSON object holding all of them.
 set -euo pipefail
 wc_bin=${1:?usage: sim_goals.sh path/to/weightcast [N...]}

@@ -1,4 +1,4 @@
-// How long a reader of `current` is blocked while an agent switches versions (issue 6), next to
+// How long a reader of `current` is blocked while an agent switches versions, next to
 // the time the agent spends bringing the version in.
 //
 //   bench_switch_blocking [--size 256MiB] [--files 4] [--switches 5] [--dir DIR]

@@ -1,6 +1,6 @@
 // ParseManifest on arbitrary bytes: it must never crash, over-read or allocate without bound, and
 // whatever it accepts must serialize and parse back to the same bytes. Seeds (fuzz/seeds/manifest/)
-// include manifests with fast hashes and a delta table (issue 15), so the new fields are reached.
+// include manifests with fast hashes and a delta table, so those fields are reached.
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -16,7 +16,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!reparsed.ok()) std::abort();
   if (SerializeManifest(*reparsed) != again) std::abort();
   if (ComputeRoot(*reparsed) != m->root) std::abort();
-  // Fast hashes (issue 15) are accepted only as one 16-byte XXH3-128 per chunk of a SHA-256
+  // Fast hashes are accepted only as one 16-byte XXH3-128 per chunk of a SHA-256
   // manifest, and the root never depends on them.
   if (m->has_fast_hashes()) {
     if (m->fast_hashes.size() != m->chunk_count() || m->hash_algorithm != HashAlgorithm::kSha256) {

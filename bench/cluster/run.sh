@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The emulated-cluster benchmark (issue #9): N hosts in network namespaces on one bridge, every
+# The emulated-cluster benchmark: N hosts in network namespaces on one bridge, every
 # link shaped to RATE in both directions (bench/cluster/netns.sh), and in one run, on the same
 # network, the same synth version of SIZE bytes distributed from host 0 to hosts 1..N-1 by
 #   http        a threaded HTTP server on host 0, one client per host (each file once)

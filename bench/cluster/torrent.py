@@ -9,7 +9,7 @@
       every --peer, writes F (result) the moment it holds every piece, keeps uploading until the
       stop file appears, then rewrites the result with its final upload counters.
 
-Tuning (issue #9, so that the comparison is fair to libtorrent on a 2-core machine): TCP only
+Tuning (so that the comparison is fair to libtorrent on a 2-core machine): TCP only
 (uTP's per-packet work would saturate the CPU), unlimited unchoke slots, strict end game off,
 DHT / LSD / UPnP / NAT-PMP / PEX off, peers connected directly, no rate limits, 256 KiB pieces,
 v1-only metadata (v2's per-block Merkle hashing costs CPU and buys nothing here).

@@ -1,4 +1,4 @@
-// The hand-off to the inference engine (docs/rollout.md, issue 6): after a version becomes
+// The hand-off to the inference engine (docs/rollout.md): after a version becomes
 // current on this node, the agent runs the configured hook so that the engine loads it (for
 // example SGLang's update_weights_from_disk or a vLLM reload), and reports the result.
 //

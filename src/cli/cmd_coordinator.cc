@@ -38,7 +38,7 @@ struct CoordinatorFlags {
   std::string metrics;
   std::string admin_secret_file;
   std::string address_file;
-  // The highly available backend (issue 19, docs/coordinator_etcd.md).
+  // The highly available backend (docs/coordinator_etcd.md).
   std::string etcd;
   std::string etcd_prefix;
   std::string lease_ttl = "3s";

@@ -62,7 +62,7 @@ struct SimFlags {
   std::string heartbeat = "1s";
   std::string heartbeat_timeout = "3s";
   double control_latency_us = 100;
-  // Control channels to run each policy over: long-poll (the agent's, issue 9), push (periodic
+  // Control channels to run each policy over: long-poll (the agent's), push (periodic
   // heartbeats plus one at once on progress), periodic (heartbeats only).
   std::string control = "long-poll,push";
   double persist_ms = 5;

@@ -57,7 +57,7 @@ Result<net::TransportKind> ParseTransportFlag(std::string_view value);
 // listen address: any free port).
 Status ValidateAddressFlag(std::string_view flag, std::string_view value,
                            bool allow_port_zero = false);
-// --coordinator: one ip:port, or several separated by commas (coordinators on etcd, issue 19:
+// --coordinator: one ip:port, or several separated by commas (coordinators on etcd:
 // the client follows the one that leads). Each is checked as above.
 Status ValidateCoordinatorFlag(std::string_view flag, std::string_view value);
 

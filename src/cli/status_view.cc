@@ -464,7 +464,7 @@ std::string RenderStatus(const wire::FleetStatus& now, const wire::FleetStatus* 
     }
   }
   out += header + "\n";
-  // The control plane cannot write (etcd without quorum, issue 19): say so before anything else.
+  // The control plane cannot write (etcd without quorum): say so before anything else.
   if (!now.store_problem().empty()) {
     out += Wrap("control plane: " + Safe(now.store_problem()), options.width, 2);
   }

@@ -102,8 +102,7 @@ enum class VerifyResult : uint8_t {
   // The manifest's XXH3-128 of the chunk, after the payload matched its SHA-256, when the signed
   // manifest has fast hashes (and SHA-256 payload hashes); otherwise as kSha256. The default.
   kFast = 0,
-  // The manifest's chunk hash (SHA-256) of the rebuilt chunk, always: the check of every build
-  // before issue 15, at SHA-256 speed.
+  // The manifest's chunk hash (SHA-256) of the rebuilt chunk, always, at SHA-256 speed.
   kSha256 = 1,
 };
 std::string_view VerifyResultName(VerifyResult v);  // "fast", "sha256"

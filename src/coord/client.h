@@ -32,9 +32,9 @@ bool IsPermanentConnectError(const Status& status);
 std::string_view ConnectErrorCause(const Status& status);
 // Whether the coordinator refused a publisher because another writer holds the channel
 // ("channel C already has a writer: ...") or because this one was fenced ("fenced by writer
-// ..."): kFailedPrecondition either way; waiting does not fix it (issue 17).
+// ..."): kFailedPrecondition either way; waiting does not fix it.
 bool IsWriterConflict(const Status& status);
-// A standby coordinator's refusal (coord/standby.h, issue 19) names the leader: its address,
+// A standby coordinator's refusal (coord/standby.h) names the leader: its address,
 // "" when the status is no such refusal or names none.
 std::string StandbyLeaderHint(const Status& status);
 bool IsStandbyRefusal(const Status& status);
@@ -44,7 +44,7 @@ class CoordinatorClient {
   // Connects and authenticates (the transport's handshake) to the coordinator at `address`.
   // A refused handshake says so in plain words ("the coordinator refused our handshake: wrong
   // cluster secret?"); see IsPermanentConnectError for which failures are worth retrying.
-  // `address` may list several coordinators, "A,B,C" (issue 19: one leads, the others stand
+  // `address` may list several coordinators, "A,B,C" (one leads, the others stand
   // by): each is tried in turn, the last one found leading first, and one that answers a probe
   // (GetManifest of no channel) with a standby's refusal is passed over for the leader it names.
   // Fails (kUnavailable) when none leads; `timeout` applies to each address.

@@ -906,7 +906,7 @@ Result<uint64_t> Coordinator::OnRollback(const net::PeerInfo& peer, const wire::
 }
 
 // A rollback makes current a version that agents either keep (they switch) or fetch from the
-// agents that keep it (issue 21: a target nobody keeps wedged the channel). Refused when live
+// agents that keep it (a target nobody keeps would wedge the channel). Refused when live
 // agents that hold versions of the channel follow it and none of them keeps the target; the
 // error says what they keep. No such agent: nothing to check, the log change alone is made.
 Status Coordinator::CheckRollbackReachableLocked(const std::string& channel,

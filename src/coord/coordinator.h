@@ -74,7 +74,7 @@ struct CoordinatorCounters {
 struct CoordinatorOptions {
   std::filesystem::path state_dir;
   // Where the version log lives (coord/log_store.h): null, a FileLogStore in state_dir (the
-  // embedded default); set (etcd's store, issue 19), state_dir is not used. Called once by Open.
+  // embedded default); set (etcd's store), state_dir is not used. Called once by Open.
   std::function<Result<std::unique_ptr<LogStore>>()> open_store;
   std::string secret;  // the cluster secret: verifies published manifests
   net::Duration heartbeat_timeout = std::chrono::seconds(3);
@@ -146,7 +146,7 @@ class Coordinator {
                                          std::optional<uint64_t>* replaced,
                                          std::vector<uint64_t>* fenced_sessions);
 
-  // One writer per channel (issue 17, docs/coordinator.md "Writers"), with mu_ held. What a
+  // One writer per channel (docs/coordinator.md "Writers"), with mu_ held. What a
   // publisher's registration gets for one channel: the epoch it may publish with, and, when the
   // lease moves, the record to log and the node it fences.
   struct WriterGrant {

@@ -1,8 +1,9 @@
 // The rollout seam: who decides whether a published version is committed or aborted. The
 // coordinator asks a Decider when a version is published and again whenever the fleet's
 // progress may have changed; the decisions it returns are logged durably, then served in every
-// heartbeat reply (ChannelTarget.decision). Issue 6's two-phase rollout (rollout/) plugs in
-// here; until then EachDecider commits every version as it is published.
+// heartbeat reply (ChannelTarget.decision). The two-phase rollout (rollout/,
+// coord/rollout_decider.h) plugs in here; EachDecider, the default, commits every version as it
+// is published.
 #pragma once
 
 #include <cstdint>

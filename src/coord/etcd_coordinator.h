@@ -1,7 +1,7 @@
-// A coordinator process of the highly available control plane (issue 19,
-// docs/coordinator_etcd.md): it stands by until it wins the etcd election, then runs the very
-// same Coordinator as the embedded one, over the version log in etcd (EtcdLogStore), for as long
-// as its term lasts; then it stands by again.
+// A coordinator process of the highly available control plane (docs/coordinator_etcd.md): it
+// stands by until it wins the etcd election, then runs the very same Coordinator as the embedded
+// one, over the version log in etcd (EtcdLogStore), for as long as its term lasts; then it stands
+// by again.
 //
 //   standby:  StandbyServer on the listen address (every request: "the leader is at ADDR"),
 //             campaigning whenever the leader key is free, watching it otherwise

@@ -1,4 +1,4 @@
-// Electing one leading coordinator through an etcd lease (issue 19, docs/coordinator_etcd.md).
+// Electing one leading coordinator through an etcd lease (docs/coordinator_etcd.md).
 // A candidate grants itself a lease of `ttl` and, in one transaction, creates the leader key
 // on that lease if the key does not exist. The winner's term is the key's create revision (the
 // fence of its writes, coord/etcd_log_store.h); it renews the lease a few times per TTL. The

@@ -1,4 +1,4 @@
-// The version log in etcd (issue 19, docs/coordinator_etcd.md): the LogStore of a coordinator
+// The version log in etcd (docs/coordinator_etcd.md): the LogStore of a coordinator
 // that leads through an etcd lease (coord/etcd_election.h). Keys, under a prefix P
 // ("/weightcast/<cluster>/" by default):
 //

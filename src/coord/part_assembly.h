@@ -1,4 +1,4 @@
-// Sharded publish (issue 17, docs/sharded_publish.md): one version of a channel made of W parts,
+// Sharded publish (docs/sharded_publish.md): one version of a channel made of W parts,
 // one per trainer rank. Each rank publishes its part as an ordinary signed manifest of its own
 // files whose metadata says `weightcast.part = "R/W"`; the coordinator collects the W parts of a
 // version in a PartAssembly and, once all are in, publishes one assembled manifest: the parts'

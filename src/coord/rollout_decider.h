@@ -1,4 +1,4 @@
-// The two-phase rollout plugged into the coordinator's Decider seam (coord/decide.h, issue 6,
+// The two-phase rollout plugged into the coordinator's Decider seam (coord/decide.h,
 // docs/rollout.md): one rollout::RolloutTracker per channel decides, per the commit policy
 // (`all`, `quorum:F`, `each`) and the prepare deadline, whether the pending version is
 // committed or aborted.

@@ -1,4 +1,4 @@
-// What a standby coordinator serves while another one leads (issue 19): every request on its
+// What a standby coordinator serves while another one leads: every request on its
 // listener is answered with kUnavailable "standby coordinator: the leader is at ADDR", the
 // refusal CoordinatorClient follows to the leader (coord/client.h, StandbyLeaderHint). It keeps
 // no state and never decides anything.

@@ -105,7 +105,7 @@ class VersionLog {
   const std::map<std::string, ChannelState, std::less<>>& channels() const { return channels_; }
   const ChannelState* channel(std::string_view name) const;
 
-  // The holder of `channel`'s writer lease as last logged (null: no writer yet). Issue 17.
+  // The holder of `channel`'s writer lease as last logged (null: no writer yet).
   const wire::ChannelWriter* writer(std::string_view channel) const;
   // Logs a new writer epoch of `channel` durably and applies it. kFailedPrecondition unless
   // writer.epoch() is above the channel's current epoch.

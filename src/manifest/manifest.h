@@ -57,9 +57,9 @@ struct DeltaInfo {
   Version base_version;
   Digest base_root{};
   std::vector<DeltaChunk> chunks;  // one per chunk of the version
-  // What every payload_hash is: SHA-256 for everything written since issue 15. A manifest written
-  // before, of an xxh3-128 version, parses with kXxh3_128 here (its payloads were hashed with the
-  // chunk algorithm); such a table never enables the fast check (docs/verification.md).
+  // What every payload_hash is: SHA-256 from every current writer. An older manifest of an
+  // xxh3-128 version parses with kXxh3_128 here (its payloads are hashed with the chunk
+  // algorithm); such a table never enables the fast check (docs/verification.md).
   HashAlgorithm payload_hash_algorithm = HashAlgorithm::kSha256;
 };
 

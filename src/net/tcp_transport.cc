@@ -276,8 +276,8 @@ awaitable<Result<Frame>> ReadFrame(Channel& channel, uint32_t max_body, TokenBuc
   frame.type = header->type;
   frame.body.resize(header->length);
   // A rate limit paces chunk data only: control frames (heartbeats, requests, HAVEs) are small
-  // and must never wait behind the data's debt (issue 21: a download-limited agent's heartbeat
-  // replies waited seconds and the coordinator declared it dead). A chunk is read in paced
+  // and must never wait behind the data's debt (otherwise a download-limited agent's heartbeat
+  // replies wait seconds and the coordinator declares it dead). A chunk is read in paced
   // pieces, so that a large one arrives as steady progress instead of one long stall.
   const bool paced = limit != nullptr && pacing != nullptr && frame.type == FrameType::kChunk;
   size_t at = 0;

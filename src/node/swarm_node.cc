@@ -986,7 +986,7 @@ struct SwarmNode::Impl {
       return Status::Ok();
     }
     // Another version, older ones included: after a rollback the fleet's current version is
-    // below the target, and this node must serve it (or fetch it) instead (issue 21).
+    // below the target, and this node must serve it (or fetch it) instead.
     return std::nullopt;
   }
 

@@ -63,7 +63,7 @@ struct PublisherOptions {
   std::string secret;  // the cluster secret (never from argv)
   std::string cluster = "default";
   PeerId node_id;  // 0: random
-  // One writer per channel (issue 17, docs/publish.md "One writer per channel"). The writer's
+  // One writer per channel (docs/publish.md "One writer per channel"). The writer's
   // identity across restarts; empty: the id kept in the store (STORE/.writer-id, made on first
   // use), so the same store is the same writer. A registration while another live writer holds
   // the channel fails (kFailedPrecondition, "channel C already has a writer: ...") unless

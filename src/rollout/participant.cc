@@ -90,7 +90,7 @@ Version Participant::Wanted() const {
     // Catching up (or rolling back) comes first: the fleet's current version is what this
     // node must serve before it prepares anything newer. Unless it could not be fetched
     // (nobody serves it any more): then a newer version is prepared meanwhile, since its commit
-    // is what moves the fleet past the unreachable one (issue 21: it wedged the channel).
+    // is what moves the fleet past the unreachable one (waiting for it would wedge the channel).
     if (kept_.contains(t.current)) return Version();
     const Staging* s = Find(t.current);
     if (s != nullptr && s->state == StageState::kFailed) {

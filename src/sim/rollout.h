@@ -31,7 +31,7 @@ struct RolloutConfig {
   // The agent heartbeats at once when its participant asks to report (kReport), as the daemon
   // does; false: progress travels only with the periodic heartbeat.
   bool push = true;
-  // Long poll (coord.proto Heartbeat.wait_ms, issue 9): the agent keeps one heartbeat
+  // Long poll (coord.proto Heartbeat.wait_ms): the agent keeps one heartbeat
   // outstanding; the coordinator holds it until the node's target changes (a durable decision)
   // or heartbeat_interval passes, and the agent sends the next one when the reply arrives.
   // Progress to report wakes the held heartbeat; the reply is followed by one carrying it.

@@ -436,9 +436,10 @@ std::span<const Action> Scheduler::OnChunkVerified(Time now, ChunkIndex chunk, P
     }
     src->consecutive_timeouts = 0;
     // A peer that delivers is not stalled: its other requests queue behind this one on the same
-    // connection, so their deadlines count from this delivery. (Issue 21: on a rate-limited
+    // connection, so their deadlines count from this delivery. (On a rate-limited
     // node a window of large chunks takes longer than the timeout to drain while bytes keep
-    // flowing; the queued requests timed out and were re-asked, over and over.)
+    // flowing; counted from their sending, the queued requests would time out and be re-asked,
+    // over and over.)
     for (Request& r : src->inflight) {
       r.deadline = std::max(r.deadline, now + options_.request_timeout);
     }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Long polls (issue 9) end to end: with a 6 s heartbeat timeout the agents heartbeat only every
+# Long polls end to end: with a 6 s heartbeat timeout the agents heartbeat only every
 # 2 s, yet every agent must hear of a new version, and of the commit decision, well within that,
 # because each keeps one heartbeat held at the coordinator (with periodic heartbeats alone, the
 # slowest of three agents waits 1.5 s on average for each). Three agents on loopback; two

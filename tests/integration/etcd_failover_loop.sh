@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 19: a 3-member etcd cluster, 2 coordinators on it (one leads, one stands by), a
+# A 3-member etcd cluster, 2 coordinators on it (one leads, one stands by), a
 # publisher and 4 agents that follow the leader (--coordinator A,B). Each iteration publishes the
 # next version and kill -9s the leading coordinator at a random point of the rollout, then
 # starts it again (as a standby). Every time: exactly one decision per version in the log in

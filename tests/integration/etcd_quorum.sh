@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 19: the control plane on a 3-member etcd cluster while members die.
+# The control plane on a 3-member etcd cluster while members die.
 #  1. One member killed: rollouts continue.
 #  2. Two killed (no quorum): nothing commits, agents keep serving their current version,
 #     `status` says why; both restored: the rollout goes on.

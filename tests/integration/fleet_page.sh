@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The coordinator's fleet page in a real browser (issue 20): headless Chromium loads the page of a
+# The coordinator's fleet page in a real browser: headless Chromium loads the page of a
 # loopback fleet during a rollout and afterwards. The DOM must show every node's progress, a node
 # killed mid-rollout as dead and first in the list, the committed version, and a hostile rack
 # name as text; /api/status must equal `weightcast status --json`; rollback from the page needs

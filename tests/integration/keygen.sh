@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `weightcast keygen` makes a cluster secret every command accepts, in a new file of mode 0600,
 # and never replaces an existing file without --force; a secret file other users can read is
-# loaded with a warning; a short one is refused with the minimum named (issue 21, 8).
+# loaded with a warning; a short one is refused with the minimum named.
 set -uo pipefail
 wc="$1"
 work="$(mktemp -d)"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# docs/metrics.md and the code agree (issue 20): a loopback fleet (a coordinator, two agents and
+# docs/metrics.md and the code agree: a loopback fleet (a coordinator, two agents and
 # a publisher, each with --metrics) publishes one version and commits it; then every daemon's
 # /metrics is scraped. Each metric in the doc's table for that daemon must be on its page with
 # the documented type (histograms as _bucket/_sum/_count lines) and only documented label names,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Misconfiguration that waiting will not fix ends in a clear error (issue 21, 7): bad addresses and
+# Misconfiguration that waiting will not fix ends in a clear error: bad addresses and
 # a missing --dir are flag errors (exit 2) before anything starts; a wrong cluster secret is an
 # ERROR line and a weightcast_agent_error metric on an agent, and a prompt exit 1 of a one-shot
 # command; an agent whose coordinator stays away says so at ERROR, without a line per retry; a

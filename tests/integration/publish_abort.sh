@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One-shot waits end when their version can no longer get there (issue 21, 5): `publish --until
+# One-shot waits end when their version can no longer get there: `publish --until
 # complete` and `status --until-complete` exit 1 with the abort reason when the rollout aborts the
 # version at its prepare deadline, instead of waiting forever; `publish --until complete` also
 # ends when the coordinator goes away for 30 s while it waits.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A node that stops on purpose leaves the fleet (coord.proto Leave, issue 20): a finished
+# A node that stops on purpose leaves the fleet (coord.proto Leave): a finished
 # `publish --dir ... --until complete` and an agent stopped with SIGTERM are listed as left, not
 # dead, and `weightcast status` hides them (`--all` shows them); an agent killed with SIGKILL
 # still shows as dead.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sharded publish (issue 17, docs/sharded_publish.md) through `weightcast publish --rank/--world`:
+# Sharded publish (docs/sharded_publish.md) through `weightcast publish --rank/--world`:
 # 4 rank processes, each with its own store and files, publish one version together to 2
 # agents; every agent's copy holds each rank's files byte for byte; the next step is a delta per
 # part; a second, unsharded writer is refused; a rank that never comes aborts the version at the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One writer per channel (issue 17, docs/publish.md "One writer per channel"): a second
+# One writer per channel (docs/publish.md "One writer per channel"): a second
 # `publish` on a channel another live publisher holds exits 1 at once naming the holder; the
 # same store restarted continues the delta chain; `--take-over` fences the old writer, which
 # exits 1 ("fenced by writer ..."); the fence survives a coordinator restart. Also: files that

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Rollback fault loop (issue 21): rounds of "roll back to a random earlier version (kept by some,
+# Rollback fault loop: rounds of "roll back to a random earlier version (kept by some,
 # all or none of the agents), restart an agent or add one, publish the next version". After
 # every step the invariant must hold: every live agent's current version is the coordinator's
 # current version, the agents' files of it are byte-identical, and the next publish commits.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 15, fast verify: a delta rollout over three agents, two with the default
+# Fast verify: a delta rollout over three agents, two with the default
 # `--verify-result fast` and one with `--verify-result sha256`, commits the same bytes on all of
 # them. The fast agents checked every chunk they rebuilt from a payload against the signed
 # manifest's XXH3-128 and none against SHA-256; the sha256 agent the other way round (read from

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 21 (4): an agent whose download is rate limited below the chunk size per heartbeat
+# An agent whose download is rate limited below the chunk size per heartbeat
 # timeout (2 MiB/s, 8 MiB chunks, 3 s timeout) stays alive at the coordinator and commits in
 # about the time its limit allows: control traffic is never paced behind chunk data, and a chunk
 # arriving slowly is progress, not silence.

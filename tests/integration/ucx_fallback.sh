@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# UCX with TCP fallback in one fleet (issue 18, docs/transport_ucx.md): four agents and a
+# UCX with TCP fallback in one fleet (docs/transport_ucx.md): four agents and a
 # publisher on loopback. a1 and a3 use UCX (`--transport auto`); a2 runs with --transport tcp (UCX disabled,
 # its address offers none); a4's UCX is killed mid-transfer by the fault switch
 # (WEIGHTCAST_UCX_FAIL_AFTER_BYTES). The version commits everywhere with every byte right, a3

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The cluster benchmark in small (issue #9): 4 hosts in network namespaces at 100 Mbit/s, an 8 MiB
+# The cluster benchmark in small: 4 hosts in network namespaces at 100 Mbit/s, an 8 MiB
 # version, every system (HTTP, libtorrent where python3-libtorrent is installed, weightcast
 # where the binary has the daemons) through bench/cluster/run.sh. Checks that
 #   - every host of every system ends with the source's files (run.sh cmp's them),

@@ -1,4 +1,4 @@
-"""The shape of the Python API (issue 21, 9): one argument order, sizes as the CLI reads them,
+"""The shape of the Python API: one argument order, sizes as the CLI reads them,
 mistyped keywords named, and no endless wait on a path that is not a store."""
 
 import inspect

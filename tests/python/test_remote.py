@@ -170,7 +170,7 @@ def test_publish_async_through_a_coordinator(cluster, tmp_path):
                            policy_weights(3)["layer.weight"].view(torch.int16))
 
 
-# Issue 15: a wrong secret, an unreachable coordinator or a store path that is not a store is its
+# A wrong secret, an unreachable coordinator or a store path that is not a store is its
 # own error within seconds, not a DeadlineExceededError at the end of a timeout.
 
 def test_a_wrong_secret_is_unauthenticated_within_seconds(cluster, tmp_path):

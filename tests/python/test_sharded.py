@@ -1,4 +1,4 @@
-"""Sharded publish (issue 17, docs/sharded_publish.md): 4 ranks each publish the rows of every
+"""Sharded publish (docs/sharded_publish.md): 4 ranks each publish the rows of every
 matrix they hold (rows split 4 ways) for the same step; 2 samplers (Subscriber with an agent
 each) receive one version per step whose whole tensors are bit-identical to the unsharded
 state dict."""

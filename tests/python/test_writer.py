@@ -1,4 +1,4 @@
-"""One writer per channel (issue 17): a second Publisher on a channel is refused at once naming
+"""One writer per channel: a second Publisher on a channel is refused at once naming
 the holder; take_over=True fences the old one; a Publisher made again on the same store is the
 same writer and continues the delta chain."""
 

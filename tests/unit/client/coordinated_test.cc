@@ -1,5 +1,5 @@
 // The public Publisher and Subscriber with a coordinator (in process, TCP on 127.0.0.1): the
-// round trip, and the errors that must come within seconds instead of a timeout (issue 15): a
+// round trip, and the errors that must come within seconds instead of a timeout: a
 // wrong secret, an unreachable coordinator, a store path that is not a store.
 #include <gtest/gtest.h>
 

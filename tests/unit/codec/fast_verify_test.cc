@@ -1,4 +1,4 @@
-// The fast check of issue 15 (docs/verification.md): a payload is trusted once it matched its
+// The fast check (docs/verification.md): a payload is trusted once it matched its
 // SHA-256 from the signed manifest (CheckedPayload), and the chunk rebuilt from it is checked
 // against the manifest's XXH3-128 instead of its SHA-256. A flipped payload bit is refused before
 // decoding, a base whose bytes are not what its hash says is caught by the XXH3, and the sha256

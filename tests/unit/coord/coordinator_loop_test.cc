@@ -1,4 +1,4 @@
-// The coordinator serves connections that push frames (TCP) from one event loop (issue 16): its
+// The coordinator serves connections that push frames (TCP) from one event loop: its
 // process's threads do not grow with the connections, and heartbeats and long polls on them are
 // still answered. The clients run in a child process forked before the parent starts any thread,
 // so that /proc/self/task in the parent counts the coordinator's threads only.

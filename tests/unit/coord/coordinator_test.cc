@@ -350,7 +350,7 @@ class ManualDecider : public Decider {
   }
 };
 
-// Issue 21 (1): a rollback to a version no live agent keeps is refused with what they do keep;
+// A rollback to a version no live agent keeps is refused with what they do keep;
 // a version committed once and rolled back past later may be returned to.
 TEST(Coordinator, RollbackIsRefusedWhenNoLiveAgentKeepsTheTarget) {
   CoordinatorHarness h;

@@ -1,4 +1,4 @@
-// Long polls (Heartbeat.wait_ms, issue 9): a held heartbeat is answered as soon as something in
+// Long polls (Heartbeat.wait_ms): a held heartbeat is answered as soon as something in
 // the node's reply changes, when wait_ms passes, or when the node wakes it; holding keeps the
 // node alive; a node that goes away while held is cleaned up. Over the in-memory transport with
 // the fake clock: nothing here waits on real time except for the coordinator's threads to act.

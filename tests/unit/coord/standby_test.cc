@@ -1,4 +1,4 @@
-// Following the leader (issue 19): a standby refuses every request naming the leader, and a
+// Following the leader: a standby refuses every request naming the leader, and a
 // client given a list of coordinators ends up on the one that leads, whatever the order.
 #include "coord/standby.h"
 

@@ -1,4 +1,4 @@
-// One writer per channel (issue 17): the writer lease, its epoch as a fence, take-over, a
+// One writer per channel: the writer lease, its epoch as a fence, take-over, a
 // restarted writer, a lapsed lease, and the fence across a coordinator restart.
 #include <gtest/gtest.h>
 

@@ -95,7 +95,7 @@ TEST(BuildManifestLayout, PlusItsHashesIsTheManifestBuildManifestGives) {
 
   Manifest m = *layout;
   EXPECT_EQ(FinishManifest(m, {}).code(), Code::kInvalidArgument);  // wrong count
-  // BuildManifest adds the fast hashes (issue 15); the root does not depend on them.
+  // BuildManifest adds the fast hashes; the root does not depend on them.
   ASSERT_TRUE(FinishManifest(m, full->chunk_hashes, full->fast_hashes).ok());
   EXPECT_EQ(m.root, full->root);
   EXPECT_EQ(SerializeManifest(m), SerializeManifest(*full));

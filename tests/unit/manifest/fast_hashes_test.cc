@@ -1,7 +1,7 @@
-// Fast hashes (issue 15, docs/manifest_format.md): one XXH3-128 per chunk beside the SHA-256
+// Fast hashes (docs/manifest_format.md): one XXH3-128 per chunk beside the SHA-256
 // chunk hashes, built in the same pass, serialized as 16 bytes each, refused when the count or a
 // length is wrong, outside the root and inside the signature. Delta payload hashes are SHA-256,
-// and a table written before that rule keeps its chunk algorithm.
+// and an older table (no payload algorithm) keeps its chunk algorithm.
 #include <gtest/gtest.h>
 
 #include <functional>

@@ -264,8 +264,8 @@ TEST(TcpTransport, ConnectionWithoutHelloIsClosedAfterHelloTimeout) {
   EXPECT_TRUE(log.Eventually("sent no Hello within 200 ms")) << log.All();
 }
 
-// Issue 21 (6): ~100 sockets that connect and never say anything, which needs no key, locked
-// real peers out of the coordinator, agents and `weightcast serve`. With the default bounds,
+// ~100 sockets that connect and never say anything, which needs no key, must not lock real
+// peers out of the coordinator, agents and `weightcast serve`. With the default bounds,
 // and timeouts too long to help, all 16 real handshakes must still succeed at once.
 TEST(TcpTransport, IdleFloodFromOneAddressDoesNotLockOutRealPeers) {
   Options opts = TestOptions(2, nullptr);

@@ -219,7 +219,7 @@ TEST_F(Swarm, FullVersionThenDeltaReachEveryAgent) {
   }
 }
 
-// The XXH3-128 of every chunk of `m` (bytes `flat`), as a publisher adds them (issue 15). The
+// The XXH3-128 of every chunk of `m` (bytes `flat`), as a publisher adds them. The
 // root does not cover them: a manifest with them names the same version.
 Manifest WithFastHashes(Manifest m, const std::string& flat) {
   m.fast_hashes.clear();
@@ -230,9 +230,9 @@ Manifest WithFastHashes(Manifest m, const std::string& flat) {
   return m;
 }
 
-// Issue 15: with fast hashes in the signed manifest, an agent checks each chunk it rebuilt from
+// With fast hashes in the signed manifest, an agent checks each chunk it rebuilt from
 // a payload against the XXH3-128 (after the payload matched its SHA-256); with verify_result
-// kSha256 against the SHA-256 as before. Both commit the published bytes.
+// kSha256 against the SHA-256. Both commit the published bytes.
 TEST_F(Swarm, DeltaChunksAreCheckedByTheFastHashOrBySha256AsConfigured) {
   tweak_ = [](uint64_t id, SwarmNodeOptions& o) {
     if (id == 3) o.verify_result = codec::VerifyResult::kSha256;
@@ -519,8 +519,8 @@ TEST_F(Swarm, DeltaChunkThatFailsItsHashIsNotVerifiedAndIsFetchedWhole) {
   EXPECT_TRUE(agent.store->Verify(kChannel, Version(2)).ok());
 }
 
-// Issue 21: after a rollback to a version this node no longer keeps, it fetches that older
-// version (it used to be refused as "older than the target", wedging the channel).
+// After a rollback to a version this node does not keep, it fetches that older version
+// (refusing it as "older than the target" would wedge the channel).
 TEST_F(Swarm, AnyOtherVersionReplacesTheTargetOlderOnesIncluded) {
   Node& agent = AddNode(2, false);
   Manifest v2 = MakeManifest(kChannel, Version(2), SampleFiles(7));
@@ -536,7 +536,7 @@ TEST_F(Swarm, AnyOtherVersionReplacesTheTargetOlderOnesIncluded) {
   EXPECT_EQ(agent.swarm->progress().version, Version(3));
 }
 
-// Issue 21 (3): a commit that failed for want of disk space (here: the manifest's place is taken)
+// A commit that failed for want of disk space (here: the manifest's place is taken)
 // succeeds when retried once the space is back, with no restart.
 TEST_F(Swarm, ACommitThatFailedIsRetriedOnceTheCauseIsGone) {
   Node& seed = AddNode(1, /*source=*/true);

@@ -407,7 +407,7 @@ TEST(ReloadVersion, RebuildsTheSamePayloadsAndSignature) {
 namespace weightcast::publish {
 namespace {
 
-// The publisher warns about these (issue 17): everything but safetensors files and their index.
+// The publisher warns about these: everything but safetensors files and their index.
 TEST(PrepareVersion, ListsTheFilesThatAreNotSafetensors) {
   Fixture f(0);
   const fs::path dir = f.trainer / "step-0000";

@@ -208,7 +208,7 @@ TEST(Participant, RollbackToAVersionNoLongerKeptFetchesIt) {
   EXPECT_EQ(Work(p.OnSwitched(T(1), Ver(2), NotFound("collected"))), std::vector{A(K::kFetch, 2)});
 }
 
-// Issue 21: a current version nobody serves (its fetch fails) must not hold up the next one; the
+// A current version nobody serves (its fetch fails) must not hold up the next one; the
 // commit of the newer version moves the node past it.
 TEST(Participant, UnreachableCurrentDoesNotHoldUpANewerVersion) {
   ParticipantOptions o;

@@ -270,9 +270,9 @@ TEST(StoreFault, ACommitStoppedBeforeItsCommitPointCanBeRedone) {
   EXPECT_TRUE(store.Verify("policy", Version(1)).ok());
 }
 
-// Issue 21 (3): the disk filled while the manifest was written. The staging must stay whole and
-// open, so that the same handle commits once the cause is gone (it used to report "was committed
-// or aborted" until the agent restarted).
+// The disk fills while the manifest is written. The staging must stay whole and open, so that
+// the same handle commits once the cause is gone (instead of reporting "was committed or
+// aborted" until the agent restarts).
 TEST(StoreFault, ACommitWhoseManifestWriteFailedCanBeRetried) {
   TempDir dir;
   auto files = SampleFiles(10);

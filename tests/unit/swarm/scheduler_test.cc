@@ -267,7 +267,7 @@ TEST(Scheduler, ReissuesARequestPastItsDeadlineElsewhere) {
   EXPECT_EQ(s.stats().timeouts, 1u);
 }
 
-// Issue 21 (4): requests queued behind a delivering peer do not time out while it delivers.
+// Requests queued behind a delivering peer do not time out while it delivers.
 TEST(Scheduler, ADeliveryFromAPeerRestartsItsOtherRequestsDeadlines) {
   SchedulerOptions o;
   o.chunk_count = 3;
