@@ -157,14 +157,13 @@ Status RunImport(const Flags& flags) {
   WC_ASSIGN_OR_RETURN(Version next, store.NextVersion(flags.channel));
   Version version = requested.value_or(next);
   WC_ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(flags.source));
-  if (options.chunk_size == kAutoChunkSize) {
-    // As a publish cuts it: the channel's current chunk size, so that the next version can be a
-    // delta of this one; else the rule.
-    if (Result<Version> current = store.Current(flags.channel); current.ok()) {
-      WC_ASSIGN_OR_RETURN(Manifest held, store.GetManifest(flags.channel, *current));
-      options.chunk_size = held.chunk_size;
-    }
+  // As a publish cuts it, so that the next version can be a delta of this one.
+  std::optional<Manifest> held;
+  if (Result<Version> current = store.Current(flags.channel); current.ok()) {
+    WC_ASSIGN_OR_RETURN(held, store.GetManifest(flags.channel, *current));
   }
+  options.chunk_size =
+      ResolveChunkSize(options.chunk_size, checkpoint.total_bytes(), held ? &*held : nullptr);
   WC_ASSIGN_OR_RETURN(Manifest manifest,
                       BuildManifest(checkpoint, flags.channel, version, options));
   WC_RETURN_IF_ERROR(store.ImportDirectory(flags.channel, manifest, checkpoint.root,

@@ -283,11 +283,10 @@ Result<MemoryPublished> MemoryChannelWriter::Finish() {
   const Slot& target = *slots_[slot];
   WC_ASSIGN_OR_RETURN(const Checkpoint checkpoint, OpenCheckpoint(SlotDir(dir_, slot)));
   BuildOptions build;
-  // Auto: the channel keeps its first version's chunk size, as a publisher's channel does, so
-  // that every version can be a delta of the one before.
-  build.chunk_size = options_.chunk_size != kAutoChunkSize ? options_.chunk_size
-                     : current_ != nullptr                 ? current_->chunk_size
-                                                           : kAutoChunkSize;
+  // The channel keeps its chunk size, as a publisher's does, so that every version can be a
+  // delta of the one before.
+  build.chunk_size =
+      ResolveChunkSize(options_.chunk_size, checkpoint.total_bytes(), current_.get());
   build.algorithm = options_.algorithm;
   build.threads = options_.threads;
   WC_ASSIGN_OR_RETURN(Manifest manifest, BuildManifestLayout(checkpoint, channel_, next_, build));

@@ -7,6 +7,12 @@
 
 namespace weightcast {
 
+uint64_t ResolveChunkSize(uint64_t requested, uint64_t total_bytes, const Manifest* current) {
+  if (requested != kAutoChunkSize) return requested;
+  if (current != nullptr && current->chunk_size != 0) return current->chunk_size;
+  return ChooseChunkSize(total_bytes);
+}
+
 Result<uint64_t> ParseChunkSize(std::string_view text) {
   if (text == "auto") return kAutoChunkSize;
   Result<uint64_t> size = ParseSize(text);

@@ -40,6 +40,14 @@ inline constexpr uint64_t kAutoChunkMax = 64ull << 20;
 // later versions keep the chunk size of the one before them, PrepareVersion).
 uint64_t ChooseChunkSize(uint64_t total_bytes);
 
+struct Manifest;
+
+// The chunk size a version of a channel is cut into (docs/publish.md, "Chunk size"): `requested`
+// unless it is kAutoChunkSize; then the chunk size of the channel's current version `current`
+// (null: none), so that a delta against it pairs chunks cut alike whatever the new size; else
+// ChooseChunkSize(total_bytes). What a publish, `store import` and a memory channel all use.
+uint64_t ResolveChunkSize(uint64_t requested, uint64_t total_bytes, const Manifest* current);
+
 // A --chunk-size as the CLI and Python take it: "auto" (kAutoChunkSize), or a size ("256KiB",
 // "8MiB", "131072") between kMinChunkSize and kMaxChunkSize; kInvalidArgument naming the text
 // otherwise.

@@ -38,12 +38,6 @@ bool DeltaPays(const Manifest& base, const Manifest& target) {
 
 }  // namespace
 
-uint64_t ResolveChunkSize(uint64_t requested, uint64_t total_bytes, const Manifest* current) {
-  if (requested != kAutoChunkSize) return requested;
-  if (current != nullptr && current->chunk_size != 0) return current->chunk_size;
-  return ChooseChunkSize(total_bytes);
-}
-
 namespace {
 
 struct Encoded {

@@ -37,12 +37,6 @@ enum class ImportPolicy {
               // (replacing them by rename is fine); fails across filesystems
 };
 
-// The chunk size PrepareVersion cuts a version into (docs/publish.md, "Chunk size"): `requested`
-// unless it is kAutoChunkSize; then the chunk size of the channel's current version `current`
-// (null: none), so that a delta against it pairs chunks cut alike whatever the new size; else
-// ChooseChunkSize(total_bytes).
-uint64_t ResolveChunkSize(uint64_t requested, uint64_t total_bytes, const Manifest* current);
-
 struct PrepareOptions {
   std::string channel;
   std::string secret;  // the cluster secret that signs the manifest
