@@ -50,6 +50,15 @@ struct LiveApplyReport {
   std::string note;              // why no delta was used, or what was repaired
 };
 
+// What a sampler's live tensors hold, as a digest the coordinator compares with the version's
+// (docs/live.md, "Attestation").
+struct LiveAttestation {
+  Version version;      // the version the tensors hold
+  std::string digest;   // 32 lowercase hex digits
+  bool matches = false;  // equal to the digest of the version's signed bytes
+  double seconds = 0;    // the hash pass over the tensors
+};
+
 // Not thread-safe: one apply at a time, from any thread.
 class LiveTensors {
  public:
@@ -80,6 +89,15 @@ class LiveTensors {
 
   // The version the tensors hold (0: none known).
   Version version() const;
+
+  // Hashes the tensors as they are now against the version they hold, committed in the store at
+  // `store` (read only): each chunk's check computed from the live bytes, combined into one
+  // digest, and compared with the digest of the version's signed manifest. Catches bytes that
+  // changed after the apply (an engine writing into its weights, a memory error). One hash pass
+  // over the tensors; reads only. kFailedPrecondition when the tensors hold no known version;
+  // kNotFound when the store no longer has it. Subscriber::ReportAttestation sends the result to
+  // the coordinator.
+  Result<LiveAttestation> Attest(const std::filesystem::path& store, std::string_view channel) const;
 
  private:
   struct Impl;

@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include <weightcast/live.h>
 #include <weightcast/options.h>
 #include <weightcast/progress.h>
 #include <weightcast/status.h>
@@ -178,6 +179,13 @@ class Subscriber {
   // The in-process agent's progress and the store's current version. kFailedPrecondition
   // without a coordinator. Never blocks beyond reading a small file.
   Result<NodeStatus> status() const;
+
+  // Sends what LiveTensors::Attest found to the coordinator through the in-process agent, with
+  // its next heartbeat (at once when one is held); `weightcast status`, /metrics and the fleet
+  // page then say whether this node serves exactly the committed bytes (docs/live.md,
+  // "Attestation"). kFailedPrecondition without a coordinator; kInvalidArgument for a digest
+  // that is not 32 hex digits.
+  Status ReportAttestation(const LiveAttestation& attestation);
 
   bool has_agent() const;
   const std::filesystem::path& store() const;

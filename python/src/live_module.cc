@@ -63,6 +63,22 @@ class PyLiveTensors {
     return out;
   }
 
+  py::dict Attest(const std::filesystem::path& store, const std::string& channel) {
+    Result<LiveAttestation> r = Internal("not run");
+    {
+      py::gil_scoped_release release;
+      const std::lock_guard lock(mu_);
+      r = live_->Attest(store, channel);
+    }
+    const LiveAttestation& a = ValueOrThrow(std::move(r));
+    py::dict out;
+    out["version"] = a.version.value();
+    out["digest"] = a.digest;
+    out["matches"] = a.matches;
+    out["seconds"] = a.seconds;
+    return out;
+  }
+
   void CopyFrom(PyLiveTensors& other) {
     if (&other == this) return;
     Status s;
@@ -209,6 +225,7 @@ void RegisterLive(py::module_& m) {
       .def(py::init<const py::list&>(), py::arg("tensors"))
       .def("apply_from_store", &PyLiveTensors::ApplyFromStore, py::arg("store"), py::arg("channel"),
            py::arg("version"), py::arg("memory") = false)
+      .def("attest", &PyLiveTensors::Attest, py::arg("store"), py::arg("channel"))
       .def("copy_from", &PyLiveTensors::CopyFrom, py::arg("other"))
       .def_property_readonly("version", &PyLiveTensors::version);
   py::class_<PyMemoryPublisher>(m, "_MemoryPublisher")

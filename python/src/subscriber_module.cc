@@ -181,6 +181,14 @@ class PySubscriber {
     return d;
   }
 
+  void ReportAttestation(uint64_t version, const std::string& digest) {
+    LiveAttestation a;
+    a.version = Version(version);
+    a.digest = digest;
+    ThrowIfError(subscriber_->ReportAttestation(a));
+  }
+  bool has_agent() const { return subscriber_->has_agent(); }
+
   void Close() {
     py::gil_scoped_release release;  // joins the agent's threads
     subscriber_->Close();
@@ -222,6 +230,9 @@ void RegisterSubscriber(py::module_& m) {
                   py::arg("tensors") = std::vector<std::string>{})
       .def("changed", &PySubscriber::Changed, py::arg("since"), py::arg("to"))
       .def("status", &PySubscriber::Progress)
+      .def("report_attestation", &PySubscriber::ReportAttestation, py::arg("version"),
+           py::arg("digest"))
+      .def_property_readonly("has_agent", &PySubscriber::has_agent)
       .def("close", &PySubscriber::Close);
 }
 

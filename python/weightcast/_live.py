@@ -121,6 +121,9 @@ class LiveTensors:
         report["blocked_seconds"] = time.perf_counter() - start
         return report
 
+    def _attest(self, store, channel):
+        return self._sets[self._front][1].attest(str(store), channel)
+
     def _repoint(self, tensors):
         for name, t in tensors.items():
             owner, _, leaf = name.rpartition(".")

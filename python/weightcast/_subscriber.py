@@ -173,7 +173,7 @@ class Subscriber:
             to = _version_number(version, "version")
         return [(name, list(ranges)) for name, ranges in self._core.changed(since, to)]
 
-    def update(self, live, version=None):
+    def update(self, live, version=None, attest=True):
         """Brings ``live`` (a :class:`LiveTensors`) to ``version`` (default: the last one wait()
         returned) and returns a dict: ``version``, ``from_version``, ``delta`` (patched from the
         payloads: only changed elements written), ``chunks_patched`` / ``_copied`` /
@@ -183,7 +183,13 @@ class Subscriber:
         ``note`` (why no delta was used, or what was repaired). A registered tensor missing from
         the version, or of another dtype or shape, raises FailedPreconditionError and leaves the
         live weights as they were. With ``flip=True``, ``catch_up_seconds`` is the memcpy that
-        first brought the idle copy to the version in use. Blocks without the GIL."""
+        first brought the idle copy to the version in use. Blocks without the GIL.
+
+        With ``attest=True`` (the default; not for a memory channel) the live weights, as they
+        now are, are then hashed against the version (:meth:`attest`): ``attested`` in the dict,
+        and with a coordinator the digest goes to it, so ``weightcast status``, /metrics and the
+        fleet page say whether this node serves exactly the committed bytes. One hash pass over
+        the weights (XXH3-128, memory speed), after they hold the version."""
         if version is None:
             if self._last is None:
                 raise _weightcast.FailedPreconditionError(
@@ -191,7 +197,26 @@ class Subscriber:
             to = self._last
         else:
             to = _version_number(version, "version")
-        return live._apply(self.store, self.channel, to, memory=self._memory)
+        report = live._apply(self.store, self.channel, to, memory=self._memory)
+        if attest and not self._memory:
+            report["attested"] = self.attest(live)
+        return report
+
+    def attest(self, live):
+        """Hashes ``live`` (a :class:`LiveTensors`, the copy in use after a flip) as it is now
+        against the version it holds, and with a coordinator reports the digest to it (docs/
+        live.md, "Attestation"). Returns a dict: ``version``, ``digest`` (32 hex digits),
+        ``matches`` (equal to the digest of the version's signed bytes) and ``seconds``. Call it
+        again at any time (say, after an engine step that could have written into its weights)
+        to catch bytes that changed since the apply. FailedPreconditionError when the weights
+        hold no known version; NotFoundError when the store no longer keeps it."""
+        if self._memory:
+            raise _weightcast.FailedPreconditionError(
+                "attest() reads the version from a store; a memory channel keeps none")
+        attestation = live._attest(self.store, self.channel)
+        if self._core is not None and self._core.has_agent:
+            self._core.report_attestation(attestation["version"], attestation["digest"])
+        return attestation
 
     def status(self):
         """Progress of the in-process agent (dict: version, bytes_received, peers,

@@ -126,6 +126,9 @@ struct Agent::Impl {
   uint64_t arm_count = 0;
   bool watch_fetch = false;
   bool wake_requested = false;
+  // Guarded by mu: what this node's sampler last attested (Agent::ReportAttestation), sent with
+  // every heartbeat from then on.
+  std::optional<wire::Attestation> attestation;
 
   std::unique_ptr<Store> store;
   std::unique_ptr<net::Transport> transport;
@@ -287,6 +290,10 @@ Status Agent::Impl::Beat() {
   wire::Heartbeat hb;
   *hb.add_channels() = rollout->Progress();
   UpdateFailed(hb.channels(0));
+  {
+    std::lock_guard lock(mu);
+    if (attestation.has_value()) *hb.mutable_channels(0)->mutable_attestation() = *attestation;
+  }
   rollout->clear_report_now();
   // Ask to be held until something changes (a coordinator without long polls ignores it).
   hb.set_wait_ms(static_cast<uint32_t>(
@@ -597,6 +604,17 @@ void Agent::Stop() {
   }
   impl_->cv.notify_all();
   // Wakes a Run waiting for the swarm; the node is stopped by Run itself.
+}
+
+void Agent::ReportAttestation(Version version, std::span<const uint8_t> digest) {
+  wire::Attestation a;
+  a.set_version(version.value());
+  a.set_digest(std::string(reinterpret_cast<const char*>(digest.data()), digest.size()));
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->attestation = std::move(a);
+  }
+  impl_->RequestWake();
 }
 
 PeerId Agent::id() const { return impl_->options.node_id; }

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,11 @@ class Agent {
   // listen address cannot be bound; coordinator outages are retried, not errors.
   Status Run();
   void Stop();
+
+  // What this node's sampler attests of its live tensors for `version` (docs/live.md,
+  // "Attestation"): sent with the next heartbeat, at once when one is held, and with every one
+  // after until the next report. Safe from any thread.
+  void ReportAttestation(Version version, std::span<const uint8_t> digest);
 
   // This node's id (after Create) and peer address (once Run listens).
   PeerId id() const;

@@ -428,6 +428,55 @@ std::string Wrap(std::string_view text, int width, size_t indent) {
   return out;
 }
 
+// What the live nodes of `channel` last attested of their live tensors (docs/live.md,
+// "Attestation"), in words; empty when none attested.
+std::string DescribeAttestations(const wire::FleetStatus& now, const std::string& channel) {
+  uint32_t exact = 0;
+  std::set<uint64_t> exact_versions;
+  std::vector<std::string> mismatched, unknown;
+  for (const wire::NodeStatus& node : now.nodes()) {
+    if (!node.alive()) continue;
+    for (const wire::ChannelProgress& p : node.channels()) {
+      if (p.channel() != channel || !p.has_attestation()) continue;
+      const wire::Attestation& a = p.attestation();
+      const std::string name = "node " + std::to_string(node.node_id()) + " v" +
+                               std::to_string(a.version());
+      switch (a.verdict()) {
+        case wire::ATTESTATION_MATCH:
+          ++exact;
+          exact_versions.insert(a.version());
+          break;
+        case wire::ATTESTATION_MISMATCH:
+          mismatched.push_back(name);
+          break;
+        case wire::ATTESTATION_UNKNOWN_VERSION:
+          unknown.push_back(name);
+          break;
+        default:
+          break;
+      }
+    }
+  }
+  if (exact + mismatched.size() + unknown.size() == 0) return "";
+  auto list = [](const std::vector<std::string>& names) {
+    std::string out;
+    for (size_t i = 0; i < names.size() && i < 5; ++i) out += (i ? ", " : "") + names[i];
+    if (names.size() > 5) out += ", +" + std::to_string(names.size() - 5) + " more";
+    return out;
+  };
+  std::string out = "attested: " + std::to_string(exact) + " serve exactly the published bytes";
+  if (exact_versions.size() == 1) out += " of v" + std::to_string(*exact_versions.begin());
+  if (!mismatched.empty()) {
+    out += "; " + std::to_string(mismatched.size()) +
+           " MISMATCH, live tensors differ from the committed bytes (" + list(mismatched) + ")";
+  }
+  if (!unknown.empty()) {
+    out += "; " + std::to_string(unknown.size()) + " attest an unknown version (" + list(unknown) +
+           ")";
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string RenderStatus(const wire::FleetStatus& now, const wire::FleetStatus* earlier,
@@ -514,6 +563,9 @@ std::string RenderStatus(const wire::FleetStatus& now, const wire::FleetStatus* 
     if (s.complete() && s.target == s.version) add("complete", false);
     // Nobody to deliver to: said, so that a publish into an empty channel is not a silent wait.
     if (s.followers == 0) add("waiting: 0 agents follow channel " + Safe(s.channel), true);
+    if (const std::string attested = DescribeAttestations(now, s.channel); !attested.empty()) {
+      add(attested, true);
+    }
     out += line + "\n";
 
     const std::string bytes_figures =

@@ -1,7 +1,10 @@
 // The public LiveTensors (include/weightcast/live.h) over live::LiveSet.
 #include <weightcast/live.h>
 
+#include <chrono>
+
 #include "format/safetensors.h"
+#include "manifest/attestation.h"
 #include "live/live_set.h"
 #include "live/memory_channel.h"
 #include "live/store_view.h"
@@ -70,6 +73,22 @@ Result<LiveApplyReport> LiveTensors::ApplyFromMemory(const std::filesystem::path
 }
 
 Version LiveTensors::version() const { return impl_->set->version(); }
+
+Result<LiveAttestation> LiveTensors::Attest(const std::filesystem::path& store,
+                                            std::string_view channel) const {
+  const auto start = std::chrono::steady_clock::now();
+  const Version held = impl_->set->version();
+  if (held.value() == 0) return FailedPrecondition("the live tensors hold no known version");
+  WC_ASSIGN_OR_RETURN(std::unique_ptr<live::OpenedVersion> opened,
+                      live::OpenedVersion::Open(store, channel, held));
+  WC_ASSIGN_OR_RETURN(const Digest digest, impl_->set->Attest(opened->view()));
+  LiveAttestation out;
+  out.version = held;
+  out.digest = ToHex(std::span<const uint8_t>(digest.data(), 16));
+  out.matches = digest == ExpectedAttestation(opened->manifest());
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return out;
+}
 
 Status LiveTensors::CopyFrom(const LiveTensors& other) {
   return impl_->set->CopyFrom(*other.impl_->set);

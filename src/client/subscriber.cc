@@ -410,6 +410,20 @@ Result<NodeStatus> Subscriber::status() const {
   return s;
 }
 
+Status Subscriber::ReportAttestation(const LiveAttestation& attestation) {
+  if (impl_->agent == nullptr) {
+    return FailedPrecondition(
+        "a subscriber without a coordinator runs no agent to report an attestation to");
+  }
+  Result<std::vector<uint8_t>> digest = FromHex(attestation.digest);
+  if (!digest.ok() || digest->size() != 16) {
+    return InvalidArgument("an attestation digest is 32 hex digits, not '" +
+                           EscapeControlBytes(attestation.digest) + "'");
+  }
+  impl_->agent->ReportAttestation(attestation.version, *digest);
+  return Status::Ok();
+}
+
 bool Subscriber::has_agent() const { return impl_->agent != nullptr; }
 const std::filesystem::path& Subscriber::store() const { return impl_->options.store; }
 const std::string& Subscriber::channel() const { return impl_->options.channel; }

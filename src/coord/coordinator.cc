@@ -575,7 +575,12 @@ Result<std::optional<wire::HeartbeatReply>> Coordinator::OnHeartbeat(
         previous->second.version() != progress.version()) {
       changed.insert(progress.channel());
     }
-    node.progress[progress.channel()] = progress;
+    std::optional<wire::Attestation> before;
+    if (previous != node.progress.end() && previous->second.has_attestation()) {
+      before = previous->second.attestation();
+    }
+    wire::ChannelProgress& kept = node.progress[progress.channel()] = progress;
+    if (kept.has_attestation()) JudgeAttestationLocked(node, before, kept);
   }
   // A phase change may complete a rollout: decide now rather than at the next sweep.
   for (const std::string& channel : changed) DecideLocked(channel, now);
@@ -613,6 +618,42 @@ uint64_t Coordinator::NodeGenerationLocked(const Node& node) const {
     }
   }
   return generation;
+}
+
+void Coordinator::JudgeAttestationLocked(const Node& node,
+                                         const std::optional<wire::Attestation>& before,
+                                         wire::ChannelProgress& progress) {
+  wire::Attestation& a = *progress.mutable_attestation();
+  const bool repeated = before.has_value() && before->version() == a.version() &&
+                        before->digest() == a.digest();
+  if (repeated) {
+    // The same report with every heartbeat: keep the verdict and when it first came.
+    a.set_verdict(before->verdict());
+    a.set_unix_ms(before->unix_ms());
+    return;
+  }
+  a.set_unix_ms(UnixMs());
+  const ChannelState* channel = log_->channel(progress.channel());
+  const wire::VersionEntry* entry = channel == nullptr ? nullptr : channel->Find(a.version());
+  const std::string what = NodeName(node.id) + " attests " + progress.channel() + " v" +
+                           std::to_string(a.version());
+  if (a.digest().size() != 16) {
+    a.set_verdict(wire::ATTESTATION_MISMATCH);
+    options_.log(what + " with a malformed digest (" + std::to_string(a.digest().size()) +
+                 " bytes, not 16)");
+  } else if (entry == nullptr) {
+    a.set_verdict(wire::ATTESTATION_UNKNOWN_VERSION);
+    options_.log(what + ", a version this coordinator never published");
+  } else if (entry->attestation_digest() == a.digest()) {
+    a.set_verdict(wire::ATTESTATION_MATCH);
+  } else {
+    a.set_verdict(wire::ATTESTATION_MISMATCH);
+    options_.log(what +
+                 " with a digest that is not the version's: its live tensors differ from the "
+                 "committed bytes (attested " +
+                 ToHex(AsBytes(a.digest())) + ", the version's " +
+                 ToHex(AsBytes(entry->attestation_digest())) + ")");
+  }
 }
 
 wire::HeartbeatReply Coordinator::HeartbeatReplyLocked(const Node& node) const {
@@ -1107,6 +1148,11 @@ void Coordinator::CountMembersLocked() {
       }
       auto progress = node->progress.find(name);
       if (progress == node->progress.end()) continue;  // no report yet: neither failed nor behind
+      if (progress->second.has_attestation()) {
+        const wire::AttestationVerdict verdict = progress->second.attestation().verdict();
+        counts.attested_match += verdict == wire::ATTESTATION_MATCH ? 1 : 0;
+        counts.attested_mismatch += verdict == wire::ATTESTATION_MISMATCH ? 1 : 0;
+      }
       if (progress->second.phase() == wire::PHASE_FAILED) {
         ++counts.failed;
         continue;

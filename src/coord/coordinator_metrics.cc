@@ -117,6 +117,14 @@ ChannelMetrics::Series* ChannelMetrics::Find(std::string_view channel) {
                    "Live agents, not failed, whose current version is not the channel's", labels),
       .agents_dead = &r.Gauge("weightcast_coordinator_agents_dead",
                               "Agents past their heartbeat timeout, not yet forgotten", labels),
+      .attested_match =
+          &r.Gauge("weightcast_coordinator_attested_match",
+                   "Live agents whose sampler attested live tensors equal to the version's bytes",
+                   labels),
+      .attested_mismatch = &r.Gauge(
+          "weightcast_coordinator_attested_mismatch",
+          "Live agents whose sampler attested live tensors that differ from the version's bytes",
+          labels),
   };
   return &channels_.emplace(std::string(channel), s).first->second;
 }
@@ -167,6 +175,8 @@ void ChannelMetrics::SetAgents(
     s.agents_failed->Set(static_cast<double>(c.failed));
     s.agents_lagging->Set(static_cast<double>(c.lagging));
     s.agents_dead->Set(static_cast<double>(c.dead));
+    s.attested_match->Set(static_cast<double>(c.attested_match));
+    s.attested_mismatch->Set(static_cast<double>(c.attested_mismatch));
   }
 }
 

@@ -28,6 +28,9 @@ struct ChannelAgentCounts {
   uint64_t failed = 0;   // alive, reporting PHASE_FAILED
   uint64_t lagging = 0;  // alive, not failed, not on the channel's current version
   uint64_t dead = 0;     // past their heartbeat timeout, not yet forgotten
+  // Alive, by what their sampler last attested of its live tensors (docs/live.md).
+  uint64_t attested_match = 0;
+  uint64_t attested_mismatch = 0;  // a digest that is not the version's (or a malformed one)
 };
 
 // The per-channel metrics (weightcast_coordinator_*{channel}). A channel's series are registered
@@ -68,6 +71,8 @@ class ChannelMetrics {
     metrics::Gauge* agents_failed;
     metrics::Gauge* agents_lagging;
     metrics::Gauge* agents_dead;
+    metrics::Gauge* attested_match;
+    metrics::Gauge* attested_mismatch;
   };
   // The channel's series, registered on first use; null without a registry.
   Series* Find(std::string_view channel);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "manifest/attestation.h"
 #include "manifest/builder.h"
 #include "manifest/signed_manifest.h"
 
@@ -15,6 +16,11 @@ std::string VersionName(std::string_view channel, uint64_t version) {
 
 std::string AsString(const Digest& digest) {
   return std::string(reinterpret_cast<const char*>(digest.data()), digest.size());
+}
+
+// The 16 digest bytes of the manifest's attestation digest (coord.proto Attestation.digest).
+std::string AttestationDigestBytes(const Manifest& m) {
+  return AsString(ExpectedAttestation(m)).substr(0, 16);
 }
 
 }  // namespace
@@ -60,7 +66,7 @@ Result<std::unique_ptr<VersionLog>> VersionLog::Open(std::unique_ptr<LogStore> s
   }
   // Every logged version must still have its manifest, exactly as published.
   for (auto& [name, channel] : log->channels_) {
-    for (const wire::VersionEntry& entry : channel.versions) {
+    for (wire::VersionEntry& entry : channel.versions) {
       auto bytes = log->store_->GetManifest(name, entry.version());
       if (!bytes.ok()) {
         if (bytes.status().code() == Code::kUnavailable) return bytes.status();
@@ -82,6 +88,7 @@ Result<std::unique_ptr<VersionLog>> VersionLog::Open(std::unique_ptr<LogStore> s
         return Corrupt(path + " is not the manifest the log records for " +
                        VersionName(name, entry.version()));
       }
+      entry.set_attestation_digest(AttestationDigestBytes(*manifest));
       if (entry.version() == channel.newest()) {
         channel.newest_manifest =
             std::make_shared<const std::vector<uint8_t>>(view.begin(), view.end());
@@ -276,6 +283,7 @@ Result<wire::VersionEntry> VersionLog::RecordPublish(const VerifiedPublish& publ
   entry.set_root(AsString(m.root));
   entry.set_total_bytes(m.total_size());
   entry.set_chunk_count(m.chunk_count());
+  entry.set_attestation_digest(AttestationDigestBytes(m));
   if (m.delta.has_value()) {
     entry.set_base_version(m.delta->base_version.value());
     uint64_t payload = 0;

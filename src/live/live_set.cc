@@ -7,6 +7,7 @@
 
 #include "format/safetensors.h"
 #include "hash/digest.h"
+#include "manifest/attestation.h"
 
 namespace weightcast::live {
 
@@ -201,20 +202,48 @@ Status LiveSet::CopyFrom(const LiveSet& other) {
   return Status::Ok();
 }
 
-Result<ApplyReport> LiveSet::Apply(const VersionView& target, const ApplyOptions& options) {
-  const auto start = std::chrono::steady_clock::now();
-  if (target.manifest == nullptr) return InvalidArgument("no target manifest");
-  const Manifest& m = *target.manifest;
-  if (target.files.size() != m.files.size()) {
+Result<Digest> LiveSet::Attest(const VersionView& view) const {
+  WC_RETURN_IF_ERROR(CheckFiles(view));
+  const Manifest& m = *view.manifest;
+  if (held_ == nullptr || held_->version != m.version || held_->root != m.root) {
+    return FailedPrecondition("the live tensors hold " +
+                              (held_ == nullptr ? std::string("no known version")
+                                                : "v" + std::to_string(held_->version.value())) +
+                              ", not v" + std::to_string(m.version.value()));
+  }
+  std::map<std::string, const LiveTensor*> live;
+  for (const LiveTensor& t : tensors_) live[t.name] = &t;
+  const ChunkLayout layout(m, view.files, live);
+  const HashAlgorithm algorithm = AttestationCheckAlgorithm(m);
+  std::vector<Digest> checks(m.chunk_count());
+  std::vector<Piece> pieces;
+  for (uint32_t i = 0; i < m.chunk_count(); ++i) {
+    layout.Build(ChunkIndex(i), pieces);
+    checks[i] = memory_->Hash(AsChunkPieces(pieces), algorithm);
+  }
+  return CombineChunkChecks(checks);
+}
+
+Status LiveSet::CheckFiles(const VersionView& view) {
+  if (view.manifest == nullptr) return InvalidArgument("no target manifest");
+  const Manifest& m = *view.manifest;
+  if (view.files.size() != m.files.size()) {
     return InvalidArgument("target has " + std::to_string(m.files.size()) + " files, " +
-                           std::to_string(target.files.size()) + " mapped");
+                           std::to_string(view.files.size()) + " mapped");
   }
   for (size_t i = 0; i < m.files.size(); ++i) {
-    if (target.files[i].size() != m.files[i].size) {
-      return Corrupt(m.files[i].path + " is " + std::to_string(target.files[i].size()) +
+    if (view.files[i].size() != m.files[i].size) {
+      return Corrupt(m.files[i].path + " is " + std::to_string(view.files[i].size()) +
                      " bytes, its manifest says " + std::to_string(m.files[i].size));
     }
   }
+  return Status::Ok();
+}
+
+Result<ApplyReport> LiveSet::Apply(const VersionView& target, const ApplyOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  WC_RETURN_IF_ERROR(CheckFiles(target));
+  const Manifest& m = *target.manifest;
   // Every registered tensor must be in the target as it is registered; checked before any write.
   std::map<std::string_view, const ManifestTensor*> in_target;
   for (const ManifestTensor& t : m.tensors) in_target[t.name] = &t;

@@ -119,7 +119,17 @@ class LiveSet {
   // The version the tensors hold (0 when none is known).
   Version version() const;
 
+  // The attestation digest (manifest/attestation.h) of the tensors as they are now: each chunk
+  // check of `view` computed from the live bytes (from the view's files where no registered
+  // tensor lies), combined. Reads only; one hash pass over the model. kFailedPrecondition when
+  // the set does not hold view's version. Equal to ExpectedAttestation(*view.manifest) exactly
+  // when every chunk matches.
+  Result<Digest> Attest(const VersionView& view) const;
+
  private:
+  // The view has a manifest and one mapped file of the manifest's size per manifest file.
+  static Status CheckFiles(const VersionView& view);
+
   LiveSet(std::vector<LiveTensor> tensors, std::unique_ptr<TensorMemory> memory);
 
   std::vector<LiveTensor> tensors_;

@@ -8,6 +8,7 @@
 
 #include "coord/coordinator_metrics.h"
 #include "coord_test_util.h"
+#include "manifest/attestation.h"
 
 namespace weightcast::coord {
 namespace {
@@ -22,6 +23,11 @@ std::set<uint64_t> PeerIds(const wire::HeartbeatReply& reply) {
   std::set<uint64_t> ids;
   for (const wire::PeerEntry& p : reply.peers()) ids.insert(p.node_id());
   return ids;
+}
+
+std::string ExpectedAttestationBytes(const Manifest& m) {
+  const Digest d = ExpectedAttestation(m);
+  return std::string(reinterpret_cast<const char*>(d.data()), 16);
 }
 
 const wire::NodeStatus* FindNode(const wire::FleetStatus& status, uint64_t id) {
@@ -390,6 +396,53 @@ TEST(Coordinator, RollbackIsRefusedWhenNoLiveAgentKeepsTheTarget) {
   reply = agent->Heartbeat({});
   ASSERT_TRUE(reply.ok());
   EXPECT_EQ(reply->channels(0).current_version(), 3u);
+}
+
+TEST(Coordinator, AttestationsAreJudgedAgainstTheVersionsDigest) {
+  CoordinatorHarness h;
+  ASSERT_TRUE(h.Start().ok());
+  auto pub = h.Connect(7, net::Role::kPublisher);
+  const Manifest v1 = TestManifest("p", 1, 1);
+  ASSERT_TRUE(pub->Publish(Signed(v1)).ok());
+  const std::string good = ExpectedAttestationBytes(v1);
+  std::string bad = good;
+  bad[3] ^= 1;
+  auto agent = h.Connect(10, net::Role::kAgent);
+  ASSERT_TRUE(agent->Register(AgentRegistration(10, "p")).ok());
+  auto attest = [&](uint64_t version, const std::string& digest) {
+    wire::Heartbeat hb;
+    wire::ChannelProgress* p = hb.add_channels();
+    p->set_channel("p");
+    p->set_version(1);
+    p->set_phase(wire::PHASE_COMMITTED);
+    p->set_current_version(1);
+    p->mutable_attestation()->set_version(version);
+    p->mutable_attestation()->set_digest(digest);
+    // What a node says of the verdict is not taken.
+    p->mutable_attestation()->set_verdict(wire::ATTESTATION_MATCH);
+    EXPECT_TRUE(agent->Heartbeat(hb).ok());
+    auto status = pub->GetStatus("p");
+    EXPECT_TRUE(status.ok());
+    const wire::NodeStatus* node = FindNode(*status, 10);
+    EXPECT_NE(node, nullptr);
+    EXPECT_EQ(status->channels(0).versions(0).attestation_digest(), good);
+    return node == nullptr ? wire::ATTESTATION_UNCHECKED
+                           : node->channels(0).attestation().verdict();
+  };
+  EXPECT_EQ(attest(1, good), wire::ATTESTATION_MATCH);
+  EXPECT_EQ(attest(1, bad), wire::ATTESTATION_MISMATCH);
+  EXPECT_EQ(attest(1, bad), wire::ATTESTATION_MISMATCH) << "repeated with every heartbeat";
+  EXPECT_EQ(attest(1, good.substr(0, 8)), wire::ATTESTATION_MISMATCH) << "a malformed digest";
+  EXPECT_EQ(attest(9, good), wire::ATTESTATION_UNKNOWN_VERSION);
+
+  // A restarted coordinator derives the digests again from the manifests it logged.
+  h.Stop();
+  ASSERT_TRUE(h.Start().ok());
+  pub = h.Connect(7, net::Role::kPublisher);
+  agent = h.Connect(10, net::Role::kAgent);
+  ASSERT_TRUE(agent->Register(AgentRegistration(10, "p")).ok());
+  EXPECT_EQ(attest(1, good), wire::ATTESTATION_MATCH);
+  EXPECT_EQ(attest(1, bad), wire::ATTESTATION_MISMATCH);
 }
 
 TEST(Coordinator, DecisionsComeFromTheDecider) {

@@ -9,6 +9,7 @@
 #include "format/safetensors.h"
 #include "live/delta_file.h"
 #include "live/store_view.h"
+#include "manifest/attestation.h"
 #include "publish/version_builder.h"
 #include "store/store.h"
 #include "testing/temp_dir.h"
@@ -68,6 +69,7 @@ struct Fixture {
   std::optional<Store> store;
   Model model = FirstModel();
   uint32_t steps = 0;
+  HashAlgorithm algorithm = HashAlgorithm::kXxh3_128;
 
   Fixture() {
     auto s = Store::Open(root);
@@ -83,7 +85,7 @@ struct Fixture {
     o.channel = "policy";
     o.secret = "test";
     o.build.chunk_size = kMinChunkSize;
-    o.build.algorithm = HashAlgorithm::kXxh3_128;
+    o.build.algorithm = algorithm;
     o.build.threads = 1;
     o.codec.threads = 1;
     o.import = publish::ImportPolicy::kCopy;
@@ -294,6 +296,81 @@ TEST(LiveSet, RegistrationChecksSizes) {
                 .status()
                 .code(),
             Code::kInvalidArgument);
+}
+
+
+// The attestation digest of `set` against committed `v`, and the version's own.
+std::pair<Result<Digest>, Digest> AttestAgainst(const fs::path& root, Version v,
+                                                const LiveSet& set) {
+  auto opened = OpenedVersion::Open(root, "policy", v);
+  EXPECT_TRUE(opened.ok()) << opened.status().ToString();
+  return {set.Attest((*opened)->view()), ExpectedAttestation((*opened)->manifest())};
+}
+
+TEST(LiveSetAttest, LiveTensorsHoldingTheVersionAttestItsDigest) {
+  for (HashAlgorithm algorithm : {HashAlgorithm::kXxh3_128, HashAlgorithm::kSha256}) {
+    SCOPED_TRACE(std::string(HashAlgorithmName(algorithm)));
+    Fixture f;
+    f.algorithm = algorithm;
+    const Version v1 = f.Publish();
+    Live live;
+    ASSERT_TRUE(ApplyFromStore(f.root, "policy", v1, *live.set).ok());
+    Step(f.model, 11);
+    const Version v2 = f.Publish();
+    auto r = ApplyFromStore(f.root, "policy", v2, *live.set);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_TRUE(r->delta);
+    auto [got, want] = AttestAgainst(f.root, v2, *live.set);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ(*got, want);
+  }
+}
+
+TEST(LiveSetAttest, OneByteChangedAfterTheApplyIsAMismatch) {
+  Fixture f;
+  const Version v1 = f.Publish();
+  Live live;
+  ASSERT_TRUE(ApplyFromStore(f.root, "policy", v1, *live.set).ok());
+  live.m.c[12345] ^= 0x0100;  // an engine writing into its weights, a flipped bit
+  auto [got, want] = AttestAgainst(f.root, v1, *live.set);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_NE(*got, want);
+  live.m.c[12345] ^= 0x0100;
+  auto [again, same] = AttestAgainst(f.root, v1, *live.set);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, same);
+}
+
+TEST(LiveSetAttest, ASubsetAttestsTheWholeVersionWithFileBytesElsewhere) {
+  Fixture f;
+  const Version v1 = f.Publish();
+  std::vector<float> b(1000);
+  std::vector<LiveTensor> t = {
+      {"b", DType::kF32, {1000}, {reinterpret_cast<uint8_t*>(b.data()), b.size() * 4}}};
+  auto set = LiveSet::Create(std::move(t));
+  ASSERT_TRUE(set.ok());
+  ASSERT_TRUE(ApplyFromStore(f.root, "policy", v1, **set).ok());
+  auto [got, want] = AttestAgainst(f.root, v1, **set);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(*got, want);
+  b[0] += 1.0f;
+  auto [changed, _] = AttestAgainst(f.root, v1, **set);
+  ASSERT_TRUE(changed.ok());
+  EXPECT_NE(*changed, want);
+}
+
+TEST(LiveSetAttest, AVersionTheTensorsDoNotHoldIsRefused) {
+  Fixture f;
+  const Version v1 = f.Publish();
+  Step(f.model, 3);
+  const Version v2 = f.Publish();
+  Live live;
+  auto [none, _] = AttestAgainst(f.root, v1, *live.set);
+  EXPECT_EQ(none.status().code(), Code::kFailedPrecondition);
+  ASSERT_TRUE(ApplyFromStore(f.root, "policy", v1, *live.set).ok());
+  auto [other, __] = AttestAgainst(f.root, v2, *live.set);
+  EXPECT_EQ(other.status().code(), Code::kFailedPrecondition);
+  EXPECT_NE(other.status().message().find("v1"), std::string::npos) << other.status().ToString();
 }
 
 }  // namespace
