@@ -401,7 +401,8 @@ class LiveSampler(SamplerStrategy):
                 "bytes_received": report["payload_bytes"] if report["delta"] else None,
                 "extra": {"delta": report["delta"], "patched": report["chunks_patched"],
                           "copied": report["chunks_copied"], "repaired": report["chunks_repaired"],
-                          "note": report["note"]}}
+                          "note": report["note"],
+                          "attest_s": report.get("attested", {}).get("seconds", 0.0)}}
 
     def close(self):
         self.sub.close()
@@ -965,7 +966,7 @@ def coordinator_timeline(path):
 
 # The phases of one coordinated step, in order (docs/rl_step.md gives each one's floor).
 TRACE_PHASES = ("snapshot", "publish", "announce", "fetch", "vote", "decision", "commit", "wake",
-                "apply")
+                "apply", "attest")
 
 
 def step_trace(row, agents, coordinator):
@@ -976,14 +977,17 @@ def step_trace(row, agents, coordinator):
     payload verified, decoded onto the base and staged), vote (-> the agent's prepare vote),
     decision (-> the coordinator's decision, which waits for the slowest vote), commit (-> the
     agent committed), wake (-> the sampler's wait() returned), apply (-> its live tensors hold
-    the version). None when a mark is missing."""
+    the version), attest (-> update() hashed them and handed the digest to its agent). None
+    when a mark is missing."""
     version = row["step"] + 1
     t = row["times"]
     last = max(range(len(t["done"])), key=lambda i: t["done"][i])
     ev, co = agents[last].get(version, {}), coordinator.get(version, {})
     marks = [t["start"], t["start"] + row["trainer_blocked_s"], co.get("published"),
              ev.get("target"), ev.get("complete"), ev.get("prepared"), co.get("decision"),
-             ev.get("committed"), t["woke"][last], t["done"][last]]
+             ev.get("committed"), t["woke"][last], None, t["done"][last]]
+    extra = (row.get("sampler_extra") or [{}] * len(t["done"]))[last] or {}
+    marks[-2] = t["done"][last] - extra.get("attest_s", 0.0)
     if any(m is None for m in marks):
         return None
     trace = {name: b - a for name, a, b in zip(TRACE_PHASES, marks, marks[1:])}
