@@ -53,8 +53,8 @@ struct LiveApplyReport {
 // What a sampler's live tensors hold, as a digest the coordinator compares with the version's
 // (docs/live.md, "Attestation").
 struct LiveAttestation {
-  Version version;      // the version the tensors hold
-  std::string digest;   // 32 lowercase hex digits
+  Version version;       // the version the tensors hold
+  std::string digest;    // 32 lowercase hex digits
   bool matches = false;  // equal to the digest of the version's signed bytes
   double seconds = 0;    // the hash pass over the tensors
 };
@@ -97,7 +97,8 @@ class LiveTensors {
   // over the tensors; reads only. kFailedPrecondition when the tensors hold no known version;
   // kNotFound when the store no longer has it. Subscriber::ReportAttestation sends the result to
   // the coordinator.
-  Result<LiveAttestation> Attest(const std::filesystem::path& store, std::string_view channel) const;
+  Result<LiveAttestation> Attest(const std::filesystem::path& store,
+                                 std::string_view channel) const;
 
  private:
   struct Impl;

@@ -439,8 +439,8 @@ std::string DescribeAttestations(const wire::FleetStatus& now, const std::string
     for (const wire::ChannelProgress& p : node.channels()) {
       if (p.channel() != channel || !p.has_attestation()) continue;
       const wire::Attestation& a = p.attestation();
-      const std::string name = "node " + std::to_string(node.node_id()) + " v" +
-                               std::to_string(a.version());
+      const std::string name =
+          "node " + std::to_string(node.node_id()) + " v" + std::to_string(a.version());
       switch (a.verdict()) {
         case wire::ATTESTATION_MATCH:
           ++exact;

@@ -4,10 +4,10 @@
 #include <chrono>
 
 #include "format/safetensors.h"
-#include "manifest/attestation.h"
 #include "live/live_set.h"
 #include "live/memory_channel.h"
 #include "live/store_view.h"
+#include "manifest/attestation.h"
 #include "util/text.h"
 
 namespace weightcast {

@@ -624,8 +624,8 @@ void Coordinator::JudgeAttestationLocked(const Node& node,
                                          const std::optional<wire::Attestation>& before,
                                          wire::ChannelProgress& progress) {
   wire::Attestation& a = *progress.mutable_attestation();
-  const bool repeated = before.has_value() && before->version() == a.version() &&
-                        before->digest() == a.digest();
+  const bool repeated =
+      before.has_value() && before->version() == a.version() && before->digest() == a.digest();
   if (repeated) {
     // The same report with every heartbeat: keep the verdict and when it first came.
     a.set_verdict(before->verdict());
@@ -635,8 +635,8 @@ void Coordinator::JudgeAttestationLocked(const Node& node,
   a.set_unix_ms(UnixMs());
   const ChannelState* channel = log_->channel(progress.channel());
   const wire::VersionEntry* entry = channel == nullptr ? nullptr : channel->Find(a.version());
-  const std::string what = NodeName(node.id) + " attests " + progress.channel() + " v" +
-                           std::to_string(a.version());
+  const std::string what =
+      NodeName(node.id) + " attests " + progress.channel() + " v" + std::to_string(a.version());
   if (a.digest().size() != 16) {
     a.set_verdict(wire::ATTESTATION_MISMATCH);
     options_.log(what + " with a malformed digest (" + std::to_string(a.digest().size()) +

@@ -117,10 +117,9 @@ ChannelMetrics::Series* ChannelMetrics::Find(std::string_view channel) {
                    "Live agents, not failed, whose current version is not the channel's", labels),
       .agents_dead = &r.Gauge("weightcast_coordinator_agents_dead",
                               "Agents past their heartbeat timeout, not yet forgotten", labels),
-      .attested_match =
-          &r.Gauge("weightcast_coordinator_attested_match",
-                   "Live agents whose sampler attested live tensors equal to the version's bytes",
-                   labels),
+      .attested_match = &r.Gauge(
+          "weightcast_coordinator_attested_match",
+          "Live agents whose sampler attested live tensors equal to the version's bytes", labels),
       .attested_mismatch = &r.Gauge(
           "weightcast_coordinator_attested_mismatch",
           "Live agents whose sampler attested live tensors that differ from the version's bytes",

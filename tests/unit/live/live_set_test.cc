@@ -298,7 +298,6 @@ TEST(LiveSet, RegistrationChecksSizes) {
             Code::kInvalidArgument);
 }
 
-
 // The attestation digest of `set` against committed `v`, and the version's own.
 std::pair<Result<Digest>, Digest> AttestAgainst(const fs::path& root, Version v,
                                                 const LiveSet& set) {
