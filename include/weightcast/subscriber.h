@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -135,6 +136,47 @@ class ReceivedVersion {
   std::shared_ptr<Impl> impl_;
 };
 
+// Options of Subscriber::Stream.
+struct StreamOptions {
+  // Tensor names handed over first, in this order, each only after the ones before it (an
+  // engine that builds layer by layer); the others follow as their chunks complete. Empty: every
+  // tensor as soon as its chunks are verified. A name the version lacks: kInvalidArgument.
+  std::vector<std::string> order;
+  // The whole stream (Stream, every Next and WaitCommitted) fails with kDeadlineExceeded after
+  // this. nullopt: no limit.
+  std::optional<std::chrono::nanoseconds> timeout;
+};
+
+// A version read while it arrives (docs/streaming.md): each tensor is handed over once every
+// chunk it spans is verified against the signed manifest, as a read-only view of the version's
+// files (no copy), valid as long as this stream lives. All tensors handed over is not yet
+// committed: WaitCommitted says which way the version ended. Not thread-safe.
+class VersionStream {
+ public:
+  ~VersionStream();
+  VersionStream(const VersionStream&) = delete;
+  VersionStream& operator=(const VersionStream&) = delete;
+
+  Version version() const;
+  size_t tensor_count() const;  // tensors this stream hands over (a subset agent's: selected)
+  size_t handed_over() const;
+
+  // The next tensor every chunk of which is verified; nullopt after the last. Blocks until one
+  // is. kAborted with the abort's reason when the version is dropped first (drop what was
+  // loaded from it); kAborted after Subscriber::Close; kDeadlineExceeded after the timeout.
+  Result<std::optional<TensorView>> Next();
+  // Blocks until the version is committed (OK) or aborted (kAborted, with the reason). Call it
+  // after the last tensor, before serving what was loaded.
+  Status WaitCommitted();
+  bool committed() const;
+
+  struct Impl;
+  explicit VersionStream(std::unique_ptr<Impl> impl);
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
 // Follows one channel. Without a coordinator it reads, read-only and without a lock, the store
 // that an agent (or a local Publisher) on this machine maintains. With one it runs an agent in
 // this process (its own threads) that joins the coordinator, fetches each version from its peers
@@ -168,6 +210,17 @@ class Subscriber {
   //  - kCorrupt for a committed file whose size disagrees with its manifest.
   Result<ReceivedVersion> Wait(Version min_version = Version(0),
                                std::optional<std::chrono::nanoseconds> timeout = std::nullopt);
+
+  // Reads `version` while it arrives: waits for it to start arriving (or to be committed
+  // already), then hands over its tensors as they are verified (VersionStream). With the
+  // in-process agent, the agent also fetches the chunks in the stream's order first. Errors:
+  // kAborted (the version was aborted before it arrived: the reason), kNotFound (the store is
+  // past it and does not hold it), kInvalidArgument (a bad order), kDeadlineExceeded.
+  Result<std::unique_ptr<VersionStream>> Stream(Version version, StreamOptions options = {});
+  // The same, calling `on_tensor` for each tensor (an error from it ends the stream with that
+  // error), then WaitCommitted: OK means every tensor was handed over and the version committed.
+  Status Stream(Version version, const std::function<Status(const TensorView&)>& on_tensor,
+                StreamOptions options = {});
 
   // The tensors of version `to` whose bytes may differ from version `since`, at chunk
   // granularity, from the two manifests' chunk hashes: a tensor at the same place with the same

@@ -129,6 +129,9 @@ struct Agent::Impl {
   // Guarded by mu: what this node's sampler last attested (Agent::ReportAttestation), sent with
   // every heartbeat from then on.
   std::optional<wire::Attestation> attestation;
+  // Guarded by mu: a streaming reader's chunk order, handed to the node once it runs.
+  std::optional<std::pair<Version, std::vector<ChunkIndex>>> preferred;
+  bool node_running = false;  // guarded by mu: `node` started and not stopping
 
   std::unique_ptr<Store> store;
   std::unique_ptr<net::Transport> transport;
@@ -403,6 +406,12 @@ Status Agent::Impl::Run() {
   so.on_bad_chunk = [this](PeerId peer) { CountBadChunk(peer); };
   node = std::make_unique<node::SwarmNode>(*store, *transport, std::move(so));
   WC_RETURN_IF_ERROR(node->Start(options.listen));
+  {
+    std::lock_guard lock(mu);
+    node_running = true;
+    if (preferred.has_value()) node->PreferChunks(preferred->first, std::move(preferred->second));
+    preferred.reset();
+  }
   RolloutDriverOptions ro;
   ro.channel = options.channel;
   ro.secret = options.secret;
@@ -568,6 +577,10 @@ Status Agent::Impl::Run() {
     client->Close();
   }
   if (metrics_server) metrics_server->Stop();
+  {
+    std::lock_guard lock(mu);
+    node_running = false;
+  }
   node->Stop();
   return result;
 }
@@ -615,6 +628,15 @@ void Agent::ReportAttestation(Version version, std::span<const uint8_t> digest) 
     impl_->attestation = std::move(a);
   }
   impl_->RequestWake();
+}
+
+void Agent::PreferChunks(Version version, std::vector<ChunkIndex> order) {
+  std::lock_guard lock(impl_->mu);
+  if (impl_->node_running) {
+    impl_->node->PreferChunks(version, std::move(order));
+  } else {
+    impl_->preferred.emplace(version, std::move(order));
+  }
 }
 
 PeerId Agent::id() const { return impl_->options.node_id; }

@@ -91,6 +91,9 @@ class Agent {
   // "Attestation"): sent with the next heartbeat, at once when one is held, and with every one
   // after until the next report. Safe from any thread.
   void ReportAttestation(Version version, std::span<const uint8_t> digest);
+  // Fetch `version`'s chunks in `order` first (node::SwarmNode::PreferChunks). Safe from any
+  // thread; kept for a node that is not running yet.
+  void PreferChunks(Version version, std::vector<ChunkIndex> order);
 
   // This node's id (after Create) and peer address (once Run listens).
   PeerId id() const;

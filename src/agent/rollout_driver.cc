@@ -117,6 +117,7 @@ void RolloutDriver::OnTarget(const wire::ChannelTarget& target, coord::Coordinat
   t.decision = static_cast<rollout::Decision>(target.decision());
   t.current = Version(target.current_version());
   t.abort_reason = target.abort_reason();
+  last_target_ = t;
   Execute(participant_.OnTarget(Now(), t), client);
   // A node restarted with its current version committed has nothing to fetch, and a node that
   // switched back to a kept version (a rollback) still has the newer one as its swarm target;
@@ -229,8 +230,20 @@ std::span<const rollout::ParticipantAction> RolloutDriver::Committed(Version v, 
 
 Status RolloutDriver::AbortStaging(Version v) {
   if (fetching_ == v) fetching_ = Version();
-  if (NodeHolds(node_.progress(), v)) return node_.AbortTarget();
-  return store_.Abort(options_.channel, v);
+  // Why, for a reader streaming v: the coordinator's reason, or what replaced v.
+  std::string reason = "dropped";
+  if (last_target_.has_value()) {
+    const rollout::Target& t = *last_target_;
+    if (t.version == v && t.decision == rollout::Decision::kAbort) {
+      reason = t.abort_reason.empty() ? "aborted by the coordinator" : t.abort_reason;
+    } else if (t.version > v) {
+      reason = "superseded by v" + std::to_string(t.version.value());
+    } else if (t.current.value() != 0 && t.current < v) {
+      reason = "the fleet rolled back to v" + std::to_string(t.current.value());
+    }
+  }
+  if (NodeHolds(node_.progress(), v)) return node_.AbortTarget(reason);
+  return store_.Abort(options_.channel, v, reason);
 }
 
 void RolloutDriver::Execute(std::span<const rollout::ParticipantAction> span,

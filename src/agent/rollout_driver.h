@@ -128,6 +128,7 @@ class RolloutDriver {
   std::thread commit_thread_;
   std::optional<std::pair<Version, Status>> commit_result_;  // guarded by result_mu_
   std::optional<coord::wire::ChannelTarget> pending_target_;
+  std::optional<rollout::Target> last_target_;  // the newest target given to the participant
 };
 
 }  // namespace weightcast::agent

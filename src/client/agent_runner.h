@@ -35,6 +35,9 @@ class AgentRunner {
   PeerId id() const { return agent_->id(); }
   Status coordinator_error() const { return agent_->coordinator_error(); }
   bool registered() const { return agent_->registered(); }
+  void PreferChunks(Version version, std::vector<ChunkIndex> order) {
+    agent_->PreferChunks(version, std::move(order));
+  }
   void ReportAttestation(Version version, std::span<const uint8_t> digest) {
     agent_->ReportAttestation(version, digest);
   }

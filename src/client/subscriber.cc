@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <map>
@@ -17,6 +18,7 @@
 #include "client/changed_tensors.h"
 #include "client/common.h"
 #include "client/store_follower.h"
+#include "client/version_stream.h"
 #include "coord/client.h"
 #include "coord/part_assembly.h"
 #include "format/safetensors.h"
@@ -285,6 +287,8 @@ struct Subscriber::Impl {
   std::unique_ptr<client::AgentRunner> agent;
   const Clock::time_point opened_at;
   std::mutex close_mu;
+  // Set by Close: streams end their waits with kAborted.
+  std::shared_ptr<std::atomic<bool>> closed = std::make_shared<std::atomic<bool>>(false);
 };
 
 Status Subscriber::Impl::AgentError() const {
@@ -385,6 +389,56 @@ Result<ReceivedVersion> Subscriber::Wait(Version min_version,
   }
 }
 
+struct VersionStream::Impl {
+  std::unique_ptr<client::VersionStreamCore> core;
+  std::optional<client::VersionStreamCore::Clock::time_point> deadline;
+};
+
+VersionStream::VersionStream(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+VersionStream::~VersionStream() = default;
+Version VersionStream::version() const { return impl_->core->version(); }
+size_t VersionStream::tensor_count() const { return impl_->core->tensor_count(); }
+size_t VersionStream::handed_over() const { return impl_->core->handed_over(); }
+bool VersionStream::committed() const { return impl_->core->committed(); }
+Result<std::optional<TensorView>> VersionStream::Next() {
+  return impl_->core->Next(impl_->deadline);
+}
+Status VersionStream::WaitCommitted() { return impl_->core->WaitCommitted(impl_->deadline); }
+
+Result<std::unique_ptr<VersionStream>> Subscriber::Stream(Version version, StreamOptions options) {
+  if (impl_->closed->load()) return Aborted("the subscriber was closed");
+  client::StreamSpec spec;
+  spec.store = impl_->options.store;
+  spec.channel = impl_->options.channel;
+  spec.version = version;
+  spec.order = std::move(options.order);
+  spec.patterns = impl_->options.tensors;
+  spec.closed = [closed = impl_->closed] { return closed->load(); };
+  auto impl = std::make_unique<VersionStream::Impl>();
+  if (options.timeout.has_value()) {
+    impl->deadline =
+        client::VersionStreamCore::Clock::now() +
+        std::chrono::duration_cast<client::VersionStreamCore::Clock::duration>(*options.timeout);
+  }
+  WC_ASSIGN_OR_RETURN(impl->core, client::VersionStreamCore::Open(std::move(spec), impl->deadline));
+  if (impl_->agent != nullptr && !impl->core->committed()) {
+    impl_->agent->PreferChunks(version, impl->core->WantedChunkOrder());
+  }
+  return std::make_unique<VersionStream>(std::move(impl));
+}
+
+Status Subscriber::Stream(Version version,
+                          const std::function<Status(const TensorView&)>& on_tensor,
+                          StreamOptions options) {
+  WC_ASSIGN_OR_RETURN(std::unique_ptr<VersionStream> stream, Stream(version, std::move(options)));
+  while (true) {
+    WC_ASSIGN_OR_RETURN(std::optional<TensorView> tensor, stream->Next());
+    if (!tensor.has_value()) break;
+    WC_RETURN_IF_ERROR(on_tensor(*tensor));
+  }
+  return stream->WaitCommitted();
+}
+
 Result<std::vector<TensorChange>> Subscriber::Changed(Version since, Version to) const {
   WC_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> from, impl_->follower->ManifestOf(since));
   WC_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> target, impl_->follower->ManifestOf(to));
@@ -434,6 +488,7 @@ std::string Subscriber::Describe(Version min_version) const {
 
 void Subscriber::Close() {
   std::lock_guard lock(impl_->close_mu);
+  impl_->closed->store(true);
   impl_->follower->Close();
   if (impl_->agent != nullptr) impl_->agent->Stop();
 }

@@ -902,7 +902,10 @@ struct SwarmNode::Impl {
                            .total_bytes = m.total_size(),
                            .chunk_bytes = m.chunk_size,
                            .payload_bytes = {},
-                           .seed = options_.node_id.value() ^ (m.version.value() << 20)};
+                           .seed = options_.node_id.value() ^ (m.version.value() << 20),
+                           .preferred = {}};
+    if (preferred_.has_value() && preferred_->first == m.version)
+      spec.preferred = preferred_->second;
     if (m.delta && m.delta->chunks.size() == m.chunk_count()) {
       spec.payload_bytes.reserve(m.chunk_count());
       for (const DeltaChunk& d : m.delta->chunks) {
@@ -920,11 +923,12 @@ struct SwarmNode::Impl {
     return Status::Ok();
   }
 
-  // Leaves the current target; its staging is dropped unless it was committed. Under mu_.
-  void LeaveTarget() {
+  // Leaves the current target; its staging is dropped unless it was committed (`reason`: why,
+  // for streaming readers). Under mu_.
+  void LeaveTarget(std::string_view reason = {}) {
     if (target_.data == nullptr) return;
     if (!target_.data->committed.load() && target_.data->staged) {
-      Status aborted = store_.Abort(options_.channel, target_.data->manifest.version);
+      Status aborted = store_.Abort(options_.channel, target_.data->manifest.version, reason);
       if (!aborted.ok())
         Log("abort of " + V(target_.data->manifest.version) + ": " + aborted.ToString());
     }
@@ -1239,13 +1243,21 @@ struct SwarmNode::Impl {
     }
   }
 
-  Status AbortTarget() {
+  void PreferChunks(Version version, std::vector<ChunkIndex> order) {
+    std::lock_guard lock(mu_);
+    preferred_.emplace(version, order);
+    if (target_.data != nullptr && target_.data->manifest.version == version) {
+      Apply(protocol_.Prefer(Now(), std::move(order)));
+    }
+  }
+
+  Status AbortTarget(std::string_view reason) {
     std::lock_guard lock(mu_);
     if (target_.data == nullptr) return Status::Ok();
     if (target_.data->committed.load()) {
       return FailedPrecondition(V(target_.data->manifest.version) + " is already committed");
     }
-    LeaveTarget();
+    LeaveTarget(reason);
     done_cv_.notify_all();
     return Status::Ok();
   }
@@ -1375,6 +1387,8 @@ struct SwarmNode::Impl {
   std::vector<std::shared_ptr<Peer>> dead_;
   uint64_t next_gen_ = 0;
   Target target_;
+  // A streaming reader's chunk order for a version (PreferChunks), applied when it is the target.
+  std::optional<std::pair<Version, std::vector<ChunkIndex>>> preferred_;
   uint64_t bytes_sent_at_target_ = 0;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<ThreadPool> upload_pool_;
@@ -1452,7 +1466,10 @@ SwarmCounters SwarmNode::counters() const {
 
 Status SwarmNode::WaitComplete(net::Duration timeout) { return impl_->WaitComplete(timeout); }
 Status SwarmNode::CommitTarget() { return impl_->CommitTarget(); }
-Status SwarmNode::AbortTarget() { return impl_->AbortTarget(); }
+Status SwarmNode::AbortTarget(std::string_view reason) { return impl_->AbortTarget(reason); }
+void SwarmNode::PreferChunks(Version version, std::vector<ChunkIndex> order) {
+  impl_->PreferChunks(version, std::move(order));
+}
 bool SwarmNode::EveryChunkReplicated() const { return impl_->EveryChunkReplicated(); }
 void SwarmNode::Stop() { impl_->Stop(); }
 

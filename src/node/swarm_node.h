@@ -191,8 +191,12 @@ class SwarmNode {
   // Commits the complete target in the store (Store::Commit) and serves it from the committed
   // version from then on. kFailedPrecondition while incomplete.
   Status CommitTarget();
-  // Drops the target's staging (Store::Abort); the node has no target afterwards.
-  Status AbortTarget();
+  // Drops the target's staging (Store::Abort, recording `reason` for streaming readers); the node
+  // has no target afterwards.
+  Status AbortTarget(std::string_view reason = {});
+  // Fetch `version`'s chunks in `order` first (a streaming reader's, docs/streaming.md), now if
+  // it is the target, else when it becomes the target.
+  void PreferChunks(Version version, std::vector<ChunkIndex> order);
 
   // Whether every chunk of the target (and every payload, for a delta) is held by at least one
   // connected peer (a publisher stops seeding once this holds). Exact on a source (Seed): peers

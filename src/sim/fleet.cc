@@ -423,7 +423,8 @@ Result<FleetResult> Fleet::Run() {
                            .total_bytes = c.total_bytes,
                            .chunk_bytes = c.chunk_bytes,
                            .payload_bytes = {},
-                           .seed = c.seed * 1000003 + i};
+                           .seed = c.seed * 1000003 + i,
+                           .preferred = {}};
     WC_ASSIGN_OR_RETURN(std::span<const Effect> started,
                         node.proto->SetTarget(ToTime(0), std::move(spec)));
     (void)started;  // no peers yet: nothing to send

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "util/file.h"
 
@@ -130,6 +131,87 @@ Status ChunkRecord::Append(std::span<const ChunkIndex> chunks) {
   }
   WC_RETURN_IF_ERROR(WriteAll(fd_, buf, path_.string()));
   if (::fdatasync(fd_) != 0) return ErrnoStatus("fdatasync(" + path_.string() + ")", errno);
+  return Status::Ok();
+}
+
+size_t ParseChunkRecords(std::span<const uint8_t> bytes, uint32_t chunk_count,
+                         std::vector<ChunkIndex>& out) {
+  size_t at = 0;
+  while (at + kRecordBytes <= bytes.size()) {
+    const uint32_t index = GetU32(bytes.data() + at);
+    const uint32_t check = GetU32(bytes.data() + at + 4);
+    if ((index ^ kRecordCheck) != check || index >= chunk_count) break;
+    out.push_back(ChunkIndex(index));
+    at += kRecordBytes;
+  }
+  return at;
+}
+
+ChunkRecordReader::ChunkRecordReader(int fd, std::filesystem::path path, const Digest& root,
+                                     uint32_t count)
+    : fd_(fd), path_(std::move(path)), root_(root), seen_(count, false) {}
+
+ChunkRecordReader::ChunkRecordReader(ChunkRecordReader&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)),
+      path_(std::move(other.path_)),
+      root_(other.root_),
+      offset_(other.offset_),
+      seen_(std::move(other.seen_)) {}
+
+ChunkRecordReader& ChunkRecordReader::operator=(ChunkRecordReader&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+    path_ = std::move(other.path_);
+    root_ = other.root_;
+    offset_ = other.offset_;
+    seen_ = std::move(other.seen_);
+  }
+  return *this;
+}
+
+ChunkRecordReader::~ChunkRecordReader() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Result<ChunkRecordReader> ChunkRecordReader::Open(const std::filesystem::path& path,
+                                                  const Digest& root, uint32_t chunk_count) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return NotFound(path.string() + " does not exist");
+    return ErrnoStatus("open(" + path.string() + ")", errno);
+  }
+  return ChunkRecordReader(fd, path, root, chunk_count);
+}
+
+Status ChunkRecordReader::Poll(std::vector<ChunkIndex>& fresh) {
+  if (fd_ < 0) return FailedPrecondition(path_.string() + ": chunk record reader is closed");
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) return ErrnoStatus("stat(" + path_.string() + ")", errno);
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size < offset_) offset_ = 0;  // cut back by a resuming writer: read it again
+  if (offset_ == 0) {
+    if (size < kRecordHeaderBytes) return Status::Ok();
+    std::vector<uint8_t> header(kRecordHeaderBytes);
+    WC_RETURN_IF_ERROR(ReadExactAt(fd_, 0, header, path_.string()));
+    if (header != Header(root_)) {
+      return Corrupt(path_.string() + " is not the chunk record of this version");
+    }
+    offset_ = kRecordHeaderBytes;
+  }
+  // Whole records only, and a bounded read per call.
+  const uint64_t available = (size - offset_) / kRecordBytes * kRecordBytes;
+  const uint64_t take = std::min<uint64_t>(available, uint64_t{1} << 20);
+  if (take == 0) return Status::Ok();
+  std::vector<uint8_t> bytes(take);
+  WC_RETURN_IF_ERROR(ReadExactAt(fd_, offset_, bytes, path_.string()));
+  std::vector<ChunkIndex> parsed;
+  offset_ += ParseChunkRecords(bytes, static_cast<uint32_t>(seen_.size()), parsed);
+  for (ChunkIndex c : parsed) {
+    if (seen_[c.value()]) continue;
+    seen_[c.value()] = true;
+    fresh.push_back(c);
+  }
   return Status::Ok();
 }
 

@@ -65,4 +65,42 @@ class ChunkRecord {
   std::filesystem::path path_;
 };
 
+// Reads the records of a chunk record another process appends to, read-only, as they arrive (a
+// streaming reader of a version still being received, client/version_stream.h). Not
+// thread-safe.
+class ChunkRecordReader {
+ public:
+  // Opens `path` for a version with `root` and `chunk_count` chunks. kNotFound when the file
+  // does not exist (yet).
+  static Result<ChunkRecordReader> Open(const std::filesystem::path& path, const Digest& root,
+                                        uint32_t chunk_count);
+
+  ChunkRecordReader() = default;
+  ChunkRecordReader(ChunkRecordReader&& other) noexcept;
+  ChunkRecordReader& operator=(ChunkRecordReader&& other) noexcept;
+  ChunkRecordReader(const ChunkRecordReader&) = delete;
+  ChunkRecordReader& operator=(const ChunkRecordReader&) = delete;
+  ~ChunkRecordReader();
+
+  // Appends to `fresh` the chunks recorded since the last call (each chunk once over the
+  // reader's life). A partial record at the end is left for the next call; so is a record that
+  // fails its check (the writer cuts such a tail off when it resumes, and the file then reads
+  // again from its start). kCorrupt when the header is for another version.
+  Status Poll(std::vector<ChunkIndex>& fresh);
+
+ private:
+  ChunkRecordReader(int fd, std::filesystem::path path, const Digest& root, uint32_t count);
+  int fd_ = -1;
+  std::filesystem::path path_;
+  Digest root_{};
+  uint64_t offset_ = 0;  // bytes parsed (0: the header is not read yet)
+  std::vector<bool> seen_;
+};
+
+// Parses the records in `bytes` (which follow a record's header): appends each valid record's
+// chunk below `chunk_count` to `out` and returns the bytes consumed, stopping before a partial
+// record or one that fails its check or names a chunk beyond the version. Pure.
+size_t ParseChunkRecords(std::span<const uint8_t> bytes, uint32_t chunk_count,
+                         std::vector<ChunkIndex>& out);
+
 }  // namespace weightcast::store

@@ -49,6 +49,8 @@ class ChannelLayout {
   // The versions rolled back from, one decimal number a line: collection does not keep them
   // in place of the versions a later rollback can go to.
   std::filesystem::path withdrawn_file() const { return dir_ / "withdrawn"; }
+  // Why the latest staging versions were dropped (store/abort_log.h), for streaming readers.
+  std::filesystem::path aborted_file() const { return dir_ / "aborted"; }
 
   std::filesystem::path version_dir(Version v) const { return versions_dir() / VersionName(v); }
   std::filesystem::path manifest_file(Version v) const {

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "manifest/builder.h"
+#include "store/abort_log.h"
 #include "store/store_impl.h"
 #include "util/file.h"
 
@@ -270,7 +271,7 @@ Status StoreImpl::FinishCommitLocked(const ChannelLayout& layout, std::string_vi
   return CollectLocked(channel).status();
 }
 
-Status StoreImpl::Abort(std::string_view channel, Version version) {
+Status StoreImpl::Abort(std::string_view channel, Version version, std::string_view reason) {
   WC_RETURN_IF_ERROR(CheckWritable());
   WC_RETURN_IF_ERROR(ValidateChannelName(channel));
   std::lock_guard lock(mu_);
@@ -284,6 +285,8 @@ Status StoreImpl::Abort(std::string_view channel, Version version) {
   if (!Exists(layout.staging_dir(version))) {
     return NotFound("no staging version " + Name(channel, version));
   }
+  // Advisory, and before the staging goes: a streaming reader that sees it gone finds why.
+  RecordAbort(layout, version, reason).IgnoreError();
   // Renamed to a hidden name first so that a crash halfway through the removal never leaves a
   // staging/<v> that looks resumable but lacks files.
   std::filesystem::path doomed = layout.staging_root() / (".aborted-" + VersionName(version));
@@ -582,8 +585,8 @@ Status Store::CommitPartial(std::string_view channel, Version version,
                             const PartialVersion& wanted) {
   return impl_->CommitPartial(channel, version, wanted);
 }
-Status Store::Abort(std::string_view channel, Version version) {
-  return impl_->Abort(channel, version);
+Status Store::Abort(std::string_view channel, Version version, std::string_view reason) {
+  return impl_->Abort(channel, version, reason);
 }
 Result<Version> Store::Rollback(std::string_view channel, std::optional<Version> to) {
   return impl_->Rollback(channel, to);

@@ -197,8 +197,9 @@ class Store {
   // chunks verified (those wanted, and any other verified before). Otherwise as Commit; a later
   // Commit of a version resumed whole drops a stale record.
   Status CommitPartial(std::string_view channel, Version version, const PartialVersion& wanted);
-  // Drops a staging version and its files.
-  Status Abort(std::string_view channel, Version version);
+  // Drops a staging version and its files, first recording `reason` (empty: "dropped") where a
+  // reader streaming the version finds it (store/abort_log.h).
+  Status Abort(std::string_view channel, Version version, std::string_view reason = {});
 
   // Switches `current` to a kept committed version: `to`, or the highest kept version below the
   // current one. Nothing is fetched; file sizes are checked against the manifest first.

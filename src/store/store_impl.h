@@ -35,7 +35,7 @@ class StoreImpl {
   Result<std::vector<Version>> ListStaging(std::string_view channel) const;
   Status Commit(std::string_view channel, Version version);
   Status CommitPartial(std::string_view channel, Version version, const PartialVersion& wanted);
-  Status Abort(std::string_view channel, Version version);
+  Status Abort(std::string_view channel, Version version, std::string_view reason);
   Result<Version> Rollback(std::string_view channel, std::optional<Version> to);
   Result<std::vector<VersionInfo>> List(std::string_view channel) const;
   Result<Version> Current(std::string_view channel) const;

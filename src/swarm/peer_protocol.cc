@@ -371,6 +371,14 @@ std::span<const Effect> PeerProtocol::OnUploadDone(Time now, uint64_t epoch, Pee
   return Flush();
 }
 
+std::span<const Effect> PeerProtocol::Prefer(Time now, std::vector<ChunkIndex> order) {
+  effects_.clear();
+  if (!target_) return Flush();
+  target_->spec.preferred = order;
+  if (target_->scheduler) Execute(now, target_->scheduler->SetPreferred(now, std::move(order)));
+  return Flush();
+}
+
 std::span<const Effect> PeerProtocol::OnTick(Time now) {
   effects_.clear();
   if (target_ && target_->scheduler) Execute(now, target_->scheduler->OnTimer(now));
@@ -584,6 +592,7 @@ Status PeerProtocol::Restart(Time now, PayloadKind abandoned) {
     }
   }
   so.seed = t.spec.seed;
+  so.preferred = t.spec.preferred;
   const uint32_t scaled_window = so.window_per_peer;
   WC_ASSIGN_OR_RETURN(Scheduler scheduler, Scheduler::Create(std::move(so)));
   t.window = scaled_window;

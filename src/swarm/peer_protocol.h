@@ -61,6 +61,8 @@ struct TargetSpec {
   uint64_t chunk_bytes = 0;
   std::vector<uint64_t> payload_bytes;
   uint64_t seed = 1;  // the schedulers' random seed
+  // Chunks wanted first, in this order (SchedulerOptions::preferred); empty: none.
+  std::vector<ChunkIndex> preferred;
 };
 
 enum class EffectKind : uint8_t {
@@ -153,6 +155,9 @@ class PeerProtocol {
   Result<std::span<const Effect>> SetTarget(Time now, TargetSpec spec);
   // No target afterwards; peers stay connected.
   void LeaveTarget();
+  // The target's chunks are wanted first in `order` from now on (TargetSpec::preferred); nothing
+  // without a target.
+  std::span<const Effect> Prefer(Time now, std::vector<ChunkIndex> order);
 
   bool has_target() const { return target_.has_value(); }
   Version target_version() const { return target_ ? target_->spec.version : Version(); }

@@ -177,8 +177,58 @@ uint32_t Scheduler::window(PeerId peer) const {
   return 0;
 }
 
+std::span<const Action> Scheduler::SetPreferred(Time now, std::vector<ChunkIndex> order) {
+  actions_.clear();
+  options_.preferred.clear();
+  for (ChunkIndex c : order) {
+    if (c.value() < n_) options_.preferred.push_back(c);
+  }
+  preferred_from_ = 0;
+  FillAll(now);
+  return actions_;
+}
+
+template <typename Candidate>
+ChunkIndex Scheduler::PickPreferred(const uint64_t* has, const Candidate& candidate) {
+  // Wide enough to keep every peer's window full from the front of the order, narrow enough
+  // that the front comes first.
+  constexpr size_t kPreferredWindow = 64;
+  const std::vector<ChunkIndex>& order = options_.preferred;
+  while (preferred_from_ < order.size() && !need_.Contains(order[preferred_from_])) {
+    ++preferred_from_;
+  }
+  ChunkIndex best(n_);
+  uint32_t best_avail = UINT32_MAX;
+  const size_t end = std::min(order.size(), preferred_from_ + kPreferredWindow);
+  for (size_t r = preferred_from_; r < end; ++r) {
+    const uint32_t i = order[r].value();
+    if (((has[i >> 6] >> (i & 63)) & 1) == 0 || !candidate(i)) continue;
+    const uint32_t a = Availability(i);
+    if (a < best_avail) {
+      best_avail = a;
+      best = order[r];
+    }
+  }
+  return best;
+}
+
 ChunkIndex Scheduler::Pick(Peer& p, bool endgame) {
   const ChunkIndex none(n_);
+  if (!options_.preferred.empty()) {
+    const uint64_t* peer_has = HasWords(SlotOf(p));
+    const std::vector<uint64_t>& wanted = endgame ? need_.words() : need_unrequested_.words();
+    const std::vector<uint64_t>& refused_words = p.refused.words();
+    const std::vector<uint64_t>& held_words = receiver_held_.words();
+    const ChunkIndex c = PickPreferred(peer_has, [&](uint32_t i) {
+      const size_t w = i >> 6;
+      const uint64_t bit = uint64_t{1} << (i & 63);
+      if ((wanted[w] & bit) == 0 || (refused_words[w] & bit) != 0) return false;
+      if (p.source && (held_words[w] & bit) != 0) return false;
+      return !endgame ||
+             (request_count_[i] < options_.endgame_max_requests && !Requested(p, ChunkIndex(i)));
+    });
+    if (c.value() < n_) return c;
+  }
   const std::vector<uint64_t>& want_words = endgame ? need_.words() : need_unrequested_.words();
   const uint64_t* has = HasWords(SlotOf(p));
   const std::vector<uint64_t>& refused = p.refused.words();

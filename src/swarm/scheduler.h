@@ -124,6 +124,11 @@ struct SchedulerOptions {
   // the round open: a delta source names the chunks that have payloads, since a `same` chunk is
   // never asked for and, counted, would keep the round open for good (every repeat refused).
   ChunkSet spread;
+  // Chunks wanted first, in this order (a streaming reader's, docs/streaming.md): a pick takes
+  // the rarest chunk the peer holds among the next kPreferredWindow chunks of this order that
+  // this node still needs, and only when the peer holds none of them the rarest of the rest.
+  // Empty: rarest first over all chunks.
+  std::vector<ChunkIndex> preferred;
   uint64_t seed = 1;
 };
 
@@ -166,6 +171,9 @@ class Scheduler {
   std::span<const Action> OnUploadDone(Time now, PeerId peer, ChunkIndex chunk);
   // Periodic tick: reissues requests past their deadline.
   std::span<const Action> OnTimer(Time now);
+
+  // Replaces SchedulerOptions::preferred (requests in flight stay).
+  std::span<const Action> SetPreferred(Time now, std::vector<ChunkIndex> order);
 
   const ChunkSet& have() const { return have_; }
   bool complete() const { return missing_ == 0; }
@@ -291,6 +299,12 @@ class Scheduler {
   SchedulerOptions options_;
   uint32_t n_;
   ChunkSet have_;
+  // The preferred order's chunks still needed are among order[preferred_from_, ...): the pick
+  // window starts there.
+  size_t preferred_from_ = 0;
+  // The rarest chunk of the preferred window that `has` and `candidate` allow (n_: none).
+  template <typename Candidate>
+  ChunkIndex PickPreferred(const uint64_t* has, const Candidate& candidate);
   ChunkSet need_;              // wanted and not yet verified
   ChunkSet need_unrequested_;  // needed and asked of nobody right now
   Duration last_fetch_time_{-1};

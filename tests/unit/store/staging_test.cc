@@ -3,9 +3,12 @@
 // counts for nothing until MarkVerified, also across a restart.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <random>
 #include <string>
 
+#include "store/abort_log.h"
+#include "store/chunk_record.h"
 #include "store/store.h"
 #include "store_test_util.h"
 
@@ -106,6 +109,82 @@ TEST(Staging, UnverifiedPiecesStayMissingAcrossARestart) {
   for (ChunkIndex i : missing) ASSERT_TRUE(staged->PutChunk(i, ChunkOf(flat, m, i)).ok());
   ASSERT_TRUE(store.Commit("policy", Version(1)).ok());
   EXPECT_TRUE(store.Verify("policy", Version(1)).ok());
+}
+
+}  // namespace
+}  // namespace weightcast
+
+namespace weightcast {
+namespace {
+
+TEST(ChunkRecordReader, ReadsRecordsAsTheyAreAppendedEachOnce) {
+  store_test::TempDir dir;
+  const std::filesystem::path path = dir.path() / "chunks.log";
+  Digest root{};
+  root[0] = 7;
+  EXPECT_EQ(store::ChunkRecordReader::Open(path, root, 10).status().code(), Code::kNotFound);
+  auto record = store::ChunkRecord::Create(path, root);
+  ASSERT_TRUE(record.ok()) << record.status().ToString();
+  auto reader = store::ChunkRecordReader::Open(path, root, 10);
+  ASSERT_TRUE(reader.ok());
+  std::vector<ChunkIndex> fresh;
+  ASSERT_TRUE(reader->Poll(fresh).ok());
+  EXPECT_TRUE(fresh.empty());
+  const std::vector<ChunkIndex> first = {ChunkIndex(3), ChunkIndex(9)};
+  ASSERT_TRUE(record->Append(first).ok());
+  ASSERT_TRUE(reader->Poll(fresh).ok());
+  EXPECT_EQ(fresh, first);
+  // A record appended again (a resumed writer) is not reported twice; half a record waits.
+  fresh.clear();
+  const std::vector<ChunkIndex> again = {ChunkIndex(3), ChunkIndex(0)};
+  ASSERT_TRUE(record->Append(again).ok());
+  {
+    std::ofstream torn(path, std::ios::binary | std::ios::app);
+    torn.write("\x05\x00\x00", 3);
+  }
+  ASSERT_TRUE(reader->Poll(fresh).ok());
+  EXPECT_EQ(fresh, std::vector<ChunkIndex>{ChunkIndex(0)});
+
+  Digest other = root;
+  other[0] = 8;
+  auto wrong = store::ChunkRecordReader::Open(path, other, 10);
+  ASSERT_TRUE(wrong.ok());
+  EXPECT_EQ(wrong->Poll(fresh).code(), Code::kCorrupt);
+}
+
+TEST(ChunkRecordReader, ParsesOnlyWholeCheckedRecordsBelowTheCount) {
+  std::vector<uint8_t> bytes;
+  auto put = [&](uint32_t index, uint32_t check) {
+    for (int i = 0; i < 4; ++i) bytes.push_back(static_cast<uint8_t>(index >> (8 * i)));
+    for (int i = 0; i < 4; ++i) bytes.push_back(static_cast<uint8_t>(check >> (8 * i)));
+  };
+  put(1, 1 ^ store::kRecordCheck);
+  put(2, 2 ^ store::kRecordCheck);
+  put(3, 0);  // fails its check: the end of what is trusted
+  put(4, 4 ^ store::kRecordCheck);
+  std::vector<ChunkIndex> out;
+  EXPECT_EQ(store::ParseChunkRecords(bytes, 10, out), 16u);
+  EXPECT_EQ(out, (std::vector<ChunkIndex>{ChunkIndex(1), ChunkIndex(2)}));
+  out.clear();
+  EXPECT_EQ(store::ParseChunkRecords(bytes, 2, out), 8u) << "chunk 2 is beyond 2 chunks";
+}
+
+TEST(AbortLog, KeepsTheLatestReasonsOneLineEach) {
+  store_test::TempDir dir;
+  const store::ChannelLayout layout(dir.path(), "policy");
+  std::filesystem::create_directories(layout.dir());
+  EXPECT_FALSE(store::FindAbortReason(layout, Version(1)).has_value());
+  ASSERT_TRUE(store::RecordAbort(layout, Version(1), "prepare deadline\npassed").ok());
+  EXPECT_EQ(store::FindAbortReason(layout, Version(1)), "prepare deadline passed");
+  ASSERT_TRUE(store::RecordAbort(layout, Version(1), "").ok());
+  EXPECT_EQ(store::FindAbortReason(layout, Version(1)), "dropped") << "the latest wins";
+  for (uint64_t v = 2; v < 2 + store::kAbortLogLines; ++v) {
+    ASSERT_TRUE(store::RecordAbort(layout, Version(v), "superseded").ok());
+  }
+  EXPECT_FALSE(store::FindAbortReason(layout, Version(1)).has_value()) << "kept: the latest 16";
+  EXPECT_EQ(store::FindAbortReason(layout, Version(17)), "superseded");
+  EXPECT_FALSE(store::FindAbortReasonIn("12 x\n", Version(1)).has_value());
+  EXPECT_EQ(store::FindAbortReasonIn("1 a\n12 b\n", Version(1)), "a");
 }
 
 }  // namespace

@@ -77,6 +77,33 @@ TEST(Scheduler, RequestsRarestChunkFirst) {
   }
 }
 
+TEST(Scheduler, APreferredOrderIsFetchedFrontFirstAndRareChunksStillSpread) {
+  // A streaming reader wants chunks 40, 41, 42, ... first.
+  SchedulerOptions o;
+  o.chunk_count = 200;
+  o.window_per_peer = 4;
+  o.max_outstanding = 64;
+  for (uint32_t c = 40; c < 200; ++c) o.preferred.push_back(ChunkIndex(c));
+  for (uint32_t c = 0; c < 40; ++c) o.preferred.push_back(ChunkIndex(c));
+  Scheduler s = Make(o);
+  std::vector<Action> a = Copy(s.OnPeerConnected(t0, PeerId(1), ChunkSet::Full(200)));
+  ASSERT_EQ(a.size(), 4u);
+  for (uint32_t k = 0; k < 4; ++k) EXPECT_EQ(a[k], Req(1, 40 + k)) << k;
+  // A peer that holds none of the front gets the rarest of the rest, as without an order.
+  a = Copy(s.OnPeerConnected(t0, PeerId(2), Set(200, {7, 150})));
+  ASSERT_FALSE(a.empty());
+  EXPECT_TRUE(Contains(a, Req(2, 150)) || Contains(a, Req(2, 7)));
+  // Verified front chunks move the window on.
+  a = Copy(s.OnChunkVerified(t0, ChunkIndex(40), PeerId(1)));
+  EXPECT_TRUE(Contains(a, Req(1, 44))) << "the next chunk of the order";
+  // An order set later replaces the first one for the requests still to be made.
+  std::vector<ChunkIndex> back;
+  for (uint32_t c = 200; c-- > 0;) back.push_back(ChunkIndex(c));
+  (void)s.SetPreferred(t0, back);
+  a = Copy(s.OnChunkVerified(t0, ChunkIndex(41), PeerId(1)));
+  EXPECT_TRUE(Contains(a, Req(1, 199))) << "the new order's front";
+}
+
 TEST(Scheduler, BreaksTiesAtRandom) {
   // Equal availability everywhere: different seeds should not all pick the same chunk.
   std::vector<uint32_t> firsts;
