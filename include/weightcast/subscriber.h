@@ -142,7 +142,7 @@ struct StreamOptions {
   // engine that builds layer by layer); the others follow as their chunks complete. Empty: every
   // tensor as soon as its chunks are verified. A name the version lacks: kInvalidArgument.
   std::vector<std::string> order;
-  // The whole stream (Stream, every Next and WaitCommitted) fails with kDeadlineExceeded after
+  // Each wait (Stream itself, each Next, WaitCommitted) fails with kDeadlineExceeded after
   // this. nullopt: no limit.
   std::optional<std::chrono::nanoseconds> timeout;
 };
@@ -162,13 +162,23 @@ class VersionStream {
   size_t handed_over() const;
 
   // The next tensor every chunk of which is verified; nullopt after the last. Blocks until one
-  // is. kAborted with the abort's reason when the version is dropped first (drop what was
-  // loaded from it); kAborted after Subscriber::Close; kDeadlineExceeded after the timeout.
-  Result<std::optional<TensorView>> Next();
-  // Blocks until the version is committed (OK) or aborted (kAborted, with the reason). Call it
-  // after the last tensor, before serving what was loaded.
-  Status WaitCommitted();
+  // is, or `at_most` passed. kAborted with the abort's reason when the version is dropped first
+  // (drop what was loaded from it); kAborted after Subscriber::Close; kDeadlineExceeded after
+  // `at_most` or StreamOptions::timeout.
+  Result<std::optional<TensorView>> Next(
+      std::optional<std::chrono::nanoseconds> at_most = std::nullopt);
+  // Blocks until the version is committed (OK) or aborted (kAborted, with the reason), or
+  // `at_most` passed (kDeadlineExceeded, as after StreamOptions::timeout). Call it after the last
+  // tensor, before serving what was loaded.
+  Status WaitCommitted(std::optional<std::chrono::nanoseconds> at_most = std::nullopt);
   bool committed() const;
+
+  // For callers that map the files themselves (the Python module does): the version's files,
+  // where the tensor Next last returned lies in them, and a read-only descriptor of file
+  // `index`, owned by the stream (-1 for a bad index).
+  std::vector<VersionFile> files() const;
+  TensorLocation last_location() const;
+  int file_descriptor(size_t index) const;
 
   struct Impl;
   explicit VersionStream(std::unique_ptr<Impl> impl);

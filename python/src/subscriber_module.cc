@@ -78,6 +78,71 @@ class PyOpenedVersion {
   ReceivedVersion version_;
 };
 
+// What Python sees of a VersionStream: each tensor as its place in the files (Python maps them
+// copy-on-write, as for a Version), waits in slices so that Ctrl-C gets through.
+class PyVersionStream {
+ public:
+  PyVersionStream(std::unique_ptr<VersionStream> stream, std::optional<double> timeout_s)
+      : stream_(std::move(stream)),
+        deadline_(timeout_s ? std::optional(std::chrono::steady_clock::now() +
+                                            std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                std::chrono::duration<double>(*timeout_s)))
+                            : std::nullopt),
+        timeout_s_(timeout_s) {}
+
+  // (name, dtype, shape, file index, offset in the file, byte size), or None after the last.
+  py::object Next() {
+    Result<std::optional<TensorView>> next = WaitInSlices<std::optional<TensorView>>(
+        Remaining(), [&](std::chrono::nanoseconds slice) { return stream_->Next(slice); });
+    if (!next.ok() && next.status().code() == Code::kDeadlineExceeded) {
+      Throw(DeadlineExceeded("stream of v" + std::to_string(version()) + ": " +
+                             std::to_string(stream_->handed_over()) + " of " +
+                             std::to_string(stream_->tensor_count()) +
+                             " tensors handed over within " + std::to_string(*timeout_s_) + " s"));
+    }
+    if (!ValueOrThrow(std::move(next)).has_value()) return py::none();
+    const TensorLocation t = stream_->last_location();
+    py::tuple shape(t.shape.size());
+    for (size_t i = 0; i < t.shape.size(); ++i) shape[i] = py::int_(t.shape[i]);
+    return py::make_tuple(t.name, t.dtype, shape, t.file_index, t.offset, t.size);
+  }
+  void WaitCommitted() {
+    Result<bool> done = WaitInSlices<bool>(Remaining(), [&](std::chrono::nanoseconds slice) {
+      Status s = stream_->WaitCommitted(slice);
+      return s.ok() ? Result<bool>(true) : Result<bool>(s);
+    });
+    if (!done.ok() && done.status().code() == Code::kDeadlineExceeded) {
+      Throw(DeadlineExceeded("v" + std::to_string(version()) + " was not committed within " +
+                             std::to_string(*timeout_s_) + " s"));
+    }
+    ValueOrThrow(std::move(done));
+  }
+  py::list files() const {
+    py::list out;
+    for (const VersionFile& f : stream_->files()) out.append(py::make_tuple(f.path, f.size));
+    return out;
+  }
+  int fileno(size_t index) const {
+    const int fd = stream_->file_descriptor(index);
+    if (fd < 0) Throw(InvalidArgument("no file " + std::to_string(index)));
+    return fd;
+  }
+  uint64_t version() const { return stream_->version().value(); }
+  size_t tensor_count() const { return stream_->tensor_count(); }
+  size_t handed_over() const { return stream_->handed_over(); }
+  bool committed() const { return stream_->committed(); }
+
+ private:
+  std::optional<std::chrono::nanoseconds> Remaining() const {
+    if (!deadline_.has_value()) return std::nullopt;
+    return std::max<std::chrono::nanoseconds>(*deadline_ - std::chrono::steady_clock::now(),
+                                              std::chrono::nanoseconds(0));
+  }
+  std::unique_ptr<VersionStream> stream_;
+  std::optional<std::chrono::steady_clock::time_point> deadline_;
+  std::optional<double> timeout_s_;
+};
+
 class PySubscriber {
  public:
   explicit PySubscriber(std::unique_ptr<Subscriber> subscriber)
@@ -143,6 +208,37 @@ class PySubscriber {
     return std::make_unique<PyOpenedVersion>(ValueOrThrow(std::move(opened)));
   }
 
+  std::unique_ptr<PyVersionStream> Stream(uint64_t version, const std::vector<std::string>& order,
+                                          std::optional<double> timeout_s) {
+    StreamOptions options;
+    options.order = order;
+    std::optional<std::chrono::steady_clock::time_point> deadline;
+    if (timeout_s) {
+      deadline =
+          std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                 std::chrono::duration<double>(*timeout_s));
+    }
+    // Opening waits for the version to start arriving: in slices, like every wait here.
+    Result<std::unique_ptr<VersionStream>> opened = WaitInSlices<std::unique_ptr<VersionStream>>(
+        ToDuration(timeout_s), [&](std::chrono::nanoseconds slice) {
+          StreamOptions o = options;
+          o.timeout = slice;
+          return subscriber_->Stream(Version(version), std::move(o));
+        });
+    if (!opened.ok() && opened.status().code() == Code::kDeadlineExceeded) {
+      Throw(DeadlineExceeded("v" + std::to_string(version) + " of channel " +
+                             subscriber_->channel() + " did not start arriving within " +
+                             std::to_string(*timeout_s) + " s"));
+    }
+    std::unique_ptr<VersionStream> stream = ValueOrThrow(std::move(opened));
+    std::optional<double> left;
+    if (deadline) {
+      left = std::chrono::duration<double>(*deadline - std::chrono::steady_clock::now()).count();
+    }
+    return std::make_unique<PyVersionStream>(std::move(stream),
+                                             left.has_value() ? left : timeout_s);
+  }
+
   // [(tensor name, [(begin, end), ...])] of `to` against `since`.
   py::list Changed(uint64_t since, uint64_t to) {
     Result<std::vector<TensorChange>> changes = [&] {
@@ -201,6 +297,15 @@ class PySubscriber {
 }  // namespace
 
 void RegisterSubscriber(py::module_& m) {
+  py::class_<PyVersionStream>(m, "_VersionStream")
+      .def("next", &PyVersionStream::Next)
+      .def("wait_committed", &PyVersionStream::WaitCommitted)
+      .def("files", &PyVersionStream::files)
+      .def("fileno", &PyVersionStream::fileno, py::arg("index"))
+      .def_property_readonly("version", &PyVersionStream::version)
+      .def_property_readonly("tensor_count", &PyVersionStream::tensor_count)
+      .def_property_readonly("handed_over", &PyVersionStream::handed_over)
+      .def_property_readonly("committed", &PyVersionStream::committed);
   py::class_<PyOpenedVersion>(m, "_OpenedVersion")
       .def_property_readonly("channel", &PyOpenedVersion::channel)
       .def_property_readonly("version", &PyOpenedVersion::version)
@@ -230,6 +335,8 @@ void RegisterSubscriber(py::module_& m) {
                   py::arg("tensors") = std::vector<std::string>{})
       .def("changed", &PySubscriber::Changed, py::arg("since"), py::arg("to"))
       .def("status", &PySubscriber::Progress)
+      .def("stream", &PySubscriber::Stream, py::arg("version"), py::arg("order"),
+           py::arg("timeout") = py::none())
       .def("report_attestation", &PySubscriber::ReportAttestation, py::arg("version"),
            py::arg("digest"))
       .def_property_readonly("has_agent", &PySubscriber::has_agent)

@@ -56,6 +56,7 @@ from ._weightcast import (  # noqa: F401
 )
 from ._live import LiveTensors  # noqa: F401
 from ._publisher import PublishHandle, Publisher, PublishResult  # noqa: F401
+from ._stream import VersionStream  # noqa: F401
 from ._subscriber import Subscriber  # noqa: F401
 from ._version import TensorInfo, Version  # noqa: F401
 

@@ -3,7 +3,7 @@
 import os
 import time
 
-from . import _options, _weightcast
+from . import _options, _stream, _weightcast
 from ._version import Version
 
 
@@ -153,6 +153,25 @@ class Subscriber:
                 return _weightcast._wait_memory(str(self.store), self.channel, minimum, wait)
             except _weightcast.DeadlineExceededError:
                 continue
+
+    def stream(self, version, order=None, timeout=None, numpy=False):
+        """Reads ``version`` while it arrives: a :class:`VersionStream` of (name, tensor)
+        pairs, each handed over as soon as every chunk of it is verified (docs/streaming.md).
+        ``order``: tensor names handed over first, in that order (an engine that builds layer by
+        layer); with a coordinator the in-process agent also fetches their chunks first.
+        ``timeout`` (s) bounds each wait. Waits for the version to start arriving; a version
+        already committed streams at once. AbortedError (with the reason) when it was aborted;
+        NotFoundError when the store is past it and does not hold it."""
+        if self._memory:
+            raise _weightcast.FailedPreconditionError(
+                "stream() reads a version from a store; a memory channel keeps none")
+        number = _version_number(version, "version")
+        if order is not None and (isinstance(order, str) or
+                                  not all(isinstance(n, str) for n in order)):
+            raise TypeError(f"order must be a list of tensor names, not {order!r}")
+        core = self._core.stream(number, list(order or []),
+                                 None if timeout is None else float(timeout))
+        return _stream.VersionStream(core, numpy=numpy)
 
     def changed(self, since_version, version=None):
         """[(tensor name, [(begin, end), ...])]: the byte ranges (offsets into each tensor's

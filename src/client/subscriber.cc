@@ -392,6 +392,9 @@ Result<ReceivedVersion> Subscriber::Wait(Version min_version,
 struct VersionStream::Impl {
   std::unique_ptr<client::VersionStreamCore> core;
   std::optional<client::VersionStreamCore::Clock::time_point> deadline;
+  // The earlier of the stream's deadline and `at_most` from now.
+  std::optional<client::VersionStreamCore::Clock::time_point> Until(
+      std::optional<std::chrono::nanoseconds> at_most) const;
 };
 
 VersionStream::VersionStream(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -400,10 +403,37 @@ Version VersionStream::version() const { return impl_->core->version(); }
 size_t VersionStream::tensor_count() const { return impl_->core->tensor_count(); }
 size_t VersionStream::handed_over() const { return impl_->core->handed_over(); }
 bool VersionStream::committed() const { return impl_->core->committed(); }
-Result<std::optional<TensorView>> VersionStream::Next() {
-  return impl_->core->Next(impl_->deadline);
+std::optional<client::VersionStreamCore::Clock::time_point> VersionStream::Impl::Until(
+    std::optional<std::chrono::nanoseconds> at_most) const {
+  if (!at_most.has_value()) return deadline;
+  const auto until =
+      client::VersionStreamCore::Clock::now() +
+      std::chrono::duration_cast<client::VersionStreamCore::Clock::duration>(*at_most);
+  return deadline.has_value() ? std::min(*deadline, until) : until;
 }
-Status VersionStream::WaitCommitted() { return impl_->core->WaitCommitted(impl_->deadline); }
+
+Result<std::optional<TensorView>> VersionStream::Next(
+    std::optional<std::chrono::nanoseconds> at_most) {
+  return impl_->core->Next(impl_->Until(at_most));
+}
+Status VersionStream::WaitCommitted(std::optional<std::chrono::nanoseconds> at_most) {
+  return impl_->core->WaitCommitted(impl_->Until(at_most));
+}
+std::vector<VersionFile> VersionStream::files() const {
+  std::vector<VersionFile> out;
+  for (const ManifestFile& f : impl_->core->manifest().files) out.push_back({f.path, f.size});
+  return out;
+}
+TensorLocation VersionStream::last_location() const {
+  const client::VersionStreamCore& core = *impl_->core;
+  const ManifestTensor& t = core.tensor_info(core.last_index());
+  const ManifestFile& f = core.manifest().files[t.file_index];
+  return TensorLocation{
+      t.name, std::string(DTypeName(t.dtype)), t.shape, t.file_index, t.offset - f.offset, t.size};
+}
+int VersionStream::file_descriptor(size_t index) const {
+  return impl_->core->file_descriptor(index);
+}
 
 Result<std::unique_ptr<VersionStream>> Subscriber::Stream(Version version, StreamOptions options) {
   if (impl_->closed->load()) return Aborted("the subscriber was closed");

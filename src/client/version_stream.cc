@@ -68,8 +68,7 @@ Result<std::unique_ptr<VersionStreamCore>> VersionStreamCore::Open(
 
 Status VersionStreamCore::Load(bool committed) {
   const Version v = spec_.version;
-  const fs::path manifest_path =
-      committed ? layout_.manifest_file(v) : layout_.staging_manifest(v);
+  const fs::path manifest_path = committed ? layout_.manifest_file(v) : layout_.staging_manifest(v);
   const fs::path dir = committed ? layout_.version_dir(v) : layout_.staging_files(v);
   Result<Manifest> m = ReadManifestFile(manifest_path);
   if (!m.ok()) {
@@ -223,7 +222,7 @@ bool VersionStreamCore::StagingPresent() const {
   struct stat st {};
   if (::stat(layout_.staging_record(spec_.version).c_str(), &st) != 0) return false;
   if (static_cast<uint64_t>(st.st_ino) != record_inode_) return false;  // aborted, staged again
-  return Exists(layout_.staging_files(spec_.version));  // gone at a commit's point
+  return Exists(layout_.staging_files(spec_.version));                  // gone at a commit's point
 }
 
 Status VersionStreamCore::Gone() const {
@@ -277,10 +276,9 @@ Result<std::optional<TensorView>> VersionStreamCore::Next(
     if (handed_ == tensors_.size()) return std::optional<TensorView>();
     WC_ASSIGN_OR_RETURN(const bool changed, Poll());
     if (!changed) {
-      WC_RETURN_IF_ERROR(Sleep(deadline, "the chunks of " + V(spec_.version) + " (" +
-                                             std::to_string(handed_) + " of " +
-                                             std::to_string(tensors_.size()) +
-                                             " tensors handed over)"));
+      WC_RETURN_IF_ERROR(
+          Sleep(deadline, "the chunks of " + V(spec_.version) + " (" + std::to_string(handed_) +
+                              " of " + std::to_string(tensors_.size()) + " tensors handed over)"));
     }
   }
 }

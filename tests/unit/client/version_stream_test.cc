@@ -68,7 +68,9 @@ struct Fixture {
   }
 };
 
-bool TimedOut(const std::string& next) { return next.find("DEADLINE_EXCEEDED") != std::string::npos; }
+bool TimedOut(const std::string& next) {
+  return next.find("DEADLINE_EXCEEDED") != std::string::npos;
+}
 
 TEST(VersionStream, HandsOverATensorOnlyOnceEveryChunkOfItIsVerified) {
   Fixture f;
