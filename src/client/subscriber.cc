@@ -391,8 +391,8 @@ Result<ReceivedVersion> Subscriber::Wait(Version min_version,
 
 struct VersionStream::Impl {
   std::unique_ptr<client::VersionStreamCore> core;
-  std::optional<client::VersionStreamCore::Clock::time_point> deadline;
-  // The earlier of the stream's deadline and `at_most` from now.
+  std::optional<std::chrono::nanoseconds> timeout;  // of each wait
+  // The earlier of the timeout and `at_most`, from now.
   std::optional<client::VersionStreamCore::Clock::time_point> Until(
       std::optional<std::chrono::nanoseconds> at_most) const;
 };
@@ -405,11 +405,11 @@ size_t VersionStream::handed_over() const { return impl_->core->handed_over(); }
 bool VersionStream::committed() const { return impl_->core->committed(); }
 std::optional<client::VersionStreamCore::Clock::time_point> VersionStream::Impl::Until(
     std::optional<std::chrono::nanoseconds> at_most) const {
-  if (!at_most.has_value()) return deadline;
-  const auto until =
-      client::VersionStreamCore::Clock::now() +
-      std::chrono::duration_cast<client::VersionStreamCore::Clock::duration>(*at_most);
-  return deadline.has_value() ? std::min(*deadline, until) : until;
+  std::optional<std::chrono::nanoseconds> wait = timeout;
+  if (at_most.has_value()) wait = wait.has_value() ? std::min(*wait, *at_most) : *at_most;
+  if (!wait.has_value()) return std::nullopt;
+  return client::VersionStreamCore::Clock::now() +
+         std::chrono::duration_cast<client::VersionStreamCore::Clock::duration>(*wait);
 }
 
 Result<std::optional<TensorView>> VersionStream::Next(
@@ -441,17 +441,15 @@ Result<std::unique_ptr<VersionStream>> Subscriber::Stream(Version version, Strea
   spec.store = impl_->options.store;
   spec.channel = impl_->options.channel;
   spec.version = version;
+  const bool order_given = !options.order.empty();
   spec.order = std::move(options.order);
   spec.patterns = impl_->options.tensors;
   spec.closed = [closed = impl_->closed] { return closed->load(); };
   auto impl = std::make_unique<VersionStream::Impl>();
-  if (options.timeout.has_value()) {
-    impl->deadline =
-        client::VersionStreamCore::Clock::now() +
-        std::chrono::duration_cast<client::VersionStreamCore::Clock::duration>(*options.timeout);
-  }
-  WC_ASSIGN_OR_RETURN(impl->core, client::VersionStreamCore::Open(std::move(spec), impl->deadline));
-  if (impl_->agent != nullptr && !impl->core->committed()) {
+  impl->timeout = options.timeout;
+  WC_ASSIGN_OR_RETURN(impl->core,
+                      client::VersionStreamCore::Open(std::move(spec), impl->Until(std::nullopt)));
+  if (impl_->agent != nullptr && !impl->core->committed() && order_given) {
     impl_->agent->PreferChunks(version, impl->core->WantedChunkOrder());
   }
   return std::make_unique<VersionStream>(std::move(impl));
