@@ -441,7 +441,6 @@ Result<std::unique_ptr<VersionStream>> Subscriber::Stream(Version version, Strea
   spec.store = impl_->options.store;
   spec.channel = impl_->options.channel;
   spec.version = version;
-  const bool order_given = !options.order.empty();
   spec.order = std::move(options.order);
   spec.patterns = impl_->options.tensors;
   spec.closed = [closed = impl_->closed] { return closed->load(); };
@@ -449,7 +448,7 @@ Result<std::unique_ptr<VersionStream>> Subscriber::Stream(Version version, Strea
   impl->timeout = options.timeout;
   WC_ASSIGN_OR_RETURN(impl->core,
                       client::VersionStreamCore::Open(std::move(spec), impl->Until(std::nullopt)));
-  if (impl_->agent != nullptr && !impl->core->committed() && order_given) {
+  if (impl_->agent != nullptr && !impl->core->committed()) {
     impl_->agent->PreferChunks(version, impl->core->WantedChunkOrder());
   }
   return std::make_unique<VersionStream>(std::move(impl));

@@ -248,8 +248,11 @@ Status StagingState::MarkVerified(ChunkIndex index) {
     if (verified[index.value()]) return Status::Ok();
     verified[index.value()] = true;
     ++verified_count;
+    const auto now = std::chrono::steady_clock::now();
+    if (pending.empty()) pending_since = now;
     pending.push_back(index);
-    if (pending.size() < record_batch && verified_count < manifest.chunk_count()) {
+    if (pending.size() < record_batch && verified_count < manifest.chunk_count() &&
+        now - pending_since < kRecordLatency) {
       return Status::Ok();
     }
   }

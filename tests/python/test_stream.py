@@ -156,3 +156,14 @@ def test_bytes_from_a_corrupt_peer_are_never_handed_over(coordinator, tmp_path):
         corrupt.terminate()
         corrupt.wait(timeout=10)
         agent_log.close()
+
+
+def test_the_streaming_example_loads_a_module_while_it_downloads():
+    import os
+    import sys
+    example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "stream_load.py")
+    run = subprocess.run([sys.executable, example, "--layers", "4", "--width", "512",
+                          "--rate", "4MiB"], capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "the loaded module equals the published one" in run.stdout, run.stdout
+    assert "committed: False" in run.stdout, "no tensor was loaded before the commit"
