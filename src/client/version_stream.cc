@@ -47,7 +47,7 @@ Result<std::unique_ptr<VersionStreamCore>> VersionStreamCore::Open(
     Status loaded = Unavailable("not yet");
     if (Exists(s->layout_.version_dir(v)) && Exists(s->layout_.manifest_file(v))) {
       loaded = s->Load(/*committed=*/true);
-    } else if (Exists(s->layout_.staging_record(v))) {
+    } else if (Exists(s->layout_.staging_live(v))) {
       loaded = s->Load(/*committed=*/false);
     }
     if (loaded.ok()) break;
@@ -107,18 +107,21 @@ Status VersionStreamCore::Load(bool committed) {
   std::optional<store::ChunkRecordReader> record;
   if (!committed) {
     Result<store::ChunkRecordReader> r =
-        store::ChunkRecordReader::Open(layout_.staging_record(v), m->root, m->chunk_count());
+        store::ChunkRecordReader::Open(layout_.staging_live(v), m->root, m->chunk_count());
     if (!r.ok()) {
       close_all();
       return r.status().code() == Code::kNotFound ? Unavailable("moved") : r.status();
     }
     record.emplace(std::move(*r));
-    struct stat st {};
-    if (::stat(layout_.staging_record(v).c_str(), &st) != 0) {
+    struct stat live {
+    }, durable{};
+    if (::stat(layout_.staging_live(v).c_str(), &live) != 0 ||
+        ::stat(layout_.staging_record(v).c_str(), &durable) != 0) {
       close_all();
       return Unavailable("moved");
     }
-    record_inode_ = static_cast<uint64_t>(st.st_ino);
+    live_inode_ = static_cast<uint64_t>(live.st_ino);
+    record_inode_ = static_cast<uint64_t>(durable.st_ino);
   }
   manifest_ = std::move(*m);
   files_ = std::move(files);
@@ -141,6 +144,7 @@ Status VersionStreamCore::Prepare() {
     tensors_.push_back(Tensor{&t});
   }
   chunk_tensors_.assign(m.chunk_count(), {});
+  seen_.assign(m.chunk_count(), false);
   for (size_t i = 0; i < tensors_.size(); ++i) {
     const ManifestTensor& t = *tensors_[i].info;
     if (t.size == 0) continue;
@@ -177,6 +181,8 @@ Status VersionStreamCore::Prepare() {
 }
 
 void VersionStreamCore::Verified(ChunkIndex chunk) {
+  if (seen_[chunk.value()]) return;  // listed again by a resumed agent's live record
+  seen_[chunk.value()] = true;
   for (uint32_t i : chunk_tensors_[chunk.value()]) {
     Tensor& t = tensors_[i];
     if (t.missing == 0 || --t.missing != 0) continue;
@@ -200,6 +206,17 @@ void VersionStreamCore::AllVerified() {
 Result<bool> VersionStreamCore::Poll() {
   if (committed_) return false;
   std::vector<ChunkIndex> fresh;
+  struct stat live {};
+  if (::stat(layout_.staging_live(spec_.version).c_str(), &live) == 0 &&
+      static_cast<uint64_t>(live.st_ino) != live_inode_ && StagingPresent()) {
+    // The agent resumed this staging (a restart) and wrote its live record anew: read that one.
+    Result<store::ChunkRecordReader> r = store::ChunkRecordReader::Open(
+        layout_.staging_live(spec_.version), manifest_.root, manifest_.chunk_count());
+    if (r.ok()) {
+      record_.emplace(std::move(*r));
+      live_inode_ = static_cast<uint64_t>(live.st_ino);
+    }
+  }
   WC_RETURN_IF_ERROR(record_->Poll(fresh));
   for (ChunkIndex c : fresh) Verified(c);
   if (!fresh.empty()) return true;
@@ -219,10 +236,12 @@ Result<bool> VersionStreamCore::Poll() {
 }
 
 bool VersionStreamCore::StagingPresent() const {
+  // The durable record names the staging: a resume keeps it, an abort and a new staging of the
+  // same version make another.
   struct stat st {};
   if (::stat(layout_.staging_record(spec_.version).c_str(), &st) != 0) return false;
-  if (static_cast<uint64_t>(st.st_ino) != record_inode_) return false;  // aborted, staged again
-  return Exists(layout_.staging_files(spec_.version));                  // gone at a commit's point
+  if (static_cast<uint64_t>(st.st_ino) != record_inode_) return false;
+  return Exists(layout_.staging_files(spec_.version));  // gone at a commit's point
 }
 
 Status VersionStreamCore::Gone() const {

@@ -2,13 +2,14 @@
 // agent writes. Each tensor is handed over once every chunk it spans is verified, as a read-only
 // span of the version's files, mapped once.
 //
-// What tells a reader a chunk is verified is the staging's chunk record (store/chunk_record.h):
-// the agent appends a chunk's record only after it checked the chunk against the signed manifest
-// and made its bytes durable, so a recorded chunk's bytes are final. The reader changes nothing
-// in the store and takes no lock; it polls the record (a stat and a read every few ms) while
-// chunks arrive. The version ends committed (its files became versions/<v>: every chunk
-// verified) or aborted (its staging went away; the reason is in the channel's abort log,
-// store/abort_log.h).
+// What tells a reader a chunk is verified is the staging's live record (store/chunk_record.h,
+// LiveRecord): the agent appends a chunk there as soon as it checked the chunk against the signed
+// manifest and wrote it, so a listed chunk's bytes are final and in the page cache. (The durable
+// chunk record is written in synced batches, for resuming; waiting for it would hand tensors over
+// a batch late.) The reader changes nothing in the store and takes no lock; it polls the live
+// record (a stat and a read every few ms) while chunks arrive. The version ends committed (its
+// files became versions/<v>: every chunk verified) or aborted (its staging went away; the reason
+// is in the channel's abort log, store/abort_log.h).
 //
 // Thread-safety: none; one caller at a time.
 #pragma once
@@ -114,7 +115,9 @@ class VersionStreamCore {
   std::vector<MappedFile> files_;
   std::vector<int> fds_;
   std::optional<store::ChunkRecordReader> record_;
-  uint64_t record_inode_ = 0;  // of the staging's record: another inode is another staging
+  uint64_t record_inode_ = 0;  // of the staging's durable record: another is another staging
+  uint64_t live_inode_ = 0;    // of the live record being read
+  std::vector<bool> seen_;     // chunks verified so far
   bool committed_ = false;
   std::vector<Tensor> tensors_;
   std::vector<std::vector<uint32_t>> chunk_tensors_;  // per chunk, the tensors spanning it

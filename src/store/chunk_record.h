@@ -65,6 +65,33 @@ class ChunkRecord {
   std::filesystem::path path_;
 };
 
+// The verified chunks of a staging as they are verified, for readers streaming the version
+// (staging/<v>/verified.live): the chunk record's format, each record written at once and never
+// synced. Not durable and never read back by the store: a resume rewrites it from the durable
+// record. A chunk appears here only once verified and written (its bytes are in the page cache,
+// which another process on the machine reads). Advisory: a failed write only delays a reader
+// until the commit. Move-only.
+class LiveRecord {
+ public:
+  // (Re)creates `path` holding `verified`.
+  static Result<LiveRecord> Create(const std::filesystem::path& path, const Digest& root,
+                                   std::span<const ChunkIndex> verified);
+  LiveRecord() = default;
+  LiveRecord(LiveRecord&& other) noexcept;
+  LiveRecord& operator=(LiveRecord&& other) noexcept;
+  LiveRecord(const LiveRecord&) = delete;
+  LiveRecord& operator=(const LiveRecord&) = delete;
+  ~LiveRecord();
+
+  // One write(2) of one record; safe from many threads (O_APPEND).
+  void Append(ChunkIndex chunk) const;
+  void Close();
+
+ private:
+  explicit LiveRecord(int fd) : fd_(fd) {}
+  int fd_ = -1;
+};
+
 // Reads the records of a chunk record another process appends to, read-only, as they arrive (a
 // streaming reader of a version still being received, client/version_stream.h). Not
 // thread-safe.

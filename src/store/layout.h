@@ -65,6 +65,8 @@ class ChannelLayout {
     return staging_dir(v) / "manifest.wcm";
   }
   std::filesystem::path staging_record(Version v) const { return staging_dir(v) / "chunks.log"; }
+  // The chunks verified so far, written as they are, not synced (store/chunk_record.h LiveRecord).
+  std::filesystem::path staging_live(Version v) const { return staging_dir(v) / "verified.live"; }
   // Where a staging directory is assembled before one rename publishes it.
   std::filesystem::path staging_partial(Version v) const {
     return staging_root() / (".partial-" + VersionName(v));

@@ -78,6 +78,7 @@ void StagingState::Close() {
   }
   fds.clear();
   record.Close();
+  live.Close();
   closed = true;
   std::lock_guard lock(view_mu);
   view.reset();  // held views keep their mappings; the store's reference goes
@@ -148,6 +149,8 @@ Result<std::shared_ptr<StagingState>> StagingState::Create(const ChannelLayout& 
     for (const auto& dir : DirsOf(files_dir, manifest)) WC_RETURN_IF_ERROR(FsyncPath(dir));
     WC_RETURN_IF_ERROR(WriteFileAtomic(partial / "manifest.wcm", SerializeManifest(manifest)));
     WC_ASSIGN_OR_RETURN(state->record, ChunkRecord::Create(partial / "chunks.log", manifest.root));
+    WC_ASSIGN_OR_RETURN(state->live,
+                        LiveRecord::Create(partial / "verified.live", manifest.root, {}));
     return FsyncPath(partial);
   };
   Status st = build();
@@ -189,6 +192,8 @@ Result<std::shared_ptr<StagingState>> StagingState::Load(const ChannelLayout& la
   }
   state->verified_count = recovery.chunks;
   state->discarded_bytes = recovery.discarded_bytes;
+  WC_ASSIGN_OR_RETURN(state->live, LiveRecord::Create(layout.staging_live(version), manifest.root,
+                                                      state->VerifiedChunks()));
   return state;
 }
 
@@ -248,11 +253,9 @@ Status StagingState::MarkVerified(ChunkIndex index) {
     if (verified[index.value()]) return Status::Ok();
     verified[index.value()] = true;
     ++verified_count;
-    const auto now = std::chrono::steady_clock::now();
-    if (pending.empty()) pending_since = now;
     pending.push_back(index);
-    if (pending.size() < record_batch && verified_count < manifest.chunk_count() &&
-        now - pending_since < kRecordLatency) {
+    live.Append(index);
+    if (pending.size() < record_batch && verified_count < manifest.chunk_count()) {
       return Status::Ok();
     }
   }

@@ -2,7 +2,6 @@
 #pragma once
 
 #include <atomic>
-#include <chrono>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -84,11 +83,9 @@ struct StagingState {
   std::vector<bool> verified;
   uint32_t verified_count = 0;
   std::vector<ChunkIndex> pending;  // verified, not yet in the record
-  // When the oldest of `pending` was verified: a batch also goes out once it is this old, so that
-  // a reader streaming the version (client/version_stream.h) sees chunks within about that.
-  std::chrono::steady_clock::time_point pending_since{};
-  static constexpr std::chrono::milliseconds kRecordLatency{50};
   ChunkRecord record;
+  // Every verified chunk at once, for streaming readers (io_mu: written shared, closed exclusive).
+  LiveRecord live;
   uint64_t discarded_bytes = 0;
 
   // Lock order: io_mu, then view_mu. The view holds this state weakly, so no cycle.

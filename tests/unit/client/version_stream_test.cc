@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "store/store.h"
 #include "unit/store/store_test_util.h"
 
@@ -33,9 +35,9 @@ struct Fixture {
                  {"t1", DType::kU8, {30'000}, 0, 70'000, 30'000},
                  {"t2", DType::kU8, {150'001}, 3, 100'010, 150'001}};
     m.root = ComputeRoot(m);
-    StoreOptions o;
-    o.record_batch = 1;  // every verified chunk recorded at once
-    auto s = Store::Open(dir.path() / "store", o);
+    // The default record batch (64 chunks): a reader sees chunks long before their batch is
+    // durable.
+    auto s = Store::Open(dir.path() / "store");
     EXPECT_TRUE(s.ok()) << s.status().ToString();
     store.emplace(std::move(*s));
   }
@@ -105,6 +107,34 @@ TEST(VersionStream, HandsOverATensorOnlyOnceEveryChunkOfItIsVerified) {
   ASSERT_TRUE(f.store->Commit("policy", Version(1)).ok());
   EXPECT_TRUE(stream.WaitCommitted(Fixture::Soon()).ok());
   EXPECT_TRUE(stream.committed());
+}
+
+TEST(VersionStream, AnAgentThatRestartsAndResumesTheStagingKeepsTheStreamGoing) {
+  Fixture f;
+  {
+    auto staged = f.store->BeginStaging("policy", f.m);
+    ASSERT_TRUE(staged.ok());
+    ASSERT_TRUE(staged->PutChunk(ChunkIndex(1), ChunkOf(f.flat, f.m, ChunkIndex(1))).ok());
+  }
+  auto s = VersionStreamCore::Open(f.Spec(), Fixture::Soon());
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(f.Next(**s), "t1");
+  // The agent stops (its staging handle and store go) and a new one resumes the staging.
+  f.store.reset();
+  auto reopened = Store::Open(f.dir.path() / "store");
+  ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
+  f.store.emplace(std::move(*reopened));
+  auto resumed = f.store->ResumeStaging("policy", Version(1));
+  ASSERT_TRUE(resumed.ok()) << resumed.status().ToString();
+  EXPECT_TRUE(resumed->HasChunk(ChunkIndex(1)));
+  for (uint32_t c : {0u, 2u, 3u}) {
+    ASSERT_TRUE(resumed->PutChunk(ChunkIndex(c), ChunkOf(f.flat, f.m, ChunkIndex(c))).ok());
+  }
+  std::set<std::string> rest = {f.Next(**s), f.Next(**s)};
+  EXPECT_EQ(rest, (std::set<std::string>{"t0", "t2"}));
+  EXPECT_EQ(f.Next(**s), "") << "t1 once, though the resumed live record lists chunk 1 again";
+  ASSERT_TRUE(f.store->Commit("policy", Version(1)).ok());
+  EXPECT_TRUE((*s)->WaitCommitted(Fixture::Soon()).ok());
 }
 
 TEST(VersionStream, TheCallersOrderComesFirstThenCompletionOrder) {
