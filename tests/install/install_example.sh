@@ -32,6 +32,7 @@ cmake -S "$source/examples/cpp" -B "$tmp/example" -G Ninja -DCMAKE_PREFIX_PATH="
 }
 cmake --build "$tmp/example"
 "$tmp/example/publish_subscribe" "$tmp/store-cmake"
+"$tmp/example/stream_load"
 
 echo "== pkg-config"
 flags=$(PKG_CONFIG_PATH="$pcdir" pkg-config --cflags --libs weightcast)
