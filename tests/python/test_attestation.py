@@ -6,7 +6,6 @@ names the one whose weights changed behind the apply."""
 import json
 import os
 import re
-import secrets
 import shutil
 import subprocess
 import time
@@ -16,40 +15,14 @@ import pytest
 import torch
 
 import weightcast
-from conftest import SMALL_CHUNK
+from conftest import SMALL_CHUNK, running_coordinator
 
 
 @pytest.fixture
 def coordinator(tmp_path):
-    """A coordinator with its fleet page; yields (address, secret_file, page URL)."""
-    secret_file = tmp_path / "secret"
-    secret_file.write_text(secrets.token_hex(32))
-    secret_file.chmod(0o600)
-    address_file = tmp_path / "coordinator.addr"
-    log_path = tmp_path / "coordinator.log"
-    log = open(log_path, "wb")
-    process = subprocess.Popen(
-        [weightcast.weightcast_binary(), "coordinator", "--listen", "127.0.0.1:0",
-         "--state-dir", str(tmp_path / "coordinator"), "--address-file", str(address_file),
-         "--secret-file", str(secret_file), "--metrics", "127.0.0.1:0"],
-        stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 30
-        page = None
-        while page is None:
-            assert process.poll() is None, log_path.read_text()
-            assert time.monotonic() < deadline, "no fleet page within 30 s: " + log_path.read_text()
-            found = re.search(r"serving the fleet page address=(http://[0-9.:]+/)", log_path.read_text())
-            page = found.group(1) if found and address_file.exists() else None
-            time.sleep(0.02)
-        yield address_file.read_text().strip(), str(secret_file), page, log_path
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
+    """A coordinator with its fleet page; yields (address, secret_file, page URL, log path)."""
+    with running_coordinator(tmp_path, "--metrics", "127.0.0.1:0") as c:
+        yield c["address"], c["secret_file"], c["page"], c["log"]
 
 
 def weights(seed):

@@ -2,7 +2,6 @@
 
 import os
 import secrets
-import subprocess
 import time
 
 import numpy as np
@@ -10,35 +9,14 @@ import pytest
 import torch
 
 import weightcast
-from conftest import SMALL_CHUNK
+from conftest import SMALL_CHUNK, running_coordinator
 
 
 @pytest.fixture
 def cluster(tmp_path):
     """A coordinator on 127.0.0.1 (port 0) and a secret file; yields (address, secret_file)."""
-    secret_file = tmp_path / "secret"
-    secret_file.write_text(secrets.token_hex(32))
-    secret_file.chmod(0o600)
-    address_file = tmp_path / "coordinator.addr"
-    log = open(tmp_path / "coordinator.log", "wb")
-    process = subprocess.Popen(
-        [weightcast.weightcast_binary(), "coordinator", "--listen", "127.0.0.1:0",
-         "--state-dir", str(tmp_path / "coordinator"), "--address-file", str(address_file),
-         "--secret-file", str(secret_file)], stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 30
-        while not address_file.exists():
-            assert process.poll() is None, (tmp_path / "coordinator.log").read_text()
-            assert time.monotonic() < deadline, "coordinator wrote no address within 30 s"
-            time.sleep(0.02)
-        yield address_file.read_text().strip(), str(secret_file)
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
+    with running_coordinator(tmp_path) as c:
+        yield c["address"], c["secret_file"]
 
 
 def policy_weights(seed, n=200_000):

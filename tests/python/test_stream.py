@@ -2,7 +2,6 @@
 verified, before the version is committed; the loop then waits for the commit or ends with the
 abort's reason; bytes a corrupt peer sent are never handed over."""
 
-import secrets
 import subprocess
 import threading
 import time
@@ -11,7 +10,7 @@ import pytest
 import torch
 
 import weightcast
-from conftest import SMALL_CHUNK
+from conftest import SMALL_CHUNK, running_coordinator
 
 
 def model(seed, layers=8, width=256):
@@ -20,35 +19,10 @@ def model(seed, layers=8, width=256):
             for i in range(layers)}
 
 
-def start_coordinator(tmp_path, *flags):
-    secret_file = tmp_path / "secret"
-    secret_file.write_text(secrets.token_hex(32))
-    secret_file.chmod(0o600)
-    address_file = tmp_path / "coordinator.addr"
-    log = open(tmp_path / "coordinator.log", "wb")
-    process = subprocess.Popen(
-        [weightcast.weightcast_binary(), "coordinator", "--listen", "127.0.0.1:0",
-         "--state-dir", str(tmp_path / "coordinator"), "--address-file", str(address_file),
-         "--secret-file", str(secret_file), *flags], stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 30
-    while not address_file.exists():
-        assert process.poll() is None, (tmp_path / "coordinator.log").read_text()
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-    return process, log, address_file.read_text().strip(), str(secret_file)
-
-
 @pytest.fixture
 def coordinator(tmp_path, request):
-    flags = getattr(request, "param", ())
-    process, log, address, secret_file = start_coordinator(tmp_path, *flags)
-    yield address, secret_file
-    process.terminate()
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-    log.close()
+    with running_coordinator(tmp_path, *getattr(request, "param", ())) as c:
+        yield c["address"], c["secret_file"]
 
 
 def test_a_committed_version_streams_at_once_in_the_order_asked(tmp_path):

@@ -122,6 +122,13 @@ struct Live {
   }
 };
 
+// A sampler that serves only tensor "b", from `b`.
+Result<std::unique_ptr<LiveSet>> OnlyB(std::vector<float>& b) {
+  std::vector<LiveTensor> t = {
+      {"b", DType::kF32, {1000}, {reinterpret_cast<uint8_t*>(b.data()), b.size() * 4}}};
+  return LiveSet::Create(std::move(t));
+}
+
 TEST(LiveSet, AFirstApplyCopiesEverythingAndVerifies) {
   Fixture f;
   const Version v1 = f.Publish();
@@ -251,9 +258,7 @@ TEST(LiveSet, ASubsetOfTensorsIsServedAndTheRestIgnored) {
   Fixture f;
   const Version v1 = f.Publish();
   std::vector<float> b(1000);
-  std::vector<LiveTensor> t = {
-      {"b", DType::kF32, {1000}, {reinterpret_cast<uint8_t*>(b.data()), b.size() * 4}}};
-  auto set = LiveSet::Create(std::move(t));
+  auto set = OnlyB(b);
   ASSERT_TRUE(set.ok());
   ASSERT_TRUE(ApplyFromStore(f.root, "policy", v1, **set).ok());
   EXPECT_EQ(b, f.model.b);
@@ -344,9 +349,7 @@ TEST(LiveSetAttest, ASubsetAttestsTheWholeVersionWithFileBytesElsewhere) {
   Fixture f;
   const Version v1 = f.Publish();
   std::vector<float> b(1000);
-  std::vector<LiveTensor> t = {
-      {"b", DType::kF32, {1000}, {reinterpret_cast<uint8_t*>(b.data()), b.size() * 4}}};
-  auto set = LiveSet::Create(std::move(t));
+  auto set = OnlyB(b);
   ASSERT_TRUE(set.ok());
   ASSERT_TRUE(ApplyFromStore(f.root, "policy", v1, **set).ok());
   auto [got, want] = AttestAgainst(f.root, v1, **set);
