@@ -298,7 +298,7 @@ Status Subscriber::Impl::AgentError() const {
     if (!failure.ok()) return failure.WithContext("in-process agent");
     return Aborted("the in-process agent stopped");
   }
-  const Status error = agent->coordinator_error();
+  Status error = agent->coordinator_error();
   if (error.ok()) return Status::Ok();
   if (coord::IsPermanentConnectError(error)) return error;
   if (!agent->registered() && Clock::now() - opened_at >= options.connect_timeout) {

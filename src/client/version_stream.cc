@@ -11,6 +11,7 @@
 #include "manifest/builder.h"
 #include "manifest/selection.h"
 #include "store/abort_log.h"
+#include "store/partial.h"
 
 namespace weightcast::client {
 namespace {
@@ -192,15 +193,15 @@ void VersionStreamCore::Verified(ChunkIndex chunk) {
 }
 
 void VersionStreamCore::AllVerified() {
-  for (uint32_t c = 0; c < manifest_.chunk_count(); ++c) {
-    for (uint32_t i : chunk_tensors_[c]) {
-      Tensor& t = tensors_[i];
-      if (t.missing == 0) continue;
-      t.missing = 0;
-      t.ready = true;
-      if (!ordered_[i]) ready_.push_back(i);
-    }
+  // A tensor-subset agent's committed version holds only the chunks its record lists; the
+  // tensors of the others are holes and are never handed over (Next ends without them).
+  Result<std::optional<PartialVersion>> partial =
+      ReadPartialFile(layout_.version_dir(spec_.version), manifest_);
+  if (partial.ok() && partial->has_value()) {
+    for (ChunkIndex c : (*partial)->chunks) Verified(c);
+    return;
   }
+  for (uint32_t c = 0; c < manifest_.chunk_count(); ++c) Verified(ChunkIndex(c));
 }
 
 Result<bool> VersionStreamCore::Poll() {
@@ -293,6 +294,15 @@ Result<std::optional<TensorView>> VersionStreamCore::Next(
       return std::optional<TensorView>(View(t));
     }
     if (handed_ == tensors_.size()) return std::optional<TensorView>();
+    if (committed_) {
+      // Every chunk the version holds is verified: a tensor still not ready is not in it (a
+      // subset agent's version), so it is skipped, in the order too.
+      while (next_in_order_ < order_.size() && !tensors_[order_[next_in_order_]].ready) {
+        ++next_in_order_;
+      }
+      if (next_in_order_ < order_.size() || ready_at_ < ready_.size()) continue;
+      return std::optional<TensorView>();
+    }
     WC_ASSIGN_OR_RETURN(const bool changed, Poll());
     if (!changed) {
       WC_RETURN_IF_ERROR(

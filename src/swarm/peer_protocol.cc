@@ -374,8 +374,9 @@ std::span<const Effect> PeerProtocol::OnUploadDone(Time now, uint64_t epoch, Pee
 std::span<const Effect> PeerProtocol::Prefer(Time now, std::vector<ChunkIndex> order) {
   effects_.clear();
   if (!target_) return Flush();
-  target_->spec.preferred = order;
-  if (target_->scheduler) Execute(now, target_->scheduler->SetPreferred(now, std::move(order)));
+  target_->spec.preferred = std::move(order);
+  if (target_->scheduler)
+    Execute(now, target_->scheduler->SetPreferred(now, target_->spec.preferred));
   return Flush();
 }
 

@@ -177,7 +177,7 @@ uint32_t Scheduler::window(PeerId peer) const {
   return 0;
 }
 
-std::span<const Action> Scheduler::SetPreferred(Time now, std::vector<ChunkIndex> order) {
+std::span<const Action> Scheduler::SetPreferred(Time now, std::span<const ChunkIndex> order) {
   actions_.clear();
   options_.preferred.clear();
   for (ChunkIndex c : order) {

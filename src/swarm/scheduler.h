@@ -173,7 +173,7 @@ class Scheduler {
   std::span<const Action> OnTimer(Time now);
 
   // Replaces SchedulerOptions::preferred (requests in flight stay).
-  std::span<const Action> SetPreferred(Time now, std::vector<ChunkIndex> order);
+  std::span<const Action> SetPreferred(Time now, std::span<const ChunkIndex> order);
 
   const ChunkSet& have() const { return have_; }
   bool complete() const { return missing_ == 0; }

@@ -227,5 +227,24 @@ TEST(VersionStream, ACommittedVersionStreamsAtOnceAndAFutureOneIsWaitedFor) {
       << "a version still to come is waited for";
 }
 
+TEST(VersionStream, ASubsetAgentsVersionHandsOverOnlyTheTensorsItHolds) {
+  Fixture f;
+  auto staged = f.store->BeginStaging("policy", f.m);
+  ASSERT_TRUE(staged.ok());
+  for (uint32_t c : {0u, 1u}) {
+    ASSERT_TRUE(staged->PutChunk(ChunkIndex(c), ChunkOf(f.flat, f.m, ChunkIndex(c))).ok());
+  }
+  PartialVersion wanted;
+  wanted.patterns = {"t0", "t1"};
+  wanted.tensors = {"t0", "t1"};
+  wanted.chunks = {ChunkIndex(0), ChunkIndex(1)};
+  ASSERT_TRUE(f.store->CommitPartial("policy", Version(1), wanted).ok());
+  auto s = VersionStreamCore::Open(f.Spec({"t2", "t1"}), Fixture::Soon());
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(f.Next(**s), "t1") << "t2 is not held: skipped in the order";
+  EXPECT_EQ(f.Next(**s), "t0");
+  EXPECT_EQ(f.Next(**s), "") << "and never handed over as its holes";
+}
+
 }  // namespace
 }  // namespace weightcast::client
