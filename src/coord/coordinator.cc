@@ -9,6 +9,7 @@
 #include <thread>
 #include <utility>
 
+#include "coord/attestation_verdict.h"
 #include "coord/envelope.h"
 #include "coord/writer_text.h"
 #include "manifest/builder.h"
@@ -580,7 +581,14 @@ Result<std::optional<wire::HeartbeatReply>> Coordinator::OnHeartbeat(
       before = previous->second.attestation();
     }
     wire::ChannelProgress& kept = node.progress[progress.channel()] = progress;
-    if (kept.has_attestation()) JudgeAttestationLocked(node, before, kept);
+    if (kept.has_attestation()) {
+      const std::string problem = JudgeAttestation(log_->channel(kept.channel()), before, UnixMs(),
+                                                   *kept.mutable_attestation());
+      if (!problem.empty()) {
+        options_.log(NodeName(node.id) + " attests " + kept.channel() + " v" +
+                     std::to_string(kept.attestation().version()) + " " + problem);
+      }
+    }
   }
   // A phase change may complete a rollout: decide now rather than at the next sweep.
   for (const std::string& channel : changed) DecideLocked(channel, now);
@@ -618,42 +626,6 @@ uint64_t Coordinator::NodeGenerationLocked(const Node& node) const {
     }
   }
   return generation;
-}
-
-void Coordinator::JudgeAttestationLocked(const Node& node,
-                                         const std::optional<wire::Attestation>& before,
-                                         wire::ChannelProgress& progress) {
-  wire::Attestation& a = *progress.mutable_attestation();
-  const bool repeated =
-      before.has_value() && before->version() == a.version() && before->digest() == a.digest();
-  if (repeated) {
-    // The same report with every heartbeat: keep the verdict and when it first came.
-    a.set_verdict(before->verdict());
-    a.set_unix_ms(before->unix_ms());
-    return;
-  }
-  a.set_unix_ms(UnixMs());
-  const ChannelState* channel = log_->channel(progress.channel());
-  const wire::VersionEntry* entry = channel == nullptr ? nullptr : channel->Find(a.version());
-  const std::string what =
-      NodeName(node.id) + " attests " + progress.channel() + " v" + std::to_string(a.version());
-  if (a.digest().size() != 16) {
-    a.set_verdict(wire::ATTESTATION_MISMATCH);
-    options_.log(what + " with a malformed digest (" + std::to_string(a.digest().size()) +
-                 " bytes, not 16)");
-  } else if (entry == nullptr) {
-    a.set_verdict(wire::ATTESTATION_UNKNOWN_VERSION);
-    options_.log(what + ", a version this coordinator never published");
-  } else if (entry->attestation_digest() == a.digest()) {
-    a.set_verdict(wire::ATTESTATION_MATCH);
-  } else {
-    a.set_verdict(wire::ATTESTATION_MISMATCH);
-    options_.log(what +
-                 " with a digest that is not the version's: its live tensors differ from the "
-                 "committed bytes (attested " +
-                 ToHex(AsBytes(a.digest())) + ", the version's " +
-                 ToHex(AsBytes(entry->attestation_digest())) + ")");
-  }
 }
 
 wire::HeartbeatReply Coordinator::HeartbeatReplyLocked(const Node& node) const {

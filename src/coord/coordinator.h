@@ -212,10 +212,6 @@ class Coordinator {
   // Member counts, and per channel the failed, lagging and dead agents (ChannelMetrics).
   void CountMembersLocked();
   uint64_t UnixMs() const;
-  // Sets the verdict of the attestation in `progress` (just received from `node`; `before`: the
-  // one it reported last) against the version's digest, and logs a mismatch once.
-  void JudgeAttestationLocked(const Node& node, const std::optional<wire::Attestation>& before,
-                              wire::ChannelProgress& progress);
 
   // Long polls, with mu_ held. The generation of node's reply: the newest change among the
   // channels it follows, its peer list and its registration.
