@@ -35,9 +35,6 @@ def file_tensors(model_dir):
     return out
 
 
-def file_order(model_dir):
-    return [name for name, _, _ in file_tensors(model_dir)]
-
 
 def commit_time(log_path):
     """Wall time of the in-process agent's "committed v1" log line, or None."""
@@ -69,9 +66,8 @@ def main():
     p.add_argument("--timeout", type=float, default=300)
     a = p.parse_args()
     torch.set_num_threads(1)
-    loaded = {}
     first = last = None
-    nbytes = 0
+    nbytes = tensors = 0
 
     # The engine's own buffers, allocated (and touched) at start-up as an engine allocates its
     # weights before it loads them.
@@ -79,9 +75,9 @@ def main():
                file_tensors(a.model)}
 
     def load(name, tensor):
-        nonlocal first, last, nbytes
+        nonlocal first, last, nbytes, tensors
         buffers[name].copy_(tensor)
-        loaded[name] = True
+        tensors += 1
         size = tensor.numel() * tensor.element_size()
         time.sleep(size / a.load_rate)  # the per-tensor work
         nbytes += size
@@ -106,7 +102,8 @@ def main():
         else:
             # stream-ordered: an engine building layer by layer asks for the tensors in the order
             # of the checkpoint's files, and its agent fetches their chunks first.
-            order = file_order(a.model) if a.mode == "stream-ordered" else None
+            order = ([name for name, _, _ in file_tensors(a.model)]
+                     if a.mode == "stream-ordered" else None)
             stream = sub.stream(1, timeout=a.timeout, order=order)
             for name, tensor in stream:
                 load(name, tensor)
@@ -116,7 +113,7 @@ def main():
     committed = commit_time(a.store + ".log") or committed
     with open(a.out + ".tmp", "w") as f:
         json.dump({"mode": a.mode, "first_loaded": first, "last_loaded": last,
-                   "committed": committed, "bytes": nbytes, "tensors": len(loaded)}, f)
+                   "committed": committed, "bytes": nbytes, "tensors": tensors}, f)
     os.replace(a.out + ".tmp", a.out)
 
 

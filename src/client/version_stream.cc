@@ -279,19 +279,16 @@ Result<std::optional<TensorView>> VersionStreamCore::Next(
   while (true) {
     // The caller's order first, strictly; then whatever is ready.
     if (next_in_order_ < order_.size()) {
-      Tensor& t = tensors_[order_[next_in_order_]];
+      const Tensor& t = tensors_[order_[next_in_order_]];
       if (t.ready) {
-        t.handed = true;
         last_ = order_[next_in_order_++];
         ++handed_;
         return std::optional<TensorView>(View(t));
       }
     } else if (ready_at_ < ready_.size()) {
       last_ = ready_[ready_at_++];
-      Tensor& t = tensors_[last_];
-      t.handed = true;
       ++handed_;
-      return std::optional<TensorView>(View(t));
+      return std::optional<TensorView>(View(tensors_[last_]));
     }
     if (handed_ == tensors_.size()) return std::optional<TensorView>();
     if (committed_) {

@@ -89,7 +89,6 @@ class VersionStreamCore {
     const ManifestTensor* info = nullptr;
     uint32_t missing = 0;  // chunks of it not verified yet
     bool ready = false;
-    bool handed = false;
   };
 
   explicit VersionStreamCore(StreamSpec spec)
