@@ -1,5 +1,5 @@
 // memcpy bandwidth of this machine, the reference for same-host transports (docs/BENCHMARKS.md,
-// "UCX transport"): copies BYTES in CHUNK-sized pieces from one 256 MiB buffer into another
+// the "ucx" rows): copies BYTES in CHUNK-sized pieces from one 256 MiB buffer into another
 // (both touched first, so no page faults are timed), like a receiver copying each chunk once.
 //
 //   bench_memcpy_rate [bytes=2GiB] [chunk=4MiB]

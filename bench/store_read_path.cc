@@ -1,4 +1,4 @@
-// The upload read path of a seed (docs/BENCHMARKS.md, "Store read path"): every chunk of a
+// The upload read path of a seed (docs/BENCHMARKS.md, the upload read path row): every chunk of a
 // committed version sent PEERS times over a Unix socket (a thread drains the other end), read
 // two ways in the same run, on the same files, page cache warm:
 //   copy: what Store::ReadChunk did before the mapped view: a fresh zero-filled vector per read,

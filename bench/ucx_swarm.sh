@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A swarm of 4 agents and a publisher on one host, one 1 GiB version (synth bf16), in three
-# rounds of one run (docs/BENCHMARKS.md, "UCX swarm and fallback"):
+# rounds of one run (docs/BENCHMARKS.md, the "ucx" rows):
 #   ucx       every node --transport ucx, UCX over shared memory (UCX_TLS=sm,tcp, tcp on lo only
 #             for wireup);
 #   tcp       every node --transport tcp;

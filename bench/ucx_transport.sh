@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The UCX transport side by side with its references, in one run (docs/BENCHMARKS.md, "UCX
-# transport"):
+# The UCX transport side by side with its references, in one run (docs/BENCHMARKS.md, the "ucx"
+# rows):
 #   1. memcpy of the same bytes in the same chunk size (bench_memcpy_rate): the same-host bound;
 #   2. UCX over shared memory (UCX_TLS=sm,tcp: posix/sysv for messages, cma for rendezvous;
 #      tcp only for the connection's wireup), `weightcast net send/recv --transport ucx`;
