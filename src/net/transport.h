@@ -1,8 +1,9 @@
 // The transport interface: authenticated, framed, bounded connections between
 // nodes. One narrow interface, several implementations chosen at construction:
 // TCP on asio coroutines (tcp_transport.h), in-memory with a fake clock for
-// tests (memory_transport.h), and later UCX/RDMA or shared memory. Callers hold
-// only these types, so a new transport touches no caller and no header here.
+// tests (memory_transport.h), and UCX over RDMA, shared memory or TCP
+// (ucx_transport.h, docs/transport_ucx.md). Callers hold only these types, so
+// a new transport touches no caller and no header here.
 //
 // Threading: every call below is safe from any thread. Blocking calls take a
 // timeout measured on the transport's clock (real or fake) and return

@@ -1,4 +1,4 @@
-// Delta payloads of one version, by chunk (contracts.md "Delta rule"). The publisher fills one
+// Delta payloads of one version, by chunk (docs/agent.md "Delta rule"). The publisher fills one
 // from codec::EncodeVersion and seeds from it; an agent that decoded a payload onto its base
 // keeps the payload too, so it can serve other agents that hold the same base, and writes the
 // version's delta file from it at the commit. Payloads are shared, immutable byte buffers: a

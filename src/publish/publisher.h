@@ -45,7 +45,7 @@
 
 namespace weightcast::publish {
 
-// When `weightcast publish` stops seeding a version (contracts.md).
+// When `weightcast publish` stops seeding a version (docs/publish.md "Seeding and stopping").
 enum class SeedUntil {
   kReplicated,  // every chunk (and payload) is held by at least one other node
   kComplete,    // every live agent following the channel has the version committed

@@ -1,5 +1,5 @@
 // Turning a trainer's checkpoint directory into a published version in the publisher's own store:
-// the manifest, the delta against the version the store holds committed (contracts.md "Delta
+// the manifest, the delta against the version the store holds committed (docs/agent.md "Delta
 // rule"), the import of the files, and the signature. No network: publish::Publisher registers
 // the result with the coordinator and seeds it.
 //
