@@ -113,13 +113,15 @@ ChannelSummary SummarizeChannel(const wire::FleetStatus& status, const wire::Cha
   const wire::VersionEntry& e = s.target_entry;
   const bool delta_version = e.base_version() != 0 && e.payload_bytes() > 0;
   for (const wire::NodeStatus& node : status.nodes()) {
-    if (node.left()) continue;  // gone on purpose: neither a follower nor dead
     const wire::ChannelProgress* p = FindProgress(node, log.channel());
     if (p == nullptr) continue;
+    // Wire bytes count whoever moved them: a publisher leaves once its --until holds, and its
+    // upload of `v` is part of the rollout all the same.
     if (v != 0 && p->version() == v) {
       s.bytes_received += p->bytes_received();
       s.bytes_sent += p->bytes_sent();
     }
+    if (node.left()) continue;  // gone on purpose: neither a follower nor dead
     if (node.source()) continue;
     if (!node.alive()) {
       ++s.dead;

@@ -52,7 +52,8 @@ struct ChannelSummary {
   // Live followers whose bytes count delta payloads (fetching, or holding the base of, a delta
   // `target`) instead of model bytes.
   uint32_t delta_followers = 0;
-  uint64_t bytes_received = 0;  // wire bytes, every node (sources too), for `target`
+  // Wire bytes for `target`, every node's: sources and nodes that left (NodeStatus.left) too.
+  uint64_t bytes_received = 0;
   uint64_t bytes_sent = 0;
 
   // From the earlier snapshot; empty without one, or when it was about another version.

@@ -54,14 +54,16 @@ std::vector<metrics::HttpRoute> FleetPageRoutes(Coordinator& coordinator,
                     }});
   routes.push_back(
       {Method::kGet, "/api/status", [&coordinator, admin](const metrics::HttpRequest&) {
+         // Nodes that left are listed too: a publisher leaves once its --until holds, and
+         // the page's rollout totals still count what it uploaded.
          wire::Envelope request;
-         request.mutable_get_status();
+         request.mutable_get_status()->set_include_left(true);
          wire::Envelope reply = coordinator.Handle(0, kPagePeer, request);
          if (reply.has_error()) return JsonError(500, reply.error().message());
          auto json = FleetStatusJson(reply.fleet_status());
          if (!json.ok()) return JsonError(500, json.status().ToString());
          // The page learns whether it may offer a rollback from a header, not from
-         // the status body (which must equal `weightcast status --json`).
+         // the status body (which must equal `weightcast status --json --all`).
          return metrics::HttpReply{
              .status = 200,
              .content_type = kJson,

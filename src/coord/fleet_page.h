@@ -2,7 +2,8 @@
 // /metrics:
 //   GET  /             the page itself (one HTML file with its script and style, embedded in the
 //                      binary: fleet machines have no internet, so nothing comes from a CDN)
-//   GET  /api/status   FleetStatus as JSON, the very rendering `weightcast status --json` prints
+//   GET  /api/status   FleetStatus as JSON, nodes that left included: the very rendering
+//                      `weightcast status --json --all` prints
 //   POST /api/rollback {"channel": "...", "version": N} with "Authorization: Bearer <admin
 //                      secret>": the same rollback `weightcast rollback` asks for. Refused (403)
 //                      unless the coordinator was started with an admin secret.

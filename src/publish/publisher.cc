@@ -856,22 +856,9 @@ void Publisher::HeartbeatLoop() {
             std::chrono::duration_cast<std::chrono::milliseconds>(interval).count()));
       }
       heartbeat.set_seen_generation(seen);
-      if (seeding_.value() != 0) {
-        wire::ChannelProgress* ch = heartbeat.add_channels();
-        ch->set_channel(options_.channel);
-        ch->set_version(seeding_.value());
-        ch->set_phase(wire::PHASE_SEEDING);
-        ch->set_current_version(seeding_.value());
-        ch->set_chunks_done(static_cast<uint32_t>(seeding_chunks_));
-        ch->set_chunks_total(static_cast<uint32_t>(seeding_chunks_));
-        ch->set_bytes_done(seeding_bytes_);
-        ch->set_bytes_total(seeding_bytes_);
-        ch->set_error(publish_error_);
-      }
+      AddSeedingProgressLocked(heartbeat);
     }
-    if (heartbeat.channels_size() > 0) {
-      heartbeat.mutable_channels(0)->set_bytes_sent(node_->progress().bytes_sent);
-    }
+    AddUploadedBytes(heartbeat);
     Result<wire::HeartbeatReply> reply = Call<wire::HeartbeatReply>(
         [&](coord::CoordinatorClient& c) { return c.Heartbeat(heartbeat); }, /*heartbeat=*/true);
     {
@@ -910,6 +897,26 @@ void Publisher::HeartbeatLoop() {
   }
 }
 
+void Publisher::AddSeedingProgressLocked(wire::Heartbeat& heartbeat) const {
+  if (seeding_.value() == 0) return;
+  wire::ChannelProgress* ch = heartbeat.add_channels();
+  ch->set_channel(options_.channel);
+  ch->set_version(seeding_.value());
+  ch->set_phase(wire::PHASE_SEEDING);
+  ch->set_current_version(seeding_.value());
+  ch->set_chunks_done(static_cast<uint32_t>(seeding_chunks_));
+  ch->set_chunks_total(static_cast<uint32_t>(seeding_chunks_));
+  ch->set_bytes_done(seeding_bytes_);
+  ch->set_bytes_total(seeding_bytes_);
+  ch->set_error(publish_error_);
+}
+
+void Publisher::AddUploadedBytes(wire::Heartbeat& heartbeat) const {
+  if (heartbeat.channels_size() > 0) {
+    heartbeat.mutable_channels(0)->set_bytes_sent(node_->progress().bytes_sent);
+  }
+}
+
 bool Publisher::SleepFor(net::Duration d) {
   // The cancel flag notifies nobody: look at it at least every 100 ms.
   const auto deadline = std::chrono::steady_clock::now() + d;
@@ -941,6 +948,19 @@ void Publisher::Stop() {
   {
     std::lock_guard lock(client_mu_);
     if (client_ != nullptr) {
+      // The last heartbeat was built before the last uploads (a held heartbeat carries what
+      // was sent when it left): report the final figures, which the coordinator keeps for a
+      // node that left, so that the rollout's source upload does not read short.
+      wire::Heartbeat last;
+      {
+        std::lock_guard lock(mu_);
+        AddSeedingProgressLocked(last);
+      }
+      AddUploadedBytes(last);
+      if (last.channels_size() > 0) {
+        client_->set_timeout(std::chrono::seconds(2));  // as long as Leave waits, at most
+        client_->Heartbeat(last).status().IgnoreError();
+      }
       // A stop on purpose: listed as left, not dead, once it is gone. Best effort; an older
       // coordinator refuses it and marks this node dead at its heartbeat timeout as before.
       client_->Leave().IgnoreError();

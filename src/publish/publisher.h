@@ -209,6 +209,11 @@ class Publisher {
   // Logs (WARN) when no live agent follows the channel, and again (INFO) once one does.
   void ReportFollowers(Version version, const coord::wire::FleetStatus& status);
   void HeartbeatLoop();
+  // The SEEDING progress of the version being seeded, added to `heartbeat` (nothing while none
+  // is seeded). Under mu_.
+  void AddSeedingProgressLocked(coord::wire::Heartbeat& heartbeat) const;
+  // The bytes uploaded so far, into that progress. Not under mu_: it asks the swarm node.
+  void AddUploadedBytes(coord::wire::Heartbeat& heartbeat) const;
   bool SleepFor(net::Duration d);  // false when stopping
   bool Stopping() const { return stopping_ || (options_.cancel != nullptr && *options_.cancel); }
 

@@ -2,7 +2,7 @@
 # The coordinator's fleet page in a real browser: headless Chromium loads the page of a
 # loopback fleet during a rollout and afterwards. The DOM must show every node's progress, a node
 # killed mid-rollout as dead and first in the list, the committed version, and a hostile rack
-# name as text; /api/status must equal `weightcast status --json`; rollback from the page needs
+# name as text; /api/status must equal `weightcast status --json --all`; rollback from the page needs
 # the admin secret. A screenshot is left in $work (and copied to $SCREENSHOT_OUT when set).
 # Skips with a message where Chromium is not installed.
 source "$(dirname "$0")/rollout_lib.bash" "$1"
@@ -68,9 +68,9 @@ assert "&lt;img src=x onerror=alert(1)&gt;" in html, "the hostile rack is not sh
 assert "<img" not in html, "the hostile rack became an element"
 PY
 
-# The JSON endpoint is `weightcast status --json`.
+# The JSON endpoint is `weightcast status --json --all`: nodes that left are listed too.
 curl -s "${page}api/status" >"$work/api.json"
-"$wc" status --coordinator "$coord" --secret-file "$work/secret" --once --json >"$work/cli.json"
+"$wc" status --coordinator "$coord" --secret-file "$work/secret" --once --json --all >"$work/cli.json"
 python3 - "$work/api.json" "$work/cli.json" <<'PY' || fail "/api/status and status --json differ"
 import json, sys
 def norm(s):

@@ -384,6 +384,25 @@ TEST(RenderStatus, NodesThatLeftAreHiddenUnlessAskedFor) {
   EXPECT_NE(text.find("\n  complete\n"), std::string::npos) << text;  // on a line of its own
 }
 
+// A publisher leaves once its --until holds; what it uploaded for the version still counts (the
+// fleet page's "source upload" read 0 B beside the agents' 32 MiB once it had left).
+TEST(Summarize, WireBytesOfNodesThatLeftStillCount) {
+  wire::FleetStatus now = Fleet(1000);
+  AddNode(now, 1, true, wire::PHASE_COMMITTED, 2, 2, 100)->set_bytes_sent(kMiB);
+  wire::ChannelProgress* source = AddNode(now, 9, false, wire::PHASE_SEEDING, 2, 2, 100);
+  source->set_bytes_received(0);
+  source->set_bytes_sent(16 * kMiB);
+  now.mutable_nodes(1)->set_source(true);
+  now.mutable_nodes(1)->set_left(true);
+  wire::ChannelProgress* agent_left = AddNode(now, 8, false, wire::PHASE_COMMITTED, 2, 2, 100);
+  agent_left->set_bytes_sent(2 * kMiB);
+  now.mutable_nodes(2)->set_left(true);
+  const ChannelSummary s = Summarize(now, nullptr)[0];
+  EXPECT_EQ(s.bytes_sent, 19 * kMiB);
+  EXPECT_EQ(s.bytes_received, 20 * kMiB);  // 10 MiB each from AddNode: agents 1 and 8
+  EXPECT_EQ(s.followers, 1u);              // the agent that left is not a follower any more
+}
+
 TEST(RenderStatus, FailedAgentsComeFirstWithTheirErrors) {
   wire::FleetStatus now = Fleet(1000);
   for (uint64_t id = 1; id <= 6; ++id) AddNode(now, id, true, wire::PHASE_COMMITTED, 2, 2, 100);
