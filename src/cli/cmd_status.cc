@@ -2,7 +2,8 @@
 // Polls GetStatus and draws cli/status_view: progress bars per channel and a fleet table,
 // redrawn in place on a terminal; one summary line per change otherwise. --once prints one
 // snapshot, --json prints FleetStatus as JSON, --until-complete waits for the newest version to
-// be committed everywhere, --all also lists the nodes that left on purpose. The view fits the
+// be committed everywhere, --all also lists the nodes that left on purpose, --nodes lists every
+// node of a fleet the view would summarize, --from draws a saved --json snapshot. The view fits the
 // terminal's width ($COLUMNS, else 80, when stdout is not a terminal). The cluster secret comes
 // from --secret-file or WEIGHTCAST_SECRET.
 #include <signal.h>
@@ -19,6 +20,8 @@
 #include <string>
 #include <thread>
 
+#include <google/protobuf/util/json_util.h>
+
 #include "cli/command.h"
 #include "cli/node_flags.h"
 #include "cli/status_view.h"
@@ -28,6 +31,7 @@
 #include "metrics/log.h"
 #include "net/handshake.h"
 #include "net/tcp_transport.h"
+#include "util/file.h"
 #include "util/text.h"
 
 namespace weightcast::cli {
@@ -42,7 +46,9 @@ struct StatusFlags {
   bool once = false;
   bool json = false;
   bool until_complete = false;
-  bool all = false;  // also nodes that left
+  bool all = false;    // also nodes that left
+  bool nodes = false;  // every node's row, even in a fleet the view summarizes
+  std::string from;    // a saved `status --once --json` to draw instead of asking a coordinator
   std::string interval = "500ms";
   std::string timeout = "0";
   std::string connect_timeout = "5s";
@@ -111,6 +117,36 @@ TerminalSize QueryTerminal() {
   return size;
 }
 
+ViewOptions OnceOptions(const StatusFlags& flags) {
+  return {.channel = flags.channel,
+          .width = QueryTerminal().columns,
+          .show_left = flags.all,
+          .max_table_rows = 0,
+          .list_nodes = flags.nodes};
+}
+
+// --from FILE: one snapshot of a status saved with `status --once --json` (--all for the nodes
+// that left), drawn or printed as if the coordinator had just sent it.
+Status DrawSaved(const StatusFlags& flags) {
+  if (flags.until_complete)
+    return InvalidArgument("--until-complete needs a coordinator, not --from");
+  Result<std::string> text = ReadFileToString(flags.from);
+  if (!text.ok()) return text.status().WithContext("--from");
+  wire::FleetStatus status;
+  auto parsed = google::protobuf::util::JsonStringToMessage(*text, &status);
+  if (!parsed.ok()) {
+    return InvalidArgument("--from " + flags.from + ": not a FleetStatus as `weightcast status " +
+                           "--once --json` prints it: " + std::string(parsed.message()));
+  }
+  if (flags.json) {
+    WC_ASSIGN_OR_RETURN(std::string json, ToJson(status, flags.all));
+    std::printf("%s\n", json.c_str());
+  } else {
+    std::fputs(RenderStatus(status, nullptr, OnceOptions(flags)).c_str(), stdout);
+  }
+  return Status::Ok();
+}
+
 class StatusCommand {
  public:
   StatusCommand(const StatusFlags& flags, std::unique_ptr<net::Transport> transport,
@@ -145,7 +181,8 @@ class StatusCommand {
           ViewOptions options{.channel = flags_.channel,
                               .width = size.columns,
                               .show_left = flags_.all,
-                              .max_table_rows = TableRows(size, summaries.size())};
+                              .max_table_rows = TableRows(size, summaries.size()),
+                              .list_nodes = flags_.nodes};
           std::fputs(redraw.Next(RenderStatus(now, earlier, options)).c_str(), stdout);
         } else {
           PrintChangedLines(now, summaries, last_lines);
@@ -214,11 +251,7 @@ class StatusCommand {
       WC_ASSIGN_OR_RETURN(std::string json, ToJson(now, flags_.all));
       std::printf("%s\n", json.c_str());
     } else {
-      ViewOptions options{.channel = flags_.channel,
-                          .width = QueryTerminal().columns,
-                          .show_left = flags_.all,
-                          .max_table_rows = 0};
-      std::fputs(RenderStatus(now, nullptr, options).c_str(), stdout);
+      std::fputs(RenderStatus(now, nullptr, OnceOptions(flags_)).c_str(), stdout);
     }
     std::fflush(stdout);
     if (!flags_.channel.empty()) {
@@ -295,6 +328,10 @@ class StatusCommand {
 
 Status RunStatus(const StatusFlags& flags) {
   if (!flags.channel.empty()) WC_RETURN_IF_ERROR(ValidateChannelName(flags.channel));
+  if (flags.from.empty() == flags.coordinator.empty()) {
+    return InvalidArgument("give either --coordinator or --from, not both or neither");
+  }
+  if (!flags.from.empty()) return DrawSaved(flags);
   WC_ASSIGN_OR_RETURN(metrics::LogFormat format, metrics::ParseLogFormat(flags.node.log_format));
   WC_RETURN_IF_ERROR(ValidateCoordinatorFlag("--coordinator", flags.coordinator));
   WC_ASSIGN_OR_RETURN(auto interval, ParseDuration(flags.interval));
@@ -337,6 +374,8 @@ void SetupStatus(CLI::App& app) {
       "quit\n"
       "  weightcast status --coordinator 127.0.0.1:7000 --once          # one snapshot\n"
       "  weightcast status --coordinator 127.0.0.1:7000 --once --json | jq .nodes\n"
+      "  weightcast status --coordinator 127.0.0.1:7000 --once --nodes   # every node's row\n"
+      "  weightcast status --from saved.json --nodes                    # a saved snapshot\n"
       "  weightcast status --coordinator 127.0.0.1:7000 --channel policy --until-complete "
       "--timeout 10m\n"
       "On a terminal the view is redrawn in place; otherwise one line per channel is printed each "
@@ -345,13 +384,18 @@ void SetupStatus(CLI::App& app) {
       "(wrong secret or cluster), timeout or interrupt, or with --until-complete a newest version "
       "the rollout aborted (\"vN was aborted: <reason>\"), 2 bad flags.");
   cmd->add_option("--coordinator", flags->coordinator,
-                  "Coordinator address, ip:port (several, A,B,C: the leader is followed)")
-      ->required();
+                  "Coordinator address, ip:port (several, A,B,C: the leader is followed)");
+  cmd->add_option("--from", flags->from,
+                  "Draw a status saved with `--once --json` (--all to keep the nodes that left) "
+                  "from this file, once, instead of asking a coordinator");
   cmd->add_option("--channel", flags->channel, "Only this channel (default: every channel)");
   cmd->add_flag("--once", flags->once, "Print one snapshot and exit");
   cmd->add_flag("--all", flags->all,
                 "Also list the nodes that left the fleet on purpose (a finished publish, a "
                 "stopped agent); hidden by default");
+  cmd->add_flag("--nodes", flags->nodes,
+                "List every node in the fleet table; above 32 nodes the view otherwise shows a "
+                "summary (counts by state, progress histogram, least advanced nodes, racks)");
   cmd->add_flag("--json", flags->json,
                 "Print the coordinator's FleetStatus as JSON (one object per line per poll)");
   cmd->add_flag("--until-complete", flags->until_complete,

@@ -202,6 +202,133 @@ std::vector<ChannelSummary> Summarize(const wire::FleetStatus& now,
   return out;
 }
 
+namespace {
+
+// How much of `target` a node has, 0 to 1: all of it once current (or PREPARED), else its chunks.
+double NodeProgress(const wire::ChannelProgress& p, uint64_t target, uint64_t newest) {
+  if (target == 0) return 0;
+  if (p.phase() != wire::PHASE_FAILED && HasCurrent(p, target, newest)) return 1;
+  if (p.version() != target) return 0;
+  if (p.phase() == wire::PHASE_PREPARED) return 1;
+  return p.chunks_total() == 0 ? 0 : Fraction(p.chunks_done(), p.chunks_total());
+}
+
+// One follower of a channel, as the summary sees it.
+struct Follower {
+  const wire::NodeStatus* node;
+  const wire::ChannelProgress* progress;
+  std::string state;  // phase name, or "dead"
+  double fraction;
+  bool lagging = false;
+};
+
+std::vector<Follower> Followers(const wire::FleetStatus& now, const ChannelSummary& channel) {
+  std::vector<Follower> out;
+  for (const wire::NodeStatus& node : now.nodes()) {
+    const wire::ChannelProgress* p = FindProgress(node, channel.channel);
+    if (node.left() || p == nullptr) continue;
+    out.push_back({&node, p, node.alive() ? std::string(PhaseName(p->phase())) : "dead",
+                   NodeProgress(*p, channel.target, channel.version)});
+  }
+  // Lagging: below half the best live node's progress once it is halfway, or committed on an
+  // older version than the fleet's.
+  double best = 0;
+  for (const Follower& f : out) {
+    if (f.node->alive()) best = std::max(best, f.fraction);
+  }
+  for (Follower& f : out) {
+    const bool behind =
+        f.state == "COMMITTED" && f.progress->current_version() != channel.current_version;
+    f.lagging = f.node->alive() && f.state != "FAILED" && f.fraction < 1 &&
+                ((best >= 0.5 && f.fraction < best / 2) || behind);
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, uint32_t>> CountStates(const std::vector<Follower>& followers,
+                                                          uint32_t left) {
+  std::map<std::string, uint32_t> counts;
+  for (const Follower& f : followers) {
+    ++counts[f.state];
+    if (f.lagging) ++counts["lagging"];
+  }
+  if (left > 0) counts["left"] = left;
+  std::vector<std::pair<std::string, uint32_t>> out;
+  for (std::string_view name : {"FAILED", "dead", "lagging", "IDLE", "FETCHING", "PREPARED",
+                                "COMMITTED", "SEEDING", "left"}) {
+    auto it = counts.find(std::string(name));
+    if (it == counts.end()) continue;
+    out.emplace_back(*it);
+    counts.erase(it);
+  }
+  for (const auto& rest : counts) out.push_back(rest);  // a phase this view does not know
+  return out;
+}
+
+std::vector<FleetSummary::Rack> RackTotals(const std::vector<Follower>& followers) {
+  std::map<std::string, FleetSummary::Rack> racks;
+  for (const Follower& f : followers) {
+    if (f.node->source()) continue;
+    FleetSummary::Rack& r = racks[f.node->rack()];
+    r.name = f.node->rack();
+    ++r.agents;
+    if (!f.node->alive()) {
+      ++r.dead;
+    } else if (f.state == "FAILED") {
+      ++r.failed;
+    } else if (f.fraction >= 1) {
+      ++r.done;
+    }
+    r.progress_sum += f.fraction;
+  }
+  std::vector<FleetSummary::Rack> out;
+  for (auto& [name, rack] : racks) out.push_back(std::move(rack));
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    return a.progress_sum / a.agents < b.progress_sum / b.agents;
+  });
+  return out;
+}
+
+FleetSummary SummarizeFleetChannel(const wire::FleetStatus& now, const ChannelSummary& channel) {
+  FleetSummary out;
+  out.channel = channel.channel;
+  const std::vector<Follower> followers = Followers(now, channel);
+  out.nodes = static_cast<uint32_t>(followers.size());
+  uint32_t left = 0;
+  for (const wire::NodeStatus& node : now.nodes()) {
+    if (node.left() && FindProgress(node, channel.channel) != nullptr) ++left;
+  }
+  out.states = CountStates(followers, left);
+  std::vector<const Follower*> slow;
+  for (const Follower& f : followers) {
+    if (f.node->source() || !f.node->alive()) continue;
+    ++out.histogram[f.fraction >= 1 ? 10
+                                    : std::min<size_t>(9, static_cast<size_t>(f.fraction * 10))];
+    if (f.state != "FAILED" && f.fraction < 1) slow.push_back(&f);
+  }
+  std::stable_sort(slow.begin(), slow.end(), [](const Follower* a, const Follower* b) {
+    if (a->fraction != b->fraction) return a->fraction < b->fraction;
+    return a->node->node_id() < b->node->node_id();
+  });
+  slow.resize(std::min(slow.size(), FleetSummary::kLeastAdvanced));
+  for (const Follower* f : slow) {
+    out.least_advanced.push_back({f->node->node_id(), f->node->hostname(), f->node->rack(),
+                                  f->state + (f->lagging ? " (lagging)" : ""), f->fraction});
+  }
+  out.racks = RackTotals(followers);
+  return out;
+}
+
+}  // namespace
+
+std::vector<FleetSummary> SummarizeFleet(const wire::FleetStatus& now, std::string_view channel) {
+  std::vector<FleetSummary> out;
+  for (const ChannelSummary& s : Summarize(now, nullptr, channel)) {
+    out.push_back(SummarizeFleetChannel(now, s));
+  }
+  return out;
+}
+
 std::string ProgressBar(double fraction, int width) {
   width = std::max(width, 1);
   if (!(fraction >= 0)) fraction = 0;  // NaN too
@@ -479,6 +606,87 @@ std::string DescribeAttestations(const wire::FleetStatus& now, const std::string
   return out;
 }
 
+std::string PercentOf(double fraction) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%.1f%%", 100 * fraction);
+  return buf;
+}
+
+// Rows of cells as left-aligned columns two spaces apart, each line indented by `indent`.
+std::string Columns(const std::vector<std::vector<std::string>>& rows, size_t indent) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    widths.resize(std::max(widths.size(), row.size()));
+    for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], row[c].size());
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line(indent, ' ');
+    for (size_t c = 0; c < row.size(); ++c) {
+      line += row[c];
+      if (c + 1 < row.size()) line.append(widths[c] - row[c].size() + 2, ' ');
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+// A large fleet's summary in place of the fleet table (FleetSummary).
+std::string RenderFleetSummary(const FleetSummary& f, int width) {
+  constexpr size_t kRacksShown = 10;
+  std::string out = "\n" + Safe(f.channel) + ": " + std::to_string(f.nodes) +
+                    " nodes, summarized (--nodes lists every one)\n";
+  std::string states = "  states    ";
+  for (const auto& [name, count] : f.states) states += name + " " + std::to_string(count) + "  ";
+  out += Wrap(states.substr(0, states.find_last_not_of(' ') + 1), width, 12);
+  std::string histogram = "  progress  ";
+  for (size_t i = 0; i < FleetSummary::kBuckets; ++i) {
+    histogram +=
+        i == 10 ? "100%" : std::to_string(10 * i) + "-" + std::to_string(10 * i + 10) + "%";
+    histogram +=
+        " " + std::to_string(f.histogram[i]) + (i + 1 < FleetSummary::kBuckets ? "  " : "");
+  }
+  out += Wrap(histogram + "  (live agents)", width, 12);
+  if (f.least_advanced.empty()) {
+    out += "  least advanced: none, every live agent has it or failed\n";
+  } else {
+    out += "  least advanced\n";
+    std::vector<std::vector<std::string>> rows = {{"NODE", "HOST", "RACK", "STATE", "DONE"}};
+    for (const FleetSummary::Node& n : f.least_advanced) {
+      rows.push_back({std::to_string(n.node_id), n.hostname.empty() ? "-" : Safe(n.hostname),
+                      n.rack.empty() ? "-" : Safe(n.rack), n.state, PercentOf(n.progress)});
+    }
+    out += Columns(rows, 4);
+  }
+  if (f.racks.empty()) return out;
+  out += f.racks.size() > kRacksShown
+             ? "  racks, least advanced first (" + std::to_string(f.racks.size() - kRacksShown) +
+                   " more not shown)\n"
+             : "  racks, least advanced first\n";
+  std::vector<std::vector<std::string>> rows = {
+      {"RACK", "AGENTS", "DONE", "FAILED", "DEAD", "PROGRESS"}};
+  for (size_t i = 0; i < f.racks.size() && i < kRacksShown; ++i) {
+    const FleetSummary::Rack& r = f.racks[i];
+    rows.push_back({r.name.empty() ? "-" : Safe(r.name), std::to_string(r.agents),
+                    std::to_string(r.done), std::to_string(r.failed), std::to_string(r.dead),
+                    PercentOf(r.progress_sum / r.agents)});
+  }
+  return out + Columns(rows, 4);
+}
+
+// Whatever is still longer than `width` (0: no limit) is cut, so that nothing wraps.
+std::string FitLines(const std::string& text, int width) {
+  if (width <= 0) return text;
+  std::string fitted;
+  std::string_view rest = text;
+  while (!rest.empty()) {
+    const size_t nl = rest.find('\n');
+    fitted += TruncateColumns(rest.substr(0, nl), static_cast<size_t>(width)) + "\n";
+    rest.remove_prefix(nl == std::string_view::npos ? rest.size() : nl + 1);
+  }
+  return fitted;
+}
+
 }  // namespace
 
 std::string RenderStatus(const wire::FleetStatus& now, const wire::FleetStatus* earlier,
@@ -615,6 +823,14 @@ std::string RenderStatus(const wire::FleetStatus& now, const wire::FleetStatus* 
     out += rate + "\n";
   }
 
+  const size_t listed = live + dead + (options.show_left ? left : 0);
+  if (!options.list_nodes && listed > kSummaryAboveNodes) {
+    for (const ChannelSummary& s : summaries) {
+      out += RenderFleetSummary(SummarizeFleetChannel(now, s), options.width);
+    }
+    return FitLines(out, options.width);
+  }
+
   // The fleet table: one row per node and channel it reports on (or one row with no channel).
   std::map<std::string, std::pair<uint64_t, uint64_t>> targets;  // channel -> target, newest
   for (const ChannelSummary& s : summaries) targets[s.channel] = {s.target, s.version};
@@ -706,16 +922,7 @@ std::string RenderStatus(const wire::FleetStatus& now, const wire::FleetStatus* 
   });
   out += "\n" + RenderTable(rows, options.width, channels_shown.size() <= 1);
   if (hidden > 0) out += "... " + std::to_string(hidden) + " more rows (done ones first hidden)\n";
-  if (options.width <= 0) return out;
-  // Whatever is still too long is cut, so that nothing wraps.
-  std::string fitted;
-  std::string_view rest = out;
-  while (!rest.empty()) {
-    const size_t nl = rest.find('\n');
-    fitted += TruncateColumns(rest.substr(0, nl), static_cast<size_t>(options.width)) + "\n";
-    rest.remove_prefix(nl == std::string_view::npos ? rest.size() : nl + 1);
-  }
-  return fitted;
+  return FitLines(out, options.width);
 }
 
 std::string TruncateColumns(std::string_view line, size_t columns) {

@@ -12,9 +12,11 @@
 //           snapshot and this one; ETA = bytes left / verified rate
 // then a fleet table: one row per node and channel, failed ones first with their errors, fitted
 // to the width by shortening and then dropping the least needed columns. Nodes that left the
-// fleet on purpose (NodeStatus.left) are hidden unless asked for.
+// fleet on purpose (NodeStatus.left) are hidden unless asked for. Above kSummaryAboveNodes nodes
+// the table gives way to a summary (FleetSummary) unless every node is asked for.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -86,6 +88,49 @@ std::vector<ChannelSummary> Summarize(const coord::wire::FleetStatus& now,
                                       const coord::wire::FleetStatus* earlier,
                                       std::string_view channel = {});
 
+// What a large fleet shows instead of one row per node: per channel, over the nodes following
+// it (sources included; nodes that left are only counted), measured against the version the
+// bars are about (ChannelSummary::target). The fleet page computes the same from the status JSON
+// (docs/fleet_page.md, "The summary").
+struct FleetSummary {
+  struct Node {
+    uint64_t node_id = 0;
+    std::string hostname;
+    std::string rack;
+    std::string state;  // as in `states`
+    double progress = 0;
+  };
+  struct Rack {
+    std::string name;
+    uint32_t agents = 0;
+    uint32_t done = 0;    // live, not failed, with all of the version
+    uint32_t failed = 0;  // live and FAILED
+    uint32_t dead = 0;
+    double progress_sum = 0;  // over its agents; the mean is progress_sum / agents
+  };
+  static constexpr size_t kBuckets = 11;  // ten of 10% below 100%, and 100%
+  static constexpr size_t kLeastAdvanced = 10;
+
+  std::string channel;
+  uint32_t nodes = 0;  // following the channel, not left
+  // Nodes by state: the phase (FETCHING, PREPARED, ...) of live ones, "dead", plus "lagging"
+  // (live, not failed, under half the best node's progress, or committed on an older version than
+  // the fleet's) and "left" (gone on purpose). In the order to print them.
+  std::vector<std::pair<std::string, uint32_t>> states;
+  // Live agents (not sources) by progress: [i] counts those in [10i%, 10(i+1)%), [10] those done.
+  std::array<uint32_t, kBuckets> histogram{};
+  // The live agents that are neither failed nor done, least progress first (then node id).
+  std::vector<Node> least_advanced;
+  std::vector<Rack> racks;  // agents (not sources) by rack, least mean progress first
+};
+
+std::vector<FleetSummary> SummarizeFleet(const coord::wire::FleetStatus& now,
+                                         std::string_view channel = {});
+
+// Fleets above this many nodes (listed ones: nodes that left count only with show_left) get the
+// summary instead of the fleet table, unless ViewOptions::list_nodes.
+inline constexpr size_t kSummaryAboveNodes = 32;
+
 struct ViewOptions {
   std::string channel;     // empty: every channel
   int width = 100;         // columns available; every line fits (0: no limit)
@@ -93,6 +138,8 @@ struct ViewOptions {
   // Rows of the fleet table to draw at most (0: all); the rest are counted in one line. Failed,
   // dead and unfinished nodes are drawn before done ones when rows are short.
   size_t max_table_rows = 0;
+  // The fleet table of every node even above kSummaryAboveNodes (`status --nodes`).
+  bool list_nodes = false;
 };
 
 // The whole view, lines ending in '\n', no escape sequences.

@@ -5,14 +5,16 @@ and, as /api/status, a status of 1,000 agents from fleet_status_fixture. Chromiu
 the DevTools protocol on a pipe (--remote-debugging-pipe: no extra Python package). Checks: the
 summary's numbers (counts by state, histogram, least advanced, racks, rollout totals), that the
 table shows 50 rows a page and every node once over its pages, that the filter box selects rows
-and survives the next poll, and that the page renders in bounded time.
+and survives the next poll, and that the page renders in bounded time. Then `weightcast status
+--from` draws the same status: its summary must say what the page says.
 
-    python3 fleet_page_scale.py CHROMIUM PAGE_HTML [SCREENSHOT.png]"""
+    python3 fleet_page_scale.py CHROMIUM PAGE_HTML WEIGHTCAST [SCREENSHOT.png]"""
 
 import base64
 import http.server
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -216,9 +218,40 @@ def check_timing(b):
     assert slowest < RENDER_MS, "a render of %d nodes took %.0f ms" % (AGENTS, slowest)
 
 
+def check_cli(weightcast, status, want):
+    """`weightcast status --from` on the same status: the same summary as the page's."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as saved:
+        json.dump(status, saved)
+        saved.flush()
+        text = subprocess.run([weightcast, "status", "--from", saved.name], check=True,
+                              capture_output=True, text=True, env=dict(os.environ, COLUMNS="200"),
+                              timeout=60).stdout
+        listed = subprocess.run([weightcast, "status", "--from", saved.name, "--nodes"],
+                                check=True, capture_output=True, text=True,
+                                env=dict(os.environ, COLUMNS="200"), timeout=60).stdout
+    states = dict((name, int(count)) for name, count in
+                  re.findall(r"(\S+) (\d+)", re.search(r"\n  states +(.*)\n", text).group(1)))
+    assert states == want["states"], "status: states %s, want %s" % (states, want["states"])
+    histogram = [int(n) for n in re.findall(r"% (\d+)", re.search(
+        r"\n  progress +(.*)\(live agents\)", text, re.S).group(1))]
+    assert histogram == want["histogram"], "status: histogram %s" % histogram
+    slowest = re.findall(r"\n    (\d+) +gpu-", text)
+    assert slowest == want["slowest"], "status: least advanced %s" % slowest
+    assert "gpu-0999" not in text, "status lists nodes of a 1,000-node fleet without --nodes"
+    rows = len(re.findall(r"\n\d+ (?:gpu|trainer)-", listed))
+    assert rows == want["rows"], "status --nodes lists %d rows, want %d" % (rows, want["rows"])
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as bad:
+        bad.write('{"nodes": 3}')
+        bad.flush()
+        refused = subprocess.run([weightcast, "status", "--from", bad.name], capture_output=True,
+                                 text=True, timeout=60)
+    assert refused.returncode == 2 and "not a FleetStatus" in refused.stderr, refused.stderr
+    print("status --from ok: the same summary, and %d rows with --nodes" % rows)
+
+
 def main():
-    chromium, page_path = sys.argv[1], sys.argv[2]
-    screenshot = sys.argv[3] if len(sys.argv) > 3 else None
+    chromium, page_path, weightcast = sys.argv[1], sys.argv[2], sys.argv[3]
+    screenshot = sys.argv[4] if len(sys.argv) > 4 else None
     status = fixture.fleet_status(AGENTS)
     want = fixture.expected(status)
     server = serve(open(page_path, "rb").read(), json.dumps(fixture.served(status)).encode())
@@ -242,6 +275,7 @@ def main():
         finally:
             b.close()
             server.shutdown()
+    check_cli(weightcast, fixture.served(status), want)
     print("PASS fleet_page_scale")
 
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -401,6 +402,92 @@ TEST(Summarize, WireBytesOfNodesThatLeftStillCount) {
   EXPECT_EQ(s.bytes_sent, 19 * kMiB);
   EXPECT_EQ(s.bytes_received, 20 * kMiB);  // 10 MiB each from AddNode: agents 1 and 8
   EXPECT_EQ(s.followers, 1u);              // the agent that left is not a follower any more
+}
+
+// A fleet of `agents` on v2 of Fleet(): agent i (id 100 + i, rack "r" + i % 4) is dead when i % 10
+// is 1, failed when it is 2, else it has i % 10 tenths of v2 (9 is prepared: all of it).
+wire::FleetStatus LargeFleet(uint64_t agents) {
+  wire::FleetStatus now = Fleet(1000);
+  for (uint64_t i = 0; i < agents; ++i) {
+    const uint64_t tenth = i % 10;
+    const wire::Phase phase = tenth == 2   ? wire::PHASE_FAILED
+                              : tenth == 9 ? wire::PHASE_PREPARED
+                                           : wire::PHASE_FETCHING;
+    AddNode(now, 100 + i, tenth != 1, phase, 2, 1, tenth == 9 ? 100 : 10 * tenth);
+    now.mutable_nodes(now.nodes_size() - 1)->set_rack("r" + std::to_string(i % 4));
+  }
+  AddNode(now, 7, true, wire::PHASE_SEEDING, 2, 2, 100);
+  now.mutable_nodes(now.nodes_size() - 1)->set_source(true);
+  return now;
+}
+
+TEST(SummarizeFleet, CountsStatesProgressLeastAdvancedAndRacks) {
+  const wire::FleetStatus now = LargeFleet(40);
+  const std::vector<FleetSummary> summaries = SummarizeFleet(now);
+  ASSERT_EQ(summaries.size(), 1u);
+  const FleetSummary& f = summaries[0];
+  EXPECT_EQ(f.nodes, 41u);
+  // Lagging: live, not failed, below half the best (the prepared ones and the source have it
+  // all): tenths 0, 3 and 4.
+  const std::vector<std::pair<std::string, uint32_t>> states = {{"FAILED", 4},   {"dead", 4},
+                                                                {"lagging", 12}, {"FETCHING", 28},
+                                                                {"PREPARED", 4}, {"SEEDING", 1}};
+  EXPECT_EQ(f.states, states);
+  // Live agents: tenths 0, 3..8 in their buckets, the failed ones at 20%, prepared ones done.
+  const std::array<uint32_t, FleetSummary::kBuckets> histogram = {4, 0, 4, 4, 4, 4, 4, 4, 4, 0, 4};
+  EXPECT_EQ(f.histogram, histogram);
+  ASSERT_EQ(f.least_advanced.size(), FleetSummary::kLeastAdvanced);
+  EXPECT_EQ(f.least_advanced[0].node_id, 100u);  // tenth 0, lowest id first
+  EXPECT_EQ(f.least_advanced[0].state, "FETCHING (lagging)");
+  EXPECT_EQ(f.least_advanced[4].node_id, 103u);  // then the four at 30%
+  EXPECT_DOUBLE_EQ(f.least_advanced[4].progress, 0.3);
+  ASSERT_EQ(f.racks.size(), 4u);
+  uint32_t agents = 0, failed = 0, dead = 0, done = 0;
+  for (const FleetSummary::Rack& r : f.racks) {
+    agents += r.agents;
+    failed += r.failed;
+    dead += r.dead;
+    done += r.done;
+  }
+  EXPECT_EQ(agents, 40u);  // the source is not an agent of any rack
+  EXPECT_EQ(failed, 4u);
+  EXPECT_EQ(dead, 4u);
+  EXPECT_EQ(done, 4u);
+  for (size_t i = 1; i < f.racks.size(); ++i) {  // least advanced first
+    EXPECT_LE(f.racks[i - 1].progress_sum / f.racks[i - 1].agents,
+              f.racks[i].progress_sum / f.racks[i].agents);
+  }
+}
+
+TEST(RenderStatus, LargeFleetsGetTheSummaryUnlessEveryNodeIsAsked) {
+  // Up to kSummaryAboveNodes nodes: the table, as always.
+  std::string text =
+      RenderStatus(LargeFleet(kSummaryAboveNodes - 1), nullptr, {.channel = "", .width = 100});
+  EXPECT_NE(text.find("NODE"), std::string::npos) << text;
+  EXPECT_EQ(text.find("summarized"), std::string::npos) << text;
+
+  const wire::FleetStatus large = LargeFleet(1000);
+  text = RenderStatus(large, nullptr, {.channel = "", .width = 100});
+  ExpectFits(text, 100);
+  EXPECT_NE(text.find("policy: 1001 nodes, summarized (--nodes lists every one)\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("  states    FAILED 100  dead 100  lagging 300  FETCHING 700  PREPARED 100  "
+                      "SEEDING 1\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("  progress  0-10% 100  10-20% 0  20-30% 100"), std::string::npos) << text;
+  EXPECT_NE(text.find("    NODE  HOST     RACK  STATE               DONE\n"
+                      "    100   host100  r0    FETCHING (lagging)  0.0%\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("  racks, least advanced first\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("host999"), std::string::npos) << "no row per node";
+  EXPECT_LT(std::count(text.begin(), text.end(), '\n'), 45) << text;
+
+  text = RenderStatus(large, nullptr, {.channel = "", .width = 100, .list_nodes = true});
+  EXPECT_NE(text.find("1099 host1099"), std::string::npos);
+  EXPECT_EQ(text.find("summarized"), std::string::npos);
 }
 
 TEST(RenderStatus, FailedAgentsComeFirstWithTheirErrors) {
