@@ -14,7 +14,6 @@
 #include "coord/writer_text.h"
 #include "manifest/builder.h"
 #include "manifest/signed_manifest.h"
-#include "swarm/peer_lists.h"
 #include "util/text.h"
 
 namespace weightcast::coord {
@@ -996,7 +995,7 @@ void Coordinator::SweepLocked(net::TimePoint now) {
     ++it;
   }
   if (membership_changed_) {
-    RebuildPeerListsLocked();
+    UpdatePeerListsLocked();
     for (const auto& [name, channel] : log_->channels()) channels_to_decide_.insert(name);
   }
   for (const std::string& name : channels_to_decide_) DecideLocked(name, now);
@@ -1004,39 +1003,33 @@ void Coordinator::SweepLocked(net::TimePoint now) {
   CountMembersLocked();
 }
 
-void Coordinator::RebuildPeerListsLocked() {
+void Coordinator::UpdatePeerListsLocked() {
   membership_changed_ = false;
   ++counters_.peer_list_builds;
-  std::map<PeerId, std::vector<wire::PeerEntry>> previous;
-  previous.swap(peer_lists_);
-  // One graph per channel, over the live nodes following it; a node's list is the union of its
-  // lists in every channel it follows. nodes_ is ordered by id, so the input is deterministic.
-  std::map<std::string, std::vector<const Node*>> followers;
+  // One graph per channel, over the live nodes following it, changed only where membership
+  // changed; a node's list is the union of its lists in every channel it follows. nodes_ is
+  // ordered by id, so each change is deterministic.
+  std::map<std::string, std::map<PeerId, swarm::NodeInfo>> followers;
   for (const auto& [id, node] : nodes_) {
     if (!node->alive) continue;
     for (const std::string& channel : node->registration.channels()) {
-      followers[channel].push_back(node.get());
+      followers[channel][id] = {.id = node->id,
+                                .rack = node->registration.rack(),
+                                .degree = node->registration.source() ? options_.source_degree : 0};
     }
   }
+  for (auto it = peer_graphs_.begin(); it != peer_graphs_.end();) {
+    it = followers.contains(it->first) ? std::next(it) : peer_graphs_.erase(it);
+  }
   for (const auto& [channel, members] : followers) {
-    std::vector<swarm::NodeInfo> infos;
-    infos.reserve(members.size());
-    for (const Node* node : members) {
-      infos.push_back({.id = node->id,
-                       .rack = node->registration.rack(),
-                       .degree = node->registration.source() ? options_.source_degree : 0});
-    }
-    auto lists = swarm::BuildPeerLists(infos, {.degree = options_.degree,
-                                               .same_rack_fraction = options_.same_rack_fraction,
-                                               .seed = options_.seed ^ Fnv1a(channel)});
-    if (!lists.ok()) {
-      // Options were validated and ids are unique map keys: this is a bug, not bad input.
-      options_.log("peer lists for " + channel + ": " + lists.status().ToString());
-      continue;
-    }
-    for (size_t i = 0; i < members.size(); ++i) {
-      std::vector<wire::PeerEntry>& out = peer_lists_[members[i]->id];
-      for (PeerId peer : (*lists)[i]) {
+    UpdateChannelGraphLocked(channel, members);
+  }
+  std::map<PeerId, std::vector<wire::PeerEntry>> previous;
+  previous.swap(peer_lists_);
+  for (const auto& [channel, graph] : peer_graphs_) {
+    for (const auto& [id, info] : graph.members) {
+      std::vector<wire::PeerEntry>& out = peer_lists_[id];
+      for (PeerId peer : graph.graph.Neighbours(id)) {
         if (std::any_of(out.begin(), out.end(),
                         [&](const wire::PeerEntry& e) { return e.node_id() == peer.value(); })) {
           continue;
@@ -1067,6 +1060,45 @@ void Coordinator::RebuildPeerListsLocked() {
     push_pending_ = true;
     push_cv_.notify_one();
   }
+}
+
+void Coordinator::UpdateChannelGraphLocked(const std::string& channel,
+                                           const std::map<PeerId, swarm::NodeInfo>& members) {
+  auto [it, fresh] = peer_graphs_.try_emplace(channel);
+  ChannelGraph& graph = it->second;
+  if (fresh) {
+    // Options were validated when the coordinator started.
+    graph.graph = *swarm::PeerGraph::Create({.degree = options_.degree,
+                                             .same_rack_fraction = options_.same_rack_fraction,
+                                             .seed = options_.seed ^ Fnv1a(channel)});
+  }
+  // A node that changed rack or role leaves and joins again.
+  std::vector<PeerId> leaving;
+  std::vector<swarm::NodeInfo> joining;
+  for (const auto& [id, info] : graph.members) {
+    auto now = members.find(id);
+    if (now == members.end() || now->second.rack != info.rack ||
+        now->second.degree != info.degree) {
+      leaving.push_back(id);
+    }
+  }
+  for (const auto& [id, info] : members) {
+    auto before = graph.members.find(id);
+    if (before == graph.members.end() || before->second.rack != info.rack ||
+        before->second.degree != info.degree) {
+      joining.push_back(info);
+    }
+  }
+  if (leaving.empty() && joining.empty()) return;
+  Result<swarm::PeerGraphChange> change = graph.graph.Update(leaving, joining);
+  if (!change.ok()) {
+    // Ids are unique map keys and degrees validated: this is a bug, not bad input.
+    options_.log("peer lists for " + channel + ": " + change.status().ToString());
+    return;
+  }
+  graph.members = members;
+  counters_.peer_edges_added += change->added.size();
+  counters_.peer_edges_dropped += change->removed.size();
 }
 
 void Coordinator::DecideLocked(const std::string& name, net::TimePoint now) {

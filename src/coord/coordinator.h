@@ -46,6 +46,7 @@
 #include "coord/version_log.h"
 #include "net/clock.h"
 #include "net/transport.h"
+#include "swarm/peer_graph.h"
 #include "swarm/tuning.h"
 
 namespace weightcast::coord {
@@ -59,6 +60,10 @@ struct CoordinatorCounters {
   std::atomic<uint64_t> requests_failed{0};
   std::atomic<uint64_t> nodes_died{0};
   std::atomic<uint64_t> peer_list_builds{0};
+  // Edges the peer graphs made, and edges between staying nodes they dropped to make room (the
+  // connections a membership change costs the rest of the fleet).
+  std::atomic<uint64_t> peer_edges_added{0};
+  std::atomic<uint64_t> peer_edges_dropped{0};
   std::atomic<uint64_t> members_alive{0};      // a level, not a count
   std::atomic<uint64_t> members_dead{0};       // known, not alive, not left, not yet forgotten
   std::atomic<uint64_t> nodes_left{0};         // Leave requests taken
@@ -207,7 +212,9 @@ class Coordinator {
   // thousand. Sweep() always sweeps.
   void MaybeSweepLocked(net::TimePoint now);
   void SweepLocked(net::TimePoint now);
-  void RebuildPeerListsLocked();
+  void UpdatePeerListsLocked();
+  void UpdateChannelGraphLocked(const std::string& channel,
+                                const std::map<PeerId, swarm::NodeInfo>& members);
   void DecideLocked(const std::string& channel, net::TimePoint now);
   // Member counts, and per channel the failed, lagging and dead agents (ChannelMetrics).
   void CountMembersLocked();
@@ -277,6 +284,13 @@ class Coordinator {
   net::TimePoint last_sweep_{};
   bool membership_changed_ = true;  // peer lists must be rebuilt before they are served
   std::map<PeerId, std::vector<wire::PeerEntry>> peer_lists_;
+  // Per channel, the peer graph over the live nodes following it, and what each member joined
+  // as (a change of rack or role is a leave and a join).
+  struct ChannelGraph {
+    swarm::PeerGraph graph = *swarm::PeerGraph::Create({});
+    std::map<PeerId, swarm::NodeInfo> members;
+  };
+  std::map<std::string, ChannelGraph> peer_graphs_;
   std::set<std::string> channels_to_decide_;
   std::string last_decision_failure_;  // the last decision the store refused, logged once
   // Sharded publish. The version being assembled per channel (at most one), the reasons of the

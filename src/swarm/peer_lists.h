@@ -1,5 +1,6 @@
-// The coordinator's peer-list builder: who connects to whom. A pure, seeded function, so the
-// same membership and seed give the same graph (tests and the simulator rely on it).
+// Who connects to whom: the inputs of the peer graph (swarm/peer_graph.h), and a whole graph
+// built at once for a given membership. A pure, seeded function, so the same membership and seed
+// give the same graph.
 #pragma once
 
 #include <cstdint>
@@ -29,10 +30,10 @@ struct PeerListOptions {
   uint64_t seed = 1;
 };
 
-// Returns each node's neighbours, in the order of `nodes`. The graph is undirected, connected
-// (a ring over rack-grouped nodes is laid first), has no self-loops or repeated edges, and no
-// degree above its bound (NodeInfo::degree, else options.degree). Fails on duplicate ids or degree
-// < 2.
+// Returns each node's neighbours, in the order of `nodes`: a PeerGraph that all of `nodes` join
+// at once. The graph is undirected, connected (a ring over rack-grouped nodes is laid first), has
+// no self-loops or repeated edges, and no degree above its bound (NodeInfo::degree, else
+// options.degree). Fails on duplicate ids or degree < 2.
 Result<std::vector<std::vector<PeerId>>> BuildPeerLists(std::span<const NodeInfo> nodes,
                                                         const PeerListOptions& options);
 

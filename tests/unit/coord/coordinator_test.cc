@@ -561,6 +561,59 @@ TEST(Coordinator, LeaveMarksANodeLeftNotDeadAndDropsItAtOnce) {
   EXPECT_EQ(stranger->Leave().code(), Code::kFailedPrecondition);
 }
 
+// One death changes the lists of the dead node's neighbours, and nobody else's: every other
+// agent keeps every connection it has.
+TEST(Coordinator, ADeathChangesOnlyTheDeadNodesNeighboursLists) {
+  CoordinatorOptions options;
+  options.degree = 4;  // 30 nodes at degree 4: far from a complete graph
+  CoordinatorHarness h(options);
+  ASSERT_TRUE(h.Start().ok());
+  constexpr uint64_t kFirst = 100, kNodes = 30;
+  std::map<uint64_t, std::unique_ptr<CoordinatorClient>> nodes;
+  for (uint64_t id = kFirst; id < kFirst + kNodes; ++id) {
+    nodes[id] = h.Connect(id, net::Role::kAgent);
+    ASSERT_TRUE(nodes[id]->Register(AgentRegistration(id, "policy", id % 3 ? "a" : "b")).ok());
+  }
+  h.coordinator().Sweep();
+  auto lists = [&](uint64_t skip) {
+    std::map<uint64_t, std::set<uint64_t>> out;
+    for (auto& [id, client] : nodes) {
+      if (id == skip) continue;
+      auto reply = client->Heartbeat({});
+      EXPECT_TRUE(reply.ok());
+      if (reply.ok()) out[id] = PeerIds(*reply);
+    }
+    return out;
+  };
+  const std::map<uint64_t, std::set<uint64_t>> before = lists(0);
+  constexpr uint64_t kDead = 117;
+  const std::set<uint64_t> neighbours = before.at(kDead);
+  ASSERT_FALSE(neighbours.empty());
+
+  h.Advance(std::chrono::seconds(2));
+  lists(kDead);
+  h.Advance(std::chrono::milliseconds(1500));  // kDead silent for 3.5 s > 3 s
+  h.coordinator().Sweep();
+  const std::map<uint64_t, std::set<uint64_t>> after = lists(kDead);
+
+  size_t changed = 0;
+  for (const auto& [id, peers] : after) {
+    if (peers == before.at(id)) continue;
+    ++changed;
+    EXPECT_FALSE(peers.contains(kDead));
+    if (!neighbours.contains(id)) {
+      // Only a splice reaches past the neighbours, and keeps every old peer but one.
+      std::vector<uint64_t> lost;
+      std::set_difference(before.at(id).begin(), before.at(id).end(), peers.begin(), peers.end(),
+                          std::back_inserter(lost));
+      EXPECT_LE(lost.size(), 1u) << "node " << id;
+    }
+  }
+  // The dead node's neighbours, plus the two ends of at most one spliced edge.
+  EXPECT_LE(changed, neighbours.size() + 2);
+  EXPECT_LE(h.coordinator().counters().peer_edges_dropped.load(), 1u);
+}
+
 }  // namespace
 }  // namespace weightcast::coord
 
