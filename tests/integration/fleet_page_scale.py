@@ -270,7 +270,9 @@ def main():
             check_timing(b)
             if screenshot:
                 b.js("window.scrollTo(0, 0)")
-                shot = b.call("Page.captureScreenshot", format="png")
+                # The summary and the first rows of the table.
+                shot = b.call("Page.captureScreenshot", format="png", clip={
+                    "x": 0, "y": 0, "width": 1280, "height": 1500, "scale": 1})
                 open(screenshot, "wb").write(base64.b64decode(shot["data"]))
         finally:
             b.close()
