@@ -631,9 +631,25 @@ std::string Columns(const std::vector<std::vector<std::string>>& rows, size_t in
   return out;
 }
 
-// A large fleet's summary in place of the fleet table (FleetSummary).
-std::string RenderFleetSummary(const FleetSummary& f, int width) {
-  constexpr size_t kRacksShown = 10;
+// How many least advanced nodes and racks to list: up to 10 each, fewer when `max_rows` (0: no
+// limit) is short, so that a live view still fits the terminal's height.
+struct SummaryLists {
+  size_t least_advanced = FleetSummary::kLeastAdvanced;
+  size_t racks = 10;
+};
+SummaryLists ListsFor(size_t max_rows) {
+  SummaryLists lists;
+  if (max_rows == 0) return lists;
+  // The title, states, progress (two lines at 80 columns), two headings, two column headers.
+  constexpr size_t kFixedLines = 8;
+  const size_t rows = max_rows > kFixedLines + 2 ? max_rows - kFixedLines : 2;
+  lists.least_advanced = std::min(lists.least_advanced, (rows + 1) / 2);
+  lists.racks = std::min(lists.racks, rows / 2);
+  return lists;
+}
+
+// A large fleet's summary in place of the fleet table (FleetSummary), its lists cut to `lists`.
+std::string RenderFleetSummary(const FleetSummary& f, int width, SummaryLists lists) {
   std::string out = "\n" + Safe(f.channel) + ": " + std::to_string(f.nodes) +
                     " nodes, summarized (--nodes lists every one)\n";
   std::string states = "  states    ";
@@ -652,20 +668,21 @@ std::string RenderFleetSummary(const FleetSummary& f, int width) {
   } else {
     out += "  least advanced\n";
     std::vector<std::vector<std::string>> rows = {{"NODE", "HOST", "RACK", "STATE", "DONE"}};
-    for (const FleetSummary::Node& n : f.least_advanced) {
+    for (size_t i = 0; i < f.least_advanced.size() && i < lists.least_advanced; ++i) {
+      const FleetSummary::Node& n = f.least_advanced[i];
       rows.push_back({std::to_string(n.node_id), n.hostname.empty() ? "-" : Safe(n.hostname),
                       n.rack.empty() ? "-" : Safe(n.rack), n.state, PercentOf(n.progress)});
     }
     out += Columns(rows, 4);
   }
   if (f.racks.empty()) return out;
-  out += f.racks.size() > kRacksShown
-             ? "  racks, least advanced first (" + std::to_string(f.racks.size() - kRacksShown) +
+  out += f.racks.size() > lists.racks
+             ? "  racks, least advanced first (" + std::to_string(f.racks.size() - lists.racks) +
                    " more not shown)\n"
              : "  racks, least advanced first\n";
   std::vector<std::vector<std::string>> rows = {
       {"RACK", "AGENTS", "DONE", "FAILED", "DEAD", "PROGRESS"}};
-  for (size_t i = 0; i < f.racks.size() && i < kRacksShown; ++i) {
+  for (size_t i = 0; i < f.racks.size() && i < lists.racks; ++i) {
     const FleetSummary::Rack& r = f.racks[i];
     rows.push_back({r.name.empty() ? "-" : Safe(r.name), std::to_string(r.agents),
                     std::to_string(r.done), std::to_string(r.failed), std::to_string(r.dead),
@@ -825,8 +842,10 @@ std::string RenderStatus(const wire::FleetStatus& now, const wire::FleetStatus* 
 
   const size_t listed = live + dead + (options.show_left ? left : 0);
   if (!options.list_nodes && listed > kSummaryAboveNodes) {
+    const size_t rows_per_channel = options.max_table_rows / std::max<size_t>(1, summaries.size());
     for (const ChannelSummary& s : summaries) {
-      out += RenderFleetSummary(SummarizeFleetChannel(now, s), options.width);
+      out += RenderFleetSummary(SummarizeFleetChannel(now, s), options.width,
+                                ListsFor(options.max_table_rows == 0 ? 0 : rows_per_channel));
     }
     return FitLines(out, options.width);
   }

@@ -136,7 +136,8 @@ struct ViewOptions {
   int width = 100;         // columns available; every line fits (0: no limit)
   bool show_left = false;  // list nodes that left (NodeStatus.left) too
   // Rows of the fleet table to draw at most (0: all); the rest are counted in one line. Failed,
-  // dead and unfinished nodes are drawn before done ones when rows are short.
+  // dead and unfinished nodes are drawn before done ones when rows are short. A summary
+  // (FleetSummary) lists fewer least advanced nodes and racks to stay within as many lines.
   size_t max_table_rows = 0;
   // The fleet table of every node even above kSummaryAboveNodes (`status --nodes`).
   bool list_nodes = false;

@@ -485,6 +485,17 @@ TEST(RenderStatus, LargeFleetsGetTheSummaryUnlessEveryNodeIsAsked) {
   EXPECT_EQ(text.find("host999"), std::string::npos) << "no row per node";
   EXPECT_LT(std::count(text.begin(), text.end(), '\n'), 45) << text;
 
+  // A short terminal: the lists shrink, least advanced first still.
+  const std::string short_text = RenderStatus(
+      large, nullptr, {.channel = "", .width = 100, .max_table_rows = 14, .list_nodes = false});
+  EXPECT_NE(short_text.find("    100   host100  r0    FETCHING (lagging)  0.0%\n"),
+            std::string::npos)
+      << short_text;
+  EXPECT_NE(short_text.find("racks, least advanced first (1 more not shown)"), std::string::npos)
+      << short_text;
+  const std::string summary = short_text.substr(short_text.find("policy: 1001 nodes"));
+  EXPECT_LE(std::count(summary.begin(), summary.end(), '\n'), 14) << summary;
+
   text = RenderStatus(large, nullptr, {.channel = "", .width = 100, .list_nodes = true});
   EXPECT_NE(text.find("1099 host1099"), std::string::npos);
   EXPECT_EQ(text.find("summarized"), std::string::npos);
