@@ -3,8 +3,8 @@
 A local HTTP server serves the page (src/coord/fleet_page.html, the file the coordinator embeds)
 and, as /api/status, a status of 1,000 agents from fleet_status_fixture. Chromium is driven over
 the DevTools protocol on a pipe (--remote-debugging-pipe: no extra Python package). Checks: the
-summary's numbers (counts by state, histogram, least advanced, racks, rollout totals), that the
-table shows 50 rows a page and every node once over its pages, that the filter box selects rows
+summary's numbers (counts by state, histogram, least advanced, racks, rollout totals, the
+attestation mismatch), that the table shows 50 rows a page and every node once over its pages, that the filter box selects rows
 and survives the next poll, and that the page renders in bounded time. Then `weightcast status
 --from` draws the same status: its summary must say what the page says.
 
@@ -26,8 +26,10 @@ import fleet_status_fixture as fixture  # noqa: E402
 
 AGENTS = 1000
 PAGE_ROWS = 50
-# Bounds on a slow, shared CI machine; a render of 1,000 nodes takes a few ms on a laptop.
-FIRST_RENDER_MS = 5000
+# Bounds for a slow, shared CI machine, not targets: on 2 busy cores the first render of 1,000
+# nodes (script not yet optimized) takes 60-200 ms, later ones 10-40 ms.
+FIRST_RENDER_MS = 5000   # from navigation to the first render done
+FIRST_RENDER_TOOK_MS = 1500
 RENDER_MS = 500
 # The table is paged: the DOM stays small whatever the fleet's size.
 MAX_ELEMENTS = 3000
@@ -145,6 +147,9 @@ def check_summary(b, want):
     assert racks == want_racks, "racks %s, want %s" % (racks, want_racks)
     totals = b.js("document.querySelector('.totals').textContent")
     assert totals.startswith("source upload 1.00 GiB · agents received "), totals
+    mismatch = b.js("document.querySelector('.attest-mismatch').textContent")
+    assert mismatch == ("1 node(s) serve live tensors that differ from the committed bytes: " +
+                        want["mismatched"]), mismatch
     header = b.js("document.getElementById('summary').textContent")
     assert header == "%d nodes (%d live, %d dead), 3 left" % (
         want["rows"], want["rows"] - want["states"]["dead"], want["states"]["dead"]), header
@@ -211,11 +216,12 @@ def check_filter(b, want):
 def check_timing(b):
     renders = b.js("performance.getEntriesByName('render').map((m) => [m.startTime, m.duration])")
     first_done = renders[0][0] + renders[0][1]
-    slowest = max(d for _, d in renders)
     print("first render done %.0f ms after navigation; renders %s ms" % (
         first_done, [round(d, 1) for _, d in renders]))
     assert first_done < FIRST_RENDER_MS, "first render done after %.0f ms" % first_done
-    assert slowest < RENDER_MS, "a render of %d nodes took %.0f ms" % (AGENTS, slowest)
+    assert renders[0][1] < FIRST_RENDER_TOOK_MS, "the first render took %.0f ms" % renders[0][1]
+    later = max([d for _, d in renders[1:]], default=0)
+    assert later < RENDER_MS, "a render of %d nodes took %.0f ms" % (AGENTS, later)
 
 
 def check_cli(weightcast, status, want):

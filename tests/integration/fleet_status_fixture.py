@@ -16,6 +16,7 @@ CHUNKS = 1024                 # v2: 1 GiB in 1 MiB chunks
 TOTAL = CHUNKS * MIB
 CHANNEL = "policy"
 NOW_MS = 1_790_000_000_000
+MISMATCHED = 5  # the agent whose attestation mismatches
 
 
 def kind_of(i):
@@ -66,6 +67,10 @@ def agent(i, racks):
     sent = chunks * MIB // 2
     n = node(1000 + i, "gpu-%04d" % i, "rack-%02d" % (i % racks), kind != "dead",
              progress(version, phase, 1, chunks, sent, error))
+    if i == MISMATCHED:  # its sampler serves live tensors that differ from the committed v1
+        n["channels"][0]["attestation"] = {"version": "1", "digest": "",
+                                           "verdict": "ATTESTATION_MISMATCH",
+                                           "unix_ms": str(NOW_MS - 2000)}
     n["kind"] = kind  # removed before serving; what expected() works from
     return n
 
@@ -140,6 +145,7 @@ def expected(status):
             "states": states, "histogram": histogram,
             "slowest": [n["node_id"] for n in slow[:10]], "racks": racks,
             "source_upload": 1024 * MIB, "received": received,
+            "mismatched": "node %d (gpu-%04d) v1" % (1000 + MISMATCHED, MISMATCHED),
             "ids": sorted([n["node_id"] for n in agents] + ["1"], key=int)}
 
 
