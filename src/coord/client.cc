@@ -272,10 +272,11 @@ Result<wire::RegisterReply> CoordinatorClient::Register(const wire::Register& re
   return std::move(*reply.mutable_register_reply());
 }
 
-Result<wire::HeartbeatReply> CoordinatorClient::Heartbeat(const wire::Heartbeat& request) {
+Result<wire::HeartbeatReply> CoordinatorClient::Heartbeat(const wire::Heartbeat& request,
+                                                          net::Duration timeout) {
   wire::Envelope envelope;
   *envelope.mutable_heartbeat() = request;
-  WC_ASSIGN_OR_RETURN(wire::Envelope reply, Call(std::move(envelope)));
+  WC_ASSIGN_OR_RETURN(wire::Envelope reply, Call(std::move(envelope), timeout));
   return std::move(*reply.mutable_heartbeat_reply());
 }
 

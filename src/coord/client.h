@@ -57,7 +57,9 @@ class CoordinatorClient {
   Result<wire::RegisterReply> Register(const wire::Register& request);
   // A long poll when request.wait_ms() is above 0: blocks up to that long (plus the round trip)
   // for a coordinator that holds it; the call's timeout must be above it (set_timeout).
-  Result<wire::HeartbeatReply> Heartbeat(const wire::Heartbeat& request);
+  // `timeout` zero: the client's (set_timeout).
+  Result<wire::HeartbeatReply> Heartbeat(const wire::Heartbeat& request,
+                                         net::Duration timeout = {});
   // Asks the coordinator to answer this connection's held heartbeat now (Heartbeat.wake).
   // Safe from any thread, also while a Heartbeat call is in flight; does not block on it and
   // waits for no reply (a coordinator without long polls answers it; the next call skips that).

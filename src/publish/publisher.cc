@@ -958,8 +958,8 @@ void Publisher::Stop() {
       }
       AddUploadedBytes(last);
       if (last.channels_size() > 0) {
-        client_->set_timeout(std::chrono::seconds(2));  // as long as Leave waits, at most
-        client_->Heartbeat(last).status().IgnoreError();
+        // Not held (wait_ms 0), and waited for no longer than Leave is.
+        client_->Heartbeat(last, std::chrono::seconds(2)).status().IgnoreError();
       }
       // A stop on purpose: listed as left, not dead, once it is gone. Best effort; an older
       // coordinator refuses it and marks this node dead at its heartbeat timeout as before.
