@@ -385,8 +385,8 @@ TEST(RenderStatus, NodesThatLeftAreHiddenUnlessAskedFor) {
   EXPECT_NE(text.find("\n  complete\n"), std::string::npos) << text;  // on a line of its own
 }
 
-// A publisher leaves once its --until holds; what it uploaded for the version still counts (the
-// fleet page's "source upload" read 0 B beside the agents' 32 MiB once it had left).
+// A publisher leaves once its --until holds; what it uploaded for the version still counts in the
+// rollout's wire bytes, as it does in the fleet page's "source upload".
 TEST(Summarize, WireBytesOfNodesThatLeftStillCount) {
   wire::FleetStatus now = Fleet(1000);
   AddNode(now, 1, true, wire::PHASE_COMMITTED, 2, 2, 100)->set_bytes_sent(kMiB);
