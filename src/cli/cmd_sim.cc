@@ -386,8 +386,7 @@ Status RunSim(const SimFlags& f) {
                  {"outstanding", c.tuning.max_outstanding},
                  {"slots", c.tuning.upload_slots},
                  {"source_slots", c.tuning.source_upload_slots},
-                 {"slot_per_peer", c.tuning.slot_per_peer},
-                 {"min_peers", c.tuning.min_peers}};
+                 {"slot_per_peer", c.tuning.slot_per_peer}};
   j["lower_bound_s"] = r.lower_bound;
   j["p50_s"] = p50;
   j["p99_s"] = p99;
@@ -404,7 +403,11 @@ Status RunSim(const SimFlags& f) {
   j["duplicate_bytes"] = r.duplicate_bytes;
   j["aborted_bytes"] = r.aborted_bytes;
   j["timeouts"] = r.timeouts;
-  j["replacement_peers"] = r.replacement_peers;
+  j["peer_graph"] = {{"membership_events", r.membership_events},
+                     {"edges_added", r.edges_added},
+                     {"edges_dropped", r.edges_dropped},
+                     {"edges_detached", r.edges_detached},
+                     {"max_dropped_per_event", r.max_dropped_per_event}};
   j["references"] = refs;
   j["rollout"] = rollouts;
   j["events"] = r.events;
@@ -458,9 +461,6 @@ void SetupSim(CLI::App& app) {
                 "by default, as in the agents")
       ->capture_default_str();
   cmd->add_option("--max-window", f->tuning.max_window_per_peer, "Largest adaptive window per peer")
-      ->capture_default_str();
-  cmd->add_option("--min-peers", f->tuning.min_peers,
-                  "Ask for replacement peers when fewer stay connected (0: never)")
       ->capture_default_str();
   cmd->add_option("--endgame", f->tuning.endgame_max_requests,
                   "Peers a chunk may be asked of at the end")

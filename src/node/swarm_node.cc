@@ -864,8 +864,6 @@ struct SwarmNode::Impl {
         Log("target failed: " + e.why);
         done_cv_.notify_all();
         return;
-      case EffectKind::kRequestPeers:
-        return;  // the coordinator hands out peer lists with every heartbeat reply anyway
     }
   }
 

@@ -11,7 +11,7 @@
 
 #include "sim/network.h"
 #include "sim/side_worker.h"
-#include "swarm/peer_lists.h"
+#include "swarm/peer_graph.h"
 #include "swarm/peer_protocol.h"
 
 namespace weightcast::sim {
@@ -33,7 +33,8 @@ enum class Ev : uint8_t {
   kDie,
   kJoin,
   kPeerGone,
-  kReplace,  // the coordinator's answer to kRequestPeers (chunk holds the count)
+  kLink,   // an edge the peer graph made: its ends connect
+  kLeave,  // the coordinator marks a dead node dead and takes it out of the peer graph
   kSample
 };
 
@@ -58,6 +59,7 @@ struct SimNode {
   NodeRole role = NodeRole::kHealthy;
   std::vector<uint32_t> nbrs;
   std::vector<uint8_t> link_up;  // parallel to nbrs
+  std::vector<uint8_t> listed;   // parallel to nbrs: the edge is in the peer graph
   // Parallel to nbrs: where this node sits in nodes_[nbrs[k]].nbrs, so the HAVE fan-out reads
   // the neighbour's side of a link without scanning its list.
   std::vector<uint32_t> rev;
@@ -113,8 +115,15 @@ class Fleet {
     if (k >= 0) nodes_[a].link_up[k] = up ? 1 : 0;
   }
   void Connect(double now, uint32_t a, uint32_t b);
-  // The simulated coordinator hands node `i` up to `count` new peers (not `lost`).
-  void Replace(double now, uint32_t i, uint32_t lost, uint32_t count);
+  swarm::NodeInfo InfoOf(uint32_t i) const;
+  // What the coordinator does on a membership change: one PeerGraph update. Edges it drops
+  // close (agents close connections to peers no longer listed); edges it makes connect one
+  // round trip later (the coordinator's push, then the connect).
+  Status ChangeGraph(double now, std::span<const PeerId> leaving,
+                     std::span<const swarm::NodeInfo> joining);
+  void ListEdge(uint32_t a, uint32_t b);
+  void UnlistEdge(double now, uint32_t a, uint32_t b);
+  void StopFlows(double now, uint32_t from, uint32_t to);
   void Apply(double now, uint32_t i, std::span<const Effect> effects);
   void Kill(double now, uint32_t i);
   void OnFlowDone(double now, FlowId f);
@@ -126,6 +135,7 @@ class Fleet {
   std::mt19937_64 rng_;
   std::vector<SimNode> nodes_;
   std::optional<Network> net_;
+  std::optional<swarm::PeerGraph> graph_;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> queue_;
   uint64_t seq_ = 0;
   uint32_t chunks_ = 0;
@@ -218,13 +228,6 @@ void Fleet::Apply(double now, uint32_t i, std::span<const Effect> effects) {
         Push(now + cfg_.latency, Ev::kPeerGone, peer, i, 0);
         break;
       }
-      case EffectKind::kRequestPeers:
-        // One round trip to the coordinator; connecting now would also re-enter node i's
-        // protocol while we walk its effects.
-        // No lost peer (asked on the timer): UINT32_MAX names no node.
-        Push(now + 2 * cfg_.latency, Ev::kReplace, i,
-             e.peer == PeerId() ? UINT32_MAX : ToNode(e.peer), e.count);
-        break;
       case EffectKind::kComplete:
         if (node.completed_at < 0 && i != 0) {
           node.completed_at = now;
@@ -241,41 +244,77 @@ void Fleet::Apply(double now, uint32_t i, std::span<const Effect> effects) {
   }
 }
 
-void Fleet::Replace(double now, uint32_t i, uint32_t lost, uint32_t count) {
-  const uint32_t n = static_cast<uint32_t>(nodes_.size());
-  auto live_links = [&](uint32_t j) {
-    uint32_t k = 0;
-    for (uint8_t up : nodes_[j].link_up) k += up;
-    return k;
-  };
-  std::uniform_real_distribution<double> unit(0, 1);
-  // Like the peer-list builder's extra edges: inside the rack with same_rack_fraction, else
-  // anywhere; only live, joined nodes with room under the degree bound, never an old neighbour.
-  // The first half of the tries take only nodes below the degree, as the builder's top-up links
-  // short nodes to each other: a node asking on its timer because its list named late joiners
-  // finds the other such nodes, and the fleet keeps its degree (a receiver with fewer peers
-  // than its neighbours gets a smaller share of their uploads). The rest take nodes with at
-  // most degree + 1 links, so that a node short after a death always finds some.
-  constexpr uint32_t kTries = 64;
-  for (uint32_t tries = 0; count > 0 && tries < kTries; ++tries) {
-    uint32_t lo = 0, hi = n;
-    if (cfg_.rack_size > 0 && unit(rng_) < cfg_.tuning.same_rack_fraction) {
-      lo = (i / cfg_.rack_size) * cfg_.rack_size;
-      hi = std::min(n, lo + cfg_.rack_size);
+swarm::NodeInfo Fleet::InfoOf(uint32_t i) const {
+  swarm::NodeInfo info;
+  info.id = ToPeer(i);
+  if (cfg_.rack_size > 0) info.rack = "r" + std::to_string(i / cfg_.rack_size);
+  if (i == 0) info.degree = cfg_.tuning.SourceDegree();
+  return info;
+}
+
+Status Fleet::ChangeGraph(double now, std::span<const PeerId> leaving,
+                          std::span<const swarm::NodeInfo> joining) {
+  WC_ASSIGN_OR_RETURN(swarm::PeerGraphChange change, graph_->Update(leaving, joining));
+  ++result_.membership_events;
+  result_.edges_added += change.added.size();
+  result_.edges_dropped += change.removed.size();
+  result_.edges_detached += change.detached.size();
+  result_.max_dropped_per_event =
+      std::max<uint64_t>(result_.max_dropped_per_event, change.removed.size());
+  for (const swarm::Edge& e : change.detached) UnlistEdge(now, ToNode(e.a), ToNode(e.b));
+  for (const swarm::Edge& e : change.removed) UnlistEdge(now, ToNode(e.a), ToNode(e.b));
+  for (const swarm::Edge& e : change.added) {
+    ListEdge(ToNode(e.a), ToNode(e.b));
+    Push(now + 2 * cfg_.latency, Ev::kLink, ToNode(e.a), ToNode(e.b), 0);
+  }
+  return Status::Ok();
+}
+
+void Fleet::ListEdge(uint32_t a, uint32_t b) {
+  const int k = LinkIndex(a, b);
+  if (k >= 0) {
+    nodes_[a].listed[k] = 1;
+    nodes_[b].listed[nodes_[a].rev[k]] = 1;
+    return;
+  }
+  SimNode& x = nodes_[a];
+  SimNode& y = nodes_[b];
+  x.rev.push_back(static_cast<uint32_t>(y.nbrs.size()));
+  y.rev.push_back(static_cast<uint32_t>(x.nbrs.size()));
+  x.nbrs.push_back(b);
+  y.nbrs.push_back(a);
+  x.link_up.push_back(0);
+  y.link_up.push_back(0);
+  x.listed.push_back(1);
+  y.listed.push_back(1);
+}
+
+void Fleet::UnlistEdge(double now, uint32_t a, uint32_t b) {
+  const int k = LinkIndex(a, b);
+  if (k < 0) return;
+  const uint32_t back = nodes_[a].rev[k];
+  nodes_[a].listed[k] = 0;
+  nodes_[b].listed[back] = 0;
+  if (!nodes_[a].link_up[k] && !nodes_[b].link_up[back]) return;  // not up, or a dead end
+  // Closed: what is in flight on it stops, and each end's protocol hears of it.
+  nodes_[a].link_up[k] = 0;
+  nodes_[b].link_up[back] = 0;
+  StopFlows(now, a, b);
+  StopFlows(now, b, a);
+  Push(now + cfg_.latency, Ev::kPeerGone, a, b, 0);
+  Push(now + cfg_.latency, Ev::kPeerGone, b, a, 0);
+}
+
+void Fleet::StopFlows(double now, uint32_t from, uint32_t to) {
+  SimNode& sender = nodes_[from];
+  for (size_t k = 0; k < sender.uploads.size();) {
+    if (sender.uploads[k].peer != to) {
+      ++k;
+      continue;
     }
-    const uint32_t j = lo + static_cast<uint32_t>(rng_() % (hi - lo));
-    if (j == i || j == lost || j == 0 || !nodes_[j].alive || !nodes_[j].joined) continue;
-    const uint32_t room = tries < kTries / 2 ? cfg_.tuning.degree - 1 : cfg_.tuning.degree;
-    if (LinkIndex(i, j) >= 0 || live_links(j) > room) continue;
-    nodes_[i].rev.push_back(static_cast<uint32_t>(nodes_[j].nbrs.size()));
-    nodes_[j].rev.push_back(static_cast<uint32_t>(nodes_[i].nbrs.size()));
-    nodes_[i].nbrs.push_back(j);
-    nodes_[i].link_up.push_back(0);
-    nodes_[j].nbrs.push_back(i);
-    nodes_[j].link_up.push_back(0);
-    Connect(now, i, j);
-    ++result_.replacement_peers;
-    --count;
+    sender.bytes_out += net_->Stop(now, sender.uploads[k].flow);
+    sender.uploads[k] = sender.uploads.back();
+    sender.uploads.pop_back();
   }
 }
 
@@ -306,6 +345,7 @@ void Fleet::Kill(double now, uint32_t i) {
     SetLink(node.nbrs[k], i, false);
     Push(now + cfg_.detect_delay, Ev::kPeerGone, node.nbrs[k], i, 0);
   }
+  Push(now + cfg_.membership_delay, Ev::kLeave, i, i, 0);
 }
 
 void Fleet::OnFlowDone(double now, FlowId f) {
@@ -395,22 +435,8 @@ Result<FleetResult> Fleet::Run() {
   }
   net_.emplace(std::move(links), std::move(racks), c.rebalance_interval);
 
-  std::vector<swarm::NodeInfo> infos(n);
-  for (uint32_t i = 0; i < n; ++i) {
-    infos[i].id = ToPeer(i);
-    if (c.rack_size > 0) infos[i].rack = "r" + std::to_string(i / c.rack_size);
-    if (i == 0) infos[i].degree = c.tuning.SourceDegree();
-  }
-  swarm::PeerListOptions plo;
-  plo.degree = c.tuning.degree;
-  plo.same_rack_fraction = c.tuning.same_rack_fraction;
-  plo.seed = c.seed;
-  WC_ASSIGN_OR_RETURN(auto lists, swarm::BuildPeerLists(infos, plo));
-
   for (uint32_t i = 0; i < n; ++i) {
     SimNode& node = nodes_[i];
-    for (PeerId p : lists[i]) node.nbrs.push_back(ToNode(p));
-    node.link_up.assign(node.nbrs.size(), 0);
     // Node 0 is the source (spread_first); the others are receivers.
     node.proto.emplace(
         swarm::PeerProtocolOptions{.node_id = ToPeer(i), .source = i == 0, .tuning = c.tuning});
@@ -430,22 +456,26 @@ Result<FleetResult> Fleet::Run() {
     (void)started;  // no peers yet: nothing to send
     node.joined = node.role != NodeRole::kLate;
   }
+  // The fleet that registered before the broadcast: one graph, as the coordinator builds it
+  // for nodes that register within one sweep. Late joiners join it when they come.
+  swarm::PeerListOptions plo;
+  plo.degree = c.tuning.degree;
+  plo.same_rack_fraction = c.tuning.same_rack_fraction;
+  plo.seed = c.seed;
+  WC_ASSIGN_OR_RETURN(swarm::PeerGraph graph, swarm::PeerGraph::Create(plo));
+  graph_.emplace(std::move(graph));
+  std::vector<swarm::NodeInfo> first;
   for (uint32_t i = 0; i < n; ++i) {
-    SimNode& node = nodes_[i];
-    node.rev.resize(node.nbrs.size());
-    for (size_t k = 0; k < node.nbrs.size(); ++k) {
-      const int back = LinkIndex(node.nbrs[k], i);
-      if (back < 0) return Internal("sim: peer lists are not symmetric");
-      node.rev[k] = static_cast<uint32_t>(back);
-    }
+    if (nodes_[i].joined) first.push_back(InfoOf(i));
   }
+  WC_ASSIGN_OR_RETURN(swarm::PeerGraphChange built, graph_->Update({}, first));
+  for (const swarm::Edge& e : built.added) ListEdge(ToNode(e.a), ToNode(e.b));
   pending_ = 0;
   for (uint32_t i = 1; i < n; ++i) pending_ += nodes_[i].role == NodeRole::kDies ? 0 : 1;
 
   for (uint32_t i = 0; i < n; ++i) {
-    if (!nodes_[i].joined) continue;
     for (uint32_t j : nodes_[i].nbrs) {
-      if (j > i && nodes_[j].joined) Connect(0, i, j);
+      if (j > i) Connect(0, i, j);
     }
   }
   std::uniform_real_distribution<double> jitter(0, c.tick);
@@ -479,6 +509,11 @@ Result<FleetResult> Fleet::Run() {
     if (e.kind == Ev::kSample) {
       Sample(now);
       Push(now + sample_every, Ev::kSample, 0, 0, 0);
+      continue;
+    }
+    if (e.kind == Ev::kLeave) {  // of a node already dead
+      const PeerId leaving[] = {ToPeer(e.to)};
+      WC_RETURN_IF_ERROR(ChangeGraph(now, leaving, {}));
       continue;
     }
     if (!to.alive) continue;
@@ -568,22 +603,28 @@ Result<FleetResult> Fleet::Run() {
       case Ev::kDie:
         Kill(now, e.to);
         break;
-      case Ev::kJoin:
+      case Ev::kJoin: {
         to.joined = true;
         to.joined_at = now;
-        for (uint32_t j : to.nbrs) {
-          if (nodes_[j].alive && nodes_[j].joined) Connect(now, e.to, j);
-        }
+        const swarm::NodeInfo joining[] = {InfoOf(e.to)};
+        WC_RETURN_IF_ERROR(ChangeGraph(now, {}, joining));
         Push(now + jitter(rng_), Ev::kTimer, e.to, e.to, 0);
         break;
+      }
+      case Ev::kLink: {
+        const int k = LinkIndex(e.to, e.from);
+        if (k >= 0 && to.listed[k] && !to.link_up[k] && nodes_[e.from].alive &&
+            nodes_[e.from].joined) {
+          Connect(now, e.to, e.from);
+        }
+        break;
+      }
       case Ev::kPeerGone:
         SetLink(e.to, e.from, false);
         Apply(now, e.to, to.proto->OnPeerDisconnected(t, ToPeer(e.from)));
         break;
-      case Ev::kReplace:
-        if (to.completed_at < 0) Replace(now, e.to, e.from, e.chunk);
-        break;
       case Ev::kSample:
+      case Ev::kLeave:
         break;
     }
   }

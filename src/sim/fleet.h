@@ -33,8 +33,11 @@ struct FleetConfig {
   double straggler_speed = 0.5;
   double late_fraction = 0;  // receivers that join late
   double late_at = 0.25;
-  double source_leaves_at = -1;     // < 0: never
-  double detect_delay = 1.0;        // seconds until peers notice a dead node
+  double source_leaves_at = -1;  // < 0: never
+  double detect_delay = 1.0;     // seconds until peers notice a dead node
+  // Seconds until the coordinator marks a dead node dead (its heartbeat timeout) and the peer
+  // graph repairs around it (swarm/peer_graph.h).
+  double membership_delay = 3.0;
   double rebalance_interval = 0.1;  // seconds between max-min recomputations (sim/network.h)
   // Scheduler and peer-list settings: by default exactly what an agent runs (swarm/tuning.h).
   swarm::Tuning tuning{};
@@ -87,7 +90,14 @@ struct FleetResult {
   uint64_t timeouts = 0;
   uint64_t requests = 0;
   uint64_t rejects = 0;
-  uint64_t replacement_peers = 0;  // links added in answer to kRequestPeers
+  // The peer graph (swarm::PeerGraph) through the run's membership changes (deaths, late
+  // joins; the first graph is not counted): edges made, edges between staying nodes dropped to
+  // make room, and the edges of nodes that left.
+  uint64_t membership_events = 0;
+  uint64_t edges_added = 0;
+  uint64_t edges_dropped = 0;
+  uint64_t edges_detached = 0;
+  uint64_t max_dropped_per_event = 0;
   uint32_t chunks = 0;
 };
 

@@ -477,12 +477,6 @@ void PeerProtocol::ExecuteOne(Time now, const Action& a) {
       target_->complete = true;
       Emit(EffectKind::kComplete);
       return;
-    case ActionKind::kRequestPeers: {
-      Effect& e = Emit(EffectKind::kRequestPeers);
-      e.peer = a.peer;
-      e.count = a.count;
-      return;
-    }
   }
 }
 

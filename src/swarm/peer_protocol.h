@@ -86,8 +86,7 @@ enum class EffectKind : uint8_t {
   // Delta payloads did not decode onto the base: the target is fetched as whole chunks (before
   // the kNewEpoch of the restart).
   kFetchWhole,
-  kComplete,      // every wanted chunk is verified (once per epoch that completes)
-  kRequestPeers,  // ask the coordinator for `count` more peers (not `peer`, just lost)
+  kComplete,  // every wanted chunk is verified (once per epoch that completes)
   // A chunk verified from the peer it was asked of, `took` after the request (a metric).
   kFetchTime,
   kFailed,  // the target cannot complete: `why` (a store error); it stays failed
@@ -100,7 +99,6 @@ struct Effect {
   PayloadKind item = PayloadKind::kRaw;
   uint8_t flags = 0;
   bool ban = false;
-  uint32_t count = 0;
   uint64_t epoch = 0;
   Duration took{};
   Message message{};

@@ -38,8 +38,6 @@ std::string_view ActionKindName(ActionKind kind) {
       return "drop_peer";
     case ActionKind::kComplete:
       return "complete";
-    case ActionKind::kRequestPeers:
-      return "request_peers";
   }
   return "unknown";
 }
@@ -154,13 +152,6 @@ void Scheduler::RecordDelivery(Time now, Peer& p, Time sent) {
   const double w = double(options_.window_per_peer) * (1.0 / p.service_s) / mean;
   p.window = static_cast<uint32_t>(
       std::clamp(std::lround(w), 1L, static_cast<long>(options_.max_window_per_peer)));
-}
-
-void Scheduler::MaybeRequestPeers(PeerId lost) {
-  if (options_.min_peers == 0 || live_peers_ >= options_.min_peers || missing_ == 0) return;
-  ++stats_.peer_requests;
-  Emit(ActionKind::kRequestPeers, lost, ChunkIndex(0), DropReason::kNone,
-       options_.min_peers - static_cast<uint32_t>(live_peers_));
 }
 
 std::optional<uint32_t> Scheduler::slot(PeerId peer) const {
@@ -381,7 +372,6 @@ void Scheduler::DropPeer(Time now, Peer& p, DropReason reason) {
   const PeerId id = p.id;
   Emit(ActionKind::kDropPeer, id, ChunkIndex(0), reason);
   ForgetPeer(now, p);
-  MaybeRequestPeers(id);
 }
 
 std::span<const Action> Scheduler::OnPeerConnected(Time now, PeerId peer, const ChunkSet& has,
@@ -438,7 +428,6 @@ std::span<const Action> Scheduler::OnPeerDisconnected(Time now, PeerId peer) {
   Peer* p = FindPeer(peer);
   if (p == nullptr) return Flush();
   ForgetPeer(now, *p);
-  MaybeRequestPeers(peer);
   TryServe(now);
   FillAll(now);
   return Flush();
@@ -691,15 +680,6 @@ std::span<const Action> Scheduler::OnTimer(Time now) {
         break;
       }
     }
-  }
-  // Short of min_peers without a loss (peers listed but not up yet, a short answer): ask again.
-  // A loss asks at once (MaybeRequestPeers in DropPeer and OnPeerDisconnected); this covers a
-  // node that never lost one. Its listed-but-absent peers (late joiners) would otherwise leave
-  // it short until they come (docs/swarm.md, "Replacement peers").
-  if (options_.min_peers > 0 && live_peers_ < options_.min_peers && missing_ > 0 &&
-      now >= next_peer_request_) {
-    next_peer_request_ = now + options_.peer_request_interval;
-    MaybeRequestPeers(PeerId(0));
   }
   TryServe(now);
   FillAll(now);

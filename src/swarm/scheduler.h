@@ -44,10 +44,6 @@ enum class ActionKind : uint8_t {
   kAnnounceHave,   // tell every connected peer we now hold `chunk` (peer is unset)
   kDropPeer,       // disconnect `peer` for `reason`; the scheduler has already forgotten it
   kComplete,       // every wanted chunk is verified (emitted once)
-  // Ask the coordinator for `count` more peers (fewer than min_peers are connected); `peer` is
-  // the one just lost, not to be handed back (unset when asked on the timer). The answer
-  // arrives as OnPeerConnected calls.
-  kRequestPeers,
 };
 std::string_view ActionKindName(ActionKind kind);
 
@@ -65,7 +61,6 @@ struct Action {
   PeerId peer;
   ChunkIndex chunk;
   DropReason reason = DropReason::kNone;
-  uint32_t count = 0;  // kRequestPeers: how many peers are wanted
   friend bool operator==(const Action&, const Action&) = default;
 };
 
@@ -82,10 +77,10 @@ struct SchedulerOptions {
   uint32_t upload_slots = 4;
   uint32_t serve_queue_limit = 32;
   // Run at least one upload slot per connected peer, whatever upload_slots says. With more
-  // peers than slots (replacement peers, a late joiner's links) some request always waits in
-  // the queue for a whole upload to end, and what that peer would forward waits with it: at
-  // 200 nodes, degree 25 with 24 slots put the median receiver 1.9% behind degree 24
-  // (docs/swarm.md, "Serving"). On in swarm::Tuning; SchedulerOptions alone leaves it off.
+  // peers than slots (a late joiner spliced in, a source's larger degree) some request always waits
+  // in the queue for a whole upload to end, and what that peer would forward waits with it: at 200
+  // nodes, degree 25 with 24 slots put the median receiver 1.9% behind degree 24 (docs/swarm.md,
+  // "Serving"). On in swarm::Tuning; SchedulerOptions alone leaves it off.
   bool slot_per_peer = false;
   // A request not answered by then is cancelled and asked of another peer.
   Duration request_timeout = std::chrono::seconds(30);
@@ -103,13 +98,6 @@ struct SchedulerOptions {
   // peer's window to 1.
   bool adaptive_window = false;
   uint32_t max_window_per_peer = 4;
-  // When a peer is lost (disconnect, drop) and fewer than this many stay connected, emit
-  // kRequestPeers so the coordinator can hand out replacements. 0: never ask. A node that is
-  // short without having lost anyone (its list named peers that are not up yet, such as late
-  // joiners, or an answer came back short) asks again on its timer, at most once per
-  // peer_request_interval.
-  uint32_t min_peers = 0;
-  Duration peer_request_interval = std::chrono::seconds(5);
   // Source behaviour: refuse requests for chunks already sent once while some chunk has never
   // been sent, so the source's upload spreads distinct chunks (each out once before any repeat).
   // After that first round, a repeat is refused to an asking peer for a while (the longer of
@@ -142,7 +130,6 @@ struct SchedulerStats {
   uint64_t chunks_failed = 0;
   uint64_t chunks_uploaded = 0;
   uint64_t requests_rejected = 0;
-  uint64_t peer_requests = 0;  // kRequestPeers emitted
 };
 
 class Scheduler {
@@ -248,9 +235,8 @@ class Scheduler {
 
   explicit Scheduler(SchedulerOptions options);
   std::span<const Action> Flush() { return {actions_.data(), actions_.size()}; }
-  void Emit(ActionKind kind, PeerId peer, ChunkIndex chunk, DropReason r = DropReason::kNone,
-            uint32_t count = 0) {
-    actions_.push_back(Action{kind, peer, chunk, r, count});
+  void Emit(ActionKind kind, PeerId peer, ChunkIndex chunk, DropReason r = DropReason::kNone) {
+    actions_.push_back(Action{kind, peer, chunk, r});
   }
   Peer* FindPeer(PeerId id);
   size_t SlotOf(const Peer& p) const { return static_cast<size_t>(&p - peers_.data()); }
@@ -283,8 +269,6 @@ class Scheduler {
   void UpdateEndgame();
   // Adaptive window: records a delivery from `p` of a request sent at `sent`, resizes its window.
   void RecordDelivery(Time now, Peer& p, Time sent);
-  // After losing `lost` (unset: on the timer): asks for replacements when below min_peers.
-  void MaybeRequestPeers(PeerId lost);
   void TryServe(Time now);
   // Uploads that may run at once: upload_slots (with slot_per_peer, at least the peers).
   size_t UploadSlots() const {
@@ -338,7 +322,6 @@ class Scheduler {
   uint32_t never_sent_ = 0;  // chunks in options_.spread we hold and never started uploading
   double upload_s_ = 0;      // smoothed seconds from kSendChunk to OnUploadDone (0: none yet)
   uint64_t arrivals_ = 0;
-  Time next_peer_request_{0};  // OnTimer asks for peers again no sooner (min_peers)
   std::mt19937_64 rng_;
   std::vector<Action> actions_;
   std::vector<uint32_t> pick_counts_;  // Pick's candidates per word (kept: no allocation)

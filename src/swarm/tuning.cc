@@ -13,7 +13,6 @@ void ApplyTuning(const Tuning& tuning, bool source, SchedulerOptions& options) {
       source && tuning.source_upload_slots > 0 ? tuning.source_upload_slots : tuning.upload_slots;
   options.serve_queue_limit = tuning.serve_queue_limit;
   options.slot_per_peer = tuning.slot_per_peer;
-  options.min_peers = source ? 0 : tuning.min_peers;
   options.endgame_max_requests = tuning.endgame_max_requests;
   options.request_timeout = tuning.request_timeout;
 }

@@ -32,14 +32,9 @@ struct Tuning {
   uint32_t upload_slots = 24;
   uint32_t source_upload_slots = 32;
   uint32_t serve_queue_limit = 32;
-  // At least one upload slot per connected peer (SchedulerOptions::slot_per_peer): a node with
-  // replacement peers or a late joiner's link has more peers than upload_slots.
+  // At least one upload slot per connected peer (SchedulerOptions::slot_per_peer): a source, or
+  // a node a late joiner spliced into, can have more peers than upload_slots.
   bool slot_per_peer = true;
-  // A receiver left with fewer peers asks the coordinator for replacements (0: never), when it
-  // loses one and, while short, on its timer (SchedulerOptions::peer_request_interval). The
-  // agent's coordinator rebuilds the peer lists over the live members whenever membership
-  // changes, which is how a real node gets them.
-  uint32_t min_peers = 24;
   uint32_t endgame_max_requests = 2;
   std::chrono::nanoseconds request_timeout = std::chrono::seconds(30);
 
@@ -48,7 +43,7 @@ struct Tuning {
 };
 
 // Copies the scheduler's share of `tuning` into `options`, for a receiver or a source (which
-// takes the source's slots and never asks for replacement peers). The caller sets the rest
+// takes the source's slots). The caller sets the rest
 // (chunk count, have and want sets, spread_first, seed).
 void ApplyTuning(const Tuning& tuning, bool source, SchedulerOptions& options);
 

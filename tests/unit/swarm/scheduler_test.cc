@@ -491,66 +491,16 @@ TEST(Scheduler, FixedWindowWhenNotAdaptive) {
   EXPECT_EQ(s.window(PeerId(9)), 0u);  // not connected
 }
 
-TEST(Scheduler, AsksForReplacementPeersWhenAPeerDies) {
+TEST(Scheduler, ADeadPeersRequestsMoveToLivePeers) {
   SchedulerOptions o;
   o.chunk_count = 8;
   o.window_per_peer = 1;
-  o.min_peers = 3;
   Scheduler s = Make(o);
   for (uint64_t p = 1; p <= 3; ++p) (void)s.OnPeerConnected(t0, PeerId(p), ChunkSet::Full(8));
-  const std::vector<Action> a = Copy(s.OnPeerDisconnected(t0, PeerId(2)));
-  EXPECT_TRUE(Contains(
-      a, Action{ActionKind::kRequestPeers, PeerId(2), ChunkIndex(0), DropReason::kNone, 1}));
-  EXPECT_EQ(s.stats().peer_requests, 1u);
+  ASSERT_EQ(s.outstanding_requests(), 3u);
+  (void)s.OnPeerDisconnected(t0, PeerId(2));
   // The dead peer's request went to a live peer, so nothing is stranded.
   EXPECT_EQ(s.outstanding_requests(), 2u);
-  // A bad chunk drops the peer and asks again (two short now).
-  const std::vector<Action> b = Copy(s.OnChunkFailed(t0, ChunkIndex(0), PeerId(1)));
-  EXPECT_TRUE(Contains(
-      b, Action{ActionKind::kRequestPeers, PeerId(1), ChunkIndex(0), DropReason::kNone, 2}));
-}
-
-TEST(Scheduler, NoReplacementRequestsWhenOffOrComplete) {
-  SchedulerOptions o;
-  o.chunk_count = 2;
-  o.window_per_peer = 2;
-  Scheduler off = Make(o);  // min_peers 0
-  (void)off.OnPeerConnected(t0, PeerId(1), ChunkSet::Full(2));
-  EXPECT_EQ(Count(Copy(off.OnPeerDisconnected(t0, PeerId(1))), ActionKind::kRequestPeers), 0u);
-  o.min_peers = 4;
-  Scheduler done = Make(o);
-  (void)done.OnPeerConnected(t0, PeerId(1), ChunkSet::Full(2));
-  (void)done.OnChunkVerified(t0, ChunkIndex(0), PeerId(1));
-  (void)done.OnChunkVerified(t0, ChunkIndex(1), PeerId(1));
-  ASSERT_TRUE(done.complete());
-  EXPECT_EQ(Count(Copy(done.OnPeerDisconnected(t0, PeerId(1))), ActionKind::kRequestPeers), 0u);
-}
-
-// A node whose list named peers that are not up yet (late joiners) is short of min_peers without
-// losing anyone: it asks on its timer, at most once per peer_request_interval, and stops once
-// it has enough peers or everything it wants.
-TEST(Scheduler, ShortOfMinPeersAsksOnTheTimerWithoutALoss) {
-  SchedulerOptions o;
-  o.chunk_count = 4;
-  o.window_per_peer = 1;
-  o.min_peers = 3;
-  o.peer_request_interval = seconds(5);
-  Scheduler s = Make(o);
-  (void)s.OnPeerConnected(t0, PeerId(1), ChunkSet::Full(4));
-  (void)s.OnPeerConnected(t0, PeerId(2), ChunkSet::Full(4));
-  EXPECT_TRUE(Contains(Copy(s.OnTimer(t0)), Action{ActionKind::kRequestPeers, PeerId(0),
-                                                   ChunkIndex(0), DropReason::kNone, 1}));
-  EXPECT_EQ(Count(Copy(s.OnTimer(t0 + seconds(4))), ActionKind::kRequestPeers), 0u);
-  EXPECT_EQ(Count(Copy(s.OnTimer(t0 + seconds(5))), ActionKind::kRequestPeers), 1u);
-  (void)s.OnPeerConnected(t0 + seconds(6), PeerId(3), ChunkSet::Full(4));
-  EXPECT_EQ(Count(Copy(s.OnTimer(t0 + seconds(20))), ActionKind::kRequestPeers), 0u);
-  EXPECT_EQ(s.stats().peer_requests, 2u);
-  // Complete: no more asking, however short.
-  (void)s.OnPeerDisconnected(t0 + seconds(21), PeerId(3));
-  for (uint32_t c = 0; c < 4; ++c)
-    (void)s.OnChunkVerified(t0 + seconds(21), ChunkIndex(c), PeerId(1));
-  ASSERT_TRUE(s.complete());
-  EXPECT_EQ(Count(Copy(s.OnTimer(t0 + seconds(40))), ActionKind::kRequestPeers), 0u);
 }
 
 // With slot_per_peer a node serves every connected peer at once even when it has more peers

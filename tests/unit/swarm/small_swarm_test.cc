@@ -69,7 +69,6 @@ Outcome RunSwarm(uint32_t nodes, uint32_t chunks, uint64_t seed, std::vector<Chu
         case ActionKind::kStopUpload:
         case ActionKind::kDropPeer:
         case ActionKind::kComplete:
-        case ActionKind::kRequestPeers:  // everyone is connected to everyone here
           break;
       }
     }

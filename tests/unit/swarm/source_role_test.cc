@@ -204,7 +204,6 @@ SwarmOutcome RunPartSeeds(uint32_t seeds, uint32_t receivers, uint32_t chunks, u
         case ActionKind::kStopUpload:
         case ActionKind::kDropPeer:
         case ActionKind::kComplete:
-        case ActionKind::kRequestPeers:
           break;
       }
     }

@@ -14,7 +14,6 @@ TEST(Tuning, DefaultsAreTheSimulatorsGoalSettings) {
   EXPECT_TRUE(t.adaptive_window);
   EXPECT_EQ(t.upload_slots, 24u);
   EXPECT_EQ(t.max_outstanding, 32u);
-  EXPECT_EQ(t.min_peers, 24u);
   EXPECT_TRUE(t.slot_per_peer);
   // Adaptive windows move requests only when the total exceeds the peers' share of one each.
   EXPECT_GT(t.max_outstanding, t.degree * t.window_per_peer);
@@ -27,8 +26,6 @@ TEST(Tuning, AppliesToAReceiverAndToASource) {
   ApplyTuning(t, /*source=*/true, source);
   EXPECT_EQ(receiver.upload_slots, t.upload_slots);
   EXPECT_EQ(source.upload_slots, t.source_upload_slots);
-  EXPECT_EQ(receiver.min_peers, t.min_peers);
-  EXPECT_EQ(source.min_peers, 0u) << "a source never asks for replacement peers";
   for (const SchedulerOptions* o : {&receiver, &source}) {
     EXPECT_EQ(o->window_per_peer, t.window_per_peer);
     EXPECT_EQ(o->max_window_per_peer, t.max_window_per_peer);
