@@ -197,8 +197,13 @@ int main(int argc, char** argv) {
       scenarios.push_back(s);
     }
   }
-  std::string out = "{\"bench\":\"peer_graph_churn\",\"scenarios\":[";
-  for (size_t i = 0; i < scenarios.size(); ++i) out += (i ? "," : "") + Run(scenarios[i]);
-  std::printf("%s]}\n", out.c_str());
+  // Scenarios keyed "<nodes>x<degree>" (the first of a repeated key wins in most readers).
+  std::string out = "{\"bench\":\"peer_graph_churn\",\"scenarios\":{";
+  for (size_t i = 0; i < scenarios.size(); ++i) {
+    const Scenario& s = scenarios[i];
+    out += std::string(i ? "," : "") + "\"" + std::to_string(s.nodes) + "x" +
+           std::to_string(s.degree) + "\":" + Run(s);
+  }
+  std::printf("%s}}\n", out.c_str());
   return 0;
 }

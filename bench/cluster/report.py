@@ -16,6 +16,7 @@ fraction of hosts done, and bytes_in is left empty.
 """
 
 import calendar
+import datetime
 import json
 import os
 import shutil
@@ -91,6 +92,31 @@ def published_version(path, version):
     return None
 
 
+def unlisted_peers(ph_dir, n, t_done, fault_time):
+    """Connections agents closed because the coordinator's peer lists stopped listing the peer
+    ("no longer listed"), until the slowest host was done: every one is a membership change's
+    cost to nodes that stayed. Those after the fault are counted apart."""
+    during, after_fault = 0, 0
+    for host in range(1, n):
+        for line in (read(os.path.join(ph_dir, f"log.{host}"), "") or "").splitlines():
+            if "no longer listed" not in line:
+                continue
+            try:
+                stamp = datetime.datetime.strptime(line.split()[0], "%Y-%m-%dT%H:%M:%S.%fZ")
+            except (ValueError, IndexError):
+                continue
+            t = stamp.replace(tzinfo=datetime.timezone.utc).timestamp()
+            if t > t_done:
+                continue
+            during += 1
+            if fault_time is not None and t >= float(fault_time):
+                after_fault += 1
+    out = {"unlisted_during_transfer": during}
+    if fault_time is not None:
+        out["unlisted_after_fault"] = after_fault
+    return out
+
+
 def phase_figures(ph_dir, params):
     n = params["hosts"]
     bound = params["bound_s"]
@@ -156,6 +182,9 @@ def phase_figures(ph_dir, params):
         for line in (read(os.path.join(ph_dir, "log.0"), "") or "").splitlines():
             if " published " in line and "prepare_s=" in line:
                 fig["publish_prepare_s"] = round(float(line.split("prepare_s=")[1].split()[0]), 3)
+    if system == "weightcast" and others:
+        fig.update(unlisted_peers(ph_dir, n, t0 + max(others.values()),
+                                  read(os.path.join(ph_dir, "fault_time"))))
     fig["_t0"], fig["_t_end"] = t0, t_end
     fig["_times"], fig["_up"] = times, up
     return fig
