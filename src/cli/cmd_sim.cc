@@ -17,7 +17,12 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #include "cli/command.h"
+#include "codec/version_codec.h"
+#include "format/safetensors.h"
+#include "manifest/builder.h"
 #include "manifest/chunk_size.h"
 #include "rollout/types.h"
 #include "sim/fleet.h"
@@ -25,6 +30,7 @@
 #include "sim/reference.h"
 #include "sim/rollout.h"
 #include "swarm/tuning.h"
+#include "synth/model.h"
 #include "util/file.h"
 #include "util/text.h"
 
@@ -44,6 +50,13 @@ struct SimFlags {
   double stragglers = 0, straggler_speed = 0.5;
   double late = 0, late_at = 0.25;
   double source_leaves_at = -1;
+  // A delta step instead of a full version: every receiver holds the base and fetches payloads
+  // for the changed chunks (--changed of them), each --delta-ratio x its chunk, or the ratios the
+  // real encoder gives on a synthetic RL step ("encoder").
+  bool delta = false;
+  std::string delta_ratio = "encoder";
+  double changed = 1.0;
+  double bad = 0;  // receivers whose every upload fails its check
   // Scheduler settings: an agent's defaults (swarm/tuning.h) unless a flag says otherwise.
   swarm::Tuning tuning{};
   std::string timeout = std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -79,6 +92,8 @@ const char* RoleName(sim::NodeRole role) {
       return "straggler";
     case sim::NodeRole::kLate:
       return "late";
+    case sim::NodeRole::kBad:
+      return "bad";
   }
   return "?";
 }
@@ -139,6 +154,75 @@ Status WriteOutputs(const SimFlags& f, const sim::FleetResult& r) {
   return Status::Ok();
 }
 
+// The payload ratios of one RL-like step as the real encoder makes them: a Llama-shaped bf16
+// checkpoint of kProbeBytes (synth model) and its first Adam step (synth steps; about 1-2% of the
+// elements change, docs/synth.md), both cut into kProbeChunk chunks and encoded as the publisher
+// encodes a delta version (codec::EncodeVersion, default options). Each changed chunk gives its
+// payload size over its chunk size; the simulator scales these to its own chunks.
+struct EncoderProbe {
+  std::vector<double> ratios;  // changed chunks, in chunk order
+  uint64_t bytes = 0, chunk_bytes = 0, chunks = 0, payload_bytes = 0;
+  double changed_elements = 0;  // fraction of the step's updated elements that changed
+  double seconds = 0;
+};
+
+constexpr uint64_t kProbeBytes = 256ull << 20;
+constexpr uint64_t kProbeChunk = 8ull << 20;
+
+Result<EncoderProbe> ProbeEncoder(uint64_t seed) {
+  namespace fs = std::filesystem;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::error_code ec;
+  const fs::path dir =
+      fs::temp_directory_path(ec) /
+      ("weightcast-sim-probe-" + std::to_string(::getpid()) + "-" + std::to_string(seed));
+  if (ec) return IoError("sim: no temporary directory: " + ec.message());
+  fs::remove_all(dir, ec);
+  // Removed however this returns.
+  std::unique_ptr<const fs::path, void (*)(const fs::path*)> cleanup(&dir, [](const fs::path* d) {
+    std::error_code ignored;
+    fs::remove_all(*d, ignored);
+  });
+  synth::SynthModelOptions model;
+  model.out_dir = dir / "base";
+  model.target_bytes = kProbeBytes;
+  model.seed = seed;
+  WC_ASSIGN_OR_RETURN(synth::SynthModelSummary summary, synth::WriteSynthModel(model));
+  (void)summary;
+  synth::SynthStepsOptions steps;  // one step, the default Adam settings
+  steps.from = dir / "base";
+  steps.out_dir = dir / "steps";
+  steps.seed = seed;
+  WC_ASSIGN_OR_RETURN(std::vector<synth::StepStats> stats, synth::WriteSynthSteps(steps));
+  WC_ASSIGN_OR_RETURN(Checkpoint base_ckpt, OpenCheckpoint(dir / "base"));
+  WC_ASSIGN_OR_RETURN(Checkpoint step_ckpt, OpenCheckpoint(stats.at(0).dir));
+  BuildOptions build;
+  build.chunk_size = kProbeChunk;
+  WC_ASSIGN_OR_RETURN(Manifest base, BuildManifest(base_ckpt, "probe", Version(1), build));
+  WC_ASSIGN_OR_RETURN(Manifest step, BuildManifest(step_ckpt, "probe", Version(2), build));
+  WC_ASSIGN_OR_RETURN(codec::SnapshotReader base_bytes,
+                      codec::SnapshotReader::Open(base_ckpt.root, base));
+  WC_ASSIGN_OR_RETURN(codec::SnapshotReader step_bytes,
+                      codec::SnapshotReader::Open(step_ckpt.root, step));
+  auto ignore_payload = [](ChunkIndex, std::span<const uint8_t>) { return Status::Ok(); };
+  WC_ASSIGN_OR_RETURN(DeltaInfo delta,
+                      codec::EncodeVersion(base, base_bytes, step, step_bytes, ignore_payload));
+  EncoderProbe probe;
+  probe.bytes = step.total_size();
+  probe.chunk_bytes = step.chunk_size;
+  probe.chunks = step.chunk_count();
+  probe.changed_elements = stats[0].changed_fraction();
+  for (uint32_t i = 0; i < step.chunk_count(); ++i) {
+    const DeltaChunk& d = delta.chunks[i];
+    if (d.encoding == ChunkEncoding::kSame) continue;
+    probe.payload_bytes += d.payload_size;
+    probe.ratios.push_back(double(d.payload_size) / double(step.ChunkRange(ChunkIndex(i)).size));
+  }
+  if (probe.ratios.empty()) return Internal("sim: the encoder probe's step changed no chunk");
+  probe.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return probe;
+}
+
 Status RunSim(const SimFlags& f) {
   sim::FleetConfig c;
   c.receivers = f.nodes;
@@ -171,8 +255,32 @@ Status RunSim(const SimFlags& f) {
     return InvalidArgument("--threads must be 0 (two on a machine with two cores or more), 1 or 2");
   }
   c.threads = f.threads;
-  if (f.die + f.stragglers + f.late > 1) {
-    return InvalidArgument("--die + --stragglers + --late must not exceed 1");
+  if (f.bad < 0 || f.bad >= 1) return InvalidArgument("--bad must be in [0, 1)");
+  if (f.die + f.stragglers + f.late + f.bad > 1) {
+    return InvalidArgument("--die + --stragglers + --late + --bad must not exceed 1");
+  }
+  c.bad_fraction = f.bad;
+  std::optional<EncoderProbe> probe;
+  if (f.delta) {
+    if (!(f.changed > 0 && f.changed <= 1)) return InvalidArgument("--changed must be in (0, 1]");
+    std::vector<double> ratios;
+    if (f.delta_ratio == "encoder") {
+      WC_ASSIGN_OR_RETURN(EncoderProbe p, ProbeEncoder(f.seed));
+      ratios = p.ratios;
+      probe = std::move(p);
+    } else {
+      char* end = nullptr;
+      const double r = std::strtod(f.delta_ratio.c_str(), &end);
+      if (end == f.delta_ratio.c_str() || *end != '\0' || !(r > 0 && r <= 1)) {
+        return InvalidArgument("--delta-ratio must be a number in (0, 1] or 'encoder', not '" +
+                               f.delta_ratio + "'");
+      }
+      ratios.push_back(r);
+    }
+    WC_ASSIGN_OR_RETURN(c.payload_bytes, sim::DeltaPayloadSizes(c.total_bytes, c.chunk_bytes,
+                                                                f.changed, ratios, f.seed));
+  } else if (f.changed != 1.0 || f.delta_ratio != "encoder") {
+    return InvalidArgument("--changed and --delta-ratio need --delta");
   }
   // Rollout settings, checked before the long part.
   std::vector<sim::RolloutConfig> rollout_configs;
@@ -235,8 +343,17 @@ Status RunSim(const SimFlags& f) {
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   std::vector<double> all, healthy;
-  uint32_t incomplete = 0, incomplete_healthy = 0;
+  uint32_t incomplete = 0, incomplete_healthy = 0, healthy_nodes = 0;
+  uint32_t bad_nodes = 0, bad_completed = 0, bad_banned = 0;
   for (const sim::NodeResult& n : r.nodes) {
+    if (n.node != 0 && n.role == sim::NodeRole::kHealthy) ++healthy_nodes;
+    if (n.node != 0 && n.role == sim::NodeRole::kBad) {
+      // Not awaited: its neighbours ban it, and one banned by all of them cannot finish.
+      ++bad_nodes;
+      bad_completed += n.completed_at >= 0 ? 1 : 0;
+      bad_banned += n.banned_by > 0 ? 1 : 0;
+      continue;
+    }
     if (n.node == 0 || n.role == sim::NodeRole::kDies) continue;
     if (n.completed_at < 0) {
       ++incomplete;
@@ -247,6 +364,7 @@ Status RunSim(const SimFlags& f) {
     if (n.role == sim::NodeRole::kHealthy) healthy.push_back(n.completed_at);
   }
   const double s = double(c.total_bytes);
+  const double p = r.wanted_bytes;  // S, or a delta step's payload total P
   const double p50 = Quantile(all, 0.5), p99 = Quantile(all, 0.99), mx = Quantile(all, 1.0);
   const double healthy_max = Quantile(healthy, 1.0);
 
@@ -362,6 +480,23 @@ Status RunSim(const SimFlags& f) {
             << " s); " << incomplete << " receivers incomplete; " << r.timeouts << " timeouts; "
             << Fixed(r.duplicate_bytes / s, 3) << " x S duplicate bytes; " << r.events
             << " events in " << Fixed(wall, 2) << " s\n";
+  if (f.delta) {
+    std::cout << "delta step: " << r.changed_chunks << " of " << r.chunks
+              << " chunks changed, payloads P = " << FormatBytes(static_cast<uint64_t>(p)) << " ("
+              << Fixed(p / s, 4) << " x S); P/B = " << Fixed(p / c.bandwidth, 3) << " s";
+    if (probe) {
+      std::cout << "; encoder ratios from a " << FormatBytes(probe->bytes) << " step in "
+                << probe->chunks << " chunks of " << FormatBytes(probe->chunk_bytes) << " ("
+                << Fixed(100 * probe->changed_elements, 2) << "% of elements changed, payloads "
+                << Fixed(double(probe->payload_bytes) / double(probe->bytes), 4) << " x its size)";
+    }
+    std::cout << "\n";
+  }
+  if (bad_nodes > 0) {
+    std::cout << "bad peers: " << bad_nodes << " (" << bad_banned << " banned, " << bad_completed
+              << " completed); " << r.bad_arrivals << " corrupt items checked, " << r.bans
+              << " bans, " << r.corrupt_accepted << " accepted\n";
+  }
   std::cout << "references: " << refs.dump() << "\n";
   for (const std::string& line : rollout_lines) std::cout << line << "\n";
   if (!f.out.empty()) WC_RETURN_IF_ERROR(WriteOutputs(f, r));
@@ -378,6 +513,7 @@ Status RunSim(const SimFlags& f) {
   j["die"] = f.die;
   j["stragglers"] = f.stragglers;
   j["late"] = f.late;
+  j["bad"] = f.bad;
   j["tuning"] = {{"degree", c.tuning.degree},
                  {"source_degree", c.tuning.SourceDegree()},
                  {"window", c.tuning.window_per_peer},
@@ -387,6 +523,37 @@ Status RunSim(const SimFlags& f) {
                  {"slots", c.tuning.upload_slots},
                  {"source_slots", c.tuning.source_upload_slots},
                  {"slot_per_peer", c.tuning.slot_per_peer}};
+  if (f.delta) {
+    nlohmann::ordered_json d;
+    d["changed"] = f.changed;
+    d["delta_ratio"] = f.delta_ratio;
+    d["changed_chunks"] = r.changed_chunks;
+    d["payload_bytes"] = p;  // P
+    d["payload_over_s"] = p / s;
+    d["p_over_b_s"] = p / c.bandwidth;
+    if (probe) {
+      d["encoder"] = {{"bytes", probe->bytes},
+                      {"chunk_bytes", probe->chunk_bytes},
+                      {"chunks", probe->chunks},
+                      {"changed_chunks", probe->ratios.size()},
+                      {"changed_elements", probe->changed_elements},
+                      {"payload_bytes", probe->payload_bytes},
+                      {"payload_over_size", double(probe->payload_bytes) / double(probe->bytes)},
+                      {"probe_wall_s", probe->seconds}};
+    }
+    j["delta"] = d;
+  }
+  j["healthy_nodes"] = healthy_nodes;
+  j["healthy_completed"] = healthy.size();
+  j["healthy_completion_ratio"] = healthy_nodes > 0 ? double(healthy.size()) / healthy_nodes : 1.0;
+  if (bad_nodes > 0 || f.bad > 0) {
+    j["bad_peers"] = {{"nodes", bad_nodes},
+                      {"banned", bad_banned},
+                      {"completed", bad_completed},
+                      {"bad_arrivals", r.bad_arrivals},
+                      {"bans", r.bans},
+                      {"corrupt_accepted", r.corrupt_accepted}};
+  }
   j["lower_bound_s"] = r.lower_bound;
   j["p50_s"] = p50;
   j["p99_s"] = p99;
@@ -443,6 +610,18 @@ void SetupSim(CLI::App& app) {
   cmd->add_option("--late", f->late, "Fraction of receivers that join late");
   cmd->add_option("--late-at", f->late_at, "When they join, as a fraction of the lower bound");
   cmd->add_option("--source-leaves-at", f->source_leaves_at, "Seconds; the source leaves then");
+  cmd->add_option("--bad", f->bad,
+                  "Fraction of receivers whose every upload fails its check (their neighbours "
+                  "ban them)");
+  cmd->add_flag("--delta", f->delta,
+                "Simulate a delta step: every receiver holds the base and fetches the changed "
+                "chunks' payloads (the bound is P/B, P the payload total)");
+  cmd->add_option("--delta-ratio", f->delta_ratio,
+                  "With --delta: each changed chunk's payload over its size, R in (0, 1], or "
+                  "'encoder': the ratios the real codec gives on a synthetic RL step")
+      ->capture_default_str();
+  cmd->add_option("--changed", f->changed, "With --delta: the fraction of chunks that changed")
+      ->capture_default_str();
   // Defaults shown are an agent's (swarm/tuning.h): with no scheduler flag the simulation runs
   // exactly what the agents run.
   cmd->add_option("--degree", f->tuning.degree, "Peers per node")->capture_default_str();

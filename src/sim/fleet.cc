@@ -43,6 +43,9 @@ struct Event {
   uint64_t seq;
   uint32_t to, from, chunk;
   Ev kind;
+  // kRequest, kCancel, kReject: the message's code (the PayloadKind asked for); kArrive: the
+  // item's PayloadKind; kHave: the announced flags (kHaveWhole, kHavePayload).
+  uint8_t code;
   bool operator>(const Event& o) const { return t > o.t || (t == o.t && seq > o.seq); }
 };
 
@@ -68,14 +71,26 @@ struct SimNode {
   double died_at = -1;
   double joined_at = 0;
   double bytes_in = 0, bytes_out = 0, verified_bytes = 0;
+  uint32_t bans = 0, banned_by = 0;
 };
 
 PeerId ToPeer(uint32_t node) { return PeerId(node + 1); }
 uint32_t ToNode(PeerId peer) { return static_cast<uint32_t>(peer.value() - 1); }
 swarm::Time ToTime(double seconds) { return swarm::Time(static_cast<int64_t>(seconds * 1e9)); }
 
-// Every node runs one version, as whole chunks.
+// Every node runs one version: whole chunks, or a delta step's payloads onto a base it holds.
 constexpr Version kVersion(1);
+
+// A flow's tag: the chunk and the kind of item it carries (a whole chunk or a delta payload).
+uint64_t FlowTag(uint32_t chunk, swarm::PayloadKind item) {
+  return uint64_t{chunk} | (uint64_t(item) << 32);
+}
+uint32_t TagChunk(uint64_t tag) { return static_cast<uint32_t>(tag); }
+uint8_t TagItem(uint64_t tag) { return static_cast<uint8_t>(tag >> 32); }
+
+// Receivers whose completion the run waits for: not those that die, nor bad ones (their
+// neighbours ban them, and a node banned by all of them cannot finish).
+bool Awaited(NodeRole role) { return role != NodeRole::kDies && role != NodeRole::kBad; }
 
 // A control message as the protocol's owner would have parsed it off the wire.
 Message Control(MessageType type, uint32_t chunk, uint8_t code) {
@@ -87,6 +102,7 @@ class Fleet {
   explicit Fleet(const FleetConfig& c)
       : cfg_(c),
         have_to_holders_(c.have_to_holders),
+        delta_(!c.payload_bytes.empty()),
         rng_(c.seed),
         side_(c.threads == 0 ? std::thread::hardware_concurrency() >= 2 : c.threads >= 2) {}
   Result<FleetResult> Run();
@@ -96,8 +112,20 @@ class Fleet {
     const double start = double(c) * double(cfg_.chunk_bytes);
     return std::min(double(cfg_.chunk_bytes), double(cfg_.total_bytes) - start);
   }
-  void Push(double t, Ev kind, uint32_t to, uint32_t from, uint32_t chunk) {
-    queue_.push(Event{t, seq_++, to, from, chunk, kind});
+  // The bytes on the wire of chunk c sent as `item`: its delta payload, or the whole chunk (a
+  // delta target still serves whole chunks to a peer that asks for them).
+  double ItemSize(uint32_t c, uint8_t item) const {
+    return item == uint8_t(swarm::PayloadKind::kCodec) ? double(cfg_.payload_bytes[c])
+                                                       : ChunkSize(c);
+  }
+  // What a receiver fetches of chunk c: its payload in a delta step (0: copied from the base),
+  // the chunk otherwise.
+  double WantedSize(uint32_t c) const {
+    return delta_ ? double(cfg_.payload_bytes[c]) : ChunkSize(c);
+  }
+  swarm::TargetSpec SpecOf(uint32_t i) const;
+  void Push(double t, Ev kind, uint32_t to, uint32_t from, uint32_t chunk, uint8_t code = 0) {
+    queue_.push(Event{t, seq_++, to, from, chunk, kind, code});
   }
   int LinkIndex(uint32_t a, uint32_t b) const {
     const std::vector<uint32_t>& v = nodes_[a].nbrs;
@@ -127,11 +155,13 @@ class Fleet {
   void Apply(double now, uint32_t i, std::span<const Effect> effects);
   void Kill(double now, uint32_t i);
   void OnFlowDone(double now, FlowId f);
+  void OnArrive(double now, const Event& e);
   void Sample(double now);
   bool AllDone() const;
 
   FleetConfig cfg_;
   bool have_to_holders_;
+  bool delta_;  // a delta step: receivers hold the base and fetch payloads
   std::mt19937_64 rng_;
   std::vector<SimNode> nodes_;
   std::optional<Network> net_;
@@ -173,13 +203,13 @@ void Fleet::Apply(double now, uint32_t i, std::span<const Effect> effects) {
         if (!Linked(i, peer)) break;
         switch (e.message.type) {
           case MessageType::kRequest:
-            Push(now + cfg_.latency, Ev::kRequest, peer, i, e.message.chunk);
+            Push(now + cfg_.latency, Ev::kRequest, peer, i, e.message.chunk, e.message.code);
             break;
           case MessageType::kCancel:
-            Push(now + cfg_.latency, Ev::kCancel, peer, i, e.message.chunk);
+            Push(now + cfg_.latency, Ev::kCancel, peer, i, e.message.chunk, e.message.code);
             break;
           case MessageType::kReject:
-            Push(now + cfg_.latency, Ev::kReject, peer, i, e.message.chunk);
+            Push(now + cfg_.latency, Ev::kReject, peer, i, e.message.chunk, e.message.code);
             break;
           case MessageType::kSwarmHave:
             // Sent only when a link comes up: handed over at once, as the scheduler used to
@@ -197,7 +227,8 @@ void Fleet::Apply(double now, uint32_t i, std::span<const Effect> effects) {
       case EffectKind::kUpload: {
         const uint32_t peer = ToNode(e.peer);
         if (Linked(i, peer) && nodes_[peer].alive) {
-          const FlowId f = net_->Start(now, i, peer, ChunkSize(c), c);
+          const FlowId f =
+              net_->Start(now, i, peer, ItemSize(c, uint8_t(e.item)), FlowTag(c, e.item));
           node.uploads.push_back(Upload{f, peer, c});
         } else {
           // The receiver is gone but we have not noticed yet; the slot frees when we do.
@@ -219,12 +250,20 @@ void Fleet::Apply(double now, uint32_t i, std::span<const Effect> effects) {
       case EffectKind::kAnnounce:
         // One event for the whole broadcast (every link has the same latency); it fans out to
         // the neighbours still linked when it lands. Keeps the queue N*C, not N*C*degree.
-        node.verified_bytes += ChunkSize(c);
-        Push(now + cfg_.latency, Ev::kHave, i, i, c);
+        node.verified_bytes += WantedSize(c);
+        Push(now + cfg_.latency, Ev::kHave, i, i, c, e.flags);
         break;
       case EffectKind::kClose: {
         const uint32_t peer = ToNode(e.peer);
         SetLink(i, peer, false);
+        if (e.ban) {
+          // It sent a corrupt item: the agent drops the connection, so what the banned peer is
+          // still sending stops here (its own protocol hears of the close after the latency).
+          ++result_.bans;
+          ++node.bans;
+          ++nodes_[peer].banned_by;
+          StopFlows(now, peer, i);
+        }
         Push(now + cfg_.latency, Ev::kPeerGone, peer, i, 0);
         break;
       }
@@ -232,7 +271,7 @@ void Fleet::Apply(double now, uint32_t i, std::span<const Effect> effects) {
         if (node.completed_at < 0 && i != 0) {
           node.completed_at = now;
           ++complete_;
-          if (pending_ > 0) --pending_;
+          if (pending_ > 0 && Awaited(node.role)) --pending_;
         }
         break;
       case EffectKind::kNewEpoch:
@@ -323,7 +362,7 @@ void Fleet::Kill(double now, uint32_t i) {
   if (!node.alive) return;
   node.alive = false;
   node.died_at = now;
-  if (node.completed_at < 0 && i != 0 && node.role != NodeRole::kDies && pending_ > 0) --pending_;
+  if (node.completed_at < 0 && i != 0 && Awaited(node.role) && pending_ > 0) --pending_;
   // Flows in and out stop now; the bytes already moved count as aborted.
   while (!net_->flows_out(i).empty()) node.bytes_out += net_->Stop(now, net_->flows_out(i)[0]);
   while (!net_->flows_in(i).empty()) {
@@ -350,11 +389,11 @@ void Fleet::Kill(double now, uint32_t i) {
 
 void Fleet::OnFlowDone(double now, FlowId f) {
   const uint32_t src = net_->src(f), dst = net_->dst(f);
-  const uint32_t c = static_cast<uint32_t>(net_->tag(f));
+  const uint32_t c = TagChunk(net_->tag(f));
   const double bytes = net_->bytes(f);
   SimNode& s = nodes_[src];
   s.bytes_out += bytes;
-  if (src == 0 && result_.source_first_round_done < 0 && s.bytes_out >= double(cfg_.total_bytes)) {
+  if (src == 0 && result_.source_first_round_done < 0 && s.bytes_out >= want_bytes_) {
     result_.source_first_round_done = now;
   }
   for (size_t k = 0; k < s.uploads.size(); ++k) {
@@ -364,8 +403,70 @@ void Fleet::OnFlowDone(double now, FlowId f) {
       break;
     }
   }
-  Push(now + cfg_.latency, Ev::kArrive, dst, src, c);
+  Push(now + cfg_.latency, Ev::kArrive, dst, src, c, TagItem(net_->tag(f)));
   Apply(now, src, s.proto->OnUploadDone(ToTime(now), s.proto->epoch(), ToPeer(dst), ChunkIndex(c)));
+}
+
+// A chunk item landed: checked when it answers an open request (an agent drops the rest unread).
+// An item from a bad node fails its check, as a corrupt payload or chunk fails its hash at an
+// agent; the protocol then bans the sender and asks someone else.
+void Fleet::OnArrive(double now, const Event& e) {
+  SimNode& to = nodes_[e.to];
+  const swarm::Time t = ToTime(now);
+  const ChunkIndex chunk(e.chunk);
+  const double bytes = ItemSize(e.chunk, e.code);
+  to.bytes_in += bytes;
+  const swarm::Arrival arrival =
+      to.proto->OnChunkArrived(t, ToPeer(e.from), kVersion, chunk, e.code);
+  if (!arrival.check) {
+    result_.duplicate_bytes += bytes;
+    return;
+  }
+  if (nodes_[e.from].role != NodeRole::kBad) {
+    Apply(now, e.to,
+          to.proto->OnChunkChecked(t, arrival.epoch, ToPeer(e.from), chunk,
+                                   swarm::CheckOutcome::kOk, std::string()));
+    return;
+  }
+  ++result_.bad_arrivals;
+  const std::span<const Effect> effects =
+      to.proto->OnChunkChecked(t, arrival.epoch, ToPeer(e.from), chunk,
+                               swarm::CheckOutcome::kCorrupt, "does not match its manifest hash");
+  // The corrupt item must not count as held: no HAVE of it, no completion on it.
+  for (const Effect& effect : effects) {
+    if ((effect.kind == EffectKind::kAnnounce && effect.chunk == chunk) ||
+        effect.kind == EffectKind::kComplete) {
+      ++result_.corrupt_accepted;
+    }
+  }
+  Apply(now, e.to, effects);
+}
+
+// What node i holds and wants, as node::SwarmNode builds it: the source seeds every chunk (and,
+// in a delta step, every payload); a receiver wants every chunk, and in a delta step it holds
+// the unchanged ones already (copied from its base) and fetches payloads for the others.
+swarm::TargetSpec Fleet::SpecOf(uint32_t i) const {
+  const bool source = i == 0;
+  swarm::TargetSpec spec{.version = kVersion,
+                         .chunk_count = chunks_,
+                         .whole = std::vector<bool>(chunks_, source),
+                         .payload = std::vector<bool>(chunks_, false),
+                         .want = std::vector<bool>(chunks_, true),
+                         .source = source,
+                         .fetch_payloads = delta_ && !source,
+                         .total_bytes = cfg_.total_bytes,
+                         .chunk_bytes = cfg_.chunk_bytes,
+                         .payload_bytes = cfg_.payload_bytes,
+                         .seed = cfg_.seed * 1000003 + i,
+                         .preferred = {}};
+  if (delta_) {
+    for (uint32_t c = 0; c < chunks_; ++c) {
+      const bool changed = cfg_.payload_bytes[c] != 0;
+      if (source) spec.payload[c] = changed;
+      if (!source && !changed) spec.whole[c] = true;
+    }
+  }
+  return spec;
 }
 
 void Fleet::Sample(double now) {
@@ -394,9 +495,28 @@ Result<FleetResult> Fleet::Run() {
                            " chunks is too many to simulate; use a larger chunk size");
   }
   chunks_ = static_cast<uint32_t>(chunks64);
-  want_bytes_ = double(c.total_bytes);
+  if (c.bad_fraction < 0 || c.bad_fraction >= 1) {
+    return InvalidArgument("sim: the bad fraction must be in [0, 1)");
+  }
+  if (delta_) {
+    if (c.payload_bytes.size() != chunks_) {
+      return InvalidArgument("sim: " + std::to_string(c.payload_bytes.size()) +
+                             " payload sizes for " + std::to_string(chunks_) + " chunks");
+    }
+    want_bytes_ = 0;
+    for (uint32_t i = 0; i < chunks_; ++i) {
+      want_bytes_ += double(c.payload_bytes[i]);
+      result_.changed_chunks += c.payload_bytes[i] != 0 ? 1 : 0;
+    }
+    if (want_bytes_ <= 0) return InvalidArgument("sim: a delta step with no changed chunk");
+  } else {
+    want_bytes_ = double(c.total_bytes);
+    result_.changed_chunks = chunks_;
+  }
   const uint32_t n = c.receivers + 1;
-  const double s = double(c.total_bytes);
+  // The bounds of docs/simulator.md hold for what every receiver must take in: S, or P.
+  const double s = want_bytes_;
+  result_.wanted_bytes = want_bytes_;
   result_.chunks = chunks_;
   result_.lower_bound =
       c.shared ? SharedBound(s, c.bandwidth, c.receivers) : FullDuplexBound(s, c.bandwidth);
@@ -419,6 +539,7 @@ Result<FleetResult> Fleet::Run() {
   take(c.die_fraction, NodeRole::kDies);
   take(c.straggler_fraction, NodeRole::kStraggler);
   take(c.late_fraction, NodeRole::kLate);
+  take(c.bad_fraction, NodeRole::kBad);
 
   std::vector<NodeLink> links(n);
   std::vector<RackLink> racks;
@@ -433,26 +554,20 @@ Result<FleetResult> Fleet::Run() {
     const double uplink = c.rack_size * c.bandwidth / c.oversubscription;
     racks.assign((n + c.rack_size - 1) / c.rack_size, RackLink{uplink, uplink});
   }
-  net_.emplace(std::move(links), std::move(racks), c.rebalance_interval);
+  // The rebalance interval was chosen for bounds of minutes (docs/simulator.md). A delta step's
+  // bound is milliseconds, and a finished flow's capacity waiting 100 ms for the next rebalance
+  // would dominate it: there the interval is at most a thousandth of the bound.
+  const double rebalance =
+      delta_ ? std::min(c.rebalance_interval, bound / 1000) : c.rebalance_interval;
+  net_.emplace(std::move(links), std::move(racks), rebalance);
 
   for (uint32_t i = 0; i < n; ++i) {
     SimNode& node = nodes_[i];
     // Node 0 is the source (spread_first); the others are receivers.
     node.proto.emplace(
         swarm::PeerProtocolOptions{.node_id = ToPeer(i), .source = i == 0, .tuning = c.tuning});
-    swarm::TargetSpec spec{.version = kVersion,
-                           .chunk_count = chunks_,
-                           .whole = std::vector<bool>(chunks_, i == 0),
-                           .payload = std::vector<bool>(chunks_, false),
-                           .want = std::vector<bool>(chunks_, true),
-                           .source = i == 0,
-                           .total_bytes = c.total_bytes,
-                           .chunk_bytes = c.chunk_bytes,
-                           .payload_bytes = {},
-                           .seed = c.seed * 1000003 + i,
-                           .preferred = {}};
     WC_ASSIGN_OR_RETURN(std::span<const Effect> started,
-                        node.proto->SetTarget(ToTime(0), std::move(spec)));
+                        node.proto->SetTarget(ToTime(0), SpecOf(i)));
     (void)started;  // no peers yet: nothing to send
     node.joined = node.role != NodeRole::kLate;
   }
@@ -471,7 +586,7 @@ Result<FleetResult> Fleet::Run() {
   WC_ASSIGN_OR_RETURN(swarm::PeerGraphChange built, graph_->Update({}, first));
   for (const swarm::Edge& e : built.added) ListEdge(ToNode(e.a), ToNode(e.b));
   pending_ = 0;
-  for (uint32_t i = 1; i < n; ++i) pending_ += nodes_[i].role == NodeRole::kDies ? 0 : 1;
+  for (uint32_t i = 1; i < n; ++i) pending_ += Awaited(nodes_[i].role) ? 1 : 0;
 
   for (uint32_t i = 0; i < n; ++i) {
     for (uint32_t j : nodes_[i].nbrs) {
@@ -488,7 +603,9 @@ Result<FleetResult> Fleet::Run() {
   const double sample_every = bound / std::max<uint32_t>(c.samples, 1);
   Push(0, Ev::kSample, 0, 0, 0);
 
-  const double limit = c.time_limit_factor * bound;
+  // A delta step's bound can be milliseconds, less than a tick or a request timeout: the limit
+  // is taken of at least a second.
+  const double limit = c.time_limit_factor * std::max(bound, 1.0);
   double now = 0;
   while (!AllDone()) {
     const double tn = net_->NextEvent();
@@ -525,16 +642,14 @@ Result<FleetResult> Fleet::Run() {
           const MessageType type = e.kind == Ev::kRequest  ? MessageType::kRequest
                                    : e.kind == Ev::kCancel ? MessageType::kCancel
                                                            : MessageType::kReject;
-          Apply(now, e.to,
-                to.proto->OnMessage(t, ToPeer(e.from),
-                                    Control(type, e.chunk, uint8_t(swarm::PayloadKind::kRaw))));
+          Apply(now, e.to, to.proto->OnMessage(t, ToPeer(e.from), Control(type, e.chunk, e.code)));
         }
         break;
       case Ev::kHave: {
         // e.to == e.from: the announcing node. Its protocol names the neighbours that need the
         // HAVE (ForEachHaveRecipient skips those that told it they hold the chunk), in id
         // order; with have_to_holders every neighbour gets it, in the same order.
-        const Message have = Control(MessageType::kHave, e.chunk, swarm::kHaveWhole);
+        const Message have = Control(MessageType::kHave, e.chunk, e.code);
         // The announcer's side here; the neighbour's side (alive, its end of the link up) is
         // read in the parallel part, where its cache misses are shared out.
         fanout_.clear();
@@ -547,8 +662,7 @@ Result<FleetResult> Fleet::Run() {
           std::sort(all.begin(), all.end());
           for (uint32_t j : all) add(j);
         } else {
-          to.proto->ForEachHaveRecipient(chunk, swarm::kHaveWhole,
-                                         [&](PeerId peer) { add(ToNode(peer)); });
+          to.proto->ForEachHaveRecipient(chunk, e.code, [&](PeerId peer) { add(ToNode(peer)); });
         }
         // Each recipient's protocol reads and writes its own state only, so they take the HAVE
         // side by side. Their effects are carried out afterwards in the recipients' order, which
@@ -579,21 +693,9 @@ Result<FleetResult> Fleet::Run() {
         }
         break;
       }
-      case Ev::kArrive: {
-        const double bytes = ChunkSize(e.chunk);
-        to.bytes_in += bytes;
-        // Checked only when it answers a request still open (an agent drops the rest unread).
-        const swarm::Arrival arrival = to.proto->OnChunkArrived(t, ToPeer(e.from), kVersion, chunk,
-                                                                uint8_t(swarm::PayloadKind::kRaw));
-        if (!arrival.check) {
-          result_.duplicate_bytes += bytes;
-          break;
-        }
-        Apply(now, e.to,
-              to.proto->OnChunkChecked(t, arrival.epoch, ToPeer(e.from), chunk,
-                                       swarm::CheckOutcome::kOk, std::string()));
+      case Ev::kArrive:
+        OnArrive(now, e);
         break;
-      }
       case Ev::kTimer:
         if (to.completed_at < 0 || e.to == 0) {
           Apply(now, e.to, to.proto->OnTick(t));
@@ -613,8 +715,10 @@ Result<FleetResult> Fleet::Run() {
       }
       case Ev::kLink: {
         const int k = LinkIndex(e.to, e.from);
+        // A peer banned at either end is refused, as an agent refuses its connection.
         if (k >= 0 && to.listed[k] && !to.link_up[k] && nodes_[e.from].alive &&
-            nodes_[e.from].joined) {
+            nodes_[e.from].joined && to.proto->Admits(t, ToPeer(e.from)) &&
+            nodes_[e.from].proto->Admits(t, ToPeer(e.to))) {
           Connect(now, e.to, e.from);
         }
         break;
@@ -640,6 +744,8 @@ Result<FleetResult> Fleet::Run() {
     r.joined_at = nodes_[i].joined ? nodes_[i].joined_at : -1;
     r.bytes_in = nodes_[i].bytes_in;
     r.bytes_out = nodes_[i].bytes_out;
+    r.bans = nodes_[i].bans;
+    r.banned_by = nodes_[i].banned_by;
     const swarm::SchedulerStats& st = nodes_[i].proto->scheduler()->stats();
     result_.timeouts += st.timeouts;
     result_.requests += st.requests_sent;
@@ -662,6 +768,45 @@ double SharedBound(double s, double b, uint32_t n) {
 double RackBound(double s, double b, uint32_t rack_size, double oversubscription) {
   const double uplink = double(rack_size) * b / oversubscription;
   return std::max(s / b, s / uplink);
+}
+
+Result<std::vector<uint64_t>> DeltaPayloadSizes(uint64_t total_bytes, uint64_t chunk_bytes,
+                                                double changed_fraction,
+                                                std::span<const double> ratios, uint64_t seed) {
+  if (total_bytes == 0 || chunk_bytes == 0) {
+    return InvalidArgument("sim: total and chunk size must be positive");
+  }
+  if (!(changed_fraction > 0 && changed_fraction <= 1)) {
+    return InvalidArgument("sim: the changed fraction must be in (0, 1]");
+  }
+  if (ratios.empty()) return InvalidArgument("sim: no payload ratio");
+  for (const double r : ratios) {
+    if (!(r > 0 && r <= 1.01)) {
+      return InvalidArgument("sim: payload ratio " + std::to_string(r) + " is not in (0, 1.01]");
+    }
+  }
+  const uint64_t chunks = (total_bytes + chunk_bytes - 1) / chunk_bytes;
+  const auto changed = static_cast<uint64_t>(std::llround(changed_fraction * double(chunks)));
+  if (changed == 0) {
+    return InvalidArgument("sim: a changed fraction of " + std::to_string(changed_fraction) +
+                           " changes none of " + std::to_string(chunks) + " chunks");
+  }
+  // Which chunks changed: the first `changed` of a shuffled order, then taken in chunk order.
+  std::vector<uint64_t> order(chunks);
+  for (uint64_t i = 0; i < chunks; ++i) order[i] = i;
+  std::mt19937_64 rng(seed ^ 0x5DE1u);
+  std::shuffle(order.begin(), order.end(), rng);
+  std::vector<bool> is_changed(chunks, false);
+  for (uint64_t k = 0; k < changed; ++k) is_changed[order[k]] = true;
+  std::vector<uint64_t> sizes(chunks, 0);
+  size_t next_ratio = 0;
+  for (uint64_t i = 0; i < chunks; ++i) {
+    if (!is_changed[i]) continue;
+    const uint64_t chunk = std::min(chunk_bytes, total_bytes - i * chunk_bytes);
+    const double ratio = ratios[next_ratio++ % ratios.size()];
+    sizes[i] = std::max<uint64_t>(1, static_cast<uint64_t>(std::llround(ratio * double(chunk))));
+  }
+  return sizes;
 }
 
 Result<FleetResult> RunFleet(const FleetConfig& config) { return Fleet(config).Run(); }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include <weightcast/status.h>
@@ -16,9 +17,14 @@
 namespace weightcast::sim {
 
 struct FleetConfig {
-  uint32_t receivers = 100;   // N; node 0 is the source, nodes 1..N receive
-  uint64_t total_bytes = 0;   // S
-  uint64_t chunk_bytes = 0;   // c
+  uint32_t receivers = 100;  // N; node 0 is the source, nodes 1..N receive
+  uint64_t total_bytes = 0;  // S
+  uint64_t chunk_bytes = 0;  // c
+  // A delta step (docs/simulator.md, "Delta steps"): every receiver holds the base version and
+  // fetches the new one as an agent does (node::SwarmNode::Fetch): chunk i changed when
+  // payload_bytes[i] > 0 and travels as a delta payload of that many bytes; it is copied from
+  // the base otherwise. Empty: one full version of whole chunks. DeltaPayloadSizes makes one.
+  std::vector<uint64_t> payload_bytes;
   double bandwidth = 1.25e9;  // B, bytes/s per node (10 Gbit/s)
   bool shared = false;        // one capacity for both directions instead of full duplex
   double latency = 100e-6;    // one-way, every link
@@ -34,7 +40,11 @@ struct FleetConfig {
   double late_fraction = 0;  // receivers that join late
   double late_at = 0.25;
   double source_leaves_at = -1;  // < 0: never
-  double detect_delay = 1.0;     // seconds until peers notice a dead node
+  // Receivers that upload corrupt data (a bad disk, bad memory): every item they send fails its
+  // check at the receiver, which bans them (swarm::CheckOutcome::kCorrupt). Their own downloads
+  // are sound.
+  double bad_fraction = 0;
+  double detect_delay = 1.0;  // seconds until peers notice a dead node
   // Seconds until the coordinator marks a dead node dead (its heartbeat timeout) and the peer
   // graph repairs around it (swarm/peer_graph.h).
   double membership_delay = 3.0;
@@ -55,10 +65,10 @@ struct FleetConfig {
   // Threads: 1 runs everything on the caller; 2 adds a worker for the HAVE fan-out (the same
   // run, event for event; sim/side_worker.h); 0 picks 2 on a machine with two cores or more.
   uint32_t threads = 0;
-  double time_limit_factor = 20;  // give up at this multiple of the bound
+  double time_limit_factor = 20;  // give up at this multiple of the bound (or of 1 s)
 };
 
-enum class NodeRole : uint8_t { kHealthy, kDies, kStraggler, kLate };
+enum class NodeRole : uint8_t { kHealthy, kDies, kStraggler, kLate, kBad };
 
 struct NodeResult {
   uint32_t node = 0;
@@ -68,6 +78,8 @@ struct NodeResult {
   double joined_at = 0;      // seconds (late joiners: when they joined; -1: never)
   double bytes_in = 0;       // every chunk byte that arrived, duplicates included
   double bytes_out = 0;      // bytes of uploads that completed
+  uint32_t bans = 0;         // neighbours this node banned (each sent it a corrupt item)
+  uint32_t banned_by = 0;    // neighbours that banned this node
 };
 
 struct ProgressSample {
@@ -86,6 +98,14 @@ struct FleetResult {
   double delivered_bytes = 0;           // completed flows
   double aborted_bytes = 0;             // flows stopped early (cancels, deaths)
   double duplicate_bytes = 0;           // arrivals of chunks already held (endgame)
+  // What every receiver must take in: S for a full version, the payload total P for a delta.
+  double wanted_bytes = 0;
+  uint64_t changed_chunks = 0;  // chunks with a payload (delta); every chunk for a full version
+  // Bad peers: items from bad nodes that were checked (and failed), bans, and corrupt items a
+  // node nonetheless announced or completed with (the protocol must never let one through: 0).
+  uint64_t bad_arrivals = 0;
+  uint64_t bans = 0;
+  uint64_t corrupt_accepted = 0;
   uint64_t events = 0;
   uint64_t timeouts = 0;
   uint64_t requests = 0;
@@ -106,6 +126,15 @@ double FullDuplexBound(double s, double b);
 double SharedBound(double s, double b, uint32_t n);
 // Each rack other than the source's takes in S through its uplink; the source's rack sends out S.
 double RackBound(double s, double b, uint32_t rack_size, double oversubscription);
+
+// The payload sizes of a delta step: round(changed_fraction x chunks) chunks, drawn from `seed`,
+// changed; the k-th of them (in chunk order) gets a payload of ratios[k % ratios.size()] x its
+// chunk size (at least one byte), the others none. Fails on a fraction outside (0, 1], no ratio,
+// a ratio outside (0, 1.01] (an encoder sends a chunk whole rather than a larger payload), or a
+// fraction that changes no chunk.
+Result<std::vector<uint64_t>> DeltaPayloadSizes(uint64_t total_bytes, uint64_t chunk_bytes,
+                                                double changed_fraction,
+                                                std::span<const double> ratios, uint64_t seed);
 
 Result<FleetResult> RunFleet(const FleetConfig& config);
 
