@@ -1,9 +1,32 @@
 # wc_add_layer(NAME DEPS ...): a static library wc_NAME from src/NAME/*.cc (and any *.proto there).
 # Globbing keeps adding a file to a layer a one-step change; CONFIGURE_DEPENDS re-globs on build.
+# A directory that holds two libraries (coord/: the client and the server) names them:
+# DIR the directory under src/ (default NAME), FILES the only files of the library (no glob),
+# EXCLUDE files the glob leaves out (the other library's).
 function(wc_add_layer name)
-  cmake_parse_arguments(ARG "" "" "DEPS" ${ARGN})
-  file(GLOB sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/${name}/*.cc)
-  file(GLOB protos CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/${name}/*.proto)
+  cmake_parse_arguments(ARG "" "DIR" "DEPS;FILES;EXCLUDE" ${ARGN})
+  if(NOT ARG_DIR)
+    set(ARG_DIR ${name})
+  endif()
+  set(src_dir ${PROJECT_SOURCE_DIR}/src/${ARG_DIR})
+  if(ARG_FILES)
+    set(sources)
+    set(protos)
+    foreach(file ${ARG_FILES})
+      if(file MATCHES "\\.proto$")
+        list(APPEND protos ${src_dir}/${file})
+      else()
+        list(APPEND sources ${src_dir}/${file})
+      endif()
+    endforeach()
+  else()
+    file(GLOB sources CONFIGURE_DEPENDS ${src_dir}/*.cc)
+    file(GLOB protos CONFIGURE_DEPENDS ${src_dir}/*.proto)
+    foreach(file ${ARG_EXCLUDE})
+      list(REMOVE_ITEM sources ${src_dir}/${file})
+      list(REMOVE_ITEM protos ${src_dir}/${file})
+    endforeach()
+  endif()
   if(NOT sources AND NOT protos)
     # A layer that is only headers so far.
     add_library(wc_${name} INTERFACE)
@@ -17,14 +40,14 @@ function(wc_add_layer name)
     set(proto_sources)
     foreach(proto ${protos})
       get_filename_component(stem ${proto} NAME_WE)
-      set(out_cc ${gen_dir}/${name}/${stem}.pb.cc)
-      set(out_h ${gen_dir}/${name}/${stem}.pb.h)
+      set(out_cc ${gen_dir}/${ARG_DIR}/${stem}.pb.cc)
+      set(out_h ${gen_dir}/${ARG_DIR}/${stem}.pb.h)
       add_custom_command(
         OUTPUT ${out_cc} ${out_h}
-        COMMAND ${CMAKE_COMMAND} -E make_directory ${gen_dir}/${name}
+        COMMAND ${CMAKE_COMMAND} -E make_directory ${gen_dir}/${ARG_DIR}
         COMMAND protobuf::protoc --cpp_out=${gen_dir} -I${PROJECT_SOURCE_DIR}/src ${proto}
         DEPENDS ${proto} protobuf::protoc
-        COMMENT "protoc ${name}/${stem}.proto")
+        COMMENT "protoc ${ARG_DIR}/${stem}.proto")
       list(APPEND proto_sources ${out_cc})
     endforeach()
     # Generated code does not meet our warning flags; compile it without -Werror.

@@ -116,6 +116,8 @@ class CoordinatorHarness {
   }
 
   void Advance(net::Duration by) { clock_.Advance(by); }
+  // For transports of nodes that connect by themselves (a ClientSession).
+  net::MemoryNetwork& network() { return network_; }
   // The wall clock the coordinator stamps versions and decisions with.
   void SetUnixMs(uint64_t ms) { unix_ms_ = ms; }
 
