@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # The fleet-broadcast goals of docs/bench/sim.md: 500 GB at 10 Gbit/s to N = 100 and 1,000
-# receivers, full duplex, shared, with deaths and stragglers, and racks behind 4:1 uplinks.
+# receivers, full duplex, shared, with deaths and stragglers, and racks behind 4:1 uplinks; and a
+# delta step (1% of chunks changed at the real encoder's payload ratios, bound P/B; about 20 s at
+# N = 1,000). SCENARIOS picks the runs (default: full_duplex shared faults racks delta); `bad`
+# (1% of receivers upload corrupt data and are banned) costs a full broadcast and runs only when
+# named there.
 # Usage: bench/sim_goals.sh path/to/weightcast [N...]   (default N: 100 1000)
 # Scheduler settings: the agents' defaults (swarm/tuning.h: adaptive per-peer windows, 24 peers
 # per node with 24 upload slots, 32 requests in flight per node, replacement peers below 24),
@@ -20,13 +24,17 @@ sched=${SCHED_ARGS:-}
 runs=()
 cpu_file=$(mktemp)
 trap 'rm -f "$cpu_file"' EXIT
+read -r -a scenarios <<< "${SCENARIOS:-full_duplex shared faults racks delta}"
 for n in "${sizes[@]}"; do
-  for scenario in full_duplex shared faults racks; do
+  for scenario in "${scenarios[@]}"; do
     case $scenario in
       full_duplex) args=() ;;
       shared) args=(--shared) ;;
       faults) args=(--die 0.01 --die-at 0.5 --stragglers 0.05 --straggler-speed 0.5) ;;
       racks) args=(--rack-size 40 --oversubscription 4) ;;
+      delta) args=(--delta --changed 0.01 --delta-ratio encoder) ;;
+      bad) args=(--bad 0.01) ;;
+      *) echo "sim_goals.sh: unknown scenario '$scenario'" >&2; exit 2 ;;
     esac
     load_before=$(cut -d' ' -f1 /proc/loadavg)
     start=$(date +%s.%N)

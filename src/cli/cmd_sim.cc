@@ -368,7 +368,14 @@ Status RunSim(const SimFlags& f) {
   const double p50 = Quantile(all, 0.5), p99 = Quantile(all, 0.99), mx = Quantile(all, 1.0);
   const double healthy_max = Quantile(healthy, 1.0);
 
+  // The reference schedules move what every receiver must take in: S in chunks of c, or for a
+  // delta step P in items of the mean payload (the same schedules, on the step's bytes).
   sim::ReferenceSetup ref{f.nodes, c.total_bytes, c.chunk_bytes, c.bandwidth, c.shared, c.latency};
+  if (f.delta) {
+    ref.total_bytes = static_cast<uint64_t>(p);
+    ref.chunk_bytes =
+        std::max<uint64_t>(1, ref.total_bytes / std::max<uint64_t>(r.changed_chunks, 1));
+  }
   nlohmann::ordered_json refs;
   double ref_wall = 0;
   auto run_references = [&] {
@@ -471,10 +478,13 @@ Status RunSim(const SimFlags& f) {
                                   Fixed(c.oversubscription) + ":1"
                             : "")
             << "\n";
-  std::cout << "lower bound " << Fixed(r.lower_bound) << " s; completion p50 " << Fixed(p50)
-            << " s, p99 " << Fixed(p99) << " s, max " << Fixed(mx) << " s (x"
-            << Fixed(mx / r.lower_bound, 3) << "); healthy max " << Fixed(healthy_max) << " s (x"
-            << Fixed(healthy_max / r.lower_bound, 3) << ")\n";
+  // A delta step's times are milliseconds to seconds: more digits.
+  const int digits = r.lower_bound < 10 ? 3 : 1;
+  std::cout << "lower bound " << Fixed(r.lower_bound, digits) << " s; completion p50 "
+            << Fixed(p50, digits) << " s, p99 " << Fixed(p99, digits) << " s, max "
+            << Fixed(mx, digits) << " s (x" << Fixed(mx / r.lower_bound, 3) << "); healthy max "
+            << Fixed(healthy_max, digits) << " s (x" << Fixed(healthy_max / r.lower_bound, 3)
+            << ")\n";
   std::cout << "source sent " << FormatBytes(static_cast<uint64_t>(r.source_bytes)) << " ("
             << Fixed(r.source_bytes / s, 3) << " x S, S by " << Fixed(r.source_first_round_done)
             << " s); " << incomplete << " receivers incomplete; " << r.timeouts << " timeouts; "
@@ -531,6 +541,7 @@ Status RunSim(const SimFlags& f) {
     d["payload_bytes"] = p;  // P
     d["payload_over_s"] = p / s;
     d["p_over_b_s"] = p / c.bandwidth;
+    d["source_bytes_over_p"] = r.source_bytes / p;
     if (probe) {
       d["encoder"] = {{"bytes", probe->bytes},
                       {"chunk_bytes", probe->chunk_bytes},
