@@ -25,13 +25,10 @@ constexpr size_t kMaxLabelBytes = 256;
 // The pusher answers many nodes in turn: one that does not read must not stall the others long.
 constexpr net::Duration kPushSendTimeout = std::chrono::milliseconds(200);
 
-uint64_t Fnv1a(std::string_view text) {
-  uint64_t h = 1469598103934665603ull;
-  for (char c : text) {
-    h ^= static_cast<uint8_t>(c);
-    h *= 1099511628211ull;
-  }
-  return h;
+MemberInfo MemberInfoOf(const wire::Register& registration) {
+  return {.channels = {registration.channels().begin(), registration.channels().end()},
+          .rack = registration.rack(),
+          .source = registration.source()};
 }
 
 uint64_t Millis(net::Duration d) {
@@ -113,12 +110,9 @@ struct Coordinator::Node {
   net::Role role = net::Role::kAgent;
   uint64_t session = 0;  // the connection that registered last
   bool connected = false;
-  bool alive = false;
-  // Sent Leave: stopped on purpose. Not alive; shown in status only when asked for. Cleared by
-  // a registration or a heartbeat (the node is back).
-  bool left = false;
+  // Alive, left (sent Leave: stopped on purpose; shown in status only when asked for) and last
+  // heard from: membership_'s (coord/membership.h).
   wire::Register registration;
-  net::TimePoint last_seen{};
   std::map<std::string, wire::ChannelProgress, std::less<>> progress;
   // Long polls: when this node's reply last changed for reasons of its own.
   uint64_t registered_generation = 0;
@@ -141,7 +135,14 @@ Coordinator::Coordinator(CoordinatorOptions options)
       sweep_period_(
           std::min<net::Duration>(options_.heartbeat_interval / 4, std::chrono::milliseconds(100))),
       started_(clock_.Now()),
-      channel_metrics_(options_.metrics) {}
+      channel_metrics_(options_.metrics),
+      // Open checked the options PeerGraph checks.
+      membership_(*Membership::Create({.heartbeat_timeout = options_.heartbeat_timeout,
+                                       .forget_after = options_.forget_after,
+                                       .peers = {.degree = options_.degree,
+                                                 .same_rack_fraction = options_.same_rack_fraction,
+                                                 .seed = options_.seed},
+                                       .source_degree = options_.source_degree})) {}
 
 Coordinator::~Coordinator() { Stop(); }
 
@@ -378,7 +379,7 @@ Result<wire::RegisterReply> Coordinator::OnRegister(uint64_t session, const net:
   if (!known) slot = std::make_unique<Node>();
   Node& node = *slot;
   if (known && node.connected && node.session != session) *replaced = node.session;
-  if (!known || !node.alive || node.role != peer.role ||
+  if (!known || !membership_.alive(peer.node_id) || node.role != peer.role ||
       !SameMembership(node.registration, request)) {
     membership_changed_ = true;
   }
@@ -386,10 +387,8 @@ Result<wire::RegisterReply> Coordinator::OnRegister(uint64_t session, const net:
   node.role = peer.role;
   node.session = session;
   node.connected = true;
-  node.alive = true;
-  node.left = false;
   node.registration = request;
-  node.last_seen = now;
+  membership_.Register(peer.node_id, MemberInfoOf(request), now);
   node.progress.clear();
   // A heartbeat parked by the connection this registration replaces is dropped with it.
   if (node.parked.has_value()) {
@@ -424,7 +423,7 @@ bool Coordinator::WriterLiveLocked(std::string_view channel, const wire::Channel
     if (ranks != rank_holders_.end() && !ranks->second.empty()) {
       for (const auto& [rank, id] : ranks->second) {
         auto node = nodes_.find(id);
-        if (node != nodes_.end() && node->second->alive &&
+        if (node != nodes_.end() && membership_.alive(id) &&
             Follows(node->second->registration, channel)) {
           return true;
         }
@@ -436,7 +435,8 @@ bool Coordinator::WriterLiveLocked(std::string_view channel, const wire::Channel
   auto it = nodes_.find(PeerId(writer.node_id()));
   if (it != nodes_.end()) {
     const Node& node = *it->second;
-    return node.alive && node.role == net::Role::kPublisher && Follows(node.registration, channel);
+    return membership_.alive(node.id) && node.role == net::Role::kPublisher &&
+           Follows(node.registration, channel);
   }
   // Membership is not persisted: a writer logged before a restart gets the same heartbeat
   // timeout to come back as it would have had without the restart.
@@ -558,12 +558,9 @@ Result<std::optional<wire::HeartbeatReply>> Coordinator::OnHeartbeat(
     }
   }
   ++counters_.heartbeats;
-  node.last_seen = now;
-  if (!node.alive) {
+  if (membership_.Heard(node.id, now)) {
     // Same connection, same registration: a node that was only slow (or that left and thought
     // better of it) comes back as it was.
-    node.alive = true;
-    node.left = false;
     membership_changed_ = true;
     options_.log("" + NodeName(node.id) + " is alive again");
   }
@@ -824,15 +821,15 @@ wire::FleetStatus Coordinator::OnGetStatus(const wire::GetStatus& request) {
   status.set_store_problem(log_->store().Health());
   for (const auto& [id, node] : nodes_) {
     if (!filter.empty() && !Follows(node->registration, filter)) continue;
-    if (node->left && !request.include_left()) continue;
+    if (membership_.left(id) && !request.include_left()) continue;
     wire::NodeStatus* out = status.add_nodes();
     out->set_node_id(id.value());
     out->set_address(node->registration.peer_address());
     out->set_rack(node->registration.rack());
     out->set_source(node->registration.source());
-    out->set_alive(node->alive);
-    out->set_left(node->left);
-    out->set_last_heartbeat_ms_ago(Millis(now - node->last_seen));
+    out->set_alive(membership_.alive(id));
+    out->set_left(membership_.left(id));
+    out->set_last_heartbeat_ms_ago(Millis(now - membership_.last_seen(id)));
     out->set_hostname(node->registration.hostname());
     *out->mutable_tensor_patterns() = node->registration.tensor_patterns();
     for (const auto& [name, progress] : node->progress) {
@@ -873,14 +870,10 @@ Status Coordinator::OnLeave(uint64_t session, const net::PeerInfo& peer) {
     return FailedPrecondition("leave: this connection of " + NodeName(node.id) +
                               " was replaced by a newer registration");
   }
-  if (node.left) return Status::Ok();
+  if (membership_.left(node.id)) return Status::Ok();
   ++counters_.nodes_left;
-  node.left = true;
-  node.last_seen = now;  // forgotten forget_after from now, like a node that just died
-  if (node.alive) {
-    node.alive = false;
-    membership_changed_ = true;
-  }
+  if (membership_.alive(node.id)) membership_changed_ = true;
+  membership_.Leave(node.id, now);  // forgotten forget_after from now, like a node that died
   options_.log("" + NodeName(node.id) + " (" + node.registration.peer_address() + ") left");
   // Its peers get lists without it and commit policies stop waiting for it now, not at the
   // heartbeat timeout.
@@ -926,7 +919,7 @@ Status Coordinator::CheckRollbackReachableLocked(const std::string& channel,
   std::map<uint64_t, uint32_t> keepers;  // version -> live agents keeping it
   uint32_t live = 0;
   for (const auto& [id, node] : nodes_) {
-    if (!node->alive || node->role != net::Role::kAgent || node->registration.source() ||
+    if (!membership_.alive(id) || node->role != net::Role::kAgent || node->registration.source() ||
         !Follows(node->registration, channel)) {
       continue;
     }
@@ -978,22 +971,17 @@ void Coordinator::MaybeSweepLocked(net::TimePoint now) {
 void Coordinator::SweepLocked(net::TimePoint now) {
   last_sweep_ = now;
   ExpirePartsLocked(now);
-  for (auto it = nodes_.begin(); it != nodes_.end();) {
-    Node& node = *it->second;
-    const net::Duration silent = now - node.last_seen;
-    if (node.alive && silent > options_.heartbeat_timeout) {
-      node.alive = false;
-      membership_changed_ = true;
-      ++counters_.nodes_died;
-      options_.log("" + NodeName(node.id) + " (" + node.registration.peer_address() +
-                   ") sent nothing for " + std::to_string(Millis(silent)) + " ms: dead");
-    }
-    if (!node.alive && !node.connected && silent > options_.forget_after) {
-      it = nodes_.erase(it);
-      continue;
-    }
-    ++it;
+  // A node whose connection is still open is kept, however long dead: it may speak again.
+  std::vector<PeerId> forgotten;
+  const std::vector<Membership::Death> deaths = membership_.Sweep(
+      now, [&](PeerId id) { return !nodes_.at(id)->connected; }, &forgotten);
+  for (const Membership::Death& death : deaths) {
+    membership_changed_ = true;
+    ++counters_.nodes_died;
+    options_.log("" + NodeName(death.id) + " (" + nodes_.at(death.id)->registration.peer_address() +
+                 ") sent nothing for " + std::to_string(Millis(death.silent)) + " ms: dead");
   }
+  for (PeerId id : forgotten) nodes_.erase(id);
   if (membership_changed_) {
     UpdatePeerListsLocked();
     for (const auto& [name, channel] : log_->channels()) channels_to_decide_.insert(name);
@@ -1006,41 +994,26 @@ void Coordinator::SweepLocked(net::TimePoint now) {
 void Coordinator::UpdatePeerListsLocked() {
   membership_changed_ = false;
   ++counters_.peer_list_builds;
-  // One graph per channel, over the live nodes following it, changed only where membership
-  // changed; a node's list is the union of its lists in every channel it follows. nodes_ is
-  // ordered by id, so each change is deterministic.
-  std::map<std::string, std::map<PeerId, swarm::NodeInfo>> followers;
-  for (const auto& [id, node] : nodes_) {
-    if (!node->alive) continue;
-    for (const std::string& channel : node->registration.channels()) {
-      followers[channel][id] = {.id = node->id,
-                                .rack = node->registration.rack(),
-                                .degree = node->registration.source() ? options_.source_degree : 0};
-    }
+  for (const auto& [channel, change] : membership_.UpdatePeerGraphs()) {
+    counters_.peer_edges_added += change.added.size();
+    counters_.peer_edges_dropped += change.removed.size();
   }
-  for (auto it = peer_graphs_.begin(); it != peer_graphs_.end();) {
-    it = followers.contains(it->first) ? std::next(it) : peer_graphs_.erase(it);
-  }
-  for (const auto& [channel, members] : followers) {
-    UpdateChannelGraphLocked(channel, members);
-  }
+  // A node's list: its neighbours in every channel it follows, with what it needs to dial them
+  // (addresses are re-read here, so a node that moved is dialled where it is now).
   std::map<PeerId, std::vector<wire::PeerEntry>> previous;
   previous.swap(peer_lists_);
-  for (const auto& [channel, graph] : peer_graphs_) {
-    for (const auto& [id, info] : graph.members) {
-      std::vector<wire::PeerEntry>& out = peer_lists_[id];
-      for (PeerId peer : graph.graph.Neighbours(id)) {
-        if (std::any_of(out.begin(), out.end(),
-                        [&](const wire::PeerEntry& e) { return e.node_id() == peer.value(); })) {
-          continue;
-        }
-        const Node& other = *nodes_.at(peer);
-        wire::PeerEntry& entry = out.emplace_back();
-        entry.set_node_id(peer.value());
-        entry.set_address(other.registration.peer_address());
-        entry.set_rack(other.registration.rack());
-        entry.set_source(other.registration.source());
-      }
+  for (const auto& [id, node] : nodes_) {
+    if (!membership_.alive(id)) continue;
+    const std::vector<PeerId> peers = membership_.Peers(id);
+    if (peers.empty()) continue;
+    std::vector<wire::PeerEntry>& out = peer_lists_[id];
+    for (PeerId peer : peers) {
+      const Node& other = *nodes_.at(peer);
+      wire::PeerEntry& entry = out.emplace_back();
+      entry.set_node_id(peer.value());
+      entry.set_address(other.registration.peer_address());
+      entry.set_rack(other.registration.rack());
+      entry.set_source(other.registration.source());
     }
   }
   // Only nodes whose list changed are told (a long poll parked by each of them is answered).
@@ -1062,51 +1035,12 @@ void Coordinator::UpdatePeerListsLocked() {
   }
 }
 
-void Coordinator::UpdateChannelGraphLocked(const std::string& channel,
-                                           const std::map<PeerId, swarm::NodeInfo>& members) {
-  auto [it, fresh] = peer_graphs_.try_emplace(channel);
-  ChannelGraph& graph = it->second;
-  if (fresh) {
-    // Options were validated when the coordinator started.
-    graph.graph = *swarm::PeerGraph::Create({.degree = options_.degree,
-                                             .same_rack_fraction = options_.same_rack_fraction,
-                                             .seed = options_.seed ^ Fnv1a(channel)});
-  }
-  // A node that changed rack or role leaves and joins again.
-  std::vector<PeerId> leaving;
-  std::vector<swarm::NodeInfo> joining;
-  for (const auto& [id, info] : graph.members) {
-    auto now = members.find(id);
-    if (now == members.end() || now->second.rack != info.rack ||
-        now->second.degree != info.degree) {
-      leaving.push_back(id);
-    }
-  }
-  for (const auto& [id, info] : members) {
-    auto before = graph.members.find(id);
-    if (before == graph.members.end() || before->second.rack != info.rack ||
-        before->second.degree != info.degree) {
-      joining.push_back(info);
-    }
-  }
-  if (leaving.empty() && joining.empty()) return;
-  Result<swarm::PeerGraphChange> change = graph.graph.Update(leaving, joining);
-  if (!change.ok()) {
-    // Ids are unique map keys and degrees validated: this is a bug, not bad input.
-    options_.log("peer lists for " + channel + ": " + change.status().ToString());
-    return;
-  }
-  graph.members = members;
-  counters_.peer_edges_added += change->added.size();
-  counters_.peer_edges_dropped += change->removed.size();
-}
-
 void Coordinator::DecideLocked(const std::string& name, net::TimePoint now) {
   const ChannelState* channel = log_->channel(name);
   if (channel == nullptr) return;
   std::vector<NodeProgress> nodes;
   for (const auto& [id, node] : nodes_) {
-    if (!node->alive || !Follows(node->registration, name)) continue;
+    if (!membership_.alive(id) || !Follows(node->registration, name)) continue;
     auto progress = node->progress.find(name);
     nodes.push_back({.node = id,
                      .source = node->registration.source(),
@@ -1140,13 +1074,13 @@ void Coordinator::CountMembersLocked() {
   std::map<std::string, ChannelAgentCounts, std::less<>> agents;
   for (const auto& [name, channel] : log_->channels()) agents[name];
   for (const auto& [id, node] : nodes_) {
-    alive += node->alive ? 1 : 0;
-    left += node->left ? 1 : 0;
-    if (node->left) continue;  // left on purpose: neither dead nor behind
+    alive += membership_.alive(id) ? 1 : 0;
+    left += membership_.left(id) ? 1 : 0;
+    if (membership_.left(id)) continue;  // left on purpose: neither dead nor behind
     if (node->role != net::Role::kAgent || node->registration.source()) continue;
     for (const std::string& name : node->registration.channels()) {
       ChannelAgentCounts& counts = agents[name];
-      if (!node->alive) {
+      if (!membership_.alive(id)) {
         ++counts.dead;
         continue;
       }

@@ -42,11 +42,11 @@
 #include "coord/coord.pb.h"
 #include "coord/coordinator_metrics.h"
 #include "coord/decide.h"
+#include "coord/membership.h"
 #include "coord/part_assembly.h"
 #include "coord/version_log.h"
 #include "net/clock.h"
 #include "net/transport.h"
-#include "swarm/peer_graph.h"
 #include "swarm/tuning.h"
 
 namespace weightcast::coord {
@@ -213,8 +213,6 @@ class Coordinator {
   void MaybeSweepLocked(net::TimePoint now);
   void SweepLocked(net::TimePoint now);
   void UpdatePeerListsLocked();
-  void UpdateChannelGraphLocked(const std::string& channel,
-                                const std::map<PeerId, swarm::NodeInfo>& members);
   void DecideLocked(const std::string& channel, net::TimePoint now);
   // Member counts, and per channel the failed, lagging and dead agents (ChannelMetrics).
   void CountMembersLocked();
@@ -281,16 +279,10 @@ class Coordinator {
   std::unique_ptr<VersionLog> log_;
   ChannelMetrics channel_metrics_;
   std::map<PeerId, std::unique_ptr<Node>> nodes_;
+  Membership membership_;  // who is alive, and the peer graphs (the pure core of membership)
   net::TimePoint last_sweep_{};
   bool membership_changed_ = true;  // peer lists must be rebuilt before they are served
   std::map<PeerId, std::vector<wire::PeerEntry>> peer_lists_;
-  // Per channel, the peer graph over the live nodes following it, and what each member joined
-  // as (a change of rack or role is a leave and a join).
-  struct ChannelGraph {
-    swarm::PeerGraph graph = *swarm::PeerGraph::Create({});
-    std::map<PeerId, swarm::NodeInfo> members;
-  };
-  std::map<std::string, ChannelGraph> peer_graphs_;
   std::set<std::string> channels_to_decide_;
   std::string last_decision_failure_;  // the last decision the store refused, logged once
   // Sharded publish. The version being assembled per channel (at most one), the reasons of the

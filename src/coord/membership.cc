@@ -1,0 +1,175 @@
+#include "coord/membership.h"
+
+#include <algorithm>
+
+namespace weightcast::coord {
+namespace {
+
+// Each channel's graph is seeded apart, so two channels followed by the same nodes do not get
+// the same edges.
+uint64_t Fnv1a(std::string_view text) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+}  // namespace
+
+Result<Membership> Membership::Create(MembershipOptions options) {
+  WC_RETURN_IF_ERROR(swarm::PeerGraph::Create(options.peers).status());
+  return Membership(std::move(options));
+}
+
+void Membership::Register(PeerId id, MemberInfo info, net::TimePoint now) {
+  Member& m = nodes_[id];
+  m.info = std::move(info);
+  m.alive = true;
+  m.left = false;
+  m.last_seen = now;
+}
+
+bool Membership::Heard(PeerId id, net::TimePoint now) {
+  auto it = nodes_.find(id);
+  if (it == nodes_.end()) return false;
+  Member& m = it->second;
+  m.last_seen = now;
+  if (m.alive) return false;
+  m.alive = true;
+  m.left = false;
+  return true;
+}
+
+bool Membership::Leave(PeerId id, net::TimePoint now) {
+  auto it = nodes_.find(id);
+  if (it == nodes_.end() || it->second.left) return false;
+  Member& m = it->second;
+  m.left = true;
+  m.alive = false;
+  m.last_seen = now;
+  return true;
+}
+
+std::vector<Membership::Death> Membership::Sweep(net::TimePoint now,
+                                                 const std::function<bool(PeerId)>& may_forget,
+                                                 std::vector<PeerId>* forgotten) {
+  std::vector<Death> deaths;
+  for (auto it = nodes_.begin(); it != nodes_.end();) {
+    Member& m = it->second;
+    const net::Duration silent = now - m.last_seen;
+    if (m.alive && silent > options_.heartbeat_timeout) {
+      m.alive = false;
+      deaths.push_back({it->first, silent});
+    }
+    if (!m.alive && silent > options_.forget_after && may_forget(it->first)) {
+      if (forgotten != nullptr) forgotten->push_back(it->first);
+      it = nodes_.erase(it);
+      continue;
+    }
+    ++it;
+  }
+  return deaths;
+}
+
+swarm::NodeInfo Membership::GraphInfo(PeerId id, const MemberInfo& info) const {
+  swarm::NodeInfo node;
+  node.id = id;
+  node.rack = info.rack;
+  if (info.source) node.degree = options_.source_degree;
+  return node;
+}
+
+std::map<std::string, swarm::PeerGraphChange> Membership::UpdatePeerGraphs() {
+  std::map<std::string, std::map<PeerId, swarm::NodeInfo>> followers;
+  for (const auto& [id, m] : nodes_) {
+    if (!m.alive) continue;
+    for (const std::string& channel : m.info.channels)
+      followers[channel][id] = GraphInfo(id, m.info);
+  }
+  std::map<std::string, swarm::PeerGraphChange> changes;
+  for (auto it = graphs_.begin(); it != graphs_.end();) {
+    if (followers.contains(it->first)) {
+      ++it;
+      continue;
+    }
+    // Nobody follows the channel any more: every edge goes with its graph.
+    swarm::PeerGraphChange& gone = changes[it->first];
+    for (const auto& [id, info] : it->second.members) {
+      for (PeerId peer : it->second.graph.Neighbours(id)) {
+        if (id < peer) gone.detached.push_back({id, peer});
+      }
+    }
+    it = graphs_.erase(it);
+  }
+  for (const auto& [channel, members] : followers) {
+    Result<swarm::PeerGraphChange> change = UpdateChannel(channel, members);
+    // Ids are unique map keys and the options were checked by Create: a failure is a bug.
+    if (change.ok() &&
+        !(change->added.empty() && change->removed.empty() && change->detached.empty())) {
+      changes[channel] = std::move(*change);
+    }
+  }
+  return changes;
+}
+
+Result<swarm::PeerGraphChange> Membership::UpdateChannel(
+    const std::string& channel, const std::map<PeerId, swarm::NodeInfo>& members) {
+  auto it = graphs_.find(channel);
+  if (it == graphs_.end()) {
+    swarm::PeerListOptions o = options_.peers;
+    o.seed = options_.peers.seed ^ Fnv1a(channel);
+    WC_ASSIGN_OR_RETURN(swarm::PeerGraph graph, swarm::PeerGraph::Create(o));
+    it = graphs_.emplace(channel, ChannelGraph{std::move(graph), {}}).first;
+  }
+  ChannelGraph& g = it->second;
+  auto same = [](const swarm::NodeInfo& a, const swarm::NodeInfo& b) {
+    return a.rack == b.rack && a.degree == b.degree;
+  };
+  std::vector<PeerId> leaving;
+  std::vector<swarm::NodeInfo> joining;
+  for (const auto& [id, info] : g.members) {
+    auto now = members.find(id);
+    if (now == members.end() || !same(now->second, info)) leaving.push_back(id);
+  }
+  for (const auto& [id, info] : members) {
+    auto before = g.members.find(id);
+    if (before == g.members.end() || !same(before->second, info)) joining.push_back(info);
+  }
+  if (leaving.empty() && joining.empty()) return swarm::PeerGraphChange{};
+  WC_ASSIGN_OR_RETURN(swarm::PeerGraphChange change, g.graph.Update(leaving, joining));
+  g.members = members;
+  return change;
+}
+
+std::vector<PeerId> Membership::Peers(PeerId id) const {
+  std::vector<PeerId> out;
+  auto it = nodes_.find(id);
+  if (it == nodes_.end()) return out;
+  for (const std::string& channel : it->second.info.channels) {
+    auto g = graphs_.find(channel);
+    if (g == graphs_.end()) continue;
+    for (PeerId peer : g->second.graph.Neighbours(id)) {
+      if (std::find(out.begin(), out.end(), peer) == out.end()) out.push_back(peer);
+    }
+  }
+  return out;
+}
+
+bool Membership::alive(PeerId id) const {
+  auto it = nodes_.find(id);
+  return it != nodes_.end() && it->second.alive;
+}
+
+bool Membership::left(PeerId id) const {
+  auto it = nodes_.find(id);
+  return it != nodes_.end() && it->second.left;
+}
+
+net::TimePoint Membership::last_seen(PeerId id) const {
+  auto it = nodes_.find(id);
+  return it == nodes_.end() ? net::TimePoint{} : it->second.last_seen;
+}
+
+}  // namespace weightcast::coord

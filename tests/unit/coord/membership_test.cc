@@ -1,0 +1,129 @@
+#include "coord/membership.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+namespace weightcast::coord {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+const net::TimePoint t0{seconds(100)};
+
+Membership Make(uint32_t degree = 4) {
+  MembershipOptions o;
+  o.peers.degree = degree;
+  o.source_degree = 8;
+  return *Membership::Create(o);
+}
+
+MemberInfo Follower(std::string rack = "a") {
+  return {.channels = {"policy"}, .rack = std::move(rack), .source = false};
+}
+
+std::set<PeerId> Set(const std::vector<PeerId>& v) { return {v.begin(), v.end()}; }
+
+TEST(Membership, ASilentNodeDiesAtTheTimeoutAndOnlyItsNeighboursListsChange) {
+  Membership m = Make();
+  for (uint64_t id = 1; id <= 30; ++id) m.Register(PeerId(id), Follower(), t0);
+  ASSERT_EQ(m.UpdatePeerGraphs().size(), 1u);
+  std::map<PeerId, std::set<PeerId>> before;
+  for (uint64_t id = 1; id <= 30; ++id) before[PeerId(id)] = Set(m.Peers(PeerId(id)));
+
+  const PeerId silent(9);
+  for (uint64_t id = 1; id <= 30; ++id) {
+    if (PeerId(id) != silent) m.Heard(PeerId(id), t0 + seconds(2));
+  }
+  auto never = [](PeerId) { return false; };
+  EXPECT_TRUE(m.Sweep(t0 + seconds(3), never).empty()) << "3 s silent is not past the timeout";
+  const std::vector<Membership::Death> deaths = m.Sweep(t0 + milliseconds(3500), never);
+  ASSERT_EQ(deaths.size(), 1u);
+  EXPECT_EQ(deaths[0].id, silent);
+  EXPECT_EQ(deaths[0].silent, milliseconds(3500));
+  EXPECT_FALSE(m.alive(silent));
+  EXPECT_TRUE(m.known(silent));
+
+  const auto changes = m.UpdatePeerGraphs();
+  ASSERT_EQ(changes.size(), 1u);
+  const swarm::PeerGraphChange& change = changes.at("policy");
+  EXPECT_EQ(change.detached.size(), before[silent].size());
+  EXPECT_TRUE(change.removed.empty());
+  for (uint64_t id = 1; id <= 30; ++id) {
+    const PeerId node(id);
+    if (node == silent) continue;
+    if (!before[silent].contains(node)) {
+      EXPECT_EQ(Set(m.Peers(node)), before[node]) << "node " << id << " was no neighbour";
+    } else {
+      EXPECT_FALSE(Set(m.Peers(node)).contains(silent));
+    }
+  }
+  EXPECT_TRUE(m.UpdatePeerGraphs().empty()) << "nothing changed since";
+
+  // It speaks again: alive, and back in the graph.
+  EXPECT_TRUE(m.Heard(silent, t0 + seconds(5)));
+  EXPECT_FALSE(m.Heard(silent, t0 + seconds(6)));
+  m.UpdatePeerGraphs();
+  EXPECT_FALSE(m.Peers(silent).empty());
+}
+
+TEST(Membership, LeaveAndForget) {
+  Membership m = Make();
+  for (uint64_t id = 1; id <= 5; ++id) m.Register(PeerId(id), Follower(), t0);
+  m.UpdatePeerGraphs();
+  EXPECT_TRUE(m.Leave(PeerId(2), t0 + seconds(1)));
+  EXPECT_FALSE(m.Leave(PeerId(2), t0 + seconds(1))) << "already left";
+  EXPECT_FALSE(m.Leave(PeerId(99), t0)) << "unknown";
+  EXPECT_TRUE(m.left(PeerId(2)));
+  EXPECT_FALSE(m.alive(PeerId(2)));
+  m.UpdatePeerGraphs();
+  for (uint64_t id : {1u, 3u, 4u, 5u}) {
+    EXPECT_FALSE(Set(m.Peers(PeerId(id))).contains(PeerId(2)));
+    m.Heard(PeerId(id), t0 + seconds(11 * 60));
+  }
+  // Ten minutes after leaving it is forgotten, unless the caller still needs it.
+  std::vector<PeerId> forgotten;
+  m.Sweep(
+      t0 + seconds(11 * 60), [](PeerId) { return false; }, &forgotten);
+  EXPECT_TRUE(forgotten.empty());
+  EXPECT_TRUE(m.known(PeerId(2)));
+  m.Sweep(
+      t0 + seconds(11 * 60), [](PeerId) { return true; }, &forgotten);
+  EXPECT_EQ(forgotten, std::vector<PeerId>{PeerId(2)});
+  EXPECT_FALSE(m.known(PeerId(2)));
+}
+
+TEST(Membership, ARackOrRoleChangeIsALeaveAndAJoinAndChannelsAreApart) {
+  Membership m = Make();
+  for (uint64_t id = 1; id <= 10; ++id) m.Register(PeerId(id), Follower(), t0);
+  m.Register(PeerId(50), {.channels = {"other"}, .rack = "a", .source = false}, t0);
+  m.Register(PeerId(51), {.channels = {"other"}, .rack = "a", .source = false}, t0);
+  m.UpdatePeerGraphs();
+  EXPECT_EQ(Set(m.Peers(PeerId(50))), std::set<PeerId>{PeerId(51)});
+  for (uint64_t id = 1; id <= 10; ++id) EXPECT_FALSE(Set(m.Peers(PeerId(id))).contains(PeerId(50)));
+
+  // Node 3 registers again as a source: a larger bound, the same id.
+  m.Register(PeerId(3), {.channels = {"policy"}, .rack = "a", .source = true}, t0 + seconds(1));
+  const auto changes = m.UpdatePeerGraphs();
+  ASSERT_TRUE(changes.contains("policy"));
+  EXPECT_FALSE(changes.contains("other"));
+  EXPECT_GT(m.Peers(PeerId(3)).size(), 4u);
+  EXPECT_LE(m.Peers(PeerId(3)).size(), 8u);
+
+  // Nobody follows "other" any more: its edges go with its graph.
+  m.Leave(PeerId(50), t0 + seconds(2));
+  m.Leave(PeerId(51), t0 + seconds(2));
+  const auto gone = m.UpdatePeerGraphs();
+  ASSERT_TRUE(gone.contains("other"));
+  EXPECT_EQ(gone.at("other").detached.size(), 1u);
+}
+
+TEST(Membership, RefusesOptionsThePeerGraphRefuses) {
+  MembershipOptions o;
+  o.peers.degree = 1;
+  EXPECT_FALSE(Membership::Create(o).ok());
+}
+
+}  // namespace
+}  // namespace weightcast::coord
