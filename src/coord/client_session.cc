@@ -214,6 +214,9 @@ Result<wire::HeartbeatReply> ClientSession::Heartbeat(
     } else {
       std::lock_guard lock(mu_);
       outage_.OnRefusedHeartbeat(reply.status());
+      // Not held again at once: a node that heartbeats again as soon as one is answered waits
+      // an interval after a refusal instead of asking in a tight loop.
+      if (client_ == client) long_poll_ = false;
     }
     return reply;
   }

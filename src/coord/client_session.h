@@ -137,7 +137,8 @@ class ClientSession {
 
   // One heartbeat on `client`, with the long-poll fields: `hold` asks the coordinator to hold
   // it up to the heartbeat interval (wait_ms), with the generation of the last reply. A lost
-  // connection is dropped; a refusal is logged (OutageLog::OnRefusedHeartbeat).
+  // connection is dropped; a refusal is logged (OutageLog::OnRefusedHeartbeat). long_poll is
+  // false after either until a reply says otherwise.
   Result<wire::HeartbeatReply> Heartbeat(const std::shared_ptr<CoordinatorClient>& client,
                                          wire::Heartbeat heartbeat, bool hold);
   // Has the coordinator answer the held heartbeat now (CoordinatorClient::Wake); nothing
