@@ -1,7 +1,5 @@
 #include "agent/daemon.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <condition_variable>
 #include <mutex>
@@ -11,6 +9,7 @@
 
 #include "agent/rollout_driver.h"
 #include "coord/client.h"
+#include "coord/client_session.h"
 #include "manifest/signed_manifest.h"
 #include "metrics/http_server.h"
 #include "metrics/registry.h"
@@ -23,19 +22,6 @@ namespace wire = coord::wire;
 
 namespace {
 
-std::string Hostname() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof buf - 1) != 0) return "";
-  return buf;
-}
-
-// Silence of the coordinator after which an agent that cannot reach it logs at ERROR: long enough
-// for a fleet started all at once (agents before the coordinator) to stay quiet.
-constexpr auto kUnreachableErrorAfter = std::chrono::seconds(10);
-// How often a lasting error is logged again.
-constexpr auto kErrorReminder = std::chrono::minutes(1);
-// The slowest retry of a refused handshake.
-constexpr auto kPermanentRetryMax = std::chrono::seconds(30);
 // Peers that get a series of their own in weightcast_agent_verify_failures_total; the ones
 // after them share peer="other", so the label stays bounded (about the degree: a peer that sends
 // bad data is banned, so only a handful ever do).
@@ -47,7 +33,9 @@ std::vector<double> ChunkFetchBuckets() { return metrics::ExponentialBuckets(0.0
 
 }  // namespace
 
-struct Agent::Impl {
+// The agent's side of its coordinator session (coord/client_session.h): what it registers with,
+// and the registration's outcome on /metrics and in Agent::coordinator_error.
+struct Agent::Impl : coord::SessionDelegate {
   explicit Impl(AgentOptions o) : options(std::move(o)) {}
 
   void Log(const std::string& line) { options.log("agent: " + line); }
@@ -73,10 +61,10 @@ struct Agent::Impl {
   bool starved_reported = false;
   void LogError(const std::string& line) { options.log_error("agent: " + line); }
 
-  // A failed connect: logs it (ERROR for a permanent cause or a long outage, without repeating
-  // itself) and returns how long to wait before the next try.
-  net::Duration OnConnectFailed(const Status& status, net::Duration backoff);
-  void OnConnected();
+  wire::Register Registration() override;
+  void OnRegistered(const wire::RegisterReply& reply) override;
+  Status OnRegisterRefused(Status refusal) override;
+  void OnConnectResult(const Status& status) override;
   // Shows `cause` (empty: none) as weightcast_agent_error{cause} 1 on /metrics.
   void SetErrorCause(std::string_view cause);
   // Counts a chunk from `peer` that failed its hash check (any thread).
@@ -99,10 +87,10 @@ struct Agent::Impl {
   }
 
   Status Run();
-  Status Connect();
-  // One heartbeat and what its reply asks for. kUnavailable-ish errors mean: reconnect. With a
-  // coordinator that holds heartbeats (long poll), this is also where the agent waits.
-  Status Beat();
+  // One heartbeat on `client` and what its reply asks for. coord::LostConnection errors mean:
+  // reconnect (the session dropped the client). With a coordinator that holds heartbeats (long
+  // poll), this is also where the agent waits.
+  Status Beat(const std::shared_ptr<coord::CoordinatorClient>& client);
   // The waker thread: while a heartbeat is held, wakes it (CoordinatorClient::Wake) when the
   // fetch completes or fails, the engine hook finishes, or the agent stops, so that the loop
   // reports at once instead of at the end of the wait.
@@ -138,26 +126,14 @@ struct Agent::Impl {
   std::unique_ptr<node::SwarmNode> node;
   // Declared after `node` and `store`: destroyed before them (it holds references).
   std::unique_ptr<RolloutDriver> rollout;
-  std::shared_ptr<coord::CoordinatorClient> client;
-  net::Duration heartbeat_interval = std::chrono::milliseconds(500);
-  // Long poll state of the current connection: the generation of the last reply acted on, and
-  // whether the coordinator holds heartbeats (it sends generations).
-  uint64_t seen_generation = 0;
-  bool long_poll = false;
+  std::unique_ptr<coord::ClientSession> session;
   metrics::Registry registry;
   std::unique_ptr<metrics::MetricsServer> metrics_server;
   metrics::Gauge* failed_gauge = nullptr;
   std::mutex failures_mu;
   std::set<uint64_t> failure_peers;  // guarded by failures_mu: those with a series of their own
 
-  // Connect failures since the last success (Run's thread only).
-  std::string error_cause;
-  std::string error_message;
-  std::chrono::steady_clock::time_point failing_since{};
-  std::chrono::steady_clock::time_point error_logged{};
-  bool error_logged_at_error = false;
-  std::string beat_error;  // the last refused heartbeat's message
-  std::chrono::steady_clock::time_point beat_error_logged{};
+  std::string error_cause;  // the cause shown on /metrics (Run's thread only)
 
   // What the last connect attempt failed with (OK once connected) and whether one ever
   // succeeded, for Agent::coordinator_error from any thread; guarded by health_mu.
@@ -200,96 +176,36 @@ void Agent::Impl::CountBadChunk(PeerId peer) {
       .Add();
 }
 
-net::Duration Agent::Impl::OnConnectFailed(const Status& status, net::Duration backoff) {
-  const auto now = std::chrono::steady_clock::now();
-  if (error_cause.empty()) failing_since = now;
-  const bool permanent = coord::IsPermanentConnectError(status);
-  const std::string_view cause = coord::ConnectErrorCause(status);
-  const bool changed = cause != error_cause || status.message() != error_message;
-  SetErrorCause(cause);
-  error_message = status.message();
-  {
-    std::lock_guard lock(health_mu);
-    coordinator_error = status;
-  }
-  const net::Duration next =
-      permanent
-          ? std::min<net::Duration>(std::max<net::Duration>(2 * backoff, std::chrono::seconds(1)),
-                                    kPermanentRetryMax)
-          : std::min<net::Duration>(2 * backoff, options.reconnect_max);
-  const std::string retry =
-      "retrying every " +
-      std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(next).count()) + "ms";
-  const bool long_outage = now - failing_since >= kUnreachableErrorAfter;
-  if (permanent || long_outage) {
-    if (changed || !error_logged_at_error || now - error_logged >= kErrorReminder) {
-      const std::string away = std::to_string(
-          std::chrono::duration_cast<std::chrono::seconds>(now - failing_since).count());
-      LogError(permanent ? "cannot work with the coordinator at " + options.coordinator + ": " +
-                               status.ToString() + "; this will not fix itself; " + retry
-                         : "coordinator at " + options.coordinator + " unreachable for " + away +
-                               "s: " + status.ToString() + "; still " + retry);
-      error_logged = now;
-      error_logged_at_error = true;
-    }
-  } else if (changed) {
-    Log("coordinator at " + options.coordinator + ": " + status.ToString() + "; " + retry);
-  }
-  return next;
-}
-
-void Agent::Impl::OnConnected() {
-  if (!error_cause.empty() && error_logged_at_error) {
-    Log("reached the coordinator again after " +
-        std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
-                           std::chrono::steady_clock::now() - failing_since)
-                           .count()) +
-        "s of errors");
-  }
-  SetErrorCause({});
-  error_message.clear();
-  error_logged_at_error = false;
-  std::lock_guard lock(health_mu);
-  coordinator_error = Status::Ok();
-  registered = true;
-}
-
-Status Agent::Impl::Connect() {
-  WC_ASSIGN_OR_RETURN(client, coord::CoordinatorClient::Connect(*transport, options.coordinator,
-                                                                std::chrono::seconds(3)));
+wire::Register Agent::Impl::Registration() {
   wire::Register reg;
   reg.set_peer_address(node->address());
   reg.set_rack(options.rack);
   reg.add_channels(options.channel);
   reg.set_source(false);
   for (const std::string& p : options.tensor_patterns) reg.add_tensor_patterns(p);
-  reg.set_hostname(Hostname());
-  auto reply = client->Register(reg);
-  if (!reply.ok()) {
-    client.reset();
-    const Code code = reply.status().code();
-    if (code == Code::kUnavailable || code == Code::kDeadlineExceeded || code == Code::kAborted) {
-      return reply.status();
-    }
-    // The coordinator answered and said no: retrying the same request changes nothing.
-    return FailedPrecondition("the coordinator refused to register this agent: " +
-                              reply.status().ToString());
-  }
-  // Heartbeat a few times per coordinator timeout (it says how often).
-  if (reply->heartbeat_interval_ms() > 0) {
-    heartbeat_interval = std::chrono::milliseconds(reply->heartbeat_interval_ms());
-  }
-  // A held heartbeat takes up to the interval: the call's own timeout must be well above it.
-  client->set_timeout(std::max<net::Duration>(std::chrono::seconds(10),
-                                              2 * heartbeat_interval + std::chrono::seconds(5)));
-  seen_generation = 0;
-  long_poll = false;
-  Log("registered with the coordinator at " + options.coordinator + " as node " +
-      std::to_string(node->id().value()) + ", serving peers on " + node->address());
-  return Status::Ok();
+  reg.set_hostname(coord::LocalHostname());
+  return reg;
 }
 
-Status Agent::Impl::Beat() {
+void Agent::Impl::OnRegistered(const wire::RegisterReply&) {
+  Log("registered with the coordinator at " + options.coordinator + " as node " +
+      std::to_string(node->id().value()) + ", serving peers on " + node->address());
+}
+
+Status Agent::Impl::OnRegisterRefused(Status refusal) {
+  // The coordinator answered and said no: retrying the same request changes nothing.
+  return FailedPrecondition("the coordinator refused to register this agent: " +
+                            refusal.ToString());
+}
+
+void Agent::Impl::OnConnectResult(const Status& status) {
+  SetErrorCause(status.ok() ? std::string_view() : coord::ConnectErrorCause(status));
+  std::lock_guard lock(health_mu);
+  coordinator_error = status;
+  if (status.ok()) registered = true;
+}
+
+Status Agent::Impl::Beat(const std::shared_ptr<coord::CoordinatorClient>& client) {
   wire::Heartbeat hb;
   *hb.add_channels() = rollout->Progress();
   UpdateFailed(hb.channels(0));
@@ -298,10 +214,6 @@ Status Agent::Impl::Beat() {
     if (attestation.has_value()) *hb.mutable_channels(0)->mutable_attestation() = *attestation;
   }
   rollout->clear_report_now();
-  // Ask to be held until something changes (a coordinator without long polls ignores it).
-  hb.set_wait_ms(static_cast<uint32_t>(
-      std::chrono::duration_cast<std::chrono::milliseconds>(heartbeat_interval).count()));
-  hb.set_seen_generation(seen_generation);
   {
     std::lock_guard lock(mu);
     armed = client;
@@ -309,14 +221,13 @@ Status Agent::Impl::Beat() {
     watch_fetch = rollout->fetching();
   }
   cv.notify_all();
-  Result<wire::HeartbeatReply> answered = client->Heartbeat(hb);
+  // Asks to be held until something changes (a coordinator without long polls ignores it).
+  Result<wire::HeartbeatReply> answered = session->Heartbeat(client, std::move(hb), /*hold=*/true);
   {
     std::lock_guard lock(mu);
     armed.reset();
   }
   WC_ASSIGN_OR_RETURN(wire::HeartbeatReply reply, std::move(answered));
-  seen_generation = reply.generation();
-  long_poll = reply.generation() != 0;
   std::vector<node::PeerAddress> peers;
   for (const wire::PeerEntry& e : reply.peers()) {
     peers.push_back({PeerId(e.node_id()), e.address(), e.source()});
@@ -373,12 +284,7 @@ Status Agent::Impl::Run() {
   net.self.node_id = options.node_id;
   net.self.role = net::Role::kAgent;
   net.secret = options.secret;
-  // The transport logs every failed connect; those to the coordinator are the loop's to report
-  // (once per cause, at ERROR when it lasts), not one line per retry.
-  net.log = [log = options.log,
-             skip = "tcp: connect to " + options.coordinator + " failed"](std::string_view line) {
-    if (!line.starts_with(skip)) log(line);
-  };
+  net.log = coord::WithoutConnectFailures(options.log, options.coordinator);
   if (options.upload_limit != 0) {
     net.upload_limit = std::make_shared<net::TokenBucket>(
         options.upload_limit, std::max<uint64_t>(options.upload_limit / 10, 1 << 20));
@@ -505,43 +411,33 @@ Status Agent::Impl::Run() {
     Log("serving metrics at http://" + metrics_server->address() + "/metrics");
   }
 
+  coord::ClientSessionOptions session_options;
+  session_options.coordinator = options.coordinator;
+  session_options.connect_timeout = std::chrono::seconds(3);
+  session_options.reconnect_max = options.reconnect_max;
+  session_options.heartbeat_interval = std::chrono::milliseconds(500);
+  session_options.log = {.info = [this](const std::string& line) { Log(line); },
+                         .error = [this](const std::string& line) { LogError(line); }};
+  session = std::make_unique<coord::ClientSession>(*transport, std::move(session_options), *this);
+
   std::thread waker([this] { WakerLoop(); });
-  net::Duration backoff = std::chrono::milliseconds(100);
   Status result = Status::Ok();
   while (!Stopping() && !done) {
-    if (client == nullptr) {
-      Status connected = Connect();
-      if (!connected.ok()) {
-        const net::Duration wait = backoff;
-        backoff = OnConnectFailed(connected, backoff);
-        if (!Sleep(wait)) break;
-        continue;
-      }
-      OnConnected();
-      backoff = std::chrono::milliseconds(100);
+    // Connects and registers when the last connection was lost; the session logs the outage.
+    Result<std::shared_ptr<coord::CoordinatorClient>> connected = session->Client();
+    if (!connected.ok()) {
+      if (!Sleep(session->retry_delay())) break;
+      continue;
     }
-    Status beat = Beat();
+    const std::shared_ptr<coord::CoordinatorClient> client = std::move(connected).value();
+    Status beat = Beat(client);
     if (!beat.ok()) {
-      if (beat.code() == Code::kUnavailable || beat.code() == Code::kDeadlineExceeded ||
-          beat.code() == Code::kAborted || beat.code() == Code::kCorrupt) {
-        Log("lost the coordinator: " + beat.ToString());
-        client.reset();
-        continue;
-      }
+      if (coord::LostConnection(beat)) continue;  // reconnect at once
       if (beat.code() == Code::kIoError) {
         result = beat;
         break;
       }
-      // The coordinator answered and refused (e.g. another agent registered with this node id
-      // replaced this one): a person has to look, so ERROR, but not on every heartbeat.
-      const auto now = std::chrono::steady_clock::now();
-      if (beat.message() != beat_error || now - beat_error_logged >= kErrorReminder) {
-        LogError("the coordinator refused a heartbeat: " + beat.ToString());
-        beat_error = beat.message();
-        beat_error_logged = now;
-      }
-    } else {
-      beat_error.clear();
+      // The coordinator answered and refused: the session logged it; the loop goes on.
     }
     if (done) break;
     {
@@ -555,12 +451,12 @@ Status Agent::Impl::Run() {
     ReportStarved(node->progress());
     if (rollout->report_now()) continue;
     // The coordinator holds the next heartbeat until there is news: that is the wait.
-    if (long_poll && beat.ok()) continue;
+    if (session->long_poll() && beat.ok()) continue;
     // Wake early when the target completes, so a commit decision is asked for at once.
     if (rollout->fetching()) {
-      node->WaitComplete(heartbeat_interval).IgnoreError();
+      node->WaitComplete(session->heartbeat_interval()).IgnoreError();
       rollout->Poll(client.get());
-    } else if (!Sleep(heartbeat_interval)) {
+    } else if (!Sleep(session->heartbeat_interval())) {
       break;
     }
   }
@@ -570,12 +466,9 @@ Status Agent::Impl::Run() {
   }
   cv.notify_all();
   waker.join();
-  if (client) {
-    // A normal stop leaves the fleet (coord.proto Leave) so that it is not shown dead; an agent
-    // ending on an error stays listed, and is marked dead, for someone to look at.
-    if (result.ok()) client->Leave().IgnoreError();
-    client->Close();
-  }
+  // A normal stop leaves the fleet (coord.proto Leave) so that it is not shown dead; an agent
+  // ending on an error stays listed, and is marked dead, for someone to look at.
+  session->End(/*leave=*/result.ok());
   if (metrics_server) metrics_server->Stop();
   {
     std::lock_guard lock(mu);

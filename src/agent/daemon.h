@@ -10,12 +10,13 @@
 // commits it when the coordinator decided COMMIT (Store::Commit: one atomic switch of
 // `current`), drops its staging on ABORT, switches to a kept version on a rollback and runs the
 // engine hook. The coordinator being unreachable stops nothing
-// but the heartbeats: the swarm keeps fetching and serving, and the agent reconnects with
-// exponential backoff. A failure that waiting will not fix (the coordinator refused our
-// handshake: wrong secret or cluster) is logged at ERROR at once and retried slowly (a secret may
-// be fixed on the coordinator's side); an unreachable coordinator is logged at ERROR once it has
-// been away kUnreachableErrorAfter, then reminded of every minute. While either lasts, /metrics
-// has weightcast_agent_error{cause="..."} 1 (causes: coord::ConnectErrorCause).
+// but the heartbeats: the swarm keeps fetching and serving, and the agent's coordinator session
+// (coord/client_session.h, shared with the publisher) reconnects with exponential backoff. A
+// failure that waiting will not fix (the coordinator refused our handshake: wrong secret or
+// cluster) is logged at ERROR at once and retried slowly (a secret may be fixed on the
+// coordinator's side); an unreachable coordinator is logged at ERROR once it has been away
+// coord::kUnreachableErrorAfter, then reminded of every minute. While either lasts, /metrics has
+// weightcast_agent_error{cause="..."} 1 (causes: coord::ConnectErrorCause).
 //
 // Threading: Run blocks the calling thread; Stop may be called from any thread (a signal
 // handler thread included) and makes Run return.
