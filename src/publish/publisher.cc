@@ -1,7 +1,5 @@
 #include "publish/publisher.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <random>
@@ -25,18 +23,8 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// An outage this long is logged at ERROR (once, then every kErrorReminder).
-constexpr auto kUnreachableErrorAfter = std::chrono::seconds(10);
-constexpr auto kErrorReminder = std::chrono::minutes(1);
-
 bool Transient(const Status& st) {
   return st.code() == Code::kUnavailable || st.code() == Code::kDeadlineExceeded;
-}
-
-std::string Hostname() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof(buf) - 1) != 0) return {};
-  return buf;
 }
 
 // Whether the coordinator's log holds `version` with `root`: only such a version can be the base
@@ -244,12 +232,7 @@ Status Publisher::Start() {
   net.self.role = net::Role::kPublisher;
   net.secret = options_.secret;
   net.upload_limit = options_.upload_limit;
-  // Failed connects to the coordinator are reported by the callers that retry them (once, then
-  // at ERROR when it lasts), not one line per retry.
-  net.log = [log = options_.log,
-             skip = "tcp: connect to " + options_.coordinator + " failed"](std::string_view line) {
-    if (!line.starts_with(skip)) log(line);
-  };
+  net.log = coord::WithoutConnectFailures(options_.log.AsLineFn(), options_.coordinator);
   net::TransportSelection selection;
   selection.kind = options_.transport;
   WC_ASSIGN_OR_RETURN(transport_, net::CreateTransport(net, selection));
@@ -264,39 +247,21 @@ Status Publisher::Start() {
   WC_RETURN_IF_ERROR(node_->Start(options_.listen));
   options_.log.Info("seeding from", {{"address", node_->address()}});
 
-  // The coordinator may still be starting (scripts launch everything at once).
+  coord::ClientSessionOptions session;
+  session.coordinator = options_.coordinator;
+  // A refusal ends Create (returned to the user) rather than being retried.
+  session.retry_refusals = false;
+  session.log = {.info = [log = options_.log](const std::string& line) { log.Info(line); },
+                 .error = [log = options_.log](const std::string& line) { log.Error(line); }};
+  session_ = std::make_unique<coord::ClientSession>(*transport_, std::move(session),
+                                                    static_cast<coord::SessionDelegate&>(*this));
+
   const auto deadline = std::chrono::steady_clock::now() + options_.connect_timeout;
-  net::Duration backoff = std::chrono::milliseconds(100);
-  for (;;) {
-    Status connected;
-    {
-      std::lock_guard lock(client_mu_);
-      connected = ConnectLocked();
-    }
-    if (connected.ok()) break;
-    if (!Transient(connected)) {
-      return connected.message().starts_with("coordinator ")
-                 ? connected
-                 : connected.WithContext("coordinator " + options_.coordinator);
-    }
-    if (std::chrono::steady_clock::now() >= deadline) {
-      return Status(connected.code(),
-                    "gave up on the coordinator at " + options_.coordinator + " after " +
-                        std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
-                                           options_.connect_timeout)
-                                           .count()) +
-                        "s: " + connected.message());
-    }
-    if (backoff == std::chrono::milliseconds(100)) {
-      options_.log.Warn("waiting for the coordinator",
-                        {{"coordinator", options_.coordinator}, {"error", connected.message()}});
-    }
-    if (!SleepFor(backoff)) return Aborted("stopped");
-    backoff = std::min<net::Duration>(2 * backoff, std::chrono::seconds(2));
-  }
+  WC_RETURN_IF_ERROR(ConnectFirst(deadline));
   // The coordinator can go between the connect and the first calls (a leader killed just then,
   // with a standby taking over): Call drops a connection that failed, the next one follows the
   // leader; the same deadline as the connect.
+  net::Duration backoff = coord::kReconnectFirst;
   for (;;) {
     Status reconciled = Reconcile();
     if (reconciled.ok()) break;
@@ -304,7 +269,7 @@ Status Publisher::Start() {
     options_.log.Warn("the coordinator went away while starting; trying again",
                       {{"error", reconciled.message()}});
     if (!SleepFor(backoff)) return Aborted("stopped");
-    backoff = std::min<net::Duration>(2 * backoff, std::chrono::seconds(2));
+    backoff = std::min<net::Duration>(2 * backoff, coord::kReconnectMax);
   }
   if (options_.metrics != nullptr) {
     options_.metrics->GaugeFunc("weightcast_publish_version", "Newest version seeded",
@@ -323,14 +288,36 @@ Status Publisher::Start() {
 
 std::string Publisher::address() const { return node_ ? node_->address() : std::string(); }
 
-Status Publisher::ConnectLocked() {
-  WC_ASSIGN_OR_RETURN(std::unique_ptr<coord::CoordinatorClient> client,
-                      coord::CoordinatorClient::Connect(*transport_, options_.coordinator));
+Status Publisher::ConnectFirst(std::chrono::steady_clock::time_point deadline) {
+  // The coordinator may still be starting (scripts launch everything at once); the session logs
+  // the wait.
+  for (;;) {
+    Result<std::shared_ptr<coord::CoordinatorClient>> connected = Client();
+    if (connected.ok()) return Status::Ok();
+    const Status& error = connected.status();
+    if (!Transient(error)) {
+      return error.message().starts_with("coordinator ")
+                 ? error
+                 : error.WithContext("coordinator " + options_.coordinator);
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return Status(error.code(),
+                    "gave up on the coordinator at " + options_.coordinator + " after " +
+                        std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                                           options_.connect_timeout)
+                                           .count()) +
+                        "s: " + error.message());
+    }
+    if (!SleepFor(session_->retry_delay())) return Aborted("stopped");
+  }
+}
+
+wire::Register Publisher::Registration() {
   wire::Register request;
   request.set_peer_address(node_->address());
   request.add_channels(options_.channel);
   request.set_source(true);
-  request.set_hostname(Hostname());
+  request.set_hostname(coord::LocalHostname());
   request.set_writer_id(writer_id_);
   if (sharded()) {
     request.set_rank(options_.rank);
@@ -349,7 +336,10 @@ Status Publisher::ConnectLocked() {
   } else {
     request.set_take_over(options_.take_over);
   }
-  WC_ASSIGN_OR_RETURN(wire::RegisterReply reply, client->Register(request));
+  return request;
+}
+
+void Publisher::OnRegistered(const wire::RegisterReply& reply) {
   for (const wire::WriterLease& lease : reply.leases()) {
     if (lease.channel() != options_.channel) continue;
     std::lock_guard lock(mu_);
@@ -358,23 +348,12 @@ Status Publisher::ConnectLocked() {
     }
     writer_epoch_ = lease.epoch();
   }
-  if (reply.heartbeat_interval_ms() != 0) {
-    std::lock_guard lock(mu_);
-    heartbeat_interval_ = std::chrono::milliseconds(reply.heartbeat_interval_ms());
-    // A held heartbeat takes up to the interval: the call's timeout must be well above it.
-    client->set_timeout(std::max<net::Duration>(std::chrono::seconds(10),
-                                                2 * heartbeat_interval_ + std::chrono::seconds(5)));
-  }
-  client_ = std::move(client);
   options_.log.Info("registered with the coordinator", {{"coordinator", options_.coordinator}});
-  return Status::Ok();
 }
 
 Result<std::shared_ptr<coord::CoordinatorClient>> Publisher::Client() {
-  std::lock_guard lock(client_mu_);
   if (stopping_) return Aborted("the publisher is stopping");
-  if (client_ == nullptr) WC_RETURN_IF_ERROR(ConnectLocked());
-  return client_;
+  return session_->Client();
 }
 
 uint64_t Publisher::writer_epoch() const {
@@ -400,8 +379,7 @@ void Publisher::NoteWriterConflict(const Status& status) {
 }
 
 template <typename T>
-Result<T> Publisher::Call(const std::function<Result<T>(coord::CoordinatorClient&)>& fn,
-                          bool heartbeat) {
+Result<T> Publisher::Call(const std::function<Result<T>(coord::CoordinatorClient&)>& fn) {
   Result<std::shared_ptr<coord::CoordinatorClient>> connected = Client();
   if (!connected.ok()) {
     NoteWriterConflict(connected.status());
@@ -409,7 +387,7 @@ Result<T> Publisher::Call(const std::function<Result<T>(coord::CoordinatorClient
   }
   std::shared_ptr<coord::CoordinatorClient> client = std::move(connected).value();
   bool wake = false;
-  if (!heartbeat) {
+  {
     std::lock_guard lock(mu_);
     ++calls_in_flight_;
     wake = heartbeat_held_;
@@ -418,26 +396,22 @@ Result<T> Publisher::Call(const std::function<Result<T>(coord::CoordinatorClient
   if (wake) client->Wake().IgnoreError();
   Result<T> result = fn(*client);
   if (!result.ok()) NoteWriterConflict(result.status());
-  if (!heartbeat) {
+  {
     std::lock_guard lock(mu_);
     --calls_in_flight_;
     cv_.notify_all();
   }
-  if (!result.ok() && Transient(result.status())) {
-    std::lock_guard lock(client_mu_);
-    if (client_ == client) {
-      client_->Close();
-      client_.reset();
-    }
+  if (!result.ok() && coord::LostConnection(result.status())) {
+    session_->Drop(client, result.status());
   }
   return result;
 }
 
 // publisher_parts.cc calls these too.
 template Result<wire::PublishReply> Publisher::Call<wire::PublishReply>(
-    const std::function<Result<wire::PublishReply>(coord::CoordinatorClient&)>&, bool);
+    const std::function<Result<wire::PublishReply>(coord::CoordinatorClient&)>&);
 template Result<std::vector<uint8_t>> Publisher::Call<std::vector<uint8_t>>(
-    const std::function<Result<std::vector<uint8_t>>(coord::CoordinatorClient&)>&, bool);
+    const std::function<Result<std::vector<uint8_t>>(coord::CoordinatorClient&)>&);
 
 Result<wire::ChannelLog> Publisher::ChannelLog() {
   WC_ASSIGN_OR_RETURN(wire::FleetStatus status,
@@ -535,7 +509,8 @@ Status Publisher::PublishSigned(const PreparedVersion& prepared) {
       if (!retried) {
         options_.log.Warn("coordinator unreachable; retrying the publish",
                           {{"version", version.value()}, {"error", logged.status().ToString()}});
-      } else if (now - start >= kUnreachableErrorAfter && now - error_logged >= kErrorReminder) {
+      } else if (now - start >= coord::kUnreachableErrorAfter &&
+                 now - error_logged >= coord::kErrorReminder) {
         // A long outage needs a person; said again every minute, not on every retry.
         options_.log.Error(
             "the coordinator is still unreachable; the version waits to be published",
@@ -572,15 +547,13 @@ Status Publisher::StartSeeding(const PreparedVersion& prepared) {
     held = heartbeat_held_;
     cv_.notify_all();
   }
-  // Report SEEDING of the new version now rather than at the end of the held heartbeat. Not
-  // under mu_: ConnectLocked takes mu_ under client_mu_.
+  // Report SEEDING of the new version now rather than at the end of the held heartbeat.
   if (held) WakeHeartbeat();
   return Status::Ok();
 }
 
 void Publisher::WakeHeartbeat() {
-  std::lock_guard lock(client_mu_);
-  if (client_ != nullptr) client_->Wake().IgnoreError();
+  if (session_ != nullptr) session_->Wake();
 }
 
 Result<PublishedVersion> Publisher::PublishDirectory(
@@ -829,72 +802,51 @@ Status Publisher::Watch(const fs::path& dir, net::Duration settle) {
 }
 
 void Publisher::HeartbeatLoop() {
-  bool failing = false;
-  bool first = true;       // the first heartbeat goes at once: the peer list is wanted now
-  bool long_poll = false;  // the coordinator holds heartbeats (its replies carry a generation)
-  uint64_t seen = 0;
-  for (;;) {
-    net::Duration interval;
-    {
-      std::lock_guard lock(mu_);
-      interval = heartbeat_interval_;
-    }
-    if (!long_poll && !first && !SleepFor(interval)) return;
-    first = false;
-    wire::Heartbeat heartbeat;
-    {
-      std::unique_lock lock(mu_);
-      // Another call goes first (it would otherwise wait behind a held heartbeat). The cancel
-      // flag notifies nobody: look at it every 100 ms.
-      while (long_poll && calls_in_flight_ != 0 && !Stopping()) {
-        cv_.wait_for(lock, std::chrono::milliseconds(100));
-      }
-      if (Stopping()) return;
-      heartbeat_held_ = long_poll;
-      if (long_poll) {
-        heartbeat.set_wait_ms(static_cast<uint32_t>(
-            std::chrono::duration_cast<std::chrono::milliseconds>(interval).count()));
-      }
-      heartbeat.set_seen_generation(seen);
-      AddSeedingProgressLocked(heartbeat);
-    }
-    AddUploadedBytes(heartbeat);
-    Result<wire::HeartbeatReply> reply = Call<wire::HeartbeatReply>(
-        [&](coord::CoordinatorClient& c) { return c.Heartbeat(heartbeat); }, /*heartbeat=*/true);
-    {
-      std::lock_guard lock(mu_);
-      heartbeat_held_ = false;
-    }
-    if (!reply.ok()) {
-      if (stopping_) return;
-      // Fenced (Call noted it): heartbeats would be refused from now on.
-      if (coord::IsWriterConflict(reply.status())) return;
-      if (!failing) {
-        if (coord::IsPermanentConnectError(reply.status())) {
-          options_.log.Error(
-              "cannot reconnect to the coordinator; this will not fix itself",
-              {{"coordinator", options_.coordinator}, {"error", reply.status().ToString()}});
-        } else {
-          options_.log.Warn("heartbeat failed; reconnecting",
-                            {{"error", reply.status().ToString()}});
-        }
-      }
-      failing = true;
-      long_poll = false;  // sleep before the next try
-      continue;
-    }
-    if (failing) options_.log.Info("heartbeats resumed");
-    failing = false;
-    // A reconnect registers again, which moves the generation: no reset needed here.
-    seen = reply->generation();
-    long_poll = seen != 0;
-    std::vector<node::PeerAddress> peers;
-    for (const wire::PeerEntry& e : reply->peers()) {
-      if (e.node_id() == node_id_.value()) continue;
-      peers.push_back({PeerId(e.node_id()), e.address(), e.source()});
-    }
-    node_->SetPeers(peers);
+  // The first heartbeat goes at once: the peer list is wanted now. Then, with a coordinator that
+  // holds heartbeats, the next goes as soon as one is answered; otherwise one per interval.
+  for (bool first = true;; first = false) {
+    if (!first && !session_->long_poll() && !SleepFor(session_->heartbeat_interval())) return;
+    if (!Beat()) return;
   }
+}
+
+bool Publisher::Beat() {
+  wire::Heartbeat heartbeat;
+  bool hold = false;
+  {
+    std::unique_lock lock(mu_);
+    // Another call goes first (it would otherwise wait behind a held heartbeat). The cancel
+    // flag notifies nobody: look at it every 100 ms.
+    while (session_->long_poll() && calls_in_flight_ != 0 && !Stopping()) {
+      cv_.wait_for(lock, std::chrono::milliseconds(100));
+    }
+    if (Stopping()) return false;
+    hold = session_->long_poll();
+    heartbeat_held_ = hold;
+    AddSeedingProgressLocked(heartbeat);
+  }
+  AddUploadedBytes(heartbeat);
+  Result<std::shared_ptr<coord::CoordinatorClient>> client = Client();
+  Result<wire::HeartbeatReply> reply =
+      client.ok() ? session_->Heartbeat(*client, std::move(heartbeat), hold)
+                  : Result<wire::HeartbeatReply>(client.status());
+  {
+    std::lock_guard lock(mu_);
+    heartbeat_held_ = false;
+  }
+  if (!reply.ok()) {
+    NoteWriterConflict(reply.status());
+    // The session logged the outage or the refusal. Fenced: heartbeats would be refused from
+    // now on.
+    return !stopping_ && !coord::IsWriterConflict(reply.status());
+  }
+  std::vector<node::PeerAddress> peers;
+  for (const wire::PeerEntry& e : reply->peers()) {
+    if (e.node_id() == node_id_.value()) continue;
+    peers.push_back({PeerId(e.node_id()), e.address(), e.source()});
+  }
+  node_->SetPeers(peers);
+  return true;
 }
 
 void Publisher::AddSeedingProgressLocked(wire::Heartbeat& heartbeat) const {
@@ -945,27 +897,18 @@ void Publisher::Stop() {
     options_.metrics->Remove("weightcast_publish_sent_bytes_total", labels);
     options_.metrics->Remove("weightcast_publish_peers", labels);
   }
-  {
-    std::lock_guard lock(client_mu_);
-    if (client_ != nullptr) {
-      // The last heartbeat was built before the last uploads (a held heartbeat carries what
-      // was sent when it left): report the final figures, which the coordinator keeps for a
-      // node that left, so that the rollout's source upload does not read short.
-      wire::Heartbeat last;
-      {
-        std::lock_guard lock(mu_);
-        AddSeedingProgressLocked(last);
-      }
-      AddUploadedBytes(last);
-      if (last.channels_size() > 0) {
-        // Not held (wait_ms 0), and waited for no longer than Leave is.
-        client_->Heartbeat(last, std::chrono::seconds(2)).status().IgnoreError();
-      }
-      // A stop on purpose: listed as left, not dead, once it is gone. Best effort; an older
-      // coordinator refuses it and marks this node dead at its heartbeat timeout as before.
-      client_->Leave().IgnoreError();
-      client_->Close();
+  if (session_ != nullptr) {
+    // The last heartbeat was built before the last uploads (a held heartbeat carries what was
+    // sent when it left): report the final figures, which the coordinator keeps for a node
+    // that left, so that the rollout's source upload does not read short. Then leave: a stop
+    // on purpose is listed as left, not dead.
+    wire::Heartbeat last;
+    {
+      std::lock_guard lock(mu_);
+      AddSeedingProgressLocked(last);
     }
+    AddUploadedBytes(last);
+    session_->End(/*leave=*/true, &last);
   }
   if (node_ != nullptr) node_->Stop();
 }

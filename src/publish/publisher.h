@@ -35,6 +35,7 @@
 #include <weightcast/types.h>
 
 #include "coord/client.h"
+#include "coord/client_session.h"
 #include "metrics/log.h"
 #include "metrics/registry.h"
 #include "net/transport.h"
@@ -117,7 +118,9 @@ struct PublishedVersion {
   double prepare_seconds = 0;  // manifest + encode + import
 };
 
-class Publisher {
+// The publisher is its coordinator session's delegate (coord/client_session.h): it registers as
+// the channel's source and writer, and keeps the writer lease the registration grants.
+class Publisher : private coord::SessionDelegate {
  public:
   // Opens the store (locking it), starts the swarm node on `listen`, connects to the
   // coordinator (retrying until connect_timeout) and registers as a source of the channel. If
@@ -166,15 +169,17 @@ class Publisher {
  private:
   explicit Publisher(PublisherOptions options);
   Status Start();
-  Status ConnectLocked();
+  // Waits for the coordinator (it may still be starting) until connect_timeout.
+  Status ConnectFirst(std::chrono::steady_clock::time_point deadline);
+  // coord::SessionDelegate: the source's registration with its writer lease, and the reply's.
+  coord::wire::Register Registration() override;
+  void OnRegistered(const coord::wire::RegisterReply& reply) override;
   Result<std::shared_ptr<coord::CoordinatorClient>> Client();
   // Runs `fn` on the coordinator client (connecting and registering first when there is none);
-  // a call that fails with kUnavailable or kDeadlineExceeded drops the client, so the next call
+  // a call that loses the connection (coord::LostConnection) drops the client, so the next call
   // reconnects.
-  // `heartbeat`: the heartbeat thread's own call (held or not), which wakes nothing.
   template <typename T>
-  Result<T> Call(const std::function<Result<T>(coord::CoordinatorClient&)>& fn,
-                 bool heartbeat = false);
+  Result<T> Call(const std::function<Result<T>(coord::CoordinatorClient&)>& fn);
   // Wakes a held heartbeat (if any) so that the heartbeat thread sees what changed.
   void WakeHeartbeat();
   // Remembers a refusal by the coordinator for another writer (coord::IsWriterConflict).
@@ -209,6 +214,9 @@ class Publisher {
   // Logs (WARN) when no live agent follows the channel, and again (INFO) once one does.
   void ReportFollowers(Version version, const coord::wire::FleetStatus& status);
   void HeartbeatLoop();
+  // One heartbeat (held when the coordinator holds them) and its peer list. False when the loop
+  // ends: stopping, or fenced by another writer.
+  bool Beat();
   // The SEEDING progress of the version being seeded, added to `heartbeat` (nothing while none
   // is seeded). Under mu_.
   void AddSeedingProgressLocked(coord::wire::Heartbeat& heartbeat) const;
@@ -224,9 +232,8 @@ class Publisher {
   std::unique_ptr<net::Transport> transport_;
   std::unique_ptr<node::SwarmNode> node_;
 
-  std::mutex client_mu_;
-  std::shared_ptr<coord::CoordinatorClient> client_;
-  net::Duration heartbeat_interval_ = std::chrono::seconds(1);
+  // Made by Start once the transport and the swarm node run.
+  std::unique_ptr<coord::ClientSession> session_;
 
   std::mutex publish_mu_;  // one PublishDirectory at a time
   mutable std::mutex mu_;

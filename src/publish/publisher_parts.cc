@@ -74,9 +74,9 @@ Result<fs::path> PaddedCopy(const fs::path& dir, const Checkpoint& checkpoint,
 
 // Defined in publisher.cc, instantiated there for these.
 extern template Result<wire::PublishReply> Publisher::Call<wire::PublishReply>(
-    const std::function<Result<wire::PublishReply>(coord::CoordinatorClient&)>&, bool);
+    const std::function<Result<wire::PublishReply>(coord::CoordinatorClient&)>&);
 extern template Result<std::vector<uint8_t>> Publisher::Call<std::vector<uint8_t>>(
-    const std::function<Result<std::vector<uint8_t>>(coord::CoordinatorClient&)>&, bool);
+    const std::function<Result<std::vector<uint8_t>>(coord::CoordinatorClient&)>&);
 
 bool Publisher::PartLogged(const wire::ChannelLog& log, Version version, const Digest& part_root) {
   bool listed = false;
