@@ -581,6 +581,8 @@ Status RunSim(const SimFlags& f) {
   j["duplicate_bytes"] = r.duplicate_bytes;
   j["aborted_bytes"] = r.aborted_bytes;
   j["timeouts"] = r.timeouts;
+  j["requests"] = r.requests;
+  j["rejects"] = r.rejects;  // requests refused (a full serve queue, a source holding repeats)
   j["peer_graph"] = {{"membership_events", r.membership_events},
                      {"edges_added", r.edges_added},
                      {"edges_dropped", r.edges_dropped},
