@@ -9,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include "coord/membership.h"
 #include "sim/network.h"
 #include "sim/side_worker.h"
 #include "swarm/peer_graph.h"
@@ -33,8 +34,9 @@ enum class Ev : uint8_t {
   kDie,
   kJoin,
   kPeerGone,
-  kLink,   // an edge the peer graph made: its ends connect
-  kLeave,  // the coordinator marks a dead node dead and takes it out of the peer graph
+  kLink,        // an edge the peer graph made: its ends connect
+  kHeartbeats,  // every live node's heartbeat reaches the coordinator (a round per interval)
+  kSweep,       // the coordinator's sweep: deaths at the heartbeat timeout, peer graph changes
   kSample
 };
 
@@ -143,12 +145,11 @@ class Fleet {
     if (k >= 0) nodes_[a].link_up[k] = up ? 1 : 0;
   }
   void Connect(double now, uint32_t a, uint32_t b);
-  swarm::NodeInfo InfoOf(uint32_t i) const;
-  // What the coordinator does on a membership change: one PeerGraph update. Edges it drops
-  // close (agents close connections to peers no longer listed); edges it makes connect one
-  // round trip later (the coordinator's push, then the connect).
-  Status ChangeGraph(double now, std::span<const PeerId> leaving,
-                     std::span<const swarm::NodeInfo> joining);
+  coord::MemberInfo MemberOf(uint32_t i) const;
+  // What the coordinator does after a membership change (coord::Membership, the core it runs):
+  // its peer graph changes. Edges it drops close (agents close connections to peers no longer
+  // listed); edges it makes connect one round trip later (the coordinator's push, the connect).
+  void ApplyGraphChange(double now, const swarm::PeerGraphChange& change);
   void ListEdge(uint32_t a, uint32_t b);
   void UnlistEdge(double now, uint32_t a, uint32_t b);
   void StopFlows(double now, uint32_t from, uint32_t to);
@@ -165,7 +166,8 @@ class Fleet {
   std::mt19937_64 rng_;
   std::vector<SimNode> nodes_;
   std::optional<Network> net_;
-  std::optional<swarm::PeerGraph> graph_;
+  std::optional<coord::Membership> membership_;
+  bool joins_pending_ = false;  // registrations the next sweep puts into the peer graph
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> queue_;
   uint64_t seq_ = 0;
   uint32_t chunks_ = 0;
@@ -283,17 +285,17 @@ void Fleet::Apply(double now, uint32_t i, std::span<const Effect> effects) {
   }
 }
 
-swarm::NodeInfo Fleet::InfoOf(uint32_t i) const {
-  swarm::NodeInfo info;
-  info.id = ToPeer(i);
+coord::MemberInfo Fleet::MemberOf(uint32_t i) const {
+  coord::MemberInfo info{.channels = {"weights"}, .rack = {}, .source = i == 0};
   if (cfg_.rack_size > 0) info.rack = "r" + std::to_string(i / cfg_.rack_size);
-  if (i == 0) info.degree = cfg_.tuning.SourceDegree();
   return info;
 }
 
-Status Fleet::ChangeGraph(double now, std::span<const PeerId> leaving,
-                          std::span<const swarm::NodeInfo> joining) {
-  WC_ASSIGN_OR_RETURN(swarm::PeerGraphChange change, graph_->Update(leaving, joining));
+net::TimePoint ToTimePoint(double seconds) {
+  return net::TimePoint(std::chrono::nanoseconds(static_cast<int64_t>(seconds * 1e9)));
+}
+
+void Fleet::ApplyGraphChange(double now, const swarm::PeerGraphChange& change) {
   ++result_.membership_events;
   result_.edges_added += change.added.size();
   result_.edges_dropped += change.removed.size();
@@ -306,7 +308,6 @@ Status Fleet::ChangeGraph(double now, std::span<const PeerId> leaving,
     ListEdge(ToNode(e.a), ToNode(e.b));
     Push(now + 2 * cfg_.latency, Ev::kLink, ToNode(e.a), ToNode(e.b), 0);
   }
-  return Status::Ok();
 }
 
 void Fleet::ListEdge(uint32_t a, uint32_t b) {
@@ -384,7 +385,6 @@ void Fleet::Kill(double now, uint32_t i) {
     SetLink(node.nbrs[k], i, false);
     Push(now + cfg_.detect_delay, Ev::kPeerGone, node.nbrs[k], i, 0);
   }
-  Push(now + cfg_.membership_delay, Ev::kLeave, i, i, 0);
 }
 
 void Fleet::OnFlowDone(double now, FlowId f) {
@@ -571,20 +571,26 @@ Result<FleetResult> Fleet::Run() {
     (void)started;  // no peers yet: nothing to send
     node.joined = node.role != NodeRole::kLate;
   }
-  // The fleet that registered before the broadcast: one graph, as the coordinator builds it
-  // for nodes that register within one sweep. Late joiners join it when they come.
-  swarm::PeerListOptions plo;
-  plo.degree = c.tuning.degree;
-  plo.same_rack_fraction = c.tuning.same_rack_fraction;
-  plo.seed = c.seed;
-  WC_ASSIGN_OR_RETURN(swarm::PeerGraph graph, swarm::PeerGraph::Create(plo));
-  graph_.emplace(std::move(graph));
-  std::vector<swarm::NodeInfo> first;
+  // The coordinator's membership core, with the agents' settings. The fleet that registered
+  // before the broadcast makes one graph, as nodes registering within one sweep do; late
+  // joiners register when they come, deaths are found at the heartbeat timeout.
+  if (c.heartbeat_timeout <= 0) return InvalidArgument("sim: heartbeat timeout must be positive");
+  WC_ASSIGN_OR_RETURN(
+      coord::Membership membership,
+      coord::Membership::Create({.heartbeat_timeout = std::chrono::nanoseconds(
+                                     static_cast<int64_t>(c.heartbeat_timeout * 1e9)),
+                                 .forget_after = std::chrono::hours(24 * 365),
+                                 .peers = {.degree = c.tuning.degree,
+                                           .same_rack_fraction = c.tuning.same_rack_fraction,
+                                           .seed = c.seed},
+                                 .source_degree = c.tuning.SourceDegree()}));
+  membership_.emplace(std::move(membership));
   for (uint32_t i = 0; i < n; ++i) {
-    if (nodes_[i].joined) first.push_back(InfoOf(i));
+    if (nodes_[i].joined) membership_->Register(ToPeer(i), MemberOf(i), ToTimePoint(0));
   }
-  WC_ASSIGN_OR_RETURN(swarm::PeerGraphChange built, graph_->Update({}, first));
-  for (const swarm::Edge& e : built.added) ListEdge(ToNode(e.a), ToNode(e.b));
+  for (const auto& [channel, built] : membership_->UpdatePeerGraphs()) {
+    for (const swarm::Edge& e : built.added) ListEdge(ToNode(e.a), ToNode(e.b));
+  }
   pending_ = 0;
   for (uint32_t i = 1; i < n; ++i) pending_ += Awaited(nodes_[i].role) ? 1 : 0;
 
@@ -602,6 +608,10 @@ Result<FleetResult> Fleet::Run() {
   if (c.source_leaves_at >= 0) Push(c.source_leaves_at, Ev::kDie, 0, 0, 0);
   const double sample_every = bound / std::max<uint32_t>(c.samples, 1);
   Push(0, Ev::kSample, 0, 0, 0);
+  const double heartbeat_every = c.heartbeat_timeout / 3;  // the agents' default interval
+  constexpr double kSweepEvery = 0.1;                      // the coordinator's sweep period
+  Push(heartbeat_every, Ev::kHeartbeats, 0, 0, 0);
+  Push(kSweepEvery, Ev::kSweep, 0, 0, 0);
 
   // A delta step's bound can be milliseconds, less than a tick or a request timeout: the limit
   // is taken of at least a second.
@@ -628,9 +638,22 @@ Result<FleetResult> Fleet::Run() {
       Push(now + sample_every, Ev::kSample, 0, 0, 0);
       continue;
     }
-    if (e.kind == Ev::kLeave) {  // of a node already dead
-      const PeerId leaving[] = {ToPeer(e.to)};
-      WC_RETURN_IF_ERROR(ChangeGraph(now, leaving, {}));
+    if (e.kind == Ev::kHeartbeats) {
+      for (uint32_t i = 0; i < n; ++i) {
+        if (nodes_[i].alive && nodes_[i].joined) membership_->Heard(ToPeer(i), ToTimePoint(now));
+      }
+      Push(now + heartbeat_every, Ev::kHeartbeats, 0, 0, 0);
+      continue;
+    }
+    if (e.kind == Ev::kSweep) {
+      const bool died = !membership_->Sweep(ToTimePoint(now), [](PeerId) { return false; }).empty();
+      if (died || joins_pending_) {
+        for (const auto& [channel, change] : membership_->UpdatePeerGraphs()) {
+          ApplyGraphChange(now, change);
+        }
+        joins_pending_ = false;
+      }
+      Push(now + kSweepEvery, Ev::kSweep, 0, 0, 0);
       continue;
     }
     if (!to.alive) continue;
@@ -708,8 +731,8 @@ Result<FleetResult> Fleet::Run() {
       case Ev::kJoin: {
         to.joined = true;
         to.joined_at = now;
-        const swarm::NodeInfo joining[] = {InfoOf(e.to)};
-        WC_RETURN_IF_ERROR(ChangeGraph(now, {}, joining));
+        membership_->Register(ToPeer(e.to), MemberOf(e.to), ToTimePoint(now));
+        joins_pending_ = true;
         Push(now + jitter(rng_), Ev::kTimer, e.to, e.to, 0);
         break;
       }
@@ -728,7 +751,8 @@ Result<FleetResult> Fleet::Run() {
         Apply(now, e.to, to.proto->OnPeerDisconnected(t, ToPeer(e.from)));
         break;
       case Ev::kSample:
-      case Ev::kLeave:
+      case Ev::kHeartbeats:
+      case Ev::kSweep:
         break;
     }
   }

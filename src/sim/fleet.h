@@ -45,9 +45,12 @@ struct FleetConfig {
   // are sound.
   double bad_fraction = 0;
   double detect_delay = 1.0;  // seconds until peers notice a dead node
-  // Seconds until the coordinator marks a dead node dead (its heartbeat timeout) and the peer
-  // graph repairs around it (swarm/peer_graph.h).
-  double membership_delay = 3.0;
+  // The coordinator's heartbeat timeout, seconds. The simulator runs the coordinator's
+  // membership core (coord/membership.h): nodes heartbeat every third of it, the coordinator
+  // sweeps every 0.1 s, marks a node silent longer than this dead and repairs the peer graph
+  // around it (swarm/peer_graph.h); a late joiner enters the graph at the sweep after it
+  // registers.
+  double heartbeat_timeout = 3.0;
   double rebalance_interval = 0.1;  // seconds between max-min recomputations (sim/network.h)
   // Scheduler and peer-list settings: by default exactly what an agent runs (swarm/tuning.h).
   swarm::Tuning tuning{};
