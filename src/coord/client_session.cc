@@ -136,6 +136,7 @@ Result<std::shared_ptr<CoordinatorClient>> ClientSession::Client() {
   Result<std::shared_ptr<CoordinatorClient>> client = ConnectAndRegister();
   {
     std::lock_guard lock(mu_);
+    if (ended_) return Aborted("the coordinator session ended");  // no outage: the node stops
     if (client.ok()) {
       outage_.OnSuccess();
       retry_delay_ = kReconnectFirst;
@@ -163,13 +164,18 @@ Result<std::shared_ptr<CoordinatorClient>> ClientSession::ConnectAndRegister() {
   }
   // The node reads the reply (a writer lease) before any other thread can use the connection.
   delegate_.OnRegistered(*reply);
-  Registered(client, *reply);
+  WC_RETURN_IF_ERROR(Registered(client, *reply));
   return client;
 }
 
-void ClientSession::Registered(std::shared_ptr<CoordinatorClient> client,
-                               const wire::RegisterReply& reply) {
+Status ClientSession::Registered(std::shared_ptr<CoordinatorClient> client,
+                                 const wire::RegisterReply& reply) {
   std::lock_guard lock(mu_);
+  if (ended_) {
+    // End came while this connect ran: nobody would close the connection.
+    client->Close();
+    return Aborted("the coordinator session ended");
+  }
   // Heartbeat a few times per coordinator timeout (it says how often).
   if (reply.heartbeat_interval_ms() > 0) {
     heartbeat_interval_ = std::chrono::milliseconds(reply.heartbeat_interval_ms());
@@ -179,6 +185,7 @@ void ClientSession::Registered(std::shared_ptr<CoordinatorClient> client,
   seen_generation_ = 0;
   long_poll_ = false;
   client_ = std::move(client);
+  return Status::Ok();
 }
 
 net::Duration ClientSession::retry_delay() const {

@@ -155,7 +155,8 @@ class ClientSession {
 
  private:
   Result<std::shared_ptr<CoordinatorClient>> ConnectAndRegister();
-  void Registered(std::shared_ptr<CoordinatorClient> client, const wire::RegisterReply& reply);
+  // Makes `client` the session's (kAborted after End).
+  Status Registered(std::shared_ptr<CoordinatorClient> client, const wire::RegisterReply& reply);
 
   net::Transport& transport_;
   const ClientSessionOptions options_;
