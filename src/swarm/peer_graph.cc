@@ -1,6 +1,7 @@
 #include "swarm/peer_graph.h"
 
 #include <algorithm>
+#include <cmath>
 #include <queue>
 #include <unordered_set>
 
@@ -58,11 +59,26 @@ Result<PeerGraphChange> PeerGraph::Update(std::span<const PeerId> leaving,
   free_slots_.insert(free_slots_.end(), freed.begin(), freed.end());
 
   // A first graph starts from a ring over rack-grouped nodes: connected from the start, and it
-  // crosses each rack boundary once.
-  if (was_empty) LayRing(joined, pending);
-  LinkAtRandom(joined, pending);
+  // crosses each rack boundary once; then random edges among its nodes. Nodes joining a graph
+  // that exists get no such pass: linked to each other first, a batch of joiners would form a
+  // cluster of its own behind a few edges (50 joining 950 at degree 24 took 1.5x as long as
+  // lone joiners do). They take free slots of the nodes already in, and of each other only up to
+  // their share of a random graph (J joining N: J / (N + J) of their degree), then splice into
+  // edges drawn across the whole graph (FillShort).
+  Newcomers newcomers;
+  if (was_empty) {
+    LayRing(joined, pending);
+    LinkAtRandom(joined, pending);
+  } else if (!joined.empty()) {
+    newcomers.quota.assign(slots_.size(), 0);
+    newcomers.links.assign(slots_.size(), 0);
+    const double share = double(joined.size()) / double(members_.size());
+    for (uint32_t s : joined) {
+      newcomers.quota[s] = static_cast<uint32_t>(std::ceil(share * slots_[s].bound));
+    }
+  }
   touched.insert(touched.end(), joined.begin(), joined.end());
-  FillShort(std::move(touched), pending);
+  FillShort(std::move(touched), newcomers, pending);
   Reconnect(pending);
   return Finish(pending);
 }
@@ -143,7 +159,14 @@ void PeerGraph::LinkAtRandom(std::span<const uint32_t> joined, Pending& pending)
 // fewer of 24 measurably slows it (docs/bench/sim.md), so every free slot of a touched node is
 // filled while the graph allows: first from nodes with room (no edge lost), then by splicing.
 // Only the parity of the degree sum, or a graph too small, leaves a slot free.
-void PeerGraph::FillShort(std::vector<uint32_t> touched, Pending& pending) {
+void PeerGraph::FillShort(std::vector<uint32_t> touched, Newcomers& newcomers, Pending& pending) {
+  // Two joiners of this change may link by free slots while both are under their quota.
+  auto allowed = [&](uint32_t a, uint32_t b) {
+    if (newcomers.quota.empty() || newcomers.quota[a] == 0 || newcomers.quota[b] == 0) {
+      return true;
+    }
+    return newcomers.links[a] < newcomers.quota[a] && newcomers.links[b] < newcomers.quota[b];
+  };
   std::sort(touched.begin(), touched.end());
   touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
   std::shuffle(touched.begin(), touched.end(), rng_);
@@ -162,11 +185,15 @@ void PeerGraph::FillShort(std::vector<uint32_t> touched, Pending& pending) {
     if (!slots_[a].live) continue;
     while (Room(a) > 0) {
       auto partner = std::find_if(open.begin(), open.end(), [&](uint32_t b) {
-        return b != a && Room(b) > 0 && !Linked(a, b);
+        return b != a && Room(b) > 0 && !Linked(a, b) && allowed(a, b);
       });
       if (partner != open.end()) {
         const uint32_t b = *partner;
         Link(a, b, pending);
+        if (!newcomers.quota.empty() && newcomers.quota[a] != 0 && newcomers.quota[b] != 0) {
+          ++newcomers.links[a];
+          ++newcomers.links[b];
+        }
         drop_full(b);
         continue;
       }
@@ -188,14 +215,13 @@ void PeerGraph::FillShort(std::vector<uint32_t> touched, Pending& pending) {
 }
 
 bool PeerGraph::Splice(uint32_t a, uint32_t b, Pending& pending) {
-  // Edges this change made come first: splitting one costs no agent a connection it has.
-  const bool prefer_new = !pending.added.empty();
+  // Edges are drawn across the whole graph, those this change made included, and none preferred:
+  // preferring the new ones would splice a batch of joiners into each other's edges.
   for (int tries = 0; tries < kSpliceTries; ++tries) {
     const uint32_t x = DrawPartner(a);
     if (x == a || x == b || slots_[x].adj.empty() || Linked(a, x)) continue;
     const uint32_t y = slots_[x].adj[rng_() % slots_[x].adj.size()];
     if (y == a || y == b || Linked(b, y)) continue;
-    if (prefer_new && tries < kSpliceTries / 2 && !pending.added.contains(Key(x, y))) continue;
     Unlink(x, y, pending);
     Link(a, x, pending);
     Link(b, y, pending);

@@ -86,7 +86,13 @@ class PeerGraph {
   uint32_t Insert(const NodeInfo& node);
   void LayRing(std::span<const uint32_t> joined, Pending& pending);
   void LinkAtRandom(std::span<const uint32_t> joined, Pending& pending);
-  void FillShort(std::vector<uint32_t> touched, Pending& pending);
+  // Joiners of a graph that exists, by slot (empty: none): how many of each other's free slots
+  // each may take (0: not a joiner), and how many it took.
+  struct Newcomers {
+    std::vector<uint32_t> quota, links;
+  };
+  // Fills the free slots of `touched`, joiners within their quota of each other.
+  void FillShort(std::vector<uint32_t> touched, Newcomers& newcomers, Pending& pending);
   void Reconnect(Pending& pending);
   PeerGraphChange Finish(Pending& pending) const;
 
