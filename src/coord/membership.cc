@@ -18,9 +18,9 @@ uint64_t Fnv1a(std::string_view text) {
 
 }  // namespace
 
-Result<Membership> Membership::Create(MembershipOptions options) {
+Result<Membership> Membership::Create(const MembershipOptions& options) {
   WC_RETURN_IF_ERROR(swarm::PeerGraph::Create(options.peers).status());
-  return Membership(std::move(options));
+  return Membership(options);
 }
 
 void Membership::Register(PeerId id, MemberInfo info, net::TimePoint now) {

@@ -37,7 +37,7 @@ struct MembershipOptions {
 class Membership {
  public:
   // Fails on peer-graph options PeerGraph refuses.
-  static Result<Membership> Create(MembershipOptions options);
+  static Result<Membership> Create(const MembershipOptions& options);
 
   // A registration: the node is alive from `now`, following info.channels.
   void Register(PeerId id, MemberInfo info, net::TimePoint now);
@@ -82,7 +82,7 @@ class Membership {
     std::map<PeerId, swarm::NodeInfo> members;  // what each member joined as
   };
 
-  explicit Membership(MembershipOptions options) : options_(std::move(options)) {}
+  explicit Membership(const MembershipOptions& options) : options_(options) {}
   swarm::NodeInfo GraphInfo(PeerId id, const MemberInfo& info) const;
   Result<swarm::PeerGraphChange> UpdateChannel(const std::string& channel,
                                                const std::map<PeerId, swarm::NodeInfo>& members);

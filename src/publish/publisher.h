@@ -127,7 +127,7 @@ class Publisher : private coord::SessionDelegate {
   // the store holds a version the coordinator has not logged (a publisher that died between its
   // import and its Publish), it is published now; the newest version both know is seeded.
   static Result<std::unique_ptr<Publisher>> Create(PublisherOptions options);
-  ~Publisher();
+  ~Publisher() override;
   Publisher(const Publisher&) = delete;
   Publisher& operator=(const Publisher&) = delete;
 
