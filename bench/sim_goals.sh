@@ -7,7 +7,7 @@
 # named there.
 # Usage: bench/sim_goals.sh path/to/weightcast [N...]   (default N: 100 1000)
 # Scheduler settings: the agents' defaults (swarm/tuning.h: adaptive per-peer windows, 24 peers
-# per node with 24 upload slots, 32 requests in flight per node, replacement peers below 24),
+# per node with 24 upload slots, 32 requests in flight per node),
 # which `weightcast sim` runs with no scheduler flag; SCHED_ARGS adds flags (the runs of
 # docs/bench/sim.md pass those same settings as flags). Extra flags in SIM_ARGS.
 # CHUNK is the simulated chunk size (default auto: what `weightcast publish` picks for 500 GB,
