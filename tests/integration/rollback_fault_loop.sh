@@ -52,10 +52,12 @@ for ((round = 1; round <= rounds; round++)); do
   ((SECONDS - started < budget)) || fail "over the ${budget}s budget after $((round - 1)) rounds"
   current="$(fleet_current)"
   if ((current > 1 && RANDOM % 3 != 0)); then
-    # Half the time one of the two below the current one (likely kept), else any earlier one.
+    # Half the time the one below the current one (kept by every agent that followed the
+    # channel through it), else any earlier one (kept by some, all or none). With two of every
+    # three rounds rolling back, a run of 20 rounds accepts none about once in 10^4 seeds; when
+    # the near choice also reached two below, about once in 50 seeds did (seed 12856 among them).
     if ((RANDOM % 2 == 0)); then
-      target=$((current - 1 - RANDOM % 2))
-      ((target >= 1)) || target=1
+      target=$((current - 1))
     else
       target=$((1 + RANDOM % (current - 1)))
     fi
