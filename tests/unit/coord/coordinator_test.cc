@@ -589,6 +589,8 @@ TEST(Coordinator, ADeathChangesOnlyTheDeadNodesNeighboursLists) {
   constexpr uint64_t kDead = 117;
   const std::set<uint64_t> neighbours = before.at(kDead);
   ASSERT_FALSE(neighbours.empty());
+  // Registrations spread over several sweeps (a slow machine) splice joiners in: not counted.
+  const uint64_t dropped_before = h.coordinator().counters().peer_edges_dropped.load();
 
   h.Advance(std::chrono::seconds(2));
   lists(kDead);
@@ -611,7 +613,7 @@ TEST(Coordinator, ADeathChangesOnlyTheDeadNodesNeighboursLists) {
   }
   // The dead node's neighbours, plus the two ends of at most one spliced edge.
   EXPECT_LE(changed, neighbours.size() + 2);
-  EXPECT_LE(h.coordinator().counters().peer_edges_dropped.load(), 1u);
+  EXPECT_LE(h.coordinator().counters().peer_edges_dropped.load() - dropped_before, 1u);
 }
 
 }  // namespace

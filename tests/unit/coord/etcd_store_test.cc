@@ -191,7 +191,9 @@ TEST_F(EtcdStoreTest, AStandbyWatchSeesTheLeaderResign) {
 }
 
 TEST_F(EtcdStoreTest, ManifestsAboveOnePartRoundTripAndReplaceOrphans) {
-  Election election(*client_, keys_, "a:1", std::chrono::seconds(5));
+  // Nothing renews the lease here, and writing 2.5 MiB in parts takes over 5 s under
+  // ThreadSanitizer: a short lease would expire mid-test and fence the writes.
+  Election election(*client_, keys_, "a:1", std::chrono::seconds(60));
   auto term = Lead(election);
   ASSERT_NE(term, nullptr);
   EtcdLogStore store(*client_, keys_, term);
@@ -206,7 +208,8 @@ TEST_F(EtcdStoreTest, ManifestsAboveOnePartRoundTripAndReplaceOrphans) {
   ASSERT_TRUE(read.ok()) << read.status().ToString();
   EXPECT_EQ(*read, std::string(big.begin(), big.end()));
   // A smaller manifest over an orphan of more parts leaves none of them behind.
-  ASSERT_TRUE(store.PutManifest("policy", 3, small).ok());
+  const Status put_over = store.PutManifest("policy", 3, small);
+  ASSERT_TRUE(put_over.ok()) << put_over.ToString();
   EXPECT_EQ(*store.GetManifest("policy", 3), std::string(small.begin(), small.end()));
   EXPECT_EQ(store.GetManifest("policy", 5).status().code(), Code::kNotFound);
 }
