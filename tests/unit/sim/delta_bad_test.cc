@@ -9,19 +9,12 @@
 #include <gtest/gtest.h>
 
 #include "sim/fleet.h"
+#include "small_fleet.h"
 
 namespace weightcast::sim {
 namespace {
 
-FleetConfig Small() {
-  FleetConfig c;
-  c.receivers = 12;
-  c.chunk_bytes = 16 << 20;
-  c.total_bytes = 64ull * c.chunk_bytes;  // 1 GiB
-  c.tuning.degree = 4;
-  c.tuning.source_degree = 6;
-  return c;
-}
+using testing::Small;
 
 double Total(const std::vector<uint64_t>& sizes) {
   return double(std::accumulate(sizes.begin(), sizes.end(), uint64_t{0}));

@@ -1,4 +1,5 @@
 #include "sim/fleet.h"
+#include "small_fleet.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -8,15 +9,7 @@
 namespace weightcast::sim {
 namespace {
 
-FleetConfig Small() {
-  FleetConfig c;
-  c.receivers = 12;
-  c.chunk_bytes = 16 << 20;
-  c.total_bytes = 64ull * c.chunk_bytes;  // 1 GiB
-  c.tuning.degree = 4;
-  c.tuning.source_degree = 6;
-  return c;
-}
+using testing::Small;
 
 double Sum(const FleetResult& r, double NodeResult::*field) {
   double s = 0;
