@@ -48,6 +48,7 @@
 #include <list>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -68,6 +69,8 @@ constexpr size_t kMaxBatchFrames = 64;
 constexpr size_t kPacedBatchBytes = 256u << 10;
 // Under a rate limit a chunk is read and written in pieces of this size, each paced.
 constexpr size_t kPacedPieceBytes = 256u << 10;
+// A connection's read-ahead buffer (Channel::ReadExact).
+constexpr size_t kReadAheadBytes = 64u << 10;
 
 // asio's transfer_all caps each read/write system call at 64 KiB and goes back
 // through the event loop between calls; for multi-megabyte chunks that costs
@@ -127,19 +130,36 @@ class Channel {
     co_return ec;
   }
 
-  template <typename Buffers, typename Condition>
-  awaitable<std::error_code> Read(const Buffers& buffers, Condition condition) {
-    std::error_code ec;
-    size_t n = 0;
-    if (tls_) {
-      n = co_await asio::async_read(*tls_, buffers, condition,
-                                    asio::redirect_error(asio::use_awaitable, ec));
-    } else {
-      n = co_await asio::async_read(socket_, buffers, condition,
-                                    asio::redirect_error(asio::use_awaitable, ec));
+  // Reads exactly out.size() bytes, stamping `progress` (optional) at every partial read. What
+  // the peer sent beyond them is kept for the next call: small frames (requests, HAVEs, the
+  // few-KiB payloads of a delta step) then arrive many to one read system call instead of at
+  // least two each (header, body). A rest of kReadAheadBytes or more is read straight into `out`.
+  awaitable<std::error_code> ReadExact(std::span<uint8_t> out, std::atomic<int64_t>* progress) {
+    size_t at = TakeAhead(out);
+    if (at == out.size()) co_return std::error_code();
+    if (out.size() - at >= kReadAheadBytes) {
+      co_return co_await Read(asio::buffer(out.data() + at, out.size() - at),
+                              TransferAllNotingProgress{progress});
     }
-    bytes_.received.fetch_add(n, std::memory_order_relaxed);
-    co_return ec;
+    ahead_.resize(kReadAheadBytes);
+    while (at < out.size()) {
+      std::error_code ec;
+      size_t n = 0;
+      if (tls_) {
+        n = co_await tls_->async_read_some(asio::buffer(ahead_),
+                                           asio::redirect_error(asio::use_awaitable, ec));
+      } else {
+        n = co_await socket_.async_read_some(asio::buffer(ahead_),
+                                             asio::redirect_error(asio::use_awaitable, ec));
+      }
+      bytes_.received.fetch_add(n, std::memory_order_relaxed);
+      if (progress != nullptr && n > 0) *progress = NowNs();
+      ahead_begin_ = 0;
+      ahead_end_ = n;
+      if (ec) co_return ec;
+      at += TakeAhead(out.subspan(at));
+    }
+    co_return std::error_code();
   }
 
   template <typename Buffers>
@@ -158,9 +178,36 @@ class Channel {
   }
 
  private:
+  // Moves what is read ahead into the front of `out`; returns the bytes moved.
+  size_t TakeAhead(std::span<uint8_t> out) {
+    const size_t n = std::min(out.size(), ahead_end_ - ahead_begin_);
+    if (n > 0) std::memcpy(out.data(), ahead_.data() + ahead_begin_, n);
+    ahead_begin_ += n;
+    return n;
+  }
+
+  template <typename Buffers, typename Condition>
+  awaitable<std::error_code> Read(const Buffers& buffers, Condition condition) {
+    std::error_code ec;
+    size_t n = 0;
+    if (tls_) {
+      n = co_await asio::async_read(*tls_, buffers, condition,
+                                    asio::redirect_error(asio::use_awaitable, ec));
+    } else {
+      n = co_await asio::async_read(socket_, buffers, condition,
+                                    asio::redirect_error(asio::use_awaitable, ec));
+    }
+    bytes_.received.fetch_add(n, std::memory_order_relaxed);
+    co_return ec;
+  }
+
   tcp::socket socket_;
   WireBytes& bytes_;
   std::unique_ptr<asio::ssl::stream<tcp::socket&>> tls_;
+  // Bytes read beyond the last frame: [ahead_begin_, ahead_end_) of ahead_ (ReadExact).
+  std::vector<uint8_t> ahead_;
+  size_t ahead_begin_ = 0;
+  size_t ahead_end_ = 0;
 };
 
 Result<tcp::endpoint> ParseEndpoint(std::string_view address) {
@@ -263,7 +310,7 @@ awaitable<Result<Frame>> ReadFrame(Channel& channel, uint32_t max_body, TokenBuc
                                    std::atomic<int64_t>* progress = nullptr,
                                    std::atomic<bool>* paused = nullptr) {
   std::array<uint8_t, kFrameHeaderSize> head;
-  std::error_code ec = co_await channel.Read(asio::buffer(head), TransferAllLarge{});
+  std::error_code ec = co_await channel.ReadExact(head, nullptr);
   if (ec) {
     // A TLS peer that closes without close_notify reads as stream_truncated:
     // still a hang-up.
@@ -294,8 +341,7 @@ awaitable<Result<Frame>> ReadFrame(Channel& channel, uint32_t max_body, TokenBuc
         if (progress != nullptr) *progress = NowNs();
       }
     }
-    ec = co_await channel.Read(asio::buffer(frame.body.data() + at, piece),
-                               TransferAllNotingProgress{progress});
+    ec = co_await channel.ReadExact(std::span<uint8_t>(frame.body.data() + at, piece), progress);
     if (ec) co_return Unavailable("read: " + ec.message());
     at += piece;
   }

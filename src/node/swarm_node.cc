@@ -38,6 +38,10 @@ constexpr auto kFlushEvery = std::chrono::seconds(1);
 // Upload workers: they read a chunk (memory or store) and queue it on its connection; the
 // sending itself is the transport's. Independent of the number of peers.
 constexpr size_t kUploadWorkers = 2;
+// The largest chunk whose codec payload the event loop checks itself (Impl::CheckedOnLoop).
+constexpr uint64_t kLoopCheckMaxChunkBytes = 1u << 20;
+// Codec payloads of one peer's with its transport at once (Impl::KickUploads).
+constexpr uint64_t kPayloadBytesInTransport = 256u << 10;
 
 swarm::Time Now() {
   return std::chrono::duration_cast<swarm::Time>(Clock::now().time_since_epoch());
@@ -127,7 +131,10 @@ struct SwarmNode::Impl {
     // One chunk at a time is with the transport: the next starts when the last one's bytes were
     // written (UploadDone), so the scheduler's upload slots limit what is really in flight and a
     // chunk never waits behind megabytes queued for the same peer.
+    // Codec payloads (a few KiB each, held in memory) are the exception: several go to the
+    // transport at once, up to kPayloadBytesInTransport (KickUploads).
     bool upload_active = false;
+    uint64_t payload_bytes_in_transport = 0;
     bool closing = false;
     bool announced = false;  // PeerUp was queued: the reader may start
   };
@@ -160,8 +167,18 @@ struct SwarmNode::Impl {
     ChunkIndex chunk;
     bool sent;     // handed to the transport and since written (or dropped with the connection)
     uint64_t gen;  // the connection it went to: its next upload may start
+    uint64_t payload_bytes = 0;  // a codec payload sent by KickUploads (not the active upload)
   };
   using Event = std::variant<PeerUp, PeerDown, Received, Verified, UploadDone>;
+  // A received chunk or payload to check and store (VerifyAndStore).
+  struct PendingCheck {
+    std::shared_ptr<TargetData> data;
+    std::shared_ptr<const net::Frame> frame;
+    PeerId from;
+    ChunkIndex chunk;
+    PayloadKind kind;
+    uint64_t epoch;
+  };
 
   // The current target's bytes and counts (guarded by mu_); what it holds, wants and decides
   // is the protocol's.
@@ -265,8 +282,11 @@ struct SwarmNode::Impl {
     {
       std::lock_guard lock(qmu_);
       if (!qstop_) {
+        // The loop waits only on an empty queue: a push onto a non-empty one needs no wake-up
+        // (a delta step pushes thousands of events, and each wake is a futex call).
+        const bool was_empty = queue_.empty();
         queue_.push_back(std::move(event));
-        qcv_.notify_one();
+        if (was_empty) qcv_.notify_one();
         return;
       }
     }
@@ -375,14 +395,68 @@ struct SwarmNode::Impl {
     return sink;
   }
 
-  // Starts the peer's next upload unless one is with the transport. Any thread.
+  // Starts the peer's next uploads. Any thread. A whole chunk is read through the store's views
+  // (opening one, faulting its pages in) on an upload worker, one at a time. Codec payloads are
+  // held in memory and a few KiB each: they go to the transport from this thread, several at a
+  // time (up to kPayloadBytesInTransport). One at a time, each would wait for the write of the
+  // one before to be reported back, two thread switches per payload of a delta step.
   void KickUploads(const std::shared_ptr<Peer>& p) {
-    {
-      std::lock_guard lock(p->wmu);
-      if (p->closing || p->upload_active || p->uploads.empty()) return;
-      p->upload_active = true;
+    while (true) {
+      std::optional<UploadItem> item;
+      SharedBytes payload;
+      {
+        std::lock_guard lock(p->wmu);
+        while (!p->closing && !p->upload_active && !p->uploads.empty() && !item) {
+          UploadItem& front = p->uploads.front();
+          if (p->stopped.erase({front.target->epoch, front.chunk.value()}) != 0) {
+            p->uploads.pop_front();
+            continue;
+          }
+          if (front.kind != PayloadKind::kCodec) {
+            p->upload_active = true;
+            upload_pool_->Submit([this, p] { UploadNext(*p); });
+            return;
+          }
+          payload = front.target->Payload(front.chunk);
+          if (payload != nullptr && p->payload_bytes_in_transport != 0 &&
+              p->payload_bytes_in_transport + payload->size() > kPayloadBytesInTransport) {
+            return;  // the next UploadDone of a payload starts it
+          }
+          item = std::move(front);
+          p->uploads.pop_front();
+          if (payload != nullptr) p->payload_bytes_in_transport += payload->size();
+        }
+      }
+      if (!item) return;
+      if (payload == nullptr) {
+        Log("cannot send the payload of chunk " + std::to_string(item->chunk.value()) + " of " +
+            V(item->target->manifest.version) + " to peer " + std::to_string(p->id.value()) +
+            ": no payload held");
+        Push(UploadDone{item->target->epoch, p->id, item->chunk, false, p->gen});
+        continue;
+      }
+      HeldBytes data = Hold(std::move(payload));
+      CorruptForTesting(data);
+      SendUpload(*p, *item, std::move(data), /*payload=*/true);
     }
-    upload_pool_->Submit([this, p] { UploadNext(*p); });
+  }
+
+  // Hands one upload's bytes to the transport; its release of the frame (UploadToken) reports
+  // the upload done.
+  void SendUpload(Peer& p, const UploadItem& item, HeldBytes data, bool payload) {
+    net::ChunkHeader header{.version = item.target->manifest.version.value(),
+                            .chunk_index = item.chunk.value(),
+                            .payload_length = static_cast<uint32_t>(data.bytes.size()),
+                            .encoding = static_cast<uint8_t>(item.kind)};
+    const size_t size = data.bytes.size();
+    net::OutFrame frame = net::OutFrame::Chunk(header, data.bytes, std::move(data.owner));
+    frame.on_written = std::make_shared<UploadToken>(
+        upload_sink_,
+        UploadDone{item.target->epoch, p.id, item.chunk, true, p.gen, payload ? size : 0});
+    // The transport's data queue holds at most one whole chunk or kPayloadBytesInTransport of
+    // this peer's payloads, so it has room: no wait here.
+    if (p.conn->Send(std::move(frame)).ok()) bytes_sent_ += size;
+    // A failed send released the token: the connection is gone, and its end is reported.
   }
 
   // On an upload worker: reads the peer's next chunk and hands it to the transport; the
@@ -411,18 +485,7 @@ struct SwarmNode::Impl {
         Push(UploadDone{item.target->epoch, p.id, item.chunk, false, p.gen});
         continue;
       }
-      HeldBytes data = std::move(bytes).value();
-      net::ChunkHeader header{.version = item.target->manifest.version.value(),
-                              .chunk_index = item.chunk.value(),
-                              .payload_length = static_cast<uint32_t>(data.bytes.size()),
-                              .encoding = static_cast<uint8_t>(item.kind)};
-      const size_t size = data.bytes.size();
-      net::OutFrame frame = net::OutFrame::Chunk(header, data.bytes, std::move(data.owner));
-      frame.on_written = std::make_shared<UploadToken>(
-          upload_sink_, UploadDone{item.target->epoch, p.id, item.chunk, true, p.gen});
-      // One chunk of this peer's is queued at most, so the send queue has room: no wait here.
-      if (p.conn->Send(std::move(frame)).ok()) bytes_sent_ += size;
-      // A failed send released the token: the connection is gone, and its end is reported.
+      SendUpload(p, item, std::move(bytes).value(), /*payload=*/false);
       return;
     }
   }
@@ -466,12 +529,16 @@ struct SwarmNode::Impl {
       data = HeldBytes{bytes->bytes, std::move(bytes->owner)};
       ++uploads_from_store_;
     }
-    if (options_.corrupt_uploads_for_testing && !data.bytes.empty()) {
-      auto copy = std::make_shared<std::vector<uint8_t>>(data.bytes.begin(), data.bytes.end());
-      (*copy)[copy->size() / 2] ^= 0x01;
-      data = Hold(std::move(copy));
-    }
+    CorruptForTesting(data);
     return data;
+  }
+
+  // A test's node that sends every chunk with one bit flipped (corrupt_uploads_for_testing).
+  void CorruptForTesting(HeldBytes& data) const {
+    if (!options_.corrupt_uploads_for_testing || data.bytes.empty()) return;
+    auto copy = std::make_shared<std::vector<uint8_t>>(data.bytes.begin(), data.bytes.end());
+    (*copy)[copy->size() / 2] ^= 0x01;
+    data = Hold(std::move(copy));
   }
 
   static void ClosePeer(Peer& p) {
@@ -528,6 +595,10 @@ struct SwarmNode::Impl {
           MaybeFlush();
         }
         MaybeTrace();
+      }
+      RunLoopChecks();
+      {
+        std::lock_guard lock(mu_);
         reap.swap(dead_);
       }
       // Joined outside the lock: a writer may be pushing an event that this thread handles.
@@ -643,19 +714,47 @@ struct SwarmNode::Impl {
     const swarm::Arrival arrival =
         protocol_.OnChunkArrived(Now(), p.id, v, ChunkIndex(c), header->encoding);
     if (!arrival.check) return;
-    auto data = target_.data;
-    auto shared = std::make_shared<const net::Frame>(std::move(frame));
-    const PeerId from = p.id;
-    const PayloadKind kind = arrival.item;
-    const uint64_t epoch = arrival.epoch;
-    pool_->Submit([this, data, shared, from, c, kind, epoch] {
-      Verified result = VerifyAndStore(*data, epoch, shared, from, ChunkIndex(c), kind);
-      if (result.status.code() == Code::kCorrupt && !result.decode_failed &&
-          options_.on_bad_chunk) {
-        options_.on_bad_chunk(from);
-      }
-      Push(std::move(result));
-    });
+    PendingCheck check{target_.data, std::make_shared<const net::Frame>(std::move(frame)),
+                       p.id,         ChunkIndex(c),
+                       arrival.item, arrival.epoch};
+    if (CheckedOnLoop(check)) {
+      loop_checks_.push_back(std::move(check));
+      return;
+    }
+    pool_->Submit([this, check = std::move(check)] { Push(Check(check)); });
+  }
+
+  // A codec payload onto a small chunk is checked on the event loop's own thread, between
+  // batches and outside mu_: handing it to a worker and its result back costs two thread
+  // switches, more than decoding a few KiB onto the base. Whole chunks (a SHA-256 pass each) and
+  // large chunks stay on the workers, which spread them over the cores.
+  static bool CheckedOnLoop(const PendingCheck& check) {
+    return check.kind == PayloadKind::kCodec &&
+           check.data->manifest.ChunkRange(check.chunk).size <= kLoopCheckMaxChunkBytes;
+  }
+
+  Verified Check(const PendingCheck& c) {
+    Verified result = VerifyAndStore(*c.data, c.epoch, c.frame, c.from, c.chunk, c.kind);
+    if (result.status.code() == Code::kCorrupt && !result.decode_failed && options_.on_bad_chunk) {
+      options_.on_bad_chunk(c.from);
+    }
+    return result;
+  }
+
+  // The event loop's own checks (CheckedOnLoop): run outside mu_, their outcomes handled under
+  // it. Handling an outcome never receives a frame, so one round empties the list.
+  void RunLoopChecks() {
+    std::vector<PendingCheck> checks;
+    {
+      std::lock_guard lock(mu_);
+      checks.swap(loop_checks_);
+    }
+    if (checks.empty()) return;
+    std::vector<Verified> results;
+    results.reserve(checks.size());
+    for (const PendingCheck& c : checks) results.push_back(Check(c));
+    std::lock_guard lock(mu_);
+    for (Verified& r : results) Handle(r);
   }
 
   // Runs on a worker: checks the chunk (or payload, then the decoded chunk) against the manifest
@@ -779,7 +878,11 @@ struct SwarmNode::Impl {
       if (it != peers_.end() && it->second->gen == e.gen) {
         {
           std::lock_guard lock(it->second->wmu);
-          it->second->upload_active = false;
+          if (e.payload_bytes != 0) {
+            it->second->payload_bytes_in_transport -= e.payload_bytes;
+          } else {
+            it->second->upload_active = false;
+          }
         }
         KickUploads(it->second);
       }
@@ -1383,6 +1486,7 @@ struct SwarmNode::Impl {
   std::set<uint64_t> connecting_;
   std::map<uint64_t, std::shared_ptr<Peer>> peers_;
   std::vector<std::shared_ptr<Peer>> dead_;
+  std::vector<PendingCheck> loop_checks_;  // guarded by mu_; run by the event loop (RunLoopChecks)
   uint64_t next_gen_ = 0;
   Target target_;
   // A streaming reader's chunk order for a version (PreferChunks), applied when it is the target.

@@ -91,6 +91,44 @@ TEST(TcpTransport, HandshakeThenChunksBothWays) {
   EXPECT_EQ(control->body.size(), 100u);
 }
 
+// Frames of every size around the reader's read-ahead (small ones arrive many to one read,
+// large ones are read straight into their buffers, and a frame may begin inside the bytes read
+// ahead and end beyond them): every frame arrives whole, in order, and the byte count adds up.
+TEST(TcpTransport, SmallAndLargeFramesInterleavedArriveWholeAndInOrder) {
+  LogCapture log;
+  Pair p = Connect(TestOptions(2, &log, Role::kCoordinator), TestOptions(1, &log));
+  ASSERT_TRUE(p.server && p.client);
+  const std::vector<size_t> sizes = {
+      1,       17, 3000,          100, (64 << 10) - 30, 64 << 10, 5, (64 << 10) + 1, 40,
+      1 << 20, 2,  (3 << 20) + 7, 9,   128 << 10,       3};
+  std::vector<std::shared_ptr<std::vector<uint8_t>>> payloads;
+  uint64_t total = 0;
+  for (uint32_t round = 0; round < 20; ++round) {
+    for (size_t size : sizes) {
+      payloads.push_back(std::make_shared<std::vector<uint8_t>>(
+          Pattern(size, static_cast<uint32_t>(payloads.size()))));
+      total += size;
+    }
+  }
+  // Sent from a thread of its own: more than the send and receive queues hold is in flight.
+  std::thread sender([&] {
+    for (uint32_t i = 0; i < payloads.size(); ++i) {
+      const auto& payload = payloads[i];
+      ASSERT_TRUE(p.client->SendChunk({.version = 1, .chunk_index = i}, *payload, payload).ok());
+    }
+  });
+  for (uint32_t i = 0; i < payloads.size(); ++i) {
+    auto f = p.server->Receive(10s);
+    ASSERT_TRUE(f.ok()) << "frame " << i << ": " << f.status().ToString();
+    ASSERT_EQ(f->chunk_header()->chunk_index, i);
+    auto got = f->chunk_payload();
+    ASSERT_EQ(got.size(), payloads[i]->size()) << "frame " << i;
+    ASSERT_TRUE(std::equal(got.begin(), got.end(), payloads[i]->begin())) << "frame " << i;
+  }
+  sender.join();
+  EXPECT_GE(p.server_transport->stats().bytes_received, total);
+}
+
 TEST(TcpTransport, CountsTheBytesItMovesBothWays) {
   LogCapture log;
   Pair p = Connect(TestOptions(2, &log, Role::kCoordinator), TestOptions(1, &log));
