@@ -4,6 +4,12 @@
 #include <utility>
 
 namespace weightcast::swarm {
+namespace {
+
+// The shortest refusal backoff of a delta target's payloads (Restart): a few round trips.
+constexpr Duration kMinRefusalBackoff = std::chrono::milliseconds(10);
+
+}  // namespace
 
 PeerProtocol::PeerProtocol(PeerProtocolOptions options) : options_(options) {}
 
@@ -578,6 +584,12 @@ Status PeerProtocol::Restart(Time now, PayloadKind abandoned) {
       static_cast<uint32_t>(std::min<uint64_t>(kUploadBudget / max_chunk, 64));
   so.upload_slots = std::max<uint32_t>(slots, std::min<uint32_t>(slots * scale, budget_slots));
   so.serve_queue_limit = std::min<uint32_t>(so.serve_queue_limit * scale, 1024);
+  // The refusal backoff (and a source's hold on repeats, at least as long) is sized for whole
+  // chunks: the time a peer that got the chunk needs to pass it on. A payload passes on `scale`
+  // times sooner; held for the whole chunk's time, each refusal of a delta step parked its
+  // asker for 2 s while the step's payloads took 44 ms at 1,000 nodes (docs/simulator.md).
+  so.refusal_backoff =
+      std::max<Duration>(kMinRefusalBackoff, so.refusal_backoff / static_cast<int64_t>(scale));
   so.spread_first = t.spec.source;
   if (t.spec.source && !t.spec.payload_bytes.empty()) {
     // Only chunks with a payload are ever asked of a delta source by nodes on the base.

@@ -426,6 +426,44 @@ TEST(PeerProtocolTest, SmallPayloadsWidenTheWindow) {
   EXPECT_EQ(payloads.window(), std::min<uint32_t>(Tuning{}.window_per_peer * 64, 64));
 }
 
+// A refused item is asked of that peer again after the refusal backoff, which is sized for whole
+// chunks (2 s: the time another peer needs to pass the chunk on). Payloads of a delta are scaled
+// like the windows: 16 KiB payloads of 1 MiB chunks are asked again after 2 s / 64.
+TEST(PeerProtocolTest, SmallPayloadsAreAskedAgainSoonerAfterARefusal) {
+  using std::chrono::milliseconds;
+  for (const bool payloads : {false, true}) {
+    SCOPED_TRACE(payloads ? "payloads" : "whole chunks");
+    PeerProtocol s = MakeProtocol(1, true), r = MakeProtocol(2);
+    TargetSpec seed = Spec(1, true, true);
+    seed.payload.assign(1, payloads);
+    seed.payload_bytes.assign(1, 16 << 10);
+    ASSERT_TRUE(s.SetTarget(Time{0}, seed).ok());
+    TargetSpec spec = Spec(1, false);
+    spec.fetch_payloads = payloads;
+    spec.payload_bytes.assign(1, 16 << 10);
+    ASSERT_TRUE(r.SetTarget(Time{0}, spec).ok());
+    // One chunk: nothing else takes the request slot it leaves.
+    const uint32_t chunk = 0;
+    ASSERT_EQ(Count(ConnectToSource(r, s, Time{0}),
+                    [](const Effect& e) { return IsSend(e, MessageType::kRequest); }),
+              1u);
+    const auto kind = static_cast<uint8_t>(payloads ? PayloadKind::kCodec : PayloadKind::kRaw);
+    r.OnMessage(Time{0}, PeerId(1),
+                Message{.type = MessageType::kReject, .version = 7, .chunk = chunk, .code = kind});
+    auto asks_again = [&](Time now) {
+      const auto effects = r.OnTick(now);
+      return Count(effects, [&](const Effect& e) {
+               return IsSend(e, MessageType::kRequest) && e.message.chunk == chunk;
+             }) == 1;
+    };
+    EXPECT_EQ(asks_again(Time{milliseconds(40)}), payloads);
+    if (!payloads) {
+      EXPECT_FALSE(asks_again(Time{milliseconds(1900)}));
+      EXPECT_TRUE(asks_again(Time{milliseconds(2100)}));
+    }
+  }
+}
+
 TEST(PeerProtocolTest, EveryChunkReplicatedCountsPeersHaves) {
   PeerProtocol s = MakeProtocol(1, true), r = MakeProtocol(2);
   ASSERT_TRUE(s.SetTarget(Time{0}, Spec(2, true, true)).ok());
