@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "util/host_port.h"
 #include "util/text.h"
 
 extern char** environ;
@@ -59,31 +60,11 @@ Result<EngineHook> EngineHook::Create(EngineHookOptions options) {
   size_t slash = rest.find('/');
   std::string_view authority = rest.substr(0, slash);
   if (slash != std::string_view::npos) hook.path_ = std::string(rest.substr(slash));
-  std::string_view host = authority;
-  std::string_view port;
-  if (authority.starts_with('[')) {
-    size_t close = authority.find(']');
-    if (close == std::string_view::npos) return bad("unterminated [ipv6] host");
-    host = authority.substr(1, close - 1);
-    std::string_view after = authority.substr(close + 1);
-    if (!after.empty()) {
-      if (after[0] != ':') return bad("junk after the [ipv6] host");
-      port = after.substr(1);
-    }
-  } else if (size_t colon = authority.rfind(':'); colon != std::string_view::npos) {
-    host = authority.substr(0, colon);
-    port = authority.substr(colon + 1);
-  }
-  if (host.empty()) return bad("missing host");
-  if (!port.empty()) {
-    int p = 0;
-    auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
-    if (ec != std::errc() || end != port.data() + port.size() || p <= 0 || p > 65535) {
-      return bad("bad port");
-    }
-    hook.port_ = p;
-  }
-  hook.host_ = std::string(host);
+  Result<HostPort> parsed = ParseHostPort(authority, PortRule::kOptional);
+  if (!parsed.ok()) return bad(parsed.status().message());
+  if (parsed->port == 0) return bad("port 0");
+  hook.port_ = parsed->port.value_or(hook.port_);
+  hook.host_ = parsed->host;
   return hook;
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "net/handshake.h"
+#include "util/host_port.h"
 
 namespace weightcast::cli {
 
@@ -69,25 +70,10 @@ Status ValidateAddressFlag(std::string_view flag, std::string_view full, bool al
   // "ip:port,ucx=PORT" (a UCX port as well, docs/transport_ucx.md): the TCP part is checked here.
   Result<std::pair<std::string, std::string>> split = net::SplitTransportAddress(full);
   if (!split.ok()) return InvalidArgument(std::string(flag) + ": " + split.status().message());
-  const std::string tcp_part = split->first;
-  const std::string_view value = tcp_part;
-  const size_t colon = value.rfind(':');
-  if (colon == std::string_view::npos) return bad("not ip:port (no port)");
-  std::string host(value.substr(0, colon));
-  const std::string port_text(value.substr(colon + 1));
-  if (port_text.empty() || port_text.size() > 5 ||
-      port_text.find_first_not_of("0123456789") != std::string::npos) {
-    return bad("the port must be a number from " + std::string(allow_port_zero ? "0" : "1") +
-               " to 65535");
-  }
-  const unsigned long port = std::strtoul(port_text.c_str(), nullptr, 10);
-  if (port > 65535 || (port == 0 && !allow_port_zero)) {
-    return bad("port " + port_text + " is out of range (" + (allow_port_zero ? "0" : "1") +
-               " to 65535)");
-  }
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
+  Result<HostPort> parsed = ParseHostPort(split->first);
+  if (!parsed.ok()) return InvalidArgument(std::string(flag) + ": " + parsed.status().message());
+  if (*parsed->port == 0 && !allow_port_zero) return bad("the port must be from 1 to 65535");
+  const std::string& host = parsed->host;
   // An IP address, or a host name the transport resolves at every connect (so only its form
   // is checked here: letters, digits, '-' and '.', labels of 1-63).
   in_addr v4{};

@@ -5,6 +5,8 @@
 #include <charconv>
 #include <ctime>
 
+#include "util/host_port.h"
+
 namespace weightcast::coord::etcd {
 namespace {
 
@@ -50,17 +52,13 @@ Result<std::unique_ptr<Client>> Client::Create(std::string_view endpoints, Clien
     }
     if (rest.starts_with("http://")) rest.remove_prefix(7);
     while (rest.ends_with('/')) rest.remove_suffix(1);
-    const size_t colon = rest.rfind(':');
-    int port = 0;
-    if (colon == std::string_view::npos || colon == 0) {
-      return InvalidArgument("etcd endpoint '" + std::string(item) + "' is not http://HOST:PORT");
+    Result<HostPort> where = ParseHostPort(rest);
+    if (!where.ok() || where->port == 0) {
+      return InvalidArgument("etcd endpoint '" + std::string(item) + "' is not http://HOST:PORT" +
+                             (where.ok() ? " (port 0)" : ": " + where.status().message()));
     }
-    const std::string_view digits = rest.substr(colon + 1);
-    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
-    if (ec != std::errc() || end != digits.data() + digits.size() || port <= 0 || port > 65535) {
-      return InvalidArgument("etcd endpoint '" + std::string(item) + "': bad port");
-    }
-    parsed.push_back({std::string(rest.substr(0, colon)), port});
+    // An IPv6 host keeps its brackets, as it is written in the URLs the client asks.
+    parsed.push_back({where->bracketed ? "[" + where->host + "]" : where->host, *where->port});
   }
   if (parsed.empty()) return InvalidArgument("--etcd: no endpoint");
   return std::unique_ptr<Client>(new Client(std::move(parsed), std::string(endpoints), options));

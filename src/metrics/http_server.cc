@@ -35,34 +35,12 @@ std::string JoinHostPort(const std::string& host, int port) {
 
 }  // namespace
 
-Result<HostPort> ParseHostPort(std::string_view address) {
-  auto bad = [&](std::string_view why) {
-    return InvalidArgument("address '" + EscapeControlBytes(address) + "': " + std::string(why) +
-                           " (want ip:port or [ipv6]:port)");
-  };
-  HostPort out;
-  std::string_view port_text;
-  if (address.starts_with('[')) {
-    size_t close = address.find(']');
-    if (close == std::string_view::npos) return bad("no closing ']'");
-    out.host = std::string(address.substr(1, close - 1));
-    if (close + 1 >= address.size() || address[close + 1] != ':') return bad("no port");
-    port_text = address.substr(close + 2);
-    if (!IsIpv6Literal(out.host)) return bad("not an IPv6 address");
-  } else {
-    size_t colon = address.rfind(':');
-    if (colon == std::string_view::npos) return bad("no port");
-    out.host = std::string(address.substr(0, colon));
-    port_text = address.substr(colon + 1);
-    if (!IsIpv4Literal(out.host)) return bad("host is not a numeric IPv4 address");
+Result<HostPort> ParseListenAddress(std::string_view address) {
+  WC_ASSIGN_OR_RETURN(HostPort out, ParseHostPort(address));
+  if (out.bracketed ? !IsIpv6Literal(out.host) : !IsIpv4Literal(out.host)) {
+    return InvalidArgument("address '" + EscapeControlBytes(address) +
+                           "': the host must be a numeric address (ip:port or [ipv6]:port)");
   }
-  unsigned port = 0;
-  auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-  if (port_text.empty() || ec != std::errc() || end != port_text.data() + port_text.size() ||
-      port > 65535) {
-    return bad("port is not a number in 0..65535");
-  }
-  out.port = static_cast<uint16_t>(port);
   return out;
 }
 
@@ -79,7 +57,7 @@ MetricsServer::~MetricsServer() { Stop(); }
 Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(Registry& registry,
                                                             std::string_view address,
                                                             std::vector<HttpRoute> routes) {
-  WC_ASSIGN_OR_RETURN(HostPort where, ParseHostPort(address));
+  WC_ASSIGN_OR_RETURN(HostPort where, ParseListenAddress(address));
   auto impl = std::make_unique<Impl>();
   httplib::Server& server = impl->server;
   // A scrape every few seconds needs no more than two threads (httplib's default is one per
@@ -139,7 +117,7 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(Registry& registry,
     }
   }
 
-  int port = where.port;
+  int port = *where.port;
   if (port == 0) {
     port = server.bind_to_any_port(where.host);
     if (port <= 0) return Unavailable("metrics: cannot bind " + where.host + ":0");

@@ -16,6 +16,8 @@
 
 #include <weightcast/status.h>
 
+#include "util/host_port.h"
+
 namespace weightcast::metrics {
 
 class Registry;
@@ -70,12 +72,8 @@ class MetricsServer {
   std::string address_;
 };
 
-// Splits "ip:port" or "[ipv6]:port" into host and port; a port is 0..65535. The host must be a
-// numeric address (no name lookups in a daemon's start-up path).
-struct HostPort {
-  std::string host;
-  uint16_t port = 0;
-};
-Result<HostPort> ParseHostPort(std::string_view address);
+// "ip:port" or "[ipv6]:port" (util/host_port.h) whose host is a numeric address: no name
+// lookups in a daemon's start-up path.
+Result<HostPort> ParseListenAddress(std::string_view address);
 
 }  // namespace weightcast::metrics

@@ -53,6 +53,7 @@
 #include <vector>
 
 #include "net/admission.h"
+#include "util/host_port.h"
 
 namespace weightcast::net {
 namespace {
@@ -211,23 +212,12 @@ class Channel {
 };
 
 Result<tcp::endpoint> ParseEndpoint(std::string_view address) {
-  size_t colon = address.rfind(':');
-  if (colon == std::string_view::npos) {
-    return InvalidArgument("address '" + std::string(address) + "' is not host:port");
-  }
-  std::string host(address.substr(0, colon));
-  std::string port_text(address.substr(colon + 1));
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  char* end = nullptr;
-  unsigned long port = std::strtoul(port_text.c_str(), &end, 10);
-  if (port_text.empty() || *end != '\0' || port > 65535) {
-    return InvalidArgument("address '" + std::string(address) + "' has a bad port");
-  }
+  WC_ASSIGN_OR_RETURN(const HostPort parsed, ParseHostPort(address));
+  const std::string& host = parsed.host;
+  const uint16_t port = *parsed.port;
   std::error_code ec;
   asio::ip::address ip = asio::ip::make_address(host, ec);
-  if (!ec) return tcp::endpoint(ip, static_cast<uint16_t>(port));
+  if (!ec) return tcp::endpoint(ip, port);
   // A host name (DNS, a Kubernetes service, /etc/hosts), resolved at every connect so that a
   // name that moves is followed. IPv4 first: a listener given "localhost" binds 127.0.0.1.
   addrinfo hints{};
@@ -250,7 +240,7 @@ Result<tcp::endpoint> ParseEndpoint(std::string_view address) {
   tcp::endpoint endpoint;
   std::memcpy(endpoint.data(), pick->ai_addr, pick->ai_addrlen);
   ::freeaddrinfo(found);
-  endpoint.port(static_cast<uint16_t>(port));
+  endpoint.port(port);
   return endpoint;
 }
 

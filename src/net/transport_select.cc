@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "net/tcp_transport.h"
+#include "util/host_port.h"
 
 namespace weightcast::net {
 
@@ -179,10 +180,11 @@ class DualListener : public Listener {
   std::vector<std::thread> threads_;
 };
 
-// The host part of "ip:port" / "[v6]:port" (brackets kept).
-std::string_view HostOf(std::string_view address) {
-  const size_t colon = address.rfind(':');
-  return colon == std::string_view::npos ? address : address.substr(0, colon);
+// `address` with its port replaced by `port`.
+Result<std::string> WithPort(std::string_view address, uint16_t port) {
+  WC_ASSIGN_OR_RETURN(HostPort parsed, ParseHostPort(address));
+  parsed.port = port;
+  return parsed.ToString();
 }
 
 class DualTransport : public Transport {
@@ -220,8 +222,10 @@ class DualTransport : public Transport {
     WC_ASSIGN_OR_RETURN(std::unique_ptr<Listener> tcp, tcp_->Listen(parts.first));
     if (ucx_ == nullptr) return tcp;
     const std::string bound_tcp = tcp->address();
-    const std::string ucx_address =
-        parts.second.empty() ? std::string(HostOf(bound_tcp)) + ":0" : parts.second;
+    std::string ucx_address = parts.second;
+    if (ucx_address.empty()) {
+      WC_ASSIGN_OR_RETURN(ucx_address, WithPort(bound_tcp, 0));
+    }
     Result<std::unique_ptr<Listener>> ucx = ucx_->Listen(ucx_address);
     if (!ucx.ok()) {
       if (selection_.kind == TransportKind::kUcx) return ucx.status();
@@ -229,9 +233,9 @@ class DualTransport : public Transport {
           "); serving over TCP only");
       return tcp;
     }
-    const std::string bound_ucx = (*ucx)->address();
+    WC_ASSIGN_OR_RETURN(const HostPort bound_ucx, ParseHostPort((*ucx)->address()));
     const std::string advertised =
-        bound_tcp + std::string(kUcxSuffix) + bound_ucx.substr(bound_ucx.rfind(':') + 1);
+        bound_tcp + std::string(kUcxSuffix) + std::to_string(*bound_ucx.port);
     return std::unique_ptr<Listener>(
         std::make_unique<DualListener>(std::move(tcp), std::move(*ucx), advertised));
   }
@@ -311,10 +315,8 @@ Result<std::pair<std::string, std::string>> SplitTransportAddress(std::string_vi
     return InvalidArgument("address '" + std::string(address) +
                            "': the UCX port after ',ucx=' must be a number up to 65535");
   }
-  if (tcp.rfind(':') == std::string_view::npos) {
-    return InvalidArgument("address '" + std::string(address) + "' has no TCP :port");
-  }
-  return std::pair{std::string(tcp), std::string(HostOf(tcp)) + ":" + std::string(port)};
+  WC_ASSIGN_OR_RETURN(std::string ucx, WithPort(tcp, static_cast<uint16_t>(value)));
+  return std::pair{std::string(tcp), std::move(ucx)};
 }
 
 Result<std::unique_ptr<Transport>> CreateTransport(const Options& options,

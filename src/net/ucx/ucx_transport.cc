@@ -47,6 +47,7 @@
 #include "net/ucx_message.h"
 #include "net/ucx_registration_cache.h"
 #include "net/ucx_transport.h"
+#include "util/host_port.h"
 
 namespace weightcast::net {
 namespace {
@@ -92,23 +93,10 @@ bool WaitFor(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, Du
 
 // "ip:port" or "[ipv6]:port", numeric only (no name lookups on the progress thread).
 Result<sockaddr_storage> ParseSockaddr(std::string_view address, socklen_t* length) {
-  std::string host, port;
-  if (address.starts_with("[")) {
-    const size_t close = address.find(']');
-    if (close == std::string_view::npos || close + 1 >= address.size() ||
-        address[close + 1] != ':') {
-      return InvalidArgument("ucx address '" + std::string(address) + "' is not [ipv6]:port");
-    }
-    host = std::string(address.substr(1, close - 1));
-    port = std::string(address.substr(close + 2));
-  } else {
-    const size_t colon = address.rfind(':');
-    if (colon == std::string_view::npos) {
-      return InvalidArgument("ucx address '" + std::string(address) + "' has no :port");
-    }
-    host = std::string(address.substr(0, colon));
-    port = std::string(address.substr(colon + 1));
-  }
+  Result<HostPort> parsed = ParseHostPort(address);
+  if (!parsed.ok()) return parsed.status().WithContext("ucx");
+  const std::string& host = parsed->host;
+  const std::string port = std::to_string(*parsed->port);
   addrinfo hints{};
   hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
   hints.ai_socktype = SOCK_STREAM;

@@ -103,12 +103,12 @@ TEST(MetricsServer, RejectsMalformedAddresses) {
   }
 }
 
-TEST(ParseHostPort, AcceptsIpv4AndBracketedIpv6) {
-  auto v4 = ParseHostPort("0.0.0.0:9100");
+TEST(ParseListenAddress, AcceptsIpv4AndBracketedIpv6) {
+  auto v4 = ParseListenAddress("0.0.0.0:9100");
   ASSERT_TRUE(v4.ok());
   EXPECT_EQ(v4->host, "0.0.0.0");
   EXPECT_EQ(v4->port, 9100);
-  auto v6 = ParseHostPort("[::1]:0");
+  auto v6 = ParseListenAddress("[::1]:0");
   ASSERT_TRUE(v6.ok());
   EXPECT_EQ(v6->host, "::1");
   EXPECT_EQ(v6->port, 0);
