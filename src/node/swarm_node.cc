@@ -167,7 +167,9 @@ struct SwarmNode::Impl {
     ChunkIndex chunk;
     bool sent;     // handed to the transport and since written (or dropped with the connection)
     uint64_t gen;  // the connection it went to: its next upload may start
-    uint64_t payload_bytes = 0;  // a codec payload sent by KickUploads (not the active upload)
+    // A codec payload KickUploads sent (not the active upload), and its size.
+    bool payload = false;
+    uint64_t payload_bytes = 0;
   };
   using Event = std::variant<PeerUp, PeerDown, Received, Verified, UploadDone>;
   // A received chunk or payload to check and store (VerifyAndStore).
@@ -452,7 +454,7 @@ struct SwarmNode::Impl {
     net::OutFrame frame = net::OutFrame::Chunk(header, data.bytes, std::move(data.owner));
     frame.on_written = std::make_shared<UploadToken>(
         upload_sink_,
-        UploadDone{item.target->epoch, p.id, item.chunk, true, p.gen, payload ? size : 0});
+        UploadDone{item.target->epoch, p.id, item.chunk, true, p.gen, payload, payload ? size : 0});
     // The transport's data queue holds at most one whole chunk or kPayloadBytesInTransport of
     // this peer's payloads, so it has room: no wait here.
     if (p.conn->Send(std::move(frame)).ok()) bytes_sent_ += size;
@@ -878,7 +880,7 @@ struct SwarmNode::Impl {
       if (it != peers_.end() && it->second->gen == e.gen) {
         {
           std::lock_guard lock(it->second->wmu);
-          if (e.payload_bytes != 0) {
+          if (e.payload) {
             it->second->payload_bytes_in_transport -= e.payload_bytes;
           } else {
             it->second->upload_active = false;
