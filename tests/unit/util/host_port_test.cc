@@ -70,7 +70,7 @@ TEST(HostPort, RefusesWhatIsNotHostColonPortAndSaysWhy) {
 }
 
 TEST(HostPort, QuotesControlBytesEscaped) {
-  auto r = ParseHostPort(std::string_view("evil\n\x1b[2Jhost", 15));
+  auto r = ParseHostPort("evil\n\x1b[2Jhost");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message().find('\n'), std::string::npos);
   EXPECT_EQ(r.status().message().find('\x1b'), std::string::npos);
