@@ -28,11 +28,6 @@ bool IsIpv4Literal(const std::string& host) {
   return inet_pton(AF_INET, host.c_str(), &addr) == 1;
 }
 
-std::string JoinHostPort(const std::string& host, int port) {
-  if (IsIpv6Literal(host)) return "[" + host + "]:" + std::to_string(port);
-  return host + ":" + std::to_string(port);
-}
-
 }  // namespace
 
 Result<HostPort> ParseListenAddress(std::string_view address) {
@@ -117,12 +112,12 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(Registry& registry,
     }
   }
 
-  int port = *where.port;
-  if (port == 0) {
-    port = server.bind_to_any_port(where.host);
-    if (port <= 0) return Unavailable("metrics: cannot bind " + where.host + ":0");
-  } else if (!server.bind_to_port(where.host, port)) {
-    return Unavailable("metrics: cannot bind " + JoinHostPort(where.host, port) +
+  if (*where.port == 0) {
+    const int port = server.bind_to_any_port(where.host);
+    if (port <= 0) return Unavailable("metrics: cannot bind " + where.ToString());
+    where.port = static_cast<uint16_t>(port);
+  } else if (!server.bind_to_port(where.host, *where.port)) {
+    return Unavailable("metrics: cannot bind " + where.ToString() +
                        " (in use, or not an address of this host)");
   }
   Impl* raw = impl.get();
@@ -138,8 +133,7 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(Registry& registry,
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  return std::unique_ptr<MetricsServer>(
-      new MetricsServer(std::move(impl), JoinHostPort(where.host, port)));
+  return std::unique_ptr<MetricsServer>(new MetricsServer(std::move(impl), where.ToString()));
 }
 
 void MetricsServer::Stop() {
