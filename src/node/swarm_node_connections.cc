@@ -1,0 +1,205 @@
+// Peers: accepting and connecting, their frames onto the event loop, control messages out.
+#include "node/swarm_node_impl.h"
+
+namespace weightcast::node {
+
+void SwarmNode::Impl::AcceptLoop() {
+  while (true) {
+    auto conn = listener_->Accept();
+    if (!conn.ok()) {
+      std::lock_guard lock(mu_);
+      if (stopping_) return;
+      if (conn.status().code() == Code::kUnavailable) return;  // listener closed
+      continue;
+    }
+    AddConnection(std::move(conn).value(), /*outgoing=*/false);
+  }
+}
+
+void SwarmNode::Impl::AddConnection(std::unique_ptr<net::Connection> conn, bool outgoing) {
+  const PeerId id = conn->peer().node_id;
+  auto peer = std::make_shared<Peer>();
+  peer->id = id;
+  peer->outgoing = outgoing;
+  peer->conn = std::move(conn);
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_ || !protocol_.Admits(Now(), id)) {  // this node, or banned
+      peer->conn->Close();
+      return;
+    }
+    peer->gen = ++next_gen_;
+  }
+  Peer* raw = peer.get();
+  const uint64_t gen = peer->gen;
+  // Frames are pushed only after PeerUp: a have-set handled before its peer would be lost.
+  // A transport that pushes frames (TCP) needs no reader thread: its handler queues them from
+  // the transport's own thread; others get a thread that waits in Receive.
+  const bool pushed = peer->conn->CanDeliverFrames();
+  if (!pushed) {
+    peer->reader = std::thread([this, raw, id, gen] {
+      {
+        std::unique_lock lock(raw->wmu);
+        raw->wcv.wait(lock, [&] { return raw->announced || raw->closing; });
+        if (raw->closing) return;
+      }
+      while (true) {
+        auto frame = raw->conn->Receive();
+        if (!frame.ok()) {
+          Push(PeerDown{id, gen, frame.status()});
+          return;
+        }
+        Push(Received{id, gen, std::move(frame).value()});
+      }
+    });
+  }
+  Push(PeerUp{peer});
+  {
+    std::lock_guard lock(raw->wmu);
+    raw->announced = true;
+  }
+  raw->wcv.notify_all();
+  if (pushed) {
+    // `peer` keeps the connection alive here even if the node closed it meanwhile (Deliver then
+    // hands over the end at once). The handler holds no Peer: Stop closes every connection,
+    // after which no call starts, before this node goes away.
+    raw->conn->DeliverFrames([this, id, gen](Result<net::Frame> frame) {
+      if (frame.ok()) {
+        Push(Received{id, gen, std::move(frame).value()});
+      } else {
+        Push(PeerDown{id, gen, frame.status()});
+      }
+    });
+  }
+}
+
+void SwarmNode::Impl::ClosePeer(Peer& p) {
+  {
+    std::lock_guard lock(p.wmu);
+    p.closing = true;
+  }
+  p.wcv.notify_all();
+  if (p.conn) p.conn->Close();
+}
+
+void SwarmNode::Impl::JoinPeer(Peer& p) {
+  if (p.reader.joinable()) p.reader.join();
+}
+
+// Under mu_ (it counts into target_). Control messages go to the transport at once (its
+// control queue is written ahead of chunk data); a peer that leaves megabytes of them unread
+// is dropped rather than waited for.
+void SwarmNode::Impl::SendTo(Peer& p, const Message& m) {
+  {
+    std::lock_guard lock(p.wmu);
+    if (p.closing) return;
+  }
+  const std::vector<uint8_t> bytes = swarm::EncodeMessage(m);
+  if (static_cast<size_t>(m.type) < target_.messages_sent.size()) {
+    ++target_.messages_sent[static_cast<size_t>(m.type)];
+  }
+  target_.control_bytes_sent += bytes.size();
+  const Status sent = p.conn->SendControl(bytes, net::Duration::zero());
+  if (!sent.ok() && sent.code() == Code::kDeadlineExceeded) {
+    Log("peer " + std::to_string(p.id.value()) + " does not read its control messages; closing");
+    ClosePeer(p);  // its end arrives as PeerDown
+  }
+}
+
+std::shared_ptr<SwarmNode::Impl::Peer> SwarmNode::Impl::FindPeer(PeerId id, uint64_t gen) {
+  auto it = peers_.find(id.value());
+  if (it == peers_.end() || it->second->gen != gen) return nullptr;
+  return it->second;
+}
+
+void SwarmNode::Impl::Handle(PeerUp& e) {
+  auto& slot = peers_[e.peer->id.value()];
+  if (slot != nullptr) {
+    // A reconnect (the peer restarted): the old connection is finished.
+    Apply(protocol_.OnPeerDisconnected(Now(), slot->id));
+    dead_.push_back(slot);
+  }
+  slot = e.peer;
+  Log("peer " + std::to_string(e.peer->id.value()) + " connected (" +
+      (e.peer->outgoing ? "out" : "in") + ")");
+  Apply(protocol_.OnPeerConnected(Now(), e.peer->id));
+}
+
+void SwarmNode::Impl::Handle(PeerDown& e) {
+  auto p = FindPeer(e.id, e.gen);
+  if (p == nullptr) return;
+  Log("peer " + std::to_string(e.id.value()) + " disconnected: " + e.why.ToString());
+  peers_.erase(e.id.value());
+  dead_.push_back(p);
+  Apply(protocol_.OnPeerDisconnected(Now(), e.id));
+}
+
+void SwarmNode::Impl::Handle(Received& e) {
+  auto p = FindPeer(e.id, e.gen);
+  if (p == nullptr) return;
+  if (e.frame.type == net::FrameType::kChunk) {
+    OnChunkFrame(*p, std::move(e.frame));
+    return;
+  }
+  if (e.frame.type != net::FrameType::kControl) return;
+  auto m = swarm::ParseMessage(e.frame.body);
+  if (!m.ok()) {
+    Apply(protocol_.OnMalformed(Now(), p->id, m.status().ToString()));
+    return;
+  }
+  Apply(protocol_.OnMessage(Now(), p->id, *m));
+}
+
+void SwarmNode::Impl::SetPeers(std::span<const PeerAddress> list) {
+  std::lock_guard lock(mu_);
+  if (stopping_ || !started_) return;
+  std::set<uint64_t> listed;
+  for (const PeerAddress& a : list) {
+    if (a.id == options_.node_id) continue;
+    listed.insert(a.id.value());
+    if (a.id > options_.node_id) continue;  // it connects to us
+    if (peers_.count(a.id.value()) != 0 || connecting_.count(a.id.value()) != 0) continue;
+    if (!protocol_.Admits(Now(), a.id)) continue;  // banned
+    connecting_.insert(a.id.value());
+    connectors_.emplace_back([this, a] {
+      auto conn = transport_.Connect(a.address, std::chrono::seconds(5));
+      if (conn.ok() && (*conn)->peer().node_id != a.id) {
+        Log("peer at " + a.address + " is node " + std::to_string((*conn)->peer().node_id.value()) +
+            ", not " + std::to_string(a.id.value()));
+        (*conn)->Close();
+        conn = Unavailable("wrong node");
+      }
+      if (conn.ok()) {
+        AddConnection(std::move(conn).value(), /*outgoing=*/true);
+      } else {
+        Log("connect to peer " + std::to_string(a.id.value()) + " at " + a.address + ": " +
+            conn.status().ToString());
+      }
+      std::lock_guard inner(mu_);
+      connecting_.erase(a.id.value());
+    });
+  }
+  // Outgoing connections to peers no longer listed are closed (incoming ones are the other
+  // side's to close).
+  for (auto it = peers_.begin(); it != peers_.end();) {
+    if (it->second->outgoing && listed.count(it->first) == 0) {
+      Log("peer " + std::to_string(it->first) + " no longer listed");
+      Apply(protocol_.OnPeerDisconnected(Now(), it->second->id));
+      dead_.push_back(it->second);
+      it = peers_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  // Finished connector threads are joined at Stop; bound their number meanwhile.
+  if (connectors_.size() > 256 && connecting_.empty()) {
+    std::vector<std::thread> old;
+    old.swap(connectors_);
+    mu_.unlock();
+    for (std::thread& t : old) t.join();
+    mu_.lock();
+  }
+  qcv_.notify_one();
+}
+
+}  // namespace weightcast::node

@@ -1,0 +1,340 @@
+// The swarm node's implementation, shared by the files that carry it out (private to node/):
+//   swarm_node.cc              the public calls, the event loop and the protocol's effects;
+//   swarm_node_connections.cc  peers: accepting, connecting, reading, control messages;
+//   swarm_node_intake.cc       received chunks and payloads: checked, decoded, staged;
+//   swarm_node_uploads.cc      chunks and payloads sent to peers;
+//   swarm_node_targets.cc      the version fetched or seeded: adopt, commit, abort.
+// One mutex (mu_) guards the protocol and the peer table; docs/agent.md describes the threads.
+#pragma once
+
+#include "node/swarm_node.h"
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "codec/version_codec.h"
+#include "node/recent_chunks.h"
+#include "swarm/messages.h"
+#include "swarm/peer_protocol.h"
+#include "util/thread_pool.h"
+
+namespace weightcast::node {
+
+// How this node takes part in a target: seeding it, or fetching delta payloads onto its base
+// (neither: fetching whole chunks). The protocol keeps it from then on (its TargetSpec).
+struct TargetRole {
+  bool source = false;
+  bool fetch_payloads = false;
+};
+
+// What the upload and verification workers need of a target, shared so that a replaced target stays
+// alive until they are done with it.
+struct TargetData {
+  Manifest manifest;
+  std::optional<StagedVersion> staged;  // absent for a target committed before it was adopted
+  // A tensor-subset node's (options.tensor_patterns): what it wants, committed as a partial
+  // version (Store::CommitPartial). Absent: the node wants every chunk.
+  std::optional<PartialVersion> subset;
+  std::atomic<bool> committed{false};
+  std::shared_ptr<const PayloadCache> seed_payloads;  // a source's payloads
+  // A rank seeding its part of a sharded version (SeedPart): the chunks [first_chunk,
+  // first_chunk + chunk_count) are read from the part committed in the store as `stored`, and
+  // seed_payloads are indexed by part chunk.
+  struct PartSeed {
+    Version stored;
+    uint32_t first_chunk = 0;
+    uint32_t chunk_count = 0;
+  };
+  std::optional<PartSeed> part;
+  bool InPart(ChunkIndex chunk) const {
+    return !part || (chunk.value() >= part->first_chunk &&
+                     chunk.value() - part->first_chunk < part->chunk_count);
+  }
+  // Payloads this node decoded, when it fetches payloads onto `base` (whether it still does, after
+  // a fall-back to whole chunks, is the protocol's: PeerProtocol::fetching_payloads).
+  std::shared_ptr<PayloadCache> payloads;
+  std::optional<Manifest> base_manifest;
+  std::optional<codec::SnapshotReader> base_bytes;
+  // The scheduler generation. A worker may still be decoding for an old one after a restart;
+  // it holds write_mu shared while it checks its epoch and writes a block, and a restart moves
+  // the epoch on under write_mu exclusively: from then on no worker of an older epoch writes to
+  // the staging (its unverified blocks could otherwise land on a chunk the new epoch verified).
+  std::atomic<uint64_t> epoch{0};
+  std::shared_mutex write_mu;
+  // Whole chunks verified lately, in the frames they came in: forwarded without a store read.
+  RecentChunks recent;
+
+  SharedBytes Payload(ChunkIndex chunk) const {
+    if (seed_payloads != nullptr && InPart(chunk)) {
+      const ChunkIndex own(part ? chunk.value() - part->first_chunk : chunk.value());
+      if (SharedBytes p = seed_payloads->Get(own)) return p;
+    }
+    return payloads != nullptr ? payloads->Get(chunk) : nullptr;
+  }
+};
+
+struct SwarmNode::Impl {
+  using Clock = std::chrono::steady_clock;
+  using Effect = swarm::Effect;
+  using EffectKind = swarm::EffectKind;
+  using Message = swarm::Message;
+  using MessageType = swarm::MessageType;
+  using PayloadKind = swarm::PayloadKind;
+
+  static constexpr auto kTick = std::chrono::milliseconds(200);
+  static constexpr auto kFlushEvery = std::chrono::seconds(1);
+  // Upload workers: they read a chunk (memory or store) and queue it on its connection; the
+  // sending itself is the transport's. Independent of the number of peers.
+  static constexpr size_t kUploadWorkers = 2;
+  // The largest chunk whose codec payload the event loop checks itself (CheckedOnLoop).
+  static constexpr uint64_t kLoopCheckMaxChunkBytes = 1u << 20;
+  // Codec payloads of one peer's with its transport at once (KickUploads).
+  static constexpr uint64_t kPayloadBytesInTransport = 256u << 10;
+
+  static swarm::Time Now() {
+    return std::chrono::duration_cast<swarm::Time>(Clock::now().time_since_epoch());
+  }
+  static std::string V(Version v) { return "v" + std::to_string(v.value()); }
+
+  struct UploadItem {
+    std::shared_ptr<TargetData> target;
+    ChunkIndex chunk;
+    PayloadKind kind = PayloadKind::kRaw;
+  };
+
+  struct Peer {
+    PeerId id;
+    uint64_t gen = 0;  // distinguishes a reconnected peer's events from the old connection's
+    bool outgoing = false;
+    std::unique_ptr<net::Connection> conn;
+    std::thread reader;  // only for a transport that cannot push frames (DeliverFrames)
+
+    std::mutex wmu;
+    std::condition_variable wcv;
+    std::deque<UploadItem> uploads;
+    std::set<std::pair<uint64_t, uint32_t>> stopped;  // (epoch, chunk) uploads cancelled
+    // One chunk at a time is with the transport: the next starts when the last one's bytes were
+    // written (UploadDone), so the scheduler's upload slots limit what is really in flight and a
+    // chunk never waits behind megabytes queued for the same peer.
+    // Codec payloads (a few KiB each, held in memory) are the exception: several go to the
+    // transport at once, up to kPayloadBytesInTransport (KickUploads).
+    bool upload_active = false;
+    uint64_t payload_bytes_in_transport = 0;
+    bool closing = false;
+    bool announced = false;  // PeerUp was queued: the reader may start
+  };
+
+  struct PeerUp {
+    std::shared_ptr<Peer> peer;
+  };
+  struct PeerDown {
+    PeerId id;
+    uint64_t gen;
+    Status why;
+  };
+  struct Received {
+    PeerId id;
+    uint64_t gen;
+    net::Frame frame;
+  };
+  struct Verified {
+    uint64_t epoch;
+    PeerId from;
+    ChunkIndex chunk;
+    PayloadKind kind;
+    Status status;               // kCorrupt: the peer's fault; other errors: ours (disk)
+    bool decode_failed = false;  // an authentic payload did not decode onto our base
+    bool fast = false;           // a rebuilt chunk checked by its fast hash, not its SHA-256
+  };
+  struct UploadDone {
+    uint64_t epoch;
+    PeerId peer;
+    ChunkIndex chunk;
+    bool sent;     // handed to the transport and since written (or dropped with the connection)
+    uint64_t gen;  // the connection it went to: its next upload may start
+    // A codec payload KickUploads sent (not the active upload), and its size.
+    bool payload = false;
+    uint64_t payload_bytes = 0;
+  };
+  using Event = std::variant<PeerUp, PeerDown, Received, Verified, UploadDone>;
+  // A received chunk or payload to check and store (VerifyAndStore).
+  struct PendingCheck {
+    std::shared_ptr<TargetData> data;
+    std::shared_ptr<const net::Frame> frame;
+    PeerId from;
+    ChunkIndex chunk;
+    PayloadKind kind;
+    uint64_t epoch;
+  };
+
+  // The current target's bytes and counts (guarded by mu_); what it holds, wants and decides
+  // is the protocol's.
+  struct Target {
+    std::shared_ptr<TargetData> data;
+    uint64_t bytes_received = 0;
+    uint32_t chunks_failed = 0;
+    // Control messages sent for this target, by type, and their bytes (the log line at
+    // completion shows where a step's chatter goes).
+    std::array<uint32_t, swarm::kMaxMessageType + 1> messages_sent{};
+    uint64_t control_bytes_sent = 0;
+    Clock::time_point started = Clock::now();
+  };
+
+  Impl(Store& store, net::Transport& transport, SwarmNodeOptions options)
+      : store_(store),
+        transport_(transport),
+        options_(std::move(options)),
+        protocol_(swarm::PeerProtocolOptions{
+            .node_id = options_.node_id, .source = options_.source, .tuning = options_.tuning}) {
+    if (!options_.log) options_.log = [](std::string_view) {};
+    if (options_.trace_interval <= net::Duration::zero()) {
+      if (const char* env = std::getenv("WEIGHTCAST_SWARM_TRACE")) {
+        options_.trace_interval = std::chrono::milliseconds(std::atol(env));
+      }
+    }
+  }
+
+  void Log(const std::string& line) { options_.log("swarm " + options_.channel + ": " + line); }
+
+  // Where a written chunk frame reports (UploadDone): the token in the frame may outlive this
+  // node inside the transport, so it reaches the node through this, which Stop disconnects.
+  struct UploadSink {
+    std::mutex mu;
+    Impl* impl = nullptr;
+  };
+  // Lives in a chunk frame (OutFrame::on_written): the transport drops it once the frame's bytes
+  // were written, or with the connection.
+  struct UploadToken {
+    std::shared_ptr<UploadSink> sink;
+    UploadDone done;
+    UploadToken(std::shared_ptr<UploadSink> to, UploadDone what)
+        : sink(std::move(to)), done(what) {}
+    UploadToken(const UploadToken&) = delete;
+    UploadToken& operator=(const UploadToken&) = delete;
+    ~UploadToken() {
+      std::lock_guard lock(sink->mu);
+      if (sink->impl != nullptr) sink->impl->Push(done);
+    }
+  };
+
+  // swarm_node.cc: the threads, the event loop, the protocol's effects, progress
+  Status Start(std::string_view listen_address);
+  void Stop();
+  void Push(Event event);
+  void EventLoop();
+  void MaybeTrace();
+  void MaybeFlush();
+  void Apply(std::span<const Effect> effects);
+  void ApplyOne(const Effect& e);
+  std::string CompletionStats() const;
+  SwarmProgress Progress() const;
+  bool EveryChunkReplicated() const;
+  Status WaitComplete(net::Duration timeout);
+
+  // swarm_node_connections.cc
+  void AcceptLoop();
+  void AddConnection(std::unique_ptr<net::Connection> conn, bool outgoing);
+  static void ClosePeer(Peer& p);
+  static void JoinPeer(Peer& p);
+  void SendTo(Peer& p, const Message& m);
+  std::shared_ptr<Peer> FindPeer(PeerId id, uint64_t gen);
+  void Handle(PeerUp& e);
+  void Handle(PeerDown& e);
+  void Handle(Received& e);
+  void SetPeers(std::span<const PeerAddress> list);
+
+  // swarm_node_intake.cc
+  void OnChunkFrame(Peer& p, net::Frame frame);
+  static bool CheckedOnLoop(const PendingCheck& check);
+  Verified Check(const PendingCheck& c);
+  void RunLoopChecks();
+  Verified VerifyAndStore(TargetData& t, uint64_t epoch,
+                          const std::shared_ptr<const net::Frame>& frame, PeerId from,
+                          ChunkIndex chunk, PayloadKind kind);
+  void Handle(Verified& e);
+
+  // swarm_node_uploads.cc
+  std::shared_ptr<UploadSink> MakeUploadSink();
+  void KickUploads(const std::shared_ptr<Peer>& p);
+  void SendUpload(Peer& p, const UploadItem& item, HeldBytes data, bool payload);
+  void UploadNext(Peer& p);
+  static HeldBytes Hold(SharedBytes bytes);
+  Result<HeldBytes> ReadForUpload(const UploadItem& item);
+  void CorruptForTesting(HeldBytes& data) const;
+  void Handle(UploadDone& e);
+
+  // swarm_node_targets.cc
+  Status StartTarget(std::vector<bool> whole, std::vector<bool> payload, std::vector<bool> want,
+                     TargetRole role = {});
+  void LeaveTarget(std::string_view reason = {});
+  Result<std::optional<Manifest>> Committed(Version v);
+  Result<std::vector<bool>> HeldChunks(const Manifest& m) const;
+  static bool BaseCoversDelta(const Manifest& m, const std::vector<bool>& want,
+                              const std::vector<bool>& whole, const std::vector<bool>& base_holds);
+  std::optional<Status> CheckReplace(const Manifest& manifest);
+  Status Fetch(const Manifest& manifest);
+  Status Seed(const Manifest& manifest, std::shared_ptr<const PayloadCache> payloads);
+  Status SeedPart(const Manifest& manifest, const Manifest& part, uint32_t first_chunk,
+                  std::shared_ptr<const PayloadCache> payloads);
+  Status CommitTarget();
+  void KeepDeltaFile(const TargetData& data);
+  void PreferChunks(Version version, std::vector<ChunkIndex> order);
+  Status AbortTarget(std::string_view reason);
+
+  Store& store_;
+  net::Transport& transport_;
+  SwarmNodeOptions options_;
+  swarm::PeerProtocol protocol_;  // guarded by mu_
+
+  mutable std::mutex mu_;
+  std::condition_variable done_cv_;
+  bool started_ = false;
+  bool stopping_ = false;
+  std::unique_ptr<net::Listener> listener_;
+  std::string address_;
+  std::thread event_thread_, accept_thread_;
+  std::vector<std::thread> connectors_;
+  std::set<uint64_t> connecting_;
+  std::map<uint64_t, std::shared_ptr<Peer>> peers_;
+  std::vector<std::shared_ptr<Peer>> dead_;
+  std::vector<PendingCheck> loop_checks_;  // guarded by mu_; run by the event loop (RunLoopChecks)
+  uint64_t next_gen_ = 0;
+  Target target_;
+  // A streaming reader's chunk order for a version (PreferChunks), applied when it is the target.
+  std::optional<std::pair<Version, std::vector<ChunkIndex>>> preferred_;
+  uint64_t bytes_sent_at_target_ = 0;
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<ThreadPool> upload_pool_;
+  std::shared_ptr<UploadSink> upload_sink_ = MakeUploadSink();
+  Clock::time_point next_flush_{};
+  Clock::time_point next_trace_{}, last_trace_{};
+  uint64_t traced_rx_ = 0, traced_tx_ = 0;
+  uint64_t flushed_at_ = 0;
+  std::shared_ptr<std::atomic<bool>> flushing_ = std::make_shared<std::atomic<bool>>(false);
+
+  std::mutex qmu_;
+  std::condition_variable qcv_;
+  std::deque<Event> queue_;
+  bool qstop_ = false;
+
+  std::atomic<uint64_t> bytes_received_{0}, bytes_sent_{0}, chunks_verified_{0}, chunks_failed_{0},
+      peers_dropped_{0}, delta_chunks_fast_{0}, delta_chunks_sha256_{0}, uploads_from_memory_{0},
+      uploads_from_store_{0};
+};
+
+}  // namespace weightcast::node

@@ -1,0 +1,176 @@
+// Chunks and payloads sent to peers: read from memory or the store, handed to the transport.
+#include "node/swarm_node_impl.h"
+
+namespace weightcast::node {
+
+std::shared_ptr<SwarmNode::Impl::UploadSink> SwarmNode::Impl::MakeUploadSink() {
+  auto sink = std::make_shared<UploadSink>();
+  sink->impl = this;
+  return sink;
+}
+
+// Starts the peer's next uploads. Any thread. A whole chunk is read through the store's views
+// (opening one, faulting its pages in) on an upload worker, one at a time. Codec payloads are
+// held in memory and a few KiB each: they go to the transport from this thread, several at a
+// time (up to kPayloadBytesInTransport). One at a time, each would wait for the write of the
+// one before to be reported back, two thread switches per payload of a delta step.
+void SwarmNode::Impl::KickUploads(const std::shared_ptr<SwarmNode::Impl::Peer>& p) {
+  while (true) {
+    std::optional<UploadItem> item;
+    SharedBytes payload;
+    {
+      std::lock_guard lock(p->wmu);
+      while (!p->closing && !p->upload_active && !p->uploads.empty() && !item) {
+        UploadItem& front = p->uploads.front();
+        if (p->stopped.erase({front.target->epoch, front.chunk.value()}) != 0) {
+          p->uploads.pop_front();
+          continue;
+        }
+        if (front.kind != PayloadKind::kCodec) {
+          p->upload_active = true;
+          upload_pool_->Submit([this, p] { UploadNext(*p); });
+          return;
+        }
+        payload = front.target->Payload(front.chunk);
+        if (payload != nullptr && p->payload_bytes_in_transport != 0 &&
+            p->payload_bytes_in_transport + payload->size() > kPayloadBytesInTransport) {
+          return;  // the next UploadDone of a payload starts it
+        }
+        item = std::move(front);
+        p->uploads.pop_front();
+        if (payload != nullptr) p->payload_bytes_in_transport += payload->size();
+      }
+    }
+    if (!item) return;
+    if (payload == nullptr) {
+      Log("cannot send the payload of chunk " + std::to_string(item->chunk.value()) + " of " +
+          V(item->target->manifest.version) + " to peer " + std::to_string(p->id.value()) +
+          ": no payload held");
+      Push(UploadDone{item->target->epoch, p->id, item->chunk, false, p->gen});
+      continue;
+    }
+    HeldBytes data = Hold(std::move(payload));
+    CorruptForTesting(data);
+    SendUpload(*p, *item, std::move(data), /*payload=*/true);
+  }
+}
+
+// Hands one upload's bytes to the transport; its release of the frame (UploadToken) reports
+// the upload done.
+void SwarmNode::Impl::SendUpload(Peer& p, const UploadItem& item, HeldBytes data, bool payload) {
+  net::ChunkHeader header{.version = item.target->manifest.version.value(),
+                          .chunk_index = item.chunk.value(),
+                          .payload_length = static_cast<uint32_t>(data.bytes.size()),
+                          .encoding = static_cast<uint8_t>(item.kind)};
+  const size_t size = data.bytes.size();
+  net::OutFrame frame = net::OutFrame::Chunk(header, data.bytes, std::move(data.owner));
+  frame.on_written = std::make_shared<UploadToken>(
+      upload_sink_,
+      UploadDone{item.target->epoch, p.id, item.chunk, true, p.gen, payload, payload ? size : 0});
+  // The transport's data queue holds at most one whole chunk or kPayloadBytesInTransport of
+  // this peer's payloads, so it has room: no wait here.
+  if (p.conn->Send(std::move(frame)).ok()) bytes_sent_ += size;
+  // A failed send released the token: the connection is gone, and its end is reported.
+}
+
+// On an upload worker: reads the peer's next chunk and hands it to the transport; the
+// transport's release of the frame (UploadToken) reports it done and lets the next one start.
+void SwarmNode::Impl::UploadNext(Peer& p) {
+  while (true) {
+    std::optional<UploadItem> upload;
+    {
+      std::lock_guard lock(p.wmu);
+      while (!p.closing && !p.uploads.empty() && !upload) {
+        upload = std::move(p.uploads.front());
+        p.uploads.pop_front();
+        if (p.stopped.erase({upload->target->epoch, upload->chunk.value()}) != 0) upload.reset();
+      }
+      if (!upload) {
+        p.upload_active = false;
+        return;
+      }
+    }
+    const UploadItem& item = *upload;
+    auto bytes = ReadForUpload(item);
+    if (!bytes.ok()) {
+      Log("cannot send chunk " + std::to_string(item.chunk.value()) + " of " +
+          V(item.target->manifest.version) + " to peer " + std::to_string(p.id.value()) + ": " +
+          bytes.status().ToString());
+      Push(UploadDone{item.target->epoch, p.id, item.chunk, false, p.gen});
+      continue;
+    }
+    SendUpload(p, item, std::move(bytes).value(), /*payload=*/false);
+    return;
+  }
+}
+
+HeldBytes SwarmNode::Impl::Hold(SharedBytes bytes) {
+  const std::span<const uint8_t> view(*bytes);
+  return {view, std::move(bytes)};
+}
+
+Result<HeldBytes> SwarmNode::Impl::ReadForUpload(const UploadItem& item) {
+  TargetData& t = *item.target;
+  HeldBytes data;
+  if (item.kind == PayloadKind::kCodec) {
+    SharedBytes payload = t.Payload(item.chunk);
+    if (payload == nullptr) return NotFound("no payload held");
+    data = Hold(std::move(payload));
+  } else if (std::optional<HeldBytes> recent = t.recent.Get(item.chunk)) {
+    data = std::move(*recent);
+    ++uploads_from_memory_;
+  } else {
+    // Through the store's mapped views: the frame sends from the mapping, which its owner
+    // keeps (no copy, except for a chunk that spans files).
+    auto committed = [&](Version v, ChunkIndex c) -> Result<ChunkBytes> {
+      WC_ASSIGN_OR_RETURN(std::shared_ptr<const MappedVersion> view,
+                          store_.OpenView(options_.channel, v));
+      return view->Chunk(c);
+    };
+    Result<ChunkBytes> bytes = NotFound("chunk not held");
+    if (t.part) {
+      if (!t.InPart(item.chunk)) return NotFound("chunk not in this rank's part");
+      bytes = committed(t.part->stored, ChunkIndex(item.chunk.value() - t.part->first_chunk));
+    } else {
+      if (!t.committed.load() && t.staged) {
+        auto view = t.staged->View();
+        bytes = view.ok() ? (*view)->Chunk(item.chunk) : view.status();
+      }
+      // Committed (or committed while we read the staging): the version's view.
+      if (!bytes.ok()) bytes = committed(t.manifest.version, item.chunk);
+    }
+    WC_RETURN_IF_ERROR(bytes.status());
+    data = HeldBytes{bytes->bytes, std::move(bytes->owner)};
+    ++uploads_from_store_;
+  }
+  CorruptForTesting(data);
+  return data;
+}
+
+// A test's node that sends every chunk with one bit flipped (corrupt_uploads_for_testing).
+void SwarmNode::Impl::CorruptForTesting(HeldBytes& data) const {
+  if (!options_.corrupt_uploads_for_testing || data.bytes.empty()) return;
+  auto copy = std::make_shared<std::vector<uint8_t>>(data.bytes.begin(), data.bytes.end());
+  (*copy)[copy->size() / 2] ^= 0x01;
+  data = Hold(std::move(copy));
+}
+
+void SwarmNode::Impl::Handle(UploadDone& e) {
+  if (e.sent) {
+    auto it = peers_.find(e.peer.value());
+    if (it != peers_.end() && it->second->gen == e.gen) {
+      {
+        std::lock_guard lock(it->second->wmu);
+        if (e.payload) {
+          it->second->payload_bytes_in_transport -= e.payload_bytes;
+        } else {
+          it->second->upload_active = false;
+        }
+      }
+      KickUploads(it->second);
+    }
+  }
+  Apply(protocol_.OnUploadDone(Now(), e.epoch, e.peer, e.chunk));
+}
+
+}  // namespace weightcast::node
