@@ -1,3 +1,7 @@
+// The chunk payload format, both ways: header, transforms, coders, encoding and decoding, and the
+// in-place patch of live tensors. Longer than most files on purpose: the writer and the reader of
+// one format sit side by side, so a change to one is read against the other (docs/delta_format.md
+// is the format; the element transforms are in transform.cc).
 #include "codec/chunk_codec.h"
 
 #include <lz4.h>

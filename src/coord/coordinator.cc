@@ -1,3 +1,6 @@
+// The coordinator's core: membership, channel logs, rollout decisions and peer lists, every
+// request handled under its one lock (mu_), which is why they share a file. Sharded publish's
+// side is coordinator_parts.cc; serving connections over a transport is coordinator_serve.cc.
 #include "coord/coordinator.h"
 
 #include <algorithm>

@@ -1,3 +1,8 @@
+// The TCP transport: the channel (socket, TLS, read-ahead), framing, connections and their
+// writers and keepalive, the handshake's admission, the listener. One file because they share
+// asio types no other file sees, and asio's coroutines need the compiler workarounds below ahead
+// of every asio header; the handshake's messages are handshake.cc, admission rules admission.cc.
+//
 // asio's io_context uses std::atomic_thread_fence, which gcc 12 flags under
 // -fsanitize=thread
 // (-Wtsan: TSan does not model fences). The fences order asio's own

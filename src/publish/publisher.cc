@@ -1,3 +1,8 @@
+// The coordinated publisher: its session with the coordinator (registration, writer lease,
+// heartbeats, reconciling its store with the channel's log), publishing a prepared version and
+// seeding it until the fleet holds it. One file because each of these reads and writes the same
+// session state under one lock (mu_); preparing a version is version_builder.cc, a rank's side
+// of sharded publish is publisher_parts.cc.
 #include "publish/publisher.h"
 
 #include <algorithm>

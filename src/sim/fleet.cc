@@ -1,3 +1,7 @@
+// The simulated fleet: one event loop over flows, arrivals, deaths and membership changes, driving
+// the same swarm::PeerProtocol and coord::Membership objects the agents and the coordinator run.
+// One file because every handler reads and writes the same fleet state (nodes, flows, edges);
+// the flow model is sim/network, the bounds are at the end.
 #include "sim/fleet.h"
 
 #include <algorithm>
