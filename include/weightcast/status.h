@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cassert>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
@@ -31,6 +32,23 @@ enum class Code {
 
 std::string_view CodeName(Code code);
 
+// Why a call failed, for the few callers that act on the cause and not only on the code (a
+// client telling a wrong secret from another cluster, a transport telling a clean close from a
+// failure). Set where the cause is known, kept by WithContext, carried in the coordinator's wire
+// errors; the message is for people and is never parsed. Most errors have none.
+enum class Reason : uint8_t {
+  kNone = 0,
+  kPeerClosed,       // the other side closed the connection cleanly
+  kClosedHere,       // this node closed the connection
+  kProtocolVersion,  // the peer speaks another protocol version
+  kWrongCluster,     // the peer belongs to another cluster
+  kWrongSecret,      // a proof of the cluster secret does not verify
+  kNotCoordinator,   // the address answers, but not as a coordinator
+  kStandby,          // a standby coordinator answered: the leader is elsewhere
+  kWriterConflict,   // the channel has another writer, or this writer was fenced
+};
+inline constexpr uint8_t kMaxReason = static_cast<uint8_t>(Reason::kWriterConflict);
+
 class [[nodiscard]] Status {
  public:
   Status() = default;  // OK
@@ -41,11 +59,19 @@ class [[nodiscard]] Status {
   bool ok() const { return code_ == Code::kOk; }
   Code code() const { return code_; }
   const std::string& message() const { return message_; }
+  Reason reason() const { return reason_; }
+
+  // A copy carrying `reason` (an OK status stays OK, without one).
+  Status WithReason(Reason reason) const {
+    Status s = *this;
+    if (!s.ok()) s.reason_ = reason;
+    return s;
+  }
 
   // "CORRUPT: model.safetensors: header length 2^40 is beyond the file (1024 bytes)"
   std::string ToString() const;
 
-  // Returns a copy whose message is prefixed with `context: `. OK stays OK.
+  // Returns a copy whose message is prefixed with `context: `, with the same reason. OK stays OK.
   Status WithContext(std::string_view context) const;
 
   // Marks a deliberately ignored status, so that [[nodiscard]] does not fire.
@@ -57,6 +83,7 @@ class [[nodiscard]] Status {
 
  private:
   Code code_ = Code::kOk;
+  Reason reason_ = Reason::kNone;
   std::string message_;
 };
 

@@ -33,30 +33,30 @@ wire::Envelope::BodyCase ExpectedReply(wire::Envelope::BodyCase request) {
   }
 }
 
-bool Contains(const Status& status, std::string_view text) {
-  return status.message().find(text) != std::string::npos;
-}
-
 // The transport's handshake errors, in the words an operator needs. Either side may notice
-// first: our own check (kUnauthenticated, kFailedPrecondition) or the coordinator's ErrorReport
-// (kAborted "peer refused the connection: ..."), so both are mapped.
+// first, our own check or the coordinator's refusal (its ErrorReport's reason): the status's
+// reason says which cause it was either way.
 Status ExplainHandshakeError(const Status& status, std::string_view address) {
   const std::string at = "coordinator " + std::string(address) + ": ";
-  const bool refused = status.code() == Code::kAborted && Contains(status, "peer refused");
-  if (status.code() == Code::kUnauthenticated ||
-      (refused && Contains(status, "proof of the cluster secret"))) {
-    return Unauthenticated(at +
-                           "the coordinator refused our handshake: wrong cluster secret? "
-                           "(--secret-file or $WEIGHTCAST_SECRET must hold the coordinator's; " +
-                           status.message() + ")");
+  switch (status.reason()) {
+    case Reason::kWrongSecret:
+      return Unauthenticated(at +
+                             "the coordinator refused our handshake: wrong cluster secret? "
+                             "(--secret-file or $WEIGHTCAST_SECRET must hold the coordinator's; " +
+                             status.message() + ")")
+          .WithReason(Reason::kWrongSecret);
+    case Reason::kWrongCluster:
+      return FailedPrecondition(
+                 at + "wrong cluster (--cluster must match the coordinator's): " + status.message())
+          .WithReason(Reason::kWrongCluster);
+    case Reason::kProtocolVersion:
+      return FailedPrecondition(at + "incompatible weightcast versions: " + status.message())
+          .WithReason(Reason::kProtocolVersion);
+    default:
+      break;
   }
-  if ((status.code() == Code::kFailedPrecondition || refused) && Contains(status, "cluster '")) {
-    return FailedPrecondition(
-        at + "wrong cluster (--cluster must match the coordinator's): " + status.message());
-  }
-  if ((status.code() == Code::kFailedPrecondition || refused) &&
-      Contains(status, "protocol version")) {
-    return FailedPrecondition(at + "incompatible weightcast versions: " + status.message());
+  if (status.code() == Code::kUnauthenticated) {  // a refusal of ours without a known cause
+    return Unauthenticated(at + "the coordinator's handshake does not verify: " + status.message());
   }
   return status.WithContext("coordinator " + std::string(address));
 }
@@ -69,7 +69,7 @@ bool IsPermanentConnectError(const Status& status) {
 }
 
 bool IsStandbyRefusal(const Status& status) {
-  return status.code() == Code::kUnavailable && Contains(status, "standby coordinator: ");
+  return status.code() == Code::kUnavailable && status.reason() == Reason::kStandby;
 }
 
 std::string StandbyLeaderHint(const Status& status) {
@@ -85,8 +85,7 @@ std::string StandbyLeaderHint(const Status& status) {
 }
 
 bool IsWriterConflict(const Status& status) {
-  return status.code() == Code::kFailedPrecondition &&
-         (Contains(status, "fenced by writer ") || Contains(status, "already has a writer: "));
+  return status.code() == Code::kFailedPrecondition && status.reason() == Reason::kWriterConflict;
 }
 
 std::string_view ConnectErrorCause(const Status& status) {
@@ -94,11 +93,18 @@ std::string_view ConnectErrorCause(const Status& status) {
     case Code::kUnauthenticated:
       return "wrong_secret";
     case Code::kFailedPrecondition:
-      if (Contains(status, "not a coordinator")) return "not_coordinator";
-      if (Contains(status, "protocol version")) return "protocol_version";
-      if (Contains(status, "wrong cluster")) return "wrong_cluster";
-      if (IsWriterConflict(status)) return "writer_conflict";
-      return "refused";
+      switch (status.reason()) {
+        case Reason::kNotCoordinator:
+          return "not_coordinator";
+        case Reason::kProtocolVersion:
+          return "protocol_version";
+        case Reason::kWrongCluster:
+          return "wrong_cluster";
+        case Reason::kWriterConflict:
+          return "writer_conflict";
+        default:
+          return "refused";
+      }
     case Code::kInvalidArgument:
       return "bad_address";
     case Code::kUnavailable:
@@ -193,7 +199,8 @@ Result<std::unique_ptr<CoordinatorClient>> CoordinatorClient::ConnectOne(net::Tr
   if (connection.value()->peer().role != net::Role::kCoordinator) {
     return FailedPrecondition("coordinator " + std::string(address) + " is a " +
                               std::string(net::RoleName(connection.value()->peer().role)) +
-                              ", not a coordinator");
+                              ", not a coordinator")
+        .WithReason(Reason::kNotCoordinator);
   }
   return std::unique_ptr<CoordinatorClient>(new CoordinatorClient(std::move(connection).value()));
 }

@@ -504,10 +504,11 @@ Result<Coordinator::WriterGrant> Coordinator::GrantWriterLocked(const std::strin
     return grant;
   }
   return FailedPrecondition(
-      "channel " + channel + " already has a writer: " + DescribeWriter(*current, UnixMs()) +
-      "; a second writer is refused. Stop that publisher (its lease lapses " +
-      FormatSeconds(options_.heartbeat_timeout) +
-      " after its last heartbeat) or take the channel over (--take-over, take_over=True)");
+             "channel " + channel + " already has a writer: " + DescribeWriter(*current, UnixMs()) +
+             "; a second writer is refused. Stop that publisher (its lease lapses " +
+             FormatSeconds(options_.heartbeat_timeout) +
+             " after its last heartbeat) or take the channel over (--take-over, take_over=True)")
+      .WithReason(Reason::kWriterConflict);
 }
 
 Status Coordinator::CheckNotFencedLocked(std::string_view channel, PeerId node,
@@ -527,12 +528,13 @@ Status Coordinator::CheckNotFencedLocked(std::string_view channel, PeerId node,
     return Status::Ok();
   }
   return FailedPrecondition(
-      "fenced by " + DescribeWriter(*current, UnixMs()) + ": this publisher (node " +
-      std::to_string(node.value()) +
-      (held_epoch != 0 ? ", epoch " + std::to_string(held_epoch) : std::string()) +
-      ") no longer holds channel " + std::string(channel) +
-      " and may not publish to it or register for it again; restart it to rejoin (with "
-      "--take-over / take_over=True to take the channel back)");
+             "fenced by " + DescribeWriter(*current, UnixMs()) + ": this publisher (node " +
+             std::to_string(node.value()) +
+             (held_epoch != 0 ? ", epoch " + std::to_string(held_epoch) : std::string()) +
+             ") no longer holds channel " + std::string(channel) +
+             " and may not publish to it or register for it again; restart it to rejoin (with "
+             "--take-over / take_over=True to take the channel back)")
+      .WithReason(Reason::kWriterConflict);
 }
 
 Result<std::optional<wire::HeartbeatReply>> Coordinator::OnHeartbeat(
@@ -752,7 +754,8 @@ Result<wire::PublishReply> Coordinator::OnPublish(const net::PeerInfo& peer,
              WriterLiveLocked(m.channel, *writer, now)) {
     return FailedPrecondition("publish: channel " + m.channel +
                               " already has a writer: " + DescribeWriter(*writer, UnixMs()) +
-                              "; only it may publish (register as a publisher to take over)");
+                              "; only it may publish (register as a publisher to take over)")
+        .WithReason(Reason::kWriterConflict);
   }
   wire::PublishReply reply;
   if (verified.duplicate) {

@@ -92,10 +92,11 @@ Result<Coordinator::WriterGrant> Coordinator::GrantShardedWriterLocked(
   const std::string mine =
       world > 1 ? "a writer of " + std::to_string(world) + " ranks" : "a second, unsharded writer";
   return FailedPrecondition(
-      "channel " + channel + " already has a writer: " + DescribeWriter(current, UnixMs()) + "; " +
-      mine + " is refused. Stop that publisher (its lease lapses " +
-      FormatSeconds(options_.heartbeat_timeout) +
-      " after its last heartbeat) or take the channel over (--take-over, take_over=True)");
+             "channel " + channel + " already has a writer: " + DescribeWriter(current, UnixMs()) +
+             "; " + mine + " is refused. Stop that publisher (its lease lapses " +
+             FormatSeconds(options_.heartbeat_timeout) +
+             " after its last heartbeat) or take the channel over (--take-over, take_over=True)")
+      .WithReason(Reason::kWriterConflict);
 }
 
 void Coordinator::NoteRanksLocked(const net::PeerInfo& peer, const wire::Register& request,

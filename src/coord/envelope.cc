@@ -33,6 +33,7 @@ wire::Error ErrorFromStatus(const Status& status) {
   wire::Error error;
   error.set_code(static_cast<uint32_t>(status.code()));
   error.set_message(status.message());
+  error.set_reason(static_cast<uint32_t>(status.reason()));
   return error;
 }
 
@@ -42,7 +43,11 @@ Status StatusFromError(const wire::Error& error) {
     return Internal("coordinator error with unknown code " + std::to_string(code) + ": " +
                     error.message());
   }
-  return Status(static_cast<Code>(code), error.message());
+  // A reason this build does not know (a newer coordinator's) reads as none: the code and the
+  // message still say what failed.
+  const Reason reason =
+      error.reason() <= kMaxReason ? static_cast<Reason>(error.reason()) : Reason::kNone;
+  return Status(static_cast<Code>(code), error.message()).WithReason(reason);
 }
 
 }  // namespace weightcast::coord

@@ -46,7 +46,8 @@ struct StandbyServer::State {
       if (request->has_heartbeat() && request->heartbeat().wake()) continue;  // never answered
       wire::Envelope reply;
       reply.set_request_id(request->request_id());
-      *reply.mutable_error() = ErrorFromStatus(Unavailable(StandbyRefusal(leader())));
+      *reply.mutable_error() =
+          ErrorFromStatus(Unavailable(StandbyRefusal(leader())).WithReason(Reason::kStandby));
       auto bytes = EncodeEnvelope(reply);
       if (!bytes.ok() || !connection.SendControl(*bytes, std::chrono::seconds(2)).ok()) return;
     }

@@ -190,7 +190,23 @@ Result<std::optional<OutFrame>> Handshake::OnFrame(const Frame& frame) {
   if (frame.type == FrameType::kError) {
     wire::ErrorReport report;
     report.ParseFromArray(frame.body.data(), static_cast<int>(frame.body.size()));
-    return fail(Aborted("peer refused the connection: " + report.message()));
+    // The peer's reason travels as a field: a wrong secret, another cluster or another protocol
+    // version reads the same whichever side noticed first.
+    Reason reason = Reason::kNone;
+    switch (report.reason()) {
+      case wire::ErrorReport::REASON_PROTOCOL_VERSION:
+        reason = Reason::kProtocolVersion;
+        break;
+      case wire::ErrorReport::REASON_CLUSTER:
+        reason = Reason::kWrongCluster;
+        break;
+      case wire::ErrorReport::REASON_AUTH:
+        reason = Reason::kWrongSecret;
+        break;
+      default:
+        break;
+    }
+    return fail(Aborted("peer refused the connection: " + report.message()).WithReason(reason));
   }
   const bool want_hello = state_ == State::kAwaitHello;
   const FrameType expected = want_hello ? FrameType::kHello : FrameType::kAuth;
@@ -205,14 +221,16 @@ Result<std::optional<OutFrame>> Handshake::OnFrame(const Frame& frame) {
       return fail(Corrupt("hello frame is not a valid Hello message"));
     }
     if (hello.protocol_version() != self_.protocol_version) {
-      return fail(FailedPrecondition(
-          "peer speaks protocol version " + std::to_string(hello.protocol_version()) +
-          ", this node speaks " + std::to_string(self_.protocol_version)));
+      return fail(FailedPrecondition("peer speaks protocol version " +
+                                     std::to_string(hello.protocol_version()) +
+                                     ", this node speaks " + std::to_string(self_.protocol_version))
+                      .WithReason(Reason::kProtocolVersion));
     }
     if (hello.cluster_id() != self_.cluster_id) {
       return fail(FailedPrecondition("peer belongs to cluster '" +
                                      hello.cluster_id().substr(0, 64) + "', this node to '" +
-                                     self_.cluster_id + "'"));
+                                     self_.cluster_id + "'")
+                      .WithReason(Reason::kWrongCluster));
     }
     if (hello.nonce().size() != kNonceSize || !ValidRole(hello.role())) {
       return fail(Corrupt("hello has a " + std::to_string(hello.nonce().size()) +
@@ -238,7 +256,8 @@ Result<std::optional<OutFrame>> Handshake::OnFrame(const Frame& frame) {
   const auto expected_proof = Proof(!initiator_);
   if (!ConstantTimeEqual(AsBytes(auth.proof()), expected_proof)) {
     return fail(
-        Unauthenticated("peer's proof of the cluster secret does not verify (wrong secret?)"));
+        Unauthenticated("peer's proof of the cluster secret does not verify (wrong secret?)")
+            .WithReason(Reason::kWrongSecret));
   }
   state_ = State::kEstablished;
   return std::optional<OutFrame>();
@@ -248,7 +267,7 @@ OutFrame Handshake::ErrorFrameFor(const Status& status) {
   wire::ErrorReport report;
   switch (status.code()) {
     case Code::kFailedPrecondition:
-      report.set_reason(status.message().find("protocol version") != std::string::npos
+      report.set_reason(status.reason() == Reason::kProtocolVersion
                             ? wire::ErrorReport::REASON_PROTOCOL_VERSION
                             : wire::ErrorReport::REASON_CLUSTER);
       break;

@@ -146,7 +146,8 @@ class MemoryConnection : public Connection {
       return DeadlineExceeded("send queue full (peer is not reading)");
     }
     if (!e_->status.ok()) return e_->status;
-    if (!e_->other.lock()) return Unavailable("peer closed the connection");
+    if (!e_->other.lock())
+      return Unavailable("peer closed the connection").WithReason(Reason::kPeerClosed);
     state_->Deliver(*e_, frame);
     return e_->status;
   }
@@ -173,9 +174,10 @@ class MemoryConnection : public Connection {
   void Close() override {
     std::lock_guard lock(state_->mu);
     if (!e_->status.ok()) return;
-    e_->status = Unavailable("connection closed by this node");
+    e_->status = Unavailable("connection closed by this node").WithReason(Reason::kClosedHere);
     if (auto other = e_->other.lock()) {
-      state_->Fail(*other, Unavailable("peer closed the connection"));
+      state_->Fail(*other,
+                   Unavailable("peer closed the connection").WithReason(Reason::kPeerClosed));
     }
     state_->cv.notify_all();
   }

@@ -310,7 +310,8 @@ awaitable<Result<Frame>> ReadFrame(Channel& channel, uint32_t max_body, TokenBuc
     // A TLS peer that closes without close_notify reads as stream_truncated:
     // still a hang-up.
     const bool closed = ec == asio::error::eof || ec == asio::ssl::error::stream_truncated;
-    co_return Unavailable(closed ? "peer closed the connection" : "read: " + ec.message());
+    co_return closed ? Unavailable("peer closed the connection").WithReason(Reason::kPeerClosed)
+                     : Unavailable("read: " + ec.message());
   }
   Result<FrameHeader> header = ParseFrameHeader(head, max_body);
   if (!header.ok()) co_return header.status();
@@ -665,7 +666,7 @@ class TcpConn : public std::enable_shared_from_this<TcpConn> {
           &self->read_pacing_, &self->last_received_ns_, &self->reader_paused_);
       if (!frame.ok()) {
         // A peer hanging up cleanly is routine; anything else is worth a line.
-        const bool clean_close = frame.status().message() == "peer closed the connection";
+        const bool clean_close = frame.status().reason() == Reason::kPeerClosed;
         self->Fail(frame.status(), !clean_close);
         co_return;
       }
@@ -779,7 +780,10 @@ class TcpConnection : public Connection {
   bool CanDeliverFrames() const override { return true; }
   bool DeliverFrames(FrameHandler handler) override { return conn_->Deliver(std::move(handler)); }
   Status Flush(Duration timeout) override { return conn_->Flush(timeout); }
-  void Close() override { conn_->Fail(Unavailable("connection closed by this node"), false); }
+  void Close() override {
+    conn_->Fail(Unavailable("connection closed by this node").WithReason(Reason::kClosedHere),
+                false);
+  }
   Status status() const override { return conn_->status(); }
 
  private:

@@ -89,8 +89,7 @@ class WatchedConnection : public Connection {
     if (reported_) return result;
     reported_ = true;
     // Routine ends on either side (the peer's transport said goodbye first) are not failures.
-    if (now.message() == "connection closed by this node" ||
-        now.message() == "peer closed the connection") {
+    if (now.reason() == Reason::kClosedHere || now.reason() == Reason::kPeerClosed) {
       return result;
     }
     memory_->MarkFailed(address_, retry_after_);

@@ -52,7 +52,7 @@ Status Status::WithContext(std::string_view context) const {
   std::string m(context);
   m += ": ";
   m += message_;
-  return Status(code_, std::move(m));
+  return Status(code_, std::move(m)).WithReason(reason_);
 }
 
 Status ErrnoStatus(std::string_view what, int err) {

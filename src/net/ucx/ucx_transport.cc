@@ -452,7 +452,8 @@ class Core : public std::enable_shared_from_this<Core> {
   }
 
   void Close(const std::shared_ptr<Conn>& conn) {
-    if (conn->FailShared(Unavailable("connection closed by this node"))) {
+    if (conn->FailShared(
+            Unavailable("connection closed by this node").WithReason(Reason::kClosedHere))) {
       Post([this, conn] { SayGoodbyeAndClose(conn); });
     }
   }
@@ -1123,7 +1124,8 @@ class Core : public std::enable_shared_from_this<Core> {
       }
       if (frame.type == FrameType::kError) {
         if (Handshake::IsGoodbye(frame)) {
-          Fail(*conn, Unavailable("peer closed the connection"), false);
+          Fail(*conn, Unavailable("peer closed the connection").WithReason(Reason::kPeerClosed),
+               false);
         } else {
           Fail(*conn, Aborted("peer closed the connection with an error report"), true);
         }

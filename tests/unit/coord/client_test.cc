@@ -95,6 +95,33 @@ TEST(CoordinatorClient, UnknownErrorCodeIsInternalNotOk) {
   EXPECT_EQ(StatusFromError(error), NotFound("zero"));
 }
 
+TEST(CoordinatorClient, AnErrorsReasonCrossesTheWire) {
+  const Status fenced =
+      FailedPrecondition("fenced by another writer").WithReason(Reason::kWriterConflict);
+  const Status back = StatusFromError(ErrorFromStatus(fenced));
+  EXPECT_EQ(back, fenced);
+  EXPECT_EQ(back.reason(), Reason::kWriterConflict);
+  EXPECT_TRUE(IsWriterConflict(back));
+  EXPECT_EQ(ConnectErrorCause(back), "writer_conflict");
+  // A reason this build does not know reads as none; the code and message still arrive.
+  wire::Error future = ErrorFromStatus(fenced);
+  future.set_reason(200);
+  EXPECT_EQ(StatusFromError(future).reason(), Reason::kNone);
+  EXPECT_EQ(StatusFromError(future).code(), Code::kFailedPrecondition);
+}
+
+TEST(CoordinatorClient, CausesComeFromTheReasonNotTheWords) {
+  // The same words without the reason are an ordinary refusal.
+  EXPECT_FALSE(IsWriterConflict(FailedPrecondition("channel c already has a writer: node 3")));
+  EXPECT_EQ(ConnectErrorCause(FailedPrecondition("wrong cluster, protocol version")), "refused");
+  EXPECT_FALSE(IsStandbyRefusal(Unavailable("standby coordinator: the leader is at a:1")));
+  EXPECT_TRUE(IsStandbyRefusal(
+      Unavailable("standby coordinator: the leader is at a:1").WithReason(Reason::kStandby)));
+  EXPECT_EQ(ConnectErrorCause(
+                FailedPrecondition("no words to go by").WithReason(Reason::kProtocolVersion)),
+            "protocol_version");
+}
+
 TEST(CoordinatorClient, SkipsStaleRepliesAndMatchesRequestId) {
   ClientFixture f;
   ScriptedServer server(

@@ -67,6 +67,8 @@ TEST(Handshake, WrongSecretFailsOnBothSides) {
   auto [sa, sb] = RunBoth(a, b);
   EXPECT_EQ(sa.code(), Code::kUnauthenticated);
   EXPECT_EQ(sb.code(), Code::kUnauthenticated);
+  EXPECT_EQ(sa.reason(), Reason::kWrongSecret);
+  EXPECT_EQ(sb.reason(), Reason::kWrongSecret);
   EXPECT_FALSE(a.established());
   EXPECT_FALSE(b.established());
 }
@@ -76,7 +78,22 @@ TEST(Handshake, WrongClusterIsRefusedBeforeAuth) {
   Handshake b(Node(2, "c2"), kSecret, false);
   auto [sa, sb] = RunBoth(a, b);
   EXPECT_EQ(sa.code(), Code::kFailedPrecondition);
+  EXPECT_EQ(sa.reason(), Reason::kWrongCluster);
   EXPECT_NE(sb.message().find("cluster"), std::string::npos);
+  // The side refused learns the cause from the report's reason field, not from its words.
+  wire::ErrorReport report;
+  report.set_reason(wire::ErrorReport::REASON_CLUSTER);
+  report.set_message("words that say nothing");
+  Handshake e(Node(5, "c1"), kSecret, true);
+  const Status refused =
+      e.OnFrame(ToFrame(OutFrame::Make(FrameType::kError,
+                                       [&] {
+                                         std::string bytes = report.SerializeAsString();
+                                         return std::vector<uint8_t>(bytes.begin(), bytes.end());
+                                       }())))
+          .status();
+  EXPECT_EQ(refused.code(), Code::kAborted);
+  EXPECT_EQ(refused.reason(), Reason::kWrongCluster);
 }
 
 TEST(Handshake, WrongProtocolVersionIsRefused) {
@@ -86,7 +103,14 @@ TEST(Handshake, WrongProtocolVersionIsRefused) {
   Handshake b(Node(2), kSecret, false);
   auto [sa, sb] = RunBoth(a, b);
   EXPECT_EQ(sb.code(), Code::kFailedPrecondition);
+  EXPECT_EQ(sb.reason(), Reason::kProtocolVersion);
   EXPECT_NE(sb.message().find("protocol version 0"), std::string::npos);
+  // Its report to the other side names the cause in the reason field.
+  const Frame report_frame = ToFrame(Handshake::ErrorFrameFor(sb));
+  wire::ErrorReport report;
+  ASSERT_TRUE(
+      report.ParseFromArray(report_frame.body.data(), static_cast<int>(report_frame.body.size())));
+  EXPECT_EQ(report.reason(), wire::ErrorReport::REASON_PROTOCOL_VERSION);
 }
 
 TEST(Handshake, ReflectedProofDoesNotVerify) {

@@ -33,6 +33,17 @@ TEST(Status, PropagatesThroughMacros) {
   EXPECT_EQ(r.status().WithContext("x").message(), "x: odd");
 }
 
+TEST(Status, AReasonIsKeptThroughContextAndNeverRidesOnOk) {
+  const Status closed = Unavailable("peer closed the connection").WithReason(Reason::kPeerClosed);
+  EXPECT_EQ(closed.reason(), Reason::kPeerClosed);
+  EXPECT_EQ(closed.WithContext("fetch").reason(), Reason::kPeerClosed);
+  EXPECT_EQ(closed.WithContext("fetch").message(), "fetch: peer closed the connection");
+  // The words alone are not the reason: nothing reads a message to classify it.
+  EXPECT_EQ(Unavailable("peer closed the connection").reason(), Reason::kNone);
+  EXPECT_EQ(Status::Ok().WithReason(Reason::kStandby).reason(), Reason::kNone);
+  EXPECT_TRUE(Status::Ok().WithReason(Reason::kStandby).ok());
+}
+
 TEST(StrongId, DistinctTypesDoNotMix) {
   static_assert(!std::is_convertible_v<ChunkIndex, Version>);
   static_assert(!std::is_convertible_v<uint64_t, Version>);
