@@ -194,8 +194,8 @@ void Agent::Impl::OnRegistered(const wire::RegisterReply&) {
 
 Status Agent::Impl::OnRegisterRefused(Status refusal) {
   // The coordinator answered and said no: retrying the same request changes nothing.
-  return FailedPrecondition("the coordinator refused to register this agent: " +
-                            refusal.ToString());
+  return FailedPrecondition("the coordinator refused to register this agent: " + refusal.ToString())
+      .WithReason(refusal.reason());
 }
 
 void Agent::Impl::OnConnectResult(const Status& status) {

@@ -72,18 +72,6 @@ bool IsStandbyRefusal(const Status& status) {
   return status.code() == Code::kUnavailable && status.reason() == Reason::kStandby;
 }
 
-std::string StandbyLeaderHint(const Status& status) {
-  if (!IsStandbyRefusal(status)) return {};
-  constexpr std::string_view kMarker = "the leader is at ";
-  const std::string& message = status.message();
-  const size_t at = message.find(kMarker);
-  if (at == std::string::npos) return {};
-  std::string leader = message.substr(at + kMarker.size());
-  const size_t end = leader.find_first_of(" ;,)");
-  if (end != std::string::npos) leader.resize(end);
-  return leader;
-}
-
 bool IsWriterConflict(const Status& status) {
   return status.code() == Code::kFailedPrecondition && status.reason() == Reason::kWriterConflict;
 }
@@ -172,7 +160,7 @@ Result<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(net::Trans
     auto answer = (*client)->Call(std::move(probe), timeout);
     if (!answer.ok() && IsStandbyRefusal(answer.status())) {
       last = answer.status().WithContext("coordinator " + candidate);
-      const std::string leader = StandbyLeaderHint(answer.status());
+      const std::string leader = (*client)->standby_leader();
       if (!leader.empty() && std::find(tried.begin(), tried.end(), leader) == tried.end()) {
         order.insert(order.begin() + static_cast<std::ptrdiff_t>(i) + 1, leader);
       }
@@ -261,7 +249,11 @@ Result<wire::Envelope> CoordinatorClient::Call(wire::Envelope request, net::Dura
       return Corrupt("coordinator answered request " + std::to_string(reply->request_id()) +
                      ", which was never sent (expected " + std::to_string(id) + ")");
     }
-    if (reply->body_case() == wire::Envelope::kError) return StatusFromError(reply->error());
+    if (reply->body_case() == wire::Envelope::kError) {
+      Status error = StatusFromError(reply->error());
+      if (error.reason() == Reason::kStandby) standby_leader_ = reply->error().leader();
+      return error;
+    }
     if (reply->body_case() != expected) {
       connection_->Close();
       return Corrupt("coordinator answered with the wrong message type (" +

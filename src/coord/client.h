@@ -34,9 +34,8 @@ std::string_view ConnectErrorCause(const Status& status);
 // ("channel C already has a writer: ...") or because this one was fenced ("fenced by writer
 // ..."): kFailedPrecondition either way; waiting does not fix it.
 bool IsWriterConflict(const Status& status);
-// A standby coordinator's refusal (coord/standby.h) names the leader: its address,
-// "" when the status is no such refusal or names none.
-std::string StandbyLeaderHint(const Status& status);
+// A standby coordinator's refusal (coord/standby.h); the leader it names is the client's
+// standby_leader().
 bool IsStandbyRefusal(const Status& status);
 
 class CoordinatorClient {
@@ -84,6 +83,11 @@ class CoordinatorClient {
   Status Leave(net::Duration timeout = std::chrono::seconds(2));
 
   void set_timeout(net::Duration timeout) { timeout_ = timeout; }
+  // The leader's address the last standby refusal on this connection named ("" if none did).
+  std::string standby_leader() {
+    std::lock_guard lock(mu_);
+    return standby_leader_;
+  }
   // Closes the connection; a call in flight returns kUnavailable. Any thread; does not wait for
   // a call in flight.
   void Close();
@@ -102,6 +106,7 @@ class CoordinatorClient {
   const std::unique_ptr<net::Connection> connection_;
   uint64_t next_request_id_ = 1;
   net::Duration timeout_ = std::chrono::seconds(10);
+  std::string standby_leader_;  // guarded by mu_
 };
 
 }  // namespace weightcast::coord

@@ -158,9 +158,10 @@ Result<std::shared_ptr<CoordinatorClient>> ClientSession::ConnectAndRegister() {
     client->Close();
     // A lost connection is retried as any outage; an answer that says no is the node's to word.
     if (LostConnection(reply.status()) && reply.status().code() != Code::kCorrupt) {
-      return reply.status();
+      return reply.status().WithContext("coordinator " + options_.coordinator);
     }
-    return delegate_.OnRegisterRefused(reply.status());
+    return delegate_.OnRegisterRefused(
+        reply.status().WithContext("coordinator " + options_.coordinator));
   }
   // The node reads the reply (a writer lease) before any other thread can use the connection.
   delegate_.OnRegistered(*reply);

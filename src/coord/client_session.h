@@ -100,7 +100,8 @@ class SessionDelegate {
   virtual wire::Register Registration() = 0;
   // The coordinator accepted the registration (leases, the interval: read what matters).
   virtual void OnRegistered(const wire::RegisterReply& reply) { (void)reply; }
-  // The coordinator answered the registration with an error: what Client returns for it.
+  // The coordinator answered the registration with an error (its message prefixed with
+  // "coordinator ADDRESS: "): what Client returns for it.
   virtual Status OnRegisterRefused(Status refusal) { return refusal; }
   // Every attempt's outcome, OK once registered (metrics, health).
   virtual void OnConnectResult(const Status& status) { (void)status; }

@@ -46,8 +46,10 @@ struct StandbyServer::State {
       if (request->has_heartbeat() && request->heartbeat().wake()) continue;  // never answered
       wire::Envelope reply;
       reply.set_request_id(request->request_id());
+      const std::string at = leader();
       *reply.mutable_error() =
-          ErrorFromStatus(Unavailable(StandbyRefusal(leader())).WithReason(Reason::kStandby));
+          ErrorFromStatus(Unavailable(StandbyRefusal(at)).WithReason(Reason::kStandby));
+      reply.mutable_error()->set_leader(at);
       auto bytes = EncodeEnvelope(reply);
       if (!bytes.ok() || !connection.SendControl(*bytes, std::chrono::seconds(2)).ok()) return;
     }

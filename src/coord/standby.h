@@ -1,7 +1,8 @@
 // What a standby coordinator serves while another one leads: every request on its
-// listener is answered with kUnavailable "standby coordinator: the leader is at ADDR", the
-// refusal CoordinatorClient follows to the leader (coord/client.h, StandbyLeaderHint). It keeps
-// no state and never decides anything.
+// listener is answered with kUnavailable "standby coordinator: the leader is at ADDR", reason
+// kStandby and the leader's address in the error's own field, the refusal CoordinatorClient
+// follows to the leader (coord/client.h, standby_leader()). It keeps no state and never decides
+// anything.
 //
 // Thread-safe; Stop() any thread.
 #pragma once

@@ -300,11 +300,8 @@ Status Publisher::ConnectFirst(std::chrono::steady_clock::time_point deadline) {
     Result<std::shared_ptr<coord::CoordinatorClient>> connected = Client();
     if (connected.ok()) return Status::Ok();
     const Status& error = connected.status();
-    if (!Transient(error)) {
-      return error.message().starts_with("coordinator ")
-                 ? error
-                 : error.WithContext("coordinator " + options_.coordinator);
-    }
+    // Connect errors and refusals already name the coordinator (coord::ClientSession).
+    if (!Transient(error)) return error;
     if (std::chrono::steady_clock::now() >= deadline) {
       return Status(error.code(),
                     "gave up on the coordinator at " + options_.coordinator + " after " +
