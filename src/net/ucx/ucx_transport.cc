@@ -1,4 +1,6 @@
-// The UCX transport (net/ucx_transport.h, docs/transport_ucx.md).
+// The UCX transport (net/ucx_transport.h, docs/transport_ucx.md). One file, past 800 lines, because
+// every UCP call and callback runs on the one progress thread its Core owns: the connection, the
+// listener and the transport are thin faces of that one thread's state.
 //
 // Threads: one progress thread per transport owns the UCP worker (UCS_THREAD_MODE_SINGLE); every
 // UCP call and callback runs on it. Caller threads (Send, Receive, Connect, Accept, Close) only
