@@ -308,7 +308,8 @@ Status Publisher::ConnectFirst(std::chrono::steady_clock::time_point deadline) {
                         std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
                                            options_.connect_timeout)
                                            .count()) +
-                        "s: " + error.message());
+                        "s: " + error.message())
+          .WithReason(error.reason());
     }
     if (!SleepFor(session_->retry_delay())) return Aborted("stopped");
   }
