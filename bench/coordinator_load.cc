@@ -31,7 +31,7 @@
 #include "coord/etcd_election.h"
 #include "coord/etcd_log_store.h"
 #include "manifest/builder.h"
-#include "manifest/signed_manifest.h"
+#include "trust/signed_manifest.h"
 
 using namespace weightcast;  // NOLINT: a benchmark program
 
@@ -103,7 +103,7 @@ int Run(uint64_t nodes, uint64_t rounds, uint64_t publishes,
   net::PeerInfo publisher{.node_id = PeerId(1), .role = net::Role::kPublisher, .address = "p"};
   {
     auto e = Request(1);
-    const auto bytes = SignManifest(manifest(1), kSecret);
+    const auto bytes = SignManifestWithSecret(manifest(1), kSecret);
     e.mutable_publish()->set_signed_manifest(bytes.data(), bytes.size());
     if (!Ok(c.Handle(1, publisher, e))) return 1;
   }
@@ -151,7 +151,7 @@ int Run(uint64_t nodes, uint64_t rounds, uint64_t publishes,
   const auto publish_start = std::chrono::steady_clock::now();
   for (uint64_t v = 2; v < 2 + publishes; ++v) {
     auto e = Request(++request_id);
-    const auto bytes = SignManifest(manifest(v), kSecret);
+    const auto bytes = SignManifestWithSecret(manifest(v), kSecret);
     e.mutable_publish()->set_signed_manifest(bytes.data(), bytes.size());
     if (!Ok(c.Handle(1, publisher, e))) return 1;
   }

@@ -10,7 +10,7 @@
 #include "agent/rollout_driver.h"
 #include "coord/client.h"
 #include "coord/client_session.h"
-#include "manifest/signed_manifest.h"
+#include "trust/signed_manifest.h"
 #include "metrics/http_server.h"
 #include "metrics/registry.h"
 #include "net/transport_select.h"
@@ -300,6 +300,7 @@ Status Agent::Impl::Run() {
   so.channel = options.channel;
   so.node_id = options.node_id;
   so.manifest_secret = options.secret;
+  so.trust_anchor = options.trust_anchor;
   so.tensor_patterns = options.tensor_patterns;
   so.corrupt_uploads_for_testing = options.corrupt_uploads_for_testing;
   so.verify_result = options.verify_result;
@@ -321,6 +322,7 @@ Status Agent::Impl::Run() {
   RolloutDriverOptions ro;
   ro.channel = options.channel;
   ro.secret = options.secret;
+  ro.trust_anchor = options.trust_anchor;
   ro.hook = options.hook;
   ro.hook_retries = options.hook_retries;
   ro.hook_failure = options.hook_failure;

@@ -36,6 +36,7 @@
 #include "net/transport_select.h"
 #include "node/swarm_node.h"
 #include "rollout/participant.h"
+#include "trust/trust_anchor.h"
 
 namespace weightcast::agent {
 
@@ -54,6 +55,9 @@ struct AgentOptions {
   uint64_t download_limit = 0;
   Version exit_after;  // Run returns OK once a version >= this is committed (0: never)
   std::string secret;
+  // The cluster CA: manifests must be signed by a publisher it certifies for their channel.
+  // Null: shared-secret development mode (manifests verify with the cluster secret).
+  std::shared_ptr<const trust::TrustAnchor> trust_anchor;
   std::string cluster = "default";
   PeerId node_id;  // 0: random
   net::Duration reconnect_max = std::chrono::seconds(2);

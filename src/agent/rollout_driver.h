@@ -46,12 +46,16 @@
 #include "node/swarm_node.h"
 #include "rollout/participant.h"
 #include "store/store.h"
+#include "trust/trust_anchor.h"
 
 namespace weightcast::agent {
 
 struct RolloutDriverOptions {
   std::string channel;
   std::string secret;  // the cluster secret: manifests must verify with it
+  // The cluster CA: manifests must be signed by a publisher it certifies for their channel.
+  // Null: shared-secret development mode (manifests verify with the cluster secret).
+  std::shared_ptr<const trust::TrustAnchor> trust_anchor;
   EngineHookOptions hook{};
   uint32_t hook_retries = 2;
   rollout::HookFailure hook_failure = rollout::HookFailure::kReport;

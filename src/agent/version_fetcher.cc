@@ -13,7 +13,7 @@
 #include "codec/version_codec.h"
 #include "hash/digest.h"
 #include "manifest/builder.h"
-#include "manifest/signed_manifest.h"
+#include "trust/signed_manifest.h"
 #include "swarm/messages.h"
 
 namespace weightcast::agent {
@@ -60,7 +60,7 @@ Result<Manifest> RequestManifest(net::Connection& connection, uint64_t version,
     return Corrupt("p2p: expected a manifest, got message type " +
                    std::to_string(static_cast<int>(reply.type)));
   }
-  WC_ASSIGN_OR_RETURN(Manifest manifest, VerifySignedManifest(reply.blob, options.manifest_secret));
+  WC_ASSIGN_OR_RETURN(Manifest manifest, VerifySignedManifest(reply.blob, {options.manifest_secret, options.trust_anchor.get()}));
   if (manifest.channel != options.channel) {
     return Corrupt("p2p: server sent a manifest of channel '" + manifest.channel + "', not '" +
                    options.channel + "'");

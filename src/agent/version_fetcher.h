@@ -22,6 +22,7 @@
 #include "codec/chunk_codec.h"
 #include "net/transport.h"
 #include "store/store.h"
+#include "trust/trust_anchor.h"
 
 namespace weightcast::agent {
 
@@ -35,6 +36,9 @@ struct FetchOptions {
   std::string channel{};
   std::optional<Version> version{};  // default: the server's current version
   std::string manifest_secret{};     // the cluster secret; manifests must verify with it
+  // The cluster CA: manifests must be signed by a publisher it certifies for their channel.
+  // Null: shared-secret development mode (manifests verify with the cluster secret).
+  std::shared_ptr<const trust::TrustAnchor> trust_anchor{};
   size_t window = 8;                 // chunk requests in flight
   size_t workers = 2;                // threads that receive, decode, verify and write
   bool use_delta = true;

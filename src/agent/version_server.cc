@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "codec/version_codec.h"
-#include "manifest/signed_manifest.h"
+#include "trust/signed_manifest.h"
 #include "swarm/messages.h"
 
 namespace weightcast::agent {
@@ -61,7 +61,9 @@ Result<std::shared_ptr<const VersionServer::Loaded>> VersionServer::Load(uint64_
   WC_ASSIGN_OR_RETURN(std::shared_ptr<const MappedVersion> view,
                       store_.OpenView(options_.channel, Version(version)));
   auto loaded = std::make_shared<Loaded>();
-  loaded->signed_manifest = SignManifest(manifest, options_.manifest_secret);
+  WC_ASSIGN_OR_RETURN(
+      loaded->signed_manifest,
+      SignManifest(manifest, {options_.manifest_secret, options_.signing_identity.get()}));
   loaded->manifest = std::move(manifest);
   loaded->view = std::move(view);
   std::lock_guard lock(mu_);

@@ -23,12 +23,16 @@
 #include "manifest/manifest.h"
 #include "net/transport.h"
 #include "store/store.h"
+#include "trust/signing_identity.h"
 
 namespace weightcast::agent {
 
 struct VersionServerOptions {
   std::string channel{};
   std::string manifest_secret{};  // the cluster secret; signs every manifest sent
+  // Signs manifests with this publisher certificate's key; null: with the cluster secret
+  // (development mode).
+  std::shared_ptr<const trust::SigningIdentity> signing_identity{};
   size_t workers_per_connection = 2;
   codec::ChunkEncodeOptions encode{};
   net::LogFn log = net::LogToStderr;

@@ -71,6 +71,7 @@ Status RunAgent(const AgentFlags& flags) {
   }
   options.exit_after = Version(flags.exit_after);
   WC_ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.node.secret_file));
+  WC_ASSIGN_OR_RETURN(options.trust_anchor, LoadTrustAnchor(flags.node, [&log](std::string_view line) { log.Warn(line); }));
   options.cluster = flags.node.cluster;
   options.node_id = PeerId(flags.node.node_id);
   options.corrupt_uploads_for_testing = flags.corrupt_uploads_for_testing;

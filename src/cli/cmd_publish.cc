@@ -120,6 +120,12 @@ Status RunPublish(const PublishFlags& flags) {
   WC_ASSIGN_OR_RETURN(options.import, ParseImport(flags.import));
   options.log = metrics::Logger("publish", format);
   WC_ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.node.secret_file));
+  WC_ASSIGN_OR_RETURN(options.trust_anchor,
+                      LoadTrustAnchor(flags.node, [&options](std::string_view line) {
+                        options.log.Warn(line);
+                      }));
+  WC_ASSIGN_OR_RETURN(options.signing_identity,
+                      LoadSigningIdentity(flags.node, options.trust_anchor != nullptr));
   if (!flags.upload_limit.empty()) {
     WC_ASSIGN_OR_RETURN(uint64_t rate, ParseSize(flags.upload_limit));
     if (rate == 0) return InvalidArgument("--upload-limit must be above 0");

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <random>
 #include <string>
 
@@ -18,6 +19,61 @@ void AddNodeFlags(CLI::App* cmd, NodeFlags& flags) {
   cmd->add_option("--node-id", flags.node_id, "This node's id (default: random)");
   cmd->add_option("--log-format", flags.log_format, "Log lines on stderr: text or json")
       ->capture_default_str();
+  cmd->add_option("--ca", flags.ca_file,
+                  "The cluster CA's certificate (`weightcast ca init`): accept only versions "
+                  "signed by a publisher it certifies for their channel (default: none, "
+                  "shared-secret development mode; docs/security.md)");
+  cmd->add_option("--crl", flags.crl_file,
+                  "The CA's revocation list (default: crl.pem beside --ca, when it exists)");
+  cmd->add_option("--cert", flags.cert_file,
+                  "This node's certificate (`weightcast ca issue`); a publisher signs with it");
+  cmd->add_option("--key", flags.key_file, "This node's private key (mode 0600), with --cert");
+}
+
+Result<std::shared_ptr<const trust::TrustAnchor>> LoadTrustAnchor(
+    const NodeFlags& flags, const std::function<void(std::string_view)>& warn) {
+  if (flags.ca_file.empty()) {
+    if (!flags.crl_file.empty()) return InvalidArgument("--crl needs --ca");
+    if (warn) {
+      warn("development mode: versions are authenticated with the shared cluster secret only, so "
+           "any machine holding it can publish or roll back; give every node --ca "
+           "(docs/security.md)");
+    }
+    return std::shared_ptr<const trust::TrustAnchor>();
+  }
+  std::filesystem::path crl = flags.crl_file;
+  if (crl.empty()) {
+    const std::filesystem::path beside = std::filesystem::path(flags.ca_file).parent_path() /
+                                         "crl.pem";
+    if (std::filesystem::exists(beside)) crl = beside;
+  }
+  Result<std::shared_ptr<const trust::TrustAnchor>> anchor =
+      trust::TrustAnchor::Load(flags.ca_file, crl);
+  if (!anchor.ok()) return InvalidArgument("--ca: " + anchor.status().message());
+  return anchor;
+}
+
+Result<std::shared_ptr<const trust::SigningIdentity>> LoadSigningIdentity(const NodeFlags& flags,
+                                                                          bool required) {
+  if (flags.cert_file.empty() != flags.key_file.empty()) {
+    return InvalidArgument("--cert and --key go together");
+  }
+  if (!flags.cert_file.empty() && flags.ca_file.empty()) {
+    return InvalidArgument("--cert needs --ca: a certified publisher's versions are checked "
+                           "against the CA by every node");
+  }
+  if (flags.cert_file.empty()) {
+    if (required) {
+      return InvalidArgument(
+          "with --ca a publisher signs its versions with its own key: give --cert and --key "
+          "(`weightcast ca issue --role publisher:CHANNEL`)");
+    }
+    return std::shared_ptr<const trust::SigningIdentity>();
+  }
+  Result<std::shared_ptr<const trust::SigningIdentity>> identity =
+      trust::SigningIdentity::Load(flags.cert_file, flags.key_file);
+  if (!identity.ok()) return InvalidArgument("--cert/--key: " + identity.status().message());
+  return identity;
 }
 
 void AddVerifyResultFlag(CLI::App* cmd, std::string& value) {

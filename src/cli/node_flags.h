@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -14,6 +16,8 @@
 #include "codec/chunk_codec.h"
 #include "net/transport.h"
 #include "net/transport_select.h"
+#include "trust/signing_identity.h"
+#include "trust/trust_anchor.h"
 
 namespace weightcast::cli {
 
@@ -22,6 +26,12 @@ struct NodeFlags {
   std::string cluster = "default";
   uint64_t node_id = 0;  // 0: random
   std::string log_format = "text";
+  // Certificate mode (docs/security.md): the cluster CA, its revocation list, and this node's
+  // own certificate and key. Without --ca the cluster runs in shared-secret development mode.
+  std::string ca_file;
+  std::string crl_file;  // empty: crl.pem beside --ca, when there is one
+  std::string cert_file;
+  std::string key_file;
 };
 
 // The help of every --secret-file flag: the format and minimum are the ones LoadClusterSecret
@@ -30,9 +40,18 @@ inline constexpr char kSecretFileHelp[] =
     "File holding the cluster secret on its first line, at least 16 bytes; make one with "
     "`weightcast keygen --out FILE` (default: $WEIGHTCAST_SECRET)";
 
-// Adds --secret-file, --cluster, --node-id and --log-format to `cmd`, bound to `flags` (which
-// must outlive the parse).
+// Adds --secret-file, --cluster, --node-id, --log-format, --ca, --crl, --cert and --key to
+// `cmd`, bound to `flags` (which must outlive the parse).
 void AddNodeFlags(CLI::App* cmd, NodeFlags& flags);
+
+// The CA this node checks signatures against (--ca, --crl); null without --ca (development
+// mode: `warn` is told what that allows). kInvalidArgument naming the file that is wrong.
+Result<std::shared_ptr<const trust::TrustAnchor>> LoadTrustAnchor(
+    const NodeFlags& flags, const std::function<void(std::string_view)>& warn);
+// This node's certificate and key (--cert, --key) when `required` or given; null otherwise.
+// kInvalidArgument when only one of the two is given, or when required and both are missing.
+Result<std::shared_ptr<const trust::SigningIdentity>> LoadSigningIdentity(const NodeFlags& flags,
+                                                                          bool required);
 
 // --verify-result for every process that receives versions (agent): what a chunk rebuilt from a
 // delta payload is checked against (docs/verification.md). `value` starts as the default.

@@ -16,7 +16,7 @@
 #include "coord/envelope.h"
 #include "coord/writer_text.h"
 #include "manifest/builder.h"
-#include "manifest/signed_manifest.h"
+#include "trust/signed_manifest.h"
 #include "util/text.h"
 
 namespace weightcast::coord {
@@ -178,10 +178,12 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Open(CoordinatorOptions option
   if (coordinator->options_.open_store) {
     WC_ASSIGN_OR_RETURN(std::unique_ptr<LogStore> store, coordinator->options_.open_store());
     WC_ASSIGN_OR_RETURN(coordinator->log_,
-                        VersionLog::Open(std::move(store), coordinator->options_.secret));
+                        VersionLog::Open(std::move(store), coordinator->options_.secret,
+                                                         coordinator->options_.trust_anchor));
   } else {
     WC_ASSIGN_OR_RETURN(coordinator->log_, VersionLog::Open(coordinator->options_.state_dir,
-                                                            coordinator->options_.secret));
+                                                            coordinator->options_.secret,
+                                                            coordinator->options_.trust_anchor));
   }
   const VersionLog::Recovery& recovery = coordinator->log_->recovery();
   uint64_t versions = 0;
@@ -729,13 +731,23 @@ Result<wire::PublishReply> Coordinator::OnPublish(const net::PeerInfo& peer,
   const net::TimePoint now = clock_.Now();
   std::lock_guard lock(mu_);
   // A part of a sharded version is not a version yet: it is collected (coordinator_parts.cc).
-  if (Result<Manifest> signed_part = VerifySignedManifest(bytes, options_.secret);
+  if (Result<Manifest> signed_part = VerifySignedManifest(bytes, {options_.secret, options_.trust_anchor.get()});
       signed_part.ok()) {
     Result<std::optional<PartId>> part = PartOf(*signed_part);
     if (!part.ok()) return part.status().WithContext("publish");
     if (part->has_value()) return OnPublishPartLocked(peer, request, *signed_part, **part, now);
   }
-  WC_ASSIGN_OR_RETURN(VerifiedPublish verified, log_->VerifyPublish(bytes));
+  Result<VerifiedPublish> checked = log_->VerifyPublish(bytes);
+  if (!checked.ok()) {
+    if (checked.status().code() == Code::kUnauthenticated) {
+      // Someone tried to publish what no publisher of the channel signed: the operator hears of
+      // it here, not only the node that tried.
+      options_.log("refused a publish from node " + std::to_string(peer.node_id.value()) + " (" +
+                   peer.address + "): " + checked.status().message());
+    }
+    return checked.status();
+  }
+  const VerifiedPublish& verified = *checked;
   const Manifest& m = verified.manifest;
   if (const wire::ChannelWriter* writer = log_->writer(m.channel);
       writer != nullptr && writer->world() > 1 && request.writer_epoch() != 0) {

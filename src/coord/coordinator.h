@@ -48,6 +48,7 @@
 #include "net/clock.h"
 #include "net/transport.h"
 #include "swarm/tuning.h"
+#include "trust/trust_anchor.h"
 
 namespace weightcast::coord {
 
@@ -82,6 +83,9 @@ struct CoordinatorOptions {
   // embedded default); set (etcd's store), state_dir is not used. Called once by Open.
   std::function<Result<std::unique_ptr<LogStore>>()> open_store;
   std::string secret;  // the cluster secret: verifies published manifests
+  // The cluster CA: manifests must be signed by a publisher it certifies for their channel.
+  // Null: shared-secret development mode (manifests verify with the cluster secret).
+  std::shared_ptr<const trust::TrustAnchor> trust_anchor;
   net::Duration heartbeat_timeout = std::chrono::seconds(3);
   net::Duration heartbeat_interval{};  // zero: a third of heartbeat_timeout
   // Peer lists: the defaults are the ones `weightcast sim` runs (swarm/tuning.h).

@@ -7,7 +7,7 @@
 
 #include "coord/coordinator.h"
 #include "coord/writer_text.h"
-#include "manifest/signed_manifest.h"
+#include "trust/signed_manifest.h"
 #include "util/text.h"
 
 namespace weightcast::coord {
@@ -120,6 +120,13 @@ Result<wire::PublishReply> Coordinator::OnPublishPartLocked(const net::PeerInfo&
   const uint64_t version = manifest.version.value();
   const std::string what =
       "rank " + std::to_string(part.rank) + "'s part of " + channel + " " + V(version);
+  if (options_.trust_anchor != nullptr) {
+    // The assembled manifest would be signed here, by a coordinator, and a certified cluster
+    // accepts weights signed by their publisher only (docs/security.md).
+    return FailedPrecondition("publish: " + what +
+                              ": this cluster has a CA, and a sharded version would be signed "
+                              "by the coordinator, not by its publisher; publish it unsharded");
+  }
   // Only a rank of the channel's sharded writer gives parts, and only its own rank's.
   const wire::ChannelWriter* writer = log_->writer(channel);
   if (writer == nullptr || writer->world() <= 1) {
@@ -154,7 +161,7 @@ Result<wire::PublishReply> Coordinator::OnPublishPartLocked(const net::PeerInfo&
   if (const ChannelState* state = log_->channel(channel);
       state != nullptr && state->Find(version) != nullptr) {
     WC_ASSIGN_OR_RETURN(auto bytes, log_->GetManifest(channel, version));
-    WC_ASSIGN_OR_RETURN(Manifest assembled, VerifySignedManifest(*bytes, options_.secret));
+    WC_ASSIGN_OR_RETURN(Manifest assembled, VerifySignedManifest(*bytes, {options_.secret, options_.trust_anchor.get()}));
     WC_ASSIGN_OR_RETURN(std::vector<PartLayout> parts, PartsOf(assembled));
     if (part.rank < parts.size() && parts[part.rank].root == manifest.root) {
       reply.set_assembled(true);
@@ -209,7 +216,7 @@ Result<wire::PublishReply> Coordinator::OnPublishPartLocked(const net::PeerInfo&
     if (entry != nullptr && entry->decision() != wire::DECISION_ABORT) {
       auto bytes = log_->GetManifest(channel, entry->version());
       if (bytes.ok()) {
-        auto parsed = VerifySignedManifest(**bytes, options_.secret);
+        auto parsed = VerifySignedManifest(**bytes, {options_.secret, options_.trust_anchor.get()});
         if (parsed.ok()) base = std::move(parsed).value();
       }
     }
@@ -220,7 +227,7 @@ Result<wire::PublishReply> Coordinator::OnPublishPartLocked(const net::PeerInfo&
     AbortAssemblyLocked(channel, assembled.status().message());
     return Aborted(V(version) + " was aborted: " + assembled.status().message());
   }
-  const std::vector<uint8_t> signed_bytes = SignManifest(*assembled, options_.secret);
+  const std::vector<uint8_t> signed_bytes = SignManifestWithSecret(*assembled, options_.secret);
   Result<VerifiedPublish> verified = log_->VerifyPublish(signed_bytes);
   if (!verified.ok()) {
     AbortAssemblyLocked(channel, verified.status().message());

@@ -5,7 +5,7 @@
 
 #include "manifest/attestation.h"
 #include "manifest/builder.h"
-#include "manifest/signed_manifest.h"
+#include "trust/signed_manifest.h"
 
 namespace weightcast::coord {
 namespace {
@@ -36,23 +36,27 @@ wire::VersionEntry* ChannelState::Find(uint64_t version) {
   return const_cast<wire::VersionEntry*>(std::as_const(*this).Find(version));
 }
 
-VersionLog::VersionLog(std::unique_ptr<LogStore> store, std::string secret)
-    : store_(std::move(store)), secret_(std::move(secret)) {}
+VersionLog::VersionLog(std::unique_ptr<LogStore> store, std::string secret,
+                       std::shared_ptr<const trust::TrustAnchor> trust_anchor)
+    : store_(std::move(store)), secret_(std::move(secret)), trust_anchor_(std::move(trust_anchor)) {}
 
 const ChannelState* VersionLog::channel(std::string_view name) const {
   auto it = channels_.find(name);
   return it == channels_.end() ? nullptr : &it->second;
 }
 
-Result<std::unique_ptr<VersionLog>> VersionLog::Open(const std::filesystem::path& state_dir,
-                                                     std::string secret) {
+Result<std::unique_ptr<VersionLog>> VersionLog::Open(
+    const std::filesystem::path& state_dir, std::string secret,
+    std::shared_ptr<const trust::TrustAnchor> trust_anchor) {
   WC_ASSIGN_OR_RETURN(std::unique_ptr<FileLogStore> store, FileLogStore::Open(state_dir));
-  return Open(std::move(store), std::move(secret));
+  return Open(std::move(store), std::move(secret), std::move(trust_anchor));
 }
 
-Result<std::unique_ptr<VersionLog>> VersionLog::Open(std::unique_ptr<LogStore> store,
-                                                     std::string secret) {
-  std::unique_ptr<VersionLog> log(new VersionLog(std::move(store), std::move(secret)));
+Result<std::unique_ptr<VersionLog>> VersionLog::Open(
+    std::unique_ptr<LogStore> store, std::string secret,
+    std::shared_ptr<const trust::TrustAnchor> trust_anchor) {
+  std::unique_ptr<VersionLog> log(
+      new VersionLog(std::move(store), std::move(secret), std::move(trust_anchor)));
   const std::string where = log->store_->Describe();
   WC_ASSIGN_OR_RETURN(LogStore::Loaded loaded, log->store_->Load());
   log->recovery_.torn_bytes = loaded.torn_bytes;
@@ -75,12 +79,12 @@ Result<std::unique_ptr<VersionLog>> VersionLog::Open(std::unique_ptr<LogStore> s
       }
       const std::string path = where + ": " + VersionName(name, entry.version()) + "'s manifest";
       std::span<const uint8_t> view(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size());
-      auto manifest = VerifySignedManifest(view, log->secret_);
+      auto manifest = VerifySignedManifest(view, {log->secret_, log->trust_anchor_.get()});
       if (!manifest.ok()) {
         return Status(manifest.status().code(),
                       path + ": " + manifest.status().message() +
                           (manifest.status().code() == Code::kUnauthenticated
-                               ? " (was the state written with another cluster secret?)"
+                               ? " (was the state written with another cluster secret or CA?)"
                                : ""));
       }
       if (manifest->channel != name || manifest->version.value() != entry.version() ||
@@ -223,7 +227,7 @@ Status VersionLog::Append(state::LogRecord record) {
 
 Result<VerifiedPublish> VersionLog::VerifyPublish(std::span<const uint8_t> signed_manifest) const {
   VerifiedPublish out;
-  WC_ASSIGN_OR_RETURN(out.manifest, VerifySignedManifest(signed_manifest, secret_));
+  WC_ASSIGN_OR_RETURN(out.manifest, VerifySignedManifest(signed_manifest, {secret_, trust_anchor_.get()}));
   const Manifest& m = out.manifest;
   const uint64_t version = m.version.value();
   if (version == 0) return InvalidArgument("publish: version 0 is not a version");

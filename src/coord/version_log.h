@@ -30,6 +30,7 @@
 #include "coord/log_store.h"
 #include "coord/state.pb.h"
 #include "manifest/manifest.h"
+#include "trust/trust_anchor.h"
 
 namespace weightcast::coord {
 
@@ -61,13 +62,16 @@ class VersionLog {
   };
 
   // Opens (creating) the state directory and replays its log. Every logged version's manifest
-  // must exist and verify with `secret` and match the logged root (kCorrupt otherwise; a
-  // manifest that no longer verifies means the cluster secret changed: kUnauthenticated).
-  static Result<std::unique_ptr<VersionLog>> Open(const std::filesystem::path& state_dir,
-                                                  std::string secret);
+  // must exist and verify (with `trust_anchor`'s publishers, or with `secret` in development
+  // mode when it is null) and match the logged root (kCorrupt otherwise; a manifest that no
+  // longer verifies means the cluster secret or CA changed: kUnauthenticated).
+  static Result<std::unique_ptr<VersionLog>> Open(
+      const std::filesystem::path& state_dir, std::string secret,
+      std::shared_ptr<const trust::TrustAnchor> trust_anchor = nullptr);
   // The same over any store (etcd's): replays what store->Load() returns.
-  static Result<std::unique_ptr<VersionLog>> Open(std::unique_ptr<LogStore> store,
-                                                  std::string secret);
+  static Result<std::unique_ptr<VersionLog>> Open(
+      std::unique_ptr<LogStore> store, std::string secret,
+      std::shared_ptr<const trust::TrustAnchor> trust_anchor = nullptr);
 
   const LogStore& store() const { return *store_; }
 
@@ -112,7 +116,8 @@ class VersionLog {
   Status RecordWriter(std::string_view channel, const wire::ChannelWriter& writer);
 
  private:
-  VersionLog(std::unique_ptr<LogStore> store, std::string secret);
+  VersionLog(std::unique_ptr<LogStore> store, std::string secret,
+             std::shared_ptr<const trust::TrustAnchor> trust_anchor);
   // Applies one record to the in-memory state; the same rules at recovery and at run time, so
   // a replayed log gives exactly the state that was served before the restart.
   Status Apply(const state::LogRecord& record);
@@ -120,6 +125,7 @@ class VersionLog {
 
   std::unique_ptr<LogStore> store_;
   std::string secret_;
+  std::shared_ptr<const trust::TrustAnchor> trust_anchor_;
   uint64_t sequence_ = 0;
   Recovery recovery_;
   std::map<std::string, ChannelState, std::less<>> channels_;

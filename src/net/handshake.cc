@@ -100,37 +100,7 @@ Result<std::string> GenerateClusterSecret() {
 }
 
 Status WriteSecretFile(const std::filesystem::path& path, std::string_view secret, bool overwrite) {
-  const std::string text = std::string(secret) + "\n";
-  if (!overwrite) {
-    // O_EXCL: an existing file (or a link planted at the path) is never followed or truncated.
-    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0) {
-      if (errno == EEXIST) {
-        return AlreadyExists(path.string() + " exists; pass --force to replace it");
-      }
-      return IoError("create " + path.string() + ": " + std::strerror(errno));
-    }
-    Status written = WriteAll(fd, AsBytes(text), path.string());
-    if (written.ok() && ::fsync(fd) != 0) {
-      written = IoError("fsync " + path.string() + ": " + std::strerror(errno));
-    }
-    ::close(fd);
-    if (!written.ok()) ::unlink(path.c_str());
-    return written;
-  }
-  std::string tmp = path.string() + ".tmp-XXXXXX";
-  int fd = ::mkstemp(tmp.data());  // mode 0600
-  if (fd < 0) return IoError("create a file beside " + path.string() + ": " + std::strerror(errno));
-  Status written = WriteAll(fd, AsBytes(text), tmp);
-  if (written.ok() && ::fsync(fd) != 0) {
-    written = IoError("fsync " + tmp + ": " + std::strerror(errno));
-  }
-  ::close(fd);
-  if (written.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    written = IoError("replace " + path.string() + ": " + std::strerror(errno));
-  }
-  if (!written.ok()) ::unlink(tmp.c_str());
-  return written;
+  return WritePrivateFile(path, std::string(secret) + "\n", overwrite);
 }
 
 Handshake::Handshake(const Identity& self, std::string_view secret, bool initiator,

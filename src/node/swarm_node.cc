@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "manifest/signed_manifest.h"
+#include "trust/signed_manifest.h"
 #include "metrics/registry.h"
 
 namespace weightcast::node {
@@ -343,7 +343,8 @@ PeerId SwarmNode::id() const { return impl_->options_.node_id; }
 
 Status SwarmNode::Fetch(const Manifest& manifest, std::vector<uint8_t> signed_manifest) {
   WC_ASSIGN_OR_RETURN(Manifest verified,
-                      VerifySignedManifest(signed_manifest, impl_->options_.manifest_secret));
+                      VerifySignedManifest(signed_manifest, {impl_->options_.manifest_secret,
+                                                           impl_->options_.trust_anchor.get()}));
   if (verified.root != manifest.root || verified.version != manifest.version) {
     return InvalidArgument("the signed manifest is not the manifest given");
   }
@@ -353,7 +354,8 @@ Status SwarmNode::Fetch(const Manifest& manifest, std::vector<uint8_t> signed_ma
 Status SwarmNode::Seed(const Manifest& manifest, std::vector<uint8_t> signed_manifest,
                        std::shared_ptr<const PayloadCache> payloads) {
   WC_ASSIGN_OR_RETURN(Manifest verified,
-                      VerifySignedManifest(signed_manifest, impl_->options_.manifest_secret));
+                      VerifySignedManifest(signed_manifest, {impl_->options_.manifest_secret,
+                                                           impl_->options_.trust_anchor.get()}));
   if (verified.root != manifest.root || verified.version != manifest.version) {
     return InvalidArgument("the signed manifest is not the manifest given");
   }
@@ -364,7 +366,8 @@ Status SwarmNode::SeedPart(const Manifest& manifest, std::vector<uint8_t> signed
                            const Manifest& part, uint32_t first_chunk,
                            std::shared_ptr<const PayloadCache> payloads) {
   WC_ASSIGN_OR_RETURN(Manifest verified,
-                      VerifySignedManifest(signed_manifest, impl_->options_.manifest_secret));
+                      VerifySignedManifest(signed_manifest, {impl_->options_.manifest_secret,
+                                                           impl_->options_.trust_anchor.get()}));
   if (verified.root != manifest.root || verified.version != manifest.version) {
     return InvalidArgument("the signed manifest is not the manifest given");
   }

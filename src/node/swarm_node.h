@@ -45,6 +45,7 @@
 #include "node/payload_cache.h"
 #include "store/store.h"
 #include "swarm/tuning.h"
+#include "trust/trust_anchor.h"
 
 namespace weightcast::metrics {
 class Histogram;
@@ -64,6 +65,9 @@ struct SwarmNodeOptions {
   // This node's id: the one its transport's handshake presents (net::Options::self.node_id).
   PeerId node_id;
   std::string manifest_secret{};  // the cluster secret: signed manifests must verify with it
+  // The cluster CA: manifests must be signed by a publisher it certifies for their channel.
+  // Null: shared-secret development mode (manifests verify with the cluster secret).
+  std::shared_ptr<const trust::TrustAnchor> trust_anchor{};
   // Tensors this node wants (globs, manifest.ChunksForTensors); empty: every chunk.
   std::vector<std::string> tensor_patterns{};
   // A seed (publisher): spreads distinct chunks first and takes more upload slots.

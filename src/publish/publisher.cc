@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "coord/part_assembly.h"
-#include "manifest/signed_manifest.h"
+#include "trust/signed_manifest.h"
 #include "net/transport_select.h"
 #include "publish/watcher.h"
 #include "util/file.h"
@@ -205,11 +205,14 @@ Result<std::unique_ptr<Publisher>> Publisher::Create(PublisherOptions options) {
   return publisher;
 }
 
-void Publisher::SendWhole(PreparedVersion& prepared) const {
+Status Publisher::SendWhole(PreparedVersion& prepared) const {
   prepared.manifest.delta.reset();
   prepared.payloads.reset();
   prepared.payload_bytes = 0;
-  prepared.signed_manifest = SignManifest(prepared.manifest, options_.secret);
+  WC_ASSIGN_OR_RETURN(prepared.signed_manifest,
+                      SignManifest(prepared.manifest,
+                                   {options_.secret, options_.signing_identity.get()}));
+  return Status::Ok();
 }
 
 Status Publisher::Start() {
@@ -246,6 +249,7 @@ Status Publisher::Start() {
   node.channel = options_.channel;
   node.node_id = node_id_;
   node.manifest_secret = options_.secret;
+  node.trust_anchor = options_.trust_anchor;
   node.source = true;
   node.log = options_.log.AsLineFn();
   node_ = std::make_unique<node::SwarmNode>(*store_, *transport_, std::move(node));
@@ -433,6 +437,7 @@ PrepareOptions Publisher::BaseOptions() const {
   PrepareOptions o;
   o.channel = options_.channel;
   o.secret = options_.secret;
+  o.signing_identity = options_.signing_identity;
   o.build = options_.build;
   o.codec = options_.codec;
   o.import = options_.import;
@@ -457,7 +462,7 @@ Status Publisher::Reconcile() {
     // full version unless its base is logged.
     const auto& delta = prepared.manifest.delta;
     if (delta.has_value() && !Logged(log, delta->base_version, delta->base_root)) {
-      SendWhole(prepared);
+      WC_RETURN_IF_ERROR(SendWhole(prepared));
     }
     options_.log.Info("publishing a version the coordinator has not logged",
                       {{"version", current->value()}});
@@ -473,7 +478,7 @@ Status Publisher::Reconcile() {
                       Call<std::vector<uint8_t>>([&](coord::CoordinatorClient& c) {
                         return c.GetManifest(options_.channel, *current);
                       }));
-  WC_ASSIGN_OR_RETURN(Manifest logged, VerifySignedManifest(signed_manifest, options_.secret));
+  WC_ASSIGN_OR_RETURN(Manifest logged, VerifySignedManifest(signed_manifest, {options_.secret, options_.trust_anchor.get()}));
   if (!SameDelta(logged.delta, prepared.manifest.delta)) prepared.payloads.reset();
   prepared.manifest = std::move(logged);
   prepared.signed_manifest = std::move(signed_manifest);

@@ -43,6 +43,8 @@
 #include "node/swarm_node.h"
 #include "publish/version_builder.h"
 #include "store/store.h"
+#include "trust/signing_identity.h"
+#include "trust/trust_anchor.h"
 
 namespace weightcast::publish {
 
@@ -62,6 +64,12 @@ struct PublisherOptions {
   // Which transport carries peer connections (net/transport_select.h).
   net::TransportKind transport = net::TransportKind::kTcp;
   std::string secret;  // the cluster secret (never from argv)
+  // Signs manifests with this publisher certificate's key; null: with the cluster secret
+  // (development mode).
+  std::shared_ptr<const trust::SigningIdentity> signing_identity;
+  // The cluster CA: manifests must be signed by a publisher it certifies for their channel.
+  // Null: shared-secret development mode (manifests verify with the cluster secret).
+  std::shared_ptr<const trust::TrustAnchor> trust_anchor;
   std::string cluster = "default";
   PeerId node_id;  // 0: random
   // One writer per channel (docs/publish.md "One writer per channel"). The writer's
@@ -202,7 +210,7 @@ class Publisher : private coord::SessionDelegate {
   // (kAborted with the reason) or Stop.
   Status PublishPartSigned(const PreparedVersion& part);
   // Turns a prepared delta into a full version (its base is not in the fleet's log), signed again.
-  void SendWhole(PreparedVersion& prepared) const;
+  Status SendWhole(PreparedVersion& prepared) const;
   // Seeds this rank's chunks of the assembled version whose part is `part`.
   Status StartSeedingPart(const PreparedVersion& part);
   // Whether the coordinator logged `version` as assembled with `part_root` as this rank's part

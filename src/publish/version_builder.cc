@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "format/safetensors.h"
-#include "manifest/signed_manifest.h"
+#include "trust/signed_manifest.h"
 
 namespace weightcast::publish {
 namespace {
@@ -105,7 +105,9 @@ Status SameFiles(const Checkpoint& source, const Checkpoint& staged) {
 Result<PreparedVersion> PrepareVersion(Store& store, const fs::path& dir,
                                        const PrepareOptions& options) {
   WC_RETURN_IF_ERROR(ValidateChannelName(options.channel));
-  if (options.secret.empty()) return InvalidArgument("no cluster secret to sign the manifest");
+  if (options.secret.empty() && options.signing_identity == nullptr) {
+    return InvalidArgument("no cluster secret or publisher key to sign the manifest");
+  }
   PreparedVersion out;
   out.import_mode = ChooseImportMode(options.import);
 
@@ -181,14 +183,17 @@ Result<PreparedVersion> PrepareVersion(Store& store, const fs::path& dir,
     WC_RETURN_IF_ERROR(options.before_commit(out.manifest, out.payloads.get()));
   WC_RETURN_IF_ERROR(store.CommitImport(options.channel, out.manifest, std::move(staged)));
   out.import_seconds += SecondsSince(start);
-  out.signed_manifest = SignManifest(out.manifest, options.secret);
+  WC_ASSIGN_OR_RETURN(out.signed_manifest,
+                      SignManifest(out.manifest, {options.secret, options.signing_identity.get()}));
   return out;
 }
 
 Result<PreparedVersion> ReloadVersion(const Store& store, Version version,
                                       const PrepareOptions& options, bool encode_payloads) {
   WC_RETURN_IF_ERROR(ValidateChannelName(options.channel));
-  if (options.secret.empty()) return InvalidArgument("no cluster secret to sign the manifest");
+  if (options.secret.empty() && options.signing_identity == nullptr) {
+    return InvalidArgument("no cluster secret or publisher key to sign the manifest");
+  }
   PreparedVersion out;
   WC_ASSIGN_OR_RETURN(out.manifest, store.GetManifest(options.channel, version));
   if (out.manifest.delta.has_value()) {
@@ -222,7 +227,8 @@ Result<PreparedVersion> ReloadVersion(const Store& store, Version version,
       out.encode_seconds = SecondsSince(start);
     }
   }
-  out.signed_manifest = SignManifest(out.manifest, options.secret);
+  WC_ASSIGN_OR_RETURN(out.signed_manifest,
+                      SignManifest(out.manifest, {options.secret, options.signing_identity.get()}));
   return out;
 }
 

@@ -25,6 +25,7 @@
 #include "manifest/manifest.h"
 #include "node/payload_cache.h"
 #include "store/store.h"
+#include "trust/signing_identity.h"
 
 namespace weightcast::publish {
 
@@ -40,6 +41,9 @@ enum class ImportPolicy {
 struct PrepareOptions {
   std::string channel;
   std::string secret;  // the cluster secret that signs the manifest
+  // Signs manifests with this publisher certificate's key; null: with the cluster secret
+  // (development mode).
+  std::shared_ptr<const trust::SigningIdentity> signing_identity;
   // build.chunk_size: kAutoChunkSize picks it (ResolveChunkSize).
   BuildOptions build;
   codec::VersionCodecOptions codec;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <random>
 
 namespace weightcast {
@@ -116,6 +117,39 @@ Status WriteAll(int fd, std::span<const uint8_t> data, std::string_view what) {
     done += static_cast<size_t>(n);
   }
   return Status::Ok();
+}
+
+Status WritePrivateFile(const std::filesystem::path& path, std::string_view data, bool overwrite) {
+  const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(data.data()), data.size());
+  if (!overwrite) {
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      if (errno == EEXIST) {
+        return AlreadyExists(path.string() + " exists; pass --force to replace it");
+      }
+      return IoError("create " + path.string() + ": " + std::strerror(errno));
+    }
+    Status written = WriteAll(fd, bytes, path.string());
+    if (written.ok() && ::fsync(fd) != 0) {
+      written = IoError("fsync " + path.string() + ": " + std::strerror(errno));
+    }
+    ::close(fd);
+    if (!written.ok()) ::unlink(path.c_str());
+    return written;
+  }
+  std::string tmp = path.string() + ".tmp-XXXXXX";
+  int fd = ::mkstemp(tmp.data());  // mode 0600
+  if (fd < 0) return IoError("create a file beside " + path.string() + ": " + std::strerror(errno));
+  Status written = WriteAll(fd, bytes, tmp);
+  if (written.ok() && ::fsync(fd) != 0) {
+    written = IoError("fsync " + tmp + ": " + std::strerror(errno));
+  }
+  ::close(fd);
+  if (written.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    written = IoError("replace " + path.string() + ": " + std::strerror(errno));
+  }
+  if (!written.ok()) ::unlink(tmp.c_str());
+  return written;
 }
 
 Status FsyncPath(const std::filesystem::path& path) {

@@ -54,6 +54,13 @@ Status WriteAll(int fd, std::span<const uint8_t> data, std::string_view what);
 // rename over `path`, fsync the directory.
 Status WriteFileAtomic(const std::filesystem::path& path, std::string_view data);
 
+// Writes `data` to a file of mode 0600 (a secret, a private key), durably. Refuses
+// (kAlreadyExists) when `path` exists, unless `overwrite`; then the old file is replaced
+// atomically (a 0600 temporary file beside it, renamed over it), so it is never seen half-written
+// or with a wider mode. Without `overwrite` an existing file, or a link planted at the path, is
+// never followed or truncated (O_EXCL).
+Status WritePrivateFile(const std::filesystem::path& path, std::string_view data, bool overwrite);
+
 // fsyncs a file or a directory by path.
 Status FsyncPath(const std::filesystem::path& path);
 

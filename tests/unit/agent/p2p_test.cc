@@ -9,7 +9,7 @@
 
 #include "agent/version_fetcher.h"
 #include "agent/version_server.h"
-#include "manifest/signed_manifest.h"
+#include "trust/signed_manifest.h"
 #include "net/memory_transport.h"
 #include "swarm/messages.h"
 #include "unit/store/store_test_util.h"
@@ -234,7 +234,7 @@ TEST_F(P2p, ChunkCorruptedOnceInTransitIsRefetchedWholeAndCommitted) {
       ASSERT_TRUE(request.ok());
       if (request->type == MessageType::kGetManifest) {
         Message reply{.type = MessageType::kManifest, .version = 1};
-        reply.blob = SignManifest(*manifest, kSecret);
+        reply.blob = SignManifestWithSecret(*manifest, kSecret);
         ASSERT_TRUE((*connection)->SendControl(EncodeMessage(reply)).ok());
       } else if (request->type == MessageType::kEcho) {
         ASSERT_TRUE((*connection)->SendControl(EncodeMessage(Message{})).ok());
@@ -283,20 +283,20 @@ TEST_F(P2p, ResumesFromThePersistedChunkRecord) {
 
 TEST(SignedManifest, RoundTripsAndRefusesAnyFlippedByte) {
   Manifest m = MakeManifest(kChannel, Version(3), SampleFiles(7));
-  std::vector<uint8_t> signed_bytes = SignManifest(m, kSecret);
-  auto back = VerifySignedManifest(signed_bytes, kSecret);
+  std::vector<uint8_t> signed_bytes = SignManifestWithSecret(m, kSecret);
+  auto back = VerifySignedManifestWithSecret(signed_bytes, kSecret);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->root, m.root);
-  EXPECT_EQ(VerifySignedManifest(signed_bytes, "another secret").status().code(),
+  EXPECT_EQ(VerifySignedManifestWithSecret(signed_bytes, "another secret").status().code(),
             Code::kUnauthenticated);
   for (size_t at : {size_t{5}, size_t{20}, kSignedManifestHeaderSize, signed_bytes.size() / 2,
                     signed_bytes.size() - 1}) {
     auto tampered = signed_bytes;
     tampered[at] ^= 0x01;
-    EXPECT_EQ(VerifySignedManifest(tampered, kSecret).status().code(), Code::kUnauthenticated)
+    EXPECT_EQ(VerifySignedManifestWithSecret(tampered, kSecret).status().code(), Code::kUnauthenticated)
         << "byte " << at;
   }
-  EXPECT_EQ(VerifySignedManifest(std::span(signed_bytes).first(10), kSecret).status().code(),
+  EXPECT_EQ(VerifySignedManifestWithSecret(std::span(signed_bytes).first(10), kSecret).status().code(),
             Code::kCorrupt);
 }
 

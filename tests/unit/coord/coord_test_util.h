@@ -14,7 +14,7 @@
 #include "coord/coordinator.h"
 #include "hash/digest.h"
 #include "manifest/builder.h"
-#include "manifest/signed_manifest.h"
+#include "trust/signed_manifest.h"
 #include "net/memory_transport.h"
 #include "testing/temp_dir.h"
 
@@ -70,7 +70,7 @@ inline Manifest AsDelta(Manifest m, const Manifest& base, uint64_t payload = 100
 }
 
 inline std::vector<uint8_t> Signed(const Manifest& m, std::string_view secret = kSecret) {
-  return SignManifest(m, secret);
+  return SignManifestWithSecret(m, secret);
 }
 
 class CoordinatorHarness {

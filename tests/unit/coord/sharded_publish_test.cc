@@ -5,7 +5,7 @@
 
 #include "coord/part_assembly.h"
 #include "coord_test_util.h"
-#include "manifest/signed_manifest.h"
+#include "trust/signed_manifest.h"
 
 namespace weightcast::coord {
 namespace {
@@ -65,7 +65,7 @@ Result<wire::PublishReply> Give(Ranks& ranks, uint32_t rank, const Manifest& par
 Result<Manifest> Newest(CoordinatorHarness& h) {
   auto tool = h.Connect(99, net::Role::kTool);
   WC_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, tool->GetManifest("policy", Version(0)));
-  return VerifySignedManifest(bytes, testing::kSecret);
+  return VerifySignedManifestWithSecret(bytes, testing::kSecret);
 }
 
 TEST(ShardedPublish, TheVersionIsPublishedWhenEveryPartIsIn) {

@@ -8,7 +8,7 @@
 
 #include "manifest/builder.h"
 #include "manifest/manifest.pb.h"
-#include "manifest/signed_manifest.h"
+#include "trust/signed_manifest.h"
 #include "manifest_test_util.h"
 
 namespace weightcast {
@@ -107,15 +107,15 @@ TEST_F(FastHashes, WrongCountOrLengthIsRefused) {
 
 TEST_F(FastHashes, TheSignatureCoversThem) {
   const std::string secret = "fast hashes test secret";
-  std::vector<uint8_t> signed_bytes = SignManifest(manifest_, secret);
-  ASSERT_TRUE(VerifySignedManifest(signed_bytes, secret).ok());
+  std::vector<uint8_t> signed_bytes = SignManifestWithSecret(manifest_, secret);
+  ASSERT_TRUE(VerifySignedManifestWithSecret(signed_bytes, secret).ok());
   // Find the first fast hash in the serialized body and flip one of its bits.
   const std::string needle(reinterpret_cast<const char*>(manifest_.fast_hashes[0].data()), 16);
   const std::string body(signed_bytes.begin() + kSignedManifestHeaderSize, signed_bytes.end());
   const size_t at = body.find(needle);
   ASSERT_NE(at, std::string::npos);
   signed_bytes[kSignedManifestHeaderSize + at + 3] ^= 1;
-  EXPECT_EQ(VerifySignedManifest(signed_bytes, secret).status().code(), Code::kUnauthenticated);
+  EXPECT_EQ(VerifySignedManifestWithSecret(signed_bytes, secret).status().code(), Code::kUnauthenticated);
 }
 
 TEST_F(FastHashes, DeltaPayloadHashesAreSha256AndOldTablesKeepTheirAlgorithm) {

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "codec/version_codec.h"
-#include "manifest/signed_manifest.h"
+#include "trust/signed_manifest.h"
 #include "metrics/registry.h"
 #include "net/memory_transport.h"
 #include "node/payload_cache.h"
@@ -157,9 +157,9 @@ TEST_F(Swarm, FullVersionThenDeltaReachEveryAgent) {
   Manifest v1 = MakeManifest(kChannel, Version(1), v1_files);
   ASSERT_GT(v1.chunk_count(), 8u);
   for (uint64_t id = 2; id <= 5; ++id) AddNode(id, false);
-  ASSERT_TRUE(seed.swarm->Seed(v1, SignManifest(v1, kSecret), nullptr).ok());
+  ASSERT_TRUE(seed.swarm->Seed(v1, SignManifestWithSecret(v1, kSecret), nullptr).ok());
   for (size_t i = 1; i < nodes_.size(); ++i) {
-    ASSERT_TRUE(nodes_[i]->swarm->Fetch(v1, SignManifest(v1, kSecret)).ok());
+    ASSERT_TRUE(nodes_[i]->swarm->Fetch(v1, SignManifestWithSecret(v1, kSecret)).ok());
     // Whole chunks: the default window (swarm/tuning.h, what `weightcast sim` runs).
     EXPECT_EQ(nodes_[i]->swarm->progress().window, swarm::Tuning{}.window_per_peer);
   }
@@ -199,9 +199,9 @@ TEST_F(Swarm, FullVersionThenDeltaReachEveryAgent) {
   const std::string flat1 = Flat(v1_files), flat2 = Flat(v2_files);
   auto cache = std::make_shared<PayloadCache>(v2.version);
   ASSERT_TRUE(MakeDelta(v1, flat1, v2, flat2, *cache).ok());
-  ASSERT_TRUE(seed.swarm->Seed(v2, SignManifest(v2, kSecret), cache).ok());
+  ASSERT_TRUE(seed.swarm->Seed(v2, SignManifestWithSecret(v2, kSecret), cache).ok());
   for (size_t i = 1; i < nodes_.size(); ++i) {
-    ASSERT_TRUE(nodes_[i]->swarm->Fetch(v2, SignManifest(v2, kSecret)).ok());
+    ASSERT_TRUE(nodes_[i]->swarm->Fetch(v2, SignManifestWithSecret(v2, kSecret)).ok());
     EXPECT_TRUE(nodes_[i]->swarm->progress().delta);
     // Payloads of a few bytes where chunks hold kilobytes: pipelined far deeper than one chunk's
     // window.
@@ -252,9 +252,9 @@ TEST_F(Swarm, DeltaChunksAreCheckedByTheFastHashOrBySha256AsConfigured) {
   auto cache = std::make_shared<PayloadCache>(v2.version);
   ASSERT_TRUE(MakeDelta(v1, flat1, v2, flat2, *cache).ok());
   ASSERT_EQ(v2.delta->payload_hash_algorithm, HashAlgorithm::kSha256);
-  ASSERT_TRUE(seed.swarm->Seed(v2, SignManifest(v2, kSecret), cache).ok());
+  ASSERT_TRUE(seed.swarm->Seed(v2, SignManifestWithSecret(v2, kSecret), cache).ok());
   for (Node* n : {&fast, &sha}) {
-    ASSERT_TRUE(n->swarm->Fetch(v2, SignManifest(v2, kSecret)).ok());
+    ASSERT_TRUE(n->swarm->Fetch(v2, SignManifestWithSecret(v2, kSecret)).ok());
     ASSERT_TRUE(n->swarm->progress().delta);
   }
   Mesh();
@@ -302,8 +302,8 @@ TEST_F(Swarm, ABadBaseIsCaughtByTheFastHashAndTheChunkIsFetchedWhole) {
   auto cache = std::make_shared<PayloadCache>(v2.version);
   ASSERT_TRUE(MakeDelta(v1, flat1, v2, flat2, *cache).ok());
   ASSERT_EQ(v2.delta->chunks[0].encoding, ChunkEncoding::kXor);
-  ASSERT_TRUE(seed.swarm->Seed(v2, SignManifest(v2, kSecret), cache).ok());
-  ASSERT_TRUE(agent.swarm->Fetch(v2, SignManifest(v2, kSecret)).ok());
+  ASSERT_TRUE(seed.swarm->Seed(v2, SignManifestWithSecret(v2, kSecret), cache).ok());
+  ASSERT_TRUE(agent.swarm->Fetch(v2, SignManifestWithSecret(v2, kSecret)).ok());
   ASSERT_TRUE(agent.swarm->progress().delta);
   Mesh();
   const Status done = agent.swarm->WaitComplete(kWait);
@@ -322,12 +322,12 @@ TEST_F(Swarm, CorruptUploaderIsDroppedAndTheVersionStillCompletes) {
   Manifest v1 = MakeManifest(kChannel, Version(1), files);
   // Node 2 gets v1 first, then serves corrupt bytes to node 3.
   Node& bad = AddNode(2, false, {}, /*corrupt=*/true);
-  ASSERT_TRUE(seed.swarm->Seed(v1, SignManifest(v1, kSecret), nullptr).ok());
-  ASSERT_TRUE(bad.swarm->Fetch(v1, SignManifest(v1, kSecret)).ok());
+  ASSERT_TRUE(seed.swarm->Seed(v1, SignManifestWithSecret(v1, kSecret), nullptr).ok());
+  ASSERT_TRUE(bad.swarm->Fetch(v1, SignManifestWithSecret(v1, kSecret)).ok());
   Mesh();
   ASSERT_TRUE(bad.swarm->WaitComplete(kWait).ok());
   Node& good = AddNode(3, false);
-  ASSERT_TRUE(good.swarm->Fetch(v1, SignManifest(v1, kSecret)).ok());
+  ASSERT_TRUE(good.swarm->Fetch(v1, SignManifestWithSecret(v1, kSecret)).ok());
   Mesh();
   ASSERT_TRUE(good.swarm->WaitComplete(kWait).ok());
   ASSERT_TRUE(good.swarm->CommitTarget().ok());
@@ -345,8 +345,8 @@ TEST_F(Swarm, CorruptSourceIsDetected) {
   ASSERT_TRUE(StageAndCommit(*seed.store, kChannel, Version(1), files).ok());
   Manifest v1 = MakeManifest(kChannel, Version(1), files);
   Node& agent = AddNode(2, false);
-  ASSERT_TRUE(seed.swarm->Seed(v1, SignManifest(v1, kSecret), nullptr).ok());
-  ASSERT_TRUE(agent.swarm->Fetch(v1, SignManifest(v1, kSecret)).ok());
+  ASSERT_TRUE(seed.swarm->Seed(v1, SignManifestWithSecret(v1, kSecret), nullptr).ok());
+  ASSERT_TRUE(agent.swarm->Fetch(v1, SignManifestWithSecret(v1, kSecret)).ok());
   Mesh();
   for (int i = 0; i < 500 && agent.swarm->counters().chunks_failed == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -361,11 +361,11 @@ TEST_F(Swarm, WrongSecretGetsNothing) {
   const auto files = SampleFiles(5);
   ASSERT_TRUE(StageAndCommit(*seed.store, kChannel, Version(1), files).ok());
   Manifest v1 = MakeManifest(kChannel, Version(1), files);
-  ASSERT_TRUE(seed.swarm->Seed(v1, SignManifest(v1, kSecret), nullptr).ok());
+  ASSERT_TRUE(seed.swarm->Seed(v1, SignManifestWithSecret(v1, kSecret), nullptr).ok());
   Node& intruder = AddNode(2, false, {}, false, "another secret of enough length");
   // Its own secret cannot verify the cluster's manifest, and its connections fail the handshake.
-  EXPECT_EQ(intruder.swarm->Fetch(v1, SignManifest(v1, kSecret)).code(), Code::kUnauthenticated);
-  ASSERT_TRUE(intruder.swarm->Fetch(v1, SignManifest(v1, "another secret of enough length")).ok());
+  EXPECT_EQ(intruder.swarm->Fetch(v1, SignManifestWithSecret(v1, kSecret)).code(), Code::kUnauthenticated);
+  ASSERT_TRUE(intruder.swarm->Fetch(v1, SignManifestWithSecret(v1, "another secret of enough length")).ok());
   Mesh();
   EXPECT_EQ(intruder.swarm->WaitComplete(std::chrono::milliseconds(500)).code(),
             Code::kDeadlineExceeded);
@@ -397,11 +397,11 @@ TEST_F(Swarm, SubsetNodeFetchesOnlyItsChunks) {
   }
   Manifest v1 = *seed.store->GetManifest(kChannel, Version(1));
   {
-    Status seeded = seed.swarm->Seed(v1, SignManifest(v1, kSecret), nullptr);
+    Status seeded = seed.swarm->Seed(v1, SignManifestWithSecret(v1, kSecret), nullptr);
     ASSERT_TRUE(seeded.ok()) << seeded.ToString();
   }
   Node& subset = AddNode(2, false, {"layer.0.*"});
-  ASSERT_TRUE(subset.swarm->Fetch(v1, SignManifest(v1, kSecret)).ok());
+  ASSERT_TRUE(subset.swarm->Fetch(v1, SignManifestWithSecret(v1, kSecret)).ok());
   Mesh();
   ASSERT_TRUE(subset.swarm->WaitComplete(kWait).ok());
   SwarmProgress p = subset.swarm->progress();
@@ -441,9 +441,9 @@ TEST_F(Swarm, ResumesAStagingLeftByAnEarlierRun) {
   }
   Node& seed = AddNode(1, true);
   ASSERT_TRUE(StageAndCommit(*seed.store, kChannel, Version(1), files).ok());
-  ASSERT_TRUE(seed.swarm->Seed(v1, SignManifest(v1, kSecret), nullptr).ok());
+  ASSERT_TRUE(seed.swarm->Seed(v1, SignManifestWithSecret(v1, kSecret), nullptr).ok());
   Node& agent = AddNode(2, false);
-  ASSERT_TRUE(agent.swarm->Fetch(v1, SignManifest(v1, kSecret)).ok());
+  ASSERT_TRUE(agent.swarm->Fetch(v1, SignManifestWithSecret(v1, kSecret)).ok());
   EXPECT_EQ(agent.swarm->progress().chunks_done, 5u);
   Mesh();
   ASSERT_TRUE(agent.swarm->WaitComplete(kWait).ok());
@@ -499,11 +499,11 @@ TEST_F(Swarm, DeltaChunkThatFailsItsHashIsNotVerifiedAndIsFetchedWhole) {
   v2.delta->chunks[0].payload_hash = HashBytes(v2.hash_algorithm, forged->payload);
   cache->Put(bad, forged->payload);
 
-  ASSERT_TRUE(seed.swarm->Seed(v2, SignManifest(v2, kSecret), cache).ok());
+  ASSERT_TRUE(seed.swarm->Seed(v2, SignManifestWithSecret(v2, kSecret), cache).ok());
   // The seed is the only source of the whole chunk 0 after the fallback, though it sent that
   // chunk (as a payload) already and most chunks are `same`: its first round covers only the
   // chunks with payloads, so the repeat is held briefly, then served.
-  ASSERT_TRUE(agent.swarm->Fetch(v2, SignManifest(v2, kSecret)).ok());
+  ASSERT_TRUE(agent.swarm->Fetch(v2, SignManifestWithSecret(v2, kSecret)).ok());
   ASSERT_TRUE(agent.swarm->progress().delta);
   Mesh();
   const Status done = agent.swarm->WaitComplete(kWait);
@@ -526,10 +526,10 @@ TEST_F(Swarm, AnyOtherVersionReplacesTheTargetOlderOnesIncluded) {
   Manifest v2 = MakeManifest(kChannel, Version(2), SampleFiles(7));
   Manifest v1 = MakeManifest(kChannel, Version(1), SampleFiles(8));
   Manifest v3 = MakeManifest(kChannel, Version(3), SampleFiles(9));
-  ASSERT_TRUE(agent.swarm->Fetch(v2, SignManifest(v2, kSecret)).ok());
-  ASSERT_TRUE(agent.swarm->Fetch(v1, SignManifest(v1, kSecret)).ok());
+  ASSERT_TRUE(agent.swarm->Fetch(v2, SignManifestWithSecret(v2, kSecret)).ok());
+  ASSERT_TRUE(agent.swarm->Fetch(v1, SignManifestWithSecret(v1, kSecret)).ok());
   EXPECT_EQ(agent.swarm->progress().version, Version(1));
-  ASSERT_TRUE(agent.swarm->Fetch(v3, SignManifest(v3, kSecret)).ok());
+  ASSERT_TRUE(agent.swarm->Fetch(v3, SignManifestWithSecret(v3, kSecret)).ok());
   auto staging = agent.store->ListStaging(kChannel);
   ASSERT_TRUE(staging.ok());
   EXPECT_EQ(*staging, std::vector<Version>{Version(3)});
@@ -544,8 +544,8 @@ TEST_F(Swarm, ACommitThatFailedIsRetriedOnceTheCauseIsGone) {
   const auto files = SampleFiles(14);
   ASSERT_TRUE(StageAndCommit(*seed.store, kChannel, Version(1), files).ok());
   Manifest v1 = MakeManifest(kChannel, Version(1), files);
-  ASSERT_TRUE(seed.swarm->Seed(v1, SignManifest(v1, kSecret), nullptr).ok());
-  ASSERT_TRUE(agent.swarm->Fetch(v1, SignManifest(v1, kSecret)).ok());
+  ASSERT_TRUE(seed.swarm->Seed(v1, SignManifestWithSecret(v1, kSecret), nullptr).ok());
+  ASSERT_TRUE(agent.swarm->Fetch(v1, SignManifestWithSecret(v1, kSecret)).ok());
   Mesh();
   ASSERT_TRUE(agent.swarm->WaitComplete(kWait).ok());
   const std::filesystem::path blocker = dir_.path() / "n2" / kChannel / "manifests" / "1.wcm";
@@ -566,9 +566,9 @@ TEST_F(Swarm, AnOlderVersionIsFetchedFromAPeerThatKeepsIt) {
   Manifest v1 = MakeManifest(kChannel, Version(1), v1_files);
   Manifest v2 = MakeManifest(kChannel, Version(2), SampleFiles(13));
   ASSERT_TRUE(StageAndCommit(*keeper.store, kChannel, Version(1), v1_files).ok());
-  ASSERT_TRUE(agent.swarm->Fetch(v2, SignManifest(v2, kSecret)).ok());
-  ASSERT_TRUE(keeper.swarm->Fetch(v1, SignManifest(v1, kSecret)).ok());
-  ASSERT_TRUE(agent.swarm->Fetch(v1, SignManifest(v1, kSecret)).ok());
+  ASSERT_TRUE(agent.swarm->Fetch(v2, SignManifestWithSecret(v2, kSecret)).ok());
+  ASSERT_TRUE(keeper.swarm->Fetch(v1, SignManifestWithSecret(v1, kSecret)).ok());
+  ASSERT_TRUE(agent.swarm->Fetch(v1, SignManifestWithSecret(v1, kSecret)).ok());
   Mesh();
   ASSERT_TRUE(agent.swarm->WaitComplete(kWait).ok()) << agent.swarm->progress().error;
   ASSERT_TRUE(agent.swarm->CommitTarget().ok());
@@ -598,8 +598,8 @@ TEST_F(Swarm, TimesChunkFetchesAndNamesThePeerOfABadChunk) {
   ASSERT_TRUE(StageAndCommit(*seed.store, kChannel, Version(1), files).ok());
   Manifest v1 = MakeManifest(kChannel, Version(1), files);
   Node& agent = AddNode(2, false);
-  ASSERT_TRUE(seed.swarm->Seed(v1, SignManifest(v1, kSecret), nullptr).ok());
-  ASSERT_TRUE(agent.swarm->Fetch(v1, SignManifest(v1, kSecret)).ok());
+  ASSERT_TRUE(seed.swarm->Seed(v1, SignManifestWithSecret(v1, kSecret), nullptr).ok());
+  ASSERT_TRUE(agent.swarm->Fetch(v1, SignManifestWithSecret(v1, kSecret)).ok());
   Mesh();
   ASSERT_TRUE(agent.swarm->WaitComplete(kWait).ok());
   // Every chunk came from the one peer it was asked of: each is timed once at most (the last
@@ -616,9 +616,9 @@ TEST_F(Swarm, TimesChunkFetchesAndNamesThePeerOfABadChunk) {
   // A corrupt uploader is named by its node id.
   Node& bad = AddNode(3, true, {}, /*corrupt=*/true);
   ASSERT_TRUE(StageAndCommit(*bad.store, kChannel, Version(1), files).ok());
-  ASSERT_TRUE(bad.swarm->Seed(v1, SignManifest(v1, kSecret), nullptr).ok());
+  ASSERT_TRUE(bad.swarm->Seed(v1, SignManifestWithSecret(v1, kSecret), nullptr).ok());
   Node& victim = AddNode(4, false);
-  ASSERT_TRUE(victim.swarm->Fetch(v1, SignManifest(v1, kSecret)).ok());
+  ASSERT_TRUE(victim.swarm->Fetch(v1, SignManifestWithSecret(v1, kSecret)).ok());
   victim.swarm->SetPeers(std::vector<PeerAddress>{bad.address, victim.address});
   bad.swarm->SetPeers(std::vector<PeerAddress>{bad.address, victim.address});
   for (int i = 0; i < 500; ++i) {

@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "coord/coordinator.h"
-#include "manifest/signed_manifest.h"
+#include "trust/signed_manifest.h"
 #include "net/tcp_transport.h"
 #include "synth/model.h"
 #include "testing/temp_dir.h"

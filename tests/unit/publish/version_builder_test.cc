@@ -9,7 +9,7 @@
 
 #include "format/safetensors.h"
 #include "hash/digest.h"
-#include "manifest/signed_manifest.h"
+#include "trust/signed_manifest.h"
 #include "store/layout.h"
 #include "synth/model.h"
 #include "testing/temp_dir.h"
@@ -98,10 +98,10 @@ TEST(PrepareVersion, FirstVersionIsFullSignedAndCommitted) {
   EXPECT_EQ(*current, Version(1));
   EXPECT_TRUE(f.store.Verify("policy", Version(1)).ok());
 
-  auto verified = VerifySignedManifest(v->signed_manifest, kSecret);
+  auto verified = VerifySignedManifestWithSecret(v->signed_manifest, kSecret);
   ASSERT_TRUE(verified.ok()) << verified.status().ToString();
   EXPECT_EQ(verified->root, v->manifest.root);
-  EXPECT_EQ(VerifySignedManifest(v->signed_manifest, "another secret").status().code(),
+  EXPECT_EQ(VerifySignedManifestWithSecret(v->signed_manifest, "another secret").status().code(),
             Code::kUnauthenticated);
 }
 
@@ -121,7 +121,7 @@ TEST(PrepareVersion, DeltaPayloadsDecodedOntoTheBaseReproduceTheTarget) {
   // The delta section is signed but not part of the root: the same bytes keep their identity.
   EXPECT_EQ(ComputeRoot(target), target.root);
   EXPECT_TRUE(ValidateManifest(target).ok());
-  auto verified = VerifySignedManifest(v2->signed_manifest, kSecret);
+  auto verified = VerifySignedManifestWithSecret(v2->signed_manifest, kSecret);
   ASSERT_TRUE(verified.ok()) << verified.status().ToString();
   ASSERT_TRUE(verified->delta.has_value());
   EXPECT_EQ(verified->delta->chunks.size(), target.chunk_count());

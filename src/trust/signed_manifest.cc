@@ -1,0 +1,174 @@
+#include "trust/signed_manifest.h"
+
+#include <algorithm>
+#include <string>
+
+#include "hash/digest.h"
+#include "manifest/builder.h"
+
+namespace weightcast {
+namespace {
+
+constexpr uint8_t kMagic[4] = {'W', 'C', 'S', 'M'};
+constexpr uint8_t kSecretFormat = 1;
+constexpr uint8_t kCertificateFormat = 2;
+constexpr std::string_view kSecretDomain = "weightcast signed manifest v1\n";
+constexpr std::string_view kCertificateDomain = "weightcast signed manifest v2\n";
+constexpr size_t kCertificatePrefix = 4 + 1 + 4;  // magic, format, certificate size
+
+std::vector<uint8_t> Message(std::string_view domain, std::span<const uint8_t> serialized) {
+  std::vector<uint8_t> message;
+  message.reserve(domain.size() + serialized.size());
+  message.insert(message.end(), domain.begin(), domain.end());
+  message.insert(message.end(), serialized.begin(), serialized.end());
+  return message;
+}
+
+void AppendU32(std::vector<uint8_t>& out, uint32_t value) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(value >> (8 * i)));
+}
+
+// The parts of a format-2 envelope, bounds checked.
+struct CertificateEnvelope {
+  std::span<const uint8_t> certificate;
+  std::span<const uint8_t> signature;
+  std::span<const uint8_t> serialized;
+};
+
+Result<CertificateEnvelope> SplitCertificateEnvelope(std::span<const uint8_t> bytes) {
+  if (bytes.size() < kCertificatePrefix) {
+    return Corrupt("signed manifest: " + std::to_string(bytes.size()) +
+                   " bytes is shorter than its header");
+  }
+  uint32_t certificate_size = 0;
+  for (int i = 0; i < 4; ++i) certificate_size |= static_cast<uint32_t>(bytes[5 + i]) << (8 * i);
+  if (certificate_size == 0 || certificate_size > trust::kMaxCertificateBytes) {
+    return Corrupt("signed manifest: a certificate of " + std::to_string(certificate_size) +
+                   " bytes");
+  }
+  const size_t body = kCertificatePrefix + certificate_size + trust::kSignatureBytes;
+  if (bytes.size() < body) return Corrupt("signed manifest: shorter than its certificate and signature");
+  CertificateEnvelope out;
+  out.certificate = bytes.subspan(kCertificatePrefix, certificate_size);
+  out.signature = bytes.subspan(kCertificatePrefix + certificate_size, trust::kSignatureBytes);
+  out.serialized = bytes.subspan(body);
+  return out;
+}
+
+Result<Manifest> ParseBody(std::span<const uint8_t> serialized) {
+  if (serialized.size() > kMaxManifestBytes) {
+    return Corrupt("signed manifest: body above the manifest size limit");
+  }
+  Result<Manifest> manifest = ParseManifest(serialized);
+  if (!manifest.ok()) return manifest.status().WithContext("signed manifest");
+  return manifest;
+}
+
+Result<Manifest> VerifySecretFormat(std::span<const uint8_t> bytes, std::string_view secret) {
+  if (bytes.size() < kSignedManifestHeaderSize) {
+    return Corrupt("signed manifest: " + std::to_string(bytes.size()) +
+                   " bytes is shorter than its header");
+  }
+  const auto tag = bytes.subspan(5, 32);
+  const auto serialized = bytes.subspan(kSignedManifestHeaderSize);
+  if (serialized.size() > kMaxManifestBytes) {
+    return Corrupt("signed manifest: body above the manifest size limit");
+  }
+  const Digest expected = HmacSha256(AsBytes(secret), Message(kSecretDomain, serialized));
+  if (!ConstantTimeEqual(tag, expected)) {
+    return Unauthenticated("signed manifest: tag does not verify with the cluster secret");
+  }
+  return ParseBody(serialized);
+}
+
+Result<Manifest> VerifyCertificateFormat(std::span<const uint8_t> bytes,
+                                         const trust::TrustAnchor& anchor) {
+  WC_ASSIGN_OR_RETURN(CertificateEnvelope envelope, SplitCertificateEnvelope(bytes));
+  if (envelope.serialized.size() > kMaxManifestBytes) {
+    return Corrupt("signed manifest: body above the manifest size limit");
+  }
+  Result<trust::CertificateInfo> signer = anchor.CheckSigned(
+      envelope.certificate, Message(kCertificateDomain, envelope.serialized), envelope.signature);
+  if (!signer.ok()) return signer.status().WithContext("signed manifest");
+  WC_ASSIGN_OR_RETURN(Manifest manifest, ParseBody(envelope.serialized));
+  if (!signer->roles.MayPublish(manifest.channel)) {
+    return Unauthenticated("signed manifest: '" + signer->name + "' (serial " + signer->serial +
+                           ", roles: " + signer->roles.ToString() + ") may not publish on '" +
+                           manifest.channel + "'");
+  }
+  return manifest;
+}
+
+}  // namespace
+
+Result<std::vector<uint8_t>> SignManifest(const Manifest& manifest, const ManifestSigner& signer) {
+  const std::string serialized = SerializeManifest(manifest);
+  std::vector<uint8_t> out;
+  out.insert(out.end(), std::begin(kMagic), std::end(kMagic));
+  if (signer.identity == nullptr) {
+    const Digest tag = HmacSha256(AsBytes(signer.secret), Message(kSecretDomain, AsBytes(serialized)));
+    out.reserve(kSignedManifestHeaderSize + serialized.size());
+    out.push_back(kSecretFormat);
+    out.insert(out.end(), tag.begin(), tag.end());
+  } else {
+    const std::span<const uint8_t> certificate = signer.identity->certificate_der();
+    WC_ASSIGN_OR_RETURN(std::vector<uint8_t> signature,
+                        signer.identity->Sign(Message(kCertificateDomain, AsBytes(serialized))));
+    out.reserve(kCertificatePrefix + certificate.size() + signature.size() + serialized.size());
+    out.push_back(kCertificateFormat);
+    AppendU32(out, static_cast<uint32_t>(certificate.size()));
+    out.insert(out.end(), certificate.begin(), certificate.end());
+    out.insert(out.end(), signature.begin(), signature.end());
+  }
+  out.insert(out.end(), serialized.begin(), serialized.end());
+  return out;
+}
+
+Result<Manifest> VerifySignedManifest(std::span<const uint8_t> bytes, const ManifestTrust& trust) {
+  if (bytes.size() < 5) {
+    return Corrupt("signed manifest: " + std::to_string(bytes.size()) +
+                   " bytes is shorter than its header");
+  }
+  if (!std::equal(std::begin(kMagic), std::end(kMagic), bytes.begin())) {
+    return Corrupt("signed manifest: bad magic");
+  }
+  switch (bytes[4]) {
+    case kSecretFormat:
+      if (trust.anchor != nullptr) {
+        return Unauthenticated(
+            "signed manifest: signed with the shared cluster secret, but this node trusts only "
+            "publishers certified by the CA '" + trust.anchor->ca_name() + "'");
+      }
+      return VerifySecretFormat(bytes, trust.secret);
+    case kCertificateFormat:
+      if (trust.anchor == nullptr) {
+        return Unauthenticated(
+            "signed manifest: signed by a certified publisher, but this node has no CA to check "
+            "it against (give it --ca)");
+      }
+      return VerifyCertificateFormat(bytes, *trust.anchor);
+    default:
+      return Corrupt("signed manifest: unknown format " + std::to_string(bytes[4]));
+  }
+}
+
+std::vector<uint8_t> SignManifestWithSecret(const Manifest& manifest, std::string_view secret) {
+  // Without an identity nothing in SignManifest can fail.
+  return SignManifest(manifest, ManifestSigner{secret}).value();
+}
+
+Result<Manifest> VerifySignedManifestWithSecret(std::span<const uint8_t> bytes,
+                                                std::string_view secret) {
+  return VerifySignedManifest(bytes, ManifestTrust{secret});
+}
+
+Result<trust::CertificateInfo> ManifestSignerOf(std::span<const uint8_t> bytes) {
+  if (bytes.size() < 5 || !std::equal(std::begin(kMagic), std::end(kMagic), bytes.begin())) {
+    return Corrupt("signed manifest: bad header");
+  }
+  if (bytes[4] != kCertificateFormat) return NotFound("signed with the cluster secret");
+  WC_ASSIGN_OR_RETURN(CertificateEnvelope envelope, SplitCertificateEnvelope(bytes));
+  return trust::ReadCertificate(envelope.certificate);
+}
+
+}  // namespace weightcast

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Certificate mode (docs/security.md): a cluster whose coordinator and agents hold the CA
+# certificate (--ca) accepts a version only when its manifest is signed by a certificate of that
+# CA with the publisher role for the channel. A certified publisher's versions commit; a machine
+# with only an agent certificate, a publisher of another channel, a certificate of another CA, a
+# revoked one and the shared cluster secret alone are each refused with a logged reason, and
+# nothing of theirs is staged or committed. An agent checks for itself: a version relayed by a
+# coordinator that does not check (development mode, or compromised) is refused by the agent.
+source "$(dirname "$0")/rollout_lib.bash" "$1"
+
+ca="$work/ca"
+"$wc" ca init --dir "$ca" 2>/dev/null
+[[ "$(stat -c %a "$ca/ca.key")" == 600 ]] || fail "ca.key is not mode 0600"
+issue() { "$wc" ca issue --dir "$ca" --name "$1" --role "$2" --out "$work/$1" >/dev/null; }
+issue trainer publisher:policy
+issue sampler agent
+issue other-trainer publisher:reward-model
+issue lost-trainer publisher:policy
+"$wc" ca init --dir "$work/foreign-ca" 2>/dev/null
+"$wc" ca issue --dir "$work/foreign-ca" --name intruder --role 'publisher:*' \
+  --out "$work/intruder" >/dev/null
+"$wc" ca revoke --dir "$ca" "$work/lost-trainer.pem" >/dev/null
+"$wc" ca show "$work/trainer.pem" | grep -q "roles     publisher:policy" || fail "ca show"
+
+make_versions 3
+start_coordinator --commit-policy all --ca "$ca/ca.pem"
+start_agent a1 --ca "$ca/ca.pem"
+
+timeout 60 "$wc" publish --coordinator "$coord" --store "$work/pub" --channel "$channel" \
+  --dir "$work/ckpt/1" --chunk-size 1MiB --until complete --secret-file "$work/secret" \
+  --ca "$ca/ca.pem" --cert "$work/trainer.pem" --key "$work/trainer.key" >>"$work/pub.log" 2>&1 ||
+  fail "the certified publisher's v1 did not complete"
+all_current 1 a1 || fail "the certified publisher's v1 is not current on a1"
+same_files 1 a1 || fail "a1's v1 differs from the publisher's"
+
+# attempt NAME FLAGS...: a one-shot publish of ckpt/2 from its own store; it must fail, and
+# its output is kept in $work/NAME.out.
+attempt() {
+  local name="$1"
+  shift
+  if timeout 60 "$wc" publish --coordinator "$coord" --store "$work/store-$name" \
+    --channel "$channel" --dir "$work/ckpt/2" --chunk-size 1MiB --secret-file "$work/secret" \
+    "$@" >"$work/$name.out" 2>&1; then
+    fail "$name: the publish succeeded"
+  fi
+}
+refused() {  # refused NAME TEXT: the attempt's output names TEXT
+  grep -q -- "$2" "$work/$1.out" || { cat "$work/$1.out"; fail "$1: no '$2' in its output"; }
+}
+
+attempt agent-cert --ca "$ca/ca.pem" --cert "$work/sampler.pem" --key "$work/sampler.key"
+refused agent-cert "'sampler' (serial [0-9A-F]*, roles: agent) may not publish on 'policy'"
+attempt other-channel --ca "$ca/ca.pem" --cert "$work/other-trainer.pem" \
+  --key "$work/other-trainer.key"
+refused other-channel "roles: publisher:reward-model) may not publish on 'policy'"
+attempt foreign --ca "$work/foreign-ca/ca.pem" --cert "$work/intruder.pem" \
+  --key "$work/intruder.key"
+refused foreign "certificate 'intruder'.*unable to get local issuer certificate"
+attempt revoked --ca "$ca/ca.pem" --cert "$work/lost-trainer.pem" --key "$work/lost-trainer.key"
+refused revoked "certificate 'lost-trainer'.*certificate revoked"
+attempt secret-only
+refused secret-only "signed with the shared cluster secret"
+# The flags themselves: a certified cluster's publisher needs its key, and a key file others can
+# read is refused before anything starts.
+attempt no-key --ca "$ca/ca.pem"
+refused no-key "give --cert and --key"
+chmod 644 "$work/trainer.key"
+attempt open-key --ca "$ca/ca.pem" --cert "$work/trainer.pem" --key "$work/trainer.key"
+refused open-key "chmod 600"
+chmod 600 "$work/trainer.key"
+
+grep -q "may not publish on 'policy'" "$work/coord.log" || fail "the coordinator did not log why"
+[[ "$(fleet_current)" == 1 ]] || fail "the fleet moved off v1"
+for v in 2 3; do [[ ! -e "$work/a1/$channel/versions/$v" ]] || fail "a1 has a v$v"; done
+
+# An agent checks for itself. A coordinator that does not (development mode here; a
+# compromised one alike) relays a version signed with the cluster secret only: the agent with
+# --ca refuses to stage it and says why.
+kill_process coord
+rm -rf "$work/coord-state"
+coordinator_flags=(--commit-policy all --prepare-deadline 5s)
+start_coordinator
+publish 2
+wait_for 60 grep -q "signed with the shared cluster secret" "$work/a1.log" ||
+  fail "a1 did not refuse the secret-signed v2"
+sleep 1
+[[ "$(current_of a1)" == 1 ]] || fail "a1 left v1"
+[[ ! -e "$work/a1/$channel/versions/2" ]] || fail "a1 committed the secret-signed v2"
+echo "PASS trust_roles"

@@ -1,0 +1,161 @@
+// The cluster CA: certificates it issues are trusted with their roles; certificates from another
+// CA, expired or revoked ones are refused with the reason; its files keep their key private.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <fstream>
+
+#include "testing/temp_dir.h"
+#include "trust/authority.h"
+#include "trust/signing_identity.h"
+#include "trust/trust_anchor.h"
+#include "trust_test_util.h"
+#include "util/file.h"
+
+namespace weightcast::trust {
+namespace {
+
+using testing::AnchorOf;
+using testing::Issue;
+using testing::NewAuthority;
+
+TEST(Authority, IssuedCertificatesAreTrustedWithTheirRoles) {
+  Authority ca = NewAuthority();
+  auto anchor = AnchorOf(ca);
+  auto node = Issue(ca, "sampler-7", "agent,publisher:policy");
+  Result<CertificateInfo> info = anchor->Check(node->certificate_der());
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_EQ(info->name, "sampler-7");
+  EXPECT_TRUE(info->roles.agent);
+  EXPECT_TRUE(info->roles.MayPublish("policy"));
+  EXPECT_EQ(info->serial, node->info().serial);
+  EXPECT_GT(info->not_after, 0);
+}
+
+TEST(Authority, ACertificateFromAnotherCaIsRefused) {
+  Authority ours = NewAuthority("ours");
+  Authority theirs = NewAuthority("theirs");
+  auto stranger = Issue(theirs, "stranger", "publisher:*");
+  Result<CertificateInfo> info = AnchorOf(ours)->Check(stranger->certificate_der());
+  EXPECT_EQ(info.status().code(), Code::kUnauthenticated);
+  EXPECT_NE(info.status().message().find("'stranger'"), std::string::npos)
+      << info.status().message();
+}
+
+TEST(Authority, AnExpiredOrNotYetValidCertificateIsRefused) {
+  Authority ca = NewAuthority();
+  auto expired = Issue(ca, "old", "agent", -2 * kDay, kDay);
+  Result<CertificateInfo> info = AnchorOf(ca)->Check(expired->certificate_der());
+  EXPECT_EQ(info.status().code(), Code::kUnauthenticated);
+  EXPECT_NE(info.status().message().find("expired"), std::string::npos) << info.status().message();
+  auto early = Issue(ca, "early", "agent", kDay, kDay);
+  EXPECT_EQ(AnchorOf(ca)->Check(early->certificate_der()).status().code(),
+            Code::kUnauthenticated);
+}
+
+TEST(Authority, ARevokedCertificateIsRefusedOnceTheNewListIsLoaded) {
+  Authority ca = NewAuthority();
+  auto kept = Issue(ca, "kept", "publisher:policy");
+  auto before = AnchorOf(ca);
+  // Revoke by the certificate's PEM, as `weightcast ca revoke FILE` does.
+  Result<IssuedCertificate> again = ca.Issue({"lost laptop 2", *ParseRolesFlag("agent")});
+  ASSERT_TRUE(again.ok());
+  Result<std::string> serial = ca.Revoke(again->certificate_pem);
+  ASSERT_TRUE(serial.ok()) << serial.status().ToString();
+  EXPECT_EQ(*serial, again->serial);
+  EXPECT_TRUE(ca.Revoke(again->certificate_pem).ok()) << "revoking twice is not an error";
+  EXPECT_EQ(ca.revoked_serials().size(), 1u);
+  auto after = AnchorOf(ca);
+  auto revoked = SigningIdentity::FromPem(again->certificate_pem, again->key_pem);
+  ASSERT_TRUE(revoked.ok());
+  EXPECT_TRUE(before->Check((*revoked)->certificate_der()).ok());
+  Result<CertificateInfo> refused = after->Check((*revoked)->certificate_der());
+  EXPECT_EQ(refused.status().code(), Code::kUnauthenticated);
+  EXPECT_NE(refused.status().message().find("revoked"), std::string::npos)
+      << refused.status().message();
+  EXPECT_TRUE(after->Check(kept->certificate_der()).ok());
+}
+
+TEST(Authority, OnlyItsOwnCertificatesCanBeRevokedAndOnlyItsOwnListIsTrusted) {
+  Authority ours = NewAuthority("ours");
+  Authority theirs = NewAuthority("theirs");
+  Result<IssuedCertificate> foreign = theirs.Issue({"x", *ParseRolesFlag("agent")});
+  ASSERT_TRUE(foreign.ok());
+  EXPECT_EQ(ours.Revoke(foreign->certificate_pem).status().code(), Code::kInvalidArgument);
+  Result<std::string> their_crl = theirs.crl_pem();
+  ASSERT_TRUE(their_crl.ok());
+  auto anchor = TrustAnchor::FromPem(ours.certificate_pem(), *their_crl);
+  EXPECT_EQ(anchor.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(anchor.status().message().find("not signed by the CA"), std::string::npos);
+}
+
+TEST(Authority, BadRequestsAreRefused) {
+  Authority ca = NewAuthority();
+  EXPECT_EQ(ca.Issue({"", *ParseRolesFlag("agent")}).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(ca.Issue({"x", Roles{}}).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(ca.Issue({"x", *ParseRolesFlag("agent"), 0}).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(Authority::Create("").status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(TrustAnchor::FromPem("not pem", "").status().code(), Code::kInvalidArgument);
+  // A node certificate is not a CA.
+  Result<IssuedCertificate> node = ca.Issue({"x", *ParseRolesFlag("agent")});
+  ASSERT_TRUE(node.ok());
+  EXPECT_EQ(TrustAnchor::FromPem(node->certificate_pem, "").status().code(),
+            Code::kInvalidArgument);
+}
+
+TEST(Authority, ItsDirectoryKeepsTheKeyPrivateAndIsNeverReplaced) {
+  testing::TempDir dir;
+  const auto ca_dir = dir.path() / "ca";
+  Authority ca = NewAuthority();
+  ASSERT_TRUE(ca.WriteNew(ca_dir).ok());
+  struct stat st {};
+  ASSERT_EQ(::stat((ca_dir / kCaKeyFile).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(NewAuthority().WriteNew(ca_dir).code(), Code::kAlreadyExists);
+
+  Result<Authority> opened = Authority::Open(ca_dir);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  EXPECT_EQ(opened->certificate_pem(), ca.certificate_pem());
+  Result<IssuedCertificate> node = opened->Issue({"n", *ParseRolesFlag("agent")});
+  ASSERT_TRUE(node.ok());
+  ASSERT_TRUE(opened->Revoke(node->certificate_pem).ok());
+  ASSERT_TRUE(opened->WriteCrl(ca_dir).ok());
+  // The list survives a reopen, and a node loading the files refuses the revoked certificate.
+  Result<Authority> reopened = Authority::Open(ca_dir);
+  ASSERT_TRUE(reopened.ok());
+  EXPECT_EQ(reopened->revoked_serials(), std::vector<std::string>{node->serial});
+  auto anchor = TrustAnchor::Load(ca_dir / kCaCertificateFile, ca_dir / kCaCrlFile);
+  ASSERT_TRUE(anchor.ok()) << anchor.status().ToString();
+  auto identity = SigningIdentity::FromPem(node->certificate_pem, node->key_pem);
+  EXPECT_EQ((*anchor)->Check((*identity)->certificate_der()).status().code(),
+            Code::kUnauthenticated);
+
+  ASSERT_EQ(::chmod((ca_dir / kCaKeyFile).c_str(), 0644), 0);
+  EXPECT_EQ(Authority::Open(ca_dir).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(Authority::Open(dir.path() / "none").status().code(), Code::kInvalidArgument);
+}
+
+TEST(SigningIdentity, LoadRefusesAKeyOthersCanReadOrAKeyThatIsNotTheCertificates) {
+  testing::TempDir dir;
+  Authority ca = NewAuthority();
+  Result<IssuedCertificate> a = ca.Issue({"a", *ParseRolesFlag("publisher:p")});
+  Result<IssuedCertificate> b = ca.Issue({"b", *ParseRolesFlag("publisher:p")});
+  ASSERT_TRUE(a.ok() && b.ok());
+  const auto cert = dir.path() / "a.pem";
+  const auto key = dir.path() / "a.key";
+  const auto other_key = dir.path() / "b.key";
+  ASSERT_TRUE(WriteFileAtomic(cert, a->certificate_pem).ok());
+  ASSERT_TRUE(WritePrivateFile(key, a->key_pem, false).ok());
+  ASSERT_TRUE(WritePrivateFile(other_key, b->key_pem, false).ok());
+  EXPECT_TRUE(SigningIdentity::Load(cert, key).ok());
+  Result<std::shared_ptr<const SigningIdentity>> mismatched = SigningIdentity::Load(cert, other_key);
+  EXPECT_EQ(mismatched.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(mismatched.status().message().find("not the certificate's"), std::string::npos);
+  ASSERT_EQ(::chmod(key.c_str(), 0640), 0);
+  Result<std::shared_ptr<const SigningIdentity>> open_key = SigningIdentity::Load(cert, key);
+  EXPECT_EQ(open_key.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(open_key.status().message().find("chmod 600"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace weightcast::trust
