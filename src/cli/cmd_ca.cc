@@ -78,7 +78,7 @@ Status RunRevoke(const CaFlags& flags) {
   WC_ASSIGN_OR_RETURN(std::string serial, ca.Revoke(*pem));
   WC_RETURN_IF_ERROR(ca.WriteCrl(flags.dir));
   std::cout << "revoked serial " << serial << "; copy " << flags.dir << "/" << trust::kCaCrlFile
-            << " to every node (nodes read it at start)\n";
+            << " over every node's copy (running nodes read it within a second)\n";
   return Status::Ok();
 }
 

@@ -1,6 +1,7 @@
 #include "trust/signed_manifest.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "hash/digest.h"
@@ -21,6 +22,15 @@ std::vector<uint8_t> Message(std::string_view domain, std::span<const uint8_t> s
   message.reserve(domain.size() + serialized.size());
   message.insert(message.end(), domain.begin(), domain.end());
   message.insert(message.end(), serialized.begin(), serialized.end());
+  return message;
+}
+
+// What the publisher's key signs: the domain, then the body's SHA-256.
+std::vector<uint8_t> CertificateMessage(std::span<const uint8_t> serialized) {
+  const Digest digest = Sha256(serialized);
+  std::vector<uint8_t> message(kCertificateDomain.size() + digest.size());
+  std::memcpy(message.data(), kCertificateDomain.data(), kCertificateDomain.size());
+  std::memcpy(message.data() + kCertificateDomain.size(), digest.data(), digest.size());
   return message;
 }
 
@@ -88,7 +98,7 @@ Result<Manifest> VerifyCertificateFormat(std::span<const uint8_t> bytes,
     return Corrupt("signed manifest: body above the manifest size limit");
   }
   Result<trust::CertificateInfo> signer = anchor.CheckSigned(
-      envelope.certificate, Message(kCertificateDomain, envelope.serialized), envelope.signature);
+      envelope.certificate, CertificateMessage(envelope.serialized), envelope.signature);
   if (!signer.ok()) return signer.status().WithContext("signed manifest");
   WC_ASSIGN_OR_RETURN(Manifest manifest, ParseBody(envelope.serialized));
   if (!signer->roles.MayPublish(manifest.channel)) {
@@ -113,7 +123,7 @@ Result<std::vector<uint8_t>> SignManifest(const Manifest& manifest, const Manife
   } else {
     const std::span<const uint8_t> certificate = signer.identity->certificate_der();
     WC_ASSIGN_OR_RETURN(std::vector<uint8_t> signature,
-                        signer.identity->Sign(Message(kCertificateDomain, AsBytes(serialized))));
+                        signer.identity->Sign(CertificateMessage(AsBytes(serialized))));
     out.reserve(kCertificatePrefix + certificate.size() + signature.size() + serialized.size());
     out.push_back(kCertificateFormat);
     AppendU32(out, static_cast<uint32_t>(certificate.size()));

@@ -1,11 +1,14 @@
 // Authenticated manifests: a manifest as it travels between nodes, with its publisher's
 // signature, so a manifest relayed by any peer (or cached on disk) can be checked without
-// trusting whoever handed it on. Two envelopes (docs/security.md, docs/wire_format.md):
+// trusting whoever handed it on. Two envelopes (docs/security.md, docs/p2p.md):
 //
 //   format 2, certificate mode (the default of a cluster with a CA):
 //     "WCSM" | u8 2 | u32 LE certificate size | the publisher's certificate (DER)
 //            | 64-byte Ed25519 signature | serialized manifest (SerializeManifest)
-//     signature = Ed25519(publisher key, "weightcast signed manifest v2\n" || serialized manifest)
+//     signature = Ed25519(publisher key, "weightcast signed manifest v2\n" || SHA-256(serialized))
+//     (the digest is signed, not the body: Ed25519 hashes its message with SHA-512 once to
+//     verify and twice to sign, and SHA-256 with SHA-NI is the faster pass over a manifest of
+//     megabytes; docs/BENCHMARKS.md)
 //
 //   format 1, shared-secret development mode:
 //     "WCSM" | u8 1 | 32-byte tag | serialized manifest

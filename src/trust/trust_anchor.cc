@@ -1,5 +1,9 @@
 #include "trust/trust_anchor.h"
 
+#include <sys/stat.h>
+
+#include <mutex>
+
 #include <openssl/err.h>
 
 #include "trust/openssl_handles.h"
@@ -7,9 +11,78 @@
 
 namespace weightcast::trust {
 
+namespace {
+
+using SharedStore = std::shared_ptr<X509_STORE>;
+
+// The file's identity and version as stat sees them: a rename over it changes the inode.
+struct FileStamp {
+  ino_t inode = 0;
+  int64_t mtime_ns = 0;
+  off_t size = -1;
+  bool operator==(const FileStamp&) const = default;
+};
+
+FileStamp StampOf(const std::filesystem::path& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return {};
+  return {st.st_ino, static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec,
+          st.st_size};
+}
+
+// A store that trusts `ca` and, when `crl_pem` is not empty, checks revocation against it.
+Result<SharedStore> MakeStore(X509* ca, const std::string& ca_name, std::string_view crl_pem) {
+  SharedStore store(X509_STORE_new(), X509_STORE_free);
+  if (!store || X509_STORE_add_cert(store.get(), ca) != 1) {
+    return Internal(OpensslError("trust anchor: X509_STORE"));
+  }
+  if (!crl_pem.empty()) {
+    WC_ASSIGN_OR_RETURN(X509CrlPtr crl, ParseCrlPem(crl_pem, "the CRL"));
+    if (X509_CRL_verify(crl.get(), X509_get0_pubkey(ca)) != 1) {
+      ERR_clear_error();
+      return InvalidArgument("the CRL is not signed by the CA '" + ca_name + "'");
+    }
+    if (X509_STORE_add_crl(store.get(), crl.get()) != 1) {
+      return Internal(OpensslError("trust anchor: adding the CRL"));
+    }
+    X509_STORE_set_flags(store.get(), X509_V_FLAG_CRL_CHECK);
+  }
+  return store;
+}
+
+}  // namespace
+
 struct TrustAnchor::State {
   X509Ptr ca;
-  X509StorePtr store;
+  std::filesystem::path crl_path;  // empty: no file to watch
+  mutable std::mutex mu;
+  mutable SharedStore store;
+  mutable FileStamp crl_stamp;
+  mutable std::chrono::steady_clock::time_point next_check{};
+  mutable std::string crl_error;
+
+  // The store to verify with, re-reading the CRL file first when it changed.
+  SharedStore Current(const std::string& ca_name) const {
+    std::lock_guard lock(mu);
+    const auto now = std::chrono::steady_clock::now();
+    if (!crl_path.empty() && now >= next_check) {
+      next_check = now + TrustAnchor::kCrlRecheck;
+      const FileStamp stamp = StampOf(crl_path);
+      if (!(stamp == crl_stamp)) {
+        crl_stamp = stamp;
+        Result<std::string> pem = ReadFileToString(crl_path, 64 << 20);
+        Result<SharedStore> fresh = pem.ok() ? MakeStore(ca.get(), ca_name, *pem)
+                                             : Result<SharedStore>(pem.status());
+        if (fresh.ok()) {
+          store = std::move(fresh).value();
+          crl_error.clear();
+        } else {
+          crl_error = crl_path.string() + ": " + fresh.status().message();
+        }
+      }
+    }
+    return store;
+  }
 };
 
 TrustAnchor::TrustAnchor(std::unique_ptr<State> state, std::string ca_name)
@@ -27,11 +100,16 @@ Result<std::shared_ptr<const TrustAnchor>> TrustAnchor::Load(const std::filesyst
     if (!read.ok()) return InvalidArgument("the CRL " + crl_pem.string() + ": " + read.status().message());
     crl = std::move(read).value();
   }
+  const FileStamp stamp = crl_pem.empty() ? FileStamp{} : StampOf(crl_pem);
   Result<std::shared_ptr<const TrustAnchor>> anchor = FromPem(*ca, crl);
   if (!anchor.ok()) {
     return anchor.status().WithContext(ca_pem.string() +
                                        (crl_pem.empty() ? "" : " and " + crl_pem.string()));
   }
+  State& state = *(*anchor)->state_;
+  state.crl_path = crl_pem;
+  state.crl_stamp = stamp;
+  state.next_check = std::chrono::steady_clock::now() + kCrlRecheck;
   return anchor;
 }
 
@@ -43,22 +121,13 @@ Result<std::shared_ptr<const TrustAnchor>> TrustAnchor::FromPem(std::string_view
   if (X509_check_ca(state->ca.get()) == 0) {
     return InvalidArgument("the CA certificate '" + ca_info.name + "' is not a CA certificate");
   }
-  state->store.reset(X509_STORE_new());
-  if (!state->store || X509_STORE_add_cert(state->store.get(), state->ca.get()) != 1) {
-    return Internal(OpensslError("trust anchor: X509_STORE"));
-  }
-  if (!crl_pem.empty()) {
-    WC_ASSIGN_OR_RETURN(X509CrlPtr crl, ParseCrlPem(crl_pem, "the CRL"));
-    if (X509_CRL_verify(crl.get(), X509_get0_pubkey(state->ca.get())) != 1) {
-      ERR_clear_error();
-      return InvalidArgument("the CRL is not signed by the CA '" + ca_info.name + "'");
-    }
-    if (X509_STORE_add_crl(state->store.get(), crl.get()) != 1) {
-      return Internal(OpensslError("trust anchor: adding the CRL"));
-    }
-    X509_STORE_set_flags(state->store.get(), X509_V_FLAG_CRL_CHECK);
-  }
+  WC_ASSIGN_OR_RETURN(state->store, MakeStore(state->ca.get(), ca_info.name, crl_pem));
   return std::shared_ptr<const TrustAnchor>(new TrustAnchor(std::move(state), ca_info.name));
+}
+
+std::string TrustAnchor::crl_error() const {
+  std::lock_guard lock(state_->mu);
+  return state_->crl_error;
 }
 
 namespace {
@@ -86,14 +155,16 @@ Result<CertificateInfo> Verified(X509_STORE* store, X509* cert) {
 
 Result<CertificateInfo> TrustAnchor::Check(std::span<const uint8_t> certificate_der) const {
   WC_ASSIGN_OR_RETURN(X509Ptr cert, ParseCertificateDer(certificate_der));
-  return Verified(state_->store.get(), cert.get());
+  const SharedStore store = state_->Current(ca_name_);
+  return Verified(store.get(), cert.get());
 }
 
 Result<CertificateInfo> TrustAnchor::CheckSigned(std::span<const uint8_t> certificate_der,
                                                  std::span<const uint8_t> message,
                                                  std::span<const uint8_t> signature) const {
   WC_ASSIGN_OR_RETURN(X509Ptr cert, ParseCertificateDer(certificate_der));
-  WC_ASSIGN_OR_RETURN(CertificateInfo info, Verified(state_->store.get(), cert.get()));
+  const SharedStore store = state_->Current(ca_name_);
+  WC_ASSIGN_OR_RETURN(CertificateInfo info, Verified(store.get(), cert.get()));
   EVP_PKEY* key = X509_get0_pubkey(cert.get());
   if (key == nullptr || EVP_PKEY_get_id(key) != EVP_PKEY_ED25519) {
     return Unauthenticated("certificate '" + info.name + "': its key is not Ed25519");

@@ -4,6 +4,7 @@
 // anchor vouches for.
 #pragma once
 
+#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <span>
@@ -20,6 +21,10 @@ class TrustAnchor {
  public:
   // The CA certificate (PEM) and its CRL (PEM; empty when nothing was ever revoked). A CRL must
   // be signed by the CA. kInvalidArgument naming the file that is not what it should be.
+  // Load watches the CRL file: a new one (`weightcast ca revoke`, copied over it) is read within
+  // kCrlRecheck of its arrival, so a revoked certificate is refused within about a heartbeat,
+  // without a restart. A new file that does not load (not PEM, not the CA's) leaves the list
+  // in force unchanged; crl_error() says why.
   static Result<std::shared_ptr<const TrustAnchor>> Load(const std::filesystem::path& ca_pem,
                                                           const std::filesystem::path& crl_pem);
   static Result<std::shared_ptr<const TrustAnchor>> FromPem(std::string_view ca_pem,
@@ -40,6 +45,10 @@ class TrustAnchor {
                                       std::span<const uint8_t> signature) const;
 
   const std::string& ca_name() const { return ca_name_; }
+  // Why the newest CRL file was not taken (empty when it was). Thread-safe.
+  std::string crl_error() const;
+
+  static constexpr std::chrono::milliseconds kCrlRecheck{1000};
 
  private:
   struct State;

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <fstream>
+#include <thread>
 
 #include "testing/temp_dir.h"
 #include "trust/authority.h"
@@ -155,6 +156,42 @@ TEST(SigningIdentity, LoadRefusesAKeyOthersCanReadOrAKeyThatIsNotTheCertificates
   Result<std::shared_ptr<const SigningIdentity>> open_key = SigningIdentity::Load(cert, key);
   EXPECT_EQ(open_key.status().code(), Code::kInvalidArgument);
   EXPECT_NE(open_key.status().message().find("chmod 600"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace weightcast::trust
+
+namespace weightcast::trust {
+namespace {
+
+// A node does not restart to learn of a revocation: a new crl.pem is read within kCrlRecheck.
+// A file that does not load leaves the list in force and says why.
+TEST(TrustAnchor, ANewRevocationListIsReadWithoutARestart) {
+  testing::TempDir dir;
+  const auto ca_dir = dir.path() / "ca";
+  Authority ca = NewAuthority();
+  ASSERT_TRUE(ca.WriteNew(ca_dir).ok());
+  Result<IssuedCertificate> node = ca.Issue({"stolen", *ParseRolesFlag("publisher:p")});
+  ASSERT_TRUE(node.ok());
+  auto identity = SigningIdentity::FromPem(node->certificate_pem, node->key_pem);
+  auto anchor = TrustAnchor::Load(ca_dir / kCaCertificateFile, ca_dir / kCaCrlFile);
+  ASSERT_TRUE(anchor.ok()) << anchor.status().ToString();
+  const auto der = (*identity)->certificate_der();
+  ASSERT_TRUE((*anchor)->Check(der).ok());
+
+  ASSERT_TRUE(WriteFileAtomic(ca_dir / kCaCrlFile, "not a CRL").ok());
+  std::this_thread::sleep_for(TrustAnchor::kCrlRecheck + std::chrono::milliseconds(100));
+  EXPECT_TRUE((*anchor)->Check(der).ok()) << "a bad file must not drop the list in force";
+  EXPECT_NE((*anchor)->crl_error().find("holds no PEM CRL"), std::string::npos)
+      << (*anchor)->crl_error();
+
+  ASSERT_TRUE(ca.Revoke(node->certificate_pem).ok());
+  ASSERT_TRUE(ca.WriteCrl(ca_dir).ok());
+  std::this_thread::sleep_for(TrustAnchor::kCrlRecheck + std::chrono::milliseconds(100));
+  Result<CertificateInfo> refused = (*anchor)->Check(der);
+  EXPECT_EQ(refused.status().code(), Code::kUnauthenticated);
+  EXPECT_NE(refused.status().message().find("revoked"), std::string::npos);
+  EXPECT_EQ((*anchor)->crl_error(), "");
 }
 
 }  // namespace
