@@ -9,6 +9,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "cli/command.h"
 #include "cli/node_flags.h"
@@ -17,6 +18,7 @@
 #include "metrics/log.h"
 #include "net/handshake.h"
 #include "net/tcp_transport.h"
+#include "trust/rollback_order.h"
 #include "util/text.h"
 
 namespace weightcast::cli {
@@ -76,7 +78,20 @@ Status RunRollback(const RollbackFlags& flags) {
                                               ": " + client.status().message());
   }
   (*client)->set_timeout(connect_timeout);
-  auto rolled = (*client)->Rollback(flags.channel, Version(flags.version));
+  std::vector<uint8_t> order;
+  if (!flags.node.cert_file.empty() || !flags.node.key_file.empty()) {
+    // Certificate mode: the operator signs what it orders; the coordinator checks it.
+    if (flags.node.cert_file.empty() || flags.node.key_file.empty()) {
+      return InvalidArgument("--cert and --key go together");
+    }
+    Result<std::shared_ptr<const trust::SigningIdentity>> identity =
+        trust::SigningIdentity::Load(flags.node.cert_file, flags.node.key_file);
+    if (!identity.ok()) return InvalidArgument("--cert/--key: " + identity.status().message());
+    WC_ASSIGN_OR_RETURN(trust::RollbackOrder made,
+                        trust::NewRollbackOrder(flags.channel, flags.version));
+    WC_ASSIGN_OR_RETURN(order, trust::SignRollbackOrder(made, **identity));
+  }
+  auto rolled = (*client)->Rollback(flags.channel, Version(flags.version), order);
   if (!rolled.ok()) return rolled.status().WithContext("rollback of " + flags.channel);
   const uint64_t to = rolled->value();
   std::printf("channel %s: the fleet switches to version %llu\n", flags.channel.c_str(),

@@ -26,7 +26,7 @@ void AddNodeFlags(CLI::App* cmd, NodeFlags& flags) {
   cmd->add_option("--crl", flags.crl_file,
                   "The CA's revocation list (default: crl.pem beside --ca, when it exists)");
   cmd->add_option("--cert", flags.cert_file,
-                  "This node's certificate (`weightcast ca issue`); a publisher signs with it");
+                  "This node's certificate (`weightcast ca issue`): a publisher signs its versions with it, an operator its rollbacks");
   cmd->add_option("--key", flags.key_file, "This node's private key (mode 0600), with --cert");
 }
 

@@ -320,10 +320,12 @@ Result<wire::FleetStatus> CoordinatorClient::GetStatus(std::string_view channel,
   return std::move(*reply.mutable_fleet_status());
 }
 
-Result<Version> CoordinatorClient::Rollback(std::string_view channel, Version version) {
+Result<Version> CoordinatorClient::Rollback(std::string_view channel, Version version,
+                                            std::span<const uint8_t> order) {
   wire::Envelope envelope;
   envelope.mutable_rollback()->set_channel(std::string(channel));
   envelope.mutable_rollback()->set_version(version.value());
+  envelope.mutable_rollback()->set_order(std::string(order.begin(), order.end()));
   WC_ASSIGN_OR_RETURN(wire::Envelope reply, Call(std::move(envelope)));
   return Version(reply.rollback_reply().version());
 }

@@ -75,7 +75,10 @@ class CoordinatorClient {
   Result<wire::FleetStatus> GetStatus(std::string_view channel = {});
   // With include_left, also the nodes that sent Leave (NodeStatus.left).
   Result<wire::FleetStatus> GetStatus(std::string_view channel, bool include_left);
-  Result<Version> Rollback(std::string_view channel, Version version);
+  // `order`: an operator's signed rollback order (trust/rollback_order.h), which a coordinator
+  // with a CA requires; empty in development mode.
+  Result<Version> Rollback(std::string_view channel, Version version,
+                           std::span<const uint8_t> order = {});
   // Tells the coordinator this node stops on purpose (coord.proto Leave), waiting at most
   // `timeout` for the answer; call it last, before Close. A coordinator that does not know Leave
   // answers with an error (kInvalidArgument), which callers may ignore: the node is then marked

@@ -16,6 +16,7 @@
 #include "coord/envelope.h"
 #include "coord/writer_text.h"
 #include "manifest/builder.h"
+#include "trust/rollback_order.h"
 #include "trust/signed_manifest.h"
 #include "util/text.h"
 
@@ -907,7 +908,16 @@ Result<uint64_t> Coordinator::OnRollback(const net::PeerInfo& peer, const wire::
   }
   WC_RETURN_IF_ERROR(ValidateChannelName(request.channel()).WithContext("rollback"));
   std::lock_guard lock(mu_);
-  if (peer.role == net::Role::kAgent) {
+  std::string by = NodeName(peer.node_id);
+  if (options_.trust_anchor != nullptr) {
+    Result<std::string> signer = CheckRollbackOrderLocked(request);
+    if (!signer.ok()) {
+      options_.log("refused a rollback of " + request.channel() + " from " + by + ": " +
+                   signer.status().message());
+      return signer.status();
+    }
+    by = *signer + " (order sent by " + by + ")";
+  } else if (peer.role == net::Role::kAgent) {
     // An agent whose engine refused the new version (--hook-failure rollback) may roll back a
     // channel it follows (docs/rollout.md), and only that.
     auto it = nodes_.find(peer.node_id);
@@ -923,9 +933,41 @@ Result<uint64_t> Coordinator::OnRollback(const net::PeerInfo& peer, const wire::
   }
   ChannelChangedLocked(request.channel());
   options_.log("" + request.channel() + " rolled back to v" + std::to_string(version) + " by " +
-               NodeName(peer.node_id));
+               by);
   channels_to_decide_.insert(request.channel());
   return version;
+}
+
+Result<std::string> Coordinator::CheckRollbackOrderLocked(const wire::Rollback& request) {
+  if (request.order().empty()) {
+    return Unauthenticated(
+        "rollback: this cluster has a CA, and a rollback needs an order signed by an operator "
+        "(weightcast rollback --cert OPERATOR.pem --key OPERATOR.key)");
+  }
+  std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(request.order().data()),
+                                 request.order().size());
+  WC_ASSIGN_OR_RETURN(trust::CheckedRollbackOrder checked,
+                      trust::VerifyRollbackOrder(bytes, *options_.trust_anchor));
+  const trust::RollbackOrder& order = checked.order;
+  if (order.channel != request.channel() || order.version != request.version()) {
+    return Unauthenticated("rollback: the operator's order is for " + order.channel + " v" +
+                           std::to_string(order.version) + ", not this rollback");
+  }
+  const int64_t now = static_cast<int64_t>(UnixMs());
+  const int64_t window =
+      std::chrono::duration_cast<std::chrono::milliseconds>(trust::kRollbackOrderWindow).count();
+  std::erase_if(rollback_nonces_,
+                [&](const auto& entry) { return entry.second < now - 2 * window; });
+  if (order.issued_unix_ms < now - window || order.issued_unix_ms > now + window) {
+    return Unauthenticated("rollback: the operator's order was issued " +
+                           std::to_string((now - order.issued_unix_ms) / 1000) +
+                           " s from now; an order is taken within " +
+                           std::to_string(window / 1000) + " s of its issue (clocks in sync?)");
+  }
+  if (!rollback_nonces_.emplace(order.nonce, order.issued_unix_ms).second) {
+    return Unauthenticated("rollback: this operator's order was taken already (a replay)");
+  }
+  return "operator '" + checked.signer.name + "' (serial " + checked.signer.serial + ")";
 }
 
 // A rollback makes current a version that agents either keep (they switch) or fetch from the

@@ -209,6 +209,9 @@ class Coordinator {
   wire::FleetStatus OnGetStatus(const wire::GetStatus& request);
   Status OnLeave(uint64_t session, const net::PeerInfo& peer);
   Result<uint64_t> OnRollback(const net::PeerInfo& peer, const wire::Rollback& request);
+  // Certificate mode: the operator's order that must come with a rollback (who signed it, for the
+  // log). kUnauthenticated naming the reason.
+  Result<std::string> CheckRollbackOrderLocked(const wire::Rollback& request);
   Status CheckRollbackReachableLocked(const std::string& channel, uint64_t target) const;
 
   // With mu_ held. Requests sweep at most once per sweep_period_ of clock time (the scan and a
@@ -294,6 +297,9 @@ class Coordinator {
   // of a channel's sharded writer lease (not logged: ranks register again after a restart).
   std::map<std::string, PartAssembly, std::less<>> assemblies_;
   std::map<std::string, std::map<uint64_t, std::string>, std::less<>> aborted_parts_;
+  // Nonces of the operators' rollback orders taken, with their issue time (unix ms): an order is
+  // taken once. Entries leave once their order is too old to be taken anyway.
+  std::map<std::string, int64_t, std::less<>> rollback_nonces_;
   std::map<std::string, std::map<uint32_t, PeerId>, std::less<>> rank_holders_;
   // Long polls. Invariant: a Node's generation values never exceed generation_, and each change
   // that alters a node's reply takes a new value from it.

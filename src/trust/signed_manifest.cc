@@ -6,6 +6,7 @@
 
 #include "hash/digest.h"
 #include "manifest/builder.h"
+#include "trust/signed_envelope.h"
 
 namespace weightcast {
 namespace {
@@ -15,7 +16,7 @@ constexpr uint8_t kSecretFormat = 1;
 constexpr uint8_t kCertificateFormat = 2;
 constexpr std::string_view kSecretDomain = "weightcast signed manifest v1\n";
 constexpr std::string_view kCertificateDomain = "weightcast signed manifest v2\n";
-constexpr size_t kCertificatePrefix = 4 + 1 + 4;  // magic, format, certificate size
+constexpr std::string_view kMagicText = "WCSM";
 
 std::vector<uint8_t> Message(std::string_view domain, std::span<const uint8_t> serialized) {
   std::vector<uint8_t> message;
@@ -32,37 +33,6 @@ std::vector<uint8_t> CertificateMessage(std::span<const uint8_t> serialized) {
   std::memcpy(message.data(), kCertificateDomain.data(), kCertificateDomain.size());
   std::memcpy(message.data() + kCertificateDomain.size(), digest.data(), digest.size());
   return message;
-}
-
-void AppendU32(std::vector<uint8_t>& out, uint32_t value) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(value >> (8 * i)));
-}
-
-// The parts of a format-2 envelope, bounds checked.
-struct CertificateEnvelope {
-  std::span<const uint8_t> certificate;
-  std::span<const uint8_t> signature;
-  std::span<const uint8_t> serialized;
-};
-
-Result<CertificateEnvelope> SplitCertificateEnvelope(std::span<const uint8_t> bytes) {
-  if (bytes.size() < kCertificatePrefix) {
-    return Corrupt("signed manifest: " + std::to_string(bytes.size()) +
-                   " bytes is shorter than its header");
-  }
-  uint32_t certificate_size = 0;
-  for (int i = 0; i < 4; ++i) certificate_size |= static_cast<uint32_t>(bytes[5 + i]) << (8 * i);
-  if (certificate_size == 0 || certificate_size > trust::kMaxCertificateBytes) {
-    return Corrupt("signed manifest: a certificate of " + std::to_string(certificate_size) +
-                   " bytes");
-  }
-  const size_t body = kCertificatePrefix + certificate_size + trust::kSignatureBytes;
-  if (bytes.size() < body) return Corrupt("signed manifest: shorter than its certificate and signature");
-  CertificateEnvelope out;
-  out.certificate = bytes.subspan(kCertificatePrefix, certificate_size);
-  out.signature = bytes.subspan(kCertificatePrefix + certificate_size, trust::kSignatureBytes);
-  out.serialized = bytes.subspan(body);
-  return out;
 }
 
 Result<Manifest> ParseBody(std::span<const uint8_t> serialized) {
@@ -93,14 +63,15 @@ Result<Manifest> VerifySecretFormat(std::span<const uint8_t> bytes, std::string_
 
 Result<Manifest> VerifyCertificateFormat(std::span<const uint8_t> bytes,
                                          const trust::TrustAnchor& anchor) {
-  WC_ASSIGN_OR_RETURN(CertificateEnvelope envelope, SplitCertificateEnvelope(bytes));
-  if (envelope.serialized.size() > kMaxManifestBytes) {
+  WC_ASSIGN_OR_RETURN(trust::EnvelopeParts envelope,
+                      trust::SplitEnvelope(bytes, kMagicText, kCertificateFormat, "signed manifest"));
+  if (envelope.body.size() > kMaxManifestBytes) {
     return Corrupt("signed manifest: body above the manifest size limit");
   }
   Result<trust::CertificateInfo> signer = anchor.CheckSigned(
-      envelope.certificate, CertificateMessage(envelope.serialized), envelope.signature);
+      envelope.certificate, CertificateMessage(envelope.body), envelope.signature);
   if (!signer.ok()) return signer.status().WithContext("signed manifest");
-  WC_ASSIGN_OR_RETURN(Manifest manifest, ParseBody(envelope.serialized));
+  WC_ASSIGN_OR_RETURN(Manifest manifest, ParseBody(envelope.body));
   if (!signer->roles.MayPublish(manifest.channel)) {
     return Unauthenticated("signed manifest: '" + signer->name + "' (serial " + signer->serial +
                            ", roles: " + signer->roles.ToString() + ") may not publish on '" +
@@ -113,23 +84,18 @@ Result<Manifest> VerifyCertificateFormat(std::span<const uint8_t> bytes,
 
 Result<std::vector<uint8_t>> SignManifest(const Manifest& manifest, const ManifestSigner& signer) {
   const std::string serialized = SerializeManifest(manifest);
-  std::vector<uint8_t> out;
-  out.insert(out.end(), std::begin(kMagic), std::end(kMagic));
-  if (signer.identity == nullptr) {
-    const Digest tag = HmacSha256(AsBytes(signer.secret), Message(kSecretDomain, AsBytes(serialized)));
-    out.reserve(kSignedManifestHeaderSize + serialized.size());
-    out.push_back(kSecretFormat);
-    out.insert(out.end(), tag.begin(), tag.end());
-  } else {
-    const std::span<const uint8_t> certificate = signer.identity->certificate_der();
+  if (signer.identity != nullptr) {
     WC_ASSIGN_OR_RETURN(std::vector<uint8_t> signature,
                         signer.identity->Sign(CertificateMessage(AsBytes(serialized))));
-    out.reserve(kCertificatePrefix + certificate.size() + signature.size() + serialized.size());
-    out.push_back(kCertificateFormat);
-    AppendU32(out, static_cast<uint32_t>(certificate.size()));
-    out.insert(out.end(), certificate.begin(), certificate.end());
-    out.insert(out.end(), signature.begin(), signature.end());
+    return trust::JoinEnvelope(kMagicText, kCertificateFormat, signer.identity->certificate_der(),
+                               signature, AsBytes(serialized));
   }
+  const Digest tag = HmacSha256(AsBytes(signer.secret), Message(kSecretDomain, AsBytes(serialized)));
+  std::vector<uint8_t> out;
+  out.reserve(kSignedManifestHeaderSize + serialized.size());
+  out.insert(out.end(), std::begin(kMagic), std::end(kMagic));
+  out.push_back(kSecretFormat);
+  out.insert(out.end(), tag.begin(), tag.end());
   out.insert(out.end(), serialized.begin(), serialized.end());
   return out;
 }
@@ -177,7 +143,8 @@ Result<trust::CertificateInfo> ManifestSignerOf(std::span<const uint8_t> bytes) 
     return Corrupt("signed manifest: bad header");
   }
   if (bytes[4] != kCertificateFormat) return NotFound("signed with the cluster secret");
-  WC_ASSIGN_OR_RETURN(CertificateEnvelope envelope, SplitCertificateEnvelope(bytes));
+  WC_ASSIGN_OR_RETURN(trust::EnvelopeParts envelope,
+                      trust::SplitEnvelope(bytes, kMagicText, kCertificateFormat, "signed manifest"));
   return trust::ReadCertificate(envelope.certificate);
 }
 

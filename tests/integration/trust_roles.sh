@@ -4,7 +4,8 @@
 # CA with the publisher role for the channel. A certified publisher's versions commit; a machine
 # with only an agent certificate, a publisher of another channel, a certificate of another CA, a
 # revoked one and the shared cluster secret alone are each refused with a logged reason, and
-# nothing of theirs is staged or committed. An agent checks for itself: a version relayed by a
+# nothing of theirs is staged or committed. A rollback needs an operator's signed order: without
+# one, or with an agent's certificate, it is refused. An agent checks for itself: a version relayed by a
 # coordinator that does not check (development mode, or compromised) is refused by the agent.
 source "$(dirname "$0")/rollout_lib.bash" "$1"
 
@@ -16,6 +17,7 @@ issue trainer publisher:policy
 issue sampler agent
 issue other-trainer publisher:reward-model
 issue lost-trainer publisher:policy
+issue alice operator
 "$wc" ca init --dir "$work/foreign-ca" 2>/dev/null
 "$wc" ca issue --dir "$work/foreign-ca" --name intruder --role 'publisher:*' \
   --out "$work/intruder" >/dev/null
@@ -71,7 +73,30 @@ chmod 600 "$work/trainer.key"
 
 grep -q "may not publish on 'policy'" "$work/coord.log" || fail "the coordinator did not log why"
 [[ "$(fleet_current)" == 1 ]] || fail "the fleet moved off v1"
-for v in 2 3; do [[ ! -e "$work/a1/$channel/versions/$v" ]] || fail "a1 has a v$v"; done
+[[ ! -e "$work/a1/$channel/versions/2" ]] || fail "a1 has a v2"
+
+# v2 from the certified publisher, then back to v1: only with an operator's order.
+timeout 60 "$wc" publish --coordinator "$coord" --store "$work/pub" --channel "$channel" \
+  --dir "$work/ckpt/2" --chunk-size 1MiB --until complete --secret-file "$work/secret" \
+  --ca "$ca/ca.pem" --cert "$work/trainer.pem" --key "$work/trainer.key" >>"$work/pub.log" 2>&1 ||
+  fail "the certified publisher's v2 did not complete"
+rollback() {  # rollback NAME FLAGS...: output in $work/NAME.out
+  local name="$1"
+  shift
+  timeout 60 "$wc" rollback --coordinator "$coord" --secret-file "$work/secret" "$channel" \
+    "$@" >"$work/$name.out" 2>&1
+}
+rollback no-order && fail "a rollback without an operator's order went through"
+refused no-order "needs an order signed by an operator"
+rollback agent-order --cert "$work/sampler.pem" --key "$work/sampler.key" &&
+  fail "a rollback ordered by an agent went through"
+refused agent-order "'sampler' (serial [0-9A-F]*, roles: agent) is not an operator"
+[[ "$(current_of a1)" == 2 ]] || fail "a1 left v2 on a refused rollback"
+rollback operator --cert "$work/alice.pem" --key "$work/alice.key" --wait ||
+  { cat "$work/operator.out"; fail "the operator's rollback failed"; }
+[[ "$(current_of a1)" == 1 ]] || fail "a1 is not back on v1"
+grep -q "rolled back to v1 by operator 'alice'" "$work/coord.log" || fail "no operator in the log"
+versions_before="$(ls "$work/a1/$channel/versions")"
 
 # An agent checks for itself. A coordinator that does not (development mode here; a
 # compromised one alike) relays a version signed with the cluster secret only: the agent with
@@ -80,10 +105,11 @@ kill_process coord
 rm -rf "$work/coord-state"
 coordinator_flags=(--commit-policy all --prepare-deadline 5s)
 start_coordinator
-publish 2
+publish 3
 wait_for 60 grep -q "signed with the shared cluster secret" "$work/a1.log" ||
-  fail "a1 did not refuse the secret-signed v2"
+  fail "a1 did not refuse the secret-signed version"
 sleep 1
 [[ "$(current_of a1)" == 1 ]] || fail "a1 left v1"
-[[ ! -e "$work/a1/$channel/versions/2" ]] || fail "a1 committed the secret-signed v2"
+[[ "$(ls "$work/a1/$channel/versions")" == "$versions_before" ]] ||
+  fail "a1 committed a secret-signed version"
 echo "PASS trust_roles"

@@ -1,0 +1,100 @@
+// A coordinator with a CA (docs/security.md): it logs a version only when its publisher signed it
+// for its channel, and takes a rollback only with a fresh operator's order, once.
+#include <gtest/gtest.h>
+
+#include "coord/coordinator.h"
+#include "coord_test_util.h"
+#include "trust/rollback_order.h"
+#include "trust/signed_manifest.h"
+#include "unit/trust/trust_test_util.h"
+
+namespace weightcast::coord {
+namespace {
+
+using testing::AgentRegistration;
+using testing::CoordinatorHarness;
+using testing::kSecret;
+using testing::TestManifest;
+
+constexpr uint64_t kNow = 1'700'000'000'000;
+
+class CertifiedCluster : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    CoordinatorOptions base;
+    base.trust_anchor = weightcast::testing::AnchorOf(ca_);
+    harness_ = std::make_unique<CoordinatorHarness>(base);
+    ASSERT_TRUE(harness_->Start().ok());
+    harness_->SetUnixMs(kNow);
+  }
+
+  std::vector<uint8_t> SignedBy(const Manifest& m,
+                                const std::shared_ptr<const trust::SigningIdentity>& who) {
+    return *SignManifest(m, {kSecret, who.get()});
+  }
+
+  std::vector<uint8_t> Order(const std::shared_ptr<const trust::SigningIdentity>& who,
+                             uint64_t version, int64_t issued = kNow, std::string nonce = "") {
+    trust::RollbackOrder order{"p", version, issued,
+                               nonce.empty() ? std::string(32, 'a') : std::move(nonce)};
+    return *trust::SignRollbackOrder(order, *who);
+  }
+
+  trust::Authority ca_ = weightcast::testing::NewAuthority();
+  std::unique_ptr<CoordinatorHarness> harness_;
+};
+
+TEST_F(CertifiedCluster, OnlyAPublisherOfTheChannelPublishes) {
+  auto pub = harness_->Connect(7, net::Role::kPublisher);
+  auto trainer = weightcast::testing::Issue(ca_, "trainer", "publisher:p");
+  auto sampler = weightcast::testing::Issue(ca_, "sampler", "agent");
+  EXPECT_EQ(pub->Publish(SignedBy(TestManifest("p", 1, 1), sampler)).status().code(),
+            Code::kUnauthenticated);
+  EXPECT_EQ(pub->Publish(SignManifestWithSecret(TestManifest("p", 1, 1), kSecret)).status().code(),
+            Code::kUnauthenticated);
+  ASSERT_TRUE(pub->Publish(SignedBy(TestManifest("p", 1, 1), trainer)).ok());
+  auto status = pub->GetStatus("p");
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->channels(0).versions_size(), 1);
+}
+
+TEST_F(CertifiedCluster, ARollbackNeedsAFreshOperatorsOrderTakenOnce) {
+  auto pub = harness_->Connect(7, net::Role::kPublisher);
+  auto trainer = weightcast::testing::Issue(ca_, "trainer", "publisher:p");
+  for (uint64_t v = 1; v <= 3; ++v) {
+    ASSERT_TRUE(pub->Publish(SignedBy(TestManifest("p", v, v), trainer)).ok());
+  }
+  auto tool = harness_->Connect(9, net::Role::kTool);
+  auto refused = [&](Result<Version> r, std::string_view why) {
+    EXPECT_EQ(r.status().code(), Code::kUnauthenticated) << r.status().ToString();
+    EXPECT_NE(r.status().message().find(why), std::string::npos) << r.status().message();
+  };
+  auto alice = weightcast::testing::Issue(ca_, "alice", "operator");
+  auto sampler = weightcast::testing::Issue(ca_, "sampler", "agent");
+  trust::Authority other = weightcast::testing::NewAuthority("other");
+  auto mallory = weightcast::testing::Issue(other, "mallory", "operator");
+
+  refused(tool->Rollback("p", Version(0)), "needs an order signed by an operator");
+  refused(tool->Rollback("p", Version(0), Order(sampler, 0)), "is not an operator");
+  refused(tool->Rollback("p", Version(0), Order(mallory, 0)), "'mallory'");
+  refused(tool->Rollback("p", Version(1), Order(alice, 0)), "is for p v0, not this rollback");
+  refused(tool->Rollback("p", Version(0), Order(alice, 0, kNow - 10 * 60 * 1000)),
+          "issued 600 s from now");
+  // An agent's own rollback (--hook-failure rollback) needs an order too.
+  auto agent = harness_->Connect(10, net::Role::kAgent);
+  ASSERT_TRUE(agent->Register(AgentRegistration(10, "p")).ok());
+  refused(agent->Rollback("p", Version(0)), "needs an order signed by an operator");
+
+  const std::vector<uint8_t> order = Order(alice, 0);
+  auto back = tool->Rollback("p", Version(0), order);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, Version(2));
+  refused(tool->Rollback("p", Version(0), order), "taken already (a replay)");
+  // A new order (its own nonce) is taken.
+  back = tool->Rollback("p", Version(0), Order(alice, 0, kNow, std::string(32, 'b')));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, Version(1));
+}
+
+}  // namespace
+}  // namespace weightcast::coord
