@@ -284,6 +284,7 @@ Status Agent::Impl::Run() {
   net.self.node_id = options.node_id;
   net.self.role = net::Role::kAgent;
   net.secret = options.secret;
+  net.tls = options.tls;
   net.log = coord::WithoutConnectFailures(options.log, options.coordinator);
   if (options.upload_limit != 0) {
     net.upload_limit = std::make_shared<net::TokenBucket>(

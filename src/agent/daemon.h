@@ -48,6 +48,7 @@ struct AgentOptions {
   // Which transport carries peer connections (net/transport_select.h): auto = UCX with peers
   // that offer it and TCP otherwise. TCP by default (docs/transport_ucx.md, "Default").
   net::TransportKind transport = net::TransportKind::kTcp;
+  net::TlsOptions tls;  // certificate mode: every connection mutual TLS (docs/security.md)
   std::string rack;
   std::vector<std::string> tensor_patterns;  // empty: every tensor
   std::string metrics;                       // ip:port for /metrics; empty: none

@@ -153,6 +153,9 @@ Status RunCoordinator(const CoordinatorFlags& flags) {
       PeerId(flags.node.node_id != 0 ? flags.node.node_id : std::random_device{}());
   net_options.self.role = net::Role::kCoordinator;
   net_options.secret = options.secret;
+  if (options.trust_anchor != nullptr) {
+    WC_ASSIGN_OR_RETURN(net_options.tls, CertificateModeTls(flags.node, options.trust_anchor));
+  }
   // A node refused for its secret or cluster is misconfigured and keeps retrying: WARN, so that
   // it stands out among the INFO lines (docs/coordinator.md, "Membership and liveness").
   net_options.log = [log](std::string_view line) {

@@ -53,6 +53,50 @@ Result<std::shared_ptr<const trust::TrustAnchor>> LoadTrustAnchor(
   return anchor;
 }
 
+Result<net::TlsOptions> CertificateModeTls(const NodeFlags& flags,
+                                           std::shared_ptr<const trust::TrustAnchor> anchor) {
+  if (flags.cert_file.empty() || flags.key_file.empty()) {
+    return InvalidArgument(
+        "with --ca every node proves who it is with its own certificate: give --cert and --key "
+        "(`weightcast ca issue`)");
+  }
+  // Loaded here so that a bad pair is a flag error now, not a failed TLS handshake later.
+  WC_RETURN_IF_ERROR(LoadSigningIdentity(flags, true).status());
+  net::TlsOptions tls;
+  tls.enabled = true;
+  tls.cert_file = flags.cert_file;
+  tls.key_file = flags.key_file;
+  tls.ca_file = flags.ca_file;
+  tls.check_peer = [anchor](std::span<const uint8_t> der, net::Role claimed) -> Status {
+    WC_ASSIGN_OR_RETURN(trust::CertificateInfo peer, anchor->Check(der));
+    bool holds = false;
+    std::string_view needs;
+    switch (claimed) {
+      case net::Role::kAgent:
+        holds = peer.roles.agent;
+        needs = "agent";
+        break;
+      case net::Role::kPublisher:
+        holds = !peer.roles.publisher_channels.empty();
+        needs = "publisher";
+        break;
+      case net::Role::kCoordinator:
+        holds = peer.roles.coordinator;
+        needs = "coordinator";
+        break;
+      case net::Role::kTool:
+        holds = !peer.roles.empty();
+        needs = "any";
+        break;
+    }
+    if (holds) return Status::Ok();
+    return Unauthenticated("certificate '" + peer.name + "' (serial " + peer.serial + ", roles: " +
+                           peer.roles.ToString() + ") does not hold the " + std::string(needs) +
+                           " role its node claims");
+  };
+  return tls;
+}
+
 Result<std::shared_ptr<const trust::SigningIdentity>> LoadSigningIdentity(const NodeFlags& flags,
                                                                           bool required) {
   if (flags.cert_file.empty() != flags.key_file.empty()) {
@@ -160,6 +204,11 @@ Status ValidateCoordinatorFlag(std::string_view flag, std::string_view value) {
 Result<net::Options> ToolTransportOptions(const NodeFlags& flags) {
   net::Options options;
   WC_ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.secret_file));
+  if (!flags.ca_file.empty()) {
+    WC_ASSIGN_OR_RETURN(std::shared_ptr<const trust::TrustAnchor> anchor,
+                        LoadTrustAnchor(flags, nullptr));
+    WC_ASSIGN_OR_RETURN(options.tls, CertificateModeTls(flags, std::move(anchor)));
+  }
   options.self.cluster_id = flags.cluster;
   options.self.node_id = PeerId(flags.node_id != 0 ? flags.node_id : std::random_device{}());
   options.self.role = net::Role::kTool;

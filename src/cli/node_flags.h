@@ -48,6 +48,13 @@ void AddNodeFlags(CLI::App* cmd, NodeFlags& flags);
 // mode: `warn` is told what that allows). kInvalidArgument naming the file that is wrong.
 Result<std::shared_ptr<const trust::TrustAnchor>> LoadTrustAnchor(
     const NodeFlags& flags, const std::function<void(std::string_view)>& warn);
+// Certificate mode's mutual TLS for every connection of this process: its own certificate and
+// key (--cert, --key: required), the CA (--ca), and a check that each peer's certificate is
+// valid now, not revoked, and holds the role the peer claims (agent, publisher, coordinator; a
+// tool may hold any). kInvalidArgument naming what is missing.
+Result<net::TlsOptions> CertificateModeTls(const NodeFlags& flags,
+                                           std::shared_ptr<const trust::TrustAnchor> anchor);
+
 // This node's certificate and key (--cert, --key) when `required` or given; null otherwise.
 // kInvalidArgument when only one of the two is given, or when required and both are missing.
 Result<std::shared_ptr<const trust::SigningIdentity>> LoadSigningIdentity(const NodeFlags& flags,

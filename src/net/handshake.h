@@ -89,6 +89,8 @@ class Handshake {
   Result<std::optional<OutFrame>> OnFrame(const Frame& frame);
 
   bool established() const { return state_ == State::kEstablished; }
+  // The peer's Hello was accepted: peer() has the id and role it claims (not yet proven).
+  bool heard_hello() const { return state_ == State::kAwaitAuth || state_ == State::kEstablished; }
   const PeerInfo& peer() const { return peer_; }
 
   static OutFrame ErrorFrameFor(const Status& status);

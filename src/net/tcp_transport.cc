@@ -127,6 +127,22 @@ class Channel {
   tcp::socket& socket() { return socket_; }
   bool tls() const { return tls_ != nullptr; }
 
+  // The certificate the TLS peer presented, DER (empty without TLS or certificate).
+  std::vector<uint8_t> PeerCertificateDer() const {
+    if (!tls_) return {};
+    X509* cert = SSL_get1_peer_certificate(tls_->native_handle());
+    if (cert == nullptr) return {};
+    std::vector<uint8_t> der;
+    const int size = i2d_X509(cert, nullptr);
+    if (size > 0) {
+      der.resize(static_cast<size_t>(size));
+      unsigned char* cursor = der.data();
+      i2d_X509(cert, &cursor);
+    }
+    X509_free(cert);
+    return der;
+  }
+
   awaitable<std::error_code> StartTls(asio::ssl::context& context, bool client) {
     tls_ = std::make_unique<asio::ssl::stream<tcp::socket&>>(socket_, context);
     std::error_code ec;
@@ -267,7 +283,7 @@ struct Shared {
   WireBytes bytes;
 };
 
-// TLS 1.2+ with mutual certificate verification against the cluster CA. Throws
+// TLS 1.3 with mutual certificate verification against the cluster CA. Throws
 // std::system_error (caught by TcpTransport::Create) when a file is missing or
 // does not parse.
 std::unique_ptr<asio::ssl::context> MakeTlsContext(const TlsOptions& tls) {
@@ -279,19 +295,42 @@ std::unique_ptr<asio::ssl::context> MakeTlsContext(const TlsOptions& tls) {
   context->use_private_key_file(tls.key_file, asio::ssl::context::pem);
   context->load_verify_file(tls.ca_file);
   context->set_verify_mode(asio::ssl::verify_peer | asio::ssl::verify_fail_if_no_peer_cert);
+  SSL_CTX_set_min_proto_version(context->native_handle(), TLS1_3_VERSION);
   return context;
 }
 
 awaitable<Result<PeerInfo>> RunHandshake(Channel& channel, const Options& options, bool initiator,
                                          std::atomic<bool>* spoke);
+awaitable<Status> WriteFrame(Channel& channel, const OutFrame& frame);
 
 // TLS first (when configured), then the HMAC handshake inside it. `spoke` (optional) is set
 // once the peer's Hello was accepted.
 awaitable<Result<PeerInfo>> SecureAndAuthenticate(Shared& shared, Channel& channel, bool initiator,
                                                   std::atomic<bool>* spoke = nullptr) {
   if (shared.tls) {
+    if (!initiator) {
+      // A peer that speaks weightcast without TLS (a node not given the certificate flags)
+      // would see only a hang-up: tell it in its own protocol. A TLS record starts with 0x16.
+      uint8_t first = 0;
+      std::error_code peeked;
+      co_await channel.socket().async_receive(asio::buffer(&first, 1),
+                                              tcp::socket::message_peek,
+                                              asio::redirect_error(asio::use_awaitable, peeked));
+      if (!peeked && first != 0x16) {
+        const Status refused = Unauthenticated(
+            "this node runs in certificate mode: connect with TLS and a certificate of the "
+            "cluster CA (--ca, --cert, --key; docs/security.md)");
+        (void)co_await WriteFrame(channel, Handshake::ErrorFrameFor(refused));
+        co_return refused;
+      }
+    }
     std::error_code ec = co_await channel.StartTls(*shared.tls, initiator);
-    if (ec) co_return Unauthenticated("TLS handshake failed: " + ec.message());
+    if (ec) {
+      co_return Unauthenticated("TLS handshake failed: " + ec.message() +
+                                (initiator ? " (does the peer run in certificate mode, with a "
+                                             "certificate of the same CA?)"
+                                           : ""));
+    }
   }
   co_return co_await RunHandshake(channel, shared.options, initiator, spoke);
 }
@@ -362,6 +401,7 @@ awaitable<Result<PeerInfo>> RunHandshake(Channel& channel, const Options& option
   Handshake hs(options.self, options.secret, initiator);
   Status sent = co_await WriteFrame(channel, hs.HelloFrame());
   if (!sent.ok()) co_return sent;
+  bool role_checked = false;
   while (!hs.established()) {
     Result<Frame> frame = co_await ReadFrame(channel, kHandshakeMaxFrameBytes, nullptr, nullptr);
     if (!frame.ok()) {
@@ -376,6 +416,16 @@ awaitable<Result<PeerInfo>> RunHandshake(Channel& channel, const Options& option
         (void)co_await WriteFrame(channel, Handshake::ErrorFrameFor(reply.status()));
       }
       co_return reply.status();
+    }
+    if (!role_checked && hs.heard_hello() && channel.tls() && options.tls.check_peer) {
+      // The role the peer claims must be one its certificate holds; refused before our Auth
+      // goes out, so the peer learns why instead of seeing a hang-up.
+      role_checked = true;
+      Status allowed = options.tls.check_peer(channel.PeerCertificateDer(), hs.peer().role);
+      if (!allowed.ok()) {
+        (void)co_await WriteFrame(channel, Handshake::ErrorFrameFor(allowed));
+        co_return allowed;
+      }
     }
     if (spoke != nullptr) *spoke = true;
     if (*reply) {

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -36,7 +37,7 @@ inline constexpr Duration kForever = Duration::max();
 using LogFn = std::function<void(std::string_view line)>;
 void LogToStderr(std::string_view line);
 
-// TLS (OpenSSL via asio::ssl) for untrusted networks: encrypts each connection
+// TLS 1.3 (OpenSSL via asio::ssl) for untrusted networks: encrypts each connection
 // and makes both sides present a certificate that chains to the cluster CA; the
 // HMAC handshake still runs inside it. Off by default: on a trusted network it
 // costs CPU and the zero-copy send. TCP only (the in-memory transport ignores
@@ -46,6 +47,11 @@ struct TlsOptions {
   std::string cert_file;  // PEM certificate (chain) of this node
   std::string key_file;   // PEM private key of that certificate
   std::string ca_file;    // PEM certificate(s) of the cluster CA
+  // Called once the peer's Hello names the role it claims, with the certificate it presented
+  // (DER, already chained to the CA by TLS): an error refuses the connection, and the peer is
+  // told why (docs/security.md: a certificate must hold the role its node claims). Null: any
+  // certificate of the CA may claim any role. Called from transport threads.
+  std::function<Status(std::span<const uint8_t> certificate_der, Role claimed)> check_peer{};
 };
 
 struct Options {

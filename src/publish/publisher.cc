@@ -239,6 +239,7 @@ Status Publisher::Start() {
   net.self.node_id = node_id_;
   net.self.role = net::Role::kPublisher;
   net.secret = options_.secret;
+  net.tls = options_.tls;
   net.upload_limit = options_.upload_limit;
   net.log = coord::WithoutConnectFailures(options_.log.AsLineFn(), options_.coordinator);
   net::TransportSelection selection;

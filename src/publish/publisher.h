@@ -63,6 +63,7 @@ struct PublisherOptions {
   std::string listen = "127.0.0.1:0";  // where peers fetch from this node
   // Which transport carries peer connections (net/transport_select.h).
   net::TransportKind transport = net::TransportKind::kTcp;
+  net::TlsOptions tls;  // certificate mode: every connection mutual TLS (docs/security.md)
   std::string secret;  // the cluster secret (never from argv)
   // Signs manifests with this publisher certificate's key; null: with the cluster secret
   // (development mode).

@@ -16,6 +16,7 @@
 
 #include "codec/version_codec.h"
 #include "trust/signed_manifest.h"
+#include "unit/trust/trust_test_util.h"
 #include "metrics/registry.h"
 #include "net/memory_transport.h"
 #include "node/payload_cache.h"
@@ -354,6 +355,34 @@ TEST_F(Swarm, CorruptSourceIsDetected) {
   EXPECT_GE(agent.swarm->counters().chunks_failed, 1u);
   EXPECT_EQ(agent.swarm->progress().chunks_done, 0u);
   EXPECT_FALSE(agent.swarm->CommitTarget().ok());
+}
+
+// An agent checks a manifest for itself, whoever relays it: with a CA, one signed with the cluster
+// secret or by a certificate without the channel's publisher role is refused before anything is
+// fetched (docs/security.md).
+TEST_F(Swarm, CertifiedManifestsOnly) {
+  trust::Authority ca = testing::NewAuthority();
+  auto anchor = testing::AnchorOf(ca);
+  auto trainer = testing::Issue(ca, "trainer", std::string("publisher:") + kChannel);
+  auto sampler = testing::Issue(ca, "sampler", "agent");
+  tweak_ = [&](uint64_t, SwarmNodeOptions& o) { o.trust_anchor = anchor; };
+  Node& seed = AddNode(1, true);
+  const auto files = SampleFiles(5);
+  ASSERT_TRUE(StageAndCommit(*seed.store, kChannel, Version(1), files).ok());
+  Manifest v1 = MakeManifest(kChannel, Version(1), files);
+  const std::vector<uint8_t> certified = *SignManifest(v1, {kSecret, trainer.get()});
+  EXPECT_EQ(seed.swarm->Seed(v1, SignManifestWithSecret(v1, kSecret), nullptr).code(),
+            Code::kUnauthenticated);
+  ASSERT_TRUE(seed.swarm->Seed(v1, certified, nullptr).ok());
+  Node& agent = AddNode(2, false);
+  EXPECT_EQ(agent.swarm->Fetch(v1, SignManifestWithSecret(v1, kSecret)).code(),
+            Code::kUnauthenticated);
+  EXPECT_EQ(agent.swarm->Fetch(v1, *SignManifest(v1, {kSecret, sampler.get()})).code(),
+            Code::kUnauthenticated);
+  EXPECT_EQ(agent.swarm->progress().chunks_done, 0u);
+  ASSERT_TRUE(agent.swarm->Fetch(v1, certified).ok());
+  Mesh();
+  ASSERT_TRUE(agent.swarm->WaitComplete(std::chrono::seconds(10)).ok());
 }
 
 TEST_F(Swarm, WrongSecretGetsNothing) {
