@@ -80,7 +80,7 @@ Status RunAgent(const AgentFlags& flags) {
     }
   }
   options.cluster = flags.node.cluster;
-  options.node_id = PeerId(flags.node.node_id);
+  WC_ASSIGN_OR_RETURN(options.node_id, NodeIdOf(flags.node));
   options.corrupt_uploads_for_testing = flags.corrupt_uploads_for_testing;
   WC_ASSIGN_OR_RETURN(options.verify_result, ParseVerifyResultFlag(flags.verify_result));
   options.hook.command = flags.hook_command;

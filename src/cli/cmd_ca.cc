@@ -26,6 +26,7 @@ struct CaFlags {
   std::string out;
   std::string certificate;
   int64_t days = 0;
+  uint64_t node_id = 0;
   bool force = false;
 };
 
@@ -56,7 +57,8 @@ Status RunIssue(const CaFlags& flags) {
   if (flags.days < 0) return InvalidArgument("--days must be positive");
   WC_ASSIGN_OR_RETURN(trust::Roles roles, trust::ParseRolesFlag(flags.roles));
   WC_ASSIGN_OR_RETURN(trust::Authority ca, trust::Authority::Open(flags.dir));
-  trust::IssueRequest request{flags.name, roles};
+  trust::IssueRequest request{.name = flags.name, .roles = roles};
+  if (flags.node_id != 0) request.node_id = flags.node_id;
   if (flags.days > 0) request.valid_seconds = flags.days * trust::kDay;
   WC_ASSIGN_OR_RETURN(trust::IssuedCertificate issued, ca.Issue(request));
   const std::string cert_path = flags.out + ".pem";
@@ -67,7 +69,9 @@ Status RunIssue(const CaFlags& flags) {
   WC_RETURN_IF_ERROR(WritePrivateFile(key_path, issued.key_pem, flags.force));
   WC_RETURN_IF_ERROR(WriteFileAtomic(cert_path, issued.certificate_pem));
   std::cout << "issued " << cert_path << " and " << key_path << " (mode 0600) to '" << flags.name
-            << "': " << roles.ToString() << ", serial " << issued.serial << "\n";
+            << "': " << roles.ToString()
+            << (flags.node_id != 0 ? ", node " + std::to_string(flags.node_id) : "") << ", serial "
+            << issued.serial << "\n";
   return Status::Ok();
 }
 
@@ -90,6 +94,7 @@ Status RunShow(const CaFlags& flags) {
   std::cout << "name      " << info->name << "\n"
             << "serial    " << info->serial << "\n"
             << "roles     " << info->roles.ToString() << "\n"
+            << "node id   " << (info->node_id ? std::to_string(*info->node_id) : "any") << "\n"
             << "expires   " << FormatTime(info->not_after) << "\n";
   return Status::Ok();
 }
@@ -118,6 +123,9 @@ void SetupCa(CLI::App& app) {
   issue->add_option("--out", flags->out, "Write PREFIX.pem and PREFIX.key (mode 0600)")
       ->required();
   issue->add_option("--days", flags->days, "Validity in days (default: 365)");
+  issue->add_option("--node-id", flags->node_id,
+                    "Bind the certificate to this node id: its holder connects under it only, "
+                    "and it becomes the node's default --node-id");
   issue->add_flag("--force", flags->force, "Replace PREFIX.pem and PREFIX.key if they exist");
   issue->callback([flags] { Finish("ca issue", RunIssue(*flags)); });
 

@@ -106,7 +106,7 @@ Status RunPublish(const PublishFlags& flags) {
   options.listen = flags.listen;
   WC_ASSIGN_OR_RETURN(options.transport, ParseTransportFlag(flags.transport));
   options.cluster = flags.node.cluster;
-  options.node_id = PeerId(flags.node.node_id);
+  WC_ASSIGN_OR_RETURN(options.node_id, NodeIdOf(flags.node));
   options.writer_id = flags.writer_id;
   options.take_over = flags.take_over;
   options.allow_no_tensors = flags.allow_no_tensors;

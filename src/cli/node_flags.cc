@@ -67,8 +67,14 @@ Result<net::TlsOptions> CertificateModeTls(const NodeFlags& flags,
   tls.cert_file = flags.cert_file;
   tls.key_file = flags.key_file;
   tls.ca_file = flags.ca_file;
-  tls.check_peer = [anchor](std::span<const uint8_t> der, net::Role claimed) -> Status {
+  tls.check_peer = [anchor](std::span<const uint8_t> der, const net::PeerInfo& node) -> Status {
     WC_ASSIGN_OR_RETURN(trust::CertificateInfo peer, anchor->Check(der));
+    if (peer.node_id.has_value() && *peer.node_id != node.node_id.value()) {
+      return Unauthenticated("certificate '" + peer.name + "' (serial " + peer.serial +
+                             ") belongs to node " + std::to_string(*peer.node_id) +
+                             ", not to node " + std::to_string(node.node_id.value()));
+    }
+    const net::Role claimed = node.role;
     bool holds = false;
     std::string_view needs;
     switch (claimed) {
@@ -95,6 +101,20 @@ Result<net::TlsOptions> CertificateModeTls(const NodeFlags& flags,
                            " role its node claims");
   };
   return tls;
+}
+
+Result<PeerId> NodeIdOf(const NodeFlags& flags) {
+  if (flags.cert_file.empty() || flags.key_file.empty()) return PeerId(flags.node_id);
+  Result<std::shared_ptr<const trust::SigningIdentity>> identity =
+      trust::SigningIdentity::Load(flags.cert_file, flags.key_file);
+  if (!identity.ok()) return InvalidArgument("--cert/--key: " + identity.status().message());
+  const std::optional<uint64_t> bound = (*identity)->info().node_id;
+  if (!bound.has_value()) return PeerId(flags.node_id);
+  if (flags.node_id != 0 && flags.node_id != *bound) {
+    return InvalidArgument("--node-id " + std::to_string(flags.node_id) + ": --cert belongs to node " +
+                           std::to_string(*bound));
+  }
+  return PeerId(*bound);
 }
 
 Result<std::shared_ptr<const trust::SigningIdentity>> LoadSigningIdentity(const NodeFlags& flags,

@@ -55,6 +55,10 @@ Result<std::shared_ptr<const trust::TrustAnchor>> LoadTrustAnchor(
 Result<net::TlsOptions> CertificateModeTls(const NodeFlags& flags,
                                            std::shared_ptr<const trust::TrustAnchor> anchor);
 
+// This node's id: --node-id, or the id --cert binds it to (`ca issue --node-id`); 0 (random)
+// when neither names one. kInvalidArgument when the two disagree.
+Result<PeerId> NodeIdOf(const NodeFlags& flags);
+
 // This node's certificate and key (--cert, --key) when `required` or given; null otherwise.
 // kInvalidArgument when only one of the two is given, or when required and both are missing.
 Result<std::shared_ptr<const trust::SigningIdentity>> LoadSigningIdentity(const NodeFlags& flags,

@@ -439,7 +439,7 @@ awaitable<Result<PeerInfo>> RunHandshake(Channel& channel, const Options& option
       // The role the peer claims must be one its certificate holds; refused before our Auth
       // goes out, so the peer learns why instead of seeing a hang-up.
       role_checked = true;
-      Status allowed = options.tls.check_peer(channel.PeerCertificateDer(), hs.peer().role);
+      Status allowed = options.tls.check_peer(channel.PeerCertificateDer(), hs.peer());
       if (!allowed.ok()) {
         (void)co_await WriteFrame(channel, Handshake::ErrorFrameFor(allowed));
         co_return allowed;

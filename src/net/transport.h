@@ -47,11 +47,13 @@ struct TlsOptions {
   std::string cert_file;  // PEM certificate (chain) of this node
   std::string key_file;   // PEM private key of that certificate
   std::string ca_file;    // PEM certificate(s) of the cluster CA
-  // Called once the peer's Hello names the role it claims, with the certificate it presented
-  // (DER, already chained to the CA by TLS): an error refuses the connection, and the peer is
-  // told why (docs/security.md: a certificate must hold the role its node claims). Null: any
-  // certificate of the CA may claim any role. Called from transport threads.
-  std::function<Status(std::span<const uint8_t> certificate_der, Role claimed)> check_peer{};
+  // Called once the peer's Hello names the id and role it claims, with the certificate it
+  // presented (DER, already chained to the CA by TLS): an error refuses the connection, and the
+  // peer is told why (docs/security.md: a certificate must hold the role its node claims, and
+  // name its id when it names one). Null: any certificate of the CA may claim anything. Called
+  // from transport threads.
+  std::function<Status(std::span<const uint8_t> certificate_der, const PeerInfo& claimed)>
+      check_peer{};
 };
 
 struct Options {

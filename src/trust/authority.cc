@@ -192,7 +192,13 @@ Result<IssuedCertificate> Authority::Issue(const IssueRequest& request) const {
   WC_ASSIGN_OR_RETURN(X509Ptr cert, NewCertificate(request.name, key.get(), ca,
                                                    request.start_offset_seconds,
                                                    request.valid_seconds));
+  if (request.node_id == std::optional<uint64_t>(0)) {
+    return InvalidArgument("a certificate's node id must be 1 or more");
+  }
   std::string alt_names;
+  if (request.node_id.has_value()) {
+    alt_names = "URI:" + std::string(kNodeUriPrefix) + std::to_string(*request.node_id);
+  }
   for (const std::string& uri : RoleUris(request.roles)) {
     alt_names += (alt_names.empty() ? "URI:" : ",URI:") + uri;
   }

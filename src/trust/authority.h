@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,6 +27,7 @@ inline constexpr int64_t kDay = 86400;
 struct IssueRequest {
   std::string name;  // the subject's common name: the host or the person
   Roles roles;
+  std::optional<uint64_t> node_id{};  // binds the certificate to this node id (certificate.h)
   int64_t valid_seconds = 365 * kDay;
   // When validity starts, relative to now (a negative start and a short validity make a
   // certificate that has already expired, for tests).

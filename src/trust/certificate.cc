@@ -1,5 +1,6 @@
 #include "trust/certificate.h"
 
+#include <charconv>
 #include <ctime>
 #include <vector>
 
@@ -80,7 +81,23 @@ Result<CertificateInfo> DescribeCertificate(X509* cert) {
     return Corrupt("certificate '" + info.name + "': unreadable notAfter");
   }
   info.not_after = static_cast<int64_t>(timegm(&tm));
-  Result<Roles> roles = ParseRoleUris(UriNames(cert));
+  std::vector<std::string> uris = UriNames(cert);
+  for (auto it = uris.begin(); it != uris.end();) {
+    if (!std::string_view(*it).starts_with(kNodeUriPrefix)) {
+      ++it;
+      continue;
+    }
+    const std::string_view digits = std::string_view(*it).substr(kNodeUriPrefix.size());
+    uint64_t id = 0;
+    auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), id);
+    if (error != std::errc() || end != digits.data() + digits.size() || id == 0 ||
+        info.node_id.has_value()) {
+      return Corrupt("certificate '" + info.name + "': bad node URI '" + *it + "'");
+    }
+    info.node_id = id;
+    it = uris.erase(it);
+  }
+  Result<Roles> roles = ParseRoleUris(uris);
   if (!roles.ok()) return Corrupt("certificate '" + info.name + "': " + roles.status().message());
   info.roles = std::move(roles).value();
   return info;

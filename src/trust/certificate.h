@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <span>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -21,8 +22,13 @@ struct CertificateInfo {
   std::string name;    // the subject's common name
   std::string serial;  // hex, as `weightcast ca revoke` and openssl print it
   Roles roles;
+  // The node id the certificate binds its holder to (urn:weightcast:node:ID), when it names one:
+  // such a node may connect under that id only.
+  std::optional<uint64_t> node_id;
   int64_t not_after = 0;  // seconds since the epoch
 };
+
+inline constexpr std::string_view kNodeUriPrefix = "urn:weightcast:node:";
 
 // kCorrupt when the bytes are not one DER certificate (or longer than kMaxCertificateBytes), or
 // when its roles do not parse (roles.h).

@@ -20,7 +20,11 @@ issue other-trainer publisher:reward-model
 issue lost-trainer publisher:policy
 issue alice operator
 issue coordinator coordinator
-issue agent-a1 agent
+# a1's certificate binds it to the node id start_agent gives it (rollout_lib.bash).
+a1_id=$((1000 + $(cksum <<<"a1" | cut -d' ' -f1) % 100000))
+"$wc" ca issue --dir "$ca" --name agent-a1 --role agent --node-id "$a1_id" \
+  --out "$work/agent-a1" >/dev/null
+"$wc" ca show "$work/agent-a1.pem" | grep -q "node id   $a1_id" || fail "ca show: no node id"
 node_certs() { echo --ca "$ca/ca.pem" --cert "$work/$1.pem" --key "$work/$1.key"; }
 # The tools of rollout_lib.bash talk to the coordinator as the operator.
 status_json() {

@@ -33,6 +33,17 @@ TEST(Authority, IssuedCertificatesAreTrustedWithTheirRoles) {
   EXPECT_GT(info->not_after, 0);
 }
 
+TEST(Authority, ACertificateMayBindItsHolderToANodeId) {
+  Authority ca = NewAuthority();
+  auto bound = Issue(ca, "sampler-9", "agent", 0, kDay, 9001);
+  Result<CertificateInfo> info = AnchorOf(ca)->Check(bound->certificate_der());
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_EQ(info->node_id, std::optional<uint64_t>(9001));
+  EXPECT_TRUE(info->roles.agent);
+  EXPECT_EQ(AnchorOf(ca)->Check(Issue(ca, "free", "agent")->certificate_der())->node_id,
+            std::nullopt);
+}
+
 TEST(Authority, ACertificateFromAnotherCaIsRefused) {
   Authority ours = NewAuthority("ours");
   Authority theirs = NewAuthority("theirs");
@@ -94,7 +105,12 @@ TEST(Authority, BadRequestsAreRefused) {
   Authority ca = NewAuthority();
   EXPECT_EQ(ca.Issue({"", *ParseRolesFlag("agent")}).status().code(), Code::kInvalidArgument);
   EXPECT_EQ(ca.Issue({"x", Roles{}}).status().code(), Code::kInvalidArgument);
-  EXPECT_EQ(ca.Issue({"x", *ParseRolesFlag("agent"), 0}).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(ca.Issue({.name = "x", .roles = *ParseRolesFlag("agent"), .valid_seconds = 0})
+                .status()
+                .code(),
+            Code::kInvalidArgument);
+  EXPECT_EQ(ca.Issue({.name = "x", .roles = *ParseRolesFlag("agent"), .node_id = 0}).status().code(),
+            Code::kInvalidArgument);
   EXPECT_EQ(Authority::Create("").status().code(), Code::kInvalidArgument);
   EXPECT_EQ(TrustAnchor::FromPem("not pem", "").status().code(), Code::kInvalidArgument);
   // A node certificate is not a CA.

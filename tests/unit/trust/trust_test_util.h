@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "trust/authority.h"
@@ -31,10 +32,15 @@ inline std::shared_ptr<const trust::SigningIdentity> Issue(const trust::Authorit
                                                            const std::string& name,
                                                            const std::string& roles,
                                                            int64_t start = 0,
-                                                           int64_t valid = trust::kDay) {
+                                                           int64_t valid = trust::kDay,
+                                                           std::optional<uint64_t> node_id = {}) {
   Result<trust::Roles> parsed = trust::ParseRolesFlag(roles);
   EXPECT_TRUE(parsed.ok()) << parsed.status().ToString();
-  Result<trust::IssuedCertificate> issued = ca.Issue({name, *parsed, valid, start});
+  Result<trust::IssuedCertificate> issued = ca.Issue({.name = name,
+                                                      .roles = *parsed,
+                                                      .node_id = node_id,
+                                                      .valid_seconds = valid,
+                                                      .start_offset_seconds = start});
   EXPECT_TRUE(issued.ok()) << issued.status().ToString();
   auto identity = trust::SigningIdentity::FromPem(issued->certificate_pem, issued->key_pem);
   EXPECT_TRUE(identity.ok()) << identity.status().ToString();
