@@ -29,6 +29,8 @@
 #                      lets 14 of 15 agents commit without it)
 #   --heartbeat-timeout T  weightcast coordinator --heartbeat-timeout (default: its own, 3s;
 #                      nodes heartbeat 3x as often, which is how soon an agent hears of a version)
+#   --certificates     weightcast in certificate mode (docs/security.md): a CA made for the run,
+#                      every node its own certificate, every connection mutual TLS
 #   --lr X             synth step learning rate (default 5e-7: ~1% of elements change)
 #   --work DIR         where data goes (default /dev/shm: the disk of a shared VM is not the
 #                      subject; every system gets the same)
@@ -51,7 +53,7 @@ root=$(cd "$here/../.." && pwd)
 source "$here/netns.sh"
 PY=/usr/bin/python3  # Debian's python: python3-libtorrent is installed for it
 
-usage() { sed -n '2,45p' "$0" >&2; exit 2; }
+usage() { sed -n '2,47p' "$0" >&2; exit 2; }
 [[ $# -ge 3 ]] || usage
 N=$1 RATE=$2 SIZE=$3
 shift 3
@@ -68,6 +70,7 @@ WC_HEARTBEAT_TIMEOUT=""
 WC_DEGREE=""
 WC_COMMIT_POLICY=""
 WC_TRACE=""
+WC_CERTS=0
 WORK_ROOT=/dev/shm
 KEEP=0
 CHECK_SECONDS=4
@@ -87,6 +90,7 @@ while [[ $# -gt 0 ]]; do
     --degree) WC_DEGREE=$2; shift 2 ;;
     --commit-policy) WC_COMMIT_POLICY=$2; shift 2 ;;
     --trace) WC_TRACE=$2; shift 2 ;;
+    --certificates) WC_CERTS=1; shift ;;
     --work) WORK_ROOT=$2; shift 2 ;;
     --keep) KEEP=1; shift ;;
     --check-seconds) CHECK_SECONDS=$2; shift 2 ;;

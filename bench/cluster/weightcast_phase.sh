@@ -14,11 +14,17 @@ WC_PORT_AGENT=7100
 WC_PORT_PUB=7200
 WC_CHANNEL=bench
 WC_AGENT_PIDS=()
+# wc_certs NAME: certificate mode's flags for node NAME (empty without --certificates).
+wc_certs() {
+  [[ $WC_CERTS -eq 1 ]] || return 0
+  echo --ca "$WCD/ca/ca.pem" --cert "$WCD/$1.pem" --key "$WCD/$1.key"
+}
 
 # Counts live non-source nodes the coordinator knows (agents), from `status --json --once`.
 wc_live_agents() {
+  # shellcheck disable=SC2046
   cluster_exec "$ID" 0 timeout 5 "$WC" status --coordinator "$WC_COORD" --secret-file "$WC_SECRET" \
-    --json --once 2>/dev/null | $PY -c '
+    $(wc_certs operator) --json --once 2>/dev/null | $PY -c '
 import json, sys
 try:
     d = json.loads(sys.stdin.read().strip().splitlines()[-1])
@@ -87,7 +93,7 @@ wc_step() {  # PHASE VERSION DIR
     timeout $((SHORT_TIMEOUT + 30)) "$WC" publish \
     --coordinator "$WC_COORD" --store "$WCD/pub" --channel "$WC_CHANNEL" --dir "$dir" \
     --listen "$(cluster_addr 0):$WC_PORT_PUB" --secret-file "$WC_SECRET" --node-id 1000 \
-    --until complete ${WC_CHUNK_SIZE:+--chunk-size "$WC_CHUNK_SIZE"} --log-format text \
+    $(wc_certs publisher) --until complete ${WC_CHUNK_SIZE:+--chunk-size "$WC_CHUNK_SIZE"} --log-format text \
     >"$PH/log.0" 2>&1 &
   pids+=($!)
   local rc=0
@@ -95,8 +101,9 @@ wc_step() {  # PHASE VERSION DIR
   touch "$PH/stop"
   wait "$watcher" 2>/dev/null
   # The coordinator's view at the end (version log: total and payload bytes of the version).
+  # shellcheck disable=SC2046
   cluster_exec "$ID" 0 timeout 5 "$WC" status --coordinator "$WC_COORD" --secret-file "$WC_SECRET" \
-    --json --once >"$PH/status.json" 2>/dev/null
+    $(wc_certs operator) --json --once >"$PH/status.json" 2>/dev/null
   for ((i = 1; i < N; i++)); do cp "$WCD/log.$i" "$PH/log.$i" 2>/dev/null; done
   phase_end
   verify_hosts "$dir" "$WCD/h%d/$WC_CHANNEL/current"
@@ -110,8 +117,20 @@ wc_phases() {
   (umask 077 && printf 'cluster-bench-%s-%s\n' "$ID" "$(od -An -tx8 -N16 /dev/urandom | tr -d ' \n')" >"$WC_SECRET")
   WC_COORD=$(cluster_addr 0):$WC_PORT_COORD
   local life=$((3 * SHORT_TIMEOUT + 120)) i
+  if [[ $WC_CERTS -eq 1 ]]; then
+    "$WC" ca init --dir "$WCD/ca" 2>/dev/null || { log "ca init failed"; return 1; }
+    local issue=(coordinator:coordinator:1 publisher:publisher:"$WC_CHANNEL":1000 operator:operator:0)
+    for ((i = 1; i < N; i++)); do issue+=("h$i:agent:$((1000 + i))"); done
+    local spec name role id
+    for spec in "${issue[@]}"; do
+      name=${spec%%:*} id=${spec##*:} role=${spec#*:} role=${role%:*}
+      "$WC" ca issue --dir "$WCD/ca" --name "$name" --role "$role" --out "$WCD/$name" \
+        $([[ $id != 0 ]] && echo --node-id "$id") >/dev/null || { log "ca issue $name failed"; return 1; }
+    done
+  fi
   ip netns exec "$(cluster_ns "$ID" 0)" timeout "$life" "$WC" coordinator \
     --listen "$WC_COORD" --state-dir "$WCD/coord" --secret-file "$WC_SECRET" --node-id 1 \
+    $(wc_certs coordinator) \
     --address-file "$WCD/coord.addr" ${WC_HEARTBEAT_TIMEOUT:+--heartbeat-timeout "$WC_HEARTBEAT_TIMEOUT"} ${WC_DEGREE:+--degree "$WC_DEGREE"} \
     ${WC_COMMIT_POLICY:+--commit-policy "$WC_COMMIT_POLICY"} \
     >"$WCD/coord.log" 2>&1 &
@@ -130,7 +149,7 @@ wc_phases() {
       timeout "$life" "$WC" agent \
       --coordinator "$WC_COORD" --store "$WCD/h$i" --channel "$WC_CHANNEL" \
       --listen "$(cluster_addr "$i"):$WC_PORT_AGENT" --secret-file "$WC_SECRET" \
-      --node-id $((1000 + i)) --log-format text >"$WCD/log.$i" 2>&1 &
+      --node-id $((1000 + i)) $(wc_certs "h$i") --log-format text >"$WCD/log.$i" 2>&1 &
     WC_AGENT_PIDS[i]=$!
     pids+=($!)
     KEEP_PGIDS+=" $!"
