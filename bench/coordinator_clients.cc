@@ -1,10 +1,14 @@
-// Holds N authenticated connections to a coordinator, for bench/coordinator_threads.sh: connects
-// them all (one transport, role tool, cluster "default"), asks GetStatus on each (every one is
-// answered), prints "ready N" and keeps them open until stdin closes or --hold-s passes.
+// Holds N authenticated connections to a coordinator, for bench/coordinator_threads.sh and
+// bench/coordinator_tls.sh: connects them all, one after another (one transport, role tool,
+// cluster "default"; with --tls, mutual TLS as in certificate mode), asks GetStatus on each
+// (every one is answered), prints "ready N" and keeps them open until stdin closes or --hold-s
+// passes.
 //
 //   bench_coordinator_clients ADDRESS SECRET_FILE [--clients 100] [--hold-s 30]
+//                             [--tls CERT,KEY,CA]
 //
-// Last line: one JSON object (connections made, GetStatus answered, seconds to connect them).
+// Last line: one JSON object (connections made, GetStatus answered, seconds to connect them,
+// connections per second).
 #include <poll.h>
 #include <unistd.h>
 
@@ -29,9 +33,11 @@ int main(int argc, char** argv) {
   const std::string address = argv[1];
   int clients = 100;
   int hold_s = 30;
+  std::string tls;
   for (int i = 3; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--clients") == 0) clients = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--hold-s") == 0) hold_s = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--tls") == 0) tls = argv[i + 1];
   }
   auto secret = net::LoadClusterSecret(argv[2]);
   if (!secret.ok()) {
@@ -44,6 +50,18 @@ int main(int argc, char** argv) {
   options.self.role = net::Role::kTool;
   options.secret = *secret;
   options.log = [](std::string_view) {};
+  if (!tls.empty()) {
+    const size_t a = tls.find(',');
+    const size_t b = tls.find(',', a + 1);
+    if (a == std::string::npos || b == std::string::npos) {
+      std::fprintf(stderr, "--tls CERT,KEY,CA\n");
+      return 2;
+    }
+    options.tls = {.enabled = true,
+                   .cert_file = tls.substr(0, a),
+                   .key_file = tls.substr(a + 1, b - a - 1),
+                   .ca_file = tls.substr(b + 1)};
+  }
   auto transport = net::TcpTransport::Create(options);
   if (!transport.ok()) {
     std::fprintf(stderr, "%s\n", transport.status().ToString().c_str());
@@ -68,7 +86,8 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   pollfd in{.fd = 0, .events = POLLIN, .revents = 0};
   poll(&in, 1, hold_s * 1000);  // stdin readable (or closed), or the hold passed
-  std::printf("{\"connections\": %zu, \"answered\": %d, \"connect_s\": %.3f}\n", held.size(),
-              answered, connect_s);
+  std::printf("{\"connections\": %zu, \"answered\": %d, \"connect_s\": %.3f, "
+              "\"per_s\": %.1f}\n",
+              held.size(), answered, connect_s, static_cast<double>(held.size()) / connect_s);
   return held.size() == static_cast<size_t>(clients) && answered == clients ? 0 : 1;
 }
