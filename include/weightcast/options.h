@@ -46,6 +46,18 @@ struct SecretSource {
   std::filesystem::path secret_file;
 };
 
+// Certificate mode (docs/security.md): the cluster CA's certificate and this node's own
+// certificate and key (`weightcast ca issue`), all three or none. With them every connection is
+// mutual TLS, a publisher signs its versions with its key (its certificate must hold
+// publisher:CHANNEL), and a subscriber's agent takes only versions signed by a publisher of its
+// channel. None: development mode, the cluster secret alone. A crl.pem beside `ca` is read too.
+// Bad files fail Open with kInvalidArgument naming the file.
+struct CertificateFiles {
+  std::filesystem::path ca;
+  std::filesystem::path certificate;
+  std::filesystem::path key;
+};
+
 struct PublisherOptions {
   // The publisher's own store: every version is committed there before it is announced. Created
   // when missing; a path that exists and is not a store (a file, or a directory with files but
@@ -56,6 +68,7 @@ struct PublisherOptions {
   // `store` for subscribers and agents on this machine.
   std::string coordinator;
   SecretSource secret;                           // with a coordinator only
+  CertificateFiles certificates;                 // with a coordinator only
   uint64_t chunk_size = ChunkSizeLimits::kAuto;  // bytes: kAuto, or in [kMin, kMax]
   uint32_t keep_versions = 2;                    // local publisher: versions kept (>= 1)
   std::string listen = "127.0.0.1:0";            // where peers fetch from this node
@@ -97,6 +110,7 @@ struct SubscriberOptions {
   std::string coordinator;
   // The options below apply with a coordinator only (they configure the in-process agent).
   SecretSource secret;
+  CertificateFiles certificates;
   std::string listen = "127.0.0.1:0";  // where peers reach this node
   std::string transport = "tcp";       // as PublisherOptions::transport
   std::string rack;

@@ -164,8 +164,10 @@ class PySubscriber {
       uint64_t node_id, uint64_t upload_limit, uint64_t download_limit, const std::string& metrics,
       const std::string& log_level, const std::string& log_file,
       std::optional<double> connect_timeout, const std::string& transport,
-      const std::vector<std::string>& tensors) {
+      const std::vector<std::string>& tensors, const std::string& ca,
+      const std::string& certificate, const std::string& key) {
     SubscriberOptions options;
+    options.certificates = {ca, certificate, key};
     options.store = store;
     options.channel = channel;
     options.coordinator = coordinator;
@@ -332,7 +334,8 @@ void RegisterSubscriber(py::module_& m) {
                   py::arg("upload_limit") = 0, py::arg("download_limit") = 0,
                   py::arg("metrics") = "", py::arg("log_level") = "warn", py::arg("log_file") = "",
                   py::arg("connect_timeout") = py::none(), py::arg("transport") = "tcp",
-                  py::arg("tensors") = std::vector<std::string>{})
+                  py::arg("tensors") = std::vector<std::string>{}, py::arg("ca") = "",
+                  py::arg("certificate") = "", py::arg("key") = "")
       .def("changed", &PySubscriber::Changed, py::arg("since"), py::arg("to"))
       .def("status", &PySubscriber::Progress)
       .def("stream", &PySubscriber::Stream, py::arg("version"), py::arg("order"),

@@ -143,6 +143,9 @@ class Publisher:
         "connect_timeout": _options.seconds,
         "log_level": _options.text,
         "log_file": _options.path,
+        "ca": _options.path,
+        "certificate": _options.path,
+        "key": _options.path,
     }
 
     def __init__(self, store, channel, coordinator=None, secret_file=None, *, chunk_size=None,
@@ -152,7 +155,9 @@ class Publisher:
         string as the CLI takes ("1MiB"). ``publisher_options`` (with a coordinator): listen
         ("127.0.0.1:0"), transport ("tcp", "auto" or "ucx"), cluster, node_id, writer_id,
         take_over (bool), rank and world (sharded, see publish()), connect_timeout (s, default
-        5), log_level ("warn"; also debug, info, error), log_file (default stderr). The secret comes from secret_file or
+        5), log_level ("warn"; also debug, info, error), log_file (default stderr); ca,
+        certificate and key: certificate mode (docs/security.md), the cluster CA's certificate
+        and this node's own, whose key signs every version. The secret comes from secret_file or
         $WEIGHTCAST_SECRET. ``keep_versions`` applies to a local store. A mistyped keyword or a
         value of the wrong type raises TypeError naming it."""
         self.store = _options.path("store", store)

@@ -44,6 +44,9 @@ class Subscriber:
         "connect_timeout": _options.seconds,
         "log_level": _options.text,
         "log_file": _options.path,
+        "ca": _options.path,
+        "certificate": _options.path,
+        "key": _options.path,
         "tensors": lambda _keyword, value: list(value),
     }
 
@@ -55,7 +58,8 @@ class Subscriber:
         metrics ("ip:port" for /metrics), connect_timeout (s, default 5: wait() raises
         UnavailableError when the agent has not reached the coordinator that long after the
         Subscriber was made), log_level ("warn"; also debug, info, error) and log_file (default
-        stderr). The secret comes from secret_file or $WEIGHTCAST_SECRET. A wrong secret makes
+        stderr); ca, certificate and key: certificate mode (docs/security.md), the cluster CA's
+        certificate and this node's own. The secret comes from secret_file or $WEIGHTCAST_SECRET. A wrong secret makes
         wait() raise UnauthenticatedError as soon as the coordinator refuses the agent; a store
         path that is not a store raises FailedPreconditionError here. A mistyped keyword or a
         value of the wrong type raises TypeError naming it. Without a

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "net/handshake.h"
+#include "node/certificate_mode.h"
 #include "util/host_port.h"
 
 namespace weightcast::cli {
@@ -67,39 +68,7 @@ Result<net::TlsOptions> CertificateModeTls(const NodeFlags& flags,
   tls.cert_file = flags.cert_file;
   tls.key_file = flags.key_file;
   tls.ca_file = flags.ca_file;
-  tls.check_peer = [anchor](std::span<const uint8_t> der, const net::PeerInfo& node) -> Status {
-    WC_ASSIGN_OR_RETURN(trust::CertificateInfo peer, anchor->Check(der));
-    if (peer.node_id.has_value() && *peer.node_id != node.node_id.value()) {
-      return Unauthenticated("certificate '" + peer.name + "' (serial " + peer.serial +
-                             ") belongs to node " + std::to_string(*peer.node_id) +
-                             ", not to node " + std::to_string(node.node_id.value()));
-    }
-    const net::Role claimed = node.role;
-    bool holds = false;
-    std::string_view needs;
-    switch (claimed) {
-      case net::Role::kAgent:
-        holds = peer.roles.agent;
-        needs = "agent";
-        break;
-      case net::Role::kPublisher:
-        holds = !peer.roles.publisher_channels.empty();
-        needs = "publisher";
-        break;
-      case net::Role::kCoordinator:
-        holds = peer.roles.coordinator;
-        needs = "coordinator";
-        break;
-      case net::Role::kTool:
-        holds = !peer.roles.empty();
-        needs = "any";
-        break;
-    }
-    if (holds) return Status::Ok();
-    return Unauthenticated("certificate '" + peer.name + "' (serial " + peer.serial + ", roles: " +
-                           peer.roles.ToString() + ") does not hold the " + std::string(needs) +
-                           " role its node claims");
-  };
+  tls.check_peer = node::PeerCheck(std::move(anchor));
   return tls;
 }
 

@@ -100,6 +100,19 @@ Result<metrics::Logger> MakeLogger(const std::string& component, LogLevel level,
   return logger;
 }
 
+Result<std::optional<node::CertificateMode>> LoadCertificates(const CertificateFiles& files) {
+  if (files.ca.empty() && files.certificate.empty() && files.key.empty()) {
+    return std::optional<node::CertificateMode>();
+  }
+  if (files.ca.empty()) {
+    return InvalidArgument("certificates: a certificate and key need the CA's certificate (ca)");
+  }
+  Result<node::CertificateMode> mode =
+      node::LoadCertificateMode(files.ca, {}, files.certificate, files.key);
+  if (!mode.ok()) return mode.status().WithContext("certificates");
+  return std::optional<node::CertificateMode>(std::move(mode).value());
+}
+
 Result<std::string> LoadSecret(const SecretSource& source) {
   if (!source.secret.empty()) return source.secret;
   Result<std::string> secret = net::LoadClusterSecret(source.secret_file);

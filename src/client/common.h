@@ -17,6 +17,7 @@
 
 #include "client/tensor_writer.h"
 #include "metrics/log.h"
+#include "node/certificate_mode.h"
 #include "node/swarm_node.h"
 
 namespace weightcast::client {
@@ -28,6 +29,10 @@ Result<metrics::Logger> MakeLogger(const std::string& component, LogLevel level,
 
 // The cluster secret from `source` (options.h), with "cluster secret: " before any error.
 Result<std::string> LoadSecret(const SecretSource& source);
+
+// Certificate mode from `files` (node/certificate_mode.h); nullopt when none is given (development
+// mode). kInvalidArgument when only some are, or one is wrong.
+Result<std::optional<node::CertificateMode>> LoadCertificates(const CertificateFiles& files);
 
 // OK when `root` is a store, or can become one without taking over someone else's files: it
 // does not exist, or is an empty directory. kFailedPrecondition for a file, or a directory with

@@ -177,6 +177,17 @@ Status Publisher::Impl::Start() {
     publish::PublisherOptions po;
     WC_ASSIGN_OR_RETURN(po.log, client::MakeLogger("publish", options.log_level, options.log_file));
     WC_ASSIGN_OR_RETURN(po.secret, client::LoadSecret(options.secret));
+    WC_ASSIGN_OR_RETURN(std::optional<node::CertificateMode> certified,
+                        client::LoadCertificates(options.certificates));
+    if (certified.has_value()) {
+      if (options.transport != "tcp") {
+        return InvalidArgument("transport '" + options.transport +
+                               "': with certificates peers talk TCP with TLS (UCX has none)");
+      }
+      po.trust_anchor = certified->anchor;
+      po.signing_identity = certified->identity;
+      po.tls = certified->tls;
+    }
     po.coordinator = options.coordinator;
     po.channel = options.channel;
     po.store = options.store;
@@ -185,6 +196,9 @@ Status Publisher::Impl::Start() {
     WC_ASSIGN_OR_RETURN(po.transport, net::ParseTransportKind(options.transport));
     po.cluster = options.cluster;
     po.node_id = PeerId(options.node_id);
+    if (po.node_id.value() == 0 && certified.has_value() && certified->identity->info().node_id) {
+      po.node_id = PeerId(*certified->identity->info().node_id);  // its certificate's id
+    }
     po.writer_id = options.writer_id;
     po.take_over = options.take_over;
     po.rank = options.rank;

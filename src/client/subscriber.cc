@@ -335,8 +335,21 @@ Result<std::unique_ptr<Subscriber>> Subscriber::Open(SubscriberOptions options) 
     a.download_limit = o.download_limit;
     a.tensor_patterns = o.tensors;
     WC_ASSIGN_OR_RETURN(a.secret, client::LoadSecret(o.secret));
+    WC_ASSIGN_OR_RETURN(std::optional<node::CertificateMode> certified,
+                        client::LoadCertificates(o.certificates));
+    if (certified.has_value()) {
+      if (o.transport != "tcp") {
+        return InvalidArgument("transport '" + o.transport +
+                               "': with certificates peers talk TCP with TLS (UCX has none)");
+      }
+      a.trust_anchor = certified->anchor;
+      a.tls = certified->tls;
+    }
     a.cluster = o.cluster;
     a.node_id = PeerId(o.node_id);
+    if (a.node_id.value() == 0 && certified.has_value() && certified->identity->info().node_id) {
+      a.node_id = PeerId(*certified->identity->info().node_id);  // its certificate's id
+    }
     WC_ASSIGN_OR_RETURN(metrics::Logger logger,
                         client::MakeLogger("agent", o.log_level, o.log_file));
     a.log = logger.AsLineFn();

@@ -11,6 +11,9 @@
 #include <weightcast/subscriber.h>
 
 #include "coord/coordinator.h"
+#include "node/certificate_mode.h"
+#include "trust/authority.h"
+#include "util/file.h"
 #include "net/tcp_transport.h"
 #include "testing/temp_dir.h"
 
@@ -29,8 +32,11 @@ constexpr std::string_view kNobody = "127.0.0.1:1";
 
 class TestCoordinator {
  public:
-  explicit TestCoordinator(const fs::path& state_dir) {
+  // `certified`: certificate mode (the coordinator's own certificate, the CA).
+  explicit TestCoordinator(const fs::path& state_dir,
+                           const std::optional<node::CertificateMode>& certified = {}) {
     coord::CoordinatorOptions o;
+    if (certified) o.trust_anchor = certified->anchor;
     o.state_dir = state_dir;
     o.secret = std::string(kSecret);
     o.heartbeat_timeout = 3s;
@@ -44,6 +50,7 @@ class TestCoordinator {
     net.self.role = net::Role::kCoordinator;
     net.secret = std::string(kSecret);
     net.log = [](std::string_view) {};
+    if (certified) net.tls = certified->tls;
     auto t = net::TcpTransport::Create(std::move(net), 1);
     EXPECT_TRUE(t.ok());
     transport_ = std::move(t).value();
@@ -181,6 +188,62 @@ TEST(CoordinatedApi, AStorePathThatIsNotAStoreFailsOpen) {
             Code::kFailedPrecondition);
   EXPECT_EQ(Publisher::Open(PublisherAt(home, std::string(kNobody))).status().code(),
             Code::kFailedPrecondition);
+}
+
+// Certificate mode through the public API (docs/security.md): a certified publisher's version
+// reaches a certified subscriber over mutual TLS; a publisher whose certificate lacks the
+// publisher role, and a subscriber without certificates, fail Open within seconds with the reason.
+TEST(CoordinatedApi, CertificateModeWithTheNodesOwnCertificates) {
+  TempDir dir;
+  auto ca = trust::Authority::Create("client test CA");
+  ASSERT_TRUE(ca.ok());
+  ASSERT_TRUE(ca->WriteNew(dir.path() / "ca").ok());
+  auto issue = [&](const std::string& name, const std::string& roles) {
+    auto issued = ca->Issue({.name = name, .roles = *trust::ParseRolesFlag(roles)});
+    EXPECT_TRUE(issued.ok());
+    EXPECT_TRUE(WriteFileAtomic(dir.path() / (name + ".pem"), issued->certificate_pem).ok());
+    EXPECT_TRUE(WritePrivateFile(dir.path() / (name + ".key"), issued->key_pem, false).ok());
+    return CertificateFiles{dir.path() / "ca" / "ca.pem", dir.path() / (name + ".pem"),
+                            dir.path() / (name + ".key")};
+  };
+  const CertificateFiles coordinator_files = issue("coordinator", "coordinator");
+  const CertificateFiles trainer = issue("trainer", "publisher:policy");
+  const CertificateFiles sampler = issue("sampler", "agent");
+  auto certified = node::LoadCertificateMode(coordinator_files.ca, {},
+                                             coordinator_files.certificate, coordinator_files.key);
+  ASSERT_TRUE(certified.ok()) << certified.status().ToString();
+  TestCoordinator coordinator(dir.path() / "coord", *certified);
+
+  PublisherOptions po = PublisherAt(dir.path() / "pub", coordinator.address());
+  po.certificates = trainer;
+  auto publisher = Publisher::Open(po);
+  ASSERT_TRUE(publisher.ok()) << publisher.status().ToString();
+  SubscriberOptions so = SubscriberAt(dir.path() / "agent", coordinator.address());
+  so.certificates = sampler;
+  auto subscriber = Subscriber::Open(so);
+  ASSERT_TRUE(subscriber.ok()) << subscriber.status().ToString();
+  std::vector<float> w(50000, 0.5f);
+  auto published = (*publisher)->Publish(
+      {{{"w", "F32", {w.size()}, {reinterpret_cast<const uint8_t*>(w.data()), w.size() * 4}}}},
+      1);
+  ASSERT_TRUE(published.ok()) << published.status().ToString();
+  auto v = (*subscriber)->Wait(published->version, 30s);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(v->root(), published->root);
+
+  PublisherOptions as_agent = PublisherAt(dir.path() / "pub2", coordinator.address());
+  as_agent.certificates = sampler;
+  as_agent.writer_id = "another";
+  const auto start = Clock::now();
+  auto refused = Publisher::Open(as_agent);
+  EXPECT_EQ(refused.status().code(), Code::kUnauthenticated) << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("does not hold the publisher role"), std::string::npos)
+      << refused.status().message();
+  EXPECT_LT(SecondsSince(start), 5.0);
+
+  PublisherOptions partial = PublisherAt(dir.path() / "pub3", coordinator.address());
+  partial.certificates.certificate = trainer.certificate;
+  EXPECT_EQ(Publisher::Open(partial).status().code(), Code::kInvalidArgument);
 }
 
 }  // namespace
