@@ -10,6 +10,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cli/command.h"
 #include "trust/authority.h"
@@ -27,6 +28,7 @@ struct CaFlags {
   std::string certificate;
   int64_t days = 0;
   uint64_t node_id = 0;
+  std::vector<std::string> hosts;
   bool force = false;
 };
 
@@ -55,10 +57,14 @@ Status RunInit(const CaFlags& flags) {
 
 Status RunIssue(const CaFlags& flags) {
   if (flags.days < 0) return InvalidArgument("--days must be positive");
-  WC_ASSIGN_OR_RETURN(trust::Roles roles, trust::ParseRolesFlag(flags.roles));
+  trust::Roles roles;
+  if (!flags.roles.empty() || flags.hosts.empty()) {
+    WC_ASSIGN_OR_RETURN(roles, trust::ParseRolesFlag(flags.roles));
+  }
   WC_ASSIGN_OR_RETURN(trust::Authority ca, trust::Authority::Open(flags.dir));
   trust::IssueRequest request{.name = flags.name, .roles = roles};
   if (flags.node_id != 0) request.node_id = flags.node_id;
+  request.hosts = flags.hosts;
   if (flags.days > 0) request.valid_seconds = flags.days * trust::kDay;
   WC_ASSIGN_OR_RETURN(trust::IssuedCertificate issued, ca.Issue(request));
   const std::string cert_path = flags.out + ".pem";
@@ -115,11 +121,14 @@ void SetupCa(CLI::App& app) {
       "issue", "Issue a node a certificate and key that name its roles");
   issue->add_option("--dir", flags->dir, "The CA's directory")->required();
   issue->add_option("--name", flags->name, "The node's name (its host, or a person)")->required();
+  issue->add_option("--role", flags->roles,
+                    "Roles, separated by commas: agent, publisher:CHANNEL, publisher:* (every "
+                    "channel), coordinator, operator (required unless --host)");
   issue
-      ->add_option("--role", flags->roles,
-                   "Roles, separated by commas: agent, publisher:CHANNEL, publisher:* (every "
-                   "channel), coordinator, operator")
-      ->required();
+      ->add_option("--host", flags->hosts,
+                   "A host name or IPv4 address the holder serves TLS under (repeatable): for "
+                   "a service clients check by name, such as etcd")
+      ->delimiter(',');
   issue->add_option("--out", flags->out, "Write PREFIX.pem and PREFIX.key (mode 0600)")
       ->required();
   issue->add_option("--days", flags->days, "Validity in days (default: 365)");

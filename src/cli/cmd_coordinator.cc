@@ -72,6 +72,11 @@ Status RunEtcdCoordinator(const CoordinatorFlags& flags, const coord::Coordinato
   options.listen = flags.listen;
   options.advertise = flags.advertise;
   options.lease_ttl = std::chrono::duration_cast<std::chrono::seconds>(ttl);
+  // https:// etcd endpoints: the cluster CA and the coordinator's own certificate (its
+  // certificate-mode files) are etcd's trust and its client certificate.
+  options.etcd_ca_file = flags.node.ca_file;
+  options.etcd_cert_file = flags.node.cert_file;
+  options.etcd_key_file = flags.node.key_file;
   options.transport = transport.get();
   options.log = log.AsLineFn();
   options.coordinator_options = [base, rollout]() -> Result<coord::CoordinatorOptions> {

@@ -47,8 +47,13 @@ Result<std::unique_ptr<Client>> Client::Create(std::string_view endpoints, Clien
   std::vector<Endpoint> parsed;
   for (std::string_view item : SplitCommas(endpoints)) {
     std::string_view rest = item;
-    if (rest.starts_with("https://")) {
-      return InvalidArgument("etcd endpoint " + std::string(item) + ": only http:// is supported");
+    const bool tls = rest.starts_with("https://");
+    if (tls) {
+      if (options.ca_file.empty()) {
+        return InvalidArgument("etcd endpoint " + std::string(item) +
+                               ": https needs the CA that issued etcd's certificate (--ca)");
+      }
+      rest.remove_prefix(8);
     }
     if (rest.starts_with("http://")) rest.remove_prefix(7);
     while (rest.ends_with('/')) rest.remove_suffix(1);
@@ -58,7 +63,8 @@ Result<std::unique_ptr<Client>> Client::Create(std::string_view endpoints, Clien
                              (where.ok() ? " (port 0)" : ": " + where.status().message()));
     }
     // An IPv6 host keeps its brackets, as it is written in the URLs the client asks.
-    parsed.push_back({where->bracketed ? "[" + where->host + "]" : where->host, *where->port});
+    parsed.push_back(
+        {where->bracketed ? "[" + where->host + "]" : where->host, *where->port, tls});
   }
   if (parsed.empty()) return InvalidArgument("--etcd: no endpoint");
   return std::unique_ptr<Client>(new Client(std::move(parsed), std::string(endpoints), options));
@@ -118,14 +124,27 @@ Result<std::string> Client::Post(std::string_view path, const std::string& body,
     const size_t index = (start + i) % endpoints_.size();
     const Endpoint& endpoint = endpoints_[index];
     const std::string where = "etcd " + endpoint.host + ":" + std::to_string(endpoint.port);
-    httplib::Client http(endpoint.host, endpoint.port);
+    const std::string url = (endpoint.tls ? "https://" : "http://") + endpoint.host + ":" +
+                            std::to_string(endpoint.port);
+    httplib::Client http(url, options_.cert_file, options_.key_file);
+    if (endpoint.tls) {
+      // etcd's certificate must chain to the cluster CA and name the host asked.
+      http.set_ca_cert_path(options_.ca_file);
+      http.enable_server_certificate_verification(true);
+    }
     http.set_connection_timeout(options_.timeout);
     http.set_read_timeout(options_.timeout);
     http.set_write_timeout(options_.timeout);
     http.set_keep_alive(false);
     auto response = http.Post(std::string(path), body, "application/json");
     if (!response) {
-      last = Unavailable(where + ": " + httplib::to_string(response.error()));
+      std::string why = httplib::to_string(response.error());
+      if (response.error() == httplib::Error::SSLServerVerification) {
+        why += " (etcd's certificate is not from the CA given, or does not name this host)";
+      } else if (response.error() == httplib::Error::SSLConnection) {
+        why += " (does etcd want a client certificate of this CA? the coordinator presents --cert)";
+      }
+      last = Unavailable(where + ": " + why);
       continue;
     }
     if (response->status != 200) {

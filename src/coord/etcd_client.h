@@ -28,12 +28,19 @@ struct ClientOptions {
   // Each request's limit on one endpoint: connecting plus the answer.
   std::chrono::milliseconds timeout{2000};
   std::chrono::milliseconds retry_after{1000};
+  // For https:// endpoints (etcd's own TLS with client certificates, docs/security.md): the CA
+  // that issued etcd's certificate (required), and this client's certificate and key, which an
+  // etcd started with --client-cert-auth requires.
+  std::string ca_file{};
+  std::string cert_file{};
+  std::string key_file{};
 };
 
 class Client {
  public:
-  // `endpoints`: "http://127.0.0.1:2379,http://127.0.0.1:22379" (the scheme may be left out; only
-  // plain http). kInvalidArgument for an empty list or a malformed endpoint.
+  // `endpoints`: "http://127.0.0.1:2379,http://127.0.0.1:22379" (the scheme may be left out:
+  // http), or https:// ones (TLS: options.ca_file needed). kInvalidArgument for an empty list, a
+  // malformed endpoint, or https without a CA.
   static Result<std::unique_ptr<Client>> Create(std::string_view endpoints,
                                                 ClientOptions options = {});
 
@@ -59,6 +66,7 @@ class Client {
   struct Endpoint {
     std::string host;
     int port = 0;
+    bool tls = false;
   };
   Client(std::vector<Endpoint> endpoints, std::string text, ClientOptions options);
   // POSTs `body` to `path` on each endpoint in turn from the last one that answered.

@@ -57,6 +57,9 @@ Status EtcdCoordinator::Run() {
   }
   etcd::ClientOptions client_options;
   client_options.timeout = options_.etcd_timeout;
+  client_options.ca_file = options_.etcd_ca_file;
+  client_options.cert_file = options_.etcd_cert_file;
+  client_options.key_file = options_.etcd_key_file;
   WC_ASSIGN_OR_RETURN(std::unique_ptr<etcd::Client> client,
                       etcd::Client::Create(options_.endpoints, client_options));
   const EtcdKeys keys{options_.prefix};

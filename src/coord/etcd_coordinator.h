@@ -36,6 +36,11 @@ struct EtcdCoordinatorOptions {
   std::string advertise;  // the address standbys send clients to; empty: the bound address
   std::chrono::seconds lease_ttl{3};
   std::chrono::milliseconds etcd_timeout{2000};
+  // https:// endpoints: the CA of etcd's certificate, and the coordinator's own certificate and
+  // key, presented to an etcd that requires client certificates.
+  std::string etcd_ca_file;
+  std::string etcd_cert_file;
+  std::string etcd_key_file;
   net::Transport* transport = nullptr;
   // The options of each term's Coordinator (a fresh Decider each time: a new leader gives its
   // agents the recovery grace). open_store is set by the runner.

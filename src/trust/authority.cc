@@ -185,7 +185,16 @@ Status Authority::WriteCrl(const std::filesystem::path& dir) const {
 
 Result<IssuedCertificate> Authority::Issue(const IssueRequest& request) const {
   if (request.name.empty()) return InvalidArgument("a certificate needs a name");
-  if (request.roles.empty()) return InvalidArgument("a certificate needs at least one role");
+  if (request.roles.empty() && request.hosts.empty()) {
+    return InvalidArgument("a certificate needs at least one role (or a host, for a service)");
+  }
+  for (const std::string& host : request.hosts) {
+    if (host.empty() || host.find_first_of(",:/ ") != std::string::npos ||
+        host.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") !=
+            std::string::npos) {
+      return InvalidArgument("host '" + host + "': a DNS name or an IPv4 address");
+    }
+  }
   if (request.valid_seconds <= 0) return InvalidArgument("a certificate's validity must be positive");
   WC_ASSIGN_OR_RETURN(EvpPkeyPtr key, NewEd25519Key());
   X509* ca = state_->certificate.get();
@@ -201,6 +210,10 @@ Result<IssuedCertificate> Authority::Issue(const IssueRequest& request) const {
   }
   for (const std::string& uri : RoleUris(request.roles)) {
     alt_names += (alt_names.empty() ? "URI:" : ",URI:") + uri;
+  }
+  for (const std::string& host : request.hosts) {
+    const bool ip = host.find_first_not_of("0123456789.") == std::string::npos;
+    alt_names += (alt_names.empty() ? "" : ",") + std::string(ip ? "IP:" : "DNS:") + host;
   }
   WC_RETURN_IF_ERROR(AddExtension(ca, cert.get(), NID_basic_constraints, "critical,CA:FALSE"));
   WC_RETURN_IF_ERROR(AddExtension(ca, cert.get(), NID_key_usage, "critical,digitalSignature"));

@@ -28,6 +28,9 @@ struct IssueRequest {
   std::string name;  // the subject's common name: the host or the person
   Roles roles;
   std::optional<uint64_t> node_id{};  // binds the certificate to this node id (certificate.h)
+  // Host names or IP addresses the certificate's holder serves TLS under, for a service that
+  // clients check by host name (etcd). Such a certificate may have no weightcast role.
+  std::vector<std::string> hosts{};
   int64_t valid_seconds = 365 * kDay;
   // When validity starts, relative to now (a negative start and a short validity make a
   // certificate that has already expired, for tests).
