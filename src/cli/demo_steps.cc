@@ -24,8 +24,10 @@
 #include "format/safetensors.h"
 #include "manifest/builder.h"
 #include "net/tcp_transport.h"
+#include "node/certificate_mode.h"
 #include "store/store.h"
 #include "synth/model.h"
+#include "trust/authority.h"
 #include "util/file.h"
 #include "util/text.h"
 
@@ -338,6 +340,9 @@ class Demo {
   Status Synthesize();
   Status StartFleet();
   Status PublishVersion(uint64_t step, VersionRow& row);
+  // Certificate mode (docs/security.md): a CA for the demo, and each node's certificate.
+  Status IssueCertificates();
+  std::vector<std::string> CertificateFlags(const std::string& node) const;
   Status CheckIdentical(uint64_t step, VersionRow& row);
   void PrintTable() const;
   Result<wire::FleetStatus> Poll();
@@ -349,6 +354,7 @@ class Demo {
   fs::path trainer_ = work_ / "trainer";
   fs::path logs_ = work_ / "logs";
   fs::path secret_ = work_ / "cluster.secret";
+  fs::path certs_ = work_ / "certificates";
   std::vector<synth::StepStats> steps_;
   ProcessGroup group_;
   pid_t coordinator_pid_ = 0;
@@ -385,24 +391,61 @@ Status Demo::Synthesize() {
   return Status::Ok();
 }
 
+Status Demo::IssueCertificates() {
+  WC_ASSIGN_OR_RETURN(trust::Authority ca, trust::Authority::Create("weightcast demo CA"));
+  WC_RETURN_IF_ERROR(ca.WriteNew(certs_ / "ca"));
+  std::vector<std::pair<std::string, trust::IssueRequest>> nodes;
+  nodes.push_back({"coordinator", {.name = "coordinator", .roles = {.coordinator = true}}});
+  nodes.push_back({"publisher",
+                   {.name = "trainer",
+                    .roles = {.publisher_channels = {std::string(kChannel)}},
+                    .node_id = kPublisherNodeId}});
+  nodes.push_back({"operator", {.name = "demo operator", .roles = {.operator_role = true}}});
+  for (uint32_t i = 1; i <= config_.agents; ++i) {
+    const std::string name = "agent-" + std::to_string(i);
+    nodes.push_back({name, {.name = name, .roles = {.agent = true}}});
+  }
+  for (const auto& [file, request] : nodes) {
+    WC_ASSIGN_OR_RETURN(trust::IssuedCertificate issued, ca.Issue(request));
+    WC_RETURN_IF_ERROR(WriteFileAtomic(certs_ / (file + ".pem"), issued.certificate_pem));
+    WC_RETURN_IF_ERROR(WritePrivateFile(certs_ / (file + ".key"), issued.key_pem, true));
+  }
+  return Status::Ok();
+}
+
+std::vector<std::string> Demo::CertificateFlags(const std::string& node) const {
+  return {"--ca", (certs_ / "ca" / trust::kCaCertificateFile).string(), "--cert",
+          (certs_ / (node + ".pem")).string(), "--key", (certs_ / (node + ".key")).string()};
+}
+
+// Appends `flags` to `args`.
+std::vector<std::string> With(std::vector<std::string> args, const std::vector<std::string>& flags) {
+  args.insert(args.end(), flags.begin(), flags.end());
+  return args;
+}
+
 Status Demo::StartFleet() {
   WC_RETURN_IF_ERROR(WriteSecretFile(secret_));
+  WC_RETURN_IF_ERROR(IssueCertificates());
   const fs::path address_file = work_ / "coordinator.address";
   WC_ASSIGN_OR_RETURN(
       coordinator_pid_,
       group_.Start("coordinator", config_.exe,
-                   {"coordinator", "--listen", "127.0.0.1:0", "--state-dir",
-                    (work_ / "coordinator").string(), "--address-file", address_file.string(),
-                    "--heartbeat-timeout", "3s", "--secret-file", secret_.string()},
+                   With({"coordinator", "--listen", "127.0.0.1:0", "--state-dir",
+                         (work_ / "coordinator").string(), "--address-file", address_file.string(),
+                         "--heartbeat-timeout", "3s", "--secret-file", secret_.string()},
+                        CertificateFlags("coordinator")),
                    logs_ / "coordinator.log", /*daemon=*/true));
   WC_ASSIGN_OR_RETURN(coordinator_, WaitForAddress(group_, coordinator_pid_, address_file, stop_));
   for (uint32_t i = 1; i <= config_.agents; ++i) {
     const std::string name = "agent-" + std::to_string(i);
     WC_RETURN_IF_ERROR(group_
                            .Start(name, config_.exe,
-                                  {"agent", "--coordinator", coordinator_, "--store",
-                                   (work_ / name).string(), "--channel", std::string(kChannel),
-                                   "--listen", "127.0.0.1:0", "--secret-file", secret_.string()},
+                                  With({"agent", "--coordinator", coordinator_, "--store",
+                                        (work_ / name).string(), "--channel", std::string(kChannel),
+                                        "--listen", "127.0.0.1:0", "--secret-file",
+                                        secret_.string()},
+                                       CertificateFlags(name)),
                                   logs_ / (name + ".log"), /*daemon=*/true)
                            .status());
   }
@@ -413,6 +456,10 @@ Status Demo::StartFleet() {
   WC_ASSIGN_OR_RETURN(options.secret, ReadFileToString(secret_, 4096));
   while (!options.secret.empty() && options.secret.back() == '\n') options.secret.pop_back();
   options.log = [](std::string_view) {};  // the demo prints its own view
+  const std::vector<std::string> op = CertificateFlags("operator");
+  WC_ASSIGN_OR_RETURN(node::CertificateMode certified,
+                      node::LoadCertificateMode(op[1], {}, op[3], op[5]));
+  options.tls = certified.tls;
   WC_ASSIGN_OR_RETURN(transport_, net::TcpTransport::Create(std::move(options), 1));
   WC_ASSIGN_OR_RETURN(client_, coord::CoordinatorClient::Connect(*transport_, coordinator_));
 
@@ -428,7 +475,9 @@ Status Demo::StartFleet() {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   out_ << "[2] fleet on loopback: coordinator " << coordinator_ << ", " << config_.agents
-       << " agents (logs in " << logs_.string() << ")\n";
+       << " agents (logs in " << logs_.string() << ")\n"
+       << "    certificate mode: a CA and one certificate per node in " << certs_.string()
+       << "; mutual TLS, versions signed by the trainer's key\n";
   out_.flush();
   return Status::Ok();
 }
@@ -453,10 +502,12 @@ Status Demo::PublishVersion(uint64_t step, VersionRow& row) {
       pid_t pid,
       group_.Start(
           "publish-v" + std::to_string(version), config_.exe,
-          {"publish", "--coordinator", coordinator_, "--store", (work_ / "publisher").string(),
-           "--channel", std::string(kChannel), "--dir", source.string(), "--until", "complete",
-           "--node-id", std::to_string(kPublisherNodeId), "--chunk-size", config_.chunk_size,
-           "--secret-file", secret_.string()},
+          With({"publish", "--coordinator", coordinator_, "--store",
+                (work_ / "publisher").string(), "--channel", std::string(kChannel), "--dir",
+                source.string(), "--until", "complete", "--node-id",
+                std::to_string(kPublisherNodeId), "--chunk-size", config_.chunk_size,
+                "--secret-file", secret_.string()},
+               CertificateFlags("publisher")),
           logs_ / ("publish-v" + std::to_string(version) + ".log"), /*daemon=*/false));
   out_ << "[3] v" << version << ": publishing " << source.filename().string()
        << (step == 0 ? " (full)" : " (delta against v" + std::to_string(version - 1) + ")") << "\n";

@@ -25,7 +25,7 @@ struct Roles {
   bool agent = false;
   bool coordinator = false;
   bool operator_role = false;
-  std::vector<std::string> publisher_channels;  // sorted, unique; "*" for every channel
+  std::vector<std::string> publisher_channels{};  // sorted, unique; "*" for every channel
 
   bool MayPublish(std::string_view channel) const;
   bool empty() const { return !agent && !coordinator && !operator_role && publisher_channels.empty(); }
