@@ -86,8 +86,9 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   pollfd in{.fd = 0, .events = POLLIN, .revents = 0};
   poll(&in, 1, hold_s * 1000);  // stdin readable (or closed), or the hold passed
-  std::printf("{\"connections\": %zu, \"answered\": %d, \"connect_s\": %.3f, "
-              "\"per_s\": %.1f}\n",
-              held.size(), answered, connect_s, static_cast<double>(held.size()) / connect_s);
+  std::printf(
+      "{\"connections\": %zu, \"answered\": %d, \"connect_s\": %.3f, "
+      "\"per_s\": %.1f}\n",
+      held.size(), answered, connect_s, static_cast<double>(held.size()) / connect_s);
   return held.size() == static_cast<size_t>(clients) && answered == clients ? 0 : 1;
 }

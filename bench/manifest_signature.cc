@@ -45,8 +45,8 @@ Manifest RlStepManifest(uint64_t params) {
   const uint64_t tensor_bytes = 2'000'000;
   for (uint64_t offset = 0, i = 0; offset < total; offset += tensor_bytes, ++i) {
     const uint64_t size = std::min(tensor_bytes, total - offset);
-    m.tensors.push_back({"layers." + std::to_string(i) + ".weight", DType::kBF16, {size / 2}, 0,
-                         offset, size});
+    m.tensors.push_back(
+        {"layers." + std::to_string(i) + ".weight", DType::kBF16, {size / 2}, 0, offset, size});
   }
   const uint64_t chunks = (total + m.chunk_size - 1) / m.chunk_size;
   DeltaInfo delta;
@@ -146,10 +146,11 @@ int main(int argc, char** argv) {
       if (!ParseManifest(AsBytes(serialized)).ok()) std::abort();
     });
     const std::string tag = std::to_string(params / 1'000'000) + "M";
-    std::printf("%s params: manifest %zu bytes, %u chunks; certificate: sign %.3f ms, verify %.3f "
-                "ms; cluster secret: sign %.3f ms, verify %.3f ms; parse alone %.3f ms\n",
-                tag.c_str(), serialized.size(), m.chunk_count(), sign, verify, hmac_sign,
-                hmac_verify, parse);
+    std::printf(
+        "%s params: manifest %zu bytes, %u chunks; certificate: sign %.3f ms, verify %.3f "
+        "ms; cluster secret: sign %.3f ms, verify %.3f ms; parse alone %.3f ms\n",
+        tag.c_str(), serialized.size(), m.chunk_count(), sign, verify, hmac_sign, hmac_verify,
+        parse);
     char part[512];
     std::snprintf(part, sizeof(part),
                   ",\"%s\":{\"manifest_bytes\":%zu,\"chunks\":%u,\"cert_sign_ms\":%.3f,"

@@ -1,6 +1,7 @@
-// Signed manifests and certificates from outside bytes: the envelope split, the DER certificate
-// parser and the role URIs in it must never crash, over-read or allocate without bound, and
-// nothing the fuzzer makes may verify (it holds no key of the CA nor the secret). Seeds
+// Signed statements and certificates from outside bytes (a manifest, an operator's rollback
+// order): the envelope split, the DER certificate parser, the role and node URIs in it and the
+// order's text must never crash, over-read or allocate without bound, and nothing the fuzzer makes
+// may verify (it holds no key of the CA nor the secret). Seeds
 // (fuzz/seeds/signed_manifest/) hold a certified envelope and a bare DER certificate, so the
 // certificate and role parsers are reached.
 #include <cstdint>
@@ -9,6 +10,7 @@
 
 #include "trust/authority.h"
 #include "trust/certificate.h"
+#include "trust/rollback_order.h"
 #include "trust/signed_manifest.h"
 
 namespace {
@@ -35,5 +37,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (VerifySignedManifest(bytes, {"fuzz secret of enough length", &Anchor()}).ok()) std::abort();
   if (VerifySignedManifestWithSecret(bytes, "fuzz secret of enough length").ok()) std::abort();
   if (Anchor().Check(bytes).ok()) std::abort();
+  if (trust::VerifyRollbackOrder(bytes, Anchor()).ok()) std::abort();
   return 0;
 }

@@ -10,11 +10,11 @@
 #include "agent/rollout_driver.h"
 #include "coord/client.h"
 #include "coord/client_session.h"
-#include "trust/signed_manifest.h"
 #include "metrics/http_server.h"
 #include "metrics/registry.h"
 #include "net/transport_select.h"
 #include "store/store.h"
+#include "trust/signed_manifest.h"
 
 namespace weightcast::agent {
 

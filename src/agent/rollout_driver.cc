@@ -191,7 +191,9 @@ void RolloutDriver::Poll(coord::CoordinatorClient* client) {
 Status RolloutDriver::StartFetch(Version v, coord::CoordinatorClient* client) {
   if (client == nullptr) return Unavailable("no coordinator connection to ask for the manifest");
   WC_ASSIGN_OR_RETURN(std::vector<uint8_t> signed_bytes, client->GetManifest(options_.channel, v));
-  WC_ASSIGN_OR_RETURN(Manifest manifest, VerifySignedManifest(signed_bytes, {options_.secret, options_.trust_anchor.get()}));
+  WC_ASSIGN_OR_RETURN(
+      Manifest manifest,
+      VerifySignedManifest(signed_bytes, {options_.secret, options_.trust_anchor.get()}));
   if (manifest.channel != options_.channel || manifest.version != v) {
     return Corrupt("the coordinator sent the manifest of " + manifest.channel + " " +
                    V(manifest.version) + " for " + V(v));

@@ -13,8 +13,8 @@
 #include "codec/version_codec.h"
 #include "hash/digest.h"
 #include "manifest/builder.h"
-#include "trust/signed_manifest.h"
 #include "swarm/messages.h"
+#include "trust/signed_manifest.h"
 
 namespace weightcast::agent {
 
@@ -60,7 +60,9 @@ Result<Manifest> RequestManifest(net::Connection& connection, uint64_t version,
     return Corrupt("p2p: expected a manifest, got message type " +
                    std::to_string(static_cast<int>(reply.type)));
   }
-  WC_ASSIGN_OR_RETURN(Manifest manifest, VerifySignedManifest(reply.blob, {options.manifest_secret, options.trust_anchor.get()}));
+  WC_ASSIGN_OR_RETURN(
+      Manifest manifest,
+      VerifySignedManifest(reply.blob, {options.manifest_secret, options.trust_anchor.get()}));
   if (manifest.channel != options.channel) {
     return Corrupt("p2p: server sent a manifest of channel '" + manifest.channel + "', not '" +
                    options.channel + "'");

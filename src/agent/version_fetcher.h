@@ -39,8 +39,8 @@ struct FetchOptions {
   // The cluster CA: manifests must be signed by a publisher it certifies for their channel.
   // Null: shared-secret development mode (manifests verify with the cluster secret).
   std::shared_ptr<const trust::TrustAnchor> trust_anchor{};
-  size_t window = 8;                 // chunk requests in flight
-  size_t workers = 2;                // threads that receive, decode, verify and write
+  size_t window = 8;   // chunk requests in flight
+  size_t workers = 2;  // threads that receive, decode, verify and write
   bool use_delta = true;
   // What a chunk copied from the local base is checked against (the manifest's fast hash, when it
   // has them, or its chunk hash). Delta payloads from a version server are encoded on the fly,

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "codec/version_codec.h"
-#include "trust/signed_manifest.h"
 #include "swarm/messages.h"
+#include "trust/signed_manifest.h"
 
 namespace weightcast::agent {
 

@@ -71,12 +71,15 @@ Status RunAgent(const AgentFlags& flags) {
   }
   options.exit_after = Version(flags.exit_after);
   WC_ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.node.secret_file));
-  WC_ASSIGN_OR_RETURN(options.trust_anchor, LoadTrustAnchor(flags.node, [&log](std::string_view line) { log.Warn(line); }));
+  WC_ASSIGN_OR_RETURN(
+      options.trust_anchor,
+      LoadTrustAnchor(flags.node, [&log](std::string_view line) { log.Warn(line); }));
   if (options.trust_anchor != nullptr) {
     WC_ASSIGN_OR_RETURN(options.tls, CertificateModeTls(flags.node, options.trust_anchor));
     if (options.transport != net::TransportKind::kTcp) {
-      return InvalidArgument("--transport: with --ca peers talk TCP with TLS; UCX carries no TLS "
-                             "(docs/security.md)");
+      return InvalidArgument(
+          "--transport: with --ca peers talk TCP with TLS; UCX carries no TLS "
+          "(docs/security.md)");
     }
   }
   options.cluster = flags.node.cluster;

@@ -43,10 +43,10 @@ std::string FormatTime(int64_t unix_seconds) {
 
 Status RunInit(const CaFlags& flags) {
   const int64_t days = flags.days > 0 ? flags.days : 3650;
-  WC_ASSIGN_OR_RETURN(trust::Authority ca,
-                      trust::Authority::Create(flags.name.empty() ? "weightcast cluster CA"
-                                                                  : flags.name,
-                                               days * trust::kDay));
+  WC_ASSIGN_OR_RETURN(
+      trust::Authority ca,
+      trust::Authority::Create(flags.name.empty() ? "weightcast cluster CA" : flags.name,
+                               days * trust::kDay));
   WC_RETURN_IF_ERROR(ca.WriteNew(flags.dir));
   std::cerr << "made a CA in " << flags.dir << ": " << trust::kCaCertificateFile
             << " (give it to every node as --ca), " << trust::kCaKeyFile
@@ -117,8 +117,8 @@ void SetupCa(CLI::App& app) {
   init->add_option("--days", flags->days, "Validity in days (default: 3650)");
   init->callback([flags] { Finish("ca init", RunInit(*flags)); });
 
-  CLI::App* issue = cmd->add_subcommand(
-      "issue", "Issue a node a certificate and key that name its roles");
+  CLI::App* issue =
+      cmd->add_subcommand("issue", "Issue a node a certificate and key that name its roles");
   issue->add_option("--dir", flags->dir, "The CA's directory")->required();
   issue->add_option("--name", flags->name, "The node's name (its host, or a person)")->required();
   issue->add_option("--role", flags->roles,
@@ -129,8 +129,7 @@ void SetupCa(CLI::App& app) {
                    "A host name or IPv4 address the holder serves TLS under (repeatable): for "
                    "a service clients check by name, such as etcd")
       ->delimiter(',');
-  issue->add_option("--out", flags->out, "Write PREFIX.pem and PREFIX.key (mode 0600)")
-      ->required();
+  issue->add_option("--out", flags->out, "Write PREFIX.pem and PREFIX.key (mode 0600)")->required();
   issue->add_option("--days", flags->days, "Validity in days (default: 365)");
   issue->add_option("--node-id", flags->node_id,
                     "Bind the certificate to this node id: its holder connects under it only, "

@@ -128,7 +128,9 @@ Status RunCoordinator(const CoordinatorFlags& flags) {
   options.degree = flags.degree;
   options.log = log.AsLineFn();
   WC_ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.node.secret_file));
-  WC_ASSIGN_OR_RETURN(options.trust_anchor, LoadTrustAnchor(flags.node, [&log](std::string_view line) { log.Warn(line); }));
+  WC_ASSIGN_OR_RETURN(
+      options.trust_anchor,
+      LoadTrustAnchor(flags.node, [&log](std::string_view line) { log.Warn(line); }));
   coord::FleetPageOptions page;
   if (!flags.admin_secret_file.empty()) {
     if (flags.metrics.empty()) {

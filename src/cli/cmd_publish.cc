@@ -120,17 +120,17 @@ Status RunPublish(const PublishFlags& flags) {
   WC_ASSIGN_OR_RETURN(options.import, ParseImport(flags.import));
   options.log = metrics::Logger("publish", format);
   WC_ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.node.secret_file));
-  WC_ASSIGN_OR_RETURN(options.trust_anchor,
-                      LoadTrustAnchor(flags.node, [&options](std::string_view line) {
-                        options.log.Warn(line);
-                      }));
+  WC_ASSIGN_OR_RETURN(
+      options.trust_anchor,
+      LoadTrustAnchor(flags.node, [&options](std::string_view line) { options.log.Warn(line); }));
   WC_ASSIGN_OR_RETURN(options.signing_identity,
                       LoadSigningIdentity(flags.node, options.trust_anchor != nullptr));
   if (options.trust_anchor != nullptr) {
     WC_ASSIGN_OR_RETURN(options.tls, CertificateModeTls(flags.node, options.trust_anchor));
     if (options.transport != net::TransportKind::kTcp) {
-      return InvalidArgument("--transport: with --ca peers talk TCP with TLS; UCX carries no TLS "
-                             "(docs/security.md)");
+      return InvalidArgument(
+          "--transport: with --ca peers talk TCP with TLS; UCX carries no TLS "
+          "(docs/security.md)");
     }
   }
   if (!flags.upload_limit.empty()) {

@@ -414,12 +414,14 @@ Status Demo::IssueCertificates() {
 }
 
 std::vector<std::string> Demo::CertificateFlags(const std::string& node) const {
-  return {"--ca", (certs_ / "ca" / trust::kCaCertificateFile).string(), "--cert",
-          (certs_ / (node + ".pem")).string(), "--key", (certs_ / (node + ".key")).string()};
+  return {"--ca",   (certs_ / "ca" / trust::kCaCertificateFile).string(),
+          "--cert", (certs_ / (node + ".pem")).string(),
+          "--key",  (certs_ / (node + ".key")).string()};
 }
 
 // Appends `flags` to `args`.
-std::vector<std::string> With(std::vector<std::string> args, const std::vector<std::string>& flags) {
+std::vector<std::string> With(std::vector<std::string> args,
+                              const std::vector<std::string>& flags) {
   args.insert(args.end(), flags.begin(), flags.end());
   return args;
 }
@@ -439,15 +441,15 @@ Status Demo::StartFleet() {
   WC_ASSIGN_OR_RETURN(coordinator_, WaitForAddress(group_, coordinator_pid_, address_file, stop_));
   for (uint32_t i = 1; i <= config_.agents; ++i) {
     const std::string name = "agent-" + std::to_string(i);
-    WC_RETURN_IF_ERROR(group_
-                           .Start(name, config_.exe,
-                                  With({"agent", "--coordinator", coordinator_, "--store",
-                                        (work_ / name).string(), "--channel", std::string(kChannel),
-                                        "--listen", "127.0.0.1:0", "--secret-file",
-                                        secret_.string()},
-                                       CertificateFlags(name)),
-                                  logs_ / (name + ".log"), /*daemon=*/true)
-                           .status());
+    WC_RETURN_IF_ERROR(
+        group_
+            .Start(name, config_.exe,
+                   With({"agent", "--coordinator", coordinator_, "--store", (work_ / name).string(),
+                         "--channel", std::string(kChannel), "--listen", "127.0.0.1:0",
+                         "--secret-file", secret_.string()},
+                        CertificateFlags(name)),
+                   logs_ / (name + ".log"), /*daemon=*/true)
+            .status());
   }
   net::Options options;
   options.self.cluster_id = "default";
@@ -502,10 +504,9 @@ Status Demo::PublishVersion(uint64_t step, VersionRow& row) {
       pid_t pid,
       group_.Start(
           "publish-v" + std::to_string(version), config_.exe,
-          With({"publish", "--coordinator", coordinator_, "--store",
-                (work_ / "publisher").string(), "--channel", std::string(kChannel), "--dir",
-                source.string(), "--until", "complete", "--node-id",
-                std::to_string(kPublisherNodeId), "--chunk-size", config_.chunk_size,
+          With({"publish", "--coordinator", coordinator_, "--store", (work_ / "publisher").string(),
+                "--channel", std::string(kChannel), "--dir", source.string(), "--until", "complete",
+                "--node-id", std::to_string(kPublisherNodeId), "--chunk-size", config_.chunk_size,
                 "--secret-file", secret_.string()},
                CertificateFlags("publisher")),
           logs_ / ("publish-v" + std::to_string(version) + ".log"), /*daemon=*/false));

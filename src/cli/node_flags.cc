@@ -27,7 +27,8 @@ void AddNodeFlags(CLI::App* cmd, NodeFlags& flags) {
   cmd->add_option("--crl", flags.crl_file,
                   "The CA's revocation list (default: crl.pem beside --ca, when it exists)");
   cmd->add_option("--cert", flags.cert_file,
-                  "This node's certificate (`weightcast ca issue`): a publisher signs its versions with it, an operator its rollbacks");
+                  "This node's certificate (`weightcast ca issue`): a publisher signs its versions "
+                  "with it, an operator its rollbacks");
   cmd->add_option("--key", flags.key_file, "This node's private key (mode 0600), with --cert");
 }
 
@@ -36,16 +37,17 @@ Result<std::shared_ptr<const trust::TrustAnchor>> LoadTrustAnchor(
   if (flags.ca_file.empty()) {
     if (!flags.crl_file.empty()) return InvalidArgument("--crl needs --ca");
     if (warn) {
-      warn("development mode: versions are authenticated with the shared cluster secret only, so "
-           "any machine holding it can publish or roll back; give every node --ca "
-           "(docs/security.md)");
+      warn(
+          "development mode: versions are authenticated with the shared cluster secret only, so "
+          "any machine holding it can publish or roll back; give every node --ca "
+          "(docs/security.md)");
     }
     return std::shared_ptr<const trust::TrustAnchor>();
   }
   std::filesystem::path crl = flags.crl_file;
   if (crl.empty()) {
-    const std::filesystem::path beside = std::filesystem::path(flags.ca_file).parent_path() /
-                                         "crl.pem";
+    const std::filesystem::path beside =
+        std::filesystem::path(flags.ca_file).parent_path() / "crl.pem";
     if (std::filesystem::exists(beside)) crl = beside;
   }
   Result<std::shared_ptr<const trust::TrustAnchor>> anchor =
@@ -80,8 +82,8 @@ Result<PeerId> NodeIdOf(const NodeFlags& flags) {
   const std::optional<uint64_t> bound = (*identity)->info().node_id;
   if (!bound.has_value()) return PeerId(flags.node_id);
   if (flags.node_id != 0 && flags.node_id != *bound) {
-    return InvalidArgument("--node-id " + std::to_string(flags.node_id) + ": --cert belongs to node " +
-                           std::to_string(*bound));
+    return InvalidArgument("--node-id " + std::to_string(flags.node_id) +
+                           ": --cert belongs to node " + std::to_string(*bound));
   }
   return PeerId(*bound);
 }
@@ -92,8 +94,9 @@ Result<std::shared_ptr<const trust::SigningIdentity>> LoadSigningIdentity(const 
     return InvalidArgument("--cert and --key go together");
   }
   if (!flags.cert_file.empty() && flags.ca_file.empty()) {
-    return InvalidArgument("--cert needs --ca: a certified publisher's versions are checked "
-                           "against the CA by every node");
+    return InvalidArgument(
+        "--cert needs --ca: a certified publisher's versions are checked "
+        "against the CA by every node");
   }
   if (flags.cert_file.empty()) {
     if (required) {

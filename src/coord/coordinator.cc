@@ -180,7 +180,7 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Open(CoordinatorOptions option
     WC_ASSIGN_OR_RETURN(std::unique_ptr<LogStore> store, coordinator->options_.open_store());
     WC_ASSIGN_OR_RETURN(coordinator->log_,
                         VersionLog::Open(std::move(store), coordinator->options_.secret,
-                                                         coordinator->options_.trust_anchor));
+                                         coordinator->options_.trust_anchor));
   } else {
     WC_ASSIGN_OR_RETURN(coordinator->log_, VersionLog::Open(coordinator->options_.state_dir,
                                                             coordinator->options_.secret,
@@ -732,7 +732,8 @@ Result<wire::PublishReply> Coordinator::OnPublish(const net::PeerInfo& peer,
   const net::TimePoint now = clock_.Now();
   std::lock_guard lock(mu_);
   // A part of a sharded version is not a version yet: it is collected (coordinator_parts.cc).
-  if (Result<Manifest> signed_part = VerifySignedManifest(bytes, {options_.secret, options_.trust_anchor.get()});
+  if (Result<Manifest> signed_part =
+          VerifySignedManifest(bytes, {options_.secret, options_.trust_anchor.get()});
       signed_part.ok()) {
     Result<std::optional<PartId>> part = PartOf(*signed_part);
     if (!part.ok()) return part.status().WithContext("publish");

@@ -161,7 +161,9 @@ Result<wire::PublishReply> Coordinator::OnPublishPartLocked(const net::PeerInfo&
   if (const ChannelState* state = log_->channel(channel);
       state != nullptr && state->Find(version) != nullptr) {
     WC_ASSIGN_OR_RETURN(auto bytes, log_->GetManifest(channel, version));
-    WC_ASSIGN_OR_RETURN(Manifest assembled, VerifySignedManifest(*bytes, {options_.secret, options_.trust_anchor.get()}));
+    WC_ASSIGN_OR_RETURN(
+        Manifest assembled,
+        VerifySignedManifest(*bytes, {options_.secret, options_.trust_anchor.get()}));
     WC_ASSIGN_OR_RETURN(std::vector<PartLayout> parts, PartsOf(assembled));
     if (part.rank < parts.size() && parts[part.rank].root == manifest.root) {
       reply.set_assembled(true);

@@ -63,8 +63,7 @@ Result<std::unique_ptr<Client>> Client::Create(std::string_view endpoints, Clien
                              (where.ok() ? " (port 0)" : ": " + where.status().message()));
     }
     // An IPv6 host keeps its brackets, as it is written in the URLs the client asks.
-    parsed.push_back(
-        {where->bracketed ? "[" + where->host + "]" : where->host, *where->port, tls});
+    parsed.push_back({where->bracketed ? "[" + where->host + "]" : where->host, *where->port, tls});
   }
   if (parsed.empty()) return InvalidArgument("--etcd: no endpoint");
   return std::unique_ptr<Client>(new Client(std::move(parsed), std::string(endpoints), options));

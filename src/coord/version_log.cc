@@ -38,7 +38,9 @@ wire::VersionEntry* ChannelState::Find(uint64_t version) {
 
 VersionLog::VersionLog(std::unique_ptr<LogStore> store, std::string secret,
                        std::shared_ptr<const trust::TrustAnchor> trust_anchor)
-    : store_(std::move(store)), secret_(std::move(secret)), trust_anchor_(std::move(trust_anchor)) {}
+    : store_(std::move(store)),
+      secret_(std::move(secret)),
+      trust_anchor_(std::move(trust_anchor)) {}
 
 const ChannelState* VersionLog::channel(std::string_view name) const {
   auto it = channels_.find(name);
@@ -227,7 +229,8 @@ Status VersionLog::Append(state::LogRecord record) {
 
 Result<VerifiedPublish> VersionLog::VerifyPublish(std::span<const uint8_t> signed_manifest) const {
   VerifiedPublish out;
-  WC_ASSIGN_OR_RETURN(out.manifest, VerifySignedManifest(signed_manifest, {secret_, trust_anchor_.get()}));
+  WC_ASSIGN_OR_RETURN(out.manifest,
+                      VerifySignedManifest(signed_manifest, {secret_, trust_anchor_.get()}));
   const Manifest& m = out.manifest;
   const uint64_t version = m.version.value();
   if (version == 0) return InvalidArgument("publish: version 0 is not a version");

@@ -331,8 +331,7 @@ awaitable<Result<PeerInfo>> SecureAndAuthenticate(Shared& shared, Channel& chann
       // would see only a hang-up: tell it in its own protocol. A TLS record starts with 0x16.
       uint8_t first = 0;
       std::error_code peeked;
-      co_await channel.socket().async_receive(asio::buffer(&first, 1),
-                                              tcp::socket::message_peek,
+      co_await channel.socket().async_receive(asio::buffer(&first, 1), tcp::socket::message_peek,
                                               asio::redirect_error(asio::use_awaitable, peeked));
       if (!peeked && first != 0x16) {
         const Status refused = Unauthenticated(

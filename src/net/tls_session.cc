@@ -66,7 +66,8 @@ std::error_code TlsSession::SslError(int error) {
   const unsigned long code = ERR_get_error();
   ERR_clear_error();
   if (code != 0) return std::error_code(static_cast<int>(code), asio::error::get_ssl_category());
-  if (error == SSL_ERROR_SYSCALL && errno != 0) return std::error_code(errno, std::system_category());
+  if (error == SSL_ERROR_SYSCALL && errno != 0)
+    return std::error_code(errno, std::system_category());
   return asio::error::eof;
 }
 

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "trust/signed_manifest.h"
 #include "metrics/registry.h"
+#include "trust/signed_manifest.h"
 
 namespace weightcast::node {
 
@@ -344,7 +344,7 @@ PeerId SwarmNode::id() const { return impl_->options_.node_id; }
 Status SwarmNode::Fetch(const Manifest& manifest, std::vector<uint8_t> signed_manifest) {
   WC_ASSIGN_OR_RETURN(Manifest verified,
                       VerifySignedManifest(signed_manifest, {impl_->options_.manifest_secret,
-                                                           impl_->options_.trust_anchor.get()}));
+                                                             impl_->options_.trust_anchor.get()}));
   if (verified.root != manifest.root || verified.version != manifest.version) {
     return InvalidArgument("the signed manifest is not the manifest given");
   }
@@ -355,7 +355,7 @@ Status SwarmNode::Seed(const Manifest& manifest, std::vector<uint8_t> signed_man
                        std::shared_ptr<const PayloadCache> payloads) {
   WC_ASSIGN_OR_RETURN(Manifest verified,
                       VerifySignedManifest(signed_manifest, {impl_->options_.manifest_secret,
-                                                           impl_->options_.trust_anchor.get()}));
+                                                             impl_->options_.trust_anchor.get()}));
   if (verified.root != manifest.root || verified.version != manifest.version) {
     return InvalidArgument("the signed manifest is not the manifest given");
   }
@@ -367,7 +367,7 @@ Status SwarmNode::SeedPart(const Manifest& manifest, std::vector<uint8_t> signed
                            std::shared_ptr<const PayloadCache> payloads) {
   WC_ASSIGN_OR_RETURN(Manifest verified,
                       VerifySignedManifest(signed_manifest, {impl_->options_.manifest_secret,
-                                                           impl_->options_.trust_anchor.get()}));
+                                                             impl_->options_.trust_anchor.get()}));
   if (verified.root != manifest.root || verified.version != manifest.version) {
     return InvalidArgument("the signed manifest is not the manifest given");
   }

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "coord/part_assembly.h"
-#include "trust/signed_manifest.h"
 #include "net/transport_select.h"
 #include "publish/watcher.h"
+#include "trust/signed_manifest.h"
 #include "util/file.h"
 #include "util/text.h"
 
@@ -209,9 +209,9 @@ Status Publisher::SendWhole(PreparedVersion& prepared) const {
   prepared.manifest.delta.reset();
   prepared.payloads.reset();
   prepared.payload_bytes = 0;
-  WC_ASSIGN_OR_RETURN(prepared.signed_manifest,
-                      SignManifest(prepared.manifest,
-                                   {options_.secret, options_.signing_identity.get()}));
+  WC_ASSIGN_OR_RETURN(
+      prepared.signed_manifest,
+      SignManifest(prepared.manifest, {options_.secret, options_.signing_identity.get()}));
   return Status::Ok();
 }
 
@@ -479,7 +479,9 @@ Status Publisher::Reconcile() {
                       Call<std::vector<uint8_t>>([&](coord::CoordinatorClient& c) {
                         return c.GetManifest(options_.channel, *current);
                       }));
-  WC_ASSIGN_OR_RETURN(Manifest logged, VerifySignedManifest(signed_manifest, {options_.secret, options_.trust_anchor.get()}));
+  WC_ASSIGN_OR_RETURN(
+      Manifest logged,
+      VerifySignedManifest(signed_manifest, {options_.secret, options_.trust_anchor.get()}));
   if (!SameDelta(logged.delta, prepared.manifest.delta)) prepared.payloads.reset();
   prepared.manifest = std::move(logged);
   prepared.signed_manifest = std::move(signed_manifest);

@@ -64,7 +64,7 @@ struct PublisherOptions {
   // Which transport carries peer connections (net/transport_select.h).
   net::TransportKind transport = net::TransportKind::kTcp;
   net::TlsOptions tls;  // certificate mode: every connection mutual TLS (docs/security.md)
-  std::string secret;  // the cluster secret (never from argv)
+  std::string secret;   // the cluster secret (never from argv)
   // Signs manifests with this publisher certificate's key; null: with the cluster secret
   // (development mode).
   std::shared_ptr<const trust::SigningIdentity> signing_identity;

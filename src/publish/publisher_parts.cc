@@ -10,8 +10,8 @@
 #include "coord/part_assembly.h"
 #include "format/safetensors.h"
 #include "manifest/chunk_size.h"
-#include "trust/signed_manifest.h"
 #include "publish/publisher.h"
+#include "trust/signed_manifest.h"
 #include "util/file.h"
 
 namespace weightcast::publish {
@@ -87,7 +87,8 @@ bool Publisher::PartLogged(const wire::ChannelLog& log, Version version, const D
   Result<std::vector<uint8_t>> bytes = Call<std::vector<uint8_t>>(
       [&](coord::CoordinatorClient& c) { return c.GetManifest(options_.channel, version); });
   if (!bytes.ok()) return false;
-  Result<Manifest> assembled = VerifySignedManifest(*bytes, {options_.secret, options_.trust_anchor.get()});
+  Result<Manifest> assembled =
+      VerifySignedManifest(*bytes, {options_.secret, options_.trust_anchor.get()});
   if (!assembled.ok()) return false;
   Result<std::vector<coord::PartLayout>> parts = coord::PartsOf(*assembled);
   return parts.ok() && options_.rank < parts->size() && (*parts)[options_.rank].root == part_root;
@@ -201,7 +202,9 @@ Status Publisher::StartSeedingPart(const PreparedVersion& part) {
                       Call<std::vector<uint8_t>>([&](coord::CoordinatorClient& c) {
                         return c.GetManifest(options_.channel, version);
                       }));
-  WC_ASSIGN_OR_RETURN(Manifest assembled, VerifySignedManifest(signed_manifest, {options_.secret, options_.trust_anchor.get()}));
+  WC_ASSIGN_OR_RETURN(
+      Manifest assembled,
+      VerifySignedManifest(signed_manifest, {options_.secret, options_.trust_anchor.get()}));
   WC_ASSIGN_OR_RETURN(std::vector<coord::PartLayout> parts, coord::PartsOf(assembled));
   if (options_.rank >= parts.size() || parts[options_.rank].root != part.manifest.root) {
     return FailedPrecondition("v" + std::to_string(version.value()) +

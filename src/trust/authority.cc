@@ -67,7 +67,8 @@ Result<X509Ptr> NewCertificate(std::string_view name, EVP_PKEY* key, X509* issue
   }
   WC_RETURN_IF_ERROR(SetRandomSerial(cert.get()));
   if (X509_gmtime_adj(X509_getm_notBefore(cert.get()), static_cast<long>(start)) == nullptr ||
-      X509_gmtime_adj(X509_getm_notAfter(cert.get()), static_cast<long>(start + valid)) == nullptr) {
+      X509_gmtime_adj(X509_getm_notAfter(cert.get()), static_cast<long>(start + valid)) ==
+          nullptr) {
     return Internal(OpensslError("certificate validity"));
   }
   X509_NAME* subject = X509_get_subject_name(cert.get());
@@ -141,8 +142,8 @@ Result<Authority> Authority::Open(const std::filesystem::path& dir) {
   WC_ASSIGN_OR_RETURN(state->certificate, ParseCertificatePem(*cert_pem, cert_path.string()));
   WC_ASSIGN_OR_RETURN(state->key, ParsePrivateKeyPem(*key_pem, key_path.string()));
   if (X509_check_private_key(state->certificate.get(), state->key.get()) != 1) {
-    return InvalidArgument(OpensslError(key_path.string() + " is not the key of " +
-                                        cert_path.string()));
+    return InvalidArgument(
+        OpensslError(key_path.string() + " is not the key of " + cert_path.string()));
   }
   if (std::filesystem::exists(crl_path)) {
     WC_ASSIGN_OR_RETURN(std::string crl_pem, ReadFileToString(crl_path, 64 << 20));
@@ -190,17 +191,19 @@ Result<IssuedCertificate> Authority::Issue(const IssueRequest& request) const {
   }
   for (const std::string& host : request.hosts) {
     if (host.empty() || host.find_first_of(",:/ ") != std::string::npos ||
-        host.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") !=
+        host.find_first_not_of(
+            "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") !=
             std::string::npos) {
       return InvalidArgument("host '" + host + "': a DNS name or an IPv4 address");
     }
   }
-  if (request.valid_seconds <= 0) return InvalidArgument("a certificate's validity must be positive");
+  if (request.valid_seconds <= 0)
+    return InvalidArgument("a certificate's validity must be positive");
   WC_ASSIGN_OR_RETURN(EvpPkeyPtr key, NewEd25519Key());
   X509* ca = state_->certificate.get();
-  WC_ASSIGN_OR_RETURN(X509Ptr cert, NewCertificate(request.name, key.get(), ca,
-                                                   request.start_offset_seconds,
-                                                   request.valid_seconds));
+  WC_ASSIGN_OR_RETURN(X509Ptr cert,
+                      NewCertificate(request.name, key.get(), ca, request.start_offset_seconds,
+                                     request.valid_seconds));
   if (request.node_id == std::optional<uint64_t>(0)) {
     return InvalidArgument("a certificate's node id must be 1 or more");
   }
@@ -241,9 +244,7 @@ Result<std::string> Authority::Revoke(std::string_view certificate_pem) {
   return info.serial;
 }
 
-std::string Authority::certificate_pem() const {
-  return CertificatePem(state_->certificate.get());
-}
+std::string Authority::certificate_pem() const { return CertificatePem(state_->certificate.get()); }
 
 const std::vector<std::string>& Authority::revoked_serials() const { return state_->serials; }
 

@@ -9,9 +9,7 @@
 #include "trust/openssl_handles.h"
 
 namespace weightcast::trust {
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 std::string CertificateSerial(X509* cert) {
   BIGNUM* bn = ASN1_INTEGER_to_BN(X509_get0_serialNumber(cert), nullptr);
@@ -36,8 +34,8 @@ namespace {
 
 std::vector<std::string> UriNames(X509* cert) {
   std::vector<std::string> uris;
-  GeneralNamesPtr names(static_cast<GENERAL_NAMES*>(
-      X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr)));
+  GeneralNamesPtr names(
+      static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr)));
   if (!names) return uris;
   for (int i = 0; i < sk_GENERAL_NAME_num(names.get()); ++i) {
     const GENERAL_NAME* name = sk_GENERAL_NAME_value(names.get(), i);

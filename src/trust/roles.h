@@ -28,7 +28,9 @@ struct Roles {
   std::vector<std::string> publisher_channels{};  // sorted, unique; "*" for every channel
 
   bool MayPublish(std::string_view channel) const;
-  bool empty() const { return !agent && !coordinator && !operator_role && publisher_channels.empty(); }
+  bool empty() const {
+    return !agent && !coordinator && !operator_role && publisher_channels.empty();
+  }
   // "agent, publisher:main": for logs and refusals.
   std::string ToString() const;
   bool operator==(const Roles&) const = default;

@@ -97,7 +97,8 @@ Result<CheckedRollbackOrder> VerifyRollbackOrder(std::span<const uint8_t> bytes,
                                                  const TrustAnchor& anchor) {
   WC_ASSIGN_OR_RETURN(EnvelopeParts parts, SplitEnvelope(bytes, kMagic, kFormat, "rollback order"));
   if (parts.body.size() > kMaxRollbackOrderBody) return Corrupt("rollback order: too long");
-  Result<CertificateInfo> signer = anchor.CheckSigned(parts.certificate, parts.body, parts.signature);
+  Result<CertificateInfo> signer =
+      anchor.CheckSigned(parts.certificate, parts.body, parts.signature);
   if (!signer.ok()) return signer.status().WithContext("rollback order");
   if (!signer->roles.operator_role) {
     return Unauthenticated("rollback order: '" + signer->name + "' (serial " + signer->serial +

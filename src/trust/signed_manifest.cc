@@ -63,8 +63,9 @@ Result<Manifest> VerifySecretFormat(std::span<const uint8_t> bytes, std::string_
 
 Result<Manifest> VerifyCertificateFormat(std::span<const uint8_t> bytes,
                                          const trust::TrustAnchor& anchor) {
-  WC_ASSIGN_OR_RETURN(trust::EnvelopeParts envelope,
-                      trust::SplitEnvelope(bytes, kMagicText, kCertificateFormat, "signed manifest"));
+  WC_ASSIGN_OR_RETURN(
+      trust::EnvelopeParts envelope,
+      trust::SplitEnvelope(bytes, kMagicText, kCertificateFormat, "signed manifest"));
   if (envelope.body.size() > kMaxManifestBytes) {
     return Corrupt("signed manifest: body above the manifest size limit");
   }
@@ -90,7 +91,8 @@ Result<std::vector<uint8_t>> SignManifest(const Manifest& manifest, const Manife
     return trust::JoinEnvelope(kMagicText, kCertificateFormat, signer.identity->certificate_der(),
                                signature, AsBytes(serialized));
   }
-  const Digest tag = HmacSha256(AsBytes(signer.secret), Message(kSecretDomain, AsBytes(serialized)));
+  const Digest tag =
+      HmacSha256(AsBytes(signer.secret), Message(kSecretDomain, AsBytes(serialized)));
   std::vector<uint8_t> out;
   out.reserve(kSignedManifestHeaderSize + serialized.size());
   out.insert(out.end(), std::begin(kMagic), std::end(kMagic));
@@ -113,7 +115,8 @@ Result<Manifest> VerifySignedManifest(std::span<const uint8_t> bytes, const Mani
       if (trust.anchor != nullptr) {
         return Unauthenticated(
             "signed manifest: signed with the shared cluster secret, but this node trusts only "
-            "publishers certified by the CA '" + trust.anchor->ca_name() + "'");
+            "publishers certified by the CA '" +
+            trust.anchor->ca_name() + "'");
       }
       return VerifySecretFormat(bytes, trust.secret);
     case kCertificateFormat:
@@ -143,8 +146,9 @@ Result<trust::CertificateInfo> ManifestSignerOf(std::span<const uint8_t> bytes) 
     return Corrupt("signed manifest: bad header");
   }
   if (bytes[4] != kCertificateFormat) return NotFound("signed with the cluster secret");
-  WC_ASSIGN_OR_RETURN(trust::EnvelopeParts envelope,
-                      trust::SplitEnvelope(bytes, kMagicText, kCertificateFormat, "signed manifest"));
+  WC_ASSIGN_OR_RETURN(
+      trust::EnvelopeParts envelope,
+      trust::SplitEnvelope(bytes, kMagicText, kCertificateFormat, "signed manifest"));
   return trust::ReadCertificate(envelope.certificate);
 }
 

@@ -22,9 +22,9 @@ class SigningIdentity {
   // kInvalidArgument when a file is missing or not PEM, when the key file is readable by group or
   // others, when the key is not Ed25519, or when it is not the certificate's key.
   static Result<std::shared_ptr<const SigningIdentity>> Load(const std::filesystem::path& cert,
-                                                              const std::filesystem::path& key);
+                                                             const std::filesystem::path& key);
   static Result<std::shared_ptr<const SigningIdentity>> FromPem(std::string_view cert_pem,
-                                                                 std::string_view key_pem);
+                                                                std::string_view key_pem);
   ~SigningIdentity();
   SigningIdentity(const SigningIdentity&) = delete;
   SigningIdentity& operator=(const SigningIdentity&) = delete;

@@ -71,8 +71,8 @@ struct TrustAnchor::State {
       if (!(stamp == crl_stamp)) {
         crl_stamp = stamp;
         Result<std::string> pem = ReadFileToString(crl_path, 64 << 20);
-        Result<SharedStore> fresh = pem.ok() ? MakeStore(ca.get(), ca_name, *pem)
-                                             : Result<SharedStore>(pem.status());
+        Result<SharedStore> fresh =
+            pem.ok() ? MakeStore(ca.get(), ca_name, *pem) : Result<SharedStore>(pem.status());
         if (fresh.ok()) {
           store = std::move(fresh).value();
           crl_error.clear();
@@ -93,11 +93,13 @@ TrustAnchor::~TrustAnchor() = default;
 Result<std::shared_ptr<const TrustAnchor>> TrustAnchor::Load(const std::filesystem::path& ca_pem,
                                                              const std::filesystem::path& crl_pem) {
   Result<std::string> ca = ReadFileToString(ca_pem, 1 << 20);
-  if (!ca.ok()) return InvalidArgument("the CA certificate " + ca_pem.string() + ": " + ca.status().message());
+  if (!ca.ok())
+    return InvalidArgument("the CA certificate " + ca_pem.string() + ": " + ca.status().message());
   std::string crl;
   if (!crl_pem.empty()) {
     Result<std::string> read = ReadFileToString(crl_pem, 64 << 20);
-    if (!read.ok()) return InvalidArgument("the CRL " + crl_pem.string() + ": " + read.status().message());
+    if (!read.ok())
+      return InvalidArgument("the CRL " + crl_pem.string() + ": " + read.status().message());
     crl = std::move(read).value();
   }
   const FileStamp stamp = crl_pem.empty() ? FileStamp{} : StampOf(crl_pem);

@@ -26,9 +26,9 @@ class TrustAnchor {
   // without a restart. A new file that does not load (not PEM, not the CA's) leaves the list
   // in force unchanged; crl_error() says why.
   static Result<std::shared_ptr<const TrustAnchor>> Load(const std::filesystem::path& ca_pem,
-                                                          const std::filesystem::path& crl_pem);
+                                                         const std::filesystem::path& crl_pem);
   static Result<std::shared_ptr<const TrustAnchor>> FromPem(std::string_view ca_pem,
-                                                             std::string_view crl_pem);
+                                                            std::string_view crl_pem);
   ~TrustAnchor();
   TrustAnchor(const TrustAnchor&) = delete;
   TrustAnchor& operator=(const TrustAnchor&) = delete;

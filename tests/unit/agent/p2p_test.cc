@@ -9,9 +9,9 @@
 
 #include "agent/version_fetcher.h"
 #include "agent/version_server.h"
-#include "trust/signed_manifest.h"
 #include "net/memory_transport.h"
 #include "swarm/messages.h"
+#include "trust/signed_manifest.h"
 #include "unit/store/store_test_util.h"
 
 using weightcast::swarm::EncodeMessage;
@@ -293,11 +293,13 @@ TEST(SignedManifest, RoundTripsAndRefusesAnyFlippedByte) {
                     signed_bytes.size() - 1}) {
     auto tampered = signed_bytes;
     tampered[at] ^= 0x01;
-    EXPECT_EQ(VerifySignedManifestWithSecret(tampered, kSecret).status().code(), Code::kUnauthenticated)
+    EXPECT_EQ(VerifySignedManifestWithSecret(tampered, kSecret).status().code(),
+              Code::kUnauthenticated)
         << "byte " << at;
   }
-  EXPECT_EQ(VerifySignedManifestWithSecret(std::span(signed_bytes).first(10), kSecret).status().code(),
-            Code::kCorrupt);
+  EXPECT_EQ(
+      VerifySignedManifestWithSecret(std::span(signed_bytes).first(10), kSecret).status().code(),
+      Code::kCorrupt);
 }
 
 TEST(P2pProtocol, MessagesRoundTripAndTruncationIsRefused) {

@@ -11,11 +11,11 @@
 #include <weightcast/subscriber.h>
 
 #include "coord/coordinator.h"
+#include "net/tcp_transport.h"
 #include "node/certificate_mode.h"
+#include "testing/temp_dir.h"
 #include "trust/authority.h"
 #include "util/file.h"
-#include "net/tcp_transport.h"
-#include "testing/temp_dir.h"
 
 namespace weightcast {
 namespace {
@@ -223,9 +223,12 @@ TEST(CoordinatedApi, CertificateModeWithTheNodesOwnCertificates) {
   auto subscriber = Subscriber::Open(so);
   ASSERT_TRUE(subscriber.ok()) << subscriber.status().ToString();
   std::vector<float> w(50000, 0.5f);
-  auto published = (*publisher)->Publish(
-      {{{"w", "F32", {w.size()}, {reinterpret_cast<const uint8_t*>(w.data()), w.size() * 4}}}},
-      1);
+  auto published = (*publisher)
+                       ->Publish({{{"w",
+                                    "F32",
+                                    {w.size()},
+                                    {reinterpret_cast<const uint8_t*>(w.data()), w.size() * 4}}}},
+                                 1);
   ASSERT_TRUE(published.ok()) << published.status().ToString();
   auto v = (*subscriber)->Wait(published->version, 30s);
   ASSERT_TRUE(v.ok()) << v.status().ToString();

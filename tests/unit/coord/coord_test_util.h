@@ -14,9 +14,9 @@
 #include "coord/coordinator.h"
 #include "hash/digest.h"
 #include "manifest/builder.h"
-#include "trust/signed_manifest.h"
 #include "net/memory_transport.h"
 #include "testing/temp_dir.h"
+#include "trust/signed_manifest.h"
 
 namespace weightcast::coord::testing {
 

@@ -8,8 +8,8 @@
 
 #include "manifest/builder.h"
 #include "manifest/manifest.pb.h"
-#include "trust/signed_manifest.h"
 #include "manifest_test_util.h"
+#include "trust/signed_manifest.h"
 
 namespace weightcast {
 namespace {
@@ -115,7 +115,8 @@ TEST_F(FastHashes, TheSignatureCoversThem) {
   const size_t at = body.find(needle);
   ASSERT_NE(at, std::string::npos);
   signed_bytes[kSignedManifestHeaderSize + at + 3] ^= 1;
-  EXPECT_EQ(VerifySignedManifestWithSecret(signed_bytes, secret).status().code(), Code::kUnauthenticated);
+  EXPECT_EQ(VerifySignedManifestWithSecret(signed_bytes, secret).status().code(),
+            Code::kUnauthenticated);
 }
 
 TEST_F(FastHashes, DeltaPayloadHashesAreSha256AndOldTablesKeepTheirAlgorithm) {

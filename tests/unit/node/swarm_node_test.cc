@@ -15,15 +15,15 @@
 #include <vector>
 
 #include "codec/version_codec.h"
-#include "trust/signed_manifest.h"
-#include "unit/trust/trust_test_util.h"
 #include "metrics/registry.h"
 #include "net/memory_transport.h"
 #include "node/payload_cache.h"
 #include "node/swarm_node.h"
 #include "swarm/messages.h"
 #include "swarm/tuning.h"
+#include "trust/signed_manifest.h"
 #include "unit/store/store_test_util.h"
+#include "unit/trust/trust_test_util.h"
 
 using weightcast::swarm::EncodeMessage;
 using weightcast::swarm::Message;
@@ -393,8 +393,11 @@ TEST_F(Swarm, WrongSecretGetsNothing) {
   ASSERT_TRUE(seed.swarm->Seed(v1, SignManifestWithSecret(v1, kSecret), nullptr).ok());
   Node& intruder = AddNode(2, false, {}, false, "another secret of enough length");
   // Its own secret cannot verify the cluster's manifest, and its connections fail the handshake.
-  EXPECT_EQ(intruder.swarm->Fetch(v1, SignManifestWithSecret(v1, kSecret)).code(), Code::kUnauthenticated);
-  ASSERT_TRUE(intruder.swarm->Fetch(v1, SignManifestWithSecret(v1, "another secret of enough length")).ok());
+  EXPECT_EQ(intruder.swarm->Fetch(v1, SignManifestWithSecret(v1, kSecret)).code(),
+            Code::kUnauthenticated);
+  ASSERT_TRUE(
+      intruder.swarm->Fetch(v1, SignManifestWithSecret(v1, "another secret of enough length"))
+          .ok());
   Mesh();
   EXPECT_EQ(intruder.swarm->WaitComplete(std::chrono::milliseconds(500)).code(),
             Code::kDeadlineExceeded);

@@ -6,10 +6,10 @@
 #include <thread>
 
 #include "coord/coordinator.h"
-#include "trust/signed_manifest.h"
 #include "net/tcp_transport.h"
 #include "synth/model.h"
 #include "testing/temp_dir.h"
+#include "trust/signed_manifest.h"
 
 namespace weightcast::publish {
 namespace {

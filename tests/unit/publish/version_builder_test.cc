@@ -9,10 +9,10 @@
 
 #include "format/safetensors.h"
 #include "hash/digest.h"
-#include "trust/signed_manifest.h"
 #include "store/layout.h"
 #include "synth/model.h"
 #include "testing/temp_dir.h"
+#include "trust/signed_manifest.h"
 
 namespace weightcast::publish {
 namespace {

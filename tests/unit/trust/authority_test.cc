@@ -61,8 +61,7 @@ TEST(Authority, AnExpiredOrNotYetValidCertificateIsRefused) {
   EXPECT_EQ(info.status().code(), Code::kUnauthenticated);
   EXPECT_NE(info.status().message().find("expired"), std::string::npos) << info.status().message();
   auto early = Issue(ca, "early", "agent", kDay, kDay);
-  EXPECT_EQ(AnchorOf(ca)->Check(early->certificate_der()).status().code(),
-            Code::kUnauthenticated);
+  EXPECT_EQ(AnchorOf(ca)->Check(early->certificate_der()).status().code(), Code::kUnauthenticated);
 }
 
 TEST(Authority, ARevokedCertificateIsRefusedOnceTheNewListIsLoaded) {
@@ -109,8 +108,9 @@ TEST(Authority, BadRequestsAreRefused) {
                 .status()
                 .code(),
             Code::kInvalidArgument);
-  EXPECT_EQ(ca.Issue({.name = "x", .roles = *ParseRolesFlag("agent"), .node_id = 0}).status().code(),
-            Code::kInvalidArgument);
+  EXPECT_EQ(
+      ca.Issue({.name = "x", .roles = *ParseRolesFlag("agent"), .node_id = 0}).status().code(),
+      Code::kInvalidArgument);
   EXPECT_EQ(Authority::Create("").status().code(), Code::kInvalidArgument);
   EXPECT_EQ(TrustAnchor::FromPem("not pem", "").status().code(), Code::kInvalidArgument);
   // A node certificate is not a CA.
@@ -165,7 +165,8 @@ TEST(SigningIdentity, LoadRefusesAKeyOthersCanReadOrAKeyThatIsNotTheCertificates
   ASSERT_TRUE(WritePrivateFile(key, a->key_pem, false).ok());
   ASSERT_TRUE(WritePrivateFile(other_key, b->key_pem, false).ok());
   EXPECT_TRUE(SigningIdentity::Load(cert, key).ok());
-  Result<std::shared_ptr<const SigningIdentity>> mismatched = SigningIdentity::Load(cert, other_key);
+  Result<std::shared_ptr<const SigningIdentity>> mismatched =
+      SigningIdentity::Load(cert, other_key);
   EXPECT_EQ(mismatched.status().code(), Code::kInvalidArgument);
   EXPECT_NE(mismatched.status().message().find("not the certificate's"), std::string::npos);
   ASSERT_EQ(::chmod(key.c_str(), 0640), 0);

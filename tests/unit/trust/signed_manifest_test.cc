@@ -65,8 +65,7 @@ TEST_F(CertifiedManifests, APublisherOfTheChannelIsAccepted) {
 }
 
 TEST_F(CertifiedManifests, AnAgentCertificateCannotSignAVersion) {
-  ExpectRefused(Verify(SignedBy(Issue(ca_, "sampler-3", "agent"))),
-                "'sampler-3' (serial");
+  ExpectRefused(Verify(SignedBy(Issue(ca_, "sampler-3", "agent"))), "'sampler-3' (serial");
   ExpectRefused(Verify(SignedBy(Issue(ca_, "sampler-3", "agent,coordinator,operator"))),
                 "may not publish on 'policy'");
 }
@@ -79,10 +78,11 @@ TEST_F(CertifiedManifests, APublisherOfAnotherChannelIsRefused) {
 TEST_F(CertifiedManifests, ForeignExpiredAndRevokedPublishersAreRefused) {
   trust::Authority other = NewAuthority("another cluster");
   ExpectRefused(Verify(SignedBy(Issue(other, "intruder", "publisher:*"))), "'intruder'");
-  ExpectRefused(Verify(SignedBy(Issue(ca_, "old", "publisher:policy", -2 * trust::kDay,
-                                      trust::kDay))),
-                "expired");
-  Result<trust::IssuedCertificate> lost = ca_.Issue({"lost", *trust::ParseRolesFlag("publisher:policy")});
+  ExpectRefused(
+      Verify(SignedBy(Issue(ca_, "old", "publisher:policy", -2 * trust::kDay, trust::kDay))),
+      "expired");
+  Result<trust::IssuedCertificate> lost =
+      ca_.Issue({"lost", *trust::ParseRolesFlag("publisher:policy")});
   ASSERT_TRUE(lost.ok());
   auto identity = trust::SigningIdentity::FromPem(lost->certificate_pem, lost->key_pem);
   ASSERT_TRUE(identity.ok());
@@ -141,8 +141,9 @@ TEST_F(CertifiedManifests, SigningAndVerifyingCostWellUnderAMillisecond) {
   constexpr int kRounds = 50;
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < kRounds; ++i) ASSERT_TRUE(Verify(SignedBy(publisher)).ok());
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
-                                                              start).count() / kRounds;
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() /
+      kRounds;
   RecordProperty("sign_and_verify_ms", std::to_string(ms));
   EXPECT_LT(ms, 5.0) << "sanitizer builds are slower; the release figure is in the bench";
 }

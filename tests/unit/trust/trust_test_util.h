@@ -28,12 +28,9 @@ inline std::shared_ptr<const trust::TrustAnchor> AnchorOf(const trust::Authority
 }
 
 // A certificate issued by `ca` with `roles` (roles.h's flag syntax), and its key.
-inline std::shared_ptr<const trust::SigningIdentity> Issue(const trust::Authority& ca,
-                                                           const std::string& name,
-                                                           const std::string& roles,
-                                                           int64_t start = 0,
-                                                           int64_t valid = trust::kDay,
-                                                           std::optional<uint64_t> node_id = {}) {
+inline std::shared_ptr<const trust::SigningIdentity> Issue(
+    const trust::Authority& ca, const std::string& name, const std::string& roles,
+    int64_t start = 0, int64_t valid = trust::kDay, std::optional<uint64_t> node_id = {}) {
   Result<trust::Roles> parsed = trust::ParseRolesFlag(roles);
   EXPECT_TRUE(parsed.ok()) << parsed.status().ToString();
   Result<trust::IssuedCertificate> issued = ca.Issue({.name = name,
