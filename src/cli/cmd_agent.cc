@@ -75,12 +75,8 @@ Status RunAgent(const AgentFlags& flags) {
       options.trust_anchor,
       LoadTrustAnchor(flags.node, [&log](std::string_view line) { log.Warn(line); }));
   if (options.trust_anchor != nullptr) {
-    WC_ASSIGN_OR_RETURN(options.tls, CertificateModeTls(flags.node, options.trust_anchor));
-    if (options.transport != net::TransportKind::kTcp) {
-      return InvalidArgument(
-          "--transport: with --ca peers talk TCP with TLS; UCX carries no TLS "
-          "(docs/security.md)");
-    }
+    WC_ASSIGN_OR_RETURN(options.tls,
+                        CertificateModeTls(flags.node, options.trust_anchor, options.transport));
   }
   options.cluster = flags.node.cluster;
   WC_ASSIGN_OR_RETURN(options.node_id, NodeIdOf(flags.node));

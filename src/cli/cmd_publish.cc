@@ -126,12 +126,8 @@ Status RunPublish(const PublishFlags& flags) {
   WC_ASSIGN_OR_RETURN(options.signing_identity,
                       LoadSigningIdentity(flags.node, options.trust_anchor != nullptr));
   if (options.trust_anchor != nullptr) {
-    WC_ASSIGN_OR_RETURN(options.tls, CertificateModeTls(flags.node, options.trust_anchor));
-    if (options.transport != net::TransportKind::kTcp) {
-      return InvalidArgument(
-          "--transport: with --ca peers talk TCP with TLS; UCX carries no TLS "
-          "(docs/security.md)");
-    }
+    WC_ASSIGN_OR_RETURN(options.tls,
+                        CertificateModeTls(flags.node, options.trust_anchor, options.transport));
   }
   if (!flags.upload_limit.empty()) {
     WC_ASSIGN_OR_RETURN(uint64_t rate, ParseSize(flags.upload_limit));

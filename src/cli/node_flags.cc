@@ -57,7 +57,12 @@ Result<std::shared_ptr<const trust::TrustAnchor>> LoadTrustAnchor(
 }
 
 Result<net::TlsOptions> CertificateModeTls(const NodeFlags& flags,
-                                           std::shared_ptr<const trust::TrustAnchor> anchor) {
+                                           std::shared_ptr<const trust::TrustAnchor> anchor,
+                                           net::TransportKind transport) {
+  if (transport != net::TransportKind::kTcp) {
+    return InvalidArgument(
+        "--transport: with --ca peers talk TCP with TLS; UCX carries no TLS (docs/security.md)");
+  }
   if (flags.cert_file.empty() || flags.key_file.empty()) {
     return InvalidArgument(
         "with --ca every node proves who it is with its own certificate: give --cert and --key "

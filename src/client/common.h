@@ -31,8 +31,10 @@ Result<metrics::Logger> MakeLogger(const std::string& component, LogLevel level,
 Result<std::string> LoadSecret(const SecretSource& source);
 
 // Certificate mode from `files` (node/certificate_mode.h); nullopt when none is given (development
-// mode). kInvalidArgument when only some are, or one is wrong.
-Result<std::optional<node::CertificateMode>> LoadCertificates(const CertificateFiles& files);
+// mode). kInvalidArgument when only some are, when one is wrong, or when `transport` (the
+// options' transport) is not "tcp" (UCX carries no TLS).
+Result<std::optional<node::CertificateMode>> LoadCertificates(const CertificateFiles& files,
+                                                              std::string_view transport);
 
 // OK when `root` is a store, or can become one without taking over someone else's files: it
 // does not exist, or is an empty directory. kFailedPrecondition for a file, or a directory with

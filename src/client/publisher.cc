@@ -178,12 +178,8 @@ Status Publisher::Impl::Start() {
     WC_ASSIGN_OR_RETURN(po.log, client::MakeLogger("publish", options.log_level, options.log_file));
     WC_ASSIGN_OR_RETURN(po.secret, client::LoadSecret(options.secret));
     WC_ASSIGN_OR_RETURN(std::optional<node::CertificateMode> certified,
-                        client::LoadCertificates(options.certificates));
+                        client::LoadCertificates(options.certificates, options.transport));
     if (certified.has_value()) {
-      if (options.transport != "tcp") {
-        return InvalidArgument("transport '" + options.transport +
-                               "': with certificates peers talk TCP with TLS (UCX has none)");
-      }
       po.trust_anchor = certified->anchor;
       po.signing_identity = certified->identity;
       po.tls = certified->tls;

@@ -336,12 +336,8 @@ Result<std::unique_ptr<Subscriber>> Subscriber::Open(SubscriberOptions options) 
     a.tensor_patterns = o.tensors;
     WC_ASSIGN_OR_RETURN(a.secret, client::LoadSecret(o.secret));
     WC_ASSIGN_OR_RETURN(std::optional<node::CertificateMode> certified,
-                        client::LoadCertificates(o.certificates));
+                        client::LoadCertificates(o.certificates, o.transport));
     if (certified.has_value()) {
-      if (o.transport != "tcp") {
-        return InvalidArgument("transport '" + o.transport +
-                               "': with certificates peers talk TCP with TLS (UCX has none)");
-      }
       a.trust_anchor = certified->anchor;
       a.tls = certified->tls;
     }

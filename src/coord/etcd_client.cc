@@ -41,7 +41,9 @@ std::vector<std::string_view> SplitCommas(std::string_view text) {
 }  // namespace
 
 Client::Client(std::vector<Endpoint> endpoints, std::string text, ClientOptions options)
-    : endpoints_(std::move(endpoints)), endpoints_text_(std::move(text)), options_(options) {}
+    : endpoints_(std::move(endpoints)),
+      endpoints_text_(std::move(text)),
+      options_(std::move(options)) {}
 
 Result<std::unique_ptr<Client>> Client::Create(std::string_view endpoints, ClientOptions options) {
   std::vector<Endpoint> parsed;
@@ -66,7 +68,8 @@ Result<std::unique_ptr<Client>> Client::Create(std::string_view endpoints, Clien
     parsed.push_back({where->bracketed ? "[" + where->host + "]" : where->host, *where->port, tls});
   }
   if (parsed.empty()) return InvalidArgument("--etcd: no endpoint");
-  return std::unique_ptr<Client>(new Client(std::move(parsed), std::string(endpoints), options));
+  return std::unique_ptr<Client>(
+      new Client(std::move(parsed), std::string(endpoints), std::move(options)));
 }
 
 Status Client::FailFast() const {
@@ -143,7 +146,7 @@ Result<std::string> Client::Post(std::string_view path, const std::string& body,
       } else if (response.error() == httplib::Error::SSLConnection) {
         why += " (does etcd want a client certificate of this CA? the coordinator presents --cert)";
       }
-      last = Unavailable(where + ": " + why);
+      last = Unavailable(where + ": " + std::move(why));
       continue;
     }
     if (response->status != 200) {

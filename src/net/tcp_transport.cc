@@ -13,21 +13,7 @@
 
 #include "net/tcp_transport.h"
 
-// asio 1.22 recognises clang's coroutines only through libc++'s
-// <experimental/coroutine>; with libstdc++ (Debian's clang builds: fuzz,
-// sanitizers) the standard <coroutine> works as well.
-#if defined(__clang__) && !defined(ASIO_HAS_CO_AWAIT) && defined(__cpp_impl_coroutine) && \
-    __has_include(<coroutine>)
-#define ASIO_HAS_CO_AWAIT 1
-#endif
-// clang 14's -fsanitize=function (part of "undefined") emits prologue data that
-// the backend cannot encode for coroutine functions ("Cannot represent a
-// difference across sections", llvm-project issue 49689); keep that one check
-// off in this file, the other sanitizers stay.
-#if defined(__clang__) && __clang_major__ < 17
-#pragma clang attribute push(__attribute__((no_sanitize("function"))), apply_to = function)
-#define WC_NET_POP_NO_SANITIZE_FUNCTION 1
-#endif
+#include "net/asio_coroutines.h"  // before any asio header
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>

@@ -1,12 +1,4 @@
-// The coroutine preamble of tcp_transport.cc (it says why), before any asio header.
-#if defined(__clang__) && !defined(ASIO_HAS_CO_AWAIT) && defined(__cpp_impl_coroutine) && \
-    __has_include(<coroutine>)
-#define ASIO_HAS_CO_AWAIT 1
-#endif
-#if defined(__clang__) && __clang_major__ < 17
-#pragma clang attribute push(__attribute__((no_sanitize("function"))), apply_to = function)
-#define WC_NET_POP_NO_SANITIZE_FUNCTION 1
-#endif
+#include "net/asio_coroutines.h"  // before any asio header, which tls_session.h includes
 
 #include "net/tls_session.h"
 

@@ -9,7 +9,7 @@
 //
 // One reader and one writer may be outstanding at once, on the socket's strand (the transport's
 // read and write loops); the SSL object is only touched between suspensions, never during one.
-// Include after tcp_transport.cc's coroutine preamble (asio needs it before its first header).
+// Include after net/asio_coroutines.h (asio needs it before its first header).
 #pragma once
 
 #include <asio/awaitable.hpp>

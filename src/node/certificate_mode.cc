@@ -31,7 +31,8 @@ Result<CertificateMode> LoadCertificateMode(const std::filesystem::path& ca,
 
 std::function<Status(std::span<const uint8_t>, const net::PeerInfo&)> PeerCheck(
     std::shared_ptr<const trust::TrustAnchor> anchor) {
-  return [anchor](std::span<const uint8_t> der, const net::PeerInfo& node) -> Status {
+  return [anchor = std::move(anchor)](std::span<const uint8_t> der,
+                                      const net::PeerInfo& node) -> Status {
     WC_ASSIGN_OR_RETURN(trust::CertificateInfo peer, anchor->Check(der));
     if (peer.node_id.has_value() && *peer.node_id != node.node_id.value()) {
       return Unauthenticated("certificate '" + peer.name + "' (serial " + peer.serial +

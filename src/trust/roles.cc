@@ -65,7 +65,8 @@ std::vector<std::string> RoleUris(const Roles& roles) {
   const std::string prefix(kRoleUriPrefix);
   if (roles.agent) uris.push_back(prefix + "agent");
   for (const std::string& channel : roles.publisher_channels) {
-    uris.push_back(prefix + "publisher:" + channel);
+    uris.push_back(prefix + "publisher:");
+    uris.back() += channel;
   }
   if (roles.coordinator) uris.push_back(prefix + "coordinator");
   if (roles.operator_role) uris.push_back(prefix + "operator");
