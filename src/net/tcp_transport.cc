@@ -1,15 +1,8 @@
 // The TCP transport: the channel (socket, TLS, read-ahead), framing, connections and their
 // writers and keepalive, the handshake's admission, the listener. One file because they share
 // asio types no other file sees, and asio's coroutines need the compiler workarounds below ahead
-// of every asio header; the handshake's messages are handshake.cc, admission rules admission.cc.
-//
-// asio's io_context uses std::atomic_thread_fence, which gcc 12 flags under
-// -fsanitize=thread
-// (-Wtsan: TSan does not model fences). The fences order asio's own
-// bookkeeping; our state is guarded by mutexes, which TSan does check.
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
-#pragma GCC diagnostic ignored "-Wtsan"
-#endif
+// of every asio header (net/asio_coroutines.h); the handshake's messages are handshake.cc,
+// admission rules admission.cc, the TLS record loop tls_session.cc.
 
 #include "net/tcp_transport.h"
 
