@@ -1,8 +1,8 @@
 // The TCP transport: the channel (socket, TLS, read-ahead), framing, connections and their
 // writers and keepalive, the handshake's admission, the listener. One file because they share
-// asio types no other file sees, and asio's coroutines need the compiler workarounds below ahead
-// of every asio header (net/asio_coroutines.h); the handshake's messages are handshake.cc,
-// admission rules admission.cc, the TLS record loop tls_session.cc.
+// asio types no other file sees, and asio's coroutines need compiler workarounds ahead of every
+// asio header (net/asio_coroutines.h); the handshake's messages are handshake.cc, admission
+// rules admission.cc, the TLS record loop tls_session.cc.
 
 #include "net/tcp_transport.h"
 
