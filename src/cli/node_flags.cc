@@ -3,7 +3,6 @@
 #include <arpa/inet.h>
 
 #include <cstdlib>
-#include <filesystem>
 #include <random>
 #include <string>
 
@@ -44,14 +43,8 @@ Result<std::shared_ptr<const trust::TrustAnchor>> LoadTrustAnchor(
     }
     return std::shared_ptr<const trust::TrustAnchor>();
   }
-  std::filesystem::path crl = flags.crl_file;
-  if (crl.empty()) {
-    const std::filesystem::path beside =
-        std::filesystem::path(flags.ca_file).parent_path() / "crl.pem";
-    if (std::filesystem::exists(beside)) crl = beside;
-  }
   Result<std::shared_ptr<const trust::TrustAnchor>> anchor =
-      trust::TrustAnchor::Load(flags.ca_file, crl);
+      node::LoadTrustAnchor(flags.ca_file, flags.crl_file);
   if (!anchor.ok()) return InvalidArgument("--ca: " + anchor.status().message());
   return anchor;
 }

@@ -2,7 +2,19 @@
 
 #include <string>
 
+#include "trust/authority.h"
+
 namespace weightcast::node {
+
+Result<std::shared_ptr<const trust::TrustAnchor>> LoadTrustAnchor(
+    const std::filesystem::path& ca, const std::filesystem::path& crl) {
+  std::filesystem::path revocations = crl;
+  if (revocations.empty()) {
+    const std::filesystem::path beside = ca.parent_path() / trust::kCaCrlFile;
+    if (std::filesystem::exists(beside)) revocations = beside;
+  }
+  return trust::TrustAnchor::Load(ca, revocations);
+}
 
 Result<CertificateMode> LoadCertificateMode(const std::filesystem::path& ca,
                                             const std::filesystem::path& crl,
@@ -13,13 +25,8 @@ Result<CertificateMode> LoadCertificateMode(const std::filesystem::path& ca,
         "with a CA every node proves who it is with its own certificate and key "
         "(`weightcast ca issue`)");
   }
-  std::filesystem::path revocations = crl;
-  if (revocations.empty()) {
-    const std::filesystem::path beside = ca.parent_path() / "crl.pem";
-    if (std::filesystem::exists(beside)) revocations = beside;
-  }
   CertificateMode mode;
-  WC_ASSIGN_OR_RETURN(mode.anchor, trust::TrustAnchor::Load(ca, revocations));
+  WC_ASSIGN_OR_RETURN(mode.anchor, LoadTrustAnchor(ca, crl));
   WC_ASSIGN_OR_RETURN(mode.identity, trust::SigningIdentity::Load(certificate, key));
   mode.tls.enabled = true;
   mode.tls.cert_file = certificate.string();

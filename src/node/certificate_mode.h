@@ -21,7 +21,12 @@ struct CertificateMode {
   net::TlsOptions tls;
 };
 
-// `crl` empty: crl.pem beside `ca` when there is one. kInvalidArgument naming the file that is
+// The cluster CA with its revocation list: `crl`, or when empty crl.pem beside `ca` if there is
+// one (where `weightcast ca` writes it).
+Result<std::shared_ptr<const trust::TrustAnchor>> LoadTrustAnchor(const std::filesystem::path& ca,
+                                                                  const std::filesystem::path& crl);
+
+// `crl` as for LoadTrustAnchor. kInvalidArgument naming the file that is
 // missing or wrong (a key file others can read, a key that is not the certificate's, a CA that is
 // not one).
 Result<CertificateMode> LoadCertificateMode(const std::filesystem::path& ca,
