@@ -390,13 +390,24 @@ awaitable<Status> WriteFrame(Channel& channel, const OutFrame& frame) {
   co_return Status::Ok();
 }
 
+// A peer that refuses us writes why and closes without reading what we sent meanwhile, so its
+// kernel resets the connection and our next handshake write fails. Its reason is still in our
+// receive queue (Linux keeps received bytes past a reset): read it, so the caller learns the
+// cause and not "broken pipe". The handshake deadline bounds the read.
+awaitable<Status> PeersReasonOr(Channel& channel, Handshake& hs, Status write_failed) {
+  Result<Frame> frame = co_await ReadFrame(channel, kHandshakeMaxFrameBytes, nullptr, nullptr);
+  if (!frame.ok() || frame->type != FrameType::kError) co_return write_failed;
+  Result<std::optional<OutFrame>> told = hs.OnFrame(*frame);
+  co_return told.ok() ? write_failed : told.status();
+}
+
 // Runs the handshake on a fresh socket. On failure it tells the peer why (best
 // effort).
 awaitable<Result<PeerInfo>> RunHandshake(Channel& channel, const Options& options, bool initiator,
                                          std::atomic<bool>* spoke) {
   Handshake hs(options.self, options.secret, initiator);
   Status sent = co_await WriteFrame(channel, hs.HelloFrame());
-  if (!sent.ok()) co_return sent;
+  if (!sent.ok()) co_return co_await PeersReasonOr(channel, hs, sent);
   bool role_checked = false;
   while (!hs.established()) {
     Result<Frame> frame = co_await ReadFrame(channel, kHandshakeMaxFrameBytes, nullptr, nullptr);
@@ -426,7 +437,7 @@ awaitable<Result<PeerInfo>> RunHandshake(Channel& channel, const Options& option
     if (spoke != nullptr) *spoke = true;
     if (*reply) {
       Status s = co_await WriteFrame(channel, **reply);
-      if (!s.ok()) co_return s;
+      if (!s.ok()) co_return co_await PeersReasonOr(channel, hs, s);
     }
   }
   PeerInfo peer = hs.peer();

@@ -35,6 +35,7 @@ TlsSession::~TlsSession() {
 }
 
 asio::awaitable<std::error_code> TlsSession::Flush() {
+  if (write_error_) co_return write_error_;
   // Another coroutine's flush is writing: its loop sends what is pending when it resumes.
   if (flushing_) co_return std::error_code();
   flushing_ = true;
@@ -50,6 +51,7 @@ asio::awaitable<std::error_code> TlsSession::Flush() {
     if (!ec) BIO_nread(ring_, &data, n);
   }
   flushing_ = false;
+  write_error_ = ec;
   co_return ec;
 }
 
@@ -69,8 +71,11 @@ asio::awaitable<std::error_code> TlsSession::WaitFor(int result) {
   // Whatever OpenSSL wants next, what it wrote goes out first (a handshake flight, an alert).
   if (BIO_ctrl_pending(ring_) > 0) {
     ec = co_await Flush();
-    if (ec) co_return ec;
-    if (error == SSL_ERROR_WANT_WRITE) co_return ec;  // the ring has room again
+    if (error == SSL_ERROR_WANT_WRITE) co_return ec;  // the ring has room again, or never will
+    // A read goes on when sending failed: what the peer sent before it closed (why it refused
+    // us) is still to be read.
+    if (ec && error != SSL_ERROR_WANT_READ) co_return ec;
+    ec.clear();
   }
   if (error == SSL_ERROR_WANT_READ) {
     co_await socket_.async_wait(asio::ip::tcp::socket::wait_read,
@@ -102,10 +107,9 @@ asio::awaitable<std::pair<std::error_code, size_t>> TlsSession::ReadSome(std::sp
     size_t n = 0;
     const int result = SSL_read_ex(ssl_, out.data(), out.size(), &n);
     if (result == 1) {
-      // Records the peer sent after the handshake may ask for an answer (a key update).
-      if (BIO_ctrl_pending(ring_) > 0) {
-        if (std::error_code ec = co_await Flush()) co_return std::pair(ec, size_t{0});
-      }
+      // Records the peer sent after the handshake may ask for an answer (a key update). A
+      // failure to send it is the writer's to report; these bytes are the reader's.
+      if (BIO_ctrl_pending(ring_) > 0) (void)co_await Flush();
       // Decrypt what read-ahead brought while it is at hand: many records per system call.
       while (n < out.size() && SSL_pending(ssl_) > 0) {
         size_t more = 0;

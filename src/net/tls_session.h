@@ -58,6 +58,8 @@ class TlsSession {
   SSL* ssl_ = nullptr;
   BIO* ring_ = nullptr;    // our end of the write pair; OpenSSL's end is owned by ssl_
   bool flushing_ = false;  // a Flush is suspended in a socket write
+  // The first failed socket write: sending is over, every later Write returns it, reads go on.
+  std::error_code write_error_;
 };
 
 }  // namespace weightcast::net
