@@ -184,6 +184,7 @@ wire::Register Agent::Impl::Registration() {
   reg.set_source(false);
   for (const std::string& p : options.tensor_patterns) reg.add_tensor_patterns(p);
   reg.set_hostname(coord::LocalHostname());
+  for (PeerId peer : node->ListedPeers()) reg.add_held_peers(peer.value());
   return reg;
 }
 
@@ -228,11 +229,13 @@ Status Agent::Impl::Beat(const std::shared_ptr<coord::CoordinatorClient>& client
     armed.reset();
   }
   WC_ASSIGN_OR_RETURN(wire::HeartbeatReply reply, std::move(answered));
-  std::vector<node::PeerAddress> peers;
-  for (const wire::PeerEntry& e : reply.peers()) {
-    peers.push_back({PeerId(e.node_id()), e.address(), e.source()});
+  if (!reply.keep_peers()) {  // a new coordinator that has not drawn the graph yet: keep ours
+    std::vector<node::PeerAddress> peers;
+    for (const wire::PeerEntry& e : reply.peers()) {
+      peers.push_back({PeerId(e.node_id()), e.address(), e.source()});
+    }
+    node->SetPeers(peers);
   }
-  node->SetPeers(peers);
   for (const wire::ChannelTarget& t : reply.channels()) {
     if (t.channel() == options.channel) rollout->OnTarget(t, client.get());
   }

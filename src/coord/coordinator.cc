@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "coord/attestation_verdict.h"
+#include "coord/client_session.h"
 #include "coord/envelope.h"
 #include "coord/writer_text.h"
 #include "manifest/builder.h"
@@ -141,8 +142,12 @@ Coordinator::Coordinator(CoordinatorOptions options)
       started_(clock_.Now()),
       channel_metrics_(options_.metrics),
       // Open checked the options PeerGraph checks.
+      // A fleet that registers again after a takeover comes back within the reconnect's
+      // longest step (every node retries at most kReconnectMax apart) of the new leader being
+      // reachable; one not back a heartbeat timeout after that is as good as dead.
       membership_(*Membership::Create({.heartbeat_timeout = options_.heartbeat_timeout,
                                        .forget_after = options_.forget_after,
+                                       .settle_window = options_.heartbeat_timeout + kReconnectMax,
                                        .peers = {.degree = options_.degree,
                                                  .same_rack_fraction = options_.same_rack_fraction,
                                                  .seed = options_.seed},
@@ -394,7 +399,13 @@ Result<wire::RegisterReply> Coordinator::OnRegister(uint64_t session, const net:
   node.session = session;
   node.connected = true;
   node.registration = request;
-  membership_.Register(peer.node_id, MemberInfoOf(request), now);
+  std::vector<PeerId> held;
+  for (uint64_t id : request.held_peers()) {
+    if (id != peer.node_id.value()) held.push_back(PeerId(id));
+  }
+  membership_.Register(peer.node_id, MemberInfoOf(request), now, std::move(held));
+  // Settling starts here, so the reply already says keep; it ends at a sweep, which tells everyone.
+  if (membership_.Settling(now)) settling_ = true;
   node.progress.clear();
   // A heartbeat parked by the connection this registration replaces is dropped with it.
   if (node.parked.has_value()) {
@@ -648,6 +659,7 @@ wire::HeartbeatReply Coordinator::HeartbeatReplyLocked(const Node& node) const {
   if (auto peers = peer_lists_.find(node.id); peers != peer_lists_.end()) {
     for (const wire::PeerEntry& entry : peers->second) *reply.add_peers() = entry;
   }
+  reply.set_keep_peers(settling_);
   reply.set_generation(NodeGenerationLocked(node));
   return reply;
 }
@@ -1043,9 +1055,24 @@ void Coordinator::SweepLocked(net::TimePoint now) {
                  ") sent nothing for " + std::to_string(Millis(death.silent)) + " ms: dead");
   }
   for (PeerId id : forgotten) nodes_.erase(id);
-  if (membership_changed_) {
+  const bool was_settling = settling_;
+  settling_ = membership_.Settling(now);
+  if (was_settling && !settling_) {
+    options_.log(
+        "the fleet registered again: drawing the peer graphs, keeping the edges both "
+        "ends held");
+  }
+  if (membership_changed_ && !settling_) {
     UpdatePeerListsLocked();
     for (const auto& [name, channel] : log_->channels()) channels_to_decide_.insert(name);
+  }
+  if (was_settling && !settling_) {
+    // Every node was told to keep its list: each hears that it may drop it, even one whose new
+    // list is the empty one it was served.
+    const uint64_t generation = ++generation_;
+    for (auto& [id, node] : nodes_) node->peers_generation = generation;
+    push_pending_ = true;
+    push_cv_.notify_one();
   }
   for (const std::string& name : channels_to_decide_) DecideLocked(name, now);
   channels_to_decide_.clear();

@@ -289,6 +289,8 @@ class Coordinator {
   Membership membership_;  // who is alive, and the peer graphs (the pure core of membership)
   net::TimePoint last_sweep_{};
   bool membership_changed_ = true;  // peer lists must be rebuilt before they are served
+  // Membership::Settling as of the last registration or sweep: replies say keep_peers.
+  bool settling_ = false;
   std::map<PeerId, std::vector<wire::PeerEntry>> peer_lists_;
   std::set<std::string> channels_to_decide_;
   std::string last_decision_failure_;  // the last decision the store refused, logged once

@@ -23,12 +23,42 @@ Result<Membership> Membership::Create(const MembershipOptions& options) {
   return Membership(options);
 }
 
-void Membership::Register(PeerId id, MemberInfo info, net::TimePoint now) {
+void Membership::Register(PeerId id, MemberInfo info, net::TimePoint now,
+                          std::vector<PeerId> held) {
   Member& m = nodes_[id];
   m.info = std::move(info);
+  if (!held.empty() && !first_held_.has_value()) first_held_ = now;
+  m.held = std::move(held);
   m.alive = true;
   m.left = false;
   m.last_seen = now;
+}
+
+bool Membership::Settling(net::TimePoint now) const {
+  if (drawn_ || !first_held_.has_value() || now - *first_held_ >= options_.settle_window) {
+    return false;
+  }
+  for (const auto& [id, m] : nodes_) {
+    if (!m.alive) continue;
+    for (PeerId peer : m.held) {
+      if (!alive(peer)) return true;
+    }
+  }
+  return false;
+}
+
+std::vector<swarm::Edge> Membership::HeldEdges(
+    const std::map<PeerId, swarm::NodeInfo>& members) const {
+  std::vector<swarm::Edge> edges;
+  for (const auto& [id, info] : members) {
+    const Member& m = nodes_.at(id);
+    for (PeerId peer : m.held) {
+      if (!(id < peer) || !members.contains(peer)) continue;
+      const std::vector<PeerId>& back = nodes_.at(peer).held;
+      if (std::find(back.begin(), back.end(), id) != back.end()) edges.push_back({id, peer});
+    }
+  }
+  return edges;
 }
 
 bool Membership::Heard(PeerId id, net::TimePoint now) {
@@ -138,8 +168,10 @@ Result<swarm::PeerGraphChange> Membership::UpdateChannel(
     if (before == g.members.end() || !same(before->second, info)) joining.push_back(info);
   }
   if (leaving.empty() && joining.empty()) return swarm::PeerGraphChange{};
-  WC_ASSIGN_OR_RETURN(swarm::PeerGraphChange change, g.graph.Update(leaving, joining));
+  const std::vector<swarm::Edge> keep = HeldEdges(members);
+  WC_ASSIGN_OR_RETURN(swarm::PeerGraphChange change, g.graph.Update(leaving, joining, keep));
   g.members = members;
+  if (!members.empty()) drawn_ = true;
   return change;
 }
 

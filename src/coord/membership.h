@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,8 +31,10 @@ struct MemberInfo {
 struct MembershipOptions {
   net::Duration heartbeat_timeout = std::chrono::seconds(3);  // silent longer: dead
   net::Duration forget_after = std::chrono::minutes(10);      // dead or left longer: forgotten
-  swarm::PeerListOptions peers;                               // degree, rack share, seed
-  uint32_t source_degree = 0;  // a source's bound in the graphs; 0: peers.degree
+  // How long drawing the graphs may wait for a fleet registering again (Settling).
+  net::Duration settle_window = std::chrono::seconds(5);
+  swarm::PeerListOptions peers;  // degree, rack share, seed
+  uint32_t source_degree = 0;    // a source's bound in the graphs; 0: peers.degree
 };
 
 class Membership {
@@ -39,8 +42,18 @@ class Membership {
   // Fails on peer-graph options PeerGraph refuses.
   static Result<Membership> Create(const MembershipOptions& options);
 
-  // A registration: the node is alive from `now`, following info.channels.
-  void Register(PeerId id, MemberInfo info, net::TimePoint now);
+  // A registration: the node is alive from `now`, following info.channels. `held`: the peers the
+  // node was listed with before (by a coordinator this one took over from, or before it was
+  // found dead); an edge both ends name is kept when they join a graph again.
+  void Register(PeerId id, MemberInfo info, net::TimePoint now, std::vector<PeerId> held = {});
+
+  // True while a fleet registers again with a membership that has drawn no graph yet (a
+  // coordinator that has just taken over): some node registered naming peers it held, one of
+  // those has not registered yet, and the first such registration is less than settle_window
+  // old. Drawing the graphs waits meanwhile, so that every node joins them at once with
+  // its old edges (PeerGraph::Update's `keep`) instead of the first ones filling their slots with
+  // strangers. False for a fleet that starts fresh: nobody names a peer.
+  bool Settling(net::TimePoint now) const;
   // A heartbeat. True when the node was dead or had left and is back (the same registration).
   bool Heard(PeerId id, net::TimePoint now);
   // Left on purpose: not alive, forgotten forget_after from now. False when unknown or gone.
@@ -73,6 +86,7 @@ class Membership {
  private:
   struct Member {
     MemberInfo info;
+    std::vector<PeerId> held;  // from its last registration
     bool alive = false;
     bool left = false;
     net::TimePoint last_seen{};
@@ -87,9 +101,14 @@ class Membership {
   Result<swarm::PeerGraphChange> UpdateChannel(const std::string& channel,
                                                const std::map<PeerId, swarm::NodeInfo>& members);
 
+  // The edges between `members` that both ends named in their registrations.
+  std::vector<swarm::Edge> HeldEdges(const std::map<PeerId, swarm::NodeInfo>& members) const;
+
   MembershipOptions options_;
   std::map<PeerId, Member> nodes_;  // by id: every walk over them is deterministic
   std::map<std::string, ChannelGraph> graphs_;
+  bool drawn_ = false;  // a graph was drawn with members: no settling any more
+  std::optional<net::TimePoint> first_held_;  // the first registration that named held peers
 };
 
 }  // namespace weightcast::coord

@@ -375,6 +375,11 @@ Status SwarmNode::SeedPart(const Manifest& manifest, std::vector<uint8_t> signed
 }
 
 void SwarmNode::SetPeers(std::span<const PeerAddress> peers) { impl_->SetPeers(peers); }
+
+std::vector<PeerId> SwarmNode::ListedPeers() const {
+  std::lock_guard lock(impl_->mu_);
+  return impl_->listed_;
+}
 SwarmProgress SwarmNode::progress() const { return impl_->Progress(); }
 
 SwarmCounters SwarmNode::counters() const {

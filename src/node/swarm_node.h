@@ -185,6 +185,9 @@ class SwarmNode {
   // The node's whole peer list (from the coordinator). Connects to listed peers with a lower
   // node id, keeps accepting the others, and disconnects peers no longer listed.
   void SetPeers(std::span<const PeerAddress> peers);
+  // The ids of the last list SetPeers was given (this node's own id left out): what it names as
+  // its held peers when it registers again (coord.proto, Register.held_peers).
+  std::vector<PeerId> ListedPeers() const;
 
   SwarmProgress progress() const;
   SwarmCounters counters() const;

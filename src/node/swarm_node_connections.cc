@@ -154,9 +154,11 @@ void SwarmNode::Impl::SetPeers(std::span<const PeerAddress> list) {
   std::lock_guard lock(mu_);
   if (stopping_ || !started_) return;
   std::set<uint64_t> listed;
+  listed_.clear();
   for (const PeerAddress& a : list) {
     if (a.id == options_.node_id) continue;
     listed.insert(a.id.value());
+    listed_.push_back(a.id);
     if (a.id > options_.node_id) continue;  // it connects to us
     if (peers_.count(a.id.value()) != 0 || connecting_.count(a.id.value()) != 0) continue;
     if (!protocol_.Admits(Now(), a.id)) continue;  // banned

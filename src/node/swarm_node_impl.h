@@ -311,6 +311,7 @@ struct SwarmNode::Impl {
   std::vector<std::thread> connectors_;
   std::set<uint64_t> connecting_;
   std::map<uint64_t, std::shared_ptr<Peer>> peers_;
+  std::vector<PeerId> listed_;  // the last SetPeers list's ids, own id left out
   std::vector<std::shared_ptr<Peer>> dead_;
   std::vector<PendingCheck> loop_checks_;  // guarded by mu_; run by the event loop (RunLoopChecks)
   uint64_t next_gen_ = 0;

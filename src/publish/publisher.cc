@@ -327,6 +327,7 @@ wire::Register Publisher::Registration() {
   request.set_source(true);
   request.set_hostname(coord::LocalHostname());
   request.set_writer_id(writer_id_);
+  for (PeerId peer : node_->ListedPeers()) request.add_held_peers(peer.value());
   if (sharded()) {
     request.set_rank(options_.rank);
     request.set_world(options_.world);
@@ -851,6 +852,7 @@ bool Publisher::Beat() {
     // now on.
     return !stopping_ && !coord::IsWriterConflict(reply.status());
   }
+  if (reply->keep_peers()) return true;  // a new coordinator that has not drawn the graph yet
   std::vector<node::PeerAddress> peers;
   for (const wire::PeerEntry& e : reply->peers()) {
     if (e.node_id() == node_id_.value()) continue;

@@ -40,7 +40,8 @@ Status PeerGraph::CheckJoining(std::span<const PeerId> leaving,
 }
 
 Result<PeerGraphChange> PeerGraph::Update(std::span<const PeerId> leaving,
-                                          std::span<const NodeInfo> joining) {
+                                          std::span<const NodeInfo> joining,
+                                          std::span<const Edge> keep) {
   WC_RETURN_IF_ERROR(CheckJoining(leaving, joining));
   Pending pending;
   std::vector<uint32_t> touched;  // nodes this change left short or added
@@ -57,6 +58,7 @@ Result<PeerGraphChange> PeerGraph::Update(std::span<const PeerId> leaving,
   joined.reserve(joining.size());
   for (const NodeInfo& node : joining) joined.push_back(Insert(node));
   free_slots_.insert(free_slots_.end(), freed.begin(), freed.end());
+  const std::unordered_set<uint32_t> returning = Keep(keep, joined, pending);
 
   // A first graph starts from a ring over rack-grouped nodes: connected from the start, and it
   // crosses each rack boundary once; then random edges among its nodes. Nodes joining a graph
@@ -65,9 +67,11 @@ Result<PeerGraphChange> PeerGraph::Update(std::span<const PeerId> leaving,
   // lone joiners do). They take free slots of the nodes already in, and of each other only up to
   // their share of a random graph (J joining N: J / (N + J) of their degree), then splice into
   // edges drawn across the whole graph (FillShort).
+  // A first graph that kept edges from before gets no ring: the kept edges are most of it, and
+  // Reconnect joins whatever parts they leave.
   Newcomers newcomers;
   if (was_empty) {
-    LayRing(joined, pending);
+    if (returning.empty()) LayRing(joined, pending);
     LinkAtRandom(joined, pending);
   } else if (!joined.empty()) {
     newcomers.quota.assign(slots_.size(), 0);
@@ -78,7 +82,7 @@ Result<PeerGraphChange> PeerGraph::Update(std::span<const PeerId> leaving,
     }
   }
   touched.insert(touched.end(), joined.begin(), joined.end());
-  FillShort(std::move(touched), newcomers, pending);
+  FillShort(std::move(touched), newcomers, returning, pending);
   Reconnect(pending);
   return Finish(pending);
 }
@@ -120,6 +124,26 @@ uint32_t PeerGraph::Insert(const NodeInfo& node) {
   return s;
 }
 
+std::unordered_set<uint32_t> PeerGraph::Keep(std::span<const Edge> keep,
+                                             std::span<const uint32_t> joined, Pending& pending) {
+  std::unordered_set<uint32_t> returning;
+  if (keep.empty() || joined.empty()) return returning;
+  const std::unordered_set<uint32_t> joiners(joined.begin(), joined.end());
+  for (const Edge& e : keep) {
+    auto a = index_.find(e.a);
+    auto b = index_.find(e.b);
+    if (a == index_.end() || b == index_.end() || a->second == b->second) continue;
+    const uint32_t x = a->second;
+    const uint32_t y = b->second;
+    if (!joiners.contains(x) && !joiners.contains(y)) continue;
+    if (Room(x) == 0 || Room(y) == 0 || Linked(x, y)) continue;
+    Link(x, y, pending);
+    if (joiners.contains(x)) returning.insert(x);
+    if (joiners.contains(y)) returning.insert(y);
+  }
+  return returning;
+}
+
 void PeerGraph::LayRing(std::span<const uint32_t> joined, Pending& pending) {
   // Racks in a shuffled order, nodes shuffled inside each rack.
   std::map<std::string, std::vector<uint32_t>> by_rack;
@@ -159,7 +183,8 @@ void PeerGraph::LinkAtRandom(std::span<const uint32_t> joined, Pending& pending)
 // fewer of 24 measurably slows it (docs/bench/sim.md), so every free slot of a touched node is
 // filled while the graph allows: first from nodes with room (no edge lost), then by splicing.
 // Only the parity of the degree sum, or a graph too small, leaves a slot free.
-void PeerGraph::FillShort(std::vector<uint32_t> touched, Newcomers& newcomers, Pending& pending) {
+void PeerGraph::FillShort(std::vector<uint32_t> touched, Newcomers& newcomers,
+                          const std::unordered_set<uint32_t>& returning, Pending& pending) {
   // Two joiners of this change may link by free slots while both are under their quota.
   auto allowed = [&](uint32_t a, uint32_t b) {
     if (newcomers.quota.empty() || newcomers.quota[a] == 0 || newcomers.quota[b] == 0) {
@@ -197,6 +222,9 @@ void PeerGraph::FillShort(std::vector<uint32_t> touched, Newcomers& newcomers, P
         drop_full(b);
         continue;
       }
+      // A node back with its old edges is as full as it was: no edge of others is dropped
+      // to fill it further.
+      if (returning.contains(a)) break;
       if (Room(a) >= 2) {
         if (!Splice(a, a, pending)) break;
         continue;

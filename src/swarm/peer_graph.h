@@ -18,6 +18,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -54,8 +55,13 @@ class PeerGraph {
   // degree bound of 1. Keeps the graph undirected, simple, connected and within every node's
   // bound (NodeInfo::degree, else the options' degree); fills nodes up to their bound as far as
   // the graph allows, but never drops an edge to fill a node that this change did not touch.
-  Result<PeerGraphChange> Update(std::span<const PeerId> leaving,
-                                 std::span<const NodeInfo> joining);
+  //
+  // `keep`: edges a joiner held before this graph knew it (a coordinator that took over from
+  // another learns them from its agents' registrations). Each one between a joiner and a node in
+  // the graph after the change, within both bounds, is made before any other edge, so a fleet
+  // that registers again with a new coordinator keeps its connections. Others are ignored.
+  Result<PeerGraphChange> Update(std::span<const PeerId> leaving, std::span<const NodeInfo> joining,
+                                 std::span<const Edge> keep = {});
 
   bool Contains(PeerId node) const { return index_.contains(node); }
   size_t size() const { return index_.size(); }
@@ -84,6 +90,9 @@ class PeerGraph {
   Status CheckJoining(std::span<const PeerId> leaving, std::span<const NodeInfo> joining) const;
   void Remove(uint32_t s, Pending& pending, std::vector<uint32_t>& touched);
   uint32_t Insert(const NodeInfo& node);
+  // Makes the `keep` edges that touch a joiner and fit; returns the joiners that got one.
+  std::unordered_set<uint32_t> Keep(std::span<const Edge> keep, std::span<const uint32_t> joined,
+                                    Pending& pending);
   void LayRing(std::span<const uint32_t> joined, Pending& pending);
   void LinkAtRandom(std::span<const uint32_t> joined, Pending& pending);
   // Joiners of a graph that exists, by slot (empty: none): how many of each other's free slots
@@ -91,8 +100,10 @@ class PeerGraph {
   struct Newcomers {
     std::vector<uint32_t> quota, links;
   };
-  // Fills the free slots of `touched`, joiners within their quota of each other.
-  void FillShort(std::vector<uint32_t> touched, Newcomers& newcomers, Pending& pending);
+  // Fills the free slots of `touched`, joiners within their quota of each other; `returning`
+  // nodes (joiners that kept edges) only from nodes with room, never by splicing.
+  void FillShort(std::vector<uint32_t> touched, Newcomers& newcomers,
+                 const std::unordered_set<uint32_t>& returning, Pending& pending);
   void Reconnect(Pending& pending);
   PeerGraphChange Finish(Pending& pending) const;
 

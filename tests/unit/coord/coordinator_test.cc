@@ -616,6 +616,55 @@ TEST(Coordinator, ADeathChangesOnlyTheDeadNodesNeighboursLists) {
   EXPECT_LE(h.coordinator().counters().peer_edges_dropped.load() - dropped_before, 1u);
 }
 
+// A coordinator that starts again (or a standby that takes over) meets a fleet that already
+// holds its connections. The nodes register again naming the peers they held, in any order and
+// across sweeps; the coordinator tells them to keep their lists until every named node is back,
+// then draws the graph they held, so no connection is dropped.
+TEST(Coordinator, AFleetRegisteringWithANewCoordinatorKeepsItsPeers) {
+  CoordinatorOptions options;
+  options.degree = 4;
+  CoordinatorHarness h(options);
+  ASSERT_TRUE(h.Start().ok());
+  constexpr uint64_t kFirst = 100, kNodes = 30;
+  std::map<uint64_t, std::unique_ptr<CoordinatorClient>> nodes;
+  for (uint64_t id = kFirst; id < kFirst + kNodes; ++id) {
+    nodes[id] = h.Connect(id, net::Role::kAgent);
+    ASSERT_TRUE(nodes[id]->Register(AgentRegistration(id, "policy")).ok());
+  }
+  h.coordinator().Sweep();
+  std::map<uint64_t, std::set<uint64_t>> before;
+  for (auto& [id, client] : nodes) {
+    auto reply = client->Heartbeat({});
+    ASSERT_TRUE(reply.ok());
+    EXPECT_FALSE(reply->keep_peers()) << "a fresh fleet names no peers and never waits";
+    before[id] = PeerIds(*reply);
+  }
+
+  h.Stop();
+  ASSERT_TRUE(h.Start().ok());
+  for (uint64_t id = kFirst + kNodes - 1; id >= kFirst; --id) {
+    nodes[id] = h.Connect(id, net::Role::kAgent);
+    wire::Register again = AgentRegistration(id, "policy");
+    for (uint64_t peer : before[id]) again.add_held_peers(peer);
+    ASSERT_TRUE(nodes[id]->Register(again).ok());
+    h.coordinator().Sweep();
+    if (id == kFirst) break;
+    auto waiting = nodes[id]->Heartbeat({});
+    ASSERT_TRUE(waiting.ok());
+    EXPECT_TRUE(waiting->keep_peers()) << "node " << id << " answered before the fleet is back";
+    EXPECT_EQ(waiting->peers_size(), 0);
+  }
+  h.Advance(std::chrono::milliseconds(200));
+  h.coordinator().Sweep();
+  for (auto& [id, client] : nodes) {
+    auto reply = client->Heartbeat({});
+    ASSERT_TRUE(reply.ok());
+    EXPECT_FALSE(reply->keep_peers());
+    EXPECT_EQ(PeerIds(*reply), before[id]) << "node " << id;
+  }
+  EXPECT_EQ(h.coordinator().counters().peer_edges_dropped.load(), 0u);
+}
+
 }  // namespace
 }  // namespace weightcast::coord
 

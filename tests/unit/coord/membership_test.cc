@@ -119,6 +119,51 @@ TEST(Membership, ARackOrRoleChangeIsALeaveAndAJoinAndChannelsAreApart) {
   EXPECT_EQ(gone.at("other").detached.size(), 1u);
 }
 
+// A coordinator that takes over from another: the fleet registers again naming the peers it
+// held. The graph waits until every named node is back (or a heartbeat timeout passes), then
+// comes back as it was; a fresh fleet, naming nobody, never waits.
+TEST(Membership, AFleetThatRegistersAgainKeepsItsGraph) {
+  Membership old = Make();
+  for (uint64_t id = 1; id <= 30; ++id) old.Register(PeerId(id), Follower(), t0);
+  EXPECT_FALSE(old.Settling(t0));
+  old.UpdatePeerGraphs();
+  std::map<PeerId, std::set<PeerId>> before;
+  for (uint64_t id = 1; id <= 30; ++id) before[PeerId(id)] = Set(old.Peers(PeerId(id)));
+
+  MembershipOptions other = {};
+  other.peers.degree = 4;
+  other.peers.seed = 12345;
+  Membership taken_over = *Membership::Create(other);
+  const net::TimePoint t1 = t0 + seconds(60);
+  for (uint64_t id = 30; id >= 1; --id) {
+    EXPECT_TRUE(id == 30 || taken_over.Settling(t1)) << id;
+    const std::vector<PeerId> held = old.Peers(PeerId(id));
+    taken_over.Register(PeerId(id), Follower(), t1, held);
+  }
+  EXPECT_FALSE(taken_over.Settling(t1)) << "everyone named is back";
+  taken_over.UpdatePeerGraphs();
+  for (uint64_t id = 1; id <= 30; ++id) {
+    EXPECT_EQ(Set(taken_over.Peers(PeerId(id))), before[PeerId(id)]) << id;
+  }
+
+  // One node never comes back: settling ends at the settle window, and only its neighbours'
+  // lists change.
+  Membership partial = *Membership::Create(other);
+  for (uint64_t id = 1; id <= 29; ++id) {
+    partial.Register(PeerId(id), Follower(), t1, old.Peers(PeerId(id)));
+  }
+  EXPECT_TRUE(partial.Settling(t1 + milliseconds(4900)));
+  EXPECT_FALSE(partial.Settling(t1 + seconds(5)));
+  partial.UpdatePeerGraphs();
+  for (uint64_t id = 1; id <= 29; ++id) {
+    if (before[PeerId(id)].contains(PeerId(30))) continue;
+    EXPECT_EQ(Set(partial.Peers(PeerId(id))), before[PeerId(id)]) << id;
+  }
+  // Drawn once, it never settles again: a node back from the dead joins at once.
+  partial.Register(PeerId(30), Follower(), t1 + seconds(4), old.Peers(PeerId(30)));
+  EXPECT_FALSE(partial.Settling(t1 + seconds(4)));
+}
+
 TEST(Membership, RefusesOptionsThePeerGraphRefuses) {
   MembershipOptions o;
   o.peers.degree = 1;

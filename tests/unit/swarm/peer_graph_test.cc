@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <iterator>
 #include <set>
 
 namespace weightcast::swarm {
@@ -118,6 +119,63 @@ TEST(PeerGraph, JoinersFillFromNodesWithRoomFirst) {
   EXPECT_EQ(Missing(*g, 4), 0u);
   // Two joiners of degree 4 link to each other once, then splice: 3 each.
   EXPECT_LE(change->removed.size(), 4u);
+}
+
+// A new coordinator builds its graph from registrations that name the edges each node held: the
+// same graph comes back, whatever its own seed; a node that did not come back takes only its own
+// edges with it. Without the edges, the graph is another one.
+TEST(PeerGraph, NodesThatJoinWithTheEdgesTheyHeldGetThemBack) {
+  auto old = PeerGraph::Create(Options(4));
+  ASSERT_TRUE(old.ok());
+  ASSERT_TRUE(old->Update({}, Nodes(1, 30, 0)).ok());
+  const std::set<Edge> held = Edges(*old);
+  const std::vector<Edge> keep(held.begin(), held.end());
+
+  PeerListOptions other_seed = Options(4);
+  other_seed.seed = 99;
+  auto again = PeerGraph::Create(other_seed);
+  ASSERT_TRUE(again.ok());
+  ASSERT_TRUE(again->Update({}, Nodes(1, 30, 0), keep).ok());
+  EXPECT_EQ(Edges(*again), held);
+  ExpectWellFormed(*again, 4);
+
+  auto fresh = PeerGraph::Create(other_seed);
+  ASSERT_TRUE(fresh.ok());
+  ASSERT_TRUE(fresh->Update({}, Nodes(1, 30, 0)).ok());
+  const std::set<Edge> drawn = Edges(*fresh);
+  std::vector<Edge> shared;
+  std::set_intersection(held.begin(), held.end(), drawn.begin(), drawn.end(),
+                        std::back_inserter(shared));
+  EXPECT_LT(shared.size(), held.size() / 2);
+
+  // Node 7 does not register again: every edge between the others stays, its neighbours are
+  // linked to each other.
+  std::vector<NodeInfo> without_7 = Nodes(1, 30, 0);
+  without_7.erase(without_7.begin() + 6);
+  auto partial = PeerGraph::Create(other_seed);
+  ASSERT_TRUE(partial.ok());
+  ASSERT_TRUE(partial->Update({}, without_7, keep).ok());
+  ExpectWellFormed(*partial, 4);
+  const std::set<Edge> now = Edges(*partial);
+  for (const Edge& e : held) {
+    if (e.a != PeerId(7) && e.b != PeerId(7)) {
+      EXPECT_TRUE(now.contains(e));
+    }
+  }
+  EXPECT_EQ(Missing(*partial, 4), 0u);
+
+  // Kept edges are only those that touch a joiner: an edge between two nodes already in the
+  // graph is not made (or kept) because a joiner's registration names it.
+  auto full = PeerGraph::Create(Options(4));
+  ASSERT_TRUE(full.ok());
+  ASSERT_TRUE(full->Update({}, Nodes(1, 30, 0)).ok());
+  const Edge not_held = {PeerId(1), PeerId(2)};
+  const bool linked = Edges(*full).contains(not_held);
+  const std::vector<NodeInfo> late = Nodes(50, 1, 0);
+  const Edge claims[] = {{PeerId(1), PeerId(2)}, {PeerId(3), PeerId(50)}};
+  ASSERT_TRUE(full->Update({}, late, claims).ok());
+  EXPECT_EQ(Edges(*full).contains(not_held), linked);
+  ExpectWellFormed(*full, 4);
 }
 
 TEST(PeerGraph, ChurnKeepsTheGraphWholeAndFull) {
