@@ -209,6 +209,7 @@ void Agent::Impl::OnConnectResult(const Status& status) {
 Status Agent::Impl::Beat(const std::shared_ptr<coord::CoordinatorClient>& client) {
   wire::Heartbeat hb;
   *hb.add_channels() = rollout->Progress();
+  for (PeerId peer : node->BannedPeers()) hb.add_banned_peers(peer.value());
   UpdateFailed(hb.channels(0));
   {
     std::lock_guard lock(mu);

@@ -583,6 +583,7 @@ Result<std::optional<wire::HeartbeatReply>> Coordinator::OnHeartbeat(
     membership_changed_ = true;
     options_.log("" + NodeName(node.id) + " is alive again");
   }
+  if (!request.wake()) NoteBansLocked(node.id, request);
   std::set<std::string> changed;
   for (const wire::ChannelProgress& progress : request.channels()) {
     if (!Follows(node.registration, progress.channel())) continue;  // not one it registered
@@ -662,6 +663,32 @@ wire::HeartbeatReply Coordinator::HeartbeatReplyLocked(const Node& node) const {
   reply.set_keep_peers(settling_);
   reply.set_generation(NodeGenerationLocked(node));
   return reply;
+}
+
+void Coordinator::NoteBansLocked(PeerId reporter, const wire::Heartbeat& request) {
+  std::vector<PeerId> banned;
+  for (uint64_t id : request.banned_peers()) banned.push_back(PeerId(id));
+  const std::vector<PeerId> before = membership_.bans(reporter);
+  std::map<PeerId, bool> was_quarantined;
+  for (PeerId id : before) was_quarantined[id] = membership_.quarantined(id);
+  for (PeerId id : banned) was_quarantined.try_emplace(id, membership_.quarantined(id));
+  if (!membership_.ReportBans(reporter, banned)) return;
+  membership_changed_ = true;
+  for (const auto& [id, was] : was_quarantined) {
+    if (!std::binary_search(before.begin(), before.end(), id) &&
+        std::find(banned.begin(), banned.end(), id) != banned.end()) {
+      options_.log(NodeName(reporter) + " bans " + NodeName(id) +
+                   " (it sent bad data): they are kept apart in the peer graph");
+    }
+    const bool is = membership_.quarantined(id);
+    if (is && !was) {
+      options_.log(NodeName(id) +
+                   " is quarantined: live nodes ban it for bad data; it leaves "
+                   "the peer graphs and rollout decisions until they lift their bans");
+    } else if (was && !is) {
+      options_.log(NodeName(id) + " is no longer quarantined");
+    }
+  }
 }
 
 void Coordinator::ChannelChangedLocked(const std::string& channel) {
@@ -1128,7 +1155,10 @@ void Coordinator::DecideLocked(const std::string& name, net::TimePoint now) {
   if (channel == nullptr) return;
   std::vector<NodeProgress> nodes;
   for (const auto& [id, node] : nodes_) {
-    if (!membership_.alive(id) || !Follows(node->registration, name)) continue;
+    if (!membership_.alive(id) || membership_.quarantined(id) ||
+        !Follows(node->registration, name)) {
+      continue;
+    }
     auto progress = node->progress.find(name);
     nodes.push_back({.node = id,
                      .source = node->registration.source(),

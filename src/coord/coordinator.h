@@ -230,6 +230,8 @@ class Coordinator {
   uint64_t NodeGenerationLocked(const Node& node) const;
   wire::HeartbeatReply HeartbeatReplyLocked(const Node& node) const;
   // Something in some replies changed: the pusher looks at the parked heartbeats.
+  // A heartbeat's banned_peers: handed to the membership core, logged when they change.
+  void NoteBansLocked(PeerId reporter, const wire::Heartbeat& request);
   void ChannelChangedLocked(const std::string& channel);
   // Unparks node's heartbeat and builds its reply.
   wire::Envelope UnparkLocked(Node& node);

@@ -1,6 +1,7 @@
 #include "coord/membership.h"
 
 #include <algorithm>
+#include <set>
 
 namespace weightcast::coord {
 namespace {
@@ -14,6 +15,37 @@ uint64_t Fnv1a(std::string_view text) {
     h *= 1099511628211ull;
   }
   return h;
+}
+
+// The net change of two changes made one after the other: an edge the first made and the second
+// dropped (or the reverse) is in neither list.
+swarm::PeerGraphChange Combine(const swarm::PeerGraphChange& first,
+                               const swarm::PeerGraphChange& second) {
+  using Edges = std::set<swarm::Edge>;
+  const Edges a1(first.added.begin(), first.added.end());
+  const Edges r1(first.removed.begin(), first.removed.end());
+  const Edges a2(second.added.begin(), second.added.end());
+  const Edges r2(second.removed.begin(), second.removed.end());
+  const Edges d2(second.detached.begin(), second.detached.end());
+  swarm::PeerGraphChange out;
+  for (const swarm::Edge& e : a1) {
+    if (!r2.contains(e) && !d2.contains(e)) out.added.push_back(e);
+  }
+  for (const swarm::Edge& e : a2) {
+    if (!r1.contains(e)) out.added.push_back(e);
+  }
+  for (const swarm::Edge& e : r1) {
+    if (!a2.contains(e)) out.removed.push_back(e);
+  }
+  for (const swarm::Edge& e : r2) {
+    if (!a1.contains(e)) out.removed.push_back(e);
+  }
+  for (const swarm::Edge& e : d2) {
+    if (!a1.contains(e)) out.detached.push_back(e);
+  }
+  std::sort(out.added.begin(), out.added.end());
+  std::sort(out.removed.begin(), out.removed.end());
+  return out;
 }
 
 }  // namespace
@@ -32,6 +64,42 @@ void Membership::Register(PeerId id, MemberInfo info, net::TimePoint now,
   m.alive = true;
   m.left = false;
   m.last_seen = now;
+}
+
+bool Membership::ReportBans(PeerId reporter, std::vector<PeerId> banned) {
+  auto it = nodes_.find(reporter);
+  if (it == nodes_.end()) return false;
+  std::sort(banned.begin(), banned.end());
+  banned.erase(std::unique(banned.begin(), banned.end()), banned.end());
+  std::erase(banned, reporter);
+  if (banned == it->second.banned) return false;
+  it->second.banned = std::move(banned);
+  return true;
+}
+
+bool Membership::quarantined(PeerId id) const {
+  uint32_t reports = 0;
+  for (const auto& [reporter, m] : nodes_) {
+    if (m.alive && std::binary_search(m.banned.begin(), m.banned.end(), id)) ++reports;
+  }
+  return reports >= options_.quarantine_reports;
+}
+
+std::vector<PeerId> Membership::bans(PeerId reporter) const {
+  auto it = nodes_.find(reporter);
+  return it == nodes_.end() ? std::vector<PeerId>{} : it->second.banned;
+}
+
+std::vector<swarm::Edge> Membership::ApartEdges() const {
+  std::vector<swarm::Edge> edges;
+  for (const auto& [reporter, m] : nodes_) {
+    if (!m.alive) continue;
+    for (PeerId banned : m.banned) {
+      edges.push_back(reporter < banned ? swarm::Edge{reporter, banned}
+                                        : swarm::Edge{banned, reporter});
+    }
+  }
+  return edges;
 }
 
 bool Membership::Settling(net::TimePoint now) const {
@@ -114,7 +182,7 @@ swarm::NodeInfo Membership::GraphInfo(PeerId id, const MemberInfo& info) const {
 std::map<std::string, swarm::PeerGraphChange> Membership::UpdatePeerGraphs() {
   std::map<std::string, std::map<PeerId, swarm::NodeInfo>> followers;
   for (const auto& [id, m] : nodes_) {
-    if (!m.alive) continue;
+    if (!m.alive || quarantined(id)) continue;
     for (const std::string& channel : m.info.channels)
       followers[channel][id] = GraphInfo(id, m.info);
   }
@@ -167,12 +235,14 @@ Result<swarm::PeerGraphChange> Membership::UpdateChannel(
     auto before = g.members.find(id);
     if (before == g.members.end() || !same(before->second, info)) joining.push_back(info);
   }
-  if (leaving.empty() && joining.empty()) return swarm::PeerGraphChange{};
+  // Bans first: a pair kept apart is never linked by the joins that follow.
+  swarm::PeerGraphChange change = g.graph.SetApart(ApartEdges());
+  if (leaving.empty() && joining.empty()) return change;
   const std::vector<swarm::Edge> keep = HeldEdges(members);
-  WC_ASSIGN_OR_RETURN(swarm::PeerGraphChange change, g.graph.Update(leaving, joining, keep));
+  WC_ASSIGN_OR_RETURN(swarm::PeerGraphChange joined, g.graph.Update(leaving, joining, keep));
   g.members = members;
   if (!members.empty()) drawn_ = true;
-  return change;
+  return Combine(change, joined);
 }
 
 std::vector<PeerId> Membership::Peers(PeerId id) const {

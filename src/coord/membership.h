@@ -33,6 +33,10 @@ struct MembershipOptions {
   net::Duration forget_after = std::chrono::minutes(10);      // dead or left longer: forgotten
   // How long drawing the graphs may wait for a fleet registering again (Settling).
   net::Duration settle_window = std::chrono::seconds(5);
+  // A node that this many live nodes report banned (it sent them bad data) is quarantined: out of
+  // every peer graph and of rollout decisions. Above 1, so that one compromised node cannot
+  // quarantine another.
+  uint32_t quarantine_reports = 2;
   swarm::PeerListOptions peers;  // degree, rack share, seed
   uint32_t source_degree = 0;    // a source's bound in the graphs; 0: peers.degree
 };
@@ -74,6 +78,15 @@ class Membership {
   // rack or source flag changed leaves and joins again. Returns each changed channel's change.
   std::map<std::string, swarm::PeerGraphChange> UpdatePeerGraphs();
 
+  // The peers `reporter` bans now, for bad data (its heartbeat's list, which replaces the last
+  // one). Each pair is kept apart in the peer graphs from the next UpdatePeerGraphs; a node
+  // enough live nodes ban is quarantined. True when the list changed.
+  bool ReportBans(PeerId reporter, std::vector<PeerId> banned);
+  // Banned by at least quarantine_reports live nodes.
+  bool quarantined(PeerId id) const;
+  // The last list `reporter` reported (sorted; empty when unknown).
+  std::vector<PeerId> bans(PeerId reporter) const;
+
   // A node's peers: the union of its neighbours in every channel it follows, in channel order.
   std::vector<PeerId> Peers(PeerId id) const;
 
@@ -86,7 +99,8 @@ class Membership {
  private:
   struct Member {
     MemberInfo info;
-    std::vector<PeerId> held;  // from its last registration
+    std::vector<PeerId> held;    // from its last registration
+    std::vector<PeerId> banned;  // from its last heartbeat, sorted
     bool alive = false;
     bool left = false;
     net::TimePoint last_seen{};
@@ -101,6 +115,8 @@ class Membership {
   Result<swarm::PeerGraphChange> UpdateChannel(const std::string& channel,
                                                const std::map<PeerId, swarm::NodeInfo>& members);
 
+  // Every (live reporter, banned) pair, as edges.
+  std::vector<swarm::Edge> ApartEdges() const;
   // The edges between `members` that both ends named in their registrations.
   std::vector<swarm::Edge> HeldEdges(const std::map<PeerId, swarm::NodeInfo>& members) const;
 

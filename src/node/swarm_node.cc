@@ -380,6 +380,11 @@ std::vector<PeerId> SwarmNode::ListedPeers() const {
   std::lock_guard lock(impl_->mu_);
   return impl_->listed_;
 }
+
+std::vector<PeerId> SwarmNode::BannedPeers() const {
+  std::lock_guard lock(impl_->mu_);
+  return impl_->protocol_.Banned(impl_->Now());
+}
 SwarmProgress SwarmNode::progress() const { return impl_->Progress(); }
 
 SwarmCounters SwarmNode::counters() const {

@@ -188,6 +188,8 @@ class SwarmNode {
   // The ids of the last list SetPeers was given (this node's own id left out): what it names as
   // its held peers when it registers again (coord.proto, Register.held_peers).
   std::vector<PeerId> ListedPeers() const;
+  // The peers this node bans now because they sent it bad data (Heartbeat.banned_peers).
+  std::vector<PeerId> BannedPeers() const;
 
   SwarmProgress progress() const;
   SwarmCounters counters() const;

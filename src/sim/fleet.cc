@@ -75,6 +75,7 @@ struct SimNode {
   std::vector<Upload> uploads;
   double completed_at = -1;
   double died_at = -1;
+  double quarantined_at = -1;
   double joined_at = 0;
   double bytes_in = 0, bytes_out = 0, verified_bytes = 0;
   uint32_t bans = 0, banned_by = 0;
@@ -171,7 +172,8 @@ class Fleet {
   std::vector<SimNode> nodes_;
   std::optional<Network> net_;
   std::optional<coord::Membership> membership_;
-  bool joins_pending_ = false;  // registrations the next sweep puts into the peer graph
+  // Registrations (or ban reports) the next sweep puts into the peer graph.
+  bool joins_pending_ = false;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> queue_;
   uint64_t seq_ = 0;
   uint32_t chunks_ = 0;
@@ -644,7 +646,18 @@ Result<FleetResult> Fleet::Run() {
     }
     if (e.kind == Ev::kHeartbeats) {
       for (uint32_t i = 0; i < n; ++i) {
-        if (nodes_[i].alive && nodes_[i].joined) membership_->Heard(ToPeer(i), ToTimePoint(now));
+        if (!nodes_[i].alive || !nodes_[i].joined) continue;
+        membership_->Heard(ToPeer(i), ToTimePoint(now));
+        // As an agent's heartbeat: the peers it bans now, which the coordinator keeps apart.
+        if (nodes_[i].proto && membership_->ReportBans(ToPeer(i), nodes_[i].proto->Banned(t))) {
+          joins_pending_ = true;
+        }
+      }
+      for (uint32_t i = 0; i < n; ++i) {
+        if (nodes_[i].banned_by > 0 && nodes_[i].quarantined_at < 0 &&
+            membership_->quarantined(ToPeer(i))) {
+          nodes_[i].quarantined_at = now;
+        }
       }
       Push(now + heartbeat_every, Ev::kHeartbeats, 0, 0, 0);
       continue;
@@ -769,6 +782,7 @@ Result<FleetResult> Fleet::Run() {
     r.role = nodes_[i].role;
     r.completed_at = nodes_[i].completed_at;
     r.died_at = nodes_[i].died_at;
+    r.quarantined_at = nodes_[i].quarantined_at;
     r.joined_at = nodes_[i].joined ? nodes_[i].joined_at : -1;
     r.bytes_in = nodes_[i].bytes_in;
     r.bytes_out = nodes_[i].bytes_out;

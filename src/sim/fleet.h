@@ -78,11 +78,13 @@ struct NodeResult {
   NodeRole role = NodeRole::kHealthy;
   double completed_at = -1;  // seconds; -1: did not complete
   double died_at = -1;       // seconds; -1: did not die
-  double joined_at = 0;      // seconds (late joiners: when they joined; -1: never)
-  double bytes_in = 0;       // every chunk byte that arrived, duplicates included
-  double bytes_out = 0;      // bytes of uploads that completed
-  uint32_t bans = 0;         // neighbours this node banned (each sent it a corrupt item)
-  uint32_t banned_by = 0;    // neighbours that banned this node
+  // Seconds; -1: never. When the coordinator's core quarantined it (live nodes ban it).
+  double quarantined_at = -1;
+  double joined_at = 0;    // seconds (late joiners: when they joined; -1: never)
+  double bytes_in = 0;     // every chunk byte that arrived, duplicates included
+  double bytes_out = 0;    // bytes of uploads that completed
+  uint32_t bans = 0;       // neighbours this node banned (each sent it a corrupt item)
+  uint32_t banned_by = 0;  // neighbours that banned this node
 };
 
 struct ProgressSample {

@@ -492,6 +492,11 @@ std::vector<RolloutNode> RolloutNodes(const FleetResult& result) {
     RolloutNode n;
     n.complete_at = r.completed_at;
     n.dies_at = r.died_at;
+    // The coordinator takes a quarantined node out of its decisions at once; the model counts it
+    // out as a node that stopped there (at its heartbeat timeout, up to 3 s later).
+    if (r.quarantined_at >= 0 && (n.dies_at < 0 || r.quarantined_at < n.dies_at)) {
+      n.dies_at = r.quarantined_at;
+    }
     // A late joiner the run ended before: never there.
     n.joins_at = r.joined_at < 0 ? std::numeric_limits<double>::infinity() : r.joined_at;
     n.role = r.role;

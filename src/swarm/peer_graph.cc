@@ -136,7 +136,7 @@ std::unordered_set<uint32_t> PeerGraph::Keep(std::span<const Edge> keep,
     const uint32_t x = a->second;
     const uint32_t y = b->second;
     if (!joiners.contains(x) && !joiners.contains(y)) continue;
-    if (Room(x) == 0 || Room(y) == 0 || Linked(x, y)) continue;
+    if (Room(x) == 0 || Room(y) == 0 || Blocked(x, y)) continue;
     Link(x, y, pending);
     if (joiners.contains(x)) returning.insert(x);
     if (joiners.contains(y)) returning.insert(y);
@@ -173,7 +173,7 @@ void PeerGraph::LinkAtRandom(std::span<const uint32_t> joined, Pending& pending)
     const int tries_left = 8 * static_cast<int>(slots_[a].bound);
     for (int tries = 0; Room(a) > 0 && tries < tries_left; ++tries) {
       const uint32_t b = DrawPartner(a);
-      if (b == a || Room(b) == 0 || Linked(a, b)) continue;
+      if (b == a || Room(b) == 0 || Blocked(a, b)) continue;
       Link(a, b, pending);
     }
   }
@@ -210,7 +210,7 @@ void PeerGraph::FillShort(std::vector<uint32_t> touched, Newcomers& newcomers,
     if (!slots_[a].live) continue;
     while (Room(a) > 0) {
       auto partner = std::find_if(open.begin(), open.end(), [&](uint32_t b) {
-        return b != a && Room(b) > 0 && !Linked(a, b) && allowed(a, b);
+        return b != a && Room(b) > 0 && !Blocked(a, b) && allowed(a, b);
       });
       if (partner != open.end()) {
         const uint32_t b = *partner;
@@ -247,9 +247,9 @@ bool PeerGraph::Splice(uint32_t a, uint32_t b, Pending& pending) {
   // preferring the new ones would splice a batch of joiners into each other's edges.
   for (int tries = 0; tries < kSpliceTries; ++tries) {
     const uint32_t x = DrawPartner(a);
-    if (x == a || x == b || slots_[x].adj.empty() || Linked(a, x)) continue;
+    if (x == a || x == b || slots_[x].adj.empty() || Blocked(a, x)) continue;
     const uint32_t y = slots_[x].adj[rng_() % slots_[x].adj.size()];
-    if (y == a || y == b || Linked(b, y)) continue;
+    if (y == a || y == b || Blocked(b, y)) continue;
     Unlink(x, y, pending);
     Link(a, x, pending);
     Link(b, y, pending);
@@ -326,6 +326,32 @@ PeerGraphChange PeerGraph::Finish(Pending& pending) const {
   std::sort(change.removed.begin(), change.removed.end());
   std::sort(change.detached.begin(), change.detached.end());
   return change;
+}
+
+bool PeerGraph::Blocked(uint32_t a, uint32_t b) const {
+  return Linked(a, b) || (!apart_.empty() && apart_.contains(MakeEdge(slots_[a].id, slots_[b].id)));
+}
+
+PeerGraphChange PeerGraph::SetApart(std::span<const Edge> apart) {
+  apart_.clear();
+  for (const Edge& e : apart) {
+    if (e.a != e.b) apart_.insert(MakeEdge(e.a, e.b));
+  }
+  Pending pending;
+  std::vector<uint32_t> touched;
+  for (const Edge& e : apart_) {
+    auto a = index_.find(e.a);
+    auto b = index_.find(e.b);
+    if (a == index_.end() || b == index_.end() || !Linked(a->second, b->second)) continue;
+    Unlink(a->second, b->second, pending);
+    touched.push_back(a->second);
+    touched.push_back(b->second);
+  }
+  if (touched.empty()) return {};
+  Newcomers none;
+  FillShort(std::move(touched), none, {}, pending);
+  Reconnect(pending);
+  return Finish(pending);
 }
 
 bool PeerGraph::Linked(uint32_t a, uint32_t b) const {

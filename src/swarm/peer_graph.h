@@ -63,6 +63,12 @@ class PeerGraph {
   Result<PeerGraphChange> Update(std::span<const PeerId> leaving, std::span<const NodeInfo> joining,
                                  std::span<const Edge> keep = {});
 
+  // Pairs kept apart (a node that banned a peer for bad data; the coordinator learns it from the
+  // node's heartbeats): replaces the set. An edge between a pair now apart is dropped and both
+  // ends are filled again as after a death's; no later change links such a pair. Pairs with a
+  // node not in the graph stay in the set and apply once it joins.
+  PeerGraphChange SetApart(std::span<const Edge> apart);
+
   bool Contains(PeerId node) const { return index_.contains(node); }
   size_t size() const { return index_.size(); }
   // A node's neighbours, in the order their edges were made; empty for a node not in the graph.
@@ -108,6 +114,8 @@ class PeerGraph {
   PeerGraphChange Finish(Pending& pending) const;
 
   bool Linked(uint32_t a, uint32_t b) const;
+  // Linked, or a pair kept apart: not a candidate for a new edge.
+  bool Blocked(uint32_t a, uint32_t b) const;
   void Link(uint32_t a, uint32_t b, Pending& pending);
   void Unlink(uint32_t a, uint32_t b, Pending& pending);
   uint32_t Room(uint32_t s) const {
@@ -128,6 +136,7 @@ class PeerGraph {
   std::unordered_map<PeerId, uint32_t> index_;
   std::vector<uint32_t> members_;  // live slots, in no particular order
   std::map<std::string, std::vector<uint32_t>> racks_;
+  std::set<Edge> apart_;
 };
 
 }  // namespace weightcast::swarm

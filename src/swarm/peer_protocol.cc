@@ -95,6 +95,14 @@ bool PeerProtocol::Admits(Time now, PeerId peer) const {
   return ban == banned_.end() || now >= ban->second;
 }
 
+std::vector<PeerId> PeerProtocol::Banned(Time now) const {
+  std::vector<PeerId> out;
+  for (const auto& [peer, until] : banned_) {
+    if (now < until) out.push_back(PeerId(peer));
+  }
+  return out;
+}
+
 // ---- peers ----
 
 std::span<const Effect> PeerProtocol::OnPeerConnected(Time now, PeerId peer) {

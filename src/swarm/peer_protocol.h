@@ -127,6 +127,9 @@ class PeerProtocol {
   // ---- peers ----
   // Whether a connection from or to `peer` is taken (not this node, not banned).
   bool Admits(Time now, PeerId peer) const;
+  // The peers banned at `now` (for bad data, ban_time each), by id: what an agent reports to the
+  // coordinator, which keeps it apart from them in the peer graph.
+  std::vector<PeerId> Banned(Time now) const;
   // A connection to `peer` is up (a reconnect: call OnPeerDisconnected for the old one first).
   std::span<const Effect> OnPeerConnected(Time now, PeerId peer);
   std::span<const Effect> OnPeerDisconnected(Time now, PeerId peer);

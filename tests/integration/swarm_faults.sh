@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Faults on loopback: an agent that uploads corrupted chunks (a hidden test-only flag) is caught
-# by the hash check and dropped by its peers, which still commit byte-identical files; then the
-# coordinator is restarted in the middle of a rollout, and agents and publisher re-register and
+# by the hash check and dropped by its peers (which report the ban to the coordinator), and they
+# still commit byte-identical files; then the coordinator is restarted in the middle of a
+# rollout, and agents and publisher re-register and
 # finish it, and the next version goes through the restarted coordinator.
 # shellcheck source=tests/integration/swarm_lib.bash
 source "$(dirname "$0")/swarm_lib.bash" "$1"
@@ -23,6 +24,9 @@ grep -q "bad data from peer $bad_id" "$work/g1.log" "$work/g2.log" ||
   fail "no good agent caught the corrupted uploads"
 grep -q "dropping peer $bad_id: bad_chunk" "$work/g1.log" "$work/g2.log" ||
   fail "the bad agent was not dropped"
+# The good agents' heartbeats tell the coordinator, which keeps them apart from the bad one.
+wait_for 10 grep -q "bans node $bad_id (it sent bad data)" "$work/coord.log" ||
+  fail "the coordinator did not hear of the ban"
 kill_process bad
 
 # Coordinator restart mid-rollout: v2 is published, the coordinator dies at once and comes back

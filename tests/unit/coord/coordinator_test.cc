@@ -616,6 +616,55 @@ TEST(Coordinator, ADeathChangesOnlyTheDeadNodesNeighboursLists) {
   EXPECT_LE(h.coordinator().counters().peer_edges_dropped.load() - dropped_before, 1u);
 }
 
+// Agents report the peers they banned for bad data in their heartbeats: the coordinator keeps
+// each pair apart and fills the banner from elsewhere; once two live nodes ban the same node it
+// is quarantined, out of every list.
+TEST(Coordinator, BannedPeersAreKeptApartAndQuarantinedByTwoReports) {
+  CoordinatorOptions options;
+  options.degree = 4;
+  CoordinatorHarness h(options);
+  ASSERT_TRUE(h.Start().ok());
+  std::map<uint64_t, std::unique_ptr<CoordinatorClient>> nodes;
+  for (uint64_t id = 100; id < 130; ++id) {
+    nodes[id] = h.Connect(id, net::Role::kAgent);
+    ASSERT_TRUE(nodes[id]->Register(AgentRegistration(id, "policy")).ok());
+  }
+  h.coordinator().Sweep();
+  // Every heartbeat carries the node's whole ban list, as an agent's does.
+  constexpr uint64_t kBad = 117;
+  std::set<uint64_t> banning;
+  auto peers_of = [&](uint64_t id) {
+    wire::Heartbeat hb;
+    if (banning.contains(id)) hb.add_banned_peers(kBad);
+    auto reply = nodes[id]->Heartbeat(hb);
+    EXPECT_TRUE(reply.ok());
+    return reply.ok() ? PeerIds(*reply) : std::set<uint64_t>{};
+  };
+  const std::set<uint64_t> around = peers_of(kBad);
+  ASSERT_GE(around.size(), 2u);
+  const uint64_t first = *around.begin(), second = *std::next(around.begin());
+  auto ban = [&](uint64_t reporter) {
+    banning.insert(reporter);
+    return peers_of(reporter);
+  };
+  ban(first);
+  h.Advance(std::chrono::milliseconds(200));
+  h.coordinator().Sweep();
+  EXPECT_FALSE(peers_of(first).contains(kBad));
+  EXPECT_EQ(peers_of(first).size(), 4u);
+  EXPECT_FALSE(peers_of(kBad).empty()) << "one report does not quarantine";
+
+  ban(second);
+  h.Advance(std::chrono::milliseconds(200));
+  h.coordinator().Sweep();
+  EXPECT_TRUE(peers_of(kBad).empty());
+  for (auto& [id, client] : nodes) {
+    if (id != kBad) {
+      EXPECT_FALSE(peers_of(id).contains(kBad)) << id;
+    }
+  }
+}
+
 // A coordinator that starts again (or a standby that takes over) meets a fleet that already
 // holds its connections. The nodes register again naming the peers they held, in any order and
 // across sweeps; the coordinator tells them to keep their lists until every named node is back,

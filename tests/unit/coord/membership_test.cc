@@ -164,6 +164,41 @@ TEST(Membership, AFleetThatRegistersAgainKeepsItsGraph) {
   EXPECT_FALSE(partial.Settling(t1 + seconds(4)));
 }
 
+// A node that bans a peer for bad data says so in its heartbeats: the pair is kept apart and the
+// banner gets another peer. One report never quarantines (a compromised node cannot push an
+// honest one out); two live reporters do: the node leaves every graph.
+TEST(Membership, BansKeepPairsApartAndTwoReportsQuarantine) {
+  Membership m = Make();
+  for (uint64_t id = 1; id <= 30; ++id) m.Register(PeerId(id), Follower(), t0);
+  m.UpdatePeerGraphs();
+  const PeerId bad(9);
+  const std::vector<PeerId> around = m.Peers(bad);
+  ASSERT_GE(around.size(), 2u);
+  const PeerId first = around[0], second = around[1];
+
+  EXPECT_TRUE(m.ReportBans(first, {bad}));
+  EXPECT_FALSE(m.ReportBans(first, {bad})) << "the same list again is no change";
+  EXPECT_FALSE(m.quarantined(bad));
+  m.UpdatePeerGraphs();
+  EXPECT_FALSE(Set(m.Peers(first)).contains(bad));
+  EXPECT_EQ(m.Peers(first).size(), 4u) << "the banner is filled again";
+  EXPECT_TRUE(Set(m.Peers(bad)).size() >= 3u) << "still in the graph after one report";
+
+  EXPECT_TRUE(m.ReportBans(second, {bad}));
+  EXPECT_TRUE(m.quarantined(bad));
+  m.UpdatePeerGraphs();
+  EXPECT_TRUE(m.Peers(bad).empty());
+  for (uint64_t id = 1; id <= 30; ++id) {
+    EXPECT_FALSE(Set(m.Peers(PeerId(id))).contains(bad)) << id;
+  }
+  // A ban lifted lifts the quarantine; the pair the first report names stays apart.
+  EXPECT_TRUE(m.ReportBans(second, {}));
+  EXPECT_FALSE(m.quarantined(bad));
+  m.UpdatePeerGraphs();
+  EXPECT_FALSE(m.Peers(bad).empty()) << "back in the graph";
+  EXPECT_FALSE(Set(m.Peers(first)).contains(bad)) << "still apart from the node that bans it";
+}
+
 TEST(Membership, RefusesOptionsThePeerGraphRefuses) {
   MembershipOptions o;
   o.peers.degree = 1;

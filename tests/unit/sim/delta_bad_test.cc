@@ -119,9 +119,11 @@ TEST(DeltaStep, RejectsSizesOfAnotherChunkCount) {
 
 // Receivers that send corrupt items: each is banned by the neighbours it sends one to, the
 // chunk is fetched elsewhere, every healthy node completes, and none takes a corrupt item.
-void ExpectBadPeersBannedAndHealthyComplete(const FleetConfig& c) {
+// Returns the slowest healthy node's time over the bound.
+double ExpectBadPeersBannedAndHealthyComplete(const FleetConfig& c) {
   Result<FleetResult> r = RunFleet(c);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  if (!r.ok()) return 0;
   uint32_t bad = 0;
   for (const NodeResult& n : r->nodes) {
     if (n.node == 0) continue;
@@ -147,6 +149,7 @@ void ExpectBadPeersBannedAndHealthyComplete(const FleetConfig& c) {
   std::printf("%u bad: %llu corrupt items, %llu bans; healthy max / bound %.3f\n", bad,
               static_cast<unsigned long long>(r->bad_arrivals),
               static_cast<unsigned long long>(r->bans), healthy_max / r->lower_bound);
+  return healthy_max / r->lower_bound;
 }
 
 TEST(BadPeers, AreBannedAndTheHealthyStillComplete) {
@@ -155,7 +158,10 @@ TEST(BadPeers, AreBannedAndTheHealthyStillComplete) {
   c.tuning.degree = 6;
   c.tuning.source_degree = 8;
   c.bad_fraction = 0.1;
-  ExpectBadPeersBannedAndHealthyComplete(c);
+  // The bans reach the coordinator's core with the next heartbeats, which keeps each banning
+  // node apart from its bad peer and gives it another: 4.0x the bound here, 6.25x when a
+  // banning node ran one peer short until membership changed.
+  EXPECT_LT(ExpectBadPeersBannedAndHealthyComplete(c), 5.0);
 }
 
 TEST(BadPeers, InADeltaStep) {

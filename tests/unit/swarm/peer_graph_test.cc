@@ -178,6 +178,37 @@ TEST(PeerGraph, NodesThatJoinWithTheEdgesTheyHeldGetThemBack) {
   ExpectWellFormed(*full, 4);
 }
 
+// A node that banned a peer for bad data is kept apart from it: the edge goes, both ends are
+// filled again from elsewhere, no other edge of the graph moves beyond that refill, and no later
+// change links the pair again.
+TEST(PeerGraph, APairKeptApartLosesItsEdgeAndNeverGetsItBack) {
+  auto g = PeerGraph::Create(Options(4));
+  ASSERT_TRUE(g.ok());
+  ASSERT_TRUE(g->Update({}, Nodes(1, 30, 0)).ok());
+  const PeerId banner(5);
+  const PeerId bad = g->Neighbours(banner).front();
+  const std::set<Edge> before = Edges(*g);
+  const Edge apart[] = {{std::min(banner, bad), std::max(banner, bad)}};
+  const PeerGraphChange change = g->SetApart(apart);
+  ExpectChangeIsTheDiff(before, Edges(*g), change);
+  ExpectWellFormed(*g, 4);
+  EXPECT_FALSE(Edges(*g).contains(apart[0]));
+  EXPECT_EQ(g->Neighbours(banner).size(), 4u) << "the banner is filled again";
+  EXPECT_LE(change.removed.size(), 3u);  // the banned edge, and at most a splice for each end
+  EXPECT_TRUE(g->SetApart(apart).added.empty()) << "setting the same pairs again changes nothing";
+
+  // Churn around them never links the pair again.
+  for (uint32_t round = 0; round < 20; ++round) {
+    const PeerId leaving[] = {PeerId(10 + round)};
+    ASSERT_TRUE(g->Update(leaving, {}).ok());
+    ASSERT_TRUE(g->Update({}, Nodes(100 + round, 1, 0)).ok());
+    EXPECT_FALSE(Edges(*g).contains(apart[0])) << round;
+  }
+  // Lifted, the pair may meet again (nothing forces it).
+  EXPECT_TRUE(g->SetApart({}).added.empty());
+  ExpectWellFormed(*g, 4);
+}
+
 TEST(PeerGraph, ChurnKeepsTheGraphWholeAndFull) {
   auto g = PeerGraph::Create(Options(8));
   ASSERT_TRUE(g.ok());
