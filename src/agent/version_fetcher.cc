@@ -409,7 +409,9 @@ Result<FetchStats> FetchVersion(net::Connection& connection, Store& store,
       }
       WC_ASSIGN_OR_RETURN(Manifest local, store.GetManifest(options.channel, *it));
       if (local.root != remote->root || local.hash_algorithm != manifest.hash_algorithm) continue;
-      auto bytes = codec::SnapshotReader::Open(store.VersionPath(options.channel, *it), local);
+      auto bytes = codec::SnapshotReader::Open(
+          store.VersionPath(options.channel, *it), local,
+          manifest.delta ? codec::BaseReadPattern(*manifest.delta) : codec::ReadPattern::kSparse);
       if (!bytes.ok()) continue;
       base = std::make_unique<LocalBase>(LocalBase{std::move(local), std::move(bytes).value()});
       stats.base = *it;

@@ -74,9 +74,10 @@ Status RunDiff(const DiffFlags& flags) {
   WC_ASSIGN_OR_RETURN(Manifest target,
                       BuildManifest(new_ckpt, "default", Version(flags.version), build));
   WC_ASSIGN_OR_RETURN(codec::SnapshotReader base_bytes,
-                      codec::SnapshotReader::Open(old_ckpt.root, base));
-  WC_ASSIGN_OR_RETURN(codec::SnapshotReader target_bytes,
-                      codec::SnapshotReader::Open(new_ckpt.root, target));
+                      codec::SnapshotReader::Open(old_ckpt.root, base, codec::ReadPattern::kWhole));
+  WC_ASSIGN_OR_RETURN(
+      codec::SnapshotReader target_bytes,
+      codec::SnapshotReader::Open(new_ckpt.root, target, codec::ReadPattern::kWhole));
 
   const fs::path out(flags.out);
   std::error_code ec;

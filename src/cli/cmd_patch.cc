@@ -134,8 +134,9 @@ Status Patch(const PatchFlags& flags, const fs::path& staging, uint64_t* delta_b
                               ToHex(base.root) + ", the delta applies to " +
                               ToHex(delta.base_root));
   }
-  WC_ASSIGN_OR_RETURN(codec::SnapshotReader base_bytes,
-                      codec::SnapshotReader::Open(base_ckpt.root, base));
+  WC_ASSIGN_OR_RETURN(
+      codec::SnapshotReader base_bytes,
+      codec::SnapshotReader::Open(base_ckpt.root, base, codec::BaseReadPattern(delta)));
 
   const fs::path payload_path = delta_dir / "payloads.bin";
   WC_ASSIGN_OR_RETURN(MappedFile payloads, MappedFile::Open(payload_path));

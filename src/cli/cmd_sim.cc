@@ -200,10 +200,12 @@ Result<EncoderProbe> ProbeEncoder(uint64_t seed) {
   build.chunk_size = kProbeChunk;
   WC_ASSIGN_OR_RETURN(Manifest base, BuildManifest(base_ckpt, "probe", Version(1), build));
   WC_ASSIGN_OR_RETURN(Manifest step, BuildManifest(step_ckpt, "probe", Version(2), build));
-  WC_ASSIGN_OR_RETURN(codec::SnapshotReader base_bytes,
-                      codec::SnapshotReader::Open(base_ckpt.root, base));
-  WC_ASSIGN_OR_RETURN(codec::SnapshotReader step_bytes,
-                      codec::SnapshotReader::Open(step_ckpt.root, step));
+  WC_ASSIGN_OR_RETURN(
+      codec::SnapshotReader base_bytes,
+      codec::SnapshotReader::Open(base_ckpt.root, base, codec::ReadPattern::kWhole));
+  WC_ASSIGN_OR_RETURN(
+      codec::SnapshotReader step_bytes,
+      codec::SnapshotReader::Open(step_ckpt.root, step, codec::ReadPattern::kWhole));
   auto ignore_payload = [](ChunkIndex, std::span<const uint8_t>) { return Status::Ok(); };
   WC_ASSIGN_OR_RETURN(DeltaInfo delta,
                       codec::EncodeVersion(base, base_bytes, step, step_bytes, ignore_payload));

@@ -1,5 +1,7 @@
 #include "codec/version_codec.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -64,11 +66,20 @@ ByteRange BaseRange(const Manifest& base, ChunkIndex i) {
 
 }  // namespace
 
+ReadPattern BaseReadPattern(const DeltaInfo& delta) {
+  size_t with_payload = 0;
+  for (const DeltaChunk& c : delta.chunks) with_payload += c.encoding != ChunkEncoding::kSame;
+  return 2 * with_payload > delta.chunks.size() ? ReadPattern::kWhole : ReadPattern::kSparse;
+}
+
 Result<SnapshotReader> SnapshotReader::Open(const std::filesystem::path& root,
-                                            const Manifest& manifest) {
+                                            const Manifest& manifest, ReadPattern pattern) {
+  static const uint64_t memory_bytes =
+      static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const bool populate = pattern == ReadPattern::kWhole && manifest.total_size() <= memory_bytes / 4;
   SnapshotReader r;
   for (const ManifestFile& f : manifest.files) {
-    WC_ASSIGN_OR_RETURN(MappedFile m, MappedFile::Open(root / f.path));
+    WC_ASSIGN_OR_RETURN(MappedFile m, MappedFile::Open(root / f.path, populate));
     if (m.size() != f.size) {
       return Corrupt((root / f.path).string() + ": " + std::to_string(m.size()) +
                      " bytes, the manifest says " + std::to_string(f.size));

@@ -23,10 +23,22 @@ namespace weightcast::codec {
 // A snapshot's flat byte space, read through mmaps of its files (or one span in memory). Chunks
 // that lie inside one file are returned as views of the mapping without copying. Thread-safe
 // for concurrent reads.
+// How a reader will touch a snapshot. kWhole (every chunk: hashing, encoding, a delta that
+// changes most chunks): the mappings are populated when opened, one call instead of a page fault
+// every few pages, which on a VM is a sixth of a coordinated RL step's fetch (docs/rl_step.md);
+// only for a snapshot of at most a quarter of the machine's memory, since populating a file
+// that is not cached reads all of it. kSparse: pages come in as they are read.
+enum class ReadPattern { kSparse, kWhole };
+
+// kWhole when more than half of `delta`'s chunks have a payload, else kSparse: what a node that
+// decodes the version onto its base reads of the base.
+ReadPattern BaseReadPattern(const DeltaInfo& delta);
+
 class SnapshotReader {
  public:
   // Maps every file of `manifest` under `root`; fails if one is missing or has another size.
-  static Result<SnapshotReader> Open(const std::filesystem::path& root, const Manifest& manifest);
+  static Result<SnapshotReader> Open(const std::filesystem::path& root, const Manifest& manifest,
+                                     ReadPattern pattern = ReadPattern::kSparse);
   // Views `bytes` (which must outlive the reader) as a snapshot.
   static SnapshotReader FromMemory(std::span<const uint8_t> bytes);
 

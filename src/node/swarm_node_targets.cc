@@ -185,8 +185,12 @@ Status SwarmNode::Impl::Fetch(const Manifest& manifest) {
   bool fetch_payloads = false;
   if (current.ok()) {
     auto base = store_.GetManifest(options_.channel, *current);
+    // The base is read where the version changed: most of it in a dense RL step.
+    const codec::ReadPattern pattern = manifest.delta.has_value()
+                                           ? codec::BaseReadPattern(*manifest.delta)
+                                           : codec::ReadPattern::kSparse;
     auto bytes = base.ok() ? codec::SnapshotReader::Open(
-                                 store_.VersionPath(options_.channel, *current), *base)
+                                 store_.VersionPath(options_.channel, *current), *base, pattern)
                            : Result<codec::SnapshotReader>(base.status());
     // A partial base (this node's previous subset) holds real bytes only in its chunks.
     auto base_holds = base.ok() ? HeldChunks(*base) : Result<std::vector<bool>>(base.status());

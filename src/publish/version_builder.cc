@@ -55,10 +55,11 @@ Result<Encoded> Encode(const Manifest& base, const fs::path& base_dir, const Man
                        const codec::VersionCodecOptions& options,
                        std::vector<Digest>* target_hashes = nullptr,
                        std::vector<Digest>* target_fast_hashes = nullptr) {
+  // Every chunk of both is read: the target's to hash it, the base's to compare and XOR.
   WC_ASSIGN_OR_RETURN(codec::SnapshotReader base_bytes,
-                      codec::SnapshotReader::Open(base_dir, base));
+                      codec::SnapshotReader::Open(base_dir, base, codec::ReadPattern::kWhole));
   WC_ASSIGN_OR_RETURN(codec::SnapshotReader target_bytes,
-                      codec::SnapshotReader::Open(target_dir, target));
+                      codec::SnapshotReader::Open(target_dir, target, codec::ReadPattern::kWhole));
   Encoded out;
   node::PayloadCacheOptions cache;
   cache.spill_dir = spill_dir;

@@ -269,6 +269,13 @@ TEST(VersionCodec, ReadsSnapshotFilesThroughMmap) {
   const ByteRange spanning{30011 - 100, 200};
   auto v = br->Read(spanning, scratch);
   EXPECT_TRUE(std::equal(v.begin(), v.end(), base.bytes.begin() + spanning.offset));
+  // Populated at once (read whole), the same bytes.
+  auto whole = SnapshotReader::Open(dir / "1", base.manifest, ReadPattern::kWhole);
+  ASSERT_TRUE(whole.ok());
+  std::vector<uint8_t> scratch2;
+  const ByteRange all{0, base.bytes.size()};
+  auto w = whole->Read(all, scratch2);
+  EXPECT_TRUE(std::equal(w.begin(), w.end(), base.bytes.begin(), base.bytes.end()));
   std::map<uint32_t, Bytes> payloads;
   auto info = EncodeVersion(base.manifest, *br, target.manifest, *tr,
                             [&](ChunkIndex i, std::span<const uint8_t> p) {
@@ -277,6 +284,19 @@ TEST(VersionCodec, ReadsSnapshotFilesThroughMmap) {
                             });
   ASSERT_TRUE(info.ok()) << info.status().ToString();
   std::filesystem::remove_all(dir);
+}
+
+// A base is mapped whole when the delta changes most chunks (a dense RL step reads nearly all
+// of it), page by page when it changes few.
+TEST(VersionCodec, TheBaseIsReadWholeWhenMostChunksChanged) {
+  DeltaInfo dense, sparse;
+  for (int i = 0; i < 10; ++i) {
+    dense.chunks.push_back({i < 6 ? ChunkEncoding::kXor : ChunkEncoding::kSame, 0, {}});
+    sparse.chunks.push_back({i < 5 ? ChunkEncoding::kXor : ChunkEncoding::kSame, 0, {}});
+  }
+  EXPECT_EQ(BaseReadPattern(dense), ReadPattern::kWhole);
+  EXPECT_EQ(BaseReadPattern(sparse), ReadPattern::kSparse);
+  EXPECT_EQ(BaseReadPattern(DeltaInfo{}), ReadPattern::kSparse);
 }
 
 TEST(Segments, CoverTheChunkAndRealignCutElements) {
