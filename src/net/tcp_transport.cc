@@ -1,12 +1,13 @@
-// The TCP transport: the channel (socket, TLS, read-ahead), framing, connections and their
-// writers and keepalive, the handshake's admission, the listener. One file because they share
-// asio types no other file sees, and asio's coroutines need compiler workarounds ahead of every
-// asio header (net/asio_coroutines.h); the handshake's messages are handshake.cc, admission
-// rules admission.cc, the TLS record loop tls_session.cc.
+// The TCP transport: framing, connections and their writers and keepalive, the handshake's
+// admission, the listener. One file because they share the transport's state and asio types no
+// other file sees. The socket a connection reads and writes (TLS, read-ahead, byte counts) is
+// tcp_channel.h; the handshake's messages are handshake.cc, admission rules admission.cc, the
+// TLS record loop tls_session.cc.
 
 #include "net/tcp_transport.h"
 
 #include "net/asio_coroutines.h"  // before any asio header
+#include "net/tcp_channel.h"
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
@@ -55,172 +56,11 @@ constexpr size_t kMaxBatchFrames = 64;
 constexpr size_t kPacedBatchBytes = 256u << 10;
 // Under a rate limit a chunk is read and written in pieces of this size, each paced.
 constexpr size_t kPacedPieceBytes = 256u << 10;
-// A connection's read-ahead buffer (Channel::ReadExact).
-constexpr size_t kReadAheadBytes = 64u << 10;
-
-// asio's transfer_all caps each read/write system call at 64 KiB and goes back
-// through the event loop between calls; for multi-megabyte chunks that costs
-// more than the copy itself. This condition lets one sendmsg/recvmsg move as
-// much as the kernel takes.
-struct TransferAllLarge {
-  size_t operator()(const std::error_code& ec, size_t) const { return ec ? 0 : (64u << 20); }
-};
-
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-// As TransferAllLarge, and records the time of every partial read, so that a
-// large frame arriving slowly (shaped link, rate limit) is progress, not
-// silence, to the keepalive watchdog.
-struct TransferAllNotingProgress {
-  std::atomic<int64_t>* last_progress_ns;
-  size_t operator()(const std::error_code& ec, size_t) const {
-    if (last_progress_ns != nullptr) *last_progress_ns = NowNs();
-    return ec ? 0 : (64u << 20);
-  }
-};
-
 std::string EndpointString(const tcp::endpoint& ep) {
   std::string host = ep.address().to_string();
   if (ep.address().is_v6()) host = "[" + host + "]";
   return host + ":" + std::to_string(ep.port());
 }
-
-// A connected socket, optionally wrapped in TLS. It never moves once created
-// (the TLS stream refers to the socket), so it lives behind a unique_ptr. Reads
-// and writes may be outstanding at the same time (one of each), from the
-// connection's strand.
-// Bytes read and written by every Channel of a transport: one relaxed add per completed read
-// or write, never per byte.
-struct WireBytes {
-  std::atomic<uint64_t> received{0};
-  std::atomic<uint64_t> sent{0};
-};
-
-class Channel {
- public:
-  // `bytes` must outlive the channel (the transport's Shared state holds it).
-  Channel(tcp::socket socket, WireBytes& bytes) : socket_(std::move(socket)), bytes_(bytes) {}
-  tcp::socket& socket() { return socket_; }
-  bool tls() const { return tls_ != nullptr; }
-
-  // The certificate the TLS peer presented, DER (empty without TLS or certificate).
-  std::vector<uint8_t> PeerCertificateDer() const {
-    if (!tls_) return {};
-    X509* cert = SSL_get1_peer_certificate(tls_->native_handle());
-    if (cert == nullptr) return {};
-    std::vector<uint8_t> der;
-    const int size = i2d_X509(cert, nullptr);
-    if (size > 0) {
-      der.resize(static_cast<size_t>(size));
-      unsigned char* cursor = der.data();
-      i2d_X509(cert, &cursor);
-    }
-    X509_free(cert);
-    return der;
-  }
-
-  awaitable<std::error_code> StartTls(asio::ssl::context& context, bool client) {
-    tls_ = std::make_unique<TlsSession>(socket_, context.native_handle());
-    co_return co_await tls_->Handshake(client);
-  }
-
-  // Reads exactly out.size() bytes, stamping `progress` (optional) at every partial read. What
-  // the peer sent beyond them is kept for the next call: small frames (requests, HAVEs, the
-  // few-KiB payloads of a delta step) then arrive many to one read system call instead of at
-  // least two each (header, body). A rest of kReadAheadBytes or more is read straight into `out`.
-  awaitable<std::error_code> ReadExact(std::span<uint8_t> out, std::atomic<int64_t>* progress) {
-    size_t at = TakeAhead(out);
-    if (at == out.size()) co_return std::error_code();
-    if (out.size() - at >= kReadAheadBytes) {
-      co_return co_await Read(asio::buffer(out.data() + at, out.size() - at),
-                              TransferAllNotingProgress{progress});
-    }
-    ahead_.resize(kReadAheadBytes);
-    while (at < out.size()) {
-      std::error_code ec;
-      size_t n = 0;
-      if (tls_) {
-        std::tie(ec, n) = co_await tls_->ReadSome(ahead_);
-      } else {
-        n = co_await socket_.async_read_some(asio::buffer(ahead_),
-                                             asio::redirect_error(asio::use_awaitable, ec));
-      }
-      bytes_.received.fetch_add(n, std::memory_order_relaxed);
-      if (progress != nullptr && n > 0) *progress = NowNs();
-      ahead_begin_ = 0;
-      ahead_end_ = n;
-      if (ec) co_return ec;
-      at += TakeAhead(out.subspan(at));
-    }
-    co_return std::error_code();
-  }
-
-  template <typename Buffers>
-  awaitable<std::error_code> Write(const Buffers& buffers) {
-    std::error_code ec;
-    size_t n = 0;
-    if (tls_) {
-      for (auto it = asio::buffer_sequence_begin(buffers);
-           !ec && it != asio::buffer_sequence_end(buffers); ++it) {
-        const asio::const_buffer piece(*it);
-        ec = co_await tls_->Write({static_cast<const uint8_t*>(piece.data()), piece.size()});
-        if (!ec) n += piece.size();
-      }
-    } else {
-      n = co_await asio::async_write(socket_, buffers, TransferAllLarge{},
-                                     asio::redirect_error(asio::use_awaitable, ec));
-    }
-    bytes_.sent.fetch_add(n, std::memory_order_relaxed);
-    co_return ec;
-  }
-
- private:
-  // Moves what is read ahead into the front of `out`; returns the bytes moved.
-  size_t TakeAhead(std::span<uint8_t> out) {
-    const size_t n = std::min(out.size(), ahead_end_ - ahead_begin_);
-    if (n > 0) std::memcpy(out.data(), ahead_.data() + ahead_begin_, n);
-    ahead_begin_ += n;
-    return n;
-  }
-
-  template <typename Buffers, typename Condition>
-  awaitable<std::error_code> Read(const Buffers& buffers, Condition condition) {
-    std::error_code ec;
-    size_t n = 0;
-    if (tls_) {
-      // One mutable buffer (ReadExact's rest); the condition stamps progress per read.
-      for (auto it = asio::buffer_sequence_begin(buffers);
-           !ec && it != asio::buffer_sequence_end(buffers); ++it) {
-        const asio::mutable_buffer piece(*it);
-        std::span<uint8_t> rest(static_cast<uint8_t*>(piece.data()), piece.size());
-        while (!ec && !rest.empty()) {
-          size_t got = 0;
-          std::tie(ec, got) = co_await tls_->ReadSome(rest);
-          rest = rest.subspan(got);
-          n += got;
-          condition(ec, n);
-        }
-      }
-    } else {
-      n = co_await asio::async_read(socket_, buffers, condition,
-                                    asio::redirect_error(asio::use_awaitable, ec));
-    }
-    bytes_.received.fetch_add(n, std::memory_order_relaxed);
-    co_return ec;
-  }
-
-  tcp::socket socket_;
-  WireBytes& bytes_;
-  std::unique_ptr<TlsSession> tls_;
-  // Bytes read beyond the last frame: [ahead_begin_, ahead_end_) of ahead_ (ReadExact).
-  std::vector<uint8_t> ahead_;
-  size_t ahead_begin_ = 0;
-  size_t ahead_end_ = 0;
-};
 
 Result<tcp::endpoint> ParseEndpoint(std::string_view address) {
   WC_ASSIGN_OR_RETURN(const HostPort parsed, ParseHostPort(address));
@@ -296,13 +136,14 @@ std::unique_ptr<asio::ssl::context> MakeTlsContext(const TlsOptions& tls) {
   return context;
 }
 
-awaitable<Result<PeerInfo>> RunHandshake(Channel& channel, const Options& options, bool initiator,
-                                         std::atomic<bool>* spoke);
-awaitable<Status> WriteFrame(Channel& channel, const OutFrame& frame);
+awaitable<Result<PeerInfo>> RunHandshake(TcpChannel& channel, const Options& options,
+                                         bool initiator, std::atomic<bool>* spoke);
+awaitable<Status> WriteFrame(TcpChannel& channel, const OutFrame& frame);
 
 // TLS first (when configured), then the HMAC handshake inside it. `spoke` (optional) is set
 // once the peer's Hello was accepted.
-awaitable<Result<PeerInfo>> SecureAndAuthenticate(Shared& shared, Channel& channel, bool initiator,
+awaitable<Result<PeerInfo>> SecureAndAuthenticate(Shared& shared, TcpChannel& channel,
+                                                  bool initiator,
                                                   std::atomic<bool>* spoke = nullptr) {
   if (shared.tls) {
     if (!initiator) {
@@ -335,7 +176,7 @@ awaitable<Result<PeerInfo>> SecureAndAuthenticate(Shared& shared, Channel& chann
 // the limit. `progress` (optional) is stamped whenever bytes arrive; `paused`
 // (optional) is set while the reader waits for rate-limit tokens, time that is
 // not the peer's silence.
-awaitable<Result<Frame>> ReadFrame(Channel& channel, uint32_t max_body, TokenBucket* limit,
+awaitable<Result<Frame>> ReadFrame(TcpChannel& channel, uint32_t max_body, TokenBucket* limit,
                                    asio::steady_timer* pacing,
                                    std::atomic<int64_t>* progress = nullptr,
                                    std::atomic<bool>* paused = nullptr) {
@@ -369,7 +210,7 @@ awaitable<Result<Frame>> ReadFrame(Channel& channel, uint32_t max_body, TokenBuc
         pacing->expires_after(wait);
         co_await pacing->async_wait(asio::redirect_error(asio::use_awaitable, ec));
         if (paused != nullptr) *paused = false;
-        if (progress != nullptr) *progress = NowNs();
+        if (progress != nullptr) *progress = SteadyNowNs();
       }
     }
     ec = co_await channel.ReadExact(std::span<uint8_t>(frame.body.data() + at, piece), progress);
@@ -381,7 +222,7 @@ awaitable<Result<Frame>> ReadFrame(Channel& channel, uint32_t max_body, TokenBuc
   co_return frame;
 }
 
-awaitable<Status> WriteFrame(Channel& channel, const OutFrame& frame) {
+awaitable<Status> WriteFrame(TcpChannel& channel, const OutFrame& frame) {
   std::array<asio::const_buffer, 2> buffers = {
       asio::buffer(frame.head.data(), frame.head_size),
       asio::buffer(frame.payload.data(), frame.payload.size())};
@@ -394,7 +235,7 @@ awaitable<Status> WriteFrame(Channel& channel, const OutFrame& frame) {
 // kernel resets the connection and our next handshake write fails. Its reason is still in our
 // receive queue (Linux keeps received bytes past a reset): read it, so the caller learns the
 // cause and not "broken pipe". The handshake deadline bounds the read.
-awaitable<Status> PeersReasonOr(Channel& channel, Handshake& hs, Status write_failed) {
+awaitable<Status> PeersReasonOr(TcpChannel& channel, Handshake& hs, Status write_failed) {
   Result<Frame> frame = co_await ReadFrame(channel, kHandshakeMaxFrameBytes, nullptr, nullptr);
   if (!frame.ok() || frame->type != FrameType::kError) co_return write_failed;
   Result<std::optional<OutFrame>> told = hs.OnFrame(*frame);
@@ -403,8 +244,8 @@ awaitable<Status> PeersReasonOr(Channel& channel, Handshake& hs, Status write_fa
 
 // Runs the handshake on a fresh socket. On failure it tells the peer why (best
 // effort).
-awaitable<Result<PeerInfo>> RunHandshake(Channel& channel, const Options& options, bool initiator,
-                                         std::atomic<bool>* spoke) {
+awaitable<Result<PeerInfo>> RunHandshake(TcpChannel& channel, const Options& options,
+                                         bool initiator, std::atomic<bool>* spoke) {
   Handshake hs(options.self, options.secret, initiator);
   Status sent = co_await WriteFrame(channel, hs.HelloFrame());
   if (!sent.ok()) co_return co_await PeersReasonOr(channel, hs, sent);
@@ -450,7 +291,7 @@ awaitable<Result<PeerInfo>> RunHandshake(Channel& channel, const Options& option
 
 class TcpConn : public std::enable_shared_from_this<TcpConn> {
  public:
-  TcpConn(std::shared_ptr<Shared> shared, std::unique_ptr<Channel> channel, PeerInfo peer)
+  TcpConn(std::shared_ptr<Shared> shared, std::unique_ptr<TcpChannel> channel, PeerInfo peer)
       : shared_(std::move(shared)),
         options_(shared_->options),
         strand_(channel->socket().get_executor()),
@@ -463,7 +304,7 @@ class TcpConn : public std::enable_shared_from_this<TcpConn> {
         peer_(std::move(peer)) {
     std::error_code ec;
     channel_->socket().set_option(tcp::no_delay(true), ec);
-    last_received_ns_ = NowNs();
+    last_received_ns_ = SteadyNowNs();
   }
 
   // The socket was created on a strand; the loops run on it too, which
@@ -727,7 +568,7 @@ class TcpConn : public std::enable_shared_from_this<TcpConn> {
         self->Fail(frame.status(), !clean_close);
         co_return;
       }
-      self->last_received_ns_ = NowNs();
+      self->last_received_ns_ = SteadyNowNs();
       if (frame->type == FrameType::kPing) continue;
       if (frame->type == FrameType::kHello || frame->type == FrameType::kAuth) {
         self->Fail(Corrupt("handshake frame after the handshake"), true);
@@ -764,7 +605,7 @@ class TcpConn : public std::enable_shared_from_this<TcpConn> {
         // slows the peer.
         self->read_wake_.expires_at(asio::steady_timer::time_point::max());
         co_await self->read_wake_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-        self->last_received_ns_ = NowNs();  // silence while paused was ours, not the peer's
+        self->last_received_ns_ = SteadyNowNs();  // silence while paused was ours, not the peer's
         self->reader_paused_ = false;
         if (self->failed()) co_return;
       }
@@ -780,10 +621,10 @@ class TcpConn : public std::enable_shared_from_this<TcpConn> {
       co_await self->watchdog_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       if (self->failed()) co_return;
       if (self->reader_paused_) {
-        self->last_received_ns_ = NowNs();
+        self->last_received_ns_ = SteadyNowNs();
         continue;
       }
-      int64_t silent_ns = NowNs() - self->last_received_ns_;
+      int64_t silent_ns = SteadyNowNs() - self->last_received_ns_;
       if (silent_ns > timeout.count()) {
         self->Fail(DeadlineExceeded("keepalive: nothing heard from peer for " +
                                     std::to_string(silent_ns / 1000000) + " ms"),
@@ -796,7 +637,7 @@ class TcpConn : public std::enable_shared_from_this<TcpConn> {
   std::shared_ptr<Shared> shared_;
   const Options& options_;
   asio::any_io_executor strand_;
-  std::unique_ptr<Channel> channel_;
+  std::unique_ptr<TcpChannel> channel_;
   asio::steady_timer write_wake_;
   asio::steady_timer read_wake_;
   asio::steady_timer watchdog_;
@@ -1003,7 +844,7 @@ class TcpListener : public Listener {
   static awaitable<void> HandshakeAccepted(std::shared_ptr<Shared> shared,
                                            std::shared_ptr<Registry> registry,
                                            std::shared_ptr<State> state,
-                                           std::unique_ptr<Channel> channel,
+                                           std::unique_ptr<TcpChannel> channel,
                                            std::shared_ptr<PendingHandshake> pending) {
     const Options& options = shared->options;
     // On every way out of this coroutine, the early co_returns included (all on the strand):
@@ -1074,8 +915,8 @@ class TcpListener : public Listener {
       pending->source = ec ? "?" : remote.address().to_string();
       pending->from = ec ? "?" : EndpointString(remote);
       pending->strand = socket.get_executor();
-      auto channel = std::make_unique<Channel>(std::move(socket), shared->bytes);
-      pending->socket = &channel->socket();  // a Channel never moves
+      auto channel = std::make_unique<TcpChannel>(std::move(socket), shared->bytes);
+      pending->socket = &channel->socket();  // a TcpChannel never moves
       pending->fd = channel->socket().native_handle();
       pending->accepted_at = std::chrono::steady_clock::now();
       std::shared_ptr<PendingHandshake> displaced;
@@ -1177,7 +1018,7 @@ class TcpTransportImpl : public Transport {
       std::shared_ptr<Shared> shared, tcp::endpoint endpoint, Duration timeout,
       std::shared_ptr<std::promise<Result<std::shared_ptr<TcpConn>>>> promise) {
     auto executor = co_await asio::this_coro::executor;
-    auto channel = std::make_unique<Channel>(tcp::socket(executor), shared->bytes);
+    auto channel = std::make_unique<TcpChannel>(tcp::socket(executor), shared->bytes);
     tcp::socket& socket = channel->socket();
     asio::steady_timer deadline(executor);
     auto timed_out = std::make_shared<bool>(false);
