@@ -1,7 +1,9 @@
-// The coordinator's core: membership, channel logs, rollout decisions and peer lists, every
-// request handled under its one lock (mu_), which is why they share a file. Sharded publish's
-// side is coordinator_parts.cc; serving connections over a transport is coordinator_serve.cc.
+// The coordinator's core: registrations, heartbeats, channel logs and rollout decisions, every
+// request handled under its one lock (mu_), which is why they share a file. Sweeps, peer lists
+// and bans are coordinator_membership.cc; sharded publish's side is coordinator_parts.cc;
+// serving connections over a transport is coordinator_serve.cc.
 #include "coord/coordinator.h"
+#include "coord/coordinator_node.h"
 
 #include <algorithm>
 #include <ctime>
@@ -40,8 +42,6 @@ uint64_t Millis(net::Duration d) {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
 }
 
-std::string NodeName(PeerId id) { return "node " + std::to_string(id.value()); }
-
 bool SameMembership(const wire::Register& a, const wire::Register& b) {
   return a.peer_address() == b.peer_address() && a.rack() == b.rack() && a.source() == b.source() &&
          std::equal(a.channels().begin(), a.channels().end(), b.channels().begin(),
@@ -51,14 +51,6 @@ bool SameMembership(const wire::Register& a, const wire::Register& b) {
 bool Follows(const wire::Register& registration, std::string_view channel) {
   return std::find(registration.channels().begin(), registration.channels().end(), channel) !=
          registration.channels().end();
-}
-
-bool SamePeers(const std::vector<wire::PeerEntry>& a, const std::vector<wire::PeerEntry>& b) {
-  return std::equal(a.begin(), a.end(), b.begin(), b.end(),
-                    [](const wire::PeerEntry& x, const wire::PeerEntry& y) {
-                      return x.node_id() == y.node_id() && x.address() == y.address() &&
-                             x.rack() == y.rack() && x.source() == y.source();
-                    });
 }
 
 Status CheckLabel(std::string_view what, std::string_view value) {
@@ -109,30 +101,6 @@ std::string FormatSeconds(net::Duration d) {
   if (ms % 1000 == 0) return std::to_string(ms / 1000) + " s";
   return std::to_string(ms) + " ms";
 }
-
-struct Coordinator::Node {
-  PeerId id;
-  net::Role role = net::Role::kAgent;
-  uint64_t session = 0;  // the connection that registered last
-  bool connected = false;
-  // Alive, left (sent Leave: stopped on purpose; shown in status only when asked for) and last
-  // heard from: membership_'s (coord/membership.h).
-  wire::Register registration;
-  std::map<std::string, wire::ChannelProgress, std::less<>> progress;
-  // Long polls: when this node's reply last changed for reasons of its own.
-  uint64_t registered_generation = 0;
-  uint64_t peers_generation = 0;
-  // A wake arrived with no heartbeat parked (it overtook the heartbeat it was meant to
-  // release): the next heartbeat is answered at once.
-  bool wake_pending = false;
-  struct Parked {
-    uint64_t session = 0;
-    uint64_t request_id = 0;
-    uint64_t seen = 0;  // the node's seen_generation
-    net::TimePoint deadline{};
-  };
-  std::optional<Parked> parked;
-};
 
 Coordinator::Coordinator(CoordinatorOptions options)
     : options_(std::move(options)),
@@ -665,32 +633,6 @@ wire::HeartbeatReply Coordinator::HeartbeatReplyLocked(const Node& node) const {
   return reply;
 }
 
-void Coordinator::NoteBansLocked(PeerId reporter, const wire::Heartbeat& request) {
-  std::vector<PeerId> banned;
-  for (uint64_t id : request.banned_peers()) banned.push_back(PeerId(id));
-  const std::vector<PeerId> before = membership_.bans(reporter);
-  std::map<PeerId, bool> was_quarantined;
-  for (PeerId id : before) was_quarantined[id] = membership_.quarantined(id);
-  for (PeerId id : banned) was_quarantined.try_emplace(id, membership_.quarantined(id));
-  if (!membership_.ReportBans(reporter, banned)) return;
-  membership_changed_ = true;
-  for (const auto& [id, was] : was_quarantined) {
-    if (!std::binary_search(before.begin(), before.end(), id) &&
-        std::find(banned.begin(), banned.end(), id) != banned.end()) {
-      options_.log(NodeName(reporter) + " bans " + NodeName(id) +
-                   " (it sent bad data): they are kept apart in the peer graph");
-    }
-    const bool is = membership_.quarantined(id);
-    if (is && !was) {
-      options_.log(NodeName(id) +
-                   " is quarantined: live nodes ban it for bad data; it leaves "
-                   "the peer graphs and rollout decisions until they lift their bans");
-    } else if (was && !is) {
-      options_.log(NodeName(id) + " is no longer quarantined");
-    }
-  }
-}
-
 void Coordinator::ChannelChangedLocked(const std::string& channel) {
   channel_generation_[channel] = ++generation_;
   push_pending_ = true;
@@ -1053,100 +995,6 @@ void Coordinator::Disconnected(uint64_t session) {
       node->parked.reset();
       --counters_.heartbeats_held;
     }
-  }
-}
-
-void Coordinator::Sweep() {
-  const net::TimePoint now = clock_.Now();
-  std::lock_guard lock(mu_);
-  // Every channel gets a chance: a Decider may act on time alone (a rollout deadline).
-  for (const auto& [name, channel] : log_->channels()) channels_to_decide_.insert(name);
-  SweepLocked(now);
-}
-
-void Coordinator::MaybeSweepLocked(net::TimePoint now) {
-  if (now - last_sweep_ >= sweep_period_) SweepLocked(now);
-}
-
-void Coordinator::SweepLocked(net::TimePoint now) {
-  last_sweep_ = now;
-  ExpirePartsLocked(now);
-  // A node whose connection is still open is kept, however long dead: it may speak again.
-  std::vector<PeerId> forgotten;
-  const std::vector<Membership::Death> deaths = membership_.Sweep(
-      now, [&](PeerId id) { return !nodes_.at(id)->connected; }, &forgotten);
-  for (const Membership::Death& death : deaths) {
-    membership_changed_ = true;
-    ++counters_.nodes_died;
-    options_.log("" + NodeName(death.id) + " (" + nodes_.at(death.id)->registration.peer_address() +
-                 ") sent nothing for " + std::to_string(Millis(death.silent)) + " ms: dead");
-  }
-  for (PeerId id : forgotten) nodes_.erase(id);
-  const bool was_settling = settling_;
-  settling_ = membership_.Settling(now);
-  if (was_settling && !settling_) {
-    options_.log(
-        "the fleet registered again: drawing the peer graphs, keeping the edges both "
-        "ends held");
-  }
-  if (membership_changed_ && !settling_) {
-    UpdatePeerListsLocked();
-    for (const auto& [name, channel] : log_->channels()) channels_to_decide_.insert(name);
-  }
-  if (was_settling && !settling_) {
-    // Every node was told to keep its list: each hears that it may drop it, even one whose new
-    // list is the empty one it was served.
-    const uint64_t generation = ++generation_;
-    for (auto& [id, node] : nodes_) node->peers_generation = generation;
-    push_pending_ = true;
-    push_cv_.notify_one();
-  }
-  for (const std::string& name : channels_to_decide_) DecideLocked(name, now);
-  channels_to_decide_.clear();
-  CountMembersLocked();
-}
-
-void Coordinator::UpdatePeerListsLocked() {
-  membership_changed_ = false;
-  ++counters_.peer_list_builds;
-  for (const auto& [channel, change] : membership_.UpdatePeerGraphs()) {
-    counters_.peer_edges_added += change.added.size();
-    counters_.peer_edges_dropped += change.removed.size();
-  }
-  // A node's list: its neighbours in every channel it follows, with what it needs to dial them
-  // (addresses are re-read here, so a node that moved is dialled where it is now).
-  std::map<PeerId, std::vector<wire::PeerEntry>> previous;
-  previous.swap(peer_lists_);
-  for (const auto& [id, node] : nodes_) {
-    if (!membership_.alive(id)) continue;
-    const std::vector<PeerId> peers = membership_.Peers(id);
-    if (peers.empty()) continue;
-    std::vector<wire::PeerEntry>& out = peer_lists_[id];
-    for (PeerId peer : peers) {
-      const Node& other = *nodes_.at(peer);
-      wire::PeerEntry& entry = out.emplace_back();
-      entry.set_node_id(peer.value());
-      entry.set_address(other.registration.peer_address());
-      entry.set_rack(other.registration.rack());
-      entry.set_source(other.registration.source());
-    }
-  }
-  // Only nodes whose list changed are told (a long poll parked by each of them is answered).
-  static const std::vector<wire::PeerEntry> kNone;
-  uint64_t generation = 0;
-  for (auto& [id, node] : nodes_) {
-    auto before = previous.find(id);
-    auto after = peer_lists_.find(id);
-    if (SamePeers(before == previous.end() ? kNone : before->second,
-                  after == peer_lists_.end() ? kNone : after->second)) {
-      continue;
-    }
-    if (generation == 0) generation = ++generation_;
-    node->peers_generation = generation;
-  }
-  if (generation != 0) {
-    push_pending_ = true;
-    push_cv_.notify_one();
   }
 }
 
