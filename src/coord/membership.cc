@@ -61,6 +61,7 @@ void Membership::Register(PeerId id, MemberInfo info, net::TimePoint now,
   m.info = std::move(info);
   if (!held.empty() && !first_held_.has_value()) first_held_ = now;
   m.held = std::move(held);
+  quarantine_stale_ = true;
   m.alive = true;
   m.left = false;
   m.last_seen = now;
@@ -74,15 +75,25 @@ bool Membership::ReportBans(PeerId reporter, std::vector<PeerId> banned) {
   std::erase(banned, reporter);
   if (banned == it->second.banned) return false;
   it->second.banned = std::move(banned);
+  quarantine_stale_ = true;
   return true;
 }
 
 bool Membership::quarantined(PeerId id) const {
-  uint32_t reports = 0;
-  for (const auto& [reporter, m] : nodes_) {
-    if (m.alive && std::binary_search(m.banned.begin(), m.banned.end(), id)) ++reports;
+  // Asked for every node of every decision: counted once per change of bans or liveness.
+  if (quarantine_stale_) {
+    std::map<PeerId, uint32_t> reports;
+    for (const auto& [reporter, m] : nodes_) {
+      if (!m.alive) continue;
+      for (PeerId banned : m.banned) ++reports[banned];
+    }
+    quarantined_.clear();
+    for (const auto& [banned, count] : reports) {
+      if (count >= options_.quarantine_reports) quarantined_.insert(banned);
+    }
+    quarantine_stale_ = false;
   }
-  return reports >= options_.quarantine_reports;
+  return quarantined_.contains(id);
 }
 
 std::vector<PeerId> Membership::bans(PeerId reporter) const {
@@ -137,6 +148,7 @@ bool Membership::Heard(PeerId id, net::TimePoint now) {
   if (m.alive) return false;
   m.alive = true;
   m.left = false;
+  quarantine_stale_ = true;
   return true;
 }
 
@@ -146,6 +158,7 @@ bool Membership::Leave(PeerId id, net::TimePoint now) {
   Member& m = it->second;
   m.left = true;
   m.alive = false;
+  quarantine_stale_ = true;
   m.last_seen = now;
   return true;
 }
@@ -159,11 +172,13 @@ std::vector<Membership::Death> Membership::Sweep(net::TimePoint now,
     const net::Duration silent = now - m.last_seen;
     if (m.alive && silent > options_.heartbeat_timeout) {
       m.alive = false;
+      quarantine_stale_ = true;
       deaths.push_back({it->first, silent});
     }
     if (!m.alive && silent > options_.forget_after && may_forget(it->first)) {
       if (forgotten != nullptr) forgotten->push_back(it->first);
       it = nodes_.erase(it);
+      quarantine_stale_ = true;
       continue;
     }
     ++it;

@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -124,6 +125,9 @@ class Membership {
   std::map<PeerId, Member> nodes_;  // by id: every walk over them is deterministic
   std::map<std::string, ChannelGraph> graphs_;
   bool drawn_ = false;  // a graph was drawn with members: no settling any more
+  // quarantined()'s answer, counted again after bans or liveness change.
+  mutable std::set<PeerId> quarantined_;
+  mutable bool quarantine_stale_ = true;
   std::optional<net::TimePoint> first_held_;  // the first registration that named held peers
 };
 
