@@ -16,10 +16,7 @@ agents=(a1 a2 a3 a4)
 
 make_versions $((iterations + 1))
 start_etcd_cluster
-pick_coordinator_addresses c1 c2
-start_coordinator c1
-wait_for 20 leader_name >/dev/null || fail "no coordinator was elected"
-start_coordinator c2
+start_leader_and_standby
 for a in "${agents[@]}"; do start_agent "$a"; done
 publish 1
 wait_for 60 all_current 1 "${agents[@]}" || fail "v1 was not committed"

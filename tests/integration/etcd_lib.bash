@@ -6,7 +6,7 @@
 #
 #   source "$(dirname "$0")/etcd_lib.bash" "$1"
 #   start_etcd_cluster            # e1 e2 e3
-#   start_coordinator c1; start_coordinator c2
+#   start_leader_and_standby      # c1 leads, c2 stands by
 #   start_agent a1                # --coordinator "$coords"
 #   publish 1
 if ! command -v etcd >/dev/null || ! command -v etcdctl >/dev/null; then
@@ -74,6 +74,14 @@ pick_coordinator_addresses() {
     i=$((i + 1))
   done
   coord="$coords"  # rollout_lib's helpers (start_agent, publish, status_json) use $coord
+}
+
+# Two coordinators on the etcd cluster: c1 elected first (it leads), then c2 (it stands by).
+start_leader_and_standby() {
+  pick_coordinator_addresses c1 c2
+  start_coordinator c1
+  wait_for 20 leader_name >/dev/null || fail "no coordinator was elected"
+  start_coordinator c2
 }
 
 coordinator_flags=(--commit-policy all --prepare-deadline 60s)

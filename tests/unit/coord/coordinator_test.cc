@@ -25,6 +25,21 @@ std::set<uint64_t> PeerIds(const wire::HeartbeatReply& reply) {
   return ids;
 }
 
+// Agents first .. first + n - 1 of channel "policy", each connected and registered, by id; with
+// `racks`, in racks "a" and "b".
+std::map<uint64_t, std::unique_ptr<CoordinatorClient>> RegisterAgents(CoordinatorHarness& h,
+                                                                      uint64_t first, uint64_t n,
+                                                                      bool racks = false) {
+  std::map<uint64_t, std::unique_ptr<CoordinatorClient>> nodes;
+  for (uint64_t id = first; id < first + n; ++id) {
+    nodes[id] = h.Connect(id, net::Role::kAgent);
+    const wire::Register r = racks ? AgentRegistration(id, "policy", id % 3 ? "a" : "b")
+                                   : AgentRegistration(id, "policy");
+    EXPECT_TRUE(nodes[id]->Register(r).ok()) << id;
+  }
+  return nodes;
+}
+
 std::string ExpectedAttestationBytes(const Manifest& m) {
   const Digest d = ExpectedAttestation(m);
   return std::string(reinterpret_cast<const char*>(d.data()), 16);
@@ -568,12 +583,8 @@ TEST(Coordinator, ADeathChangesOnlyTheDeadNodesNeighboursLists) {
   options.degree = 4;  // 30 nodes at degree 4: far from a complete graph
   CoordinatorHarness h(options);
   ASSERT_TRUE(h.Start().ok());
-  constexpr uint64_t kFirst = 100, kNodes = 30;
-  std::map<uint64_t, std::unique_ptr<CoordinatorClient>> nodes;
-  for (uint64_t id = kFirst; id < kFirst + kNodes; ++id) {
-    nodes[id] = h.Connect(id, net::Role::kAgent);
-    ASSERT_TRUE(nodes[id]->Register(AgentRegistration(id, "policy", id % 3 ? "a" : "b")).ok());
-  }
+  std::map<uint64_t, std::unique_ptr<CoordinatorClient>> nodes =
+      RegisterAgents(h, 100, 30, /*racks=*/true);
   h.coordinator().Sweep();
   auto lists = [&](uint64_t skip) {
     std::map<uint64_t, std::set<uint64_t>> out;
@@ -624,11 +635,7 @@ TEST(Coordinator, BannedPeersAreKeptApartAndQuarantinedByTwoReports) {
   options.degree = 4;
   CoordinatorHarness h(options);
   ASSERT_TRUE(h.Start().ok());
-  std::map<uint64_t, std::unique_ptr<CoordinatorClient>> nodes;
-  for (uint64_t id = 100; id < 130; ++id) {
-    nodes[id] = h.Connect(id, net::Role::kAgent);
-    ASSERT_TRUE(nodes[id]->Register(AgentRegistration(id, "policy")).ok());
-  }
+  std::map<uint64_t, std::unique_ptr<CoordinatorClient>> nodes = RegisterAgents(h, 100, 30);
   h.coordinator().Sweep();
   // Every heartbeat carries the node's whole ban list, as an agent's does.
   constexpr uint64_t kBad = 117;
@@ -675,11 +682,7 @@ TEST(Coordinator, AFleetRegisteringWithANewCoordinatorKeepsItsPeers) {
   CoordinatorHarness h(options);
   ASSERT_TRUE(h.Start().ok());
   constexpr uint64_t kFirst = 100, kNodes = 30;
-  std::map<uint64_t, std::unique_ptr<CoordinatorClient>> nodes;
-  for (uint64_t id = kFirst; id < kFirst + kNodes; ++id) {
-    nodes[id] = h.Connect(id, net::Role::kAgent);
-    ASSERT_TRUE(nodes[id]->Register(AgentRegistration(id, "policy")).ok());
-  }
+  std::map<uint64_t, std::unique_ptr<CoordinatorClient>> nodes = RegisterAgents(h, kFirst, kNodes);
   h.coordinator().Sweep();
   std::map<uint64_t, std::set<uint64_t>> before;
   for (auto& [id, client] : nodes) {

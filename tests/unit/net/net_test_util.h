@@ -1,5 +1,10 @@
-// Shared helpers for the net tests: options for a test node and a thread-safe log capture.
+// Shared helpers for the net tests: options for a test node, a thread-safe log capture, and the
+// pieces of a peer played by hand (a raw listener, the bytes of a refusal).
 #pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <gtest/gtest.h>
 
@@ -10,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "net/handshake.h"
 #include "net/transport.h"
 
 namespace weightcast::net::testing {
@@ -89,6 +95,40 @@ inline ConnectedPair ConnectPair(std::unique_ptr<Transport> server,
   EXPECT_TRUE(s.ok()) << s.status().ToString();
   if (s.ok()) p.server = std::move(*s);
   return p;
+}
+
+// A TCP socket listening on 127.0.0.1 (a free port), for a test that plays the peer by hand.
+struct RawListener {
+  int fd = -1;
+  std::string address;  // "127.0.0.1:PORT"
+};
+inline RawListener RawListen() {
+  RawListener out;
+  out.fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  EXPECT_EQ(::bind(out.fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  EXPECT_EQ(::listen(out.fd, 1), 0);
+  socklen_t length = sizeof(addr);
+  ::getsockname(out.fd, reinterpret_cast<sockaddr*>(&addr), &length);
+  out.address = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  return out;
+}
+
+// What a node that refuses us sends: its Hello (node 2), then an error report saying `reason`.
+inline std::vector<uint8_t> HelloThenRefusal(std::string_view reason) {
+  Identity self;
+  self.cluster_id = "test-cluster";
+  self.node_id = PeerId(2);
+  Handshake hs(self, kSecret, /*initiator=*/false);
+  std::vector<uint8_t> bytes;
+  for (const OutFrame& frame :
+       {hs.HelloFrame(), Handshake::ErrorFrameFor(Unauthenticated(std::string(reason)))}) {
+    bytes.insert(bytes.end(), frame.head.begin(), frame.head.begin() + frame.head_size);
+    bytes.insert(bytes.end(), frame.payload.begin(), frame.payload.end());
+  }
+  return bytes;
 }
 
 }  // namespace weightcast::net::testing

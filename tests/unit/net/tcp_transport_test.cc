@@ -167,34 +167,20 @@ TEST(TcpTransport, WrongSecretIsDisconnectedWithLoggedReason) {
 // ours to read: Connect reports it, not the broken pipe.
 TEST(TcpTransport, ARefusalThatRacesOurAuthIsStillReported) {
   LogCapture log;
-  int listen_fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  ASSERT_EQ(::bind(listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(::listen(listen_fd, 1), 0);
-  socklen_t length = sizeof(addr);
-  ::getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &length);
-  const std::string address = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  const testing::RawListener listener = testing::RawListen();
   std::thread refuser([&] {
-    const int fd = ::accept(listen_fd, nullptr, nullptr);
+    const int fd = ::accept(listener.fd, nullptr, nullptr);
     ASSERT_GE(fd, 0);
     uint8_t first = 0;
     ASSERT_EQ(::recv(fd, &first, 1, MSG_PEEK), 1);  // the client's Hello arrived, unread
-    Handshake hs(TestOptions(2, nullptr, Role::kCoordinator).self, testing::kSecret, false);
-    std::vector<uint8_t> bytes;
-    for (const OutFrame& frame :
-         {hs.HelloFrame(), Handshake::ErrorFrameFor(Unauthenticated("no entry for you"))}) {
-      bytes.insert(bytes.end(), frame.head.begin(), frame.head.begin() + frame.head_size);
-      bytes.insert(bytes.end(), frame.payload.begin(), frame.payload.end());
-    }
+    const std::vector<uint8_t> bytes = testing::HelloThenRefusal("no entry for you");
     ASSERT_EQ(::send(fd, bytes.data(), bytes.size(), 0), static_cast<ssize_t>(bytes.size()));
     ::close(fd);  // unread bytes: the kernel resets the connection
   });
   auto client = MakeTcp(TestOptions(1, &log));
-  auto c = client->Connect(address, 5s);
+  auto c = client->Connect(listener.address, 5s);
   refuser.join();
-  ::close(listen_fd);
+  ::close(listener.fd);
   EXPECT_EQ(c.status().code(), Code::kAborted) << c.status().ToString();
   EXPECT_NE(c.status().message().find("no entry for you"), std::string::npos)
       << c.status().ToString();

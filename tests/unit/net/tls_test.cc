@@ -126,29 +126,16 @@ TEST_F(TlsTest, ARefusalThatRacesOurAuthIsStillReported) {
   ASSERT_EQ(SSL_CTX_use_PrivateKey_file(context, (dir_ + "/cluster.key").c_str(), SSL_FILETYPE_PEM),
             1);
   SSL_CTX_set_num_tickets(context, 0);
-  const int listen_fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  ASSERT_EQ(::bind(listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(::listen(listen_fd, 1), 0);
-  socklen_t length = sizeof(addr);
-  ::getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &length);
+  const testing::RawListener listener = testing::RawListen();
   std::thread refuser([&] {
-    const int fd = ::accept(listen_fd, nullptr, nullptr);
+    const int fd = ::accept(listener.fd, nullptr, nullptr);
     ASSERT_GE(fd, 0);
     SSL* ssl = SSL_new(context);
     SSL_set_fd(ssl, fd);
     ASSERT_EQ(SSL_accept(ssl), 1);
     pollfd readable{.fd = fd, .events = POLLIN, .revents = 0};
     ASSERT_EQ(::poll(&readable, 1, 5000), 1);  // the client's Hello arrived, unread
-    Handshake hs(TestOptions(2, nullptr).self, testing::kSecret, false);
-    std::vector<uint8_t> bytes;
-    for (const OutFrame& frame :
-         {hs.HelloFrame(), Handshake::ErrorFrameFor(Unauthenticated("no entry for you"))}) {
-      bytes.insert(bytes.end(), frame.head.begin(), frame.head.begin() + frame.head_size);
-      bytes.insert(bytes.end(), frame.payload.begin(), frame.payload.end());
-    }
+    const std::vector<uint8_t> bytes = testing::HelloThenRefusal("no entry for you");
     ASSERT_EQ(SSL_write(ssl, bytes.data(), static_cast<int>(bytes.size())),
               static_cast<int>(bytes.size()));
     ::close(fd);  // no close_notify, bytes unread: the kernel resets the connection
@@ -158,9 +145,9 @@ TEST_F(TlsTest, ARefusalThatRacesOurAuthIsStillReported) {
   client_opts.tls = Tls(dir_ + "/cluster", dir_ + "/cluster");
   auto client = TcpTransport::Create(client_opts);
   ASSERT_TRUE(client.ok()) << client.status().ToString();
-  auto c = (*client)->Connect("127.0.0.1:" + std::to_string(ntohs(addr.sin_port)), 5s);
+  auto c = (*client)->Connect(listener.address, 5s);
   refuser.join();
-  ::close(listen_fd);
+  ::close(listener.fd);
   SSL_CTX_free(context);
   EXPECT_EQ(c.status().code(), Code::kAborted) << c.status().ToString();
   EXPECT_NE(c.status().message().find("no entry for you"), std::string::npos)
