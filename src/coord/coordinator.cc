@@ -29,6 +29,9 @@ namespace {
 constexpr size_t kMaxChannelsPerNode = 64;
 constexpr size_t kMaxTensorPatterns = 1024;
 constexpr size_t kMaxLabelBytes = 256;
+// A node's held peers are a hint of at most its degree; more are ignored, so that a node cannot
+// make the coordinator keep an unbounded list.
+constexpr int kMaxHeldPeers = 1024;
 // The pusher answers many nodes in turn: one that does not read must not stall the others long.
 constexpr net::Duration kPushSendTimeout = std::chrono::milliseconds(200);
 
@@ -368,7 +371,8 @@ Result<wire::RegisterReply> Coordinator::OnRegister(uint64_t session, const net:
   node.connected = true;
   node.registration = request;
   std::vector<PeerId> held;
-  for (uint64_t id : request.held_peers()) {
+  for (int i = 0; i < std::min(request.held_peers_size(), kMaxHeldPeers); ++i) {
+    const uint64_t id = request.held_peers(i);
     if (id != peer.node_id.value()) held.push_back(PeerId(id));
   }
   membership_.Register(peer.node_id, MemberInfoOf(request), now, std::move(held));

@@ -124,7 +124,13 @@ void Coordinator::UpdatePeerListsLocked() {
 
 void Coordinator::NoteBansLocked(PeerId reporter, const wire::Heartbeat& request) {
   std::vector<PeerId> banned;
-  for (uint64_t id : request.banned_peers()) banned.push_back(PeerId(id));
+  // A node bans only peers it was connected to: its degree's worth within a ban's two minutes.
+  // Past kMaxReportedBans the list is cut, so that a node cannot make the coordinator keep an
+  // unbounded one.
+  constexpr int kMaxReportedBans = 1024;
+  for (int i = 0; i < std::min(request.banned_peers_size(), kMaxReportedBans); ++i) {
+    banned.push_back(PeerId(request.banned_peers(i)));
+  }
   const std::vector<PeerId> before = membership_.bans(reporter);
   std::map<PeerId, bool> was_quarantined;
   for (PeerId id : before) was_quarantined[id] = membership_.quarantined(id);
