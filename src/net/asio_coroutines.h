@@ -1,5 +1,5 @@
 // What a file that writes asio coroutines needs before any asio header (tcp_transport.cc,
-// tls_session.cc). Include it first, and end that file with
+// tcp_channel.cc, tls_session.cc). Include it first, and end that file with
 //   #ifdef WC_NET_POP_NO_SANITIZE_FUNCTION
 //   #pragma clang attribute pop
 //   #endif

@@ -95,3 +95,7 @@ asio::awaitable<std::error_code> TcpChannel::ReadAll(std::span<uint8_t> out,
 }
 
 }  // namespace weightcast::net
+
+#ifdef WC_NET_POP_NO_SANITIZE_FUNCTION
+#pragma clang attribute pop
+#endif
