@@ -31,6 +31,9 @@ pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 add_library(httplib INTERFACE)
 target_link_libraries(httplib INTERFACE PkgConfig::HTTPLIB Threads::Threads)
 
+# libcurl reads models from HTTP(S) origins (src/origin/http_client.h says why libcurl).
+find_package(CURL REQUIRED)
+
 if(WC_BUILD_TESTS OR WC_BUILD_BENCH)
   find_package(GTest REQUIRED)
 endif()

@@ -1,6 +1,7 @@
 // weightcast publish   the trainer side: publish checkpoint directories as versions and seed them
 // (docs/publish.md). `--dir PATH` publishes one directory and seeds it until --until holds;
-// `--watch DIR` publishes every checkpoint directory a trainer saves under DIR until stopped.
+// `--watch DIR` publishes every checkpoint directory a trainer saves under DIR until stopped;
+// `--from URL` publishes a model at an HTTP(S) origin without copying it (docs/origin.md).
 // The cluster secret comes from --secret-file or WEIGHTCAST_SECRET, never from the command line.
 #include <atomic>
 #include <cstring>
@@ -18,7 +19,10 @@
 #include "metrics/log.h"
 #include "metrics/registry.h"
 #include "net/handshake.h"
+#include "origin/http_client.h"
+#include "origin/model.h"
 #include "publish/publisher.h"
+#include "util/file.h"
 #include "util/text.h"
 
 namespace weightcast::cli {
@@ -30,6 +34,9 @@ struct PublishFlags {
   std::string channel;
   std::string dir;
   std::string watch;
+  std::string from;
+  std::string origin_token_file;
+  std::string origin_ca;
   std::string listen = "127.0.0.1:0";
   std::string transport = "tcp";
   std::string metrics;
@@ -58,10 +65,47 @@ Result<publish::ImportPolicy> ParseImport(std::string_view text) {
                          "'");
 }
 
-Status RunPublish(const PublishFlags& flags) {
-  if (flags.dir.empty() == flags.watch.empty()) {
-    return InvalidArgument("give exactly one of --dir PATH and --watch DIR");
+// The origin's client: its CA and the bearer token read from a file (a flag's value would show
+// in `ps` and shell history).
+Result<std::shared_ptr<origin::HttpClient>> OriginClient(const PublishFlags& flags) {
+  origin::HttpOptions http;
+  if (!flags.origin_ca.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(flags.origin_ca, ec)) {
+      return InvalidArgument("--origin-ca " + flags.origin_ca + ": no such file");
+    }
+    http.ca_file = flags.origin_ca;
   }
+  if (!flags.origin_token_file.empty()) {
+    WC_ASSIGN_OR_RETURN(std::string token, ReadFileToString(flags.origin_token_file, 64 << 10));
+    while (!token.empty() &&
+           (token.back() == '\n' || token.back() == '\r' || token.back() == ' ')) {
+      token.pop_back();
+    }
+    if (token.empty() || token.find_first_of("\r\n") != std::string::npos) {
+      return InvalidArgument("--origin-token-file " + flags.origin_token_file +
+                             ": expected one line holding the token");
+    }
+    http.bearer_token = std::move(token);
+  }
+  return std::make_shared<origin::HttpClient>(std::move(http));
+}
+
+Status RunPublish(const PublishFlags& flags) {
+  if ((!flags.dir.empty()) + (!flags.watch.empty()) + (!flags.from.empty()) != 1) {
+    return InvalidArgument("give exactly one of --dir PATH, --watch DIR and --from URL");
+  }
+  if (flags.from.empty() && (!flags.origin_ca.empty() || !flags.origin_token_file.empty())) {
+    return InvalidArgument("--origin-ca and --origin-token-file go with --from");
+  }
+  std::shared_ptr<origin::HttpClient> origin_client;
+  if (!flags.from.empty()) {
+    if (flags.world > 1) return InvalidArgument("--from cannot be sharded (--world)");
+    // A spec that cannot name a model fails before anything starts.
+    WC_RETURN_IF_ERROR(origin::ResolveOriginSpec(flags.from).status());
+    WC_ASSIGN_OR_RETURN(origin_client, OriginClient(flags));
+  }
+  const bool one_shot = flags.watch.empty();
   WC_RETURN_IF_ERROR(ValidateChannelName(flags.channel));
   WC_ASSIGN_OR_RETURN(metrics::LogFormat format, metrics::ParseLogFormat(flags.node.log_format));
   // Flag errors before the store is opened or the coordinator is dialled.
@@ -94,8 +138,8 @@ Status RunPublish(const PublishFlags& flags) {
   }
   WC_ASSIGN_OR_RETURN(publish::SeedUntil until,
                       publish::ParseSeedUntil(!flags.until.empty() ? flags.until
-                                              : flags.dir.empty()  ? "never"
-                                                                   : "replicated"));
+                                              : one_shot           ? "replicated"
+                                                                   : "never"));
   WC_ASSIGN_OR_RETURN(auto settle, ParseDuration(flags.settle));
   WC_ASSIGN_OR_RETURN(const uint64_t chunk_size, ParseChunkSize(flags.chunk_size));
 
@@ -114,9 +158,9 @@ Status RunPublish(const PublishFlags& flags) {
   options.world = flags.world;
   options.build.chunk_size = chunk_size;
   // --dir publishes a new version at once: re-encoding the previous one's payloads would delay it.
-  options.reseed_payloads = flags.dir.empty();
+  options.reseed_payloads = !one_shot;
   // A one-shot --dir ends when the coordinator stays away (--watch waits it out, at ERROR).
-  if (!flags.dir.empty()) options.unreachable_timeout = kUnreachableTimeout;
+  if (one_shot) options.unreachable_timeout = kUnreachableTimeout;
   WC_ASSIGN_OR_RETURN(options.import, ParseImport(flags.import));
   options.log = metrics::Logger("publish", format);
   WC_ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.node.secret_file));
@@ -172,7 +216,9 @@ Status RunPublish(const PublishFlags& flags) {
   if (!flags.watch.empty()) {
     result = publisher->Watch(flags.watch, settle);
   } else {
-    Result<publish::PublishedVersion> published = publisher->PublishDirectory(flags.dir);
+    Result<publish::PublishedVersion> published =
+        flags.from.empty() ? publisher->PublishDirectory(flags.dir)
+                           : publisher->PublishOrigin(flags.from, origin_client);
     if (!published.ok()) {
       result = published.status();
       interrupted = "before the version was published";
@@ -191,10 +237,10 @@ Status RunPublish(const PublishFlags& flags) {
   if (signals.signalled()) {
     log.Info("stopping", {{"signal", std::string(strsignal(signals.signal()))}});
     if (result.code() == Code::kAborted) {
-      const bool one_shot = flags.watch.empty() && until != publish::SeedUntil::kNever;
-      result = one_shot ? Aborted(std::string("interrupted by ") + strsignal(signals.signal()) +
-                                  " " + interrupted)
-                        : Status::Ok();  // a requested stop of a seed that runs until stopped
+      const bool ends = one_shot && until != publish::SeedUntil::kNever;
+      result = ends ? Aborted(std::string("interrupted by ") + strsignal(signals.signal()) + " " +
+                              interrupted)
+                    : Status::Ok();  // a requested stop of a seed that runs until stopped
     }
   }
   signals.OnSignal({});  // the publisher goes away before the signal thread does
@@ -227,6 +273,17 @@ void SetupPublish(CLI::App& app) {
   cmd->add_option("--dir", flags->dir, "Publish this checkpoint directory as the next version");
   cmd->add_option("--watch", flags->watch,
                   "Publish each new checkpoint directory that appears under DIR");
+  cmd->add_option("--from", flags->from,
+                  "Publish the model at an HTTP(S) origin, streamed (no local copy) and seeded "
+                  "from the origin: a URL of a .safetensors file, of a .safetensors.index.json "
+                  "(its shards too), of a directory ending in / (its "
+                  "model.safetensors.index.json), or a local file listing \"NAME URL\" per line "
+                  "(pre-signed URLs; docs/origin.md)");
+  cmd->add_option("--origin-token-file", flags->origin_token_file,
+                  "--from: a file holding a bearer token sent to the origin (never logged)");
+  cmd->add_option("--origin-ca", flags->origin_ca,
+                  "--from: CA certificates (PEM) for the origin's TLS certificate (default: the "
+                  "system's)");
   cmd->add_option("--listen", flags->listen, "ip:port peers fetch from (port 0: any free port)")
       ->capture_default_str();
   cmd->add_option("--metrics", flags->metrics, "ip:port to serve Prometheus /metrics on");

@@ -148,8 +148,15 @@ std::vector<DecisionChange> RolloutDecider::Decide(const ChannelState& channel,
   }
   ch.members = std::move(followers);
   for (const NodeProgress& n : nodes) {
-    if (n.source || n.progress == nullptr) continue;
+    if (n.progress == nullptr) continue;
     const wire::ChannelProgress& p = *n.progress;
+    if (n.source) {
+      // A source reports FAILED for a version it can no longer serve (an origin that changed).
+      if (p.phase() == wire::PHASE_FAILED) {
+        add(t.OnSourceFailed(at, Version(p.version()), p.error()));
+      }
+      continue;
+    }
     if (p.phase() > wire::PHASE_FAILED) continue;  // SEEDING is a publisher's
     add(t.OnProgress(at, n.node, Version(p.version()), static_cast<rollout::Phase>(p.phase()),
                      p.error()));

@@ -115,31 +115,20 @@ Result<std::vector<std::pair<fs::path, std::string>>> ListFiles(const fs::path& 
   return out;
 }
 
-// Checks one *.safetensors.index.json and adds its entries to `weight_map` (tensor -> relative
-// path). `where` maps every tensor of the checkpoint to the file that holds it.
+// Checks one *.safetensors.index.json (its text from `read_index`) and adds its entries to
+// `weight_map` (tensor -> relative path). `where` maps every tensor of the checkpoint to the file
+// that holds it.
 Status ApplyIndex(const fs::path& root, const CheckpointFile& index_file,
+                  const IndexReader& read_index,
                   const std::map<std::string, const CheckpointFile*>& files_by_path,
                   const std::map<std::string, std::string>& where,
                   std::map<std::string, std::string>& weight_map) {
-  const fs::path full = root / index_file.relative_path;
-  const std::string label = full.string();
-  WC_ASSIGN_OR_RETURN(std::string text, ReadFileToString(full, kMaxSafetensorsHeaderBytes));
-  if (auto bad = format_internal::FirstInvalidUtf8(text)) {
-    return Corrupt(label + ": not valid UTF-8 (ill-formed byte at offset " + std::to_string(*bad) +
-                   ")");
-  }
-  Result<nlohmann::json> root_json = format_internal::ParseStrictJson(text, kIndexMaxDepth);
-  if (!root_json.ok()) return root_json.status().WithContext(label);
-  if (!root_json->is_object()) return Corrupt(label + ": expected a JSON object");
-  const auto map_it = root_json->find("weight_map");
-  if (map_it == root_json->end()) return Corrupt(label + ": no \"weight_map\"");
-  if (!map_it->is_object()) return Corrupt(label + ": \"weight_map\" is not an object");
-
+  const std::string label = (root / index_file.relative_path).string();
+  WC_ASSIGN_OR_RETURN(std::string text, read_index(index_file));
+  WC_ASSIGN_OR_RETURN(auto entries, ParseSafetensorsIndex(text, label));
   const std::string dir = ParentDir(index_file.relative_path);
-  for (const auto& [tensor, value] : map_it->items()) {
+  for (const auto& [tensor, target] : entries) {
     const std::string what = label + ": weight_map entry for tensor " + QuoteForError(tensor);
-    if (!value.is_string()) return Corrupt(what + " is not a string");
-    const auto& target = value.get_ref<const std::string&>();
     const fs::path normal = fs::path(JoinRelative(dir, target)).lexically_normal();
     const std::string relative = normal.generic_string();
     if (target.empty() || fs::path(target).is_absolute() || relative.empty() ||
@@ -168,7 +157,45 @@ Status ApplyIndex(const fs::path& root, const CheckpointFile& index_file,
   return Status::Ok();
 }
 
-Result<Checkpoint> OpenFiles(fs::path root, std::vector<CheckpointFile> files) {
+}  // namespace
+
+Result<std::map<std::string, std::string>> ParseSafetensorsIndex(std::string_view text,
+                                                                 std::string_view label) {
+  const std::string where(label);
+  if (text.size() > kMaxSafetensorsHeaderBytes) {
+    return Corrupt(where + ": larger than " + std::to_string(kMaxSafetensorsHeaderBytes) +
+                   " bytes");
+  }
+  if (auto bad = format_internal::FirstInvalidUtf8(text)) {
+    return Corrupt(where + ": not valid UTF-8 (ill-formed byte at offset " + std::to_string(*bad) +
+                   ")");
+  }
+  Result<nlohmann::json> root_json = format_internal::ParseStrictJson(text, kIndexMaxDepth);
+  if (!root_json.ok()) return root_json.status().WithContext(where);
+  if (!root_json->is_object()) return Corrupt(where + ": expected a JSON object");
+  const auto map_it = root_json->find("weight_map");
+  if (map_it == root_json->end()) return Corrupt(where + ": no \"weight_map\"");
+  if (!map_it->is_object()) return Corrupt(where + ": \"weight_map\" is not an object");
+  std::map<std::string, std::string> entries;
+  for (const auto& [tensor, value] : map_it->items()) {
+    const std::string what = where + ": weight_map entry for tensor " + QuoteForError(tensor);
+    if (!value.is_string()) return Corrupt(what + " is not a string");
+    const auto& target = value.get_ref<const std::string&>();
+    entries.emplace(tensor, target);
+  }
+  return entries;
+}
+
+std::vector<std::string> IndexShards(const std::map<std::string, std::string>& weight_map) {
+  std::vector<std::string> shards;
+  for (const auto& [tensor, file] : weight_map) shards.push_back(file);
+  std::sort(shards.begin(), shards.end());
+  shards.erase(std::unique(shards.begin(), shards.end()), shards.end());
+  return shards;
+}
+
+Result<Checkpoint> AssembleCheckpoint(fs::path root, std::vector<CheckpointFile> files,
+                                      const IndexReader& read_index) {
   Checkpoint checkpoint;
   checkpoint.root = std::move(root);
   std::sort(files.begin(), files.end(), [](const CheckpointFile& a, const CheckpointFile& b) {
@@ -196,7 +223,7 @@ Result<Checkpoint> OpenFiles(fs::path root, std::vector<CheckpointFile> files) {
   for (const CheckpointFile& file : checkpoint.files) {
     if (!EndsWith(file.relative_path, kIndexSuffix)) continue;
     WC_RETURN_IF_ERROR(
-        ApplyIndex(checkpoint.root, file, files_by_path, where, checkpoint.weight_map));
+        ApplyIndex(checkpoint.root, file, read_index, files_by_path, where, checkpoint.weight_map));
     index_for_dir.emplace(ParentDir(file.relative_path), file.relative_path);
   }
   // Where a directory has an index, every tensor of its shards must be listed: a shard the index
@@ -216,8 +243,6 @@ Result<Checkpoint> OpenFiles(fs::path root, std::vector<CheckpointFile> files) {
   return checkpoint;
 }
 
-}  // namespace
-
 uint64_t Checkpoint::total_bytes() const {
   uint64_t total = 0;
   for (const CheckpointFile& file : files) total += file.size;
@@ -225,6 +250,12 @@ uint64_t Checkpoint::total_bytes() const {
 }
 
 Result<Checkpoint> OpenCheckpoint(const fs::path& path) {
+  // The root is the directory, or the file's parent; indexes are read from it.
+  auto read_index_below = [](fs::path root) -> IndexReader {
+    return [root = std::move(root)](const CheckpointFile& file) {
+      return ReadFileToString(root / file.relative_path, kMaxSafetensorsHeaderBytes);
+    };
+  };
   std::error_code ec;
   const fs::file_status status = fs::status(path, ec);
   if (ec) return ErrorCodeStatus(path, "open checkpoint", ec);
@@ -241,7 +272,8 @@ Result<Checkpoint> OpenCheckpoint(const fs::path& path) {
     if (root.empty()) root = ".";
     std::vector<CheckpointFile> files;
     files.push_back(std::move(file));
-    return OpenFiles(std::move(root), std::move(files));
+    IndexReader read_index = read_index_below(root);
+    return AssembleCheckpoint(std::move(root), std::move(files), read_index);
   }
   if (!fs::is_directory(status)) {
     return InvalidArgument(path.string() + ": not a directory or a .safetensors file");
@@ -255,7 +287,7 @@ Result<Checkpoint> OpenCheckpoint(const fs::path& path) {
     WC_ASSIGN_OR_RETURN(CheckpointFile file, DescribeFile(full, std::move(relative)));
     files.push_back(std::move(file));
   }
-  return OpenFiles(path, std::move(files));
+  return AssembleCheckpoint(path, std::move(files), read_index_below(path));
 }
 
 }  // namespace weightcast

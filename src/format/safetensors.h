@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -128,6 +129,23 @@ struct Checkpoint {
   std::map<std::string, std::string> weight_map;
   uint64_t total_bytes() const;
 };
+
+// The weight_map of a *.safetensors.index.json: tensor name -> the file that holds it, relative
+// to the index's directory. Strict (valid UTF-8, no duplicate keys, bounded depth and size);
+// `label` names the index in errors. No file is checked to exist.
+Result<std::map<std::string, std::string>> ParseSafetensorsIndex(std::string_view text,
+                                                                 std::string_view label);
+// The distinct files a weight_map names, sorted.
+std::vector<std::string> IndexShards(const std::map<std::string, std::string>& weight_map);
+
+// Returns the text of an index file of a checkpoint (at most kMaxSafetensorsHeaderBytes).
+using IndexReader = std::function<Result<std::string>(const CheckpointFile&)>;
+
+// A checkpoint from files described without a local directory (an HTTP origin, where the
+// headers were fetched): sorts `files`, then makes the checks OpenCheckpoint makes (unique tensor
+// names, every index against the headers, read through `read_index`). `root` labels errors.
+Result<Checkpoint> AssembleCheckpoint(std::filesystem::path root, std::vector<CheckpointFile> files,
+                                      const IndexReader& read_index);
 
 // Opens a checkpoint: a directory (every regular file below it, recursively) or one
 // .safetensors file. Validates every safetensors header and the index if present.

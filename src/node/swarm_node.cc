@@ -374,6 +374,22 @@ Status SwarmNode::SeedPart(const Manifest& manifest, std::vector<uint8_t> signed
   return impl_->SeedPart(verified, part, first_chunk, std::move(payloads));
 }
 
+Status SwarmNode::SeedFrom(const Manifest& manifest, std::vector<uint8_t> signed_manifest,
+                           ChunkReader reader) {
+  WC_ASSIGN_OR_RETURN(Manifest verified,
+                      VerifySignedManifest(signed_manifest, {impl_->options_.manifest_secret,
+                                                             impl_->options_.trust_anchor.get()}));
+  if (verified.root != manifest.root || verified.version != manifest.version) {
+    return InvalidArgument("the signed manifest is not the manifest given");
+  }
+  return impl_->SeedFrom(verified, std::move(reader));
+}
+
+Status SwarmNode::source_failure() const {
+  std::lock_guard lock(impl_->source_mu_);
+  return impl_->source_failure_;
+}
+
 void SwarmNode::SetPeers(std::span<const PeerAddress> peers) { impl_->SetPeers(peers); }
 
 std::vector<PeerId> SwarmNode::ListedPeers() const {

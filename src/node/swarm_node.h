@@ -53,6 +53,10 @@ class Histogram;
 
 namespace weightcast::node {
 
+// Reads the bytes of a byte range of a version's flat byte space from where a source keeps them
+// outside its store (an HTTP origin). Called on upload workers, several at once; may block.
+using ChunkReader = std::function<Result<SharedBytes>(ByteRange range)>;
+
 struct PeerAddress {
   PeerId id;
   std::string address;  // where the peer listens ("127.0.0.1:41234", "mem:b")
@@ -172,6 +176,14 @@ class SwarmNode {
   // for a delta, every payload in `payloads` (may be null for a full version).
   Status Seed(const Manifest& manifest, std::vector<uint8_t> signed_manifest,
               std::shared_ptr<const PayloadCache> payloads);
+  // Seeds `manifest` as a source that holds no copy of it: every chunk is read through
+  // `reader` when a peer asks for it (on an upload worker), checked against its hash, then
+  // sent. A chunk that does not match (content changed where the reader reads from) is not
+  // sent; the failure is kept (source_failure) for the owner to abort the version with.
+  Status SeedFrom(const Manifest& manifest, std::vector<uint8_t> signed_manifest,
+                  ChunkReader reader);
+  // Why SeedFrom's reader failed for the target (OK: it did not): the first error.
+  Status source_failure() const;
   // A rank of a sharded publish (docs/sharded_publish.md): seeds the assembled `manifest` from
   // the part it published, committed in the store as `part` (the same version number, its own
   // files and manifest): chunks [first_chunk, first_chunk + part.chunk_count()) of the version

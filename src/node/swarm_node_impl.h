@@ -61,6 +61,9 @@ struct TargetData {
     uint32_t chunk_count = 0;
   };
   std::optional<PartSeed> part;
+  // A source that holds no copy of the version (SeedFrom: a model at an HTTP origin): its
+  // chunks are read through this, checked against the manifest, then sent.
+  ChunkReader reader;
   bool InPart(ChunkIndex chunk) const {
     return !part || (chunk.value() >= part->first_chunk &&
                      chunk.value() - part->first_chunk < part->chunk_count);
@@ -291,6 +294,11 @@ struct SwarmNode::Impl {
   Status Seed(const Manifest& manifest, std::shared_ptr<const PayloadCache> payloads);
   Status SeedPart(const Manifest& manifest, const Manifest& part, uint32_t first_chunk,
                   std::shared_ptr<const PayloadCache> payloads);
+  Status SeedFrom(const Manifest& manifest, ChunkReader reader);
+  // On an upload worker: a chunk of a SeedFrom target through its reader, checked against the
+  // manifest (and kept among the recent chunks).
+  Result<HeldBytes> ReadFromSource(TargetData& t, ChunkIndex chunk);
+  void NoteSourceFailure(const Status& status);
   Status CommitTarget();
   void KeepDeltaFile(const TargetData& data);
   void PreferChunks(Version version, std::vector<ChunkIndex> order);
@@ -336,6 +344,9 @@ struct SwarmNode::Impl {
   std::atomic<uint64_t> bytes_received_{0}, bytes_sent_{0}, chunks_verified_{0}, chunks_failed_{0},
       peers_dropped_{0}, delta_chunks_fast_{0}, delta_chunks_sha256_{0}, uploads_from_memory_{0},
       uploads_from_store_{0};
+  // SeedFrom's first reader failure (OK: none yet); reset by the next SeedFrom.
+  mutable std::mutex source_mu_;
+  Status source_failure_;
 };
 
 }  // namespace weightcast::node

@@ -269,6 +269,28 @@ Status SwarmNode::Impl::Seed(const Manifest& manifest,
   return Status::Ok();
 }
 
+Status SwarmNode::Impl::SeedFrom(const Manifest& manifest, ChunkReader reader) {
+  std::lock_guard lock(mu_);
+  if (auto s = CheckReplace(manifest)) return *s;
+  if (!reader) return InvalidArgument("cannot seed " + V(manifest.version) + ": no reader");
+  const uint32_t n = manifest.chunk_count();
+  LeaveTarget();
+  {
+    std::lock_guard source(source_mu_);
+    source_failure_ = Status::Ok();
+  }
+  auto data = std::make_shared<TargetData>();
+  data->manifest = manifest;
+  data->committed = true;
+  data->reader = std::move(reader);
+  target_.data = std::move(data);
+  target_.started = Clock::now();
+  WC_RETURN_IF_ERROR(StartTarget(std::vector<bool>(n, true), std::vector<bool>(n, false),
+                                 std::vector<bool>(n, true), {.source = true}));
+  Log("seeding " + V(manifest.version) + " from its origin");
+  return Status::Ok();
+}
+
 Status SwarmNode::Impl::SeedPart(const Manifest& manifest, const Manifest& part,
                                  uint32_t first_chunk,
                                  std::shared_ptr<const PayloadCache> payloads) {

@@ -119,6 +119,8 @@ Result<HeldBytes> SwarmNode::Impl::ReadForUpload(const UploadItem& item) {
   } else if (std::optional<HeldBytes> recent = t.recent.Get(item.chunk)) {
     data = std::move(*recent);
     ++uploads_from_memory_;
+  } else if (t.reader) {
+    WC_ASSIGN_OR_RETURN(data, ReadFromSource(t, item.chunk));
   } else {
     // Through the store's mapped views: the frame sends from the mapping, which its owner
     // keeps (no copy, except for a chunk that spans files).
@@ -145,6 +147,39 @@ Result<HeldBytes> SwarmNode::Impl::ReadForUpload(const UploadItem& item) {
   }
   CorruptForTesting(data);
   return data;
+}
+
+Result<HeldBytes> SwarmNode::Impl::ReadFromSource(TargetData& t, ChunkIndex chunk) {
+  const Manifest& m = t.manifest;
+  const ByteRange range = m.ChunkRange(chunk);
+  Result<SharedBytes> bytes = t.reader(range);
+  if (!bytes.ok()) {
+    // An origin that is down may come back (the reader retried already; peers ask again). One
+    // whose object changed or went away will not.
+    const Code code = bytes.status().code();
+    if (code == Code::kFailedPrecondition || code == Code::kNotFound || code == Code::kCorrupt) {
+      NoteSourceFailure(bytes.status());
+    }
+    return bytes.status();
+  }
+  if (*bytes == nullptr || (*bytes)->size() != range.size ||
+      HashBytes(m.hash_algorithm, **bytes) != m.chunk_hashes[chunk.value()]) {
+    // Origin bytes are checked like a peer's: what fails its hash is never sent.
+    Status bad = Corrupt("chunk " + std::to_string(chunk.value()) + " of " + V(m.version) +
+                         " as read from its origin does not match the manifest: the content "
+                         "changed at the origin");
+    NoteSourceFailure(bad);
+    return bad;
+  }
+  HeldBytes held = Hold(std::move(bytes).value());
+  t.recent.Put(chunk, held);
+  ++uploads_from_store_;
+  return held;
+}
+
+void SwarmNode::Impl::NoteSourceFailure(const Status& status) {
+  std::lock_guard lock(source_mu_);
+  if (source_failure_.ok()) source_failure_ = status;
 }
 
 // A test's node that sends every chunk with one bit flipped (corrupt_uploads_for_testing).

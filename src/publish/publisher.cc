@@ -4,6 +4,7 @@
 // session state under one lock (mu_); preparing a version is version_builder.cc, a rank's side
 // of sharded publish is publisher_parts.cc.
 #include "publish/publisher.h"
+#include "publish/channel_log.h"
 
 #include <algorithm>
 #include <chrono>
@@ -52,12 +53,6 @@ bool AbortedInLog(const wire::ChannelLog& log, Version version) {
     if (e.version() == version.value()) return e.decision() == wire::DECISION_ABORT;
   }
   return false;
-}
-
-uint64_t NewestLogged(const wire::ChannelLog& log) {
-  uint64_t newest = 0;
-  for (const wire::VersionEntry& e : log.versions()) newest = std::max(newest, e.version());
-  return newest;
 }
 
 // Whether two delta tables describe the same payloads (then payloads made for one serve the
@@ -550,6 +545,11 @@ Status Publisher::PublishSigned(const PreparedVersion& prepared) {
 
 Status Publisher::StartSeeding(const PreparedVersion& prepared) {
   WC_RETURN_IF_ERROR(node_->Seed(prepared.manifest, prepared.signed_manifest, prepared.payloads));
+  NoteSeeding(prepared);
+  return Status::Ok();
+}
+
+void Publisher::NoteSeeding(const PreparedVersion& prepared) {
   bool held = false;
   {
     std::lock_guard lock(mu_);
@@ -561,7 +561,6 @@ Status Publisher::StartSeeding(const PreparedVersion& prepared) {
   }
   // Report SEEDING of the new version now rather than at the end of the held heartbeat.
   if (held) WakeHeartbeat();
-  return Status::Ok();
 }
 
 void Publisher::WakeHeartbeat() {
@@ -874,6 +873,12 @@ void Publisher::AddSeedingProgressLocked(wire::Heartbeat& heartbeat) const {
   ch->set_bytes_done(seeding_bytes_);
   ch->set_bytes_total(seeding_bytes_);
   ch->set_error(publish_error_);
+  // A version seeded from an origin whose content changed cannot be completed: FAILED aborts
+  // it (the coordinator's rollout decider), with the reason.
+  if (Status failed = node_->source_failure(); !failed.ok()) {
+    ch->set_phase(wire::PHASE_FAILED);
+    ch->set_error("the origin changed under the version: " + failed.message());
+  }
 }
 
 void Publisher::AddUploadedBytes(wire::Heartbeat& heartbeat) const {

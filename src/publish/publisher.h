@@ -41,6 +41,7 @@
 #include "net/transport.h"
 #include "net/transport_select.h"
 #include "node/swarm_node.h"
+#include "origin/http_client.h"
 #include "publish/version_builder.h"
 #include "store/store.h"
 #include "trust/signing_identity.h"
@@ -156,6 +157,17 @@ class Publisher : private coord::SessionDelegate {
   Result<PublishedVersion> PublishDirectory(
       const std::filesystem::path& dir, const std::map<std::string, std::string>& metadata = {});
 
+  // Publishes the model at an HTTP(S) origin as the next version (docs/origin.md): `from` is a
+  // URL or a list of URLs (origin/listing.h). Always a full version; every file is streamed once
+  // through `http` to build the manifest, and nothing is stored: the version is seeded by
+  // reading each chunk a peer asks for from the origin again (node::SwarmNode::SeedFrom). While
+  // it is seeded, content changed at the origin (a validator or a chunk's hash) reports the
+  // version FAILED, which aborts it fleet-wide. Not for a sharded publisher. Otherwise as
+  // PublishDirectory.
+  Result<PublishedVersion> PublishOrigin(const std::string& from,
+                                         std::shared_ptr<origin::HttpClient> http,
+                                         const std::map<std::string, std::string>& metadata = {});
+
   // Blocks until `until` holds for the newest version seeded (OK), Stop (kAborted) or `timeout`
   // (kDeadlineExceeded). kFailedPrecondition when nothing is seeded. With kReplicated or
   // kComplete it also ends when the version can no longer get there: aborted by the rollout
@@ -202,6 +214,8 @@ class Publisher : private coord::SessionDelegate {
   PrepareOptions BaseOptions() const;
   Status PublishSigned(const PreparedVersion& prepared);
   Status StartSeeding(const PreparedVersion& prepared);
+  // Marks `prepared` as the version seeded (after node_ seeds it) and wakes the heartbeat.
+  void NoteSeeding(const PreparedVersion& prepared);
   // Sharded publish (publisher_parts.cc).
   bool sharded() const { return options_.world > 1; }
   Result<PublishedVersion> PublishPartDirectory(const std::filesystem::path& dir,

@@ -10,6 +10,7 @@
 #include "coord/part_assembly.h"
 #include "format/safetensors.h"
 #include "manifest/chunk_size.h"
+#include "publish/channel_log.h"
 #include "publish/publisher.h"
 #include "trust/signed_manifest.h"
 #include "util/file.h"
@@ -30,12 +31,6 @@ double Since(std::chrono::steady_clock::time_point start) {
 
 bool Unreachable(const Status& st) {
   return st.code() == Code::kUnavailable || st.code() == Code::kDeadlineExceeded;
-}
-
-uint64_t Newest(const wire::ChannelLog& log) {
-  uint64_t newest = 0;
-  for (const wire::VersionEntry& e : log.versions()) newest = std::max(newest, e.version());
-  return newest;
 }
 
 Status SortsAfterPad(const fs::path& dir, const std::string& file) {
@@ -101,8 +96,8 @@ Result<PublishedVersion> Publisher::PublishPartDirectory(
   PrepareOptions o = BaseOptions();
   o.metadata = metadata;
   o.metadata[std::string(coord::kPartKey)] = coord::PartValue({options_.rank, options_.world});
-  o.min_version =
-      Version(std::max({Newest(log), aborted_part_.value(), log.newest_aborted_assembly()}) + 1);
+  o.min_version = Version(
+      std::max({NewestLogged(log), aborted_part_.value(), log.newest_aborted_assembly()}) + 1);
   // A delta on this rank's previous part, if the fleet holds the version it was part of.
   std::optional<Manifest> base;
   if (Result<Version> current = store_->Current(options_.channel); current.ok()) {
@@ -232,7 +227,7 @@ Status Publisher::StartSeedingPart(const PreparedVersion& part) {
 Status Publisher::ReconcilePart(Version current, const wire::ChannelLog& log) {
   WC_ASSIGN_OR_RETURN(PreparedVersion prepared,
                       ReloadVersion(*store_, current, BaseOptions(), /*encode_payloads=*/true));
-  if (current.value() > Newest(log) && current.value() > log.newest_aborted_assembly()) {
+  if (current.value() > NewestLogged(log) && current.value() > log.newest_aborted_assembly()) {
     // This rank's part was prepared but its version never assembled (the process died, or is
     // being restarted mid-version): give it again. A delta on a base the fleet lacks is sent
     // whole.

@@ -149,6 +149,18 @@ std::span<const TrackerAction> RolloutTracker::OnProgress(Time now, PeerId node,
   return Flush();
 }
 
+std::span<const TrackerAction> RolloutTracker::OnSourceFailed(Time now, Version version,
+                                                              std::string_view error) {
+  actions_.clear();
+  if (version.value() != 0 && version == pending_) {
+    Decide(pending_, Decision::kAbort,
+           "the source cannot serve it: " +
+               (error.empty() ? std::string("failed") : std::string(error)));
+  }
+  Evaluate(now);
+  return Flush();
+}
+
 std::span<const TrackerAction> RolloutTracker::OnTimer(Time now) {
   actions_ = unacked_;
   Evaluate(now);

@@ -115,6 +115,12 @@ class RolloutTracker {
   std::span<const TrackerAction> OnProgress(Time now, PeerId node, Version version, Phase phase,
                                             std::string_view error = {});
 
+  // The channel's source reports that it cannot serve `version` any longer (a model seeded from
+  // an HTTP origin whose content changed, docs/origin.md): a pending `version` is aborted with
+  // `error` as the reason, as no node could complete it from what the source serves. Reports
+  // about other versions change nothing.
+  std::span<const TrackerAction> OnSourceFailed(Time now, Version version, std::string_view error);
+
   // Deadlines; re-emits unacknowledged records.
   std::span<const TrackerAction> OnTimer(Time now);
 

@@ -91,6 +91,22 @@ TEST(RolloutTracker, AllCommitsOnlyWhenEveryLiveFollowerPrepared) {
   EXPECT_FALSE(t.pending().has_value());
 }
 
+TEST(RolloutTracker, ASourceThatCannotServeThePendingVersionAbortsIt) {
+  RolloutTracker t = Make(All());
+  t.OnMemberJoined(T(0), P(1));
+  EXPECT_TRUE(Publish(t, T(1), Ver(1)).empty());
+  // About another version: nothing changes.
+  EXPECT_TRUE(t.OnSourceFailed(T(2), Ver(7), "gone").empty());
+  auto a = Ack(t, t.OnSourceFailed(T(3), Ver(1), "the origin changed"));
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].decision, Decision::kAbort);
+  EXPECT_EQ(a[0].reason, "the source cannot serve it: the origin changed");
+  EXPECT_EQ(t.decision(Ver(1)), Decision::kAbort);
+  EXPECT_FALSE(t.pending().has_value());
+  // Once decided, a later report changes nothing.
+  EXPECT_TRUE(t.OnSourceFailed(T(4), Ver(1), "again").empty());
+}
+
 TEST(RolloutTracker, DecisionIsInvisibleUntilPersisted) {
   RolloutTracker t = Make(All());
   t.OnMemberJoined(T(0), P(1));
