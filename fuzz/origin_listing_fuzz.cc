@@ -1,7 +1,8 @@
-// What `weightcast publish --from` reads from outside before any byte of a model: a list file of
-// URLs, an origin URL, and a safetensors index fetched from the origin. Besides not crashing, an
-// accepted entry must be safe to use: a relative path of named segments and an http(s) URL; an
-// accepted index names only files; and the list parser refuses duplicate names.
+// What weightcast reads from outside about a model at an origin: a list file of URLs, an origin
+// URL, a safetensors index fetched from the origin, and the origin objects a manifest records.
+// Besides not crashing, an accepted entry must be safe to use: a relative path of named segments
+// and an http(s) URL; an accepted index names only files; and the list parser refuses duplicate
+// names.
 #include <cstdint>
 #include <cstdlib>
 #include <set>
@@ -38,6 +39,17 @@ void CheckUrl(std::string_view text) {
   if (!spec->index_url.empty() && !origin::IsHttpUrl(spec->index_url)) std::abort();
 }
 
+void CheckObjects(std::string_view text) {
+  auto objects = origin::ParseOriginObjects(text);
+  if (!objects.ok()) return;
+  for (const origin::OriginObject& o : *objects) {
+    if (!origin::CheckFileName(o.name).ok() || !origin::IsHttpUrl(o.url)) std::abort();
+  }
+  // What was accepted encodes and parses back to the same objects.
+  auto again = origin::ParseOriginObjects(origin::EncodeOriginObjects(*objects));
+  if (!again.ok() || again->size() != objects->size()) std::abort();
+}
+
 void CheckIndex(std::string_view text) {
   auto map = ParseSafetensorsIndex(text, "fuzz.index.json");
   if (!map.ok()) {
@@ -58,5 +70,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   CheckList(text);
   CheckUrl(text);
   CheckIndex(text);
+  CheckObjects(text);
   return 0;
 }

@@ -185,6 +185,7 @@ wire::Register Agent::Impl::Registration() {
   for (const std::string& p : options.tensor_patterns) reg.add_tensor_patterns(p);
   reg.set_hostname(coord::LocalHostname());
   for (PeerId peer : node->ListedPeers()) reg.add_held_peers(peer.value());
+  reg.set_origin_fetch(options.origin_http != nullptr);
   return reg;
 }
 
@@ -237,6 +238,7 @@ Status Agent::Impl::Beat(const std::shared_ptr<coord::CoordinatorClient>& client
     }
     node->SetPeers(peers);
   }
+  node->SetOriginShare(reply.origin_stripe(), reply.origin_stripes());
   for (const wire::ChannelTarget& t : reply.channels()) {
     if (t.channel() == options.channel) rollout->OnTarget(t, client.get());
   }
@@ -316,6 +318,7 @@ Status Agent::Impl::Run() {
                           "Seconds from a chunk's request to its verification (chunks from peers)",
                           ChunkFetchBuckets(), labels);
   so.on_bad_chunk = [this](PeerId peer) { CountBadChunk(peer); };
+  so.origin_http = options.origin_http;
   node = std::make_unique<node::SwarmNode>(*store, *transport, std::move(so));
   WC_RETURN_IF_ERROR(node->Start(options.listen));
   {

@@ -73,6 +73,9 @@ struct AgentOptions {
   EngineHookOptions hook{};
   uint32_t hook_retries = 2;
   rollout::HookFailure hook_failure = rollout::HookFailure::kReport;
+  // Reads HTTP(S) origins (docs/origin.md): the agent offers the coordinator to fetch a share of
+  // origin versions' chunks there, and does when granted one. Null: never.
+  std::shared_ptr<origin::HttpClient> origin_http;
   net::LogFn log = net::LogToStderr;
   // Errors that need a person (a refused handshake, a coordinator unreachable for long): logged
   // at ERROR. Empty: `log` with an "ERROR " prefix.

@@ -40,6 +40,7 @@ struct AgentFlags {
   std::string hook_failure = "report";
   std::string hook_timeout = "10m";
   std::string transport = "tcp";
+  OriginFlags origin;
 };
 
 Status RunAgent(const AgentFlags& flags) {
@@ -90,6 +91,7 @@ Status RunAgent(const AgentFlags& flags) {
   WC_RETURN_IF_ERROR(agent::EngineHook::Create(options.hook).status());
   options.hook_retries = flags.hook_retries;
   WC_ASSIGN_OR_RETURN(options.hook_failure, rollout::ParseHookFailure(flags.hook_failure));
+  WC_ASSIGN_OR_RETURN(options.origin_http, OriginClient(flags.origin));
   options.log = log.AsLineFn();
   options.log_error = [log](std::string_view line) { log.Error(line); };
 
@@ -152,6 +154,7 @@ void SetupAgent(CLI::App& app) {
       ->capture_default_str();
   // Hidden (empty group): corrupts every chunk this node uploads, so integration tests can
   // check that peers detect and drop it. Never for real use.
+  AddOriginFlags(cmd, flags->origin, /*agent=*/true);
   cmd->add_flag("--corrupt-uploads-for-testing", flags->corrupt_uploads_for_testing, "TESTING ONLY")
       ->group("");
   cmd->callback([flags] { Finish("agent", RunAgent(*flags)); });

@@ -33,6 +33,7 @@ struct CoordinatorFlags {
   std::string heartbeat_timeout = "3s";
   std::string part_timeout = "60s";
   uint32_t degree = swarm::Tuning{}.degree;  // what `weightcast sim` runs (swarm/tuning.h)
+  uint32_t origin_fetchers = coord::CoordinatorOptions{}.origin_fetchers;
   std::string commit_policy = "all";
   std::string prepare_deadline = "10m";
   std::string metrics;
@@ -112,6 +113,7 @@ Status RunCoordinator(const CoordinatorFlags& flags) {
     return InvalidArgument("--heartbeat-timeout must be at least 30ms");
   }
   if (flags.degree < 2) return InvalidArgument("--degree must be at least 2");
+  if (flags.origin_fetchers == 0) return InvalidArgument("--origin-fetchers must be at least 1");
   WC_ASSIGN_OR_RETURN(net::Duration part_timeout, ParseDuration(flags.part_timeout));
   if (part_timeout < std::chrono::milliseconds(100)) {
     return InvalidArgument("--part-timeout must be at least 100ms");
@@ -126,6 +128,7 @@ Status RunCoordinator(const CoordinatorFlags& flags) {
   options.heartbeat_timeout = heartbeat_timeout;
   options.part_timeout = part_timeout;
   options.degree = flags.degree;
+  options.origin_fetchers = flags.origin_fetchers;
   options.log = log.AsLineFn();
   WC_ASSIGN_OR_RETURN(options.secret, net::LoadClusterSecret(flags.node.secret_file));
   WC_ASSIGN_OR_RETURN(
@@ -241,6 +244,10 @@ void SetupCoordinator(CLI::App& app) {
   cmd->add_option("--part-timeout", flags->part_timeout,
                   "Sharded publish: a version whose ranks' parts are not all in this long after "
                   "the first is aborted (docs/sharded_publish.md)")
+      ->capture_default_str();
+  cmd->add_option("--origin-fetchers", flags->origin_fetchers,
+                  "How many agents fetch from an HTTP(S) origin at once, each a disjoint share "
+                  "of an origin version's chunks (docs/origin.md); the rest comes from peers")
       ->capture_default_str();
   cmd->add_option("--degree", flags->degree,
                   "Peers per agent in the peer lists (publishers get at least " +

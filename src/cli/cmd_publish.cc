@@ -22,7 +22,6 @@
 #include "origin/http_client.h"
 #include "origin/model.h"
 #include "publish/publisher.h"
-#include "util/file.h"
 #include "util/text.h"
 
 namespace weightcast::cli {
@@ -35,8 +34,7 @@ struct PublishFlags {
   std::string dir;
   std::string watch;
   std::string from;
-  std::string origin_token_file;
-  std::string origin_ca;
+  OriginFlags origin;
   std::string listen = "127.0.0.1:0";
   std::string transport = "tcp";
   std::string metrics;
@@ -65,37 +63,11 @@ Result<publish::ImportPolicy> ParseImport(std::string_view text) {
                          "'");
 }
 
-// The origin's client: its CA and the bearer token read from a file (a flag's value would show
-// in `ps` and shell history).
-Result<std::shared_ptr<origin::HttpClient>> OriginClient(const PublishFlags& flags) {
-  origin::HttpOptions http;
-  if (!flags.origin_ca.empty()) {
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(flags.origin_ca, ec)) {
-      return InvalidArgument("--origin-ca " + flags.origin_ca + ": no such file");
-    }
-    http.ca_file = flags.origin_ca;
-  }
-  if (!flags.origin_token_file.empty()) {
-    WC_ASSIGN_OR_RETURN(std::string token, ReadFileToString(flags.origin_token_file, 64 << 10));
-    while (!token.empty() &&
-           (token.back() == '\n' || token.back() == '\r' || token.back() == ' ')) {
-      token.pop_back();
-    }
-    if (token.empty() || token.find_first_of("\r\n") != std::string::npos) {
-      return InvalidArgument("--origin-token-file " + flags.origin_token_file +
-                             ": expected one line holding the token");
-    }
-    http.bearer_token = std::move(token);
-  }
-  return std::make_shared<origin::HttpClient>(std::move(http));
-}
-
 Status RunPublish(const PublishFlags& flags) {
   if ((!flags.dir.empty()) + (!flags.watch.empty()) + (!flags.from.empty()) != 1) {
     return InvalidArgument("give exactly one of --dir PATH, --watch DIR and --from URL");
   }
-  if (flags.from.empty() && (!flags.origin_ca.empty() || !flags.origin_token_file.empty())) {
+  if (flags.from.empty() && (!flags.origin.ca_file.empty() || !flags.origin.token_file.empty())) {
     return InvalidArgument("--origin-ca and --origin-token-file go with --from");
   }
   std::shared_ptr<origin::HttpClient> origin_client;
@@ -103,7 +75,7 @@ Status RunPublish(const PublishFlags& flags) {
     if (flags.world > 1) return InvalidArgument("--from cannot be sharded (--world)");
     // A spec that cannot name a model fails before anything starts.
     WC_RETURN_IF_ERROR(origin::ResolveOriginSpec(flags.from).status());
-    WC_ASSIGN_OR_RETURN(origin_client, OriginClient(flags));
+    WC_ASSIGN_OR_RETURN(origin_client, OriginClient(flags.origin));
   }
   const bool one_shot = flags.watch.empty();
   WC_RETURN_IF_ERROR(ValidateChannelName(flags.channel));
@@ -279,11 +251,7 @@ void SetupPublish(CLI::App& app) {
                   "(its shards too), of a directory ending in / (its "
                   "model.safetensors.index.json), or a local file listing \"NAME URL\" per line "
                   "(pre-signed URLs; docs/origin.md)");
-  cmd->add_option("--origin-token-file", flags->origin_token_file,
-                  "--from: a file holding a bearer token sent to the origin (never logged)");
-  cmd->add_option("--origin-ca", flags->origin_ca,
-                  "--from: CA certificates (PEM) for the origin's TLS certificate (default: the "
-                  "system's)");
+  AddOriginFlags(cmd, flags->origin, /*agent=*/false);
   cmd->add_option("--listen", flags->listen, "ip:port peers fetch from (port 0: any free port)")
       ->capture_default_str();
   cmd->add_option("--metrics", flags->metrics, "ip:port to serve Prometheus /metrics on");

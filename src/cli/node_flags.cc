@@ -3,14 +3,57 @@
 #include <arpa/inet.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <random>
 #include <string>
 
 #include "net/handshake.h"
 #include "node/certificate_mode.h"
+#include "util/file.h"
 #include "util/host_port.h"
 
 namespace weightcast::cli {
+
+void AddOriginFlags(CLI::App* cmd, OriginFlags& flags, bool agent) {
+  const std::string when = agent ? "" : "--from: ";
+  cmd->add_option("--origin-token-file", flags.token_file,
+                  when + "a file holding a bearer token sent to HTTP(S) origins (never logged)");
+  cmd->add_option("--origin-ca", flags.ca_file,
+                  when +
+                      "CA certificates (PEM) of the origin's TLS certificate (default: the "
+                      "system's)");
+  if (agent) {
+    cmd->add_flag("--no-origin", flags.none,
+                  "Never fetch from an HTTP(S) origin; by default the agent fetches the share of "
+                  "an origin version's chunks the coordinator grants it (docs/origin.md)");
+  }
+}
+
+// The token comes from a file: a flag's value would show in `ps` and shell history.
+Result<std::shared_ptr<origin::HttpClient>> OriginClient(const OriginFlags& flags) {
+  if (flags.none) return std::shared_ptr<origin::HttpClient>();
+  origin::HttpOptions http;
+  if (!flags.ca_file.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(flags.ca_file, ec)) {
+      return InvalidArgument("--origin-ca " + flags.ca_file + ": no such file");
+    }
+    http.ca_file = flags.ca_file;
+  }
+  if (!flags.token_file.empty()) {
+    WC_ASSIGN_OR_RETURN(std::string token, ReadFileToString(flags.token_file, 64 << 10));
+    while (!token.empty() &&
+           (token.back() == '\n' || token.back() == '\r' || token.back() == ' ')) {
+      token.pop_back();
+    }
+    if (token.empty() || token.find_first_of("\r\n") != std::string::npos) {
+      return InvalidArgument("--origin-token-file " + flags.token_file +
+                             ": expected one line holding the token");
+    }
+    http.bearer_token = std::move(token);
+  }
+  return std::make_shared<origin::HttpClient>(std::move(http));
+}
 
 void AddNodeFlags(CLI::App* cmd, NodeFlags& flags) {
   cmd->add_option("--secret-file", flags.secret_file, kSecretFileHelp);

@@ -16,6 +16,7 @@
 #include "codec/chunk_codec.h"
 #include "net/transport.h"
 #include "net/transport_select.h"
+#include "origin/http_client.h"
 #include "trust/signing_identity.h"
 #include "trust/trust_anchor.h"
 
@@ -33,6 +34,18 @@ struct NodeFlags {
   std::string cert_file;
   std::string key_file;
 };
+
+// Reading HTTP(S) origins (docs/origin.md): `publish --from` and agents take the same flags.
+struct OriginFlags {
+  std::string token_file;  // a bearer token, one line (never the token itself on argv)
+  std::string ca_file;     // the origin's CA certificates; empty: the system's
+  bool none = false;       // agents: never fetch from an origin
+};
+// Adds --origin-token-file and --origin-ca (and, for an agent, --no-origin) to `cmd`.
+void AddOriginFlags(CLI::App* cmd, OriginFlags& flags, bool agent);
+// The origin client the flags describe; null with --no-origin. kInvalidArgument naming a missing
+// CA file or a token file that is not one line.
+Result<std::shared_ptr<origin::HttpClient>> OriginClient(const OriginFlags& flags);
 
 // The help of every --secret-file flag: the format and minimum are the ones LoadClusterSecret
 // enforces, so a user learns them before the error does.

@@ -633,6 +633,10 @@ wire::HeartbeatReply Coordinator::HeartbeatReplyLocked(const Node& node) const {
     for (const wire::PeerEntry& entry : peers->second) *reply.add_peers() = entry;
   }
   reply.set_keep_peers(settling_);
+  if (auto grant = origin_grants_.find(node.id); grant != origin_grants_.end()) {
+    reply.set_origin_stripe(grant->second.stripe);
+    reply.set_origin_stripes(grant->second.stripes);
+  }
   reply.set_generation(NodeGenerationLocked(node));
   return reply;
 }

@@ -90,6 +90,9 @@ struct CoordinatorOptions {
   net::Duration heartbeat_interval{};  // zero: a third of heartbeat_timeout
   // Peer lists: the defaults are the ones `weightcast sim` runs (swarm/tuning.h).
   uint32_t degree = swarm::Tuning{}.degree;  // peer-list degree of agents (at least 2)
+  // How many nodes fetch from an HTTP(S) origin at once, each a disjoint share of an origin
+  // version's chunks (HeartbeatReply.origin_stripes): the fleet's cap on origin load.
+  uint32_t origin_fetchers = 16;
   // A publisher's bound (it feeds more peers); zero or below `degree`: `degree`.
   uint32_t source_degree = swarm::Tuning{}.source_degree;
   double same_rack_fraction = swarm::Tuning{}.same_rack_fraction;
@@ -294,6 +297,15 @@ class Coordinator {
   // Membership::Settling as of the last registration or sweep: replies say keep_peers.
   bool settling_ = false;
   std::map<PeerId, std::vector<wire::PeerEntry>> peer_lists_;
+  // Each granted node's share of origin versions (HeartbeatReply.origin_stripe), drawn with the
+  // peer lists.
+  struct OriginGrant {
+    uint32_t stripe = 0;
+    uint32_t stripes = 0;
+    bool operator==(const OriginGrant&) const = default;
+  };
+  std::map<PeerId, OriginGrant> origin_grants_;
+  std::map<PeerId, OriginGrant> OriginGrantsLocked() const;
   std::set<std::string> channels_to_decide_;
   std::string last_decision_failure_;  // the last decision the store refused, logged once
   // Sharded publish. The version being assembled per channel (at most one), the reasons of the

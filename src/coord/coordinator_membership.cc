@@ -103,14 +103,22 @@ void Coordinator::UpdatePeerListsLocked() {
       entry.set_source(other.registration.source());
     }
   }
-  // Only nodes whose list changed are told (a long poll parked by each of them is answered).
+  std::map<PeerId, OriginGrant> previous_grants = std::move(origin_grants_);
+  origin_grants_ = OriginGrantsLocked();
+  // Only nodes whose list or grant changed are told (a long poll parked by each of them is
+  // answered).
   static const std::vector<wire::PeerEntry> kNone;
   uint64_t generation = 0;
   for (auto& [id, node] : nodes_) {
     auto before = previous.find(id);
     auto after = peer_lists_.find(id);
-    if (SamePeers(before == previous.end() ? kNone : before->second,
-                  after == peer_lists_.end() ? kNone : after->second)) {
+    auto grant_before = previous_grants.find(id);
+    auto grant_after = origin_grants_.find(id);
+    const bool same_grant =
+        (grant_before == previous_grants.end()) == (grant_after == origin_grants_.end()) &&
+        (grant_after == origin_grants_.end() || grant_before->second == grant_after->second);
+    if (same_grant && SamePeers(before == previous.end() ? kNone : before->second,
+                                after == peer_lists_.end() ? kNone : after->second)) {
       continue;
     }
     if (generation == 0) generation = ++generation_;
@@ -120,6 +128,28 @@ void Coordinator::UpdatePeerListsLocked() {
     push_pending_ = true;
     push_cv_.notify_one();
   }
+}
+
+// The origin shares (docs/origin.md): the live, unquarantined agents that registered
+// origin_fetch, at most options_.origin_fetchers of them picked evenly over their ids, each the
+// stripe of its rank among them.
+std::map<PeerId, Coordinator::OriginGrant> Coordinator::OriginGrantsLocked() const {
+  std::vector<PeerId> capable;
+  for (const auto& [id, node] : nodes_) {
+    if (node->registration.origin_fetch() && !node->registration.source() &&
+        membership_.alive(id) && !membership_.quarantined(id)) {
+      capable.push_back(id);
+    }
+  }
+  std::sort(capable.begin(), capable.end());
+  const size_t count =
+      std::min<size_t>(capable.size(), std::max<uint32_t>(options_.origin_fetchers, 1));
+  std::map<PeerId, OriginGrant> grants;
+  for (size_t j = 0; j < count; ++j) {
+    grants[capable[j * capable.size() / count]] =
+        OriginGrant{static_cast<uint32_t>(j), static_cast<uint32_t>(count)};
+  }
+  return grants;
 }
 
 void Coordinator::NoteBansLocked(PeerId reporter, const wire::Heartbeat& request) {

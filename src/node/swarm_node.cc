@@ -20,6 +20,7 @@ Status SwarmNode::Impl::Start(std::string_view listen_address) {
   if (workers == 0) workers = std::clamp<size_t>(std::thread::hardware_concurrency(), 2, 8);
   pool_ = std::make_unique<ThreadPool>(workers);
   upload_pool_ = std::make_unique<ThreadPool>(kUploadWorkers);
+  if (options_.origin_http != nullptr) origin_pool_ = std::make_unique<ThreadPool>(kOriginReaders);
   event_thread_ = std::thread([this] { EventLoop(); });
   accept_thread_ = std::thread([this] { AcceptLoop(); });
   return Status::Ok();
@@ -69,6 +70,7 @@ void SwarmNode::Impl::Stop() {
   for (auto& p : peers) ClosePeer(*p);
   for (auto& p : peers) JoinPeer(*p);
   upload_pool_.reset();  // the queued uploads find their peers closed
+  origin_pool_.reset();  // reads from the origin end (their results are not handled)
   pool_.reset();         // finishes queued verifications
   {
     // A chunk frame the transport still holds reports nothing from now on.
@@ -186,6 +188,7 @@ void SwarmNode::Impl::Apply(std::span<const Effect> effects) {
 }
 
 void SwarmNode::Impl::ApplyOne(const Effect& e) {
+  if (e.peer == kOriginPeer && OriginEffect(e)) return;
   auto peer = [&]() -> std::shared_ptr<Peer> {
     auto it = peers_.find(e.peer.value());
     return it == peers_.end() ? nullptr : it->second;
@@ -390,6 +393,10 @@ Status SwarmNode::source_failure() const {
   return impl_->source_failure_;
 }
 
+void SwarmNode::SetOriginShare(uint32_t stripe, uint32_t stripes) {
+  impl_->SetOriginShare(stripe, stripes);
+}
+
 void SwarmNode::SetPeers(std::span<const PeerAddress> peers) { impl_->SetPeers(peers); }
 
 std::vector<PeerId> SwarmNode::ListedPeers() const {
@@ -399,7 +406,9 @@ std::vector<PeerId> SwarmNode::ListedPeers() const {
 
 std::vector<PeerId> SwarmNode::BannedPeers() const {
   std::lock_guard lock(impl_->mu_);
-  return impl_->protocol_.Banned(impl_->Now());
+  std::vector<PeerId> banned = impl_->protocol_.Banned(impl_->Now());
+  std::erase(banned, Impl::kOriginPeer);  // not a node: nothing for the coordinator
+  return banned;
 }
 SwarmProgress SwarmNode::progress() const { return impl_->Progress(); }
 
@@ -408,7 +417,7 @@ SwarmCounters SwarmNode::counters() const {
           impl_->chunks_verified_.load(),     impl_->chunks_failed_.load(),
           impl_->peers_dropped_.load(),       impl_->delta_chunks_fast_.load(),
           impl_->delta_chunks_sha256_.load(), impl_->uploads_from_memory_.load(),
-          impl_->uploads_from_store_.load()};
+          impl_->uploads_from_store_.load(),  impl_->origin_bytes_.load()};
 }
 
 Status SwarmNode::WaitComplete(net::Duration timeout) { return impl_->WaitComplete(timeout); }

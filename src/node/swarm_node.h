@@ -43,6 +43,7 @@
 #include "manifest/manifest.h"
 #include "net/transport.h"
 #include "node/payload_cache.h"
+#include "origin/http_client.h"
 #include "store/store.h"
 #include "swarm/tuning.h"
 #include "trust/trust_anchor.h"
@@ -104,6 +105,9 @@ struct SwarmNodeOptions {
   // Called with the peer whose chunk (or delta payload) failed its manifest hash check, on the
   // worker thread that checked it, with no lock of the node held (it may register metrics).
   std::function<void(PeerId)> on_bad_chunk{};
+  // Reads from HTTP(S) origins (docs/origin.md): with a share granted (SetOriginShare), a target
+  // whose manifest names its origin objects fetches the share's chunks there too. Null: never.
+  std::shared_ptr<origin::HttpClient> origin_http{};
 };
 
 struct SwarmProgress {
@@ -150,6 +154,8 @@ struct SwarmCounters {
   // (RecentChunks), or a read of the store.
   uint64_t uploads_from_memory = 0;
   uint64_t uploads_from_store = 0;
+  // Chunk bytes read from an HTTP(S) origin (for this node's share, docs/origin.md).
+  uint64_t origin_bytes = 0;
 };
 
 class SwarmNode {
@@ -194,6 +200,10 @@ class SwarmNode {
                   const Manifest& part, uint32_t first_chunk,
                   std::shared_ptr<const PayloadCache> payloads);
 
+  // This node's share of origin versions (HeartbeatReply.origin_stripe): it may fetch the
+  // chunks c with c % stripes == stripe of a target whose manifest names its origin, from the
+  // origin, as from a peer that seeds just those chunks. stripes 0: none. Any thread.
+  void SetOriginShare(uint32_t stripe, uint32_t stripes);
   // The node's whole peer list (from the coordinator). Connects to listed peers with a lower
   // node id, keeps accepting the others, and disconnects peers no longer listed.
   void SetPeers(std::span<const PeerAddress> peers);

@@ -138,7 +138,7 @@ void SwarmNode::Impl::Handle(Received& e) {
   auto p = FindPeer(e.id, e.gen);
   if (p == nullptr) return;
   if (e.frame.type == net::FrameType::kChunk) {
-    OnChunkFrame(*p, std::move(e.frame));
+    OnChunkFrame(p->id, std::move(e.frame));
     return;
   }
   if (e.frame.type != net::FrameType::kControl) return;

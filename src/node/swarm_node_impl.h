@@ -29,6 +29,7 @@
 
 #include "codec/version_codec.h"
 #include "node/recent_chunks.h"
+#include "origin/model.h"
 #include "swarm/messages.h"
 #include "swarm/peer_protocol.h"
 #include "util/thread_pool.h"
@@ -47,6 +48,9 @@ struct TargetRole {
 struct TargetData {
   Manifest manifest;
   std::optional<StagedVersion> staged;  // absent for a target committed before it was adopted
+  // The target's origin (docs/origin.md): its objects, read for this node's share of the chunks.
+  // Null: the manifest names none, or the node reads no origin.
+  std::shared_ptr<const origin::OriginReader> origin;
   // A tensor-subset node's (options.tensor_patterns): what it wants, committed as a partial
   // version (Store::CommitPartial). Absent: the node wants every chunk.
   std::optional<PartialVersion> subset;
@@ -108,6 +112,12 @@ struct SwarmNode::Impl {
   static constexpr uint64_t kLoopCheckMaxChunkBytes = 1u << 20;
   // Codec payloads of one peer's with its transport at once (KickUploads).
   static constexpr uint64_t kPayloadBytesInTransport = 256u << 10;
+  // The origin, as the protocol knows it: a peer that seeds this node's share of the chunks. No
+  // node has this id (ids are random or given, and this one is reserved).
+  static constexpr PeerId kOriginPeer{0xffff'ffff'ffff'ff0eull};
+  // Threads that read chunks from an origin (blocking HTTP); the protocol's window for the
+  // origin bounds what is asked at once.
+  static constexpr size_t kOriginReaders = 4;
 
   static swarm::Time Now() {
     return std::chrono::duration_cast<swarm::Time>(Clock::now().time_since_epoch());
@@ -174,7 +184,14 @@ struct SwarmNode::Impl {
     bool payload = false;
     uint64_t payload_bytes = 0;
   };
-  using Event = std::variant<PeerUp, PeerDown, Received, Verified, UploadDone>;
+  // A chunk read from the origin for `version` (a frame as a peer would have sent it), or why
+  // not.
+  struct OriginRead {
+    Version version;
+    ChunkIndex chunk;
+    Result<net::Frame> frame;
+  };
+  using Event = std::variant<PeerUp, PeerDown, Received, Verified, UploadDone, OriginRead>;
   // A received chunk or payload to check and store (VerifyAndStore).
   struct PendingCheck {
     std::shared_ptr<TargetData> data;
@@ -262,7 +279,7 @@ struct SwarmNode::Impl {
   void SetPeers(std::span<const PeerAddress> list);
 
   // swarm_node_intake.cc
-  void OnChunkFrame(Peer& p, net::Frame frame);
+  void OnChunkFrame(PeerId from, net::Frame frame);
   static bool CheckedOnLoop(const PendingCheck& check);
   Verified Check(const PendingCheck& c);
   void RunLoopChecks();
@@ -280,6 +297,13 @@ struct SwarmNode::Impl {
   Result<HeldBytes> ReadForUpload(const UploadItem& item);
   void CorruptForTesting(HeldBytes& data) const;
   void Handle(UploadDone& e);
+
+  // swarm_node_origin.cc
+  void SetOriginShare(uint32_t stripe, uint32_t stripes);
+  std::shared_ptr<const origin::OriginReader> OriginReaderFor(const Manifest& manifest);
+  void RefreshOriginPeer();
+  bool OriginEffect(const Effect& e);
+  void Handle(OriginRead& e);
 
   // swarm_node_targets.cc
   Status StartTarget(std::vector<bool> whole, std::vector<bool> payload, std::vector<bool> want,
@@ -329,6 +353,15 @@ struct SwarmNode::Impl {
   uint64_t bytes_sent_at_target_ = 0;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<ThreadPool> upload_pool_;
+  std::unique_ptr<ThreadPool> origin_pool_;  // only with options_.origin_http
+  // This node's origin share, and whether the protocol knows the origin as a peer now (guarded
+  // by mu_).
+  struct OriginShare {
+    uint32_t stripe = 0;
+    uint32_t stripes = 0;
+    bool connected = false;
+  };
+  OriginShare origin_;
   std::shared_ptr<UploadSink> upload_sink_ = MakeUploadSink();
   Clock::time_point next_flush_{};
   Clock::time_point next_trace_{}, last_trace_{};
@@ -343,7 +376,7 @@ struct SwarmNode::Impl {
 
   std::atomic<uint64_t> bytes_received_{0}, bytes_sent_{0}, chunks_verified_{0}, chunks_failed_{0},
       peers_dropped_{0}, delta_chunks_fast_{0}, delta_chunks_sha256_{0}, uploads_from_memory_{0},
-      uploads_from_store_{0};
+      uploads_from_store_{0}, origin_bytes_{0};
   // SeedFrom's first reader failure (OK: none yet); reset by the next SeedFrom.
   mutable std::mutex source_mu_;
   Status source_failure_;

@@ -6,7 +6,7 @@
 
 namespace weightcast::node {
 
-void SwarmNode::Impl::OnChunkFrame(Peer& p, net::Frame frame) {
+void SwarmNode::Impl::OnChunkFrame(PeerId from, net::Frame frame) {
   auto header = frame.chunk_header();
   if (!header.ok()) return;
   const uint64_t size = frame.chunk_payload().size();
@@ -17,10 +17,10 @@ void SwarmNode::Impl::OnChunkFrame(Peer& p, net::Frame frame) {
   const uint32_t c = header->chunk_index;
   // Dropped unread unless it answers a request of this epoch and is not held or being checked.
   const swarm::Arrival arrival =
-      protocol_.OnChunkArrived(Now(), p.id, v, ChunkIndex(c), header->encoding);
+      protocol_.OnChunkArrived(Now(), from, v, ChunkIndex(c), header->encoding);
   if (!arrival.check) return;
   PendingCheck check{target_.data, std::make_shared<const net::Frame>(std::move(frame)),
-                     p.id,         ChunkIndex(c),
+                     from,         ChunkIndex(c),
                      arrival.item, arrival.epoch};
   if (CheckedOnLoop(check)) {
     loop_checks_.push_back(std::move(check));

@@ -55,6 +55,7 @@ void SwarmNode::Impl::LeaveTarget(std::string_view reason) {
   }
   protocol_.LeaveTarget();
   target_ = Target{};
+  RefreshOriginPeer();  // no target: the origin is no peer
   bytes_sent_at_target_ = bytes_sent_.load();
 }
 
@@ -227,10 +228,12 @@ Status SwarmNode::Impl::Fetch(const Manifest& manifest) {
     }
   }
   WC_RETURN_IF_ERROR(data->staged->Flush());
+  data->origin = OriginReaderFor(manifest);
   target_.data = std::move(data);
   target_.started = begun;
   WC_RETURN_IF_ERROR(StartTarget(std::move(whole), std::vector<bool>(n, false), std::move(want),
                                  {.fetch_payloads = fetch_payloads}));
+  RefreshOriginPeer();
   Log("target " + V(manifest.version) + ": " + std::to_string(n) + " chunks, " +
       std::to_string(resumed) + " resumed, " + std::to_string(copied) + " copied locally, " +
       (fetch_payloads ? "fetching delta payloads" : "fetching whole chunks") + " (staged in " +

@@ -52,13 +52,6 @@ struct HttpOptions {
   std::chrono::seconds low_speed_window{30};
 };
 
-// What the origin said about an object: checked again on every later read.
-struct ObjectInfo {
-  uint64_t size = 0;
-  std::string etag;           // as sent, quotes and W/ included; empty when none
-  std::string last_modified;  // as sent; empty when none
-};
-
 // Bytes as they arrive; a non-OK status stops the transfer and is returned.
 using ByteSink = std::function<Status(std::span<const uint8_t>)>;
 

@@ -1,5 +1,6 @@
 #include "origin/listing.h"
 
+#include <charconv>
 #include <set>
 
 namespace weightcast::origin {
@@ -156,6 +157,56 @@ Result<std::vector<OriginFile>> ParseUrlList(std::string_view text, std::string_
   }
   if (files.empty()) return InvalidArgument(std::string(label) + ": lists no file");
   return files;
+}
+
+std::string EncodeOriginObjects(const std::vector<OriginObject>& objects) {
+  std::string out;
+  for (const OriginObject& o : objects) {
+    out += o.name + "\t" + std::to_string(o.info.size) + "\t" + o.info.etag + "\t" +
+           o.info.last_modified + "\t" + o.url + "\n";
+  }
+  return out;
+}
+
+Result<std::vector<OriginObject>> ParseOriginObjects(std::string_view text) {
+  std::vector<OriginObject> out;
+  size_t start = 0;
+  size_t line = 0;
+  while (start < text.size()) {
+    const size_t end = std::min(text.find('\n', start), text.size());
+    const std::string_view row = text.substr(start, end - start);
+    start = end + 1;
+    ++line;
+    std::vector<std::string_view> fields;
+    size_t from = 0;
+    while (fields.size() < 5) {
+      const size_t tab = row.find('\t', from);
+      if (tab == std::string_view::npos || fields.size() == 4) {
+        fields.push_back(row.substr(from));
+        break;
+      }
+      fields.push_back(row.substr(from, tab - from));
+      from = tab + 1;
+    }
+    const std::string where = "origin objects, line " + std::to_string(line);
+    if (fields.size() != 5) return InvalidArgument(where + ": expected 5 tab-separated fields");
+    OriginObject o;
+    o.name = std::string(fields[0]);
+    WC_RETURN_IF_ERROR(CheckFileName(o.name).WithContext(where));
+    uint64_t size = 0;
+    const auto [ptr, ec] =
+        std::from_chars(fields[1].data(), fields[1].data() + fields[1].size(), size);
+    if (ec != std::errc() || ptr != fields[1].data() + fields[1].size() || fields[1].empty()) {
+      return InvalidArgument(where + ": the size is not a number");
+    }
+    o.info.size = size;
+    o.info.etag = std::string(fields[2]);
+    o.info.last_modified = std::string(fields[3]);
+    o.url = std::string(fields[4]);
+    if (!IsHttpUrl(o.url)) return InvalidArgument(where + ": the URL is not http(s)");
+    out.push_back(std::move(o));
+  }
+  return out;
 }
 
 }  // namespace weightcast::origin

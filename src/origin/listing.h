@@ -11,6 +11,7 @@
 // The parsing here is pure (no network): origin/model.h fetches what it names.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,6 +23,21 @@ namespace weightcast::origin {
 struct OriginFile {
   std::string name;  // its relative path in the version, '/'-separated
   std::string url;
+};
+
+// What the origin said about an object: checked again on every later read.
+struct ObjectInfo {
+  uint64_t size = 0;
+  std::string etag;           // as sent, quotes and W/ included; empty when none
+  std::string last_modified;  // as sent; empty when none
+};
+
+// A file of a model at the origin, as described (origin/model.h) and as a version's manifest
+// records it for the agents that fetch from the origin (EncodeOriginObjects).
+struct OriginObject {
+  std::string name;
+  std::string url;
+  ObjectInfo info;
 };
 
 inline constexpr std::string_view kDefaultIndexName = "model.safetensors.index.json";
@@ -51,6 +67,15 @@ Result<std::vector<OriginFile>> ParseUrlList(std::string_view text, std::string_
 
 // The URL of `name` beside `url` (its last path segment replaced; the query is dropped).
 std::string SiblingUrl(std::string_view url, std::string_view name);
+
+// The manifest metadata key under which a version published from an origin records its objects.
+inline constexpr std::string_view kObjectsMetadataKey = "weightcast.origin.objects";
+// The manifest metadata value that records a version's origin objects: one line per object,
+// "NAME\tSIZE\tETAG\tLAST-MODIFIED\tURL", in the manifest's file order (docs/origin.md).
+std::string EncodeOriginObjects(const std::vector<OriginObject>& objects);
+// Its parse: kInvalidArgument for a line without five fields, a size that is not a number, an
+// unsafe name or a URL that is not http(s).
+Result<std::vector<OriginObject>> ParseOriginObjects(std::string_view text);
 
 // A name safe as a relative path in a version: segments of [A-Za-z0-9._+-] (no "." or ".."
 // segment, no empty one), at most 4096 bytes.

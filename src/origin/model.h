@@ -17,12 +17,6 @@
 
 namespace weightcast::origin {
 
-struct OriginObject {
-  std::string name;
-  std::string url;
-  ObjectInfo info;
-};
-
 struct OriginModel {
   // Files sorted by name, safetensors headers parsed, indexes checked against them; `root`
   // is the redacted spec, for messages.

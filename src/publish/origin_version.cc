@@ -25,15 +25,6 @@ bool HasTensors(const Checkpoint& checkpoint) {
   return false;
 }
 
-std::string ObjectsMetadata(const std::vector<origin::OriginObject>& objects) {
-  std::string out;
-  for (const origin::OriginObject& o : objects) {
-    out += o.name + "\t" + std::to_string(o.info.size) + "\t" + o.info.etag + "\t" +
-           o.info.last_modified + "\n";
-  }
-  return out;
-}
-
 // Hashes chunks on a pool as they fill, holding at most `max_buffers` of them at once: the
 // stream waits for a free buffer, so memory stays bounded whatever the model's size.
 class ChunkHasher {
@@ -155,7 +146,12 @@ Result<OriginPrepared> PrepareOriginVersion(const origin::OriginModel& model,
   Manifest& manifest = prepared.manifest;
   for (const auto& [key, value] : options.metadata) manifest.metadata[key] = value;
   manifest.metadata[std::string(kSourceMetadataKey)] = label;
-  manifest.metadata[std::string(kOriginObjectsMetadataKey)] = ObjectsMetadata(model.objects);
+  // The objects, with their URLs, for agents that fetch from the origin too: left out when they
+  // do not fit a metadata value (then every byte enters the fleet through this publisher).
+  std::string objects = origin::EncodeOriginObjects(model.objects);
+  if (objects.size() <= kMaxMetadataValueBytes) {
+    manifest.metadata[std::string(origin::kObjectsMetadataKey)] = std::move(objects);
+  }
   for (const CheckpointFile& f : model.checkpoint.files) {
     if (!f.is_safetensors && !f.relative_path.ends_with(".safetensors.index.json")) {
       prepared.other_files.emplace_back(f.relative_path, f.size);

@@ -14,10 +14,6 @@
 
 namespace weightcast::publish {
 
-// Where a version was read from, in its manifest's metadata (not part of the root): each
-// object's name, size, ETag and Last-Modified, one per line, tab-separated (docs/origin.md).
-inline constexpr std::string_view kOriginObjectsMetadataKey = "weightcast.origin.objects";
-
 struct OriginPrepared {
   PreparedVersion prepared;  // a full version: no base, no payloads
   std::shared_ptr<const origin::OriginReader> reader;

@@ -17,7 +17,10 @@ shards=$(ls "$work/origin"/*.safetensors | wc -l)
 model_bytes=$(cat "$work/origin"/* | wc -c)
 
 start_coordinator --commit-policy all --prepare-deadline 60s
-for a in a1 a2 a3; do start_agent "$a"; done
+# The agents read the origin too: the coordinator grants each a share of the chunks.
+for a in a1 a2 a3; do
+  start_agent "$a" --origin-ca "$work/ca.pem" --origin-token-file "$work/origin.token"
+done
 
 publish_from() {  # publish_from URL [FLAGS...]: a one-shot publish, its stdout in $work/pub.out
   local url="$1"
@@ -52,7 +55,13 @@ done
 [[ ! -e "$work/pub/$channel/versions/1" ]] || fail "the publisher stored the version"
 ! grep -rqF "$(cat "$work/origin.token")" "$work"/*.log || fail "the token reached a log"
 served=$(($(origin_bytes) - before))
-echo "origin served $served bytes for a model of $model_bytes ($(python3 -c "print(round($served / $model_bytes, 3))")x: one pass to build the manifest, one to seed)"
+pass=$(grep -o 'origin_bytes=[0-9]*' "$work/pub.log" | tail -n 1 | cut -d= -f2)
+[[ -n "$pass" ]] || fail "the publisher did not log the bytes of its pass"
+ratio() { python3 -c "print(round($1 / $model_bytes, 3))"; }
+echo "origin served $(ratio "$served")x the model: $(ratio "$pass")x to build the manifest, $(ratio $((served - pass)))x to distribute it"
+# Each chunk leaves the origin about once for the distribution: the agents' shares and the
+# publisher's reads for what the shares have not brought yet.
+((served - pass <= 2 * model_bytes)) || fail "the distribution read the origin $(ratio $((served - pass)))x"
 
 # A file replaced at the origin while its version is seeded: the publisher's reads are refused
 # (If-Match on the ETag it recorded), it reports the version FAILED, the coordinator aborts it,

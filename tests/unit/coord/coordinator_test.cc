@@ -672,6 +672,58 @@ TEST(Coordinator, BannedPeersAreKeptApartAndQuarantinedByTwoReports) {
   }
 }
 
+// Agents that can read HTTP(S) origins get disjoint shares of an origin version's chunks, at most
+// --origin-fetchers of them; the shares are drawn again when a fetcher dies.
+TEST(Coordinator, OriginSharesAreDisjointCappedAndRedrawnOnDeath) {
+  CoordinatorOptions options;
+  options.origin_fetchers = 4;
+  CoordinatorHarness h(options);
+  ASSERT_TRUE(h.Start().ok());
+  std::map<uint64_t, std::unique_ptr<CoordinatorClient>> nodes;
+  for (uint64_t id = 100; id < 110; ++id) {
+    nodes[id] = h.Connect(id, net::Role::kAgent);
+    wire::Register r = AgentRegistration(id, "policy");
+    r.set_origin_fetch(id != 101);  // one agent cannot read origins
+    ASSERT_TRUE(nodes[id]->Register(r).ok());
+  }
+  h.coordinator().Sweep();
+  auto shares = [&](const std::set<uint64_t>& skip) {
+    std::map<uint64_t, std::pair<uint32_t, uint32_t>> out;
+    for (auto& [id, client] : nodes) {
+      if (skip.contains(id)) continue;
+      auto reply = client->Heartbeat(wire::Heartbeat());
+      EXPECT_TRUE(reply.ok());
+      if (reply.ok() && reply->origin_stripes() != 0) {
+        out[id] = {reply->origin_stripe(), reply->origin_stripes()};
+      }
+    }
+    return out;
+  };
+  auto granted = shares({});
+  ASSERT_EQ(granted.size(), 4u);
+  EXPECT_FALSE(granted.contains(101));
+  std::set<uint32_t> stripes;
+  for (const auto& [id, share] : granted) {
+    EXPECT_EQ(share.second, 4u);
+    stripes.insert(share.first);
+  }
+  EXPECT_EQ(stripes, (std::set<uint32_t>{0, 1, 2, 3}));
+
+  // A fetcher stops heartbeating: once it is dead, the shares are drawn among the live ones.
+  const uint64_t gone = granted.begin()->first;
+  for (int i = 0; i < 40; ++i) {
+    h.Advance(std::chrono::milliseconds(200));
+    shares({gone});
+    h.coordinator().Sweep();
+  }
+  auto after = shares({gone});
+  EXPECT_EQ(after.size(), 4u);
+  EXPECT_FALSE(after.contains(gone));
+  stripes.clear();
+  for (const auto& [id, share] : after) stripes.insert(share.first);
+  EXPECT_EQ(stripes, (std::set<uint32_t>{0, 1, 2, 3}));
+}
+
 // A coordinator that starts again (or a standby that takes over) meets a fleet that already
 // holds its connections. The nodes register again naming the peers they held, in any order and
 // across sweeps; the coordinator tells them to keep their lists until every named node is back,

@@ -19,9 +19,11 @@
 #include "net/memory_transport.h"
 #include "node/payload_cache.h"
 #include "node/swarm_node.h"
+#include "origin/listing.h"
 #include "swarm/messages.h"
 #include "swarm/tuning.h"
 #include "trust/signed_manifest.h"
+#include "unit/origin/fake_origin.h"
 #include "unit/store/store_test_util.h"
 #include "unit/trust/trust_test_util.h"
 
@@ -126,6 +128,20 @@ class Swarm : public ::testing::Test {
     for (auto& n : nodes_) n->swarm->Stop();
   }
 
+  // Serves `m`'s files (`files`) at `origin` and records them in m's metadata, as a publisher
+  // does for a version published from an origin (docs/origin.md).
+  static void ServeFromOrigin(origin::testing::FakeOrigin& origin, Manifest& m,
+                              const std::vector<TestFile>& files) {
+    std::vector<origin::OriginObject> objects;
+    for (const ManifestFile& f : m.files) {
+      for (const TestFile& t : files) {
+        if (t.path == f.path) origin.Put(t.path, t.bytes);
+      }
+      objects.push_back({f.path, origin.url(f.path), {f.size, "", ""}});
+    }
+    m.metadata[std::string(origin::kObjectsMetadataKey)] = origin::EncodeOriginObjects(objects);
+  }
+
   // Changes the options of each node AddNode makes (metrics hooks).
   std::function<void(uint64_t id, SwarmNodeOptions&)> tweak_;
   TempDir dir_;
@@ -218,6 +234,67 @@ TEST_F(Swarm, FullVersionThenDeltaReachEveryAgent) {
     // Far less than the version crossed the wire: the unchanged chunks were copied locally.
     EXPECT_LT(nodes_[i]->swarm->progress().bytes_received, v2.total_size() / 2);
   }
+}
+
+// Agents granted shares of an origin version fetch their shares from the origin as from a source
+// peer; each chunk leaves the origin at most once, and the rest travels between the agents.
+TEST_F(Swarm, AgentsFetchTheirSharesFromTheOriginAndTheRestFromPeers) {
+  origin::testing::FakeOrigin origin;
+  tweak_ = [](uint64_t id, SwarmNodeOptions& o) {
+    if (id != 1) o.origin_http = std::make_shared<origin::HttpClient>(origin::HttpOptions{});
+  };
+  Node& seed = AddNode(1, /*source=*/true);
+  const auto files = SampleFiles(3, 4);
+  ASSERT_TRUE(StageAndCommit(*seed.store, kChannel, Version(1), files).ok());
+  Manifest v1 = MakeManifest(kChannel, Version(1), files);
+  ServeFromOrigin(origin, v1, files);
+  for (uint64_t id = 2; id <= 4; ++id) AddNode(id, false);
+  ASSERT_TRUE(seed.swarm->Seed(v1, SignManifestWithSecret(v1, kSecret), nullptr).ok());
+  for (size_t i = 1; i < nodes_.size(); ++i) {
+    nodes_[i]->swarm->SetOriginShare(static_cast<uint32_t>(i - 1), 3);
+    ASSERT_TRUE(nodes_[i]->swarm->Fetch(v1, SignManifestWithSecret(v1, kSecret)).ok());
+  }
+  Mesh();
+  uint64_t from_origin = 0;
+  for (size_t i = 1; i < nodes_.size(); ++i) {
+    ASSERT_TRUE(nodes_[i]->swarm->WaitComplete(kWait).ok()) << i;
+    ASSERT_TRUE(nodes_[i]->swarm->CommitTarget().ok());
+    EXPECT_EQ(ReadAll(nodes_[i]->store->CurrentPath(kChannel) / files[0].path), files[0].bytes);
+    from_origin += nodes_[i]->swarm->counters().origin_bytes;
+  }
+  EXPECT_GT(from_origin, 0u);
+  // A read still in flight when its chunk came from a peer first ends later: the origin's count
+  // may be ahead of the nodes', never past one copy.
+  EXPECT_GE(origin.body_bytes_sent(), from_origin);
+  EXPECT_LE(origin.body_bytes_sent(), v1.total_size()) << "a chunk left the origin twice";
+}
+
+// Content changed at the origin under the URLs the manifest names: the chunks read there fail
+// their hashes, the origin is dropped like a bad peer, and the version completes from peers.
+TEST_F(Swarm, AnOriginWhoseContentChangedIsDroppedAndPeersServeTheVersion) {
+  origin::testing::FakeOrigin origin;
+  tweak_ = [](uint64_t id, SwarmNodeOptions& o) {
+    if (id != 1) o.origin_http = std::make_shared<origin::HttpClient>(origin::HttpOptions{});
+  };
+  Node& seed = AddNode(1, /*source=*/true);
+  const auto files = SampleFiles(4, 4);
+  ASSERT_TRUE(StageAndCommit(*seed.store, kChannel, Version(1), files).ok());
+  Manifest v1 = MakeManifest(kChannel, Version(1), files);
+  ServeFromOrigin(origin, v1, NextStep(files));  // other bytes under the same names
+  Node& agent = AddNode(2, false);
+  ASSERT_TRUE(seed.swarm->Seed(v1, SignManifestWithSecret(v1, kSecret), nullptr).ok());
+  agent.swarm->SetOriginShare(0, 1);
+  ASSERT_TRUE(agent.swarm->Fetch(v1, SignManifestWithSecret(v1, kSecret)).ok());
+  // The origin alone first: what it sends fails its hash.
+  for (int i = 0; i < 500 && agent.swarm->counters().chunks_failed == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_GT(agent.swarm->counters().chunks_failed, 0u);
+  Mesh();
+  ASSERT_TRUE(agent.swarm->WaitComplete(kWait).ok());
+  ASSERT_TRUE(agent.swarm->CommitTarget().ok());
+  EXPECT_EQ(ReadAll(agent.store->CurrentPath(kChannel) / files[0].path), files[0].bytes);
+  EXPECT_TRUE(agent.swarm->BannedPeers().empty()) << "the origin is not a node to report";
 }
 
 // The XXH3-128 of every chunk of `m` (bytes `flat`), as a publisher adds them. The

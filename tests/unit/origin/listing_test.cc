@@ -57,6 +57,23 @@ TEST(UrlList, RefusesBadLinesNamingTheLine) {
   EXPECT_FALSE(ParseUrlList("# nothing\n", "list").ok());
 }
 
+TEST(OriginObjects, RoundTripAndRefuseBadLines) {
+  std::vector<OriginObject> objects = {
+      {"a.safetensors", "https://h/a.safetensors?sig=x", {123, "\"e1\"", "Mon, 07 Dec 2026"}},
+      {"sub/b.json", "http://h/b.json", {0, "", ""}}};
+  auto parsed = ParseOriginObjects(EncodeOriginObjects(objects));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  ASSERT_EQ(parsed->size(), 2u);
+  EXPECT_EQ((*parsed)[0].url, objects[0].url);
+  EXPECT_EQ((*parsed)[0].info.size, 123u);
+  EXPECT_EQ((*parsed)[0].info.etag, "\"e1\"");
+  EXPECT_EQ((*parsed)[1].name, "sub/b.json");
+  EXPECT_FALSE(ParseOriginObjects("a\t1\t\t\n").ok());
+  EXPECT_FALSE(ParseOriginObjects("a\tx\t\t\thttp://h/a\n").ok());
+  EXPECT_FALSE(ParseOriginObjects("../a\t1\t\t\thttp://h/a\n").ok());
+  EXPECT_FALSE(ParseOriginObjects("a\t1\t\t\tfile:///a\n").ok());
+}
+
 TEST(FileName, AcceptsRelativePathsOnly) {
   EXPECT_TRUE(CheckFileName("model-00001-of-00002.safetensors").ok());
   EXPECT_TRUE(CheckFileName("sub/dir/a.json").ok());

@@ -89,7 +89,7 @@ TEST(OriginVersion, AListedModelHasTheRootOfTheSameDirectory) {
   EXPECT_EQ(m.fast_hashes, local->fast_hashes);
   EXPECT_EQ(m.version, Version(3));
   EXPECT_FALSE(m.delta.has_value());
-  EXPECT_NE(m.metadata.at(std::string(kOriginObjectsMetadataKey)).find("\"e"), std::string::npos);
+  EXPECT_NE(m.metadata.at(std::string(origin::kObjectsMetadataKey)).find("\"e"), std::string::npos);
   auto verified = VerifySignedManifest(built->prepared.signed_manifest, {std::string(kSecret)});
   ASSERT_TRUE(verified.ok()) << verified.status().ToString();
   EXPECT_EQ(verified->root, m.root);
