@@ -24,7 +24,9 @@ start_origin() {
   # Run as root, nginx's workers drop to nobody, who cannot read the test's private work dir.
   [[ "$(id -u)" == 0 ]] && user_line="user root;"
   cat >"$d/nginx.conf" <<CONF
-worker_processes 2;
+# One process: the test's EXIT trap kills it by pid (a master killed that way would leave its
+# workers serving).
+master_process off;
 $user_line
 pid $d/nginx.pid;
 daemon off;
