@@ -42,6 +42,8 @@ struct SimFlags {
   std::string size = "500GB";
   std::string chunk = "auto";  // the publisher's rule for --size (ChooseChunkSize)
   double gbps = 10;
+  double origin_gbps = 0;  // an HTTP origin's aggregate upload (0: none)
+  uint32_t origin_fetchers = 16;
   bool shared = false;
   double latency_us = 100;
   uint32_t rack_size = 0;
@@ -236,6 +238,10 @@ Status RunSim(const SimFlags& f) {
   }
   if (f.gbps <= 0) return InvalidArgument("--gbps must be positive");
   c.bandwidth = f.gbps * 1e9 / 8;
+  if (f.origin_gbps < 0) return InvalidArgument("--origin-gbps must be >= 0");
+  if (f.origin_fetchers == 0) return InvalidArgument("--origin-fetchers must be at least 1");
+  c.origin_bandwidth = f.origin_gbps * 1e9 / 8;
+  c.origin_fetchers = f.origin_fetchers;
   c.shared = f.shared;
   c.latency = f.latency_us * 1e-6;
   c.rack_size = f.rack_size;
@@ -492,6 +498,10 @@ Status RunSim(const SimFlags& f) {
             << " s); " << incomplete << " receivers incomplete; " << r.timeouts << " timeouts; "
             << Fixed(r.duplicate_bytes / s, 3) << " x S duplicate bytes; " << r.events
             << " events in " << Fixed(wall, 2) << " s\n";
+  if (c.origin_bandwidth > 0) {
+    std::cout << "origin sent " << FormatBytes(static_cast<uint64_t>(r.origin_bytes)) << " ("
+              << Fixed(r.origin_bytes / s, 3) << " x S)\n";
+  }
   if (f.delta) {
     std::cout << "delta step: " << r.changed_chunks << " of " << r.chunks
               << " chunks changed, payloads P = " << FormatBytes(static_cast<uint64_t>(p)) << " ("
@@ -579,6 +589,8 @@ Status RunSim(const SimFlags& f) {
   j["incomplete_healthy"] = incomplete_healthy;
   j["source_bytes"] = r.source_bytes;
   j["source_bytes_over_s"] = r.source_bytes / s;
+  j["origin_gbps"] = f.origin_gbps;
+  j["origin_bytes_over_s"] = r.origin_bytes / s;
   j["source_sent_s_by"] = r.source_first_round_done;
   j["duplicate_bytes"] = r.duplicate_bytes;
   j["aborted_bytes"] = r.aborted_bytes;
@@ -613,6 +625,13 @@ void SetupSim(CLI::App& app) {
          "Chunk size c in the simulation; auto: what `weightcast publish` picks for --size")
       ->capture_default_str();
   cmd->add_option("--gbps", f->gbps, "Per-node bandwidth B, Gbit/s")->capture_default_str();
+  cmd->add_option("--origin-gbps", f->origin_gbps,
+                  "An HTTP(S) origin holding the version, its aggregate upload in Gbit/s (0: "
+                  "none); receivers granted shares fetch them there (docs/origin.md)")
+      ->capture_default_str();
+  cmd->add_option("--origin-fetchers", f->origin_fetchers,
+                  "Receivers granted a share of the origin (coordinator --origin-fetchers)")
+      ->capture_default_str();
   cmd->add_flag("--shared", f->shared, "One capacity shared by upload and download");
   cmd->add_option("--latency-us", f->latency_us, "One-way link latency")->capture_default_str();
   cmd->add_option("--rack-size", f->rack_size, "Nodes per rack (0: no racks)");

@@ -101,11 +101,12 @@ bool SwarmNode::Impl::OriginEffect(const Effect& e) {
                              .payload_length = static_cast<uint32_t>(range.size),
                              .encoding = static_cast<uint8_t>(PayloadKind::kRaw)},
             std::span<uint8_t, net::kChunkHeaderSize>(frame.body.data(), net::kChunkHeaderSize));
-        Status read = reader->Read(
-            range.offset, std::span<uint8_t>(frame.body).subspan(net::kChunkHeaderSize));
+        Status read = reader->Read(range.offset,
+                                   std::span<uint8_t>(frame.body).subspan(net::kChunkHeaderSize));
         if (read.ok()) origin_bytes_ += range.size;
-        Push(OriginRead{version, chunk,
-                        read.ok() ? Result<net::Frame>(std::move(frame)) : Result<net::Frame>(read)});
+        Push(OriginRead{
+            version, chunk,
+            read.ok() ? Result<net::Frame>(std::move(frame)) : Result<net::Frame>(read)});
       });
       return true;
     }

@@ -164,6 +164,11 @@ class Fleet {
   void OnArrive(double now, const Event& e);
   void Sample(double now);
   bool AllDone() const;
+  // Nodes 1..N receive; 0 is the source, and N+1.. are the origin's shares (when it has one).
+  bool Receiver(uint32_t i) const { return i >= 1 && i < receivers_end_; }
+  // The origin as the granted receivers see it: one source node per share, holding the share's
+  // chunks, linked to its receiver only, all behind one uplink of the origin's bandwidth.
+  void AddOrigin(std::vector<NodeLink>& links, std::vector<RackLink>& racks);
 
   FleetConfig cfg_;
   bool have_to_holders_;
@@ -177,6 +182,8 @@ class Fleet {
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> queue_;
   uint64_t seq_ = 0;
   uint32_t chunks_ = 0;
+  uint32_t receivers_end_ = 0;  // N + 1
+  uint32_t origin_shares_ = 0;  // m: the origin's nodes are N+1 .. N+m
   double want_bytes_ = 0;
   uint32_t complete_ = 0;
   uint32_t pending_ = 0;  // receivers still expected to complete
@@ -276,7 +283,7 @@ void Fleet::Apply(double now, uint32_t i, std::span<const Effect> effects) {
         break;
       }
       case EffectKind::kComplete:
-        if (node.completed_at < 0 && i != 0) {
+        if (node.completed_at < 0 && Receiver(i)) {
           node.completed_at = now;
           ++complete_;
           if (pending_ > 0 && Awaited(node.role)) --pending_;
@@ -289,6 +296,18 @@ void Fleet::Apply(double now, uint32_t i, std::span<const Effect> effects) {
         break;  // one version of whole chunks, nothing stored: nothing to carry out
     }
   }
+}
+
+void Fleet::AddOrigin(std::vector<NodeLink>& links, std::vector<RackLink>& racks) {
+  if (cfg_.origin_bandwidth <= 0) return;
+  origin_shares_ = std::min(std::max<uint32_t>(cfg_.origin_fetchers, 1), cfg_.receivers);
+  const auto rack = static_cast<int32_t>(racks.size());
+  racks.push_back(RackLink{cfg_.origin_bandwidth, cfg_.origin_bandwidth});
+  for (uint32_t k = 0; k < origin_shares_; ++k) {
+    links.push_back(NodeLink{
+        .up = cfg_.origin_bandwidth, .down = cfg_.origin_bandwidth, .shared = false, .rack = rack});
+  }
+  nodes_.resize(nodes_.size() + origin_shares_);
 }
 
 coord::MemberInfo Fleet::MemberOf(uint32_t i) const {
@@ -369,7 +388,7 @@ void Fleet::Kill(double now, uint32_t i) {
   if (!node.alive) return;
   node.alive = false;
   node.died_at = now;
-  if (node.completed_at < 0 && i != 0 && Awaited(node.role) && pending_ > 0) --pending_;
+  if (node.completed_at < 0 && Receiver(i) && Awaited(node.role) && pending_ > 0) --pending_;
   // Flows in and out stop now; the bytes already moved count as aborted.
   while (!net_->flows_out(i).empty()) node.bytes_out += net_->Stop(now, net_->flows_out(i)[0]);
   while (!net_->flows_in(i).empty()) {
@@ -477,11 +496,11 @@ swarm::TargetSpec Fleet::SpecOf(uint32_t i) const {
 
 void Fleet::Sample(double now) {
   double got = 0;
-  for (uint32_t i = 1; i < nodes_.size(); ++i) {
+  for (uint32_t i = 1; i < receivers_end_; ++i) {
     if (nodes_[i].alive) got += nodes_[i].verified_bytes;
   }
   uint32_t live = 0;
-  for (uint32_t i = 1; i < nodes_.size(); ++i) live += nodes_[i].alive ? 1 : 0;
+  for (uint32_t i = 1; i < receivers_end_; ++i) live += nodes_[i].alive ? 1 : 0;
   result_.progress.push_back(
       ProgressSample{now, live > 0 ? got / (want_bytes_ * live) : 1.0, complete_});
 }
@@ -524,8 +543,9 @@ Result<FleetResult> Fleet::Run() {
   const double s = want_bytes_;
   result_.wanted_bytes = want_bytes_;
   result_.chunks = chunks_;
-  result_.lower_bound =
-      c.shared ? SharedBound(s, c.bandwidth, c.receivers) : FullDuplexBound(s, c.bandwidth);
+  if (c.origin_bandwidth < 0) return InvalidArgument("sim: the origin's bandwidth must be >= 0");
+  result_.lower_bound = c.shared ? SharedBound(s, c.bandwidth, c.receivers, c.origin_bandwidth)
+                                 : FullDuplexBound(s, c.bandwidth);
   if (c.rack_size > 0) {
     result_.lower_bound =
         std::max(result_.lower_bound, RackBound(s, c.bandwidth, c.rack_size, c.oversubscription));
@@ -565,6 +585,8 @@ Result<FleetResult> Fleet::Run() {
   // would dominate it: there the interval is at most a thousandth of the bound.
   const double rebalance =
       delta_ ? std::min(c.rebalance_interval, bound / 1000) : c.rebalance_interval;
+  receivers_end_ = n;
+  AddOrigin(links, racks);
   net_.emplace(std::move(links), std::move(racks), rebalance);
 
   for (uint32_t i = 0; i < n; ++i) {
@@ -604,6 +626,27 @@ Result<FleetResult> Fleet::Run() {
     for (uint32_t j : nodes_[i].nbrs) {
       if (j > i) Connect(0, i, j);
     }
+  }
+  // The origin's shares, each to its receiver (picked evenly over 1..N, as the coordinator
+  // picks fetchers evenly over their ids).
+  for (uint32_t k = 0; k < origin_shares_; ++k) {
+    const uint32_t o = n + k;
+    const uint32_t granted = 1 + k * c.receivers / origin_shares_;
+    SimNode& node = nodes_[o];
+    node.proto.emplace(
+        swarm::PeerProtocolOptions{.node_id = ToPeer(o), .source = true, .tuning = c.tuning});
+    swarm::TargetSpec spec = SpecOf(0);
+    for (uint32_t ch = 0; ch < chunks_; ++ch) {
+      spec.whole[ch] = ch % origin_shares_ == k;
+      spec.want[ch] = spec.whole[ch];
+      spec.payload[ch] = false;
+    }
+    spec.seed = c.seed * 1000003 + o;
+    WC_ASSIGN_OR_RETURN(std::span<const Effect> started, node.proto->SetTarget(ToTime(0), spec));
+    (void)started;
+    ListEdge(o, granted);
+    if (nodes_[granted].joined) Connect(0, o, granted);
+    Push(0, Ev::kTimer, o, o, 0);
   }
   std::uniform_real_distribution<double> jitter(0, c.tick);
   for (uint32_t i = 0; i < n; ++i) {
@@ -794,6 +837,7 @@ Result<FleetResult> Fleet::Run() {
     result_.rejects += st.requests_rejected;
   }
   result_.source_bytes = nodes_[0].bytes_out;
+  for (uint32_t o = n; o < n + origin_shares_; ++o) result_.origin_bytes += nodes_[o].bytes_out;
   result_.delivered_bytes = net_->delivered_bytes();
   result_.aborted_bytes = net_->aborted_bytes();
   return std::move(result_);
@@ -803,8 +847,8 @@ Result<FleetResult> Fleet::Run() {
 
 double FullDuplexBound(double s, double b) { return s / b; }
 
-double SharedBound(double s, double b, uint32_t n) {
-  return 2.0 * double(n) * s / ((double(n) + 1) * b);
+double SharedBound(double s, double b, uint32_t n, double origin) {
+  return std::max(2.0 * double(n) * s / ((double(n) + 1) * b + origin), s / b);
 }
 
 double RackBound(double s, double b, uint32_t rack_size, double oversubscription) {

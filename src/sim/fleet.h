@@ -26,8 +26,14 @@ struct FleetConfig {
   // the base otherwise. Empty: one full version of whole chunks. DeltaPayloadSizes makes one.
   std::vector<uint64_t> payload_bytes;
   double bandwidth = 1.25e9;  // B, bytes/s per node (10 Gbit/s)
-  bool shared = false;        // one capacity for both directions instead of full duplex
-  double latency = 100e-6;    // one-way, every link
+  // An HTTP(S) origin that holds the version (docs/origin.md), with an aggregate upload of this
+  // many bytes/s (O; 0: none). As the coordinator grants shares, min(origin_fetchers, N)
+  // receivers picked evenly get stripe k of m each and fetch it from the origin as from a source
+  // peer that holds just those chunks; the rest travels between peers and from the source.
+  double origin_bandwidth = 0;
+  uint32_t origin_fetchers = 16;
+  bool shared = false;      // one capacity for both directions instead of full duplex
+  double latency = 100e-6;  // one-way, every link
   // Racks: nodes are laid out rack_size to a rack (the source in rack 0); each rack's uplink
   // carries rack_size * B / oversubscription each way. 0: no racks.
   uint32_t rack_size = 0;
@@ -94,11 +100,14 @@ struct ProgressSample {
 };
 
 struct FleetResult {
-  double lower_bound = 0;  // seconds (full duplex S/B or shared 2NS/((N+1)B), rack-adjusted)
+  // Seconds: full duplex S/B, or shared 2NS/((N+1)B) (2NS/((N+1)B + O) with an origin, at least
+  // S/B), rack-adjusted.
+  double lower_bound = 0;
   double end_time = 0;
   std::vector<NodeResult> nodes;  // index 0 is the source
   std::vector<ProgressSample> progress;
   double source_bytes = 0;              // bytes the source uploaded (completed flows)
+  double origin_bytes = 0;              // bytes the origin uploaded (completed flows)
   double source_first_round_done = -1;  // when the source finished sending every chunk once
   double delivered_bytes = 0;           // completed flows
   double aborted_bytes = 0;             // flows stopped early (cancels, deaths)
@@ -128,7 +137,9 @@ struct FleetResult {
 
 // The lower bounds of docs/simulator.md, in seconds.
 double FullDuplexBound(double s, double b);
-double SharedBound(double s, double b, uint32_t n);
+// With an origin of upload O besides the source: 2NS/((N+1)B + O), at least S/B
+// (docs/origin.md).
+double SharedBound(double s, double b, uint32_t n, double origin = 0);
 // Each rack other than the source's takes in S through its uplink; the source's rack sends out S.
 double RackBound(double s, double b, uint32_t rack_size, double oversubscription);
 

@@ -187,6 +187,29 @@ TEST(Fleet, TheFanOutWorkerChangesNothing) {
   ExpectSameRun(*one, *two);
 }
 
+// An origin with the fleet's aggregate bandwidth four times a node's: the granted receivers fetch
+// their shares there, so the source sends far less than one copy; each chunk leaves the origin
+// about once; every receiver still completes near the bound.
+TEST(Fleet, AnOriginServesItsSharesAboutOnceAndUnloadsTheSource) {
+  FleetConfig c = Small();
+  c.origin_bandwidth = 4 * c.bandwidth;
+  c.origin_fetchers = 8;
+  Result<FleetResult> r = RunFleet(c);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->nodes.size(), c.receivers + 1u) << "the origin is not a receiver";
+  for (size_t i = 1; i < r->nodes.size(); ++i) {
+    EXPECT_GE(r->nodes[i].completed_at, r->lower_bound) << "node " << i;
+    EXPECT_LT(r->nodes[i].completed_at, 2 * r->lower_bound) << "node " << i;
+  }
+  const double s = double(c.total_bytes);
+  EXPECT_GT(r->origin_bytes, 0.25 * s);
+  EXPECT_LE(r->origin_bytes, 1.05 * s);
+  EXPECT_LT(r->source_bytes, s);
+  // Every byte a receiver took came from the source, the origin or another receiver.
+  EXPECT_NEAR(Sum(*r, &NodeResult::bytes_out) + r->origin_bytes,
+              r->delivered_bytes + r->aborted_bytes, 1.0);
+}
+
 TEST(Fleet, RejectsNonsense) {
   FleetConfig c = Small();
   c.chunk_bytes = 0;
@@ -200,6 +223,10 @@ TEST(Bounds, MatchTheDesignFigures) {
   EXPECT_DOUBLE_EQ(FullDuplexBound(500e9, 1.25e9), 400);
   EXPECT_NEAR(SharedBound(500e9, 1.25e9, 100), 792.08, 0.01);
   EXPECT_NEAR(SharedBound(500e9, 1.25e9, 1000), 799.2, 0.01);
+  // An origin adds its upload to the source's: 2NS/((N+1)B + O), never below S/B.
+  EXPECT_NEAR(SharedBound(500e9, 1.25e9, 100, 4 * 1.25e9), 2.0 * 100 * 500e9 / (105 * 1.25e9),
+              0.01);
+  EXPECT_DOUBLE_EQ(SharedBound(500e9, 1.25e9, 100, 1000 * 1.25e9), 400);
   EXPECT_DOUBLE_EQ(RackBound(500e9, 1.25e9, 40, 4), 400);
   EXPECT_DOUBLE_EQ(RackBound(500e9, 1.25e9, 40, 80), 800);
 }
