@@ -5,6 +5,8 @@
 # link at RATE. In the same run, on the same network:
 #   curl        every agent host downloads each file of the model from the origin with curl
 #               (what users do today)
+#   libtorrent  host 1 downloads the model with curl, makes a torrent and seeds it to the agent
+#               hosts (bench/cluster/torrent.py)
 #   weightcast  publish --from with the defaults; the agents fetch their shares from the origin
 #               and the rest from each other
 # For each: the slowest host's time from the start against S/B (S = model bytes, B = RATE) and
@@ -115,6 +117,51 @@ curl_bytes=$(($(origin_bytes) - before))
 ((ok)) || { log "a curl failed"; exit 1; }
 log "curl: ${curl_s}s, origin served $curl_bytes bytes"
 
+# libtorrent: host 1 downloads the model from the origin (curl), makes a torrent of it and seeds
+# it to hosts 2..N-1 (bench/cluster/torrent.py, tuned as in bench/cluster/run.sh): the time from
+# the download's start to the last peer holding every piece.
+log "libtorrent: host 1 downloads, then seeds $((N - 2)) peers"
+lt="$work/lt"
+mkdir -p "$lt/seed/models"
+before=$(origin_bytes)
+start=$(now)
+for f in $files; do
+  cluster_exec "$ID" 1 timeout 900 curl -sf -o "$lt/seed/models/$f" "http://$origin/models/$f" || exit 1
+done
+/usr/bin/python3 "$here/cluster/torrent.py" make "$lt/seed/models" "$lt/m.torrent" >&2 || exit 1
+peer_args=()
+for ((h = 1; h < N; h++)); do peer_args+=(--peer "$(cluster_addr "$h"):6881"); done
+lt_pids=()
+for ((h = 1; h < N; h++)); do
+  if ((h == 1)); then save=$lt/seed; seed=(--seed); else save=$lt/h$h; seed=(); mkdir -p "$save"; fi
+  cluster_exec "$ID" "$h" timeout 900 /usr/bin/python3 "$here/cluster/torrent.py" run \
+    --torrent "$lt/m.torrent" --save "$save" --listen "$(cluster_addr "$h"):6881" \
+    "${peer_args[@]}" "${seed[@]}" --ready "$lt/ready.$h" --go "$lt/go" --stop "$lt/stop" \
+    --result "$lt/res.$h.json" --timeout 880 2>"$lt/log.$h" &
+  lt_pids+=($!)
+done
+for ((h = 1; h < N; h++)); do
+  for _ in $(seq 300); do [[ -e $lt/ready.$h ]] && break; sleep 0.1; done
+done
+printf '{"t0": %s}\n' "$(now)" >"$lt/go.tmp" && mv "$lt/go.tmp" "$lt/go"
+lt_done() {
+  local h
+  for ((h = 2; h < N; h++)); do [[ -e $lt/res.$h.json ]] || return 1; done
+}
+for _ in $(seq 9000); do lt_done && break; sleep 0.1; done
+lt_done || { log "libtorrent did not finish"; exit 1; }
+lt_s=$(since "$start")
+touch "$lt/stop"
+for p in "${lt_pids[@]}"; do wait "$p" 2>/dev/null; done
+lt_bytes=$(($(origin_bytes) - before))
+for ((h = 2; h < N; h++)); do
+  for f in $files; do
+    cmp -s "$work/origin/models/$f" "$lt/h$h/models/$f" || { log "libtorrent host $h: $f differs"; exit 1; }
+  done
+done
+rm -rf "$lt"
+log "libtorrent: ${lt_s}s, origin served $lt_bytes bytes"
+
 # weightcast: coordinator and publisher on host 1, agents on 2..N-1.
 log "weightcast: publish --from the origin to $((N - 2)) agents"
 head -c 48 /dev/urandom | base64 >"$work/secret"
@@ -155,10 +202,11 @@ done
 log "weightcast: ${wc_s}s, origin served $wc_bytes bytes ($pass for the manifest)"
 
 python3 - "$S" "$(bits "$RATE")" "$(bits "$ORIGIN_RATE")" "$N" "$curl_s" "$curl_bytes" "$wc_s" \
-  "$wc_bytes" "${pass:-0}" "${prepare:-0}" "$RATE" "$ORIGIN_RATE" <<'PY'
+  "$wc_bytes" "${pass:-0}" "${prepare:-0}" "$RATE" "$ORIGIN_RATE" "$lt_s" "$lt_bytes" <<'PY'
 import json, sys
 S, B, O, N = float(sys.argv[1]), float(sys.argv[2]) / 8, float(sys.argv[3]) / 8, int(sys.argv[4])
 curl_s, curl_b, wc_s, wc_b, pass_b, prep = map(float, sys.argv[5:11])
+lt_s, lt_b = float(sys.argv[13]), float(sys.argv[14])
 receivers = N - 2
 s_over_b = S / B
 bound = S / min(B, O)                 # full duplex, docs/origin.md
@@ -176,8 +224,12 @@ out = {
     "weightcast_manifest_pass_over_s": round(pass_b / S, 3),
     "weightcast_distribution_origin_bytes_over_s": round((wc_b - pass_b) / S, 3),
     "curl_over_weightcast": round(curl_s / wc_s, 2),
+    "libtorrent_s": round(lt_s, 2), "libtorrent_vs_s_over_b": round(lt_s / s_over_b, 2),
+    "libtorrent_origin_bytes_over_s": round(lt_b / S, 3),
+    "libtorrent_over_weightcast": round(lt_s / wc_s, 2),
 }
 print(f"S/B {s_over_b:.2f}s | curl {curl_s:.2f}s ({curl_s/s_over_b:.2f}x S/B, origin {curl_b/S:.2f}x S) | "
+      f"libtorrent {lt_s:.2f}s ({lt_s/s_over_b:.2f}x S/B) | "
       f"weightcast {wc_s:.2f}s ({wc_s/s_over_b:.2f}x S/B, origin {wc_b/S:.2f}x S)", file=sys.stderr)
 print(json.dumps(out))
 PY

@@ -519,6 +519,8 @@ void Agent::Stop() {
     impl_->stopping = true;
   }
   impl_->cv.notify_all();
+  // Reads from an origin end now rather than after their retries (a slow or unreachable origin).
+  if (impl_->options.origin_http != nullptr) impl_->options.origin_http->Cancel();
   // Wakes a Run waiting for the swarm; the node is stopped by Run itself.
 }
 

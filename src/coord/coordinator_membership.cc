@@ -130,24 +130,28 @@ void Coordinator::UpdatePeerListsLocked() {
   }
 }
 
-// The origin shares (docs/origin.md): the live, unquarantined agents that registered
-// origin_fetch, at most options_.origin_fetchers of them picked evenly over their ids, each the
-// stripe of its rank among them.
+// The origin shares (docs/origin.md), per channel: among the live, unquarantined agents of a
+// channel that registered origin_fetch and want every tensor (a tensor-subset agent would leave
+// the chunks of its stripe it does not want unfetched), at most options_.origin_fetchers picked
+// evenly over their ids, each the stripe of its rank among them. An agent that follows several
+// channels takes part in its first one's.
 std::map<PeerId, Coordinator::OriginGrant> Coordinator::OriginGrantsLocked() const {
-  std::vector<PeerId> capable;
+  std::map<std::string, std::vector<PeerId>> capable;  // by channel, ids ascending (nodes_ order)
   for (const auto& [id, node] : nodes_) {
-    if (node->registration.origin_fetch() && !node->registration.source() &&
+    const wire::Register& r = node->registration;
+    if (r.origin_fetch() && !r.source() && r.tensor_patterns_size() == 0 && r.channels_size() > 0 &&
         membership_.alive(id) && !membership_.quarantined(id)) {
-      capable.push_back(id);
+      capable[r.channels(0)].push_back(id);
     }
   }
-  std::sort(capable.begin(), capable.end());
-  const size_t count =
-      std::min<size_t>(capable.size(), std::max<uint32_t>(options_.origin_fetchers, 1));
   std::map<PeerId, OriginGrant> grants;
-  for (size_t j = 0; j < count; ++j) {
-    grants[capable[j * capable.size() / count]] =
-        OriginGrant{static_cast<uint32_t>(j), static_cast<uint32_t>(count)};
+  for (const auto& [channel, ids] : capable) {
+    const size_t count =
+        std::min<size_t>(ids.size(), std::max<uint32_t>(options_.origin_fetchers, 1));
+    for (size_t j = 0; j < count; ++j) {
+      grants[ids[j * ids.size() / count]] =
+          OriginGrant{static_cast<uint32_t>(j), static_cast<uint32_t>(count)};
+    }
   }
   return grants;
 }

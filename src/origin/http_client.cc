@@ -8,7 +8,6 @@
 #include <mutex>
 #include <optional>
 #include <random>
-#include <thread>
 #include <utility>
 
 namespace weightcast::origin {
@@ -138,6 +137,13 @@ struct HttpClient::Attempt {
   uint64_t received = 0;    // body bytes, for the counter
   Status failure;           // why the body was refused
 
+  const std::atomic<bool>* cancelled = nullptr;
+
+  // libcurl's progress callback: a non-zero answer aborts the transfer.
+  static int OnProgress(void* self, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+    return static_cast<Attempt*>(self)->cancelled->load() ? 1 : 0;
+  }
+
   static size_t OnHeader(char* data, size_t size, size_t count, void* self) {
     auto& a = *static_cast<Attempt*>(self);
     const std::string_view line(data, size * count);
@@ -265,6 +271,14 @@ void HttpClient::ReturnHandle(std::unique_ptr<Handle> handle) {
   idle_.push_back(std::move(handle));
 }
 
+void HttpClient::Cancel() {
+  {
+    std::lock_guard lock(mu_);
+    cancelled_ = true;
+  }
+  cancel_cv_.notify_all();
+}
+
 uint64_t HttpClient::bytes_received() const {
   std::lock_guard lock(mu_);
   return bytes_received_;
@@ -291,6 +305,7 @@ Status HttpClient::Request(Handle& handle, const std::string& url, uint64_t offs
   a.taken = taken;
   a.start_taken = *taken;
   a.info = info;
+  a.cancelled = &cancelled_;
   // Bytes the sink took are not asked for again; a 200 (no ranges) resends them and they are
   // dropped (Attempt::skip).
   const std::string range =
@@ -325,6 +340,9 @@ Status HttpClient::Request(Handle& handle, const std::string& url, uint64_t offs
   curl_easy_setopt(curl, CURLOPT_HEADERDATA, &a);
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &Attempt::OnBody);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, &a);
+  curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, &Attempt::OnProgress);
+  curl_easy_setopt(curl, CURLOPT_XFERINFODATA, &a);
+  curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
   char error[CURL_ERROR_SIZE] = {};
   curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
   const CURLcode code = curl_easy_perform(curl);
@@ -337,6 +355,7 @@ Status HttpClient::Request(Handle& handle, const std::string& url, uint64_t offs
   }
 
   const std::string where = RedactUrl(url);
+  if (cancelled_.load()) return Aborted(where + ": cancelled");
   if (!a.failure.ok()) return a.failure;
   if (a.done || (a.checked && !a.error_body && a.length == 0 && code == CURLE_OK)) {
     return Status::Ok();
@@ -396,15 +415,15 @@ Status HttpClient::WithRetries(const std::string& url, const std::function<Statu
   std::uniform_real_distribution<double> jitter(0.5, 1.0);
   Status last;
   for (int i = 1; i <= options_.max_attempts; ++i) {
+    if (cancelled_.load()) return Aborted(RedactUrl(url) + ": cancelled");
     last = attempt();
     if (last.ok() || last.code() != Code::kUnavailable) return last;
     if (i == options_.max_attempts) break;
-    {
-      std::lock_guard lock(mu_);
-      ++retries_;
-    }
-    std::this_thread::sleep_for(
-        BackoffDelay(i, options_.first_backoff, options_.max_backoff, jitter(random)));
+    std::unique_lock lock(mu_);
+    ++retries_;
+    cancel_cv_.wait_for(
+        lock, BackoffDelay(i, options_.first_backoff, options_.max_backoff, jitter(random)),
+        [&] { return cancelled_.load(); });
   }
   return Unavailable(RedactUrl(url) + ": gave up after " + std::to_string(options_.max_attempts) +
                      " attempts: " + last.message());

@@ -17,7 +17,9 @@
 // (its connections stay open for the next call) or makes one.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -82,6 +84,11 @@ class HttpClient {
   Status GetRange(const std::string& url, uint64_t offset, uint64_t length,
                   const ObjectInfo& expected, const ByteSink& sink);
 
+  // Ends every request in flight and every later one with kAborted, at once (a retry's wait
+  // included): a daemon that stops does not wait out a slow or unreachable origin.
+  void Cancel();
+  bool cancelled() const { return cancelled_.load(); }
+
   // Bytes received from the origin so far (bodies only), across calls.
   uint64_t bytes_received() const;
   // Requests that were retried after a failure.
@@ -100,7 +107,9 @@ class HttpClient {
   Status WithRetries(const std::string& url, const std::function<Status()>& attempt);
 
   HttpOptions options_;
+  std::atomic<bool> cancelled_{false};
   mutable std::mutex mu_;
+  std::condition_variable cancel_cv_;  // wakes a retry's wait
   std::vector<std::unique_ptr<Handle>> idle_;
   uint64_t bytes_received_ = 0;
   uint64_t retries_ = 0;

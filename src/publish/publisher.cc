@@ -908,6 +908,11 @@ void Publisher::Stop() {
     cv_.notify_all();
   }
   WakeHeartbeat();  // a held heartbeat returns now, not at the end of its wait
+  {
+    // A publish from an origin, or seeding one, does not wait out a slow or unreachable origin.
+    std::lock_guard lock(mu_);
+    if (origin_http_ != nullptr) origin_http_->Cancel();
+  }
   if (heartbeat_.joinable()) heartbeat_.join();
   if (options_.metrics != nullptr) {
     const metrics::Labels labels = {{"channel", options_.channel}};

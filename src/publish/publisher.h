@@ -278,6 +278,8 @@ class Publisher : private coord::SessionDelegate {
   bool no_followers_reported_ = false;  // WaitUntil's thread only
   uint64_t seeding_chunks_ = 0;
   uint64_t seeding_bytes_ = 0;
+  // The origin client of the last PublishOrigin (guarded by mu_): Stop cancels its reads.
+  std::shared_ptr<origin::HttpClient> origin_http_;
   std::atomic<bool> stopping_{false};
   std::mutex stop_mu_;
   std::thread heartbeat_;

@@ -18,6 +18,11 @@ Result<PublishedVersion> Publisher::PublishOrigin(
     return FailedPrecondition("a sharded publisher publishes directories, not an origin");
   }
   WC_RETURN_IF_ERROR(lost_lease());
+  {
+    std::lock_guard lock(mu_);
+    origin_http_ = http;
+  }
+  if (stopping_) http->Cancel();  // a Stop that came before the client was known
   const auto start = std::chrono::steady_clock::now();
   const std::string label = origin::RedactUrl(from);
   WC_ASSIGN_OR_RETURN(origin::OriginSpec spec, origin::ResolveOriginSpec(from));

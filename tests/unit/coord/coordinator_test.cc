@@ -724,6 +724,38 @@ TEST(Coordinator, OriginSharesAreDisjointCappedAndRedrawnOnDeath) {
   EXPECT_EQ(stripes, (std::set<uint32_t>{0, 1, 2, 3}));
 }
 
+// Shares are drawn per channel, and never for a tensor-subset agent (it would leave the chunks of
+// its stripe it does not want unfetched).
+TEST(Coordinator, OriginSharesArePerChannelAndSkipSubsetAgents) {
+  CoordinatorHarness h;
+  ASSERT_TRUE(h.Start().ok());
+  std::map<uint64_t, std::unique_ptr<CoordinatorClient>> nodes;
+  auto add = [&](uint64_t id, const std::string& channel, bool subset) {
+    nodes[id] = h.Connect(id, net::Role::kAgent);
+    wire::Register r = AgentRegistration(id, channel);
+    r.set_origin_fetch(true);
+    if (subset) r.add_tensor_patterns("model.layers.0.*");
+    ASSERT_TRUE(nodes[id]->Register(r).ok());
+  };
+  for (uint64_t id = 200; id < 204; ++id) add(id, "a", false);
+  add(204, "a", true);
+  add(300, "b", false);
+  add(301, "b", false);
+  h.coordinator().Sweep();
+  std::map<uint64_t, std::pair<uint32_t, uint32_t>> granted;
+  for (auto& [id, client] : nodes) {
+    auto reply = client->Heartbeat(wire::Heartbeat());
+    ASSERT_TRUE(reply.ok());
+    granted[id] = {reply->origin_stripe(), reply->origin_stripes()};
+  }
+  for (uint64_t id = 200; id < 204; ++id) {
+    EXPECT_EQ(granted[id], std::make_pair(uint32_t(id - 200), 4u)) << id;
+  }
+  EXPECT_EQ(granted[204].second, 0u) << "a subset agent has no share";
+  EXPECT_EQ(granted[300], std::make_pair(0u, 2u));
+  EXPECT_EQ(granted[301], std::make_pair(1u, 2u));
+}
+
 // A coordinator that starts again (or a standby that takes over) meets a fleet that already
 // holds its connections. The nodes register again naming the peers they held, in any order and
 // across sweeps; the coordinator tells them to keep their lists until every named node is back,

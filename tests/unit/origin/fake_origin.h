@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -76,6 +77,18 @@ class FakeOrigin {
   void ResetNextAfter(uint64_t bytes) {
     std::lock_guard lock(mu_);
     reset_after_ = bytes;
+  }
+  // Sends bodies at about `bytes_per_second` (0: as fast as the socket takes them).
+  void SlowTo(uint64_t bytes_per_second) {
+    std::lock_guard lock(mu_);
+    rate_ = bytes_per_second;
+  }
+  // The next answer with a body sends its first `bytes`, then nothing for `stall` (the
+  // connection stays open), then the rest.
+  void StallNextAfter(uint64_t bytes, std::chrono::milliseconds stall) {
+    std::lock_guard lock(mu_);
+    stall_after_ = bytes;
+    stall_ = stall;
   }
   // Answers every GET with the whole object (200), as a server without range support does.
   void IgnoreRanges(bool ignore) {
@@ -166,6 +179,9 @@ class FakeOrigin {
     std::string headers;
     std::vector<uint8_t> body;
     std::optional<uint64_t> reset_after;
+    std::optional<uint64_t> stall_after;
+    std::chrono::milliseconds stall{0};
+    uint64_t rate = 0;
     {
       std::lock_guard lock(mu_);
       requests_.push_back(head);
@@ -213,13 +229,28 @@ class FakeOrigin {
         reset_after = reset_after_;
         reset_after_.reset();
       }
+      if (stall_after_ && !body.empty()) {
+        stall_after = stall_after_;
+        stall = stall_;
+        stall_after_.reset();
+      }
+      rate = rate_;
     }
     const std::string response = "HTTP/1.1 " + status_line + "\r\n" + headers +
                                  "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n";
     if (!SendAll(fd, response.data(), response.size())) return false;
     const size_t send_bytes =
         reset_after ? std::min<size_t>(*reset_after, body.size()) : body.size();
-    if (!SendAll(fd, body.data(), send_bytes)) return false;
+    // In pieces of a tenth of a second's worth when slowed, and with the stall where asked.
+    const size_t piece = rate == 0 ? send_bytes : std::max<size_t>(rate / 10, 1);
+    for (size_t sent = 0; sent < send_bytes;) {
+      size_t n = std::min(piece, send_bytes - sent);
+      if (stall_after && sent < *stall_after) n = std::min<size_t>(n, *stall_after - sent);
+      if (!SendAll(fd, body.data() + sent, n)) return false;
+      sent += n;
+      if (stall_after && sent == *stall_after) std::this_thread::sleep_for(stall);
+      if (rate != 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
     body_bytes_ += send_bytes;
     if (reset_after) {
       linger no_linger{1, 0};  // close with a reset, as a crashed server's kernel does
@@ -243,6 +274,9 @@ class FakeOrigin {
   int fail_status_ = 503;
   std::optional<uint64_t> reset_after_;
   bool ignore_ranges_ = false;
+  uint64_t rate_ = 0;
+  std::optional<uint64_t> stall_after_;
+  std::chrono::milliseconds stall_{0};
   std::string token_;
   std::vector<std::string> requests_;
 };

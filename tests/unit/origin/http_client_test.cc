@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "fake_origin.h"
 
 namespace weightcast::origin {
@@ -167,6 +169,55 @@ TEST(HttpClient, TheTokenReachesTheOriginAndNoMessage) {
   Status failed = http.GetRange(origin.url("f"), 0, 10, *info, Into(got));
   EXPECT_FALSE(failed.ok());
   EXPECT_EQ(failed.ToString().find("s3cr3t"), std::string::npos) << failed.ToString();
+}
+
+TEST(HttpClient, ASlowOriginIsWaitedForAndAStalledOneResumed) {
+  FakeOrigin origin;
+  const auto data = Pattern(30'000);
+  origin.Put("f", data);
+  origin.SlowTo(20'000);  // 1.5 s for the object, never below the low-speed limit
+  HttpOptions o = Fast();
+  o.low_speed_bytes = 1000;
+  o.low_speed_window = std::chrono::seconds(1);
+  HttpClient http(o);
+  std::vector<uint8_t> got;
+  ASSERT_TRUE(
+      http.GetRange(origin.url("f"), 0, data.size(), {data.size(), "\"e1\"", ""}, Into(got)).ok());
+  EXPECT_EQ(got, data);
+  EXPECT_EQ(http.retries(), 0u) << "slow is not stalled";
+
+  // Stalled mid-body past the window: dropped, then resumed after the bytes that came.
+  origin.SlowTo(0);
+  origin.StallNextAfter(1000, std::chrono::milliseconds(4000));
+  got.clear();
+  Status s = http.GetRange(origin.url("f"), 0, data.size(), {data.size(), "\"e1\"", ""}, Into(got));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(got, data);
+  EXPECT_EQ(http.retries(), 1u);
+  EXPECT_NE(origin.requests().back().find("Range: bytes=1000-29999"), std::string::npos)
+      << origin.requests().back();
+}
+
+TEST(HttpClient, CancelEndsAWaitBetweenRetriesAtOnce) {
+  FakeOrigin origin;
+  origin.Put("f", Pattern(10));
+  origin.FailNext(1000, 503);
+  HttpOptions slow = Fast();
+  slow.first_backoff = std::chrono::seconds(30);
+  slow.max_backoff = std::chrono::seconds(30);
+  slow.max_attempts = 5;
+  HttpClient http(slow);
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    http.Cancel();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<uint8_t> got;
+  Status s = http.GetRange(origin.url("f"), 0, 10, {10, "", ""}, Into(got));
+  canceller.join();
+  EXPECT_EQ(s.code(), Code::kAborted) << s.ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(http.Probe(origin.url("f"), 1, Into(got)).status().code(), Code::kAborted);
 }
 
 TEST(HttpClient, MissingObjectsAndRefusedConnectionsNameTheirCause) {
