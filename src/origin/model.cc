@@ -68,6 +68,7 @@ Result<OriginModel> DescribeOriginModel(HttpClient& http, const OriginSpec& spec
   }
 
   std::vector<CheckpointFile> described;
+  described.reserve(objects.size() + files.size());
   for (const OriginObject& index : objects) {
     described.push_back({index.name, index.info.size, false, {}});
   }

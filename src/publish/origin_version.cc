@@ -123,7 +123,7 @@ class ChunkHasher {
 }  // namespace
 
 Result<OriginPrepared> PrepareOriginVersion(const origin::OriginModel& model,
-                                            std::shared_ptr<origin::HttpClient> http,
+                                            const std::shared_ptr<origin::HttpClient>& http,
                                             const std::string& label,
                                             const PrepareOptions& options) {
   WC_RETURN_IF_ERROR(ValidateChannelName(options.channel));

@@ -27,7 +27,7 @@ struct OriginPrepared {
 // while it is read, when the origin cannot be read, or for a model without a tensor unless
 // options.allow_no_tensors.
 Result<OriginPrepared> PrepareOriginVersion(const origin::OriginModel& model,
-                                            std::shared_ptr<origin::HttpClient> http,
+                                            const std::shared_ptr<origin::HttpClient>& http,
                                             const std::string& label,
                                             const PrepareOptions& options);
 

@@ -165,7 +165,7 @@ class Publisher : private coord::SessionDelegate {
   // version FAILED, which aborts it fleet-wide. Not for a sharded publisher. Otherwise as
   // PublishDirectory.
   Result<PublishedVersion> PublishOrigin(const std::string& from,
-                                         std::shared_ptr<origin::HttpClient> http,
+                                         const std::shared_ptr<origin::HttpClient>& http,
                                          const std::map<std::string, std::string>& metadata = {});
 
   // Blocks until `until` holds for the newest version seeded (OK), Stop (kAborted) or `timeout`

@@ -10,7 +10,7 @@
 namespace weightcast::publish {
 
 Result<PublishedVersion> Publisher::PublishOrigin(
-    const std::string& from, std::shared_ptr<origin::HttpClient> http,
+    const std::string& from, const std::shared_ptr<origin::HttpClient>& http,
     const std::map<std::string, std::string>& metadata) {
   std::lock_guard publishing(publish_mu_);
   if (stopping_) return Aborted("the publisher is stopping");
