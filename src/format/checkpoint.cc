@@ -243,6 +243,13 @@ Result<Checkpoint> AssembleCheckpoint(fs::path root, std::vector<CheckpointFile>
   return checkpoint;
 }
 
+bool Checkpoint::has_tensors() const {
+  for (const CheckpointFile& f : files) {
+    if (f.is_safetensors && !f.header.tensors.empty()) return true;
+  }
+  return false;
+}
+
 uint64_t Checkpoint::total_bytes() const {
   uint64_t total = 0;
   for (const CheckpointFile& file : files) total += file.size;

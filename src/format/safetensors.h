@@ -128,6 +128,8 @@ struct Checkpoint {
   // headers (every entry names a file that holds that tensor, and every tensor is listed).
   std::map<std::string, std::string> weight_map;
   uint64_t total_bytes() const;
+  // Whether any safetensors file holds a tensor (a publisher refuses a version without one).
+  bool has_tensors() const;
 };
 
 // The weight_map of a *.safetensors.index.json: tensor name -> the file that holds it, relative

@@ -18,13 +18,6 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-bool HasTensors(const Checkpoint& checkpoint) {
-  for (const CheckpointFile& f : checkpoint.files) {
-    if (f.is_safetensors && !f.header.tensors.empty()) return true;
-  }
-  return false;
-}
-
 // Hashes chunks on a pool as they fill, holding at most `max_buffers` of them at once: the
 // stream waits for a free buffer, so memory stays bounded whatever the model's size.
 class ChunkHasher {
@@ -130,7 +123,7 @@ Result<OriginPrepared> PrepareOriginVersion(const origin::OriginModel& model,
   if (options.secret.empty() && options.signing_identity == nullptr) {
     return InvalidArgument("no cluster secret or publisher key to sign the manifest");
   }
-  if (!options.allow_no_tensors && !HasTensors(model.checkpoint)) {
+  if (!options.allow_no_tensors && !model.checkpoint.has_tensors()) {
     return InvalidArgument(label +
                            " holds no tensors (no safetensors file with a tensor in it): a version "
                            "without weights would replace the model on every node; "

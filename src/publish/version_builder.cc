@@ -19,13 +19,6 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-bool HasTensors(const Checkpoint& checkpoint) {
-  for (const CheckpointFile& f : checkpoint.files) {
-    if (f.is_safetensors && !f.header.tensors.empty()) return true;
-  }
-  return false;
-}
-
 ImportMode ChooseImportMode(ImportPolicy policy) {
   return policy == ImportPolicy::kHardlink ? ImportMode::kHardlink : ImportMode::kCopy;
 }
@@ -114,7 +107,7 @@ Result<PreparedVersion> PrepareVersion(Store& store, const fs::path& dir,
 
   auto start = std::chrono::steady_clock::now();
   WC_ASSIGN_OR_RETURN(Checkpoint source, OpenCheckpoint(dir));
-  if (!options.allow_no_tensors && !HasTensors(source)) {
+  if (!options.allow_no_tensors && !source.has_tensors()) {
     return InvalidArgument(dir.string() +
                            " holds no tensors (no safetensors file with a tensor in it): a version "
                            "without weights would replace the model on every node; "

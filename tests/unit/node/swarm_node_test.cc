@@ -128,18 +128,27 @@ class Swarm : public ::testing::Test {
     for (auto& n : nodes_) n->swarm->Stop();
   }
 
-  // Serves `m`'s files (`files`) at `origin` and records them in m's metadata, as a publisher
-  // does for a version published from an origin (docs/origin.md).
-  static void ServeFromOrigin(origin::testing::FakeOrigin& origin, Manifest& m,
-                              const std::vector<TestFile>& files) {
+  // A seed (node 1) holding v1 of `files`, the other nodes made from now on reading origins, and
+  // `origin` serving `served` under v1's file names, recorded in v1's metadata as a publisher
+  // does for a version published from an origin (docs/origin.md). Returns v1.
+  Manifest SeedWithOrigin(origin::testing::FakeOrigin& origin, const std::vector<TestFile>& files,
+                          const std::vector<TestFile>& served) {
+    tweak_ = [](uint64_t id, SwarmNodeOptions& o) {
+      if (id != 1) o.origin_http = std::make_shared<origin::HttpClient>(origin::HttpOptions{});
+    };
+    Node& seed = AddNode(1, /*source=*/true);
+    EXPECT_TRUE(StageAndCommit(*seed.store, kChannel, Version(1), files).ok());
+    Manifest m = MakeManifest(kChannel, Version(1), files);
     std::vector<origin::OriginObject> objects;
     for (const ManifestFile& f : m.files) {
-      for (const TestFile& t : files) {
+      for (const TestFile& t : served) {
         if (t.path == f.path) origin.Put(t.path, t.bytes);
       }
       objects.push_back({f.path, origin.url(f.path), {f.size, "", ""}});
     }
     m.metadata[std::string(origin::kObjectsMetadataKey)] = origin::EncodeOriginObjects(objects);
+    EXPECT_TRUE(seed.swarm->Seed(m, SignManifestWithSecret(m, kSecret), nullptr).ok());
+    return m;
   }
 
   // Changes the options of each node AddNode makes (metrics hooks).
@@ -240,16 +249,9 @@ TEST_F(Swarm, FullVersionThenDeltaReachEveryAgent) {
 // peer; each chunk leaves the origin at most once, and the rest travels between the agents.
 TEST_F(Swarm, AgentsFetchTheirSharesFromTheOriginAndTheRestFromPeers) {
   origin::testing::FakeOrigin origin;
-  tweak_ = [](uint64_t id, SwarmNodeOptions& o) {
-    if (id != 1) o.origin_http = std::make_shared<origin::HttpClient>(origin::HttpOptions{});
-  };
-  Node& seed = AddNode(1, /*source=*/true);
   const auto files = SampleFiles(3, 4);
-  ASSERT_TRUE(StageAndCommit(*seed.store, kChannel, Version(1), files).ok());
-  Manifest v1 = MakeManifest(kChannel, Version(1), files);
-  ServeFromOrigin(origin, v1, files);
+  const Manifest v1 = SeedWithOrigin(origin, files, files);
   for (uint64_t id = 2; id <= 4; ++id) AddNode(id, false);
-  ASSERT_TRUE(seed.swarm->Seed(v1, SignManifestWithSecret(v1, kSecret), nullptr).ok());
   for (size_t i = 1; i < nodes_.size(); ++i) {
     nodes_[i]->swarm->SetOriginShare(static_cast<uint32_t>(i - 1), 3);
     ASSERT_TRUE(nodes_[i]->swarm->Fetch(v1, SignManifestWithSecret(v1, kSecret)).ok());
@@ -273,16 +275,10 @@ TEST_F(Swarm, AgentsFetchTheirSharesFromTheOriginAndTheRestFromPeers) {
 // their hashes, the origin is dropped like a bad peer, and the version completes from peers.
 TEST_F(Swarm, AnOriginWhoseContentChangedIsDroppedAndPeersServeTheVersion) {
   origin::testing::FakeOrigin origin;
-  tweak_ = [](uint64_t id, SwarmNodeOptions& o) {
-    if (id != 1) o.origin_http = std::make_shared<origin::HttpClient>(origin::HttpOptions{});
-  };
-  Node& seed = AddNode(1, /*source=*/true);
   const auto files = SampleFiles(4, 4);
-  ASSERT_TRUE(StageAndCommit(*seed.store, kChannel, Version(1), files).ok());
-  Manifest v1 = MakeManifest(kChannel, Version(1), files);
-  ServeFromOrigin(origin, v1, NextStep(files));  // other bytes under the same names
+  // Other bytes under the same names.
+  const Manifest v1 = SeedWithOrigin(origin, files, NextStep(files));
   Node& agent = AddNode(2, false);
-  ASSERT_TRUE(seed.swarm->Seed(v1, SignManifestWithSecret(v1, kSecret), nullptr).ok());
   agent.swarm->SetOriginShare(0, 1);
   ASSERT_TRUE(agent.swarm->Fetch(v1, SignManifestWithSecret(v1, kSecret)).ok());
   // The origin alone first: what it sends fails its hash.

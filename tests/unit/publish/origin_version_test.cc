@@ -9,6 +9,7 @@
 #include "synth/model.h"
 #include "testing/temp_dir.h"
 #include "trust/signed_manifest.h"
+#include "unit/synth/tiny_shape.h"
 #include "util/file.h"
 
 namespace weightcast::publish {
@@ -25,14 +26,7 @@ constexpr std::string_view kSecret = "origin-test-secret-0123456789abc";
 fs::path WriteAndServe(const TempDir& dir, FakeOrigin& origin) {
   synth::SynthModelOptions model;
   model.out_dir = dir.path() / "model";
-  synth::ModelShape s;
-  s.hidden = 128;
-  s.intermediate = 384;
-  s.layers = 2;
-  s.heads = 2;
-  s.kv_heads = 1;
-  s.vocab = 1000;
-  model.shape = s;
+  model.shape = synth::testing::TinyShape();
   model.shard_bytes = 400'000;
   model.threads = 2;
   auto summary = synth::WriteSynthModel(model);

@@ -10,6 +10,7 @@
 #include "synth/model.h"
 #include "testing/temp_dir.h"
 #include "trust/signed_manifest.h"
+#include "unit/synth/tiny_shape.h"
 
 namespace weightcast::publish {
 namespace {
@@ -24,14 +25,7 @@ constexpr std::string_view kSecret = "publisher-test-secret-0123456789";
 void WriteTrainer(const fs::path& root, uint64_t steps) {
   synth::SynthModelOptions model;
   model.out_dir = root / "step-0000";
-  synth::ModelShape s;
-  s.hidden = 128;
-  s.intermediate = 384;
-  s.layers = 2;
-  s.heads = 2;
-  s.kv_heads = 1;
-  s.vocab = 1000;
-  model.shape = s;
+  model.shape = synth::testing::TinyShape();
   model.threads = 2;
   ASSERT_TRUE(synth::WriteSynthModel(model).ok());
   if (steps == 0) return;

@@ -13,6 +13,7 @@
 #include "synth/model.h"
 #include "testing/temp_dir.h"
 #include "trust/signed_manifest.h"
+#include "unit/synth/tiny_shape.h"
 
 namespace weightcast::publish {
 namespace {
@@ -22,16 +23,7 @@ using ::weightcast::testing::TempDir;
 
 constexpr std::string_view kSecret = "publish-test-secret";
 
-synth::ModelShape TinyShape() {
-  synth::ModelShape s;
-  s.hidden = 128;
-  s.intermediate = 384;
-  s.layers = 2;
-  s.heads = 2;
-  s.kv_heads = 1;
-  s.vocab = 1000;
-  return s;
-}
+using synth::testing::TinyShape;
 
 // A tiny sharded model in root/step-0000 and `steps` RL-like steps in root/step-0001...
 void WriteTrainer(const fs::path& root, uint64_t steps) {

@@ -7,22 +7,14 @@
 
 #include "synth/numeric.h"
 #include "unit/synth/test_dir.h"
+#include "unit/synth/tiny_shape.h"
 #include "util/file.h"
 
 namespace weightcast::synth {
 namespace {
 
 // A shape small enough for unit tests: about 1.3 M parameters.
-ModelShape TinyShape() {
-  ModelShape s;
-  s.hidden = 128;
-  s.intermediate = 384;
-  s.layers = 3;
-  s.heads = 2;
-  s.kv_heads = 1;
-  s.vocab = 1000;
-  return s;
-}
+ModelShape TinyShape() { return testing::TinyShape(3); }
 
 TEST(SynthModelShape, LandsCloseToTheTargetFromMegabytesToTerabytes) {
   for (DType dtype : {DType::kBF16, DType::kF32, DType::kF8_E4M3}) {

@@ -4,21 +4,13 @@
 
 #include "synth/model.h"
 #include "unit/synth/test_dir.h"
+#include "unit/synth/tiny_shape.h"
 #include "util/file.h"
 
 namespace weightcast::synth {
 namespace {
 
-ModelShape TinyShape() {
-  ModelShape s;
-  s.hidden = 128;
-  s.intermediate = 384;
-  s.layers = 2;
-  s.heads = 2;
-  s.kv_heads = 1;
-  s.vocab = 1000;
-  return s;
-}
+using testing::TinyShape;
 
 // A tiny sharded base model in dir/base.
 std::filesystem::path WriteBase(const TempDir& dir, DType dtype = DType::kBF16) {
