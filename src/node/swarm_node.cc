@@ -344,47 +344,38 @@ std::string SwarmNode::address() const {
 
 PeerId SwarmNode::id() const { return impl_->options_.node_id; }
 
-Status SwarmNode::Fetch(const Manifest& manifest, std::vector<uint8_t> signed_manifest) {
+Result<Manifest> SwarmNode::Impl::VerifyGiven(const Manifest& manifest,
+                                              std::span<const uint8_t> signed_manifest) const {
   WC_ASSIGN_OR_RETURN(Manifest verified,
-                      VerifySignedManifest(signed_manifest, {impl_->options_.manifest_secret,
-                                                             impl_->options_.trust_anchor.get()}));
+                      VerifySignedManifest(signed_manifest, {options_.manifest_secret,
+                                                             options_.trust_anchor.get()}));
   if (verified.root != manifest.root || verified.version != manifest.version) {
     return InvalidArgument("the signed manifest is not the manifest given");
   }
+  return verified;
+}
+
+Status SwarmNode::Fetch(const Manifest& manifest, std::vector<uint8_t> signed_manifest) {
+  WC_ASSIGN_OR_RETURN(Manifest verified, impl_->VerifyGiven(manifest, signed_manifest));
   return impl_->Fetch(verified);
 }
 
 Status SwarmNode::Seed(const Manifest& manifest, std::vector<uint8_t> signed_manifest,
                        std::shared_ptr<const PayloadCache> payloads) {
-  WC_ASSIGN_OR_RETURN(Manifest verified,
-                      VerifySignedManifest(signed_manifest, {impl_->options_.manifest_secret,
-                                                             impl_->options_.trust_anchor.get()}));
-  if (verified.root != manifest.root || verified.version != manifest.version) {
-    return InvalidArgument("the signed manifest is not the manifest given");
-  }
+  WC_ASSIGN_OR_RETURN(Manifest verified, impl_->VerifyGiven(manifest, signed_manifest));
   return impl_->Seed(verified, std::move(payloads));
 }
 
 Status SwarmNode::SeedPart(const Manifest& manifest, std::vector<uint8_t> signed_manifest,
                            const Manifest& part, uint32_t first_chunk,
                            std::shared_ptr<const PayloadCache> payloads) {
-  WC_ASSIGN_OR_RETURN(Manifest verified,
-                      VerifySignedManifest(signed_manifest, {impl_->options_.manifest_secret,
-                                                             impl_->options_.trust_anchor.get()}));
-  if (verified.root != manifest.root || verified.version != manifest.version) {
-    return InvalidArgument("the signed manifest is not the manifest given");
-  }
+  WC_ASSIGN_OR_RETURN(Manifest verified, impl_->VerifyGiven(manifest, signed_manifest));
   return impl_->SeedPart(verified, part, first_chunk, std::move(payloads));
 }
 
 Status SwarmNode::SeedFrom(const Manifest& manifest, std::vector<uint8_t> signed_manifest,
                            ChunkReader reader) {
-  WC_ASSIGN_OR_RETURN(Manifest verified,
-                      VerifySignedManifest(signed_manifest, {impl_->options_.manifest_secret,
-                                                             impl_->options_.trust_anchor.get()}));
-  if (verified.root != manifest.root || verified.version != manifest.version) {
-    return InvalidArgument("the signed manifest is not the manifest given");
-  }
+  WC_ASSIGN_OR_RETURN(Manifest verified, impl_->VerifyGiven(manifest, signed_manifest));
   return impl_->SeedFrom(verified, std::move(reader));
 }
 

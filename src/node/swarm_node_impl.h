@@ -253,6 +253,9 @@ struct SwarmNode::Impl {
   };
 
   // swarm_node.cc: the threads, the event loop, the protocol's effects, progress
+  // The verified contents of `signed_manifest`, which must be `manifest` (root and version).
+  Result<Manifest> VerifyGiven(const Manifest& manifest,
+                               std::span<const uint8_t> signed_manifest) const;
   Status Start(std::string_view listen_address);
   void Stop();
   void Push(Event event);
