@@ -93,7 +93,7 @@ CONF
 cluster_exec "$ID" 0 nginx -p "$work/nginx" -c "$work/nginx/nginx.conf" -e "$work/nginx/error.log" \
   >/dev/null 2>&1 &
 sleep 1
-origin_bytes() { awk '{ s += $3 } END { printf "%d\n", s }' "$work/nginx/access.log"; }
+origin_bytes() { awk '{ s += $3 } END { printf "%.0f\n", s }' "$work/nginx/access.log"; }
 now() { date +%s.%N; }
 since() { python3 -c "import sys, time; print(round(time.time() - float(sys.argv[1]), 3))" "$1"; }
 

@@ -60,5 +60,5 @@ CONF
 }
 
 origin_bytes() {
-  awk '{ s += $3 } END { printf "%d\n", s }' "$work/nginx/access.log"
+  awk '{ s += $3 } END { printf "%.0f\n", s }' "$work/nginx/access.log"
 }
