@@ -151,7 +151,8 @@ struct SwarmCounters {
   uint64_t delta_chunks_fast = 0;
   uint64_t delta_chunks_sha256 = 0;
   // Whole chunks uploaded, by where their bytes came from: the buffer they were received in
-  // (RecentChunks), or a read of the store.
+  // (RecentChunks), or a read of the store (for a source seeded from an origin, SeedFrom: a read
+  // of the origin).
   uint64_t uploads_from_memory = 0;
   uint64_t uploads_from_store = 0;
   // Chunk bytes read from an HTTP(S) origin (for this node's share, docs/origin.md).

@@ -417,6 +417,15 @@ template Result<wire::PublishReply> Publisher::Call<wire::PublishReply>(
 template Result<std::vector<uint8_t>> Publisher::Call<std::vector<uint8_t>>(
     const std::function<Result<std::vector<uint8_t>>(coord::CoordinatorClient&)>&);
 
+Result<wire::ChannelLog> Publisher::LogBeforePublish() {
+  Result<wire::ChannelLog> log = ChannelLog();
+  // A connection the coordinator closed (a take-over closes the fenced writer's) is dropped by
+  // that call; once more on a new one, which also learns whether this writer was fenced.
+  if (!log.ok() && Transient(log.status())) log = ChannelLog();
+  WC_RETURN_IF_ERROR(lost_lease());
+  return log;
+}
+
 Result<wire::ChannelLog> Publisher::ChannelLog() {
   WC_ASSIGN_OR_RETURN(wire::FleetStatus status,
                       Call<wire::FleetStatus>([&](coord::CoordinatorClient& c) {
@@ -573,12 +582,7 @@ Result<PublishedVersion> Publisher::PublishDirectory(
   if (stopping_) return Aborted("the publisher is stopping");
   WC_RETURN_IF_ERROR(lost_lease());
   const auto start = std::chrono::steady_clock::now();
-  Result<wire::ChannelLog> channel_log = ChannelLog();
-  // A connection the coordinator closed (a take-over closes the fenced writer's) is dropped by
-  // that call; once more on a new one, which also learns whether this writer was fenced.
-  if (!channel_log.ok() && Transient(channel_log.status())) channel_log = ChannelLog();
-  WC_RETURN_IF_ERROR(lost_lease());
-  WC_ASSIGN_OR_RETURN(wire::ChannelLog log, std::move(channel_log));
+  WC_ASSIGN_OR_RETURN(wire::ChannelLog log, LogBeforePublish());
   if (sharded()) return PublishPartDirectory(dir, metadata, log);
   PrepareOptions o = BaseOptions();
   o.metadata = metadata;

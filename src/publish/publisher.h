@@ -210,6 +210,9 @@ class Publisher : private coord::SessionDelegate {
   void WarnOtherFiles(const std::filesystem::path& dir,
                       const std::vector<std::pair<std::string, uint64_t>>& files);
   Result<coord::wire::ChannelLog> ChannelLog();
+  // The channel's log as a publish starts: asked again once after a lost connection, and
+  // kFailedPrecondition when this writer was fenced meanwhile.
+  Result<coord::wire::ChannelLog> LogBeforePublish();
   Status Reconcile();
   PrepareOptions BaseOptions() const;
   Status PublishSigned(const PreparedVersion& prepared);

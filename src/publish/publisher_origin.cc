@@ -27,17 +27,14 @@ Result<PublishedVersion> Publisher::PublishOrigin(
   const std::string label = origin::RedactUrl(from);
   WC_ASSIGN_OR_RETURN(origin::OriginSpec spec, origin::ResolveOriginSpec(from));
   WC_ASSIGN_OR_RETURN(origin::OriginModel model, origin::DescribeOriginModel(*http, spec));
-  Result<coord::wire::ChannelLog> log = ChannelLog();
-  if (!log.ok() && (log.status().code() == Code::kUnavailable)) log = ChannelLog();
-  WC_RETURN_IF_ERROR(lost_lease());
-  WC_RETURN_IF_ERROR(log.status());
+  WC_ASSIGN_OR_RETURN(coord::wire::ChannelLog log, LogBeforePublish());
   PrepareOptions o = BaseOptions();
   o.metadata = metadata;
   o.delta = false;
   // Above what the coordinator logged and what this store holds (a version published from a
   // directory by the same writer).
   Result<Version> stored = store_->NextVersion(options_.channel);
-  o.min_version = Version(std::max(NewestLogged(*log) + 1, stored.ok() ? stored->value() : 1));
+  o.min_version = Version(std::max(NewestLogged(log) + 1, stored.ok() ? stored->value() : 1));
   WC_ASSIGN_OR_RETURN(OriginPrepared built, PrepareOriginVersion(model, http, label, o));
   const PreparedVersion& prepared = built.prepared;
   PublishedVersion out;
