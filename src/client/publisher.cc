@@ -9,6 +9,8 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <optional>
+#include <span>
 #include <system_error>
 #include <thread>
 #include <utility>
@@ -103,6 +105,9 @@ struct Publisher::Impl : std::enable_shared_from_this<Publisher::Impl> {
     std::vector<client::TensorBytes> tensors;
     std::unique_ptr<uint8_t[]> owned;
     uint64_t owned_size = 0;
+    // A coordinated copy: `owned` holds the safetensors file of the version (tensors point into
+    // it), published from memory (publish::Publisher::PublishImage).
+    std::span<const uint8_t> image;
     std::shared_ptr<const void> keep_alive;
     std::optional<int64_t> step;
     std::string slices;  // a sharded rank's slices (coord::kPartSlicesKey), renamed tensors
@@ -118,10 +123,9 @@ struct Publisher::Impl : std::enable_shared_from_this<Publisher::Impl> {
   Result<std::string> NameSlices(std::span<const TensorView> tensors,
                                  std::vector<client::TensorBytes>& checked) const;
   void WorkerLoop();
-  Result<PublishResult> Run(const Job& job);
+  Result<PublishResult> Run(Job& job);
   Result<PublishResult> RunLocal(const Job& job, const std::map<std::string, std::string>& meta);
-  Result<PublishResult> RunCoordinated(const Job& job,
-                                       const std::map<std::string, std::string>& meta);
+  Result<PublishResult> RunCoordinated(Job& job, const std::map<std::string, std::string>& meta);
   Status WaitUntil(SeedUntil until, Clock::time_point deadline);
   std::shared_ptr<publish::Publisher> Remote() const {
     std::lock_guard lock(mu);
@@ -132,10 +136,21 @@ struct Publisher::Impl : std::enable_shared_from_this<Publisher::Impl> {
   // allocation of a model's size costs a page fault per 4 KiB on the first copy into it, which is
   // many times the copy itself (and the trainer waits for it).
   std::unique_ptr<uint8_t[]> TakeSpareBuffer(uint64_t size);
+  // Whether a job is published from its file image (PublishImage): a coordinated publisher's
+  // whole versions (a sharded rank's slices go through a directory).
+  bool PublishesImages(const Job& job) const;
+  // Copies the job's tensors into a buffer it then owns (a spare one when there is one): the
+  // version's file image when `as_image`, else back to back. The tensors then point into it.
+  Status CopyTensors(Job& job, bool as_image);
   void KeepSpareBuffer(std::unique_ptr<uint8_t[]> buffer, uint64_t size);
 
   const PublisherOptions options;
   std::unique_ptr<Store> store;  // local only; used by the worker thread alone
+  // The image of the last version published from memory, the base of the next delta (the
+  // publisher then reads no file back). Used by the worker thread alone.
+  std::unique_ptr<uint8_t[]> held_image;
+  uint64_t held_size = 0;
+  publish::HeldBase held;
   // Coordinated only. Shared so that a WaitUntil or status on another thread keeps it alive
   // while Close stops it (Stop makes their blocking calls return).
   std::shared_ptr<publish::Publisher> remote;
@@ -250,25 +265,10 @@ Result<PublishHandle> Publisher::Impl::Submit(std::span<const TensorView> tensor
   WC_ASSIGN_OR_RETURN(job.slices, NameSlices(tensors, checked));
   job.submitted = Clock::now();
   job.step = step;
-  if (async.copy) {
-    uint64_t total = 0;
-    for (const client::TensorBytes& t : checked) total += t.bytes.size();
-    job.owned = TakeSpareBuffer(total);
-    job.owned_size = total;
-    if (job.owned == nullptr)
-      job.owned.reset(new (std::nothrow) uint8_t[std::max<uint64_t>(total, 1)]);
-    if (job.owned == nullptr) {
-      return ResourceExhausted("cannot allocate " + FormatBytes(total) +
-                               " to copy the tensors (publish with copy off instead)");
-    }
-    uint64_t at = 0;
-    for (client::TensorBytes& t : checked) {
-      if (!t.bytes.empty()) std::memcpy(job.owned.get() + at, t.bytes.data(), t.bytes.size());
-      t.bytes = {job.owned.get() + at, t.bytes.size()};
-      at += t.bytes.size();
-    }
-  }
   job.tensors = std::move(checked);
+  // A coordinated publisher of whole versions copies into the version's file image, which it
+  // hashes, encodes and stores from memory; otherwise the tensors are copied back to back.
+  if (async.copy) WC_RETURN_IF_ERROR(CopyTensors(job, PublishesImages(job)));
   job.keep_alive = std::move(async.keep_alive);
   auto state = std::make_shared<PublishHandle::State>();
   job.state = state;
@@ -281,6 +281,39 @@ Result<PublishHandle> Publisher::Impl::Submit(std::span<const TensorView> tensor
   }
   cv.notify_all();
   return PublishHandle(std::move(state));
+}
+
+bool Publisher::Impl::PublishesImages(const Job& job) const {
+  return !options.coordinator.empty() && job.slices.empty();
+}
+
+Status Publisher::Impl::CopyTensors(Job& job, bool as_image) {
+  std::optional<client::TensorsFileLayout> layout;
+  if (as_image) {
+    WC_ASSIGN_OR_RETURN(layout, client::LayOutTensorsFile(job.tensors));
+  }
+  uint64_t total = 0;
+  for (const client::TensorBytes& t : job.tensors) total += t.bytes.size();
+  if (layout) total = layout->size;
+  std::unique_ptr<uint8_t[]> owned = TakeSpareBuffer(total);
+  if (owned == nullptr) owned.reset(new (std::nothrow) uint8_t[std::max<uint64_t>(total, 1)]);
+  if (owned == nullptr) {
+    return ResourceExhausted("cannot allocate " + FormatBytes(total) +
+                             " to copy the tensors (publish with copy off instead)");
+  }
+  uint64_t at = 0;
+  if (layout) std::memcpy(owned.get(), layout->header.data(), layout->header.size());
+  for (size_t i = 0; i < job.tensors.size(); ++i) {
+    client::TensorBytes& t = job.tensors[i];
+    if (layout) at = layout->offsets[i];
+    if (!t.bytes.empty()) std::memcpy(owned.get() + at, t.bytes.data(), t.bytes.size());
+    t.bytes = {owned.get() + at, t.bytes.size()};
+    at += t.bytes.size();
+  }
+  if (layout) job.image = {owned.get(), total};
+  job.owned = std::move(owned);
+  job.owned_size = total;
+  return Status::Ok();
 }
 
 std::unique_ptr<uint8_t[]> Publisher::Impl::TakeSpareBuffer(uint64_t size) {
@@ -329,7 +362,7 @@ void Publisher::Impl::WorkerLoop() {
   }
 }
 
-Result<PublishResult> Publisher::Impl::Run(const Job& job) {
+Result<PublishResult> Publisher::Impl::Run(Job& job) {
   std::map<std::string, std::string> metadata;
   if (job.step) metadata["step"] = std::to_string(*job.step);
   if (!job.slices.empty()) metadata[std::string(coord::kPartSlicesKey)] = job.slices;
@@ -363,24 +396,43 @@ Result<PublishResult> Publisher::Impl::RunLocal(const Job& job,
 }
 
 Result<PublishResult> Publisher::Impl::RunCoordinated(
-    const Job& job, const std::map<std::string, std::string>& meta) {
-  WC_ASSIGN_OR_RETURN(std::filesystem::path dir,
-                      client::PrepareScratchDir(options.store, options.channel));
-  WC_RETURN_IF_ERROR(client::WriteTensorsFile(dir / "model.safetensors", job.tensors));
-  auto published = remote->PublishDirectory(dir, meta);
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);  // imported (linked or copied) into the store
-  if (!published.ok()) return published.status();
-  // The root, from the manifest the publisher committed (a read-only open takes no lock).
-  StoreOptions read_only;
-  read_only.read_only = true;
-  WC_ASSIGN_OR_RETURN(Store read, Store::Open(options.store, read_only));
-  WC_ASSIGN_OR_RETURN(Manifest manifest, read.GetManifest(options.channel, published->version));
+    Job& job, const std::map<std::string, std::string>& meta) {
+  Result<publish::PublishedVersion> published = Aborted("not published");
+  Digest root{};
+  // A publish without a copy (the caller waits for it) is copied here: into memory is cheaper
+  // than writing a file and reading it back.
+  if (job.image.empty() && job.owned == nullptr && PublishesImages(job)) {
+    WC_RETURN_IF_ERROR(CopyTensors(job, true));
+  }
+  if (!job.image.empty()) {
+    const publish::VersionImage image{"model.safetensors", job.image};
+    published = remote->PublishImage(image, held_image != nullptr ? &held : nullptr, meta);
+    if (!published.ok()) return published.status();
+    root = published->root;
+    // The published image is the next delta's base; the one it replaces becomes a spare.
+    std::swap(held_image, job.owned);
+    std::swap(held_size, job.owned_size);
+    held = {published->version, root, job.image};
+  } else {
+    WC_ASSIGN_OR_RETURN(std::filesystem::path dir,
+                        client::PrepareScratchDir(options.store, options.channel));
+    WC_RETURN_IF_ERROR(client::WriteTensorsFile(dir / "model.safetensors", job.tensors));
+    published = remote->PublishDirectory(dir, meta);
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);  // imported (linked or copied) into the store
+    if (!published.ok()) return published.status();
+    // The root, from the manifest the publisher committed (a read-only open takes no lock).
+    StoreOptions read_only;
+    read_only.read_only = true;
+    WC_ASSIGN_OR_RETURN(Store read, Store::Open(options.store, read_only));
+    WC_ASSIGN_OR_RETURN(Manifest manifest, read.GetManifest(options.channel, published->version));
+    root = manifest.root;
+  }
   PublishResult out;
   out.version = published->version;
   out.total_bytes = published->model_bytes;
   out.chunk_count = published->chunks;
-  out.root = ToHex(manifest.root);
+  out.root = ToHex(root);
   out.delta = published->delta;
   // What a node that holds the previous version receives: the payloads of a delta, or every
   // chunk of a full version.
@@ -421,6 +473,7 @@ void Publisher::Impl::Close(PendingPublishes pending) {
   // out an unreachable coordinator.
   if (pending == PendingPublishes::kAbort && seeder != nullptr) seeder->Stop();
   if (worker.joinable()) worker.join();
+  held_image.reset();
   if (seeder != nullptr) seeder->Stop();
   {
     std::lock_guard lock(mu);

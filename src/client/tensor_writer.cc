@@ -3,6 +3,7 @@
 #include "publish/local_publish.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <system_error>
 #include <utility>
@@ -12,7 +13,13 @@
 
 namespace weightcast::client {
 
-Status WriteTensorsFile(const std::filesystem::path& path, std::vector<TensorBytes> tensors) {
+namespace {
+
+// Checks names, sizes and dtypes, then sorts into file order: wider elements first, then by name.
+// The data section starts 8-byte aligned and every tensor of a wider type is a whole number of
+// its elements, so each tensor stays aligned to its element size for readers that map it in
+// place; the order never depends on the caller's.
+Status SortIntoFileOrder(std::vector<TensorBytes>& tensors) {
   std::set<std::string_view> names;
   for (const TensorBytes& t : tensors) {
     if (t.name.empty()) return InvalidArgument("a tensor has an empty name");
@@ -25,21 +32,48 @@ Status WriteTensorsFile(const std::filesystem::path& path, std::vector<TensorByt
                              " bytes, but " + std::to_string(t.bytes.size()) + " were given");
     }
   }
-  // Wider elements first, then by name: the data section starts 8-byte aligned and every tensor
-  // of a wider type is a whole number of its elements, so each tensor stays aligned to its
-  // element size for readers that map it in place; the order never depends on the caller's.
-  std::sort(tensors.begin(), tensors.end(), [](const TensorBytes& a, const TensorBytes& b) {
+  std::stable_sort(tensors.begin(), tensors.end(), [](const TensorBytes& a, const TensorBytes& b) {
     const uint32_t abits = DTypeBits(a.dtype);
     const uint32_t bbits = DTypeBits(b.dtype);
     if (abits != bbits) return abits > bbits;
     return a.name < b.name;
   });
+  return Status::Ok();
+}
+
+std::vector<TensorSpec> SpecsOf(const std::vector<TensorBytes>& tensors) {
   std::vector<TensorSpec> specs;
   specs.reserve(tensors.size());
   for (const TensorBytes& t : tensors) specs.push_back({t.name, t.dtype, t.shape});
-  WC_ASSIGN_OR_RETURN(auto writer, SafetensorsWriter::Create(path, std::move(specs)));
+  return specs;
+}
+
+}  // namespace
+
+Status WriteTensorsFile(const std::filesystem::path& path, std::vector<TensorBytes> tensors) {
+  WC_RETURN_IF_ERROR(SortIntoFileOrder(tensors));
+  WC_ASSIGN_OR_RETURN(auto writer, SafetensorsWriter::Create(path, SpecsOf(tensors)));
   for (const TensorBytes& t : tensors) WC_RETURN_IF_ERROR(writer->Append(t.bytes));
   return writer->Finish();
+}
+
+Result<TensorsFileLayout> LayOutTensorsFile(std::span<const TensorBytes> tensors) {
+  std::vector<TensorBytes> sorted(tensors.begin(), tensors.end());
+  WC_RETURN_IF_ERROR(SortIntoFileOrder(sorted));
+  // The same header SafetensorsWriter::Create writes for these specs (no metadata).
+  WC_ASSIGN_OR_RETURN(EncodedHeader header, EncodeSafetensorsHeader(SpecsOf(sorted), {}));
+  TensorsFileLayout out;
+  out.size = header.bytes.size() + header.data_bytes;
+  std::map<std::string_view, uint64_t> offset_of;
+  uint64_t at = header.bytes.size();
+  for (const TensorBytes& t : sorted) {
+    offset_of[t.name] = at;
+    at += t.bytes.size();
+  }
+  out.offsets.reserve(tensors.size());
+  for (const TensorBytes& t : tensors) out.offsets.push_back(offset_of.at(t.name));
+  out.header = std::move(header.bytes);
+  return out;
 }
 
 Result<std::filesystem::path> PrepareScratchDir(const std::filesystem::path& store_root,

@@ -32,6 +32,16 @@ struct TensorBytes {
 // size disagrees with dtype and shape. Blocks on disk I/O; fsyncs (SafetensorsWriter).
 Status WriteTensorsFile(const std::filesystem::path& path, std::vector<TensorBytes> tensors);
 
+// The bytes WriteTensorsFile writes, laid out in memory: a publisher copies the trainer's tensors
+// straight into a file image and hashes, encodes and stores it from there (no file read back).
+struct TensorsFileLayout {
+  std::string header;             // the file's first bytes: length prefix and padded JSON
+  std::vector<uint64_t> offsets;  // where each tensor's bytes start, in the order given
+  uint64_t size = 0;              // the whole file
+};
+// Validates `tensors` as WriteTensorsFile does and lays them out as it would.
+Result<TensorsFileLayout> LayOutTensorsFile(std::span<const TensorBytes> tensors);
+
 // Where a publisher writes the checkpoint directory of the next version: a hidden directory in the
 // store root (a name that is never a channel, so the store ignores it), on the store's
 // filesystem so that the import can hard-link instead of copying. Removes what a crash left.

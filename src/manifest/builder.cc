@@ -190,6 +190,37 @@ void UpdateStreaming(Hasher& hasher, HashAlgorithm algorithm, std::span<const ui
   }
 }
 
+Result<std::vector<Digest>> HashChunksInMemory(std::span<const uint8_t> bytes, uint64_t chunk_size,
+                                               HashAlgorithm algorithm, size_t threads,
+                                               std::vector<Digest>* fast_hashes) {
+  if (chunk_size < kMinChunkSize || chunk_size > kMaxChunkSize) {
+    return InvalidArgument("chunk size " + std::to_string(chunk_size) + " is outside [" +
+                           std::to_string(kMinChunkSize) + ", " + std::to_string(kMaxChunkSize) +
+                           "]");
+  }
+  const uint64_t total = bytes.size();
+  const size_t count = static_cast<size_t>(total / chunk_size + (total % chunk_size != 0 ? 1 : 0));
+  std::vector<Digest> out(count);
+  if (fast_hashes != nullptr) fast_hashes->assign(count, Digest{});
+  const size_t per_run = static_cast<size_t>(std::max<uint64_t>(1, kRunBytes / chunk_size));
+  const size_t runs = (count + per_run - 1) / per_run;
+  ThreadPool pool(threads);
+  pool.ParallelFor(runs, [&](size_t run) {
+    const size_t last = std::min(count, (run + 1) * per_run);
+    for (size_t index = run * per_run; index < last; ++index) {
+      const uint64_t at = index * chunk_size;
+      const std::span<const uint8_t> chunk = bytes.subspan(at, std::min(chunk_size, total - at));
+      Hasher hasher(algorithm);
+      std::optional<Hasher> fast;
+      if (fast_hashes != nullptr) fast.emplace(HashAlgorithm::kXxh3_128);
+      UpdateStreaming(hasher, algorithm, chunk, fast ? &*fast : nullptr);
+      out[index] = hasher.Finish();
+      if (fast_hashes != nullptr) (*fast_hashes)[index] = fast->Finish();
+    }
+  });
+  return out;
+}
+
 Result<std::vector<Digest>> HashChunks(const std::filesystem::path& root,
                                        const std::vector<ManifestFile>& files, uint64_t chunk_size,
                                        HashAlgorithm algorithm, size_t threads,

@@ -82,6 +82,11 @@ Result<std::vector<Digest>> HashChunks(const std::filesystem::path& root,
                                        std::vector<Digest>* fast_hashes = nullptr);
 
 // Whether a manifest built with `options` carries fast hashes.
+// HashChunks over bytes held in memory (one file's image, or every file's back to back).
+Result<std::vector<Digest>> HashChunksInMemory(std::span<const uint8_t> bytes, uint64_t chunk_size,
+                                               HashAlgorithm algorithm, size_t threads = 0,
+                                               std::vector<Digest>* fast_hashes = nullptr);
+
 inline bool WantsFastHashes(const BuildOptions& options) {
   return options.fast_hashes && options.algorithm == HashAlgorithm::kSha256;
 }

@@ -584,6 +584,32 @@ Result<PublishedVersion> Publisher::PublishDirectory(
   const auto start = std::chrono::steady_clock::now();
   WC_ASSIGN_OR_RETURN(wire::ChannelLog log, LogBeforePublish());
   if (sharded()) return PublishPartDirectory(dir, metadata, log);
+  WC_ASSIGN_OR_RETURN(PreparedVersion prepared,
+                      PrepareVersion(*store_, dir, NextVersionOptions(log, metadata)));
+  if (!prepared.other_files.empty() && prepared.other_files != warned_other_files_) {
+    WarnOtherFiles(dir, prepared.other_files);
+  }
+  warned_other_files_ = prepared.other_files;
+  return Announce(prepared, start, dir.string());
+}
+
+Result<PublishedVersion> Publisher::PublishImage(
+    const VersionImage& image, const HeldBase* held,
+    const std::map<std::string, std::string>& metadata) {
+  std::lock_guard publishing(publish_mu_);
+  if (stopping_) return Aborted("the publisher is stopping");
+  if (sharded()) return FailedPrecondition("a sharded publisher publishes directories");
+  WC_RETURN_IF_ERROR(lost_lease());
+  const auto start = std::chrono::steady_clock::now();
+  WC_ASSIGN_OR_RETURN(wire::ChannelLog log, LogBeforePublish());
+  WC_ASSIGN_OR_RETURN(
+      PreparedVersion prepared,
+      PrepareVersionFromMemory(*store_, image, held, NextVersionOptions(log, metadata)));
+  return Announce(prepared, start, "memory");
+}
+
+PrepareOptions Publisher::NextVersionOptions(const wire::ChannelLog& log,
+                                             const std::map<std::string, std::string>& metadata) {
   PrepareOptions o = BaseOptions();
   o.metadata = metadata;
   o.min_version = Version(NewestLogged(log) + 1);
@@ -594,22 +620,24 @@ Result<PublishedVersion> Publisher::PublishDirectory(
     Result<Manifest> base = store_->GetManifest(options_.channel, *current);
     o.delta = base.ok() && Logged(log, *current, base->root) && !AbortedInLog(log, *current);
   }
-  WC_ASSIGN_OR_RETURN(PreparedVersion prepared, PrepareVersion(*store_, dir, o));
+  return o;
+}
+
+Result<PublishedVersion> Publisher::Announce(const PreparedVersion& prepared,
+                                             std::chrono::steady_clock::time_point start,
+                                             const std::string& source) {
   PublishedVersion out;
   out.version = prepared.manifest.version;
   out.delta = prepared.manifest.delta.has_value();
   out.model_bytes = prepared.manifest.total_size();
   out.payload_bytes = prepared.payload_bytes;
   out.chunks = prepared.manifest.chunk_count();
+  out.root = prepared.manifest.root;
   out.prepare_seconds = SecondsSince(start);
-  if (!prepared.other_files.empty() && prepared.other_files != warned_other_files_) {
-    WarnOtherFiles(dir, prepared.other_files);
-  }
-  warned_other_files_ = prepared.other_files;
   WC_RETURN_IF_ERROR(PublishSigned(prepared));
   WC_RETURN_IF_ERROR(StartSeeding(prepared));
   options_.log.Info("published", {{"version", out.version.value()},
-                                  {"dir", dir.string()},
+                                  {"dir", source},
                                   {"delta", out.delta},
                                   {"bytes", out.model_bytes},
                                   {"payload_bytes", out.payload_bytes},

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <filesystem>
@@ -126,6 +127,7 @@ struct PublishedVersion {
   uint64_t payload_bytes = 0;  // delta payloads (0 for a full version)
   uint32_t chunks = 0;
   double prepare_seconds = 0;  // manifest + encode + import
+  Digest root{};               // the manifest's
 };
 
 // The publisher is its coordinator session's delegate (coord/client_session.h): it registers as
@@ -156,6 +158,13 @@ class Publisher : private coord::SessionDelegate {
   // logged it (retrying while it is unreachable, until Stop), then seeds it and returns.
   Result<PublishedVersion> PublishDirectory(
       const std::filesystem::path& dir, const std::map<std::string, std::string>& metadata = {});
+
+  // PublishDirectory of a version held in memory as one file's bytes (a trainer's tensors):
+  // hashed and encoded where they lie, against `held` when it holds the current version's bytes
+  // (PrepareVersionFromMemory), and written into the store meanwhile. `image` and `held` must
+  // not change until it returns. Not for a sharded publisher.
+  Result<PublishedVersion> PublishImage(const VersionImage& image, const HeldBase* held,
+                                        const std::map<std::string, std::string>& metadata = {});
 
   // Publishes the model at an HTTP(S) origin as the next version (docs/origin.md): `from` is a
   // URL or a list of URLs (origin/listing.h). Always a full version; every file is streamed once
@@ -215,6 +224,14 @@ class Publisher : private coord::SessionDelegate {
   Result<coord::wire::ChannelLog> LogBeforePublish();
   Status Reconcile();
   PrepareOptions BaseOptions() const;
+  // The options of the next version's prepare: above what `log` holds, a delta only against a
+  // current version the log has (and did not abort).
+  PrepareOptions NextVersionOptions(const coord::wire::ChannelLog& log,
+                                    const std::map<std::string, std::string>& metadata);
+  // Publishes a prepared version to the coordinator and seeds it; `source` names it in the log.
+  Result<PublishedVersion> Announce(const PreparedVersion& prepared,
+                                    std::chrono::steady_clock::time_point start,
+                                    const std::string& source);
   Status PublishSigned(const PreparedVersion& prepared);
   Status StartSeeding(const PreparedVersion& prepared);
   // Marks `prepared` as the version seeded (after node_ seeds it) and wakes the heartbeat.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 #include <optional>
 #include <string>
 #include <utility>
@@ -39,20 +40,15 @@ struct Encoded {
   uint64_t payload_bytes = 0;
 };
 
-// Encodes `target` (read from `target_dir`) against `base`. With `target_hashes`, the target's
-// chunk hashes are computed while encoding (its manifest's hashes are placeholders); without,
-// they are taken from its manifest. With `target_fast_hashes` too, its fast hashes as well.
-// Payloads past the cache's memory bound spill into `spill_dir` (node/payload_cache.h).
-Result<Encoded> Encode(const Manifest& base, const fs::path& base_dir, const Manifest& target,
-                       const fs::path& target_dir, const fs::path& spill_dir,
-                       const codec::VersionCodecOptions& options,
-                       std::vector<Digest>* target_hashes = nullptr,
-                       std::vector<Digest>* target_fast_hashes = nullptr) {
-  // Every chunk of both is read: the target's to hash it, the base's to compare and XOR.
-  WC_ASSIGN_OR_RETURN(codec::SnapshotReader base_bytes,
-                      codec::SnapshotReader::Open(base_dir, base, codec::ReadPattern::kWhole));
-  WC_ASSIGN_OR_RETURN(codec::SnapshotReader target_bytes,
-                      codec::SnapshotReader::Open(target_dir, target, codec::ReadPattern::kWhole));
+// Encodes `target` against `base`. With `target_hashes`, the target's chunk hashes are computed
+// while encoding (its manifest's hashes are placeholders); without, they are taken from its
+// manifest. With `target_fast_hashes` too, its fast hashes as well. Payloads past the cache's
+// memory bound spill into `spill_dir` (node/payload_cache.h).
+Result<Encoded> EncodeBytes(const Manifest& base, const codec::SnapshotReader& base_bytes,
+                            const Manifest& target, const codec::SnapshotReader& target_bytes,
+                            const fs::path& spill_dir, const codec::VersionCodecOptions& options,
+                            std::vector<Digest>* target_hashes = nullptr,
+                            std::vector<Digest>* target_fast_hashes = nullptr) {
   Encoded out;
   node::PayloadCacheOptions cache;
   cache.spill_dir = spill_dir;
@@ -73,6 +69,21 @@ Result<Encoded> Encode(const Manifest& base, const fs::path& base_dir, const Man
   return out;
 }
 
+// EncodeBytes of two versions' files.
+Result<Encoded> Encode(const Manifest& base, const fs::path& base_dir, const Manifest& target,
+                       const fs::path& target_dir, const fs::path& spill_dir,
+                       const codec::VersionCodecOptions& options,
+                       std::vector<Digest>* target_hashes = nullptr,
+                       std::vector<Digest>* target_fast_hashes = nullptr) {
+  // Every chunk of both is read: the target's to hash it, the base's to compare and XOR.
+  WC_ASSIGN_OR_RETURN(codec::SnapshotReader base_bytes,
+                      codec::SnapshotReader::Open(base_dir, base, codec::ReadPattern::kWhole));
+  WC_ASSIGN_OR_RETURN(codec::SnapshotReader target_bytes,
+                      codec::SnapshotReader::Open(target_dir, target, codec::ReadPattern::kWhole));
+  return EncodeBytes(base, base_bytes, target, target_bytes, spill_dir, options, target_hashes,
+                     target_fast_hashes);
+}
+
 // The checkpoint as the store holds it must be the one the source directory showed: same files
 // at the same sizes (a trainer still writing, or replacing files, while we link them in).
 Status SameFiles(const Checkpoint& source, const Checkpoint& staged) {
@@ -87,6 +98,24 @@ Status SameFiles(const Checkpoint& source, const Checkpoint& staged) {
     if (a.relative_path != b.relative_path) return changed("the set of files");
     if (a.size != b.size) return changed(a.relative_path);
   }
+  return Status::Ok();
+}
+
+// The end of a prepare: the manifest completed with its hashes, the version committed into the
+// store (after `before_commit`) and the manifest signed. `label` names the source in errors.
+Status CommitAndSign(Store& store, const PrepareOptions& options, const std::string& label,
+                     std::vector<Digest> hashes, std::vector<Digest> fast_hashes,
+                     ImportedFiles staged, PreparedVersion& out) {
+  if (Status s = FinishManifest(out.manifest, std::move(hashes), std::move(fast_hashes)); !s.ok()) {
+    return InvalidArgument(label + ": " + s.message());
+  }
+  const auto start = std::chrono::steady_clock::now();
+  if (options.before_commit)
+    WC_RETURN_IF_ERROR(options.before_commit(out.manifest, out.payloads.get()));
+  WC_RETURN_IF_ERROR(store.CommitImport(options.channel, out.manifest, std::move(staged)));
+  out.import_seconds += SecondsSince(start);
+  WC_ASSIGN_OR_RETURN(out.signed_manifest,
+                      SignManifest(out.manifest, {options.secret, options.signing_identity.get()}));
   return Status::Ok();
 }
 
@@ -165,20 +194,91 @@ Result<PreparedVersion> PrepareVersion(Store& store, const fs::path& dir,
                                    out.manifest.hash_algorithm, options.build.threads, fast));
     out.build_seconds = SecondsSince(start);
   }
-  if (Status s = FinishManifest(out.manifest, std::move(hashes), std::move(fast_hashes)); !s.ok()) {
-    return InvalidArgument(dir.string() + ": " + s.message());
-  }
-
   // No second hash: the manifest was built from the store's own files. A copy is private to the
   // store; a hard link shares the trainer's inode, and CommitImport refuses one written to since
   // it was linked (docs/publish.md says why hashing again would protect nothing more).
+  WC_RETURN_IF_ERROR(CommitAndSign(store, options, dir.string(), std::move(hashes),
+                                   std::move(fast_hashes), std::move(staged), out));
+  return out;
+}
+
+// One file's bytes in memory (docs/rl_step.md, "The publisher"): the image is hashed and encoded
+// where it lies while a thread writes it into the store, and the base is read from the previous
+// image when the caller still holds it. The bytes hashed are the bytes written: both read the
+// same memory, which the caller keeps unchanged for the call.
+Result<PreparedVersion> PrepareVersionFromMemory(Store& store, const VersionImage& image,
+                                                 const HeldBase* held,
+                                                 const PrepareOptions& options) {
+  WC_RETURN_IF_ERROR(ValidateChannelName(options.channel));
+  if (options.secret.empty() && options.signing_identity == nullptr) {
+    return InvalidArgument("no cluster secret or publisher key to sign the manifest");
+  }
+  PreparedVersion out;
+  out.import_mode = ImportMode::kCopy;
+  auto start = std::chrono::steady_clock::now();
+  Checkpoint checkpoint;
+  checkpoint.root = store.root();
+  CheckpointFile file;
+  file.relative_path = image.file;
+  file.size = image.bytes.size();
+  file.is_safetensors = true;
+  WC_ASSIGN_OR_RETURN(file.header,
+                      ParseSafetensorsHeader(image.bytes, image.bytes.size(), image.file));
+  checkpoint.files.push_back(std::move(file));
+  if (!options.allow_no_tensors && !checkpoint.has_tensors()) {
+    return InvalidArgument(
+        "no tensors to publish: a version without weights would replace the "
+        "model on every node");
+  }
+  WC_ASSIGN_OR_RETURN(Version next, store.NextVersion(options.channel));
+  next = std::max(next, options.min_version);
+  // The write into the store overlaps the hashing and encoding below; `staging` is waited for
+  // on every path out (its destructor blocks), and the image outlives it.
+  std::future<Result<ImportedFiles>> staging = std::async(std::launch::async, [&] {
+    return store.StageImportBytes(options.channel, next, image.file, image.bytes);
+  });
+
+  std::optional<Manifest> current_manifest;
+  Result<Version> current = store.Current(options.channel);
+  if (!current.ok() && current.status().code() != Code::kNotFound) return current.status();
+  if (current.ok()) {
+    WC_ASSIGN_OR_RETURN(current_manifest, store.GetManifest(options.channel, *current));
+  }
+  BuildOptions build = options.build;
+  build.chunk_size = ResolveChunkSize(build.chunk_size, checkpoint.total_bytes(),
+                                      current_manifest ? &*current_manifest : nullptr);
+  WC_ASSIGN_OR_RETURN(out.manifest, BuildManifestLayout(checkpoint, options.channel, next, build));
+  for (const auto& [key, value] : options.metadata) out.manifest.metadata[key] = value;
+  std::vector<Digest> hashes, fast_hashes;
+  std::vector<Digest>* fast = WantsFastHashes(build) ? &fast_hashes : nullptr;
+  if (options.delta && current_manifest && DeltaPays(*current_manifest, out.manifest)) {
+    const Manifest& base = *current_manifest;
+    const codec::SnapshotReader target_bytes = codec::SnapshotReader::FromMemory(image.bytes);
+    // The held image is the base only if it is the very version the store has current.
+    const bool base_held = held != nullptr && held->version == base.version &&
+                           held->root == base.root && held->bytes.size() == base.total_size();
+    WC_ASSIGN_OR_RETURN(
+        codec::SnapshotReader base_bytes,
+        base_held ? Result<codec::SnapshotReader>(codec::SnapshotReader::FromMemory(held->bytes))
+                  : codec::SnapshotReader::Open(store.VersionPath(options.channel, base.version),
+                                                base, codec::ReadPattern::kWhole));
+    WC_ASSIGN_OR_RETURN(Encoded encoded, EncodeBytes(base, base_bytes, out.manifest, target_bytes,
+                                                     store.root(), options.codec, &hashes, fast));
+    out.manifest.delta = std::move(encoded.delta);
+    out.payloads = std::move(encoded.payloads);
+    out.payload_bytes = encoded.payload_bytes;
+    out.encode_seconds = SecondsSince(start);
+  } else {
+    WC_ASSIGN_OR_RETURN(
+        hashes, HashChunksInMemory(image.bytes, out.manifest.chunk_size,
+                                   out.manifest.hash_algorithm, options.build.threads, fast));
+    out.build_seconds = SecondsSince(start);
+  }
   start = std::chrono::steady_clock::now();
-  if (options.before_commit)
-    WC_RETURN_IF_ERROR(options.before_commit(out.manifest, out.payloads.get()));
-  WC_RETURN_IF_ERROR(store.CommitImport(options.channel, out.manifest, std::move(staged)));
-  out.import_seconds += SecondsSince(start);
-  WC_ASSIGN_OR_RETURN(out.signed_manifest,
-                      SignManifest(out.manifest, {options.secret, options.signing_identity.get()}));
+  WC_ASSIGN_OR_RETURN(ImportedFiles staged, staging.get());
+  out.import_seconds = SecondsSince(start);  // what the write added past the encode
+  WC_RETURN_IF_ERROR(CommitAndSign(store, options, image.file, std::move(hashes),
+                                   std::move(fast_hashes), std::move(staged), out));
   return out;
 }
 

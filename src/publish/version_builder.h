@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -91,6 +92,27 @@ inline constexpr std::string_view kSourceMetadataKey = "weightcast.publish.sourc
 // after it was hard-linked) fails it.
 Result<PreparedVersion> PrepareVersion(Store& store, const std::filesystem::path& dir,
                                        const PrepareOptions& options);
+
+// A version held in memory as the bytes of one safetensors file.
+struct VersionImage {
+  std::string file;  // its name in the version, e.g. "model.safetensors"
+  std::span<const uint8_t> bytes;
+};
+// The bytes of a version the caller still holds in memory, the base of the next one.
+struct HeldBase {
+  Version version;
+  Digest root{};
+  std::span<const uint8_t> bytes;
+};
+
+// PrepareVersion for a version held in memory (a trainer's tensors copied into one file's image,
+// client::LayOutTensorsFile): hashed and encoded where it lies while a thread writes it into the
+// store; the base is read from `held` when it is the store's current version with that root and
+// size, else from the store's files. `image` and `held` must not change during the call. Leaves
+// the store unchanged when it fails.
+Result<PreparedVersion> PrepareVersionFromMemory(Store& store, const VersionImage& image,
+                                                 const HeldBase* held,
+                                                 const PrepareOptions& options);
 
 // Rebuilds the PreparedVersion of `version`, already committed in `store` (a publisher that
 // restarts and seeds again): its manifest from the store and, when it is a delta whose base the

@@ -397,14 +397,11 @@ Result<ImportedFiles::Stamp> StoreImpl::StampOf(const std::filesystem::path& pat
                               static_cast<uint64_t>(st.st_ino), ns(st.st_mtim), ns(st.st_ctim)};
 }
 
-Result<ImportedFiles> StoreImpl::StageImport(std::string_view channel, Version version,
-                                             const std::vector<std::string>& paths,
-                                             const std::filesystem::path& dir, ImportMode mode) {
+Result<ImportedFiles> StoreImpl::BeginImportLocked(std::string_view channel, Version version,
+                                                   ImportMode mode) {
   WC_RETURN_IF_ERROR(CheckWritable());
   WC_RETURN_IF_ERROR(ValidateChannelName(channel));
   if (version.value() == 0) return InvalidArgument("version must be 1 or more");
-  for (const std::string& p : paths) WC_RETURN_IF_ERROR(ValidateRelativePath(p));
-  std::lock_guard lock(mu_);
   ChannelLayout layout = Layout(channel);
   if (Exists(layout.version_dir(version))) {
     return AlreadyExists("version " + Name(channel, version) + " is already committed");
@@ -425,6 +422,42 @@ Result<ImportedFiles> StoreImpl::StageImport(std::string_view channel, Version v
   std::error_code ec;
   std::filesystem::create_directories(into, ec);
   if (ec) return IoError("mkdir(" + into.string() + "): " + ec.message());
+  return out;
+}
+
+Result<ImportedFiles> StoreImpl::StageImportBytes(std::string_view channel, Version version,
+                                                  const std::string& path,
+                                                  std::span<const uint8_t> bytes) {
+  WC_RETURN_IF_ERROR(ValidateRelativePath(path));
+  if (path.find('/') != std::string::npos) {
+    return InvalidArgument("a file imported from memory lies at the version's top: " + path);
+  }
+  ImportedFiles out;
+  {
+    std::lock_guard lock(mu_);
+    WC_ASSIGN_OR_RETURN(out, BeginImportLocked(channel, version, ImportMode::kCopy));
+  }
+  // The write runs outside mu_: the directory is private to this import, and readers of the
+  // store (a seeding node) must not wait a model's write out.
+  const std::filesystem::path to = out.dir_ / path;
+  const int fd = ::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus("open(" + to.string() + ")", errno);
+  Status written = WriteAll(fd, bytes, to.string());
+  ::close(fd);
+  WC_RETURN_IF_ERROR(written);
+  WC_ASSIGN_OR_RETURN(ImportedFiles::Stamp stamp, StampOf(to, path));
+  out.stamps_.push_back(std::move(stamp));
+  return out;
+}
+
+Result<ImportedFiles> StoreImpl::StageImport(std::string_view channel, Version version,
+                                             const std::vector<std::string>& paths,
+                                             const std::filesystem::path& dir, ImportMode mode) {
+  for (const std::string& p : paths) WC_RETURN_IF_ERROR(ValidateRelativePath(p));
+  std::lock_guard lock(mu_);
+  WC_ASSIGN_OR_RETURN(ImportedFiles out, BeginImportLocked(channel, version, mode));
+  const std::filesystem::path& into = out.dir_;
+  std::error_code ec;
   for (const std::string& p : paths) {
     // A symlink in the checkpoint (OpenCheckpoint accepts them) brings in the file it names.
     const std::filesystem::path from = std::filesystem::canonical(dir / p, ec);
@@ -630,6 +663,11 @@ Result<ImportedFiles> Store::StageImport(std::string_view channel, Version versi
                                          const std::vector<std::string>& paths,
                                          const std::filesystem::path& dir, ImportMode mode) {
   return impl_->StageImport(channel, version, paths, dir, mode);
+}
+Result<ImportedFiles> Store::StageImportBytes(std::string_view channel, Version version,
+                                              const std::string& path,
+                                              std::span<const uint8_t> bytes) {
+  return impl_->StageImportBytes(channel, version, path, bytes);
 }
 Status Store::CommitImport(std::string_view channel, const Manifest& manifest,
                            ImportedFiles files) {

@@ -250,6 +250,11 @@ class Store {
   Result<ImportedFiles> StageImport(std::string_view channel, Version version,
                                     const std::vector<std::string>& paths,
                                     const std::filesystem::path& dir, ImportMode mode);
+  // StageImport of one file held in memory: writes `bytes` as `path` (a top-level name) into the
+  // private directory, without holding the store's lock during the write (a caller may hash the
+  // same bytes meanwhile) and without an fsync (the commit makes the version durable).
+  Result<ImportedFiles> StageImportBytes(std::string_view channel, Version version,
+                                         const std::string& path, std::span<const uint8_t> bytes);
   // Commits `files` as `manifest` (validated; same version, exactly the staged paths at their
   // sizes) WITHOUT hashing them again: the caller vouches that the manifest's chunk hashes were
   // computed from files.dir(). Refuses with kCorrupt, committing nothing, when a staged file was

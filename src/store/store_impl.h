@@ -52,6 +52,8 @@ class StoreImpl {
   Result<ImportedFiles> StageImport(std::string_view channel, Version version,
                                     const std::vector<std::string>& paths,
                                     const std::filesystem::path& dir, ImportMode mode);
+  Result<ImportedFiles> StageImportBytes(std::string_view channel, Version version,
+                                         const std::string& path, std::span<const uint8_t> bytes);
   Status CommitImport(std::string_view channel, const Manifest& manifest, ImportedFiles files);
   Result<std::vector<Version>> CollectGarbage(std::string_view channel);
 
@@ -60,6 +62,9 @@ class StoreImpl {
 
   Status CheckWritable() const;
   // Size, inode and times of the regular file at `path` (kInvalidArgument for anything else).
+  // The private directory of an import of `version` (StageImport), empty (mu_ held).
+  Result<ImportedFiles> BeginImportLocked(std::string_view channel, Version version,
+                                          ImportMode mode);
   static Result<ImportedFiles::Stamp> StampOf(const std::filesystem::path& path,
                                               std::string relative);
   // Checks a manifest offered as a new version of `channel` (no lock needed: touches no state).

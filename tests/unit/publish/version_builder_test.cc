@@ -5,6 +5,8 @@
 
 #include <fstream>
 #include <map>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "format/safetensors.h"
@@ -340,6 +342,106 @@ TEST(PrepareVersion, OnePassManifestEqualsBuildManifestOfTheDirectory) {
     EXPECT_EQ(v->manifest.root, want->root) << step;
     EXPECT_EQ(v->manifest.delta.has_value(), std::string(step) != "step-0000");
     EXPECT_TRUE(f.store.Verify("policy", v->manifest.version).ok());
+  }
+}
+
+// A one-file model held in memory: four bf16 tensors, `changed` of every 64 elements of each
+// moved by `step`.
+std::vector<uint8_t> ModelImage(int step) {
+  std::vector<TensorSpec> specs;
+  for (int t = 0; t < 4; ++t) {
+    specs.push_back({"layer" + std::to_string(t) + ".weight", DType::kBF16, {256, 160}});
+  }
+  auto header = EncodeSafetensorsHeader(specs, {});
+  EXPECT_TRUE(header.ok());
+  std::vector<uint8_t> image(header->bytes.begin(), header->bytes.end());
+  const size_t elements = 4 * 256 * 160;
+  for (size_t i = 0; i < elements; ++i) {
+    uint16_t v = static_cast<uint16_t>(0x3c00 + (i * 2654435761u >> 20) % 512);
+    if (i % 64 < 3) v = static_cast<uint16_t>(v + step);  // a few percent change per step
+    image.push_back(static_cast<uint8_t>(v & 0xff));
+    image.push_back(static_cast<uint8_t>(v >> 8));
+  }
+  return image;
+}
+
+fs::path WriteImage(const fs::path& dir, const std::vector<uint8_t>& image) {
+  fs::create_directories(dir);
+  std::ofstream(dir / "model.safetensors", std::ios::binary)
+      .write(reinterpret_cast<const char*>(image.data()),
+             static_cast<std::streamsize>(image.size()));
+  return dir;
+}
+
+// The same bytes published from memory and from a directory are the same versions: roots, chunk
+// hashes, delta tables; the store holds the image's bytes.
+TEST(PrepareVersionFromMemory, GivesTheVersionsOfTheSameBytesInADirectory) {
+  TempDir dir;
+  Store from_dir = Fixture::OpenStore(dir.path() / "a");
+  Store from_memory = Fixture::OpenStore(dir.path() / "b");
+  std::vector<uint8_t> held_bytes;
+  std::optional<HeldBase> held;
+  for (int step = 0; step < 3; ++step) {
+    const std::vector<uint8_t> image = ModelImage(step);
+    auto want = PrepareVersion(
+        from_dir, WriteImage(dir.path() / ("step" + std::to_string(step)), image), Options());
+    ASSERT_TRUE(want.ok()) << want.status().ToString();
+    auto got = PrepareVersionFromMemory(from_memory, {"model.safetensors", image},
+                                        held ? &*held : nullptr, Options());
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ(got->manifest.root, want->manifest.root) << step;
+    EXPECT_EQ(got->manifest.chunk_hashes, want->manifest.chunk_hashes) << step;
+    EXPECT_EQ(got->manifest.fast_hashes, want->manifest.fast_hashes) << step;
+    ASSERT_EQ(got->manifest.delta.has_value(), step > 0);
+    if (step > 0) {
+      EXPECT_GT(got->payload_bytes, 0u);
+      EXPECT_EQ(got->payload_bytes, want->payload_bytes);
+      for (size_t c = 0; c < got->manifest.delta->chunks.size(); ++c) {
+        EXPECT_EQ(got->manifest.delta->chunks[c].payload_hash,
+                  want->manifest.delta->chunks[c].payload_hash);
+      }
+    }
+    EXPECT_TRUE(from_memory.Verify("policy", got->manifest.version).ok());
+    EXPECT_TRUE(VerifySignedManifestWithSecret(got->signed_manifest, kSecret).ok());
+    held_bytes = image;
+    held = HeldBase{got->manifest.version, got->manifest.root, held_bytes};
+  }
+}
+
+// The held image is read instead of the base's files, and only when it is the current version.
+TEST(PrepareVersionFromMemory, ReadsTheHeldBaseOnlyWhenItIsTheCurrentVersion) {
+  TempDir dir;
+  Store store = Fixture::OpenStore(dir.path() / "store");
+  const std::vector<uint8_t> first = ModelImage(0);
+  auto v1 = PrepareVersionFromMemory(store, {"model.safetensors", first}, nullptr, Options());
+  ASSERT_TRUE(v1.ok()) << v1.status().ToString();
+  // Without the base's file only the held image can be the base.
+  fs::remove(store.VersionPath("policy", Version(1)) / "model.safetensors");
+  const std::vector<uint8_t> second = ModelImage(1);
+  HeldBase other_root{Version(1), Digest{}, first};
+  EXPECT_FALSE(
+      PrepareVersionFromMemory(store, {"model.safetensors", second}, &other_root, Options()).ok());
+  HeldBase held{Version(1), v1->manifest.root, first};
+  auto v2 = PrepareVersionFromMemory(store, {"model.safetensors", second}, &held, Options());
+  ASSERT_TRUE(v2.ok()) << v2.status().ToString();
+  EXPECT_TRUE(v2->manifest.delta.has_value());
+  EXPECT_TRUE(store.Verify("policy", Version(2)).ok());
+}
+
+TEST(PrepareVersionFromMemory, BadBytesLeaveTheStoreUnchanged) {
+  TempDir dir;
+  Store store = Fixture::OpenStore(dir.path() / "store");
+  std::vector<uint8_t> image = ModelImage(0);
+  image.resize(image.size() - 1);  // the data no longer reaches the size the header says
+  auto torn = PrepareVersionFromMemory(store, {"model.safetensors", image}, nullptr, Options());
+  EXPECT_EQ(torn.status().code(), Code::kCorrupt) << torn.status().ToString();
+  auto nested =
+      PrepareVersionFromMemory(store, {"a/model.safetensors", ModelImage(0)}, nullptr, Options());
+  EXPECT_EQ(nested.status().code(), Code::kInvalidArgument) << nested.status().ToString();
+  EXPECT_EQ(store.Current("policy").status().code(), Code::kNotFound);
+  for (const auto& entry : fs::recursive_directory_iterator(dir.path() / "store")) {
+    EXPECT_FALSE(entry.is_regular_file() && entry.path().filename() == "model.safetensors")
+        << entry.path();
   }
 }
 
