@@ -40,6 +40,14 @@ sampler received (sub.status(), coordinator modes) against the version's payload
     bash bench/rl_sync.sh --params 500M --samplers 4               # 1 GiB model
     (at 500M with 4 samplers the coordinated methods' five stores do not fit --mem-budget and go
     to /tmp; see docs/bench/rl_sync.md)
+
+With --netns RATE (root) the trainer and each sampler are hosts of their own: network namespaces
+of bench/cluster/netns.sh whose links are shaped to RATE ("1gbit"), the trainer (with the
+coordinator and the publisher) on 198.18.0.1, sampler i on 198.18.0.(i+2). Only the methods that
+cross machines run there: gloo and the coordinated ones.
+
+    bash bench/rl_sync.sh --netns 1gbit --params 500M --samplers 4 --changed 0.03 \
+        --methods gloo,coord-live-flip
 """
 
 import argparse
@@ -65,6 +73,30 @@ import traceback
 
 import numpy as np
 import torch
+
+
+# Where the trainer and the samplers are reached: loopback, or with --netns the hosts of an
+# emulated cluster (set up by main()).
+NET = {"trainer": "127.0.0.1", "ifname": "lo", "namespaces": None}
+CLONE_NEWNET = 0x40000000
+
+
+def sampler_address(index):
+    return "127.0.0.1" if NET["namespaces"] is None else f"198.18.0.{index + 2}"
+
+
+def join_netns(path):
+    """Moves the calling thread (and what it starts from then on) into the network namespace at
+    `path` (/var/run/netns/NAME or /proc/self/ns/net)."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"setns({path}): {os.strerror(err)}")
+    finally:
+        os.close(fd)
 
 try:
     import xxhash
@@ -308,7 +340,8 @@ class WeightcastSampler(SamplerStrategy):
                 os.path.join(c["workdir"], f"sampler{self.index}"), CHANNEL,
                 coordinator=c["coordinator"], secret_file=c["secret_file"],
                 log_level=c["log_level"],
-                log_file=os.path.join(c["workdir"], f"sampler{self.index}.log"))
+                log_file=os.path.join(c["workdir"], f"sampler{self.index}.log"),
+                listen=f"{sampler_address(self.index)}:0")
         else:
             self.sub = weightcast.Subscriber(c["store"], CHANNEL)
         self.versions = {}  # number -> Version, for the ones a live copy holds
@@ -419,7 +452,8 @@ class CoordLiveSampler(LiveSampler):
             os.path.join(c["workdir"], f"sampler{self.index}"), CHANNEL,
             coordinator=c["coordinator"], secret_file=c["secret_file"],
             log_level=c["log_level"],
-            log_file=os.path.join(c["workdir"], f"sampler{self.index}.log"))
+            log_file=os.path.join(c["workdir"], f"sampler{self.index}.log"),
+            listen=f"{sampler_address(self.index)}:0")
         self.live = None
 
     def receive(self, version, holder):
@@ -461,6 +495,9 @@ def sampler_main(index, strategy_cls, config, spec, conn):
     torch.set_num_threads(1)
     strategy = None
     try:
+        if config.get("namespaces"):  # --netns: this sampler's own host
+            join_netns(f"/var/run/netns/{config['namespaces'][index + 1]}")
+            NET.update(namespaces=config["namespaces"], trainer=config["trainer_address"])
         if weightcast is None:  # spawned rather than forked
             weightcast = _import_weightcast()
         holder = Holder(spec, config.get("live_copies", 1))
@@ -536,10 +573,10 @@ class TrainerSide:
 class GlooTrainer(TrainerSide):
     def start(self, workdir):
         with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
+            s.bind((NET["trainer"], 0))
             port = s.getsockname()[1]
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        self.config = {"init_method": f"tcp://127.0.0.1:{port}",
+        os.environ["GLOO_SOCKET_IFNAME"] = NET["ifname"]
+        self.config = {"init_method": f"tcp://{NET['trainer']}:{port}",
                        "world_size": self.args.samplers + 1, "timeout": self.args.timeout}
         return self.config
 
@@ -615,7 +652,8 @@ class WeightcastTrainer(TrainerSide):
             self.publisher = weightcast.Publisher(
                 os.path.join(self.workdir, "publisher"), CHANNEL, coordinator=self.address,
                 secret_file=self.secret_file, chunk_size=a.chunk_size, log_level="info",
-                log_file=os.path.join(self.workdir, "publisher.log"))
+                log_file=os.path.join(self.workdir, "publisher.log"),
+                listen=f"{NET['trainer']}:0")
         else:
             self.publisher = weightcast.Publisher(os.path.join(self.workdir, "store"), CHANNEL,
                                                   chunk_size=a.chunk_size)
@@ -688,7 +726,7 @@ def start_coordinator(workdir, secret_file, heartbeat_timeout):
     address_file = os.path.join(workdir, "coordinator.addr")
     log = open(os.path.join(workdir, "coordinator.log"), "wb")
     process = subprocess.Popen(
-        [binary, "coordinator", "--listen", "127.0.0.1:0", "--state-dir",
+        [binary, "coordinator", "--listen", f"{NET['trainer']}:0", "--state-dir",
          os.path.join(workdir, "coordinator"), "--address-file", address_file,
          "--secret-file", secret_file, "--heartbeat-timeout", heartbeat_timeout],
         stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
@@ -704,6 +742,10 @@ def start_coordinator(workdir, secret_file, heartbeat_timeout):
     with open(address_file) as f:
         return process, f.read().strip()
 
+
+# The methods that only work with every process on one host (shared memory).
+ONE_HOST_METHODS = ("shm-copy", "wc-local", "wc-local-flip", "live", "live-flip",
+                    "live-delta", "live-delta-flip")
 
 # name -> (trainer side factory, sampler strategy, live copies per sampler)
 class LiveTrainer(TrainerSide):
@@ -822,7 +864,8 @@ def run_method(name, spec, args, workroot):
     trainer.spec = spec
     config = trainer.start(workdir)
     config.update(versions=args.steps + 1, timeout=args.timeout, live_copies=copies,
-                  corrupt=args.check_the_check)
+                  corrupt=args.check_the_check, namespaces=NET["namespaces"],
+                  trainer_address=NET["trainer"])
     methods = mp.get_all_start_methods()
     ctx = mp.get_context(args.start_method or ("fork" if "fork" in methods else "spawn"))
     procs, pipes = [], []
@@ -1132,6 +1175,32 @@ def method_figures(result, ref):
     return out
 
 
+class NetnsCluster:
+    """Hosts 0..n-1 of bench/cluster/netns.sh, each link shaped to `rate`, taken down by down()."""
+
+    SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cluster", "netns.sh")
+
+    def __init__(self, n, rate):
+        if os.geteuid() != 0:
+            raise SystemExit("rl_sync: --netns needs root (network namespaces and tc)")
+        self.id = f"rl{os.getpid() % 100000}"
+        self.home = os.open("/proc/self/ns/net", os.O_RDONLY)
+        up = subprocess.run(["bash", self.SCRIPT, "up", self.id, str(n), rate],
+                            capture_output=True, text=True)
+        if up.returncode != 0:
+            self.down()
+            raise SystemExit(f"rl_sync: netns.sh up failed: {up.stderr.strip()}")
+        self.namespaces = [f"wcc{self.id}h{i}" for i in range(n)]  # netns.sh's names
+
+    def enter(self, host):
+        join_netns(f"/var/run/netns/{self.namespaces[host]}")
+
+    def down(self):
+        # Back home first: netns.sh kills what still runs inside the hosts, this process too.
+        join_netns(f"/proc/self/fd/{self.home}")
+        subprocess.run(["bash", self.SCRIPT, "down", self.id], capture_output=True)
+
+
 def main():
     global weightcast
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
@@ -1168,6 +1237,10 @@ def main():
     parser.add_argument("--deadline", type=float, default=1800.0,
                         help="seconds the whole run may take: then it cleans up and exits 124")
     parser.add_argument("--keep", action="store_true", help="keep the work directories")
+    parser.add_argument("--netns", metavar="RATE", default=None,
+                        help="the trainer and every sampler on hosts of their own: network "
+                        "namespaces whose links are shaped to RATE, e.g. 1gbit (root; "
+                        "bench/cluster/netns.sh)")
     parser.add_argument("--check-the-check", action="store_true",
                         help="flip one bit in sampler 0's live copy at the last step: the run "
                         "must report the mismatch and exit 1")
@@ -1178,6 +1251,11 @@ def main():
     for m in methods:
         if m != "memcpy" and m not in METHODS:
             parser.error(f"unknown method {m!r}")
+    if args.netns:
+        one_host = [m for m in methods if m in ONE_HOST_METHODS]
+        if one_host:
+            parser.error(f"--netns: {', '.join(one_host)} share one host's memory; "
+                         "run them without --netns")
     weightcast = _import_weightcast()
     torch.set_num_threads(1)
 
@@ -1220,7 +1298,17 @@ def main():
               flush=True)
         for root in roots.values():
             shutil.rmtree(root, ignore_errors=True)
+        if cluster is not None:
+            cluster.down()
         os._exit(124)  # the samplers and the coordinator die with this process
+
+    cluster = None
+    if args.netns:
+        cluster = NetnsCluster(args.samplers + 1, args.netns)
+        cluster.enter(0)
+        NET.update(trainer="198.18.0.1", ifname="eth0", namespaces=cluster.namespaces)
+        print(f"  hosts: network namespaces {', '.join(cluster.namespaces)}, links {args.netns}",
+              flush=True)
 
     timer = threading.Timer(args.deadline, watchdog)
     timer.daemon = True
@@ -1262,6 +1350,8 @@ def main():
                       f"bit-identical at every step", flush=True)
     finally:
         timer.cancel()
+        if cluster is not None:
+            cluster.down()
         for root in roots.values():
             if args.keep:
                 print(f"  kept {root}")
@@ -1299,7 +1389,7 @@ def main():
                 (f"; publish(): encode {f['log_encode_s']['median'] * 1e3:.0f} ms, import "
                  f"{f['log_import_s']['median'] * 1e3:.0f} ms of prepare "
                  f"{f['log_prepare_s']['median'] * 1e3:.0f} ms" if "log_encode_s" in f else ""))
-    out = {"bench": "rl_sync", "params": n_params, "bytes": model_bytes, "shape": shape,
+    out = {"bench": "rl_sync", "netns": args.netns, "params": n_params, "bytes": model_bytes, "shape": shape,
            "tensors": len(spec), "samplers": args.samplers, "steps": args.steps,
            "changed": None if args.lr else args.changed, "lr": args.lr,
            "chunk_size": chunk_size, "chunk_size_auto": not args.chunk_size,
