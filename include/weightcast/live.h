@@ -56,7 +56,10 @@ struct LiveAttestation {
   Version version;       // the version the tensors hold
   std::string digest;    // 32 lowercase hex digits
   bool matches = false;  // equal to the digest of the version's signed bytes
-  double seconds = 0;    // the hash pass over the tensors
+  // Every tensor of the version is registered: the digest covers no bytes read from the store
+  // but the files' headers (Subscriber::SetLiveBase needs it).
+  bool every_tensor = false;
+  double seconds = 0;  // the hash pass over the tensors
 };
 
 // Not thread-safe: one apply at a time, from any thread.

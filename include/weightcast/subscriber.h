@@ -249,6 +249,16 @@ class Subscriber {
   // "Attestation"). kFailedPrecondition without a coordinator; kInvalidArgument for a digest
   // that is not 32 hex digits.
   Status ReportAttestation(const LiveAttestation& attestation);
+  // Says that the live tensors this process serves hold `attestation.version` whole (it
+  // matched and covered every tensor) and that the next apply writes into a copy not in use (a
+  // flip: Python's LiveTensors(flip=True), or two LiveTensors in turn). The in-process agent
+  // then keeps a delta onto that version as payloads for the next apply to patch in, instead of
+  // decoding it and staging the whole version in the store: the store commits it partial, with
+  // only its files' headers (docs/live.md, "Samplers that stage nothing"). Should an apply fail
+  // then, the copy in use is untouched and the agent fetches the next version whole.
+  // kFailedPrecondition without an agent, for an attestation that did not match or left out a
+  // tensor, or a version the store no longer has.
+  Status SetLiveBase(const LiveAttestation& attestation);
 
   bool has_agent() const;
   const std::filesystem::path& store() const;

@@ -75,6 +75,7 @@ class PyLiveTensors {
     out["version"] = a.version.value();
     out["digest"] = a.digest;
     out["matches"] = a.matches;
+    out["every_tensor"] = a.every_tensor;
     out["seconds"] = a.seconds;
     return out;
   }

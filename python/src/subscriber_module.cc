@@ -285,6 +285,14 @@ class PySubscriber {
     a.digest = digest;
     ThrowIfError(subscriber_->ReportAttestation(a));
   }
+  void SetLiveBase(uint64_t version, const std::string& digest, bool matches, bool every_tensor) {
+    LiveAttestation a;
+    a.version = Version(version);
+    a.digest = digest;
+    a.matches = matches;
+    a.every_tensor = every_tensor;
+    ThrowIfError(subscriber_->SetLiveBase(a));
+  }
   bool has_agent() const { return subscriber_->has_agent(); }
 
   void Close() {
@@ -342,6 +350,8 @@ void RegisterSubscriber(py::module_& m) {
            py::arg("timeout") = py::none())
       .def("report_attestation", &PySubscriber::ReportAttestation, py::arg("version"),
            py::arg("digest"))
+      .def("set_live_base", &PySubscriber::SetLiveBase, py::arg("version"), py::arg("digest"),
+           py::arg("matches"), py::arg("every_tensor"))
       .def_property_readonly("has_agent", &PySubscriber::has_agent)
       .def("close", &PySubscriber::Close);
 }

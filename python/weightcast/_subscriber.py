@@ -229,16 +229,26 @@ class Subscriber:
         """Hashes ``live`` (a :class:`LiveTensors`, the copy in use after a flip) as it is now
         against the version it holds, and with a coordinator reports the digest to it (docs/
         live.md, "Attestation"). Returns a dict: ``version``, ``digest`` (32 hex digits),
-        ``matches`` (equal to the digest of the version's signed bytes) and ``seconds``. Call it
-        again at any time (say, after an engine step that could have written into its weights)
-        to catch bytes that changed since the apply. FailedPreconditionError when the weights
-        hold no known version; NotFoundError when the store no longer keeps it."""
+        ``matches`` (equal to the digest of the version's signed bytes), ``every_tensor`` (every
+        tensor of the version is registered) and ``seconds``. Call it again at any time (say,
+        after an engine step that could have written into its weights) to catch bytes that
+        changed since the apply. With a flipped ``live`` that matched and holds every tensor, the
+        in-process agent then keeps the next delta as payloads for update() instead of staging
+        the whole version (docs/live.md, "Samplers that stage nothing").
+        FailedPreconditionError when the weights hold no known version; NotFoundError when the
+        store no longer keeps it."""
         if self._memory:
             raise _weightcast.FailedPreconditionError(
                 "attest() reads the version from a store; a memory channel keeps none")
         attestation = live._attest(self.store, self.channel)
         if self._core is not None and self._core.has_agent:
             self._core.report_attestation(attestation["version"], attestation["digest"])
+            if live.flip and attestation["matches"] and attestation["every_tensor"]:
+                # The copy in use holds the version whole and the next update writes the other
+                # one: the agent keeps the next delta as payloads instead of staging it (docs/
+                # live.md, "Samplers that stage nothing").
+                self._core.set_live_base(attestation["version"], attestation["digest"], True,
+                                         True)
         return attestation
 
     def status(self):

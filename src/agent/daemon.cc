@@ -120,6 +120,8 @@ struct Agent::Impl : coord::SessionDelegate {
   // Guarded by mu: a streaming reader's chunk order, handed to the node once it runs.
   std::optional<std::pair<Version, std::vector<ChunkIndex>>> preferred;
   bool node_running = false;  // guarded by mu: `node` started and not stopping
+  // What SetLiveBase said last (guarded by mu), handed to each node as it starts.
+  std::optional<std::pair<Version, Digest>> live_base;
 
   std::unique_ptr<Store> store;
   std::unique_ptr<net::Transport> transport;
@@ -285,6 +287,15 @@ void Agent::Impl::WakerLoop() {
 Status Agent::Impl::Run() {
   WC_ASSIGN_OR_RETURN(Store opened, Store::Open(options.store_dir));
   store = std::make_unique<Store>(std::move(opened));
+  // Versions held as payloads were whole only in the live tensors of the process that kept
+  // them; this one starts without (docs/live.md, "Samplers that stage nothing").
+  WC_ASSIGN_OR_RETURN(std::vector<Version> forgotten,
+                      store->ForgetPayloadVersions(options.channel));
+  if (!forgotten.empty()) {
+    Log("forgot " + std::to_string(forgotten.size()) +
+        " versions held as payloads by an earlier process (newest v" +
+        std::to_string(forgotten.back().value()) + ")");
+  }
   net::Options net;
   net.self.cluster_id = options.cluster;
   net.self.node_id = options.node_id;
@@ -325,6 +336,7 @@ Status Agent::Impl::Run() {
     std::lock_guard lock(mu);
     node_running = true;
     if (preferred.has_value()) node->PreferChunks(preferred->first, std::move(preferred->second));
+    if (live_base.has_value()) node->SetLiveBase(live_base->first, live_base->second);
     preferred.reset();
   }
   RolloutDriverOptions ro;
@@ -533,6 +545,12 @@ void Agent::ReportAttestation(Version version, std::span<const uint8_t> digest) 
     impl_->attestation = std::move(a);
   }
   impl_->RequestWake();
+}
+
+void Agent::SetLiveBase(Version version, const Digest& root) {
+  std::lock_guard lock(impl_->mu);
+  impl_->live_base = {version, root};
+  if (impl_->node_running) impl_->node->SetLiveBase(version, root);
 }
 
 void Agent::PreferChunks(Version version, std::vector<ChunkIndex> order) {

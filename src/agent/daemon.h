@@ -100,6 +100,9 @@ class Agent {
   // "Attestation"): sent with the next heartbeat, at once when one is held, and with every one
   // after until the next report. Safe from any thread.
   void ReportAttestation(Version version, std::span<const uint8_t> digest);
+  // This node's sampler holds `version` (with `root`) whole in its live tensors: a delta onto it
+  // is fetched as payloads only (node::SwarmNode::SetLiveBase). Safe from any thread.
+  void SetLiveBase(Version version, const Digest& root);
   // Fetch `version`'s chunks in `order` first (node::SwarmNode::PreferChunks). Safe from any
   // thread; kept for a node that is not running yet.
   void PreferChunks(Version version, std::vector<ChunkIndex> order);

@@ -62,7 +62,11 @@ void RolloutDriver::RefreshKept() {
   kept_.clear();
   auto kept = store_.List(options_.channel);
   if (!kept.ok()) return;
-  for (const VersionInfo& info : *kept) kept_.push_back(info.version);
+  // A version held as payloads is no version to switch to: only the live tensors that applied
+  // it held it whole (a rollback to it fetches it again).
+  for (const VersionInfo& info : *kept) {
+    if (!info.payloads) kept_.push_back(info.version);
+  }
 }
 
 RolloutDriver::RolloutDriver(RolloutDriverOptions options, Store& store, node::SwarmNode& node,

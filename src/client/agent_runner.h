@@ -38,6 +38,7 @@ class AgentRunner {
   void PreferChunks(Version version, std::vector<ChunkIndex> order) {
     agent_->PreferChunks(version, std::move(order));
   }
+  void SetLiveBase(Version version, const Digest& root) { agent_->SetLiveBase(version, root); }
   void ReportAttestation(Version version, std::span<const uint8_t> digest) {
     agent_->ReportAttestation(version, digest);
   }

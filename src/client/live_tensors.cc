@@ -86,6 +86,7 @@ Result<LiveAttestation> LiveTensors::Attest(const std::filesystem::path& store,
   out.version = held;
   out.digest = ToHex(std::span<const uint8_t>(digest.data(), 16));
   out.matches = digest == ExpectedAttestation(opened->manifest());
+  out.every_tensor = impl_->set->RegistersEvery(opened->manifest());
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
 }

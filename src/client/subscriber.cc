@@ -351,6 +351,13 @@ Result<std::unique_ptr<Subscriber>> Subscriber::Open(SubscriberOptions options) 
     a.log = logger.AsLineFn();
     // Errors that need a person (a refused handshake) show at the default level, warn.
     a.log_error = [logger](std::string_view line) { logger.Error(line); };
+    // Versions held as payloads were whole only in the live tensors of the process that kept
+    // them: forgotten before a Wait could return one (the agent opens the store on its own
+    // thread, later). A store that does not open (in use by another agent) is the agent's to
+    // report, through Wait.
+    if (Result<Store> store = Store::Open(o.store); store.ok()) {
+      WC_RETURN_IF_ERROR(store->ForgetPayloadVersions(o.channel).status());
+    }
     client::StoreFollower* f = impl->follower.get();
     // A dead agent wakes a blocked Wait, which then returns the agent's error.
     WC_ASSIGN_OR_RETURN(impl->agent, client::AgentRunner::Start(std::move(a), [f] { f->Close(); }));
@@ -511,6 +518,22 @@ Status Subscriber::ReportAttestation(const LiveAttestation& attestation) {
                            EscapeControlBytes(attestation.digest) + "'");
   }
   impl_->agent->ReportAttestation(attestation.version, *digest);
+  return Status::Ok();
+}
+
+Status Subscriber::SetLiveBase(const LiveAttestation& attestation) {
+  if (impl_->agent == nullptr) {
+    return FailedPrecondition("a subscriber without a coordinator runs no agent to keep payloads");
+  }
+  if (!attestation.matches || !attestation.every_tensor) {
+    return FailedPrecondition(
+        "the live tensors do not hold v" + std::to_string(attestation.version.value()) +
+        (attestation.matches ? " whole: a tensor of the version is not registered"
+                             : ": their attestation does not match the version"));
+  }
+  WC_ASSIGN_OR_RETURN(std::shared_ptr<const Manifest> manifest,
+                      impl_->follower->ManifestOf(attestation.version));
+  impl_->agent->SetLiveBase(attestation.version, manifest->root);
   return Status::Ok();
 }
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <set>
 
 #include "format/safetensors.h"
 #include "hash/digest.h"
@@ -222,6 +223,13 @@ Result<Digest> LiveSet::Attest(const VersionView& view) const {
     checks[i] = memory_->Hash(AsChunkPieces(pieces), algorithm);
   }
   return CombineChunkChecks(checks);
+}
+
+bool LiveSet::RegistersEvery(const Manifest& manifest) const {
+  std::set<std::string_view> registered;
+  for (const LiveTensor& t : tensors_) registered.insert(t.name);
+  return std::all_of(manifest.tensors.begin(), manifest.tensors.end(),
+                     [&](const ManifestTensor& t) { return registered.contains(t.name); });
 }
 
 Status LiveSet::CheckFiles(const VersionView& view) {

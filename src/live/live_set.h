@@ -125,6 +125,8 @@ class LiveSet {
   // the set does not hold view's version. Equal to ExpectedAttestation(*view.manifest) exactly
   // when every chunk matches.
   Result<Digest> Attest(const VersionView& view) const;
+  // Whether every tensor of `manifest` is registered here (none read from the files).
+  bool RegistersEvery(const Manifest& manifest) const;
 
  private:
   // The view has a manifest and one mapped file of the manifest's size per manifest file.

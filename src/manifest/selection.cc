@@ -41,4 +41,24 @@ TensorSelection SelectTensors(const Manifest& manifest, std::span<const std::str
   return out;
 }
 
+std::vector<ChunkIndex> ChunksOutsideTensors(const Manifest& manifest) {
+  std::vector<std::pair<uint64_t, uint64_t>> covered;  // [begin, end) of every tensor
+  covered.reserve(manifest.tensors.size());
+  for (const ManifestTensor& t : manifest.tensors)
+    covered.emplace_back(t.offset, t.offset + t.size);
+  std::sort(covered.begin(), covered.end());
+  std::vector<bool> want(manifest.chunk_count(), false);
+  uint64_t at = 0;  // everything below is covered or marked
+  for (const auto& [begin, end] : covered) {
+    MarkRange(manifest, at, begin, want);
+    at = std::max(at, end);
+  }
+  MarkRange(manifest, at, manifest.total_size(), want);
+  std::vector<ChunkIndex> out;
+  for (uint32_t i = 0; i < want.size(); ++i) {
+    if (want[i]) out.emplace_back(i);
+  }
+  return out;
+}
+
 }  // namespace weightcast

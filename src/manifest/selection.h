@@ -31,4 +31,9 @@ struct TensorSelection {
 // selects every tensor and every chunk.
 TensorSelection SelectTensors(const Manifest& manifest, std::span<const std::string> patterns);
 
+// The chunks holding a byte that no tensor covers: file headers, gaps, files without tensors.
+// What a node that keeps the tensors elsewhere (a sampler's live tensors) still needs from the
+// version's files. Ascending.
+std::vector<ChunkIndex> ChunksOutsideTensors(const Manifest& manifest);
+
 }  // namespace weightcast

@@ -119,8 +119,13 @@ void SwarmNode::Impl::EventLoop() {
         MaybeFlush();
       }
       MaybeTrace();
+      ReadoptIfAsked();
     }
     RunLoopChecks();
+    {
+      std::lock_guard lock(mu_);
+      ReadoptIfAsked();
+    }
     {
       std::lock_guard lock(mu_);
       reap.swap(dead_);
@@ -243,6 +248,14 @@ void SwarmNode::Impl::ApplyOne(const Effect& e) {
       return;
     }
     case EffectKind::kFetchWhole:
+      if (target_.data->payloads_only) {
+        // Its headers did not decode: the version is adopted again, staged whole, and the live
+        // base is forgotten (the sampler copies what differs from the files then).
+        Log(e.why + "; fetching " + V(target_.data->manifest.version) + " whole");
+        live_base_ = Version();
+        readopt_ = target_.data->manifest;
+        return;
+      }
       Log(e.why + "; fetching whole chunks from now on");
       return;
     case EffectKind::kComplete:
@@ -353,6 +366,10 @@ Result<Manifest> SwarmNode::Impl::VerifyGiven(const Manifest& manifest,
     return InvalidArgument("the signed manifest is not the manifest given");
   }
   return verified;
+}
+
+void SwarmNode::SetLiveBase(Version version, const Digest& root) {
+  impl_->SetLiveBase(version, root);
 }
 
 Status SwarmNode::Fetch(const Manifest& manifest, std::vector<uint8_t> signed_manifest) {

@@ -179,6 +179,12 @@ class SwarmNode {
   // one is aborted, of a lower one kept). A version already committed in the store
   // becomes the target complete at once (served, nothing fetched). Does not block on transfer.
   Status Fetch(const Manifest& manifest, std::vector<uint8_t> signed_manifest);
+  // The sampler on this node holds `version` (with `root`) whole in its live tensors, every
+  // tensor checked (an attestation that matched). From then on a delta onto it is fetched as
+  // payloads that are kept, not decoded and staged: the store commits it partial, holding only
+  // the chunks outside every tensor, plus the delta file the sampler patches from (docs/live.md,
+  // "Samplers that stage nothing"). Version 0 turns it off.
+  void SetLiveBase(Version version, const Digest& root);
   // Makes a version this node holds committed the target, as a source: serves every chunk and,
   // for a delta, every payload in `payloads` (may be null for a full version).
   Status Seed(const Manifest& manifest, std::vector<uint8_t> signed_manifest,

@@ -75,6 +75,12 @@ struct TargetData {
   // Payloads this node decoded, when it fetches payloads onto `base` (whether it still does, after
   // a fall-back to whole chunks, is the protocol's: PeerProtocol::fetching_payloads).
   std::shared_ptr<PayloadCache> payloads;
+  // The sampler on this node patches its live tensors from the payloads (SetLiveBase): they are
+  // kept as they are, and only the chunks in `decoded` (those with bytes outside every tensor:
+  // headers) are decoded and staged; committed partial, as payloads (docs/live.md, "Samplers
+  // that stage nothing").
+  bool payloads_only = false;
+  std::vector<bool> decoded;
   std::optional<Manifest> base_manifest;
   std::optional<codec::SnapshotReader> base_bytes;
   // The scheduler generation. A worker may still be decoding for an old one after a restart;
@@ -173,6 +179,7 @@ struct SwarmNode::Impl {
     Status status;               // kCorrupt: the peer's fault; other errors: ours (disk)
     bool decode_failed = false;  // an authentic payload did not decode onto our base
     bool fast = false;           // a rebuilt chunk checked by its fast hash, not its SHA-256
+    bool kept = false;           // an authentic payload kept as it is (TargetData::payloads_only)
   };
   struct UploadDone {
     uint64_t epoch;
@@ -327,7 +334,16 @@ struct SwarmNode::Impl {
   Result<HeldBytes> ReadFromSource(TargetData& t, ChunkIndex chunk);
   void NoteSourceFailure(const Status& status);
   Status CommitTarget();
-  void KeepDeltaFile(const TargetData& data);
+  // Writes the delta file of a target that fetched payloads (live/delta_file.h).
+  Status KeepDeltaFile(const TargetData& data);
+  // Whether a delta target onto the store's current `base` is fetched as payloads only: the
+  // sampler's live tensors hold that base (SetLiveBase) and this node fetches every tensor.
+  bool PayloadsOnly(const Manifest& target, const Manifest& base) const;
+  void SetLiveBase(Version version, const Digest& root);
+  // Adopts `manifest` (Fetch, under mu_).
+  Status FetchLocked(const Manifest& manifest);
+  // Adopts readopt_ again, if set (under mu_, outside the protocol's effects).
+  void ReadoptIfAsked();
   void PreferChunks(Version version, std::vector<ChunkIndex> order);
   Status AbortTarget(std::string_view reason);
 
@@ -353,6 +369,12 @@ struct SwarmNode::Impl {
   Target target_;
   // A streaming reader's chunk order for a version (PreferChunks), applied when it is the target.
   std::optional<std::pair<Version, std::vector<ChunkIndex>>> preferred_;
+  // The version this node's sampler holds whole in its live tensors (SetLiveBase; 0: none).
+  Version live_base_;
+  Digest live_base_root_{};
+  // A payloads-only target whose headers did not decode: adopted again, staged whole, by the
+  // event loop once the protocol's effects are applied.
+  std::optional<Manifest> readopt_;
   uint64_t bytes_sent_at_target_ = 0;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<ThreadPool> upload_pool_;

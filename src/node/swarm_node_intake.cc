@@ -103,6 +103,13 @@ SwarmNode::Impl::Verified SwarmNode::Impl::VerifyAndStore(
     out.status = Corrupt(what() + ": payload does not match its manifest hash");
     return out;
   }
+  if (t.payloads_only && !t.decoded[chunk.value()]) {
+    // Authentic, and kept as it is: the sampler patches its live tensors with it and checks
+    // every chunk it writes (docs/live.md, "Samplers that stage nothing").
+    t.payloads->Put(chunk, std::vector<uint8_t>(payload.begin(), payload.end()));
+    out.kept = true;
+    return out;
+  }
   // The payload is the publisher's own: a failure from here on is not the sender's fault.
   thread_local codec::CodecScratch scratch;
   thread_local std::vector<uint8_t> base_scratch;  // reused: a fresh one is an mmap per chunk
@@ -158,7 +165,10 @@ void SwarmNode::Impl::Handle(Verified& e) {
   if (target_.data == nullptr || e.epoch != protocol_.epoch()) return;
   swarm::CheckOutcome outcome = swarm::CheckOutcome::kOk;
   std::string why;
-  if (e.status.ok()) {
+  if (e.status.ok() && e.kept) {
+    outcome = swarm::CheckOutcome::kPayloadKept;
+    ++chunks_verified_;
+  } else if (e.status.ok()) {
     ++chunks_verified_;
     if (e.kind == PayloadKind::kCodec) ++(e.fast ? delta_chunks_fast_ : delta_chunks_sha256_);
   } else if (e.decode_failed) {

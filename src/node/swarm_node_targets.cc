@@ -5,6 +5,7 @@
 
 #include "live/delta_file.h"
 #include "manifest/selection.h"
+#include "store/partial.h"
 
 namespace weightcast::node {
 
@@ -119,6 +120,34 @@ std::optional<Status> SwarmNode::Impl::CheckReplace(const Manifest& manifest) {
 
 Status SwarmNode::Impl::Fetch(const Manifest& manifest) {
   std::lock_guard lock(mu_);
+  return FetchLocked(manifest);
+}
+
+bool SwarmNode::Impl::PayloadsOnly(const Manifest& target, const Manifest& base) const {
+  return live_base_.value() != 0 && live_base_ == base.version && live_base_root_ == base.root &&
+         options_.tensor_patterns.empty() && options_.use_delta && target.delta.has_value() &&
+         target.delta->base_version == base.version && target.delta->base_root == base.root &&
+         target.delta->chunks.size() == target.chunk_count() &&
+         base.hash_algorithm == target.hash_algorithm;
+}
+
+void SwarmNode::Impl::SetLiveBase(Version version, const Digest& root) {
+  std::lock_guard lock(mu_);
+  live_base_ = version;
+  live_base_root_ = root;
+}
+
+void SwarmNode::Impl::ReadoptIfAsked() {
+  if (!readopt_.has_value()) return;
+  const Manifest manifest = std::move(*readopt_);
+  readopt_.reset();
+  LeaveTarget("fetched again whole");
+  if (Status s = FetchLocked(manifest); !s.ok()) {
+    Log("fetching " + V(manifest.version) + " again whole failed: " + s.ToString());
+  }
+}
+
+Status SwarmNode::Impl::FetchLocked(const Manifest& manifest) {
   if (auto s = CheckReplace(manifest)) return *s;
   const Clock::time_point begun = Clock::now();
   const uint32_t n = manifest.chunk_count();
@@ -134,12 +163,28 @@ Status SwarmNode::Impl::Fetch(const Manifest& manifest) {
   }
 
   WC_ASSIGN_OR_RETURN(std::optional<Manifest> held, Committed(manifest.version));
+  bool held_as_payloads = false;  // and current: the live tensors hold it
+  if (held) {
+    WC_ASSIGN_OR_RETURN(std::optional<PartialVersion> partial,
+                        store_.GetPartial(options_.channel, manifest.version));
+    const Result<Version> current = store_.Current(options_.channel);
+    held_as_payloads = partial.has_value() && partial->payloads;
+    if (held_as_payloads && (!current.ok() || *current != manifest.version)) {
+      // Whole only in the live tensors that applied it, and they moved on (a rollback to it):
+      // fetched again, whole.
+      WC_RETURN_IF_ERROR(store_.ForgetPayloadVersions(options_.channel, manifest.version).status());
+      Log(V(manifest.version) + " was held as payloads only: fetching it again whole");
+      held.reset();
+    }
+  }
   if (held) {
     if (held->root != manifest.root) {
       return FailedPrecondition("local " + V(manifest.version) + " has another root");
     }
-    // A partial version (a tensor-subset node's) holds, and serves, only its chunks.
+    // A partial version (a tensor-subset node's) holds, and serves, only its chunks; so does
+    // the current version held as payloads (its payloads went with the target that kept them).
     WC_ASSIGN_OR_RETURN(std::vector<bool> holds, HeldChunks(*held));
+    if (held_as_payloads) want = holds;
     for (uint32_t i = 0; i < n; ++i) {
       if (want[i] && !holds[i]) {
         return FailedPrecondition("local " + V(manifest.version) +
@@ -157,6 +202,27 @@ Status SwarmNode::Impl::Fetch(const Manifest& manifest) {
   }
 
   LeaveTarget();
+  // The current committed version is the local base: chunks equal to its chunks are copied,
+  // and a delta onto it travels as payloads.
+  auto current = store_.Current(options_.channel);
+  Result<Manifest> base = current.ok() ? store_.GetManifest(options_.channel, *current)
+                                       : Result<Manifest>(current.status());
+  // A partial base (this node's previous subset, or payloads) holds real bytes only in its chunks.
+  auto base_holds = base.ok() ? HeldChunks(*base) : Result<std::vector<bool>>(base.status());
+  if (base.ok() && base_holds.ok() && PayloadsOnly(manifest, *base)) {
+    // Only the chunks outside every tensor are decoded; the base must hold those of them that
+    // are decoded onto it.
+    data->payloads_only = true;
+    data->decoded.assign(n, false);
+    for (ChunkIndex c : ChunksOutsideTensors(manifest)) data->decoded[c.value()] = true;
+    for (uint32_t i = 0; i < n && data->payloads_only; ++i) {
+      if (data->decoded[i] && manifest.delta->chunks[i].encoding != ChunkEncoding::kFull &&
+          (i >= base->chunk_count() || !(*base_holds)[i])) {
+        data->payloads_only = false;
+      }
+    }
+  }
+  const bool payloads_only = data->payloads_only;
   // Staging left by an earlier run: resumed when it is this version, dropped otherwise.
   auto staging = store_.ListStaging(options_.channel);
   if (staging.ok()) {
@@ -172,33 +238,34 @@ Status SwarmNode::Impl::Fetch(const Manifest& manifest) {
     }
   }
   if (!data->staged) {
-    WC_ASSIGN_OR_RETURN(StagedVersion begun, store_.BeginStaging(options_.channel, manifest));
+    // Payloads only: the files stay sparse but for the decoded chunks.
+    WC_ASSIGN_OR_RETURN(StagedVersion begun, store_.BeginStaging(options_.channel, manifest,
+                                                                 {.preallocate = !payloads_only}));
     data->staged.emplace(std::move(begun));
   }
   std::vector<bool> whole(n, false);
   for (uint32_t i = 0; i < n; ++i) whole[i] = data->staged->HasChunk(ChunkIndex(i));
   const uint32_t resumed = data->staged->verified_count();
 
-  // The current committed version is the local base: chunks equal to its chunks are copied,
-  // and a delta onto it travels as payloads.
-  auto current = store_.Current(options_.channel);
   uint32_t copied = 0;
   bool fetch_payloads = false;
-  if (current.ok()) {
-    auto base = store_.GetManifest(options_.channel, *current);
-    // The base is read where the version changed: most of it in a dense RL step.
-    const codec::ReadPattern pattern = manifest.delta.has_value()
+  if (base.ok() && base_holds.ok()) {
+    // The base is read where the version changed: most of it in a dense RL step (only the
+    // decoded chunks with payloads only).
+    const codec::ReadPattern pattern = manifest.delta.has_value() && !payloads_only
                                            ? codec::BaseReadPattern(*manifest.delta)
                                            : codec::ReadPattern::kSparse;
-    auto bytes = base.ok() ? codec::SnapshotReader::Open(
-                                 store_.VersionPath(options_.channel, *current), *base, pattern)
-                           : Result<codec::SnapshotReader>(base.status());
-    // A partial base (this node's previous subset) holds real bytes only in its chunks.
-    auto base_holds = base.ok() ? HeldChunks(*base) : Result<std::vector<bool>>(base.status());
-    if (bytes.ok() && base_holds.ok() && base->hash_algorithm == manifest.hash_algorithm) {
+    auto bytes =
+        codec::SnapshotReader::Open(store_.VersionPath(options_.channel, *current), *base, pattern);
+    if (bytes.ok() && base->hash_algorithm == manifest.hash_algorithm) {
       std::vector<uint8_t> scratch;
       for (uint32_t i = 0; i < n; ++i) {
         const ChunkIndex c(i);
+        if (payloads_only && !data->decoded[i]) {
+          // Equal to the base: the live tensors hold it already, nothing to fetch or stage.
+          if (manifest.delta->chunks[i].encoding == ChunkEncoding::kSame) want[i] = false;
+          continue;
+        }
         if (whole[i] || !want[i] || i >= base->chunk_count() || !(*base_holds)[i] ||
             base->chunk_hashes[i] != manifest.chunk_hashes[i] ||
             base->ChunkRange(c).size != manifest.ChunkRange(c).size) {
@@ -214,18 +281,31 @@ Status SwarmNode::Impl::Fetch(const Manifest& manifest) {
           ++copied;
         }
       }
-      fetch_payloads =
-          options_.use_delta && manifest.delta.has_value() &&
-          manifest.delta->base_version == *current && manifest.delta->base_root == base->root &&
-          manifest.delta->chunks.size() == n && BaseCoversDelta(manifest, want, whole, *base_holds);
+      // With payloads only, the base needs only the chunks that are decoded.
+      std::vector<bool> decode = want;
+      if (payloads_only) {
+        for (uint32_t i = 0; i < n; ++i) decode[i] = want[i] && data->decoded[i];
+      }
+      fetch_payloads = options_.use_delta && manifest.delta.has_value() &&
+                       manifest.delta->base_version == *current &&
+                       manifest.delta->base_root == base->root &&
+                       manifest.delta->chunks.size() == n &&
+                       BaseCoversDelta(manifest, decode, whole, *base_holds);
       if (fetch_payloads) {
-        data->base_manifest = std::move(base).value();
+        data->base_manifest = *base;
         data->base_bytes.emplace(std::move(bytes).value());
         // Spilled past its memory bound into the store's own disk (TMPDIR may be tmpfs).
         data->payloads = std::make_shared<PayloadCache>(
             manifest.version, PayloadCacheOptions{.spill_dir = store_.root()});
       }
     }
+  }
+  if (payloads_only && !fetch_payloads) {
+    // The base's files did not open: adopted again without payloads only (every chunk wanted,
+    // the staging just begun resumed).
+    live_base_ = Version();
+    data->staged.reset();
+    return FetchLocked(manifest);
   }
   WC_RETURN_IF_ERROR(data->staged->Flush());
   data->origin = OriginReaderFor(manifest);
@@ -236,7 +316,10 @@ Status SwarmNode::Impl::Fetch(const Manifest& manifest) {
   RefreshOriginPeer();
   Log("target " + V(manifest.version) + ": " + std::to_string(n) + " chunks, " +
       std::to_string(resumed) + " resumed, " + std::to_string(copied) + " copied locally, " +
-      (fetch_payloads ? "fetching delta payloads" : "fetching whole chunks") + " (staged in " +
+      (payloads_only    ? "fetching delta payloads for the live tensors"
+       : fetch_payloads ? "fetching delta payloads"
+                        : "fetching whole chunks") +
+      " (staged in " +
       std::to_string(
           std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - begun).count()) +
       " ms, window " + std::to_string(protocol_.window()) + ")");
@@ -359,8 +442,21 @@ Status SwarmNode::Impl::CommitTarget() {
     // samplers of a partial version read its files.
     WC_RETURN_IF_ERROR(
         store_.CommitPartial(options_.channel, data->manifest.version, *data->subset));
+  } else if (data->payloads_only) {
+    // The delta file is the version for its sampler: without it, nothing is committed.
+    WC_RETURN_IF_ERROR(KeepDeltaFile(*data));
+    PartialVersion held;
+    for (uint32_t i = 0; i < data->decoded.size(); ++i) {
+      if (data->decoded[i]) held.chunks.emplace_back(i);
+    }
+    held.payloads = true;
+    WC_RETURN_IF_ERROR(store_.CommitPartial(options_.channel, data->manifest.version, held));
   } else {
-    if (kept_payloads) KeepDeltaFile(*data);
+    if (kept_payloads) {
+      if (Status s = KeepDeltaFile(*data); !s.ok() && s.code() != Code::kInvalidArgument) {
+        Log("no delta file for " + V(data->manifest.version) + ": " + s.ToString());
+      }
+    }
     WC_RETURN_IF_ERROR(store_.Commit(options_.channel, data->manifest.version));
   }
   if (Result<std::vector<VersionInfo>> kept = store_.List(options_.channel); kept.ok()) {
@@ -379,19 +475,18 @@ Status SwarmNode::Impl::CommitTarget() {
 // one checked against the signed manifest), keep them in the delta file beside the store,
 // before the version becomes current. A node that took some chunks whole has no complete set:
 // its samplers copy the chunks that differ instead.
-void SwarmNode::Impl::KeepDeltaFile(const TargetData& data) {
-  if (data.payloads == nullptr || !data.manifest.delta.has_value()) return;
-  const Status s = live::WriteDeltaFile(store_.root(), data.manifest,
-                                        [&](ChunkIndex i) -> std::span<const uint8_t> {
-                                          // The cache keeps every payload it holds alive, so the
-                                          // span outlives `p`.
-                                          const SharedBytes p = data.payloads->Get(i);
-                                          if (p == nullptr) return {};
-                                          return std::span<const uint8_t>(*p);
-                                        });
-  if (!s.ok() && s.code() != Code::kInvalidArgument) {
-    Log("no delta file for " + V(data.manifest.version) + ": " + s.ToString());
+Status SwarmNode::Impl::KeepDeltaFile(const TargetData& data) {
+  if (data.payloads == nullptr || !data.manifest.delta.has_value()) {
+    return FailedPrecondition(V(data.manifest.version) + " was not received as payloads");
   }
+  return live::WriteDeltaFile(store_.root(), data.manifest,
+                              [&](ChunkIndex i) -> std::span<const uint8_t> {
+                                // The cache keeps every payload it holds alive, so the span
+                                // outlives `p`.
+                                const SharedBytes p = data.payloads->Get(i);
+                                if (p == nullptr) return {};
+                                return std::span<const uint8_t>(*p);
+                              });
 }
 
 void SwarmNode::Impl::PreferChunks(Version version, std::vector<ChunkIndex> order) {

@@ -27,6 +27,7 @@ std::string SerializePartial(const PartialVersion& partial) {
   nlohmann::json chunks = nlohmann::json::array();
   for (ChunkIndex c : partial.chunks) chunks.push_back(c.value());
   j["chunks"] = std::move(chunks);
+  if (partial.payloads) j["payloads"] = true;
   return j.dump() + "\n";
 }
 
@@ -55,6 +56,10 @@ Result<PartialVersion> ParsePartial(std::string_view text, const Manifest& manif
     const ChunkIndex index(static_cast<uint32_t>(c.get<uint64_t>()));
     if (!out.chunks.empty() && !(out.chunks.back() < index)) return bad("chunks out of order");
     out.chunks.push_back(index);
+  }
+  if (j.contains("payloads")) {
+    if (!j["payloads"].is_boolean()) return bad("'payloads' is not true or false");
+    out.payloads = j["payloads"].get<bool>();
   }
   for (const std::string& name : out.tensors) {
     const bool known = std::any_of(manifest.tensors.begin(), manifest.tensors.end(),

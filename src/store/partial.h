@@ -7,7 +7,9 @@
 //
 // Format (JSON): {"format": 1, "patterns": [...], "tensors": [...], "chunks": [...]}: the
 // agent's patterns, the names of the tensors every byte of which is held, the held chunk indices
-// ascending.
+// ascending; and "payloads": true for a version held as its delta's payloads (docs/live.md,
+// "Samplers that stage nothing"): its bytes are its base's patched by the delta file beside the
+// store, its files hold only the chunks with bytes outside every tensor.
 #pragma once
 
 #include <filesystem>
@@ -29,6 +31,9 @@ struct PartialVersion {
   std::vector<std::string> patterns;
   std::vector<std::string> tensors;  // manifest order
   std::vector<ChunkIndex> chunks;    // ascending, distinct
+  // Held as payloads by an agent whose sampler's live tensors hold it: useless to anyone else,
+  // and to the same sampler after it restarts (Store::ForgetPayloadVersions).
+  bool payloads = false;
 
   bool HoldsChunk(ChunkIndex chunk) const;
   bool HoldsTensor(std::string_view name) const;

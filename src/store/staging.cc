@@ -92,7 +92,8 @@ Status StagingState::CheckOpen() const {
   return Status::Ok();
 }
 
-Status StagingState::OpenFiles(const std::filesystem::path& files_dir, bool create) {
+Status StagingState::OpenFiles(const std::filesystem::path& files_dir, bool create,
+                               bool preallocate) {
   dirty = std::make_unique<std::atomic<bool>[]>(manifest.files.size());
   write_mu = std::make_unique<std::mutex[]>(manifest.files.size());
   fds.assign(manifest.files.size(), -1);
@@ -108,8 +109,12 @@ Status StagingState::OpenFiles(const std::filesystem::path& files_dir, bool crea
     int fd = ::open(path.c_str(), flags, 0644);
     if (fd < 0) return ErrnoStatus("open(" + path.string() + ")", errno);
     fds[i] = fd;
-    if (create) {
+    if (create && preallocate) {
       WC_RETURN_IF_ERROR(Preallocate(fd, f.size, path));
+    } else if (create) {
+      if (::ftruncate(fd, static_cast<off_t>(f.size)) != 0) {
+        return ErrnoStatus("ftruncate(" + path.string() + ")", errno);
+      }
     } else {
       struct stat st {};
       if (::fstat(fd, &st) != 0) return ErrnoStatus("stat(" + path.string() + ")", errno);
@@ -126,7 +131,7 @@ Result<std::shared_ptr<StagingState>> StagingState::Create(const ChannelLayout& 
                                                            std::string channel,
                                                            const Manifest& manifest, uint32_t batch,
                                                            const std::filesystem::path* import_from,
-                                                           ImportMode mode) {
+                                                           ImportMode mode, bool preallocate) {
   Version v = manifest.version;
   std::filesystem::path partial = layout.staging_partial(v);
   WC_RETURN_IF_ERROR(RemoveAll(partial));  // left by an earlier failure in this process
@@ -144,7 +149,7 @@ Result<std::shared_ptr<StagingState>> StagingState::Create(const ChannelLayout& 
         WC_RETURN_IF_ERROR(CopyOrLink(*import_from / f.path, to, mode));
       }
     }
-    WC_RETURN_IF_ERROR(state->OpenFiles(files_dir, import_from == nullptr));
+    WC_RETURN_IF_ERROR(state->OpenFiles(files_dir, import_from == nullptr, preallocate));
     // Directory entries of the files must be durable before the rename publishes the staging.
     for (const auto& dir : DirsOf(files_dir, manifest)) WC_RETURN_IF_ERROR(FsyncPath(dir));
     WC_RETURN_IF_ERROR(WriteFileAtomic(partial / "manifest.wcm", SerializeManifest(manifest)));

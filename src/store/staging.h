@@ -34,7 +34,7 @@ struct StagingState {
                                                       std::string channel, const Manifest& manifest,
                                                       uint32_t batch,
                                                       const std::filesystem::path* import_from,
-                                                      ImportMode mode);
+                                                      ImportMode mode, bool preallocate = true);
   // Reopens staging/<v>: reads its manifest, checks the files' sizes, loads the chunk record.
   static Result<std::shared_ptr<StagingState>> Load(const ChannelLayout& layout,
                                                     std::string channel, Version version,
@@ -93,7 +93,8 @@ struct StagingState {
   mutable std::shared_ptr<const MappedVersion> view;
 
  private:
-  Status OpenFiles(const std::filesystem::path& files_dir, bool create);
+  // `create`: new files at their sizes, blocks reserved when `preallocate` (else sparse).
+  Status OpenFiles(const std::filesystem::path& files_dir, bool create, bool preallocate = true);
   // Persists the queued records (io_mu held by the caller, shared or exclusive).
   Status FlushPending();
   Status CheckOpen() const;

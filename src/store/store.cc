@@ -112,11 +112,12 @@ Result<std::vector<std::string>> StoreImpl::Channels() const {
   return out;
 }
 
-Result<StagedVersion> StoreImpl::BeginStaging(std::string_view channel, const Manifest& manifest) {
+Result<StagedVersion> StoreImpl::BeginStaging(std::string_view channel, const Manifest& manifest,
+                                              StagingOptions options) {
   WC_RETURN_IF_ERROR(CheckNewVersion(channel, manifest));
   std::lock_guard lock(mu_);
   WC_ASSIGN_OR_RETURN(auto state,
-                      CreateStagingLocked(channel, manifest, nullptr, ImportMode::kCopy));
+                      CreateStagingLocked(channel, manifest, nullptr, ImportMode::kCopy, options));
   return StagedVersion(state);
 }
 
@@ -134,7 +135,7 @@ Status StoreImpl::CheckNewVersion(std::string_view channel, const Manifest& mani
 
 Result<std::shared_ptr<StagingState>> StoreImpl::CreateStagingLocked(
     std::string_view channel, const Manifest& manifest, const std::filesystem::path* source,
-    ImportMode mode) {
+    ImportMode mode, StagingOptions options) {
   ChannelLayout layout = Layout(channel);
   Version v = manifest.version;
   if (Exists(layout.version_dir(v))) {
@@ -148,8 +149,9 @@ Result<std::shared_ptr<StagingState>> StoreImpl::CreateStagingLocked(
        {layout.dir(), layout.versions_dir(), layout.manifests_dir(), layout.staging_root()}) {
     WC_RETURN_IF_ERROR(MakeDirDurable(dir));
   }
-  WC_ASSIGN_OR_RETURN(auto state, StagingState::Create(layout, std::string(channel), manifest,
-                                                       options_.record_batch, source, mode));
+  WC_ASSIGN_OR_RETURN(
+      auto state, StagingState::Create(layout, std::string(channel), manifest,
+                                       options_.record_batch, source, mode, options.preallocate));
   staging_[{std::string(channel), v.value()}] = state;
   return state;
 }
@@ -602,8 +604,9 @@ Result<Store> Store::Open(const std::filesystem::path& root, const StoreOptions&
 
 const std::filesystem::path& Store::root() const { return impl_->root(); }
 Result<std::vector<std::string>> Store::Channels() const { return impl_->Channels(); }
-Result<StagedVersion> Store::BeginStaging(std::string_view channel, const Manifest& manifest) {
-  return impl_->BeginStaging(channel, manifest);
+Result<StagedVersion> Store::BeginStaging(std::string_view channel, const Manifest& manifest,
+                                          StagingOptions options) {
+  return impl_->BeginStaging(channel, manifest, options);
 }
 Result<StagedVersion> Store::ResumeStaging(std::string_view channel, Version version) {
   return impl_->ResumeStaging(channel, version);
@@ -668,6 +671,10 @@ Result<ImportedFiles> Store::StageImportBytes(std::string_view channel, Version 
                                               const std::string& path,
                                               std::span<const uint8_t> bytes) {
   return impl_->StageImportBytes(channel, version, path, bytes);
+}
+Result<std::vector<Version>> Store::ForgetPayloadVersions(std::string_view channel,
+                                                          std::optional<Version> only) {
+  return impl_->ForgetPayloadVersions(channel, only);
 }
 Status Store::CommitImport(std::string_view channel, const Manifest& manifest,
                            ImportedFiles files) {

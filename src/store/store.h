@@ -62,7 +62,8 @@ struct VersionInfo {
   Digest root{};
   uint64_t total_size = 0;
   uint32_t chunk_count = 0;
-  bool partial = false;  // a tensor-subset agent's version: only some chunks held (CommitPartial)
+  bool partial = false;   // a tensor-subset agent's version: only some chunks held (CommitPartial)
+  bool payloads = false;  // held as payloads (PartialVersion::payloads): no version to switch to
 };
 
 // How ImportDirectory brings a publisher's files into the store.
@@ -77,6 +78,13 @@ namespace store {
 struct StagingState;
 class StoreImpl;
 }  // namespace store
+
+struct StagingOptions {
+  // Reserve every file's blocks up front (fallocate), so that the disk cannot run out halfway.
+  // Off: sparse files, for a version of which only some chunks are ever written (a partial
+  // version); on tmpfs reserving also zeroes every page, which costs as much as writing it.
+  bool preallocate = true;
+};
 
 // A version being received: its files exist at their full sizes under
 // ROOT/<channel>/staging/<v>/files and fill as chunks arrive. A cheap handle; copies share state.
@@ -181,7 +189,8 @@ class Store {
   // Starts receiving `manifest` (validated; its channel must be `channel`; its version must be
   // neither committed nor staging). Creates the files at their sizes and persists the manifest
   // and an empty chunk record before it returns.
-  Result<StagedVersion> BeginStaging(std::string_view channel, const Manifest& manifest);
+  Result<StagedVersion> BeginStaging(std::string_view channel, const Manifest& manifest,
+                                     StagingOptions options = {});
   // Reopens a staging version after a restart, with the chunks its record holds.
   Result<StagedVersion> ResumeStaging(std::string_view channel, Version version);
   // Versions being staged in a channel, ascending.
@@ -264,6 +273,13 @@ class Store {
 
   // Removes committed versions beyond the kept ones (never the current one). Returns the removed.
   Result<std::vector<Version>> CollectGarbage(std::string_view channel);
+  // Removes every version held as payloads (PartialVersion::payloads), or only `only` when it is
+  // one: their bytes were only ever whole in the live tensors of the sampler whose agent
+  // committed them, which a new process no longer has (nor the same one once it moved on: a
+  // rollback to one fetches it again). `current`, when removed, first moves to the newest
+  // version left, or goes. Returns the removed.
+  Result<std::vector<Version>> ForgetPayloadVersions(std::string_view channel,
+                                                     std::optional<Version> only = std::nullopt);
 
  private:
   explicit Store(std::unique_ptr<store::StoreImpl> impl);

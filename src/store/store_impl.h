@@ -30,7 +30,8 @@ class StoreImpl {
   ChannelLayout Layout(std::string_view channel) const { return ChannelLayout(root_, channel); }
 
   Result<std::vector<std::string>> Channels() const;
-  Result<StagedVersion> BeginStaging(std::string_view channel, const Manifest& manifest);
+  Result<StagedVersion> BeginStaging(std::string_view channel, const Manifest& manifest,
+                                     StagingOptions options);
   Result<StagedVersion> ResumeStaging(std::string_view channel, Version version);
   Result<std::vector<Version>> ListStaging(std::string_view channel) const;
   Status Commit(std::string_view channel, Version version);
@@ -56,6 +57,8 @@ class StoreImpl {
                                          const std::string& path, std::span<const uint8_t> bytes);
   Status CommitImport(std::string_view channel, const Manifest& manifest, ImportedFiles files);
   Result<std::vector<Version>> CollectGarbage(std::string_view channel);
+  Result<std::vector<Version>> ForgetPayloadVersions(std::string_view channel,
+                                                     std::optional<Version> only);
 
  private:
   using Key = std::pair<std::string, uint64_t>;
@@ -74,12 +77,15 @@ class StoreImpl {
   Result<std::shared_ptr<StagingState>> CreateStagingLocked(std::string_view channel,
                                                             const Manifest& manifest,
                                                             const std::filesystem::path* source,
-                                                            ImportMode mode);
+                                                            ImportMode mode,
+                                                            StagingOptions options = {});
   // Drops a staging that will not be committed and returns `why` (mu_ held).
   Status DropStagingLocked(std::string_view channel, StagingState& state, Status why);
   // Records every chunk of a staging whose files were brought in whole and already checked
   // against the manifest, and commits it; on failure the staging is dropped (mu_ held).
   Status CommitWholeStagingLocked(std::string_view channel, StagingState& state);
+  // Removes committed version `v` (never `current`: the caller moved it), mu_ held.
+  Status RemoveVersionLocked(const ChannelLayout& layout, std::string_view channel, Version v);
   // Recovery of one channel at Open (store_recovery.cc).
   Status RecoverChannel(const std::string& channel);
   // Switches `current` (mu_ held).

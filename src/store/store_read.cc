@@ -150,6 +150,7 @@ Result<std::vector<VersionInfo>> StoreImpl::List(std::string_view channel) const
       info.chunk_count = manifest->chunk_count();
       auto partial = PartialLocked(channel, v);
       info.partial = !partial.ok() || *partial != nullptr;  // unreadable: never taken for whole
+      info.payloads = partial.ok() && *partial != nullptr && (*partial)->payloads;
     }
     out.push_back(info);
   }

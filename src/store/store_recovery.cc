@@ -1,4 +1,5 @@
-// Recovery at Open and garbage collection: the two places that remove things. Both only remove
+// Recovery at Open, garbage collection and forgetting payload versions: the places that remove
+// things. Both only remove
 // what the crash-safety argument in docs/store_layout.md shows can be neither current nor
 // resumable.
 #include <sys/stat.h>
@@ -9,6 +10,7 @@
 #include <set>
 
 #include "manifest/builder.h"
+#include "store/partial.h"
 #include "store/store_impl.h"
 #include "util/file.h"
 
@@ -156,26 +158,73 @@ Result<std::vector<Version>> StoreImpl::CollectLocked(std::string_view channel) 
   std::vector<Version> removed;
   for (Version v : committed) {
     if (keep.count(v) != 0) continue;
-    // Hidden name first: a crash mid-removal leaves a non-numeric entry that Open finishes off,
-    // never a numbered version with half its files.
-    std::filesystem::path doomed = layout.versions_dir() / (".gc-" + VersionName(v));
-    WC_RETURN_IF_ERROR(RemoveAll(doomed));
-    WC_RETURN_IF_ERROR(RenameDurable(layout.version_dir(v), doomed));
-    // Views held elsewhere keep their mappings of the unlinked files (docs/store_layout.md).
-    ForgetView({std::string(channel), v.value()});
-    manifests_.erase({std::string(channel), v.value()});
-    partials_.erase({std::string(channel), v.value()});
-    if (::unlink(layout.manifest_file(v).c_str()) != 0 && errno != ENOENT) {
-      return ErrnoStatus("unlink(" + layout.manifest_file(v).string() + ")", errno);
-    }
-    WC_RETURN_IF_ERROR(FsyncPath(layout.manifests_dir()));
-    WC_RETURN_IF_ERROR(RemoveAll(doomed));
+    WC_RETURN_IF_ERROR(RemoveVersionLocked(layout, channel, v));
     removed.push_back(v);
   }
   bool pruned = false;
   for (Version v : removed) pruned |= withdrawn.erase(v) != 0;
   if (pruned) WC_RETURN_IF_ERROR(WriteWithdrawnLocked(layout, withdrawn));
   return removed;
+}
+
+Status StoreImpl::RemoveVersionLocked(const ChannelLayout& layout, std::string_view channel,
+                                      Version v) {
+  // Hidden name first: a crash mid-removal leaves a non-numeric entry that Open finishes off,
+  // never a numbered version with half its files.
+  std::filesystem::path doomed = layout.versions_dir() / (".gc-" + VersionName(v));
+  WC_RETURN_IF_ERROR(RemoveAll(doomed));
+  WC_RETURN_IF_ERROR(RenameDurable(layout.version_dir(v), doomed));
+  // Views held elsewhere keep their mappings of the unlinked files (docs/store_layout.md).
+  ForgetView({std::string(channel), v.value()});
+  manifests_.erase({std::string(channel), v.value()});
+  partials_.erase({std::string(channel), v.value()});
+  if (::unlink(layout.manifest_file(v).c_str()) != 0 && errno != ENOENT) {
+    return ErrnoStatus("unlink(" + layout.manifest_file(v).string() + ")", errno);
+  }
+  WC_RETURN_IF_ERROR(FsyncPath(layout.manifests_dir()));
+  return RemoveAll(doomed);
+}
+
+Result<std::vector<Version>> StoreImpl::ForgetPayloadVersions(std::string_view channel,
+                                                              std::optional<Version> only) {
+  WC_RETURN_IF_ERROR(CheckWritable());
+  WC_RETURN_IF_ERROR(ValidateChannelName(channel));
+  std::lock_guard lock(mu_);
+  ChannelLayout layout = Layout(channel);
+  if (!Exists(layout.dir())) return std::vector<Version>{};
+  WC_ASSIGN_OR_RETURN(std::vector<Version> committed, CommittedLocked(layout));
+  std::vector<Version> doomed, kept;
+  for (Version v : committed) {
+    if (only.has_value() && v != *only) {
+      kept.push_back(v);
+      continue;
+    }
+    WC_ASSIGN_OR_RETURN(Manifest manifest, ManifestLocked(channel, v));
+    WC_ASSIGN_OR_RETURN(std::optional<PartialVersion> partial,
+                        ReadPartialFile(layout.version_dir(v), manifest));
+    (partial.has_value() && partial->payloads ? doomed : kept).push_back(v);
+  }
+  if (doomed.empty()) return doomed;
+  // `current` moves first, so that it never names a version without its files: to the newest
+  // version left, or away when none is.
+  const Result<Version> current = CurrentLocked(layout);
+  if (!current.ok() || std::find(doomed.begin(), doomed.end(), *current) != doomed.end()) {
+    if (!kept.empty()) {
+      WC_RETURN_IF_ERROR(SwitchCurrentLocked(layout, kept.back()));
+    } else {
+      if (::unlink(layout.current_link().c_str()) != 0 && errno != ENOENT) {
+        return ErrnoStatus("unlink(" + layout.current_link().string() + ")", errno);
+      }
+      WC_RETURN_IF_ERROR(FsyncPath(layout.dir()));
+    }
+  }
+  WC_ASSIGN_OR_RETURN(std::set<Version> withdrawn, WithdrawnLocked(layout));
+  for (Version v : doomed) {
+    WC_RETURN_IF_ERROR(RemoveVersionLocked(layout, channel, v));
+    withdrawn.erase(v);
+  }
+  WC_RETURN_IF_ERROR(WriteWithdrawnLocked(layout, withdrawn));
+  return doomed;
 }
 
 Result<std::set<Version>> StoreImpl::WithdrawnLocked(const ChannelLayout& layout) const {

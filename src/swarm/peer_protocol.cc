@@ -345,8 +345,9 @@ std::span<const Effect> PeerProtocol::OnChunkChecked(Time now, uint64_t epoch, P
   const uint32_t c = chunk.value();
   target_->checking[c] = false;
   switch (outcome) {
-    case CheckOutcome::kOk: {
-      target_->spec.whole[c] = true;
+    case CheckOutcome::kOk:
+    case CheckOutcome::kPayloadKept: {
+      if (outcome == CheckOutcome::kOk) target_->spec.whole[c] = true;
       if (FetchKind() == PayloadKind::kCodec) target_->spec.payload[c] = true;
       Execute(now, target_->scheduler->OnChunkVerified(now, chunk, from));
       const Duration took = target_->scheduler->last_fetch_time();

@@ -114,7 +114,10 @@ struct Arrival {
 
 // How checking a received item ended (OnChunkChecked).
 enum class CheckOutcome : uint8_t {
-  kOk,           // matched the manifest and is stored: the node holds the chunk
+  kOk,  // matched the manifest and is stored: the node holds the chunk
+  // An authentic payload kept as it is, not decoded (a node whose sampler patches its live
+  // tensors from the payloads): the node holds the payload, not the chunk.
+  kPayloadKept,
   kCorrupt,      // did not match its manifest hash: the sender's fault
   kUndecodable,  // an authentic payload did not decode onto the local base
   kStoreError,   // ours (disk): the target fails

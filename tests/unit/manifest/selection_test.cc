@@ -62,6 +62,15 @@ TEST(SelectTensors, SeveralPatternsAndNoMatch) {
   EXPECT_EQ(Indices(n), (std::vector<uint32_t>{0, 6}));  // the headers: the files still parse
 }
 
+TEST(ChunksOutsideTensors, HeadersGapsAndFilesWithoutTensors) {
+  const Manifest m = Layout();
+  std::vector<uint32_t> got;
+  for (ChunkIndex c : ChunksOutsideTensors(m)) got.push_back(c.value());
+  // a's header (chunk 0), the gap [390, 400) after w#100 (chunk 3), config.json and the padding
+  // (chunks 4, 5), z's header (chunk 6); chunks 1, 2 and 7..9 are tensor bytes only.
+  EXPECT_EQ(got, (std::vector<uint32_t>{0, 3, 4, 5, 6}));
+}
+
 TEST(SelectTensors, AZeroSizeTensorIsSelectedWithoutChunks) {
   const Manifest m = Layout();
   const std::vector<std::string> patterns = {"empty"};

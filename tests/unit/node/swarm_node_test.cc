@@ -3,6 +3,7 @@
 // chunks is dropped and the version still completes, a node with a wrong secret gets nothing,
 // and a tensor-subset node fetches only its chunks.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <cstring>
@@ -15,11 +16,14 @@
 #include <vector>
 
 #include "codec/version_codec.h"
+#include "live/delta_file.h"
+#include "manifest/selection.h"
 #include "metrics/registry.h"
 #include "net/memory_transport.h"
 #include "node/payload_cache.h"
 #include "node/swarm_node.h"
 #include "origin/listing.h"
+#include "store/partial.h"
 #include "swarm/messages.h"
 #include "swarm/tuning.h"
 #include "trust/signed_manifest.h"
@@ -80,6 +84,27 @@ Status MakeDelta(const Manifest& base, const std::string& base_flat, Manifest& t
   delta.base_root = base.root;
   target.delta = std::move(delta);
   return Status::Ok();
+}
+
+// `files` with a tensor over each safetensors file's bytes past its first 64 (the rest: a
+// "header"), so that ChunksOutsideTensors is the headers' chunks and the files without tensors.
+Manifest WithTensors(const std::vector<TestFile>& files, Version version) {
+  Manifest m = MakeManifest(kChannel, version, files);
+  for (uint32_t i = 0; i < m.files.size(); ++i) {
+    const ManifestFile& f = m.files[i];
+    if (!f.path.ends_with(".safetensors") || f.size <= 64) continue;
+    m.tensors.push_back({f.path + ".w", DType::kU8, {f.size - 64}, i, f.offset + 64, f.size - 64});
+  }
+  m.root = ComputeRoot(m);
+  return m;
+}
+
+Status CommitWhole(Store& store, const Manifest& m, const std::string& flat) {
+  WC_ASSIGN_OR_RETURN(StagedVersion staged, store.BeginStaging(kChannel, m));
+  for (uint32_t i = 0; i < m.chunk_count(); ++i) {
+    WC_RETURN_IF_ERROR(staged.PutChunk(ChunkIndex(i), store_test::ChunkOf(flat, m, ChunkIndex(i))));
+  }
+  return store.Commit(kChannel, m.version);
 }
 
 struct Node {
@@ -307,6 +332,106 @@ Manifest WithFastHashes(Manifest m, const std::string& flat) {
 // With fast hashes in the signed manifest, an agent checks each chunk it rebuilt from
 // a payload against the XXH3-128 (after the payload matched its SHA-256); with verify_result
 // kSha256 against the SHA-256. Both commit the published bytes.
+// A node whose sampler holds the base in its live tensors keeps a delta's payloads instead of
+// decoding and staging it: committed partial (payloads), with the headers' chunks only and the
+// delta file; it never offers the chunks it does not hold, so a node fetching them whole gets
+// them elsewhere, intact.
+TEST_F(Swarm, ALiveBaseKeepsTheDeltaAsPayloads) {
+  Node& seed = AddNode(1, /*source=*/true);
+  const auto v1_files = SampleFiles(1, 4);
+  const std::string flat1 = Flat(v1_files);
+  Manifest v1 = WithTensors(v1_files, Version(1));
+  ASSERT_TRUE(CommitWhole(*seed.store, v1, flat1).ok());
+  Node& sampler = AddNode(2, false);
+  Node& agent = AddNode(3, false);
+  ASSERT_TRUE(seed.swarm->Seed(v1, SignManifestWithSecret(v1, kSecret), nullptr).ok());
+  for (Node* n : {&sampler, &agent}) {
+    ASSERT_TRUE(n->swarm->Fetch(v1, SignManifestWithSecret(v1, kSecret)).ok());
+  }
+  Mesh();
+  for (Node* n : {&sampler, &agent}) {
+    ASSERT_TRUE(n->swarm->WaitComplete(kWait).ok());
+    ASSERT_TRUE(n->swarm->CommitTarget().ok());
+  }
+  // Another root than v1's is no live base; v1's is.
+  sampler.swarm->SetLiveBase(Version(1), Digest{});
+  sampler.swarm->SetLiveBase(Version(1), v1.root);
+
+  const auto v2_files = NextStep(v1_files);
+  const std::string flat2 = Flat(v2_files);
+  Manifest v2 = WithTensors(v2_files, Version(2));
+  auto cache = std::make_shared<PayloadCache>(v2.version);
+  ASSERT_TRUE(MakeDelta(v1, flat1, v2, flat2, *cache).ok());
+  ASSERT_TRUE(CommitWhole(*seed.store, v2, flat2).ok());
+  ASSERT_TRUE(seed.swarm->Seed(v2, SignManifestWithSecret(v2, kSecret), cache).ok());
+  for (Node* n : {&sampler, &agent}) {
+    ASSERT_TRUE(n->swarm->Fetch(v2, SignManifestWithSecret(v2, kSecret)).ok());
+  }
+  for (Node* n : {&sampler, &agent}) {
+    ASSERT_TRUE(n->swarm->WaitComplete(kWait).ok());
+    ASSERT_TRUE(n->swarm->CommitTarget().ok());
+  }
+  EXPECT_EQ(*sampler.store->Current(kChannel), Version(2));
+  auto partial = sampler.store->GetPartial(kChannel, Version(2));
+  ASSERT_TRUE(partial.ok() && partial->has_value());
+  EXPECT_TRUE((*partial)->payloads);
+  EXPECT_EQ((*partial)->chunks, ChunksOutsideTensors(v2));
+  ASSERT_LT((*partial)->chunks.size(), v2.chunk_count() / 2);
+  // The held chunks are v2's; the rest of the file was never written (sparse).
+  for (ChunkIndex c : (*partial)->chunks) {
+    auto chunk = sampler.store->ReadChunk(kChannel, Version(2), c);
+    ASSERT_TRUE(chunk.ok()) << c.value();
+    auto want = store_test::ChunkOf(flat2, v2, c);
+    EXPECT_TRUE(std::equal(chunk->begin(), chunk->end(), want.begin(), want.end()));
+  }
+  struct stat st {};
+  const auto file = sampler.store->VersionPath(kChannel, Version(2)) / "a.safetensors";
+  ASSERT_EQ(::stat(file.c_str(), &st), 0);
+  EXPECT_LT(static_cast<uint64_t>(st.st_blocks) * 512, v2_files[0].bytes.size() / 2);
+  // Every payload is in the delta file, checked against the manifest.
+  auto delta = live::DeltaFile::Open(sampler.store->root(), v2);
+  ASSERT_TRUE(delta.ok()) << delta.status().ToString();
+  for (uint32_t i = 0; i < v2.chunk_count(); ++i) {
+    EXPECT_TRUE(delta->Payload(v2, ChunkIndex(i)).ok()) << i;
+  }
+  // The agent without a live base staged v2 whole, as before.
+  EXPECT_EQ(ReadAll(agent.store->CurrentPath(kChannel) / "a.safetensors"), v2_files[0].bytes);
+  auto whole = agent.store->GetPartial(kChannel, Version(2));
+  ASSERT_TRUE(whole.ok());
+  EXPECT_FALSE(whole->has_value());
+
+  // A node without a base fetches v2 whole, from the seed and the agent: intact.
+  Node& late = AddNode(4, false);
+  Mesh();
+  ASSERT_TRUE(late.swarm->Fetch(v2, SignManifestWithSecret(v2, kSecret)).ok());
+  ASSERT_TRUE(late.swarm->WaitComplete(kWait).ok());
+  ASSERT_TRUE(late.swarm->CommitTarget().ok());
+  EXPECT_EQ(ReadAll(late.store->CurrentPath(kChannel) / "a.safetensors"), v2_files[0].bytes);
+  EXPECT_EQ(late.swarm->counters().chunks_failed, 0u);
+
+  // A rollback to v2 after v3 moved on finds v2 held as payloads: it is fetched again, whole.
+  const auto v3_files = NextStep(v2_files);
+  const std::string flat3 = Flat(v3_files);
+  Manifest v3 = WithTensors(v3_files, Version(3));
+  auto cache3 = std::make_shared<PayloadCache>(v3.version);
+  ASSERT_TRUE(MakeDelta(v2, flat2, v3, flat3, *cache3).ok());
+  ASSERT_TRUE(CommitWhole(*seed.store, v3, flat3).ok());
+  ASSERT_TRUE(seed.swarm->Seed(v3, SignManifestWithSecret(v3, kSecret), cache3).ok());
+  sampler.swarm->SetLiveBase(Version(2), v2.root);
+  ASSERT_TRUE(sampler.swarm->Fetch(v3, SignManifestWithSecret(v3, kSecret)).ok());
+  ASSERT_TRUE(sampler.swarm->WaitComplete(kWait).ok());
+  ASSERT_TRUE(sampler.swarm->CommitTarget().ok());
+  ASSERT_TRUE(seed.swarm->Seed(v2, SignManifestWithSecret(v2, kSecret), cache).ok());
+  ASSERT_TRUE(sampler.swarm->Fetch(v2, SignManifestWithSecret(v2, kSecret)).ok());
+  ASSERT_TRUE(sampler.swarm->WaitComplete(kWait).ok());
+  ASSERT_TRUE(sampler.swarm->CommitTarget().ok());
+  auto refetched = sampler.store->GetPartial(kChannel, Version(2));
+  ASSERT_TRUE(refetched.ok());
+  EXPECT_FALSE(refetched->has_value());
+  EXPECT_EQ(ReadAll(sampler.store->VersionPath(kChannel, Version(2)) / "a.safetensors"),
+            v2_files[0].bytes);
+}
+
 TEST_F(Swarm, DeltaChunksAreCheckedByTheFastHashOrBySha256AsConfigured) {
   tweak_ = [](uint64_t id, SwarmNodeOptions& o) {
     if (id == 3) o.verify_result = codec::VerifyResult::kSha256;

@@ -1,6 +1,8 @@
 // Partial versions: what a tensor-subset agent commits (store/partial.h).
 #include "store/partial.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <fstream>
 
@@ -54,6 +56,123 @@ TEST(PartialRecord, RoundTripsAndRefusesWhatTheManifestLacks) {
   for (const char* bad : {"", "[]", "{\"format\": 2}", "{\"format\": 1, \"chunks\": [-1]}"}) {
     EXPECT_EQ(ParsePartial(bad, m).status().code(), Code::kCorrupt) << bad;
   }
+}
+
+TEST(PartialRecord, APayloadVersionSaysSo) {
+  Manifest m = MakeManifest("policy", Version(1), SampleFiles(1));
+  PartialVersion p = Wanted({0});
+  p.payloads = true;
+  auto back = ParsePartial(SerializePartial(p), m);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->payloads);
+  auto plain = ParsePartial(SerializePartial(Wanted({0})), m);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->payloads);
+  EXPECT_EQ(SerializePartial(Wanted({0})).find("payloads"), std::string::npos);
+  EXPECT_EQ(ParsePartial(R"({"format": 1, "patterns": [], "tensors": [], "chunks": [],
+                             "payloads": 1})",
+                         m)
+                .status()
+                .code(),
+            Code::kCorrupt);
+}
+
+// A staging that is not preallocated holds no blocks until chunks are written.
+TEST(PartialVersion, AStagingWithoutPreallocationIsSparse) {
+  TempDir dir;
+  Store store = OpenOrDie(dir.path());
+  auto files = SampleFiles(3);
+  Manifest m = MakeManifest("policy", Version(1), files);
+  auto staged = store.BeginStaging("policy", m, {.preallocate = false});
+  ASSERT_TRUE(staged.ok()) << staged.status().ToString();
+  const fs::path file = dir.path() / "policy/staging/1/files" / files[0].path;
+  ASSERT_TRUE(fs::exists(file));
+  EXPECT_EQ(fs::file_size(file), files[0].bytes.size());
+  struct stat st {};
+  ASSERT_EQ(::stat(file.c_str(), &st), 0);
+  EXPECT_EQ(st.st_blocks, 0);
+  const std::string flat = Flat(files);
+  ASSERT_TRUE(staged->PutChunk(ChunkIndex(0), ChunkOf(flat, m, ChunkIndex(0))).ok());
+  ASSERT_TRUE(store.CommitPartial("policy", Version(1), Wanted({0})).ok());
+  auto chunk = store.ReadChunk("policy", Version(1), ChunkIndex(0));
+  ASSERT_TRUE(chunk.ok());
+}
+
+// Payload versions are forgotten; `current` moves to the newest version left, or goes.
+TEST(PartialVersion, ForgettingPayloadVersionsKeepsTheWholeOnes) {
+  TempDir dir;
+  StoreOptions keep_three;
+  keep_three.keep_versions = 3;
+  Store store = OpenOrDie(dir.path(), keep_three);
+  auto files = SampleFiles(3);
+  const std::string flat = Flat(files);
+  auto commit = [&](uint64_t v, bool payloads) {
+    Manifest m = MakeManifest("policy", Version(v), files);
+    auto staged = store.BeginStaging("policy", m, {.preallocate = !payloads});
+    ASSERT_TRUE(staged.ok());
+    for (uint32_t i = 0; i < m.chunk_count(); ++i) {
+      if (payloads && i > 0) break;
+      ASSERT_TRUE(staged->PutChunk(ChunkIndex(i), ChunkOf(flat, m, ChunkIndex(i))).ok());
+    }
+    if (!payloads) {
+      ASSERT_TRUE(store.Commit("policy", Version(v)).ok());
+      return;
+    }
+    PartialVersion p;
+    p.chunks = {ChunkIndex(0)};
+    p.payloads = true;
+    ASSERT_TRUE(store.CommitPartial("policy", Version(v), p).ok());
+  };
+  commit(1, false);
+  commit(2, true);
+  commit(3, true);
+  EXPECT_EQ(*store.Current("policy"), Version(3));
+  auto forgotten = store.ForgetPayloadVersions("policy");
+  ASSERT_TRUE(forgotten.ok()) << forgotten.status().ToString();
+  EXPECT_EQ(*forgotten, (std::vector<Version>{Version(2), Version(3)}));
+  EXPECT_EQ(*store.Current("policy"), Version(1));
+  EXPECT_TRUE(store.Verify("policy", Version(1)).ok());
+  EXPECT_FALSE(fs::exists(dir.path() / "policy/versions/3"));
+  auto list = store.List("policy");
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(list->size(), 1u);
+  // Nothing to forget: nothing changes.
+  auto again = store.ForgetPayloadVersions("policy");
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->empty());
+  EXPECT_TRUE(store.ForgetPayloadVersions("unknown")->empty());
+}
+
+TEST(PartialVersion, ForgettingEveryVersionLeavesNoCurrent) {
+  TempDir dir;
+  auto files = SampleFiles(3);
+  const std::string flat = Flat(files);
+  {
+    Store store = OpenOrDie(dir.path());
+    Manifest m = MakeManifest("policy", Version(4), files);
+    auto staged = store.BeginStaging("policy", m);
+    ASSERT_TRUE(staged.ok());
+    ASSERT_TRUE(staged->PutChunk(ChunkIndex(0), ChunkOf(flat, m, ChunkIndex(0))).ok());
+    PartialVersion p;
+    p.chunks = {ChunkIndex(0)};
+    p.payloads = true;
+    ASSERT_TRUE(store.CommitPartial("policy", Version(4), p).ok());
+    auto forgotten = store.ForgetPayloadVersions("policy");
+    ASSERT_TRUE(forgotten.ok()) << forgotten.status().ToString();
+    EXPECT_EQ(forgotten->size(), 1u);
+    EXPECT_EQ(store.Current("policy").status().code(), Code::kNotFound);
+  }
+  // Reopened (recovery runs), a new version commits as in a fresh channel.
+  Store store = OpenOrDie(dir.path());
+  EXPECT_EQ(store.Current("policy").status().code(), Code::kNotFound);
+  Manifest m = MakeManifest("policy", Version(5), files);
+  auto staged = store.BeginStaging("policy", m);
+  ASSERT_TRUE(staged.ok()) << staged.status().ToString();
+  for (uint32_t i = 0; i < m.chunk_count(); ++i) {
+    ASSERT_TRUE(staged->PutChunk(ChunkIndex(i), ChunkOf(flat, m, ChunkIndex(i))).ok());
+  }
+  ASSERT_TRUE(store.Commit("policy", Version(5)).ok());
+  EXPECT_EQ(*store.Current("policy"), Version(5));
 }
 
 TEST(PartialVersion, CommitsOnlyWithItsChunksAndServesOnlyThose) {

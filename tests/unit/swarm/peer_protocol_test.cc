@@ -329,6 +329,38 @@ TEST(PeerProtocolTest, UndecodablePayloadRestartsAsWholeChunksInANewEpoch) {
   EXPECT_FALSE(r.whole()[requested[1]]);
 }
 
+TEST(PeerProtocolTest, AKeptPayloadIsAnnouncedAsAPayloadNotAsTheChunk) {
+  PeerProtocol s = MakeProtocol(1, true), r = MakeProtocol(2);
+  TargetSpec seed = Spec(4, true, true);
+  seed.payload.assign(4, true);
+  seed.payload_bytes.assign(4, 1024);
+  ASSERT_TRUE(s.SetTarget(Time{0}, seed).ok());
+  TargetSpec delta = Spec(4, false);
+  delta.fetch_payloads = true;
+  delta.payload_bytes.assign(4, 1024);
+  ASSERT_TRUE(r.SetTarget(Time{0}, delta).ok());
+  std::vector<uint32_t> requested;
+  for (const Effect& e : ConnectToSource(r, s, Time{0})) {
+    if (IsSend(e, MessageType::kRequest)) requested.push_back(e.message.chunk);
+  }
+  ASSERT_FALSE(requested.empty());
+  const uint32_t c = requested[0];
+  const Arrival a = r.OnChunkArrived(Time{0}, PeerId(1), Version(7), ChunkIndex(c),
+                                     static_cast<uint8_t>(PayloadKind::kCodec));
+  ASSERT_TRUE(a.check);
+  auto done =
+      r.OnChunkChecked(Time{0}, a.epoch, PeerId(1), ChunkIndex(c), CheckOutcome::kPayloadKept, "");
+  size_t announced = 0;
+  for (const Effect& e : done) {
+    if (e.kind != EffectKind::kAnnounce) continue;
+    ++announced;
+    EXPECT_EQ(e.flags, kHavePayload);  // peers that need the whole chunk do not ask here
+  }
+  EXPECT_EQ(announced, 1u);
+  EXPECT_FALSE(r.whole()[c]);
+  EXPECT_TRUE(r.payload()[c]);
+}
+
 TEST(PeerProtocolTest, BadChunkClosesAndBansThePeerForTheBanTime) {
   PeerProtocol s = MakeProtocol(1, true), r = MakeProtocol(2);
   ASSERT_TRUE(s.SetTarget(Time{0}, Spec(4, true, true)).ok());
