@@ -69,6 +69,13 @@ Result<Encoded> EncodeBytes(const Manifest& base, const codec::SnapshotReader& b
   return out;
 }
 
+// Puts an encoding's delta table and payloads into the prepared version.
+void TakeEncoded(Encoded encoded, PreparedVersion& out) {
+  out.manifest.delta = std::move(encoded.delta);
+  out.payloads = std::move(encoded.payloads);
+  out.payload_bytes = encoded.payload_bytes;
+}
+
 // EncodeBytes of two versions' files.
 Result<Encoded> Encode(const Manifest& base, const fs::path& base_dir, const Manifest& target,
                        const fs::path& target_dir, const fs::path& spill_dir,
@@ -99,6 +106,31 @@ Status SameFiles(const Checkpoint& source, const Checkpoint& staged) {
     if (a.size != b.size) return changed(a.relative_path);
   }
   return Status::Ok();
+}
+
+// The store's current manifest (the base of a delta; none for a new channel) and the layout of
+// version `next` of `checkpoint`: cut in the channel's chunk size, with the options' metadata.
+struct NextLayout {
+  std::optional<Manifest> current;
+  BuildOptions build;
+  Manifest manifest;
+};
+
+Result<NextLayout> LayOutNext(const Store& store, const Checkpoint& checkpoint, Version next,
+                              const PrepareOptions& options) {
+  NextLayout out;
+  Result<Version> current = store.Current(options.channel);
+  if (!current.ok() && current.status().code() != Code::kNotFound) return current.status();
+  if (current.ok()) {
+    WC_ASSIGN_OR_RETURN(out.current, store.GetManifest(options.channel, *current));
+  }
+  out.build = options.build;
+  out.build.chunk_size = ResolveChunkSize(out.build.chunk_size, checkpoint.total_bytes(),
+                                          out.current ? &*out.current : nullptr);
+  WC_ASSIGN_OR_RETURN(out.manifest,
+                      BuildManifestLayout(checkpoint, options.channel, next, out.build));
+  for (const auto& [key, value] : options.metadata) out.manifest.metadata[key] = value;
+  return out;
 }
 
 // The end of a prepare: the manifest completed with its hashes, the version committed into the
@@ -161,17 +193,10 @@ Result<PreparedVersion> PrepareVersion(Store& store, const fs::path& dir,
   WC_RETURN_IF_ERROR(SameFiles(source, checkpoint));
   // The base: the version the store has current, which is what the publisher last published
   // (or rolled back to). Nodes holding it fetch payloads; everyone else fetches whole chunks.
-  std::optional<Manifest> current_manifest;
-  Result<Version> current = store.Current(options.channel);
-  if (!current.ok() && current.status().code() != Code::kNotFound) return current.status();
-  if (current.ok()) {
-    WC_ASSIGN_OR_RETURN(current_manifest, store.GetManifest(options.channel, *current));
-  }
-  BuildOptions build = options.build;
-  build.chunk_size = ResolveChunkSize(build.chunk_size, checkpoint.total_bytes(),
-                                      current_manifest ? &*current_manifest : nullptr);
-  WC_ASSIGN_OR_RETURN(out.manifest, BuildManifestLayout(checkpoint, options.channel, next, build));
-  for (const auto& [key, value] : options.metadata) out.manifest.metadata[key] = value;
+  WC_ASSIGN_OR_RETURN(NextLayout laid, LayOutNext(store, checkpoint, next, options));
+  std::optional<Manifest>& current_manifest = laid.current;
+  const BuildOptions& build = laid.build;
+  out.manifest = std::move(laid.manifest);
   std::optional<Manifest> base;
   if (options.delta && current_manifest && DeltaPays(*current_manifest, out.manifest)) {
     base = std::move(current_manifest);
@@ -184,9 +209,7 @@ Result<PreparedVersion> PrepareVersion(Store& store, const fs::path& dir,
         Encoded encoded,
         Encode(*base, store.VersionPath(options.channel, base->version), out.manifest, staged.dir(),
                store.root(), options.codec, &hashes, fast));
-    out.manifest.delta = std::move(encoded.delta);
-    out.payloads = std::move(encoded.payloads);
-    out.payload_bytes = encoded.payload_bytes;
+    TakeEncoded(std::move(encoded), out);
     out.encode_seconds = SecondsSince(start);
   } else {
     WC_ASSIGN_OR_RETURN(hashes,
@@ -238,17 +261,10 @@ Result<PreparedVersion> PrepareVersionFromMemory(Store& store, const VersionImag
     return store.StageImportBytes(options.channel, next, image.file, image.bytes);
   });
 
-  std::optional<Manifest> current_manifest;
-  Result<Version> current = store.Current(options.channel);
-  if (!current.ok() && current.status().code() != Code::kNotFound) return current.status();
-  if (current.ok()) {
-    WC_ASSIGN_OR_RETURN(current_manifest, store.GetManifest(options.channel, *current));
-  }
-  BuildOptions build = options.build;
-  build.chunk_size = ResolveChunkSize(build.chunk_size, checkpoint.total_bytes(),
-                                      current_manifest ? &*current_manifest : nullptr);
-  WC_ASSIGN_OR_RETURN(out.manifest, BuildManifestLayout(checkpoint, options.channel, next, build));
-  for (const auto& [key, value] : options.metadata) out.manifest.metadata[key] = value;
+  WC_ASSIGN_OR_RETURN(NextLayout laid, LayOutNext(store, checkpoint, next, options));
+  const std::optional<Manifest>& current_manifest = laid.current;
+  const BuildOptions& build = laid.build;
+  out.manifest = std::move(laid.manifest);
   std::vector<Digest> hashes, fast_hashes;
   std::vector<Digest>* fast = WantsFastHashes(build) ? &fast_hashes : nullptr;
   if (options.delta && current_manifest && DeltaPays(*current_manifest, out.manifest)) {
@@ -264,9 +280,7 @@ Result<PreparedVersion> PrepareVersionFromMemory(Store& store, const VersionImag
                                                 base, codec::ReadPattern::kWhole));
     WC_ASSIGN_OR_RETURN(Encoded encoded, EncodeBytes(base, base_bytes, out.manifest, target_bytes,
                                                      store.root(), options.codec, &hashes, fast));
-    out.manifest.delta = std::move(encoded.delta);
-    out.payloads = std::move(encoded.payloads);
-    out.payload_bytes = encoded.payload_bytes;
+    TakeEncoded(std::move(encoded), out);
     out.encode_seconds = SecondsSince(start);
   } else {
     WC_ASSIGN_OR_RETURN(
