@@ -70,6 +70,10 @@ struct PublisherOptions {
   SecretSource secret;                           // with a coordinator only
   CertificateFiles certificates;                 // with a coordinator only
   uint64_t chunk_size = ChunkSizeLimits::kAuto;  // bytes: kAuto, or in [kMin, kMax]
+  // Also sign a device check per chunk into every version, for samplers whose live tensors sit
+  // in GPU memory: they check each chunk written there on the device (docs/gpu.md). One more
+  // pass over each version.
+  bool device_checks = false;
   uint32_t keep_versions = 2;                    // local publisher: versions kept (>= 1)
   std::string listen = "127.0.0.1:0";            // where peers fetch from this node
   // How peer connections travel: "tcp" (the default), "auto" (UCX with peers that offer it,

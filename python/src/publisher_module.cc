@@ -116,8 +116,9 @@ class PyPublisher {
               const std::string& log_level, const std::string& log_file,
               std::optional<double> connect_timeout, uint32_t rank, uint32_t world,
               const std::string& transport, const std::string& ca, const std::string& certificate,
-              const std::string& key) {
+              const std::string& key, bool device_checks) {
     PublisherOptions options;
+    options.device_checks = device_checks;
     options.certificates = {ca, certificate, key};
     options.rank = rank;
     options.world = world;
@@ -242,7 +243,7 @@ void RegisterPublisher(py::module_& m) {
                     uint32_t, const std::string&, const std::string&, uint64_t, const std::string&,
                     bool, const std::string&, const std::string&, std::optional<double>, uint32_t,
                     uint32_t, const std::string&, const std::string&, const std::string&,
-                    const std::string&>(),
+                    const std::string&, bool>(),
            py::kw_only(), py::arg("store"), py::arg("channel"), py::arg("coordinator") = py::none(),
            py::arg("secret_file") = py::none(), py::arg("chunk_size"), py::arg("keep_versions") = 2,
            py::arg("listen") = "127.0.0.1:0", py::arg("cluster") = "default",
@@ -250,7 +251,7 @@ void RegisterPublisher(py::module_& m) {
            py::arg("log_level") = "warn", py::arg("log_file") = "",
            py::arg("connect_timeout") = py::none(), py::arg("rank") = 0, py::arg("world") = 1,
            py::arg("transport") = "tcp", py::arg("ca") = "", py::arg("certificate") = "",
-           py::arg("key") = "")
+           py::arg("key") = "", py::arg("device_checks") = false)
       .def("publish", &PyPublisher::Publish, py::arg("tensors"), py::arg("step") = py::none())
       .def("publish_async", &PyPublisher::PublishAsync, py::arg("tensors"),
            py::arg("step") = py::none(), py::arg("copy") = true)

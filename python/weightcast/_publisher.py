@@ -149,10 +149,12 @@ class Publisher:
     }
 
     def __init__(self, store, channel, coordinator=None, secret_file=None, *, chunk_size=None,
-                 keep_versions=2, memory=False, **publisher_options):
+                 keep_versions=2, memory=False, device_checks=False, **publisher_options):
         """``chunk_size``: "auto" (the default, also None or 0: by the version's size, as
         ``weightcast publish`` cuts it, docs/publish.md "Chunk size"), bytes (int) or a size
-        string as the CLI takes ("1MiB"). ``publisher_options`` (with a coordinator): listen
+        string as the CLI takes ("1MiB"). ``device_checks=True`` signs a device check per
+        chunk into every version (one more pass over it), so that samplers whose LiveTensors sit
+        on a GPU check what they write there on the device (docs/gpu.md). ``publisher_options`` (with a coordinator): listen
         ("127.0.0.1:0"), transport ("tcp", "auto" or "ucx"), cluster, node_id, writer_id,
         take_over (bool), rank and world (sharded, see publish()), connect_timeout (s, default
         5), log_level ("warn"; also debug, info, error), log_file (default stderr); ca,
@@ -165,17 +167,18 @@ class Publisher:
         options = _options.check(
             "Publisher", publisher_options, self._OPTIONS,
             also=("store", "channel", "coordinator", "secret_file", "chunk_size",
-                  "keep_versions", "memory"))
+                  "keep_versions", "memory", "device_checks"))
+        device_checks = _options.boolean("device_checks", device_checks)
         chunk_size = (_weightcast.AUTO_CHUNK_SIZE if chunk_size in (None, "auto")
                       else _options.size("chunk_size", chunk_size))
         keep_versions = _options.integer("keep_versions", keep_versions)
         if not isinstance(memory, bool):
             raise TypeError(f"memory must be a bool, not {type(memory).__name__} {memory!r}")
         if memory:
-            if coordinator is not None or secret_file is not None or options:
+            if coordinator is not None or secret_file is not None or options or device_checks:
                 raise _weightcast.InvalidArgumentError(
                     "memory=True keeps versions in shared memory for samplers on this machine; "
-                    "it takes no coordinator, secret_file or publisher options")
+                    "it takes no coordinator, secret_file, device_checks or publisher options")
             from ._live import _MemoryCore
             self._core = _MemoryCore(self.store, self.channel, chunk_size)
             self._remote = False
@@ -185,7 +188,8 @@ class Publisher:
                     "secret_file and publisher options need a coordinator")
             self._core = _weightcast._Publisher(store=self.store, channel=self.channel,
                                                 chunk_size=chunk_size,
-                                                keep_versions=keep_versions)
+                                                keep_versions=keep_versions,
+                                                device_checks=device_checks)
             self._remote = False
         else:
             if keep_versions != 2:
@@ -196,7 +200,7 @@ class Publisher:
                 coordinator=_options.text("coordinator", coordinator),
                 secret_file=None if secret_file is None else _options.path("secret_file",
                                                                             secret_file),
-                chunk_size=chunk_size, **options)
+                chunk_size=chunk_size, device_checks=device_checks, **options)
             self._remote = True
         _open_publishers.add(self)
 

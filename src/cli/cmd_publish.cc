@@ -46,6 +46,7 @@ struct PublishFlags {
   std::string writer_id;
   bool take_over = false;
   bool allow_no_tensors = false;
+  bool device_checks = false;
   uint32_t rank = 0;
   uint32_t world = 1;
   NodeFlags node;
@@ -129,6 +130,7 @@ Status RunPublish(const PublishFlags& flags) {
   options.rank = flags.rank;
   options.world = flags.world;
   options.build.chunk_size = chunk_size;
+  options.build.device_checks = flags.device_checks;
   // --dir publishes a new version at once: re-encoding the previous one's payloads would delay it.
   options.reseed_payloads = !one_shot;
   // A one-shot --dir ends when the coordinator stays away (--watch waits it out, at ERROR).
@@ -278,6 +280,9 @@ void SetupPublish(CLI::App& app) {
   cmd->add_flag("--allow-no-tensors", flags->allow_no_tensors,
                 "Publish a directory that holds no tensor (refused by default: every agent would "
                 "make it current in place of the model)");
+  cmd->add_flag("--device-checks", flags->device_checks,
+                "Sign a device check per chunk into each version, for samplers whose live tensors "
+                "sit in GPU memory: they check what they write there on the device (docs/gpu.md)");
   cmd->add_flag("--take-over", flags->take_over,
                 "Take the channel from the publisher that holds it; that one is fenced");
   cmd->add_option("--rank", flags->rank,

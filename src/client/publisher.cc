@@ -203,6 +203,7 @@ Status Publisher::Impl::Start() {
     po.channel = options.channel;
     po.store = options.store;
     po.build.chunk_size = options.chunk_size;
+    po.build.device_checks = options.device_checks;
     po.listen = options.listen;
     WC_ASSIGN_OR_RETURN(po.transport, net::ParseTransportKind(options.transport));
     po.cluster = options.cluster;
@@ -382,7 +383,10 @@ Result<PublishResult> Publisher::Impl::RunLocal(const Job& job,
   WC_RETURN_IF_ERROR(client::WriteTensorsFile(dir / "model.safetensors", job.tensors));
   WC_ASSIGN_OR_RETURN(
       client::LocalPublishResult r,
-      client::CommitDirectory(*store, options.channel, dir, options.chunk_size, meta));
+      client::CommitDirectory(*store, options.channel, dir,
+                              {.chunk_size = options.chunk_size,
+                               .device_checks = options.device_checks},
+                              meta));
   PublishResult out;
   out.version = r.version;
   out.total_bytes = r.total_bytes;

@@ -88,11 +88,13 @@ Result<std::filesystem::path> PrepareScratchDir(const std::filesystem::path& sto
 }
 
 Result<LocalPublishResult> CommitDirectory(Store& store, std::string_view channel,
-                                           const std::filesystem::path& dir, uint64_t chunk_size,
+                                           const std::filesystem::path& dir,
+                                           const CommitLayout& layout,
                                            const std::map<std::string, std::string>& metadata) {
   publish::LocalPublishOptions options;
   options.channel = std::string(channel);
-  options.chunk_size = chunk_size;
+  options.chunk_size = layout.chunk_size;
+  options.device_checks = layout.device_checks;
   options.metadata = metadata;
   Result<publish::PreparedVersion> published = publish::PublishLocal(store, dir, options);
   std::error_code ec;

@@ -62,8 +62,13 @@ struct LocalPublishResult {
 // removes `dir`), with `metadata` in the manifest: a delta against the current version with its
 // delta file (publish::PublishLocal). For a publisher without a coordinator: agents or
 // subscribers on the same machine read the store, and samplers patch their live tensors.
+struct CommitLayout {
+  uint64_t chunk_size = 0;     // bytes, or kAutoChunkSize
+  bool device_checks = false;  // BuildOptions::device_checks
+};
 Result<LocalPublishResult> CommitDirectory(Store& store, std::string_view channel,
-                                           const std::filesystem::path& dir, uint64_t chunk_size,
+                                           const std::filesystem::path& dir,
+                                           const CommitLayout& layout,
                                            const std::map<std::string, std::string>& metadata);
 
 }  // namespace weightcast::client

@@ -906,6 +906,73 @@ Status ApplyChunkInPlace(std::span<const uint8_t> payload, const Digest& base_ha
   return Status::Ok();
 }
 
+Result<ChunkChanges> DecodeChanges(std::span<const uint8_t> payload, const Digest& base_hash,
+                                   uint64_t chunk_size, CodecScratch& scratch) {
+  CodecScratch::State& st = ScratchAccess::Get(scratch);
+  WC_ASSIGN_OR_RETURN(const PayloadHeader h, ParsePayloadHeader(payload));
+  if (chunk_size != h.chunk_size) {
+    return FailedPrecondition("delta payload is for a chunk of " + std::to_string(h.chunk_size) +
+                              " bytes, the live chunk holds " + std::to_string(chunk_size));
+  }
+  const bool is_xor = h.encoding == ChunkEncoding::kXor;
+  if (is_xor && h.base_hash != base_hash) {
+    return FailedPrecondition("delta payload applies to base chunk " + ToHex(h.base_hash) +
+                              ", the live chunk is " + ToHex(base_hash));
+  }
+  Prepared p;
+  {
+    const HashedChunk vouched =
+        HashedChunk::FromVerifiedManifest(std::span<const uint8_t>(), base_hash, h.hash_algorithm);
+    Result<Prepared> r =
+        Prepare(payload, vouched, nullptr, nullptr, h.chunk_size, st, /*check_base=*/false);
+    if (!r.ok()) return r.status();
+    p = std::move(*r);
+  }
+  ChunkChanges out;
+  if (is_xor && IsSparse(h.transform)) {
+    SparseApplier applier(p.stream, {}, h.segments, ValuesOf(h.transform));
+    // Groups by (width, add): at most 8, found by a linear search in the order they appear.
+    auto group = [&](uint8_t width, bool add) -> ElementChanges& {
+      for (ElementChanges& g : out.groups) {
+        if (g.width == width && g.add == add) return g;
+      }
+      ElementChanges& g = out.groups.emplace_back();
+      g.width = width;
+      g.add = add;
+      return g;
+    };
+    auto put = [](ElementChanges& g, uint64_t offset, uint64_t value) {
+      g.offsets.push_back(offset);
+      for (uint8_t k = 0; k < g.width; ++k) g.values.push_back(static_cast<uint8_t>(value >> (8 * k)));
+    };
+    WC_RETURN_IF_ERROR(applier.ForEachChange([&](const SparseApplier::Change& c) {
+      if (c.len == 1 || c.len == 2 || c.len == 4 || c.len == 8) {
+        put(group(static_cast<uint8_t>(c.len), c.add), c.offset, c.value);
+        return;
+      }
+      // The tail of an element a chunk edge cut (always a XOR): one byte at a time.
+      for (uint64_t k = 0; k < c.len; ++k) put(group(1, false), c.offset + k, c.value >> (8 * k));
+    }));
+    return out;
+  }
+  out.kind = is_xor ? ChunkChanges::Kind::kXorBytes : ChunkChanges::Kind::kFull;
+  out.bytes.resize(h.chunk_size);
+  switch (h.transform) {
+    case Transform::kNone:
+      if (p.stream.size() != h.chunk_size) return Corrupt("delta payload: stream length");
+      if (h.chunk_size != 0) std::memcpy(out.bytes.data(), p.stream.data(), h.chunk_size);
+      break;
+    case Transform::kPlanes:
+      // Without a base the inverse gives the transformed bytes themselves: the XOR, or the chunk.
+      WC_RETURN_IF_ERROR(PlanesInverse(p.stream, {}, h.segments, out.bytes));
+      break;
+    case Transform::kSparse:
+    case Transform::kSparseDiff:
+      return Corrupt("delta payload: a sparse transform on a full chunk");
+  }
+  return out;
+}
+
 Digest HashPieces(std::span<const ChunkPiece> pieces, HashAlgorithm algorithm) {
   Hasher hasher(algorithm);
   for (const ChunkPiece& p : pieces) {

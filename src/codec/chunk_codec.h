@@ -279,6 +279,32 @@ Result<Digest> ApplyChunkInPlaceHashing(std::span<const uint8_t> payload, const 
                                         std::span<const ChunkPiece> pieces, HashAlgorithm algorithm,
                                         CodecScratch& scratch);
 
+// A payload decoded into what a device does to the chunk where it lies (docs/gpu.md): the host
+// decodes, the device only gathers, combines and scatters, and never runs the codec.
+struct ElementChanges {
+  uint8_t width = 1;  // 1, 2, 4 or 8 bytes
+  bool add = false;   // the value is added mod 2^(8 width) to the element; otherwise XORed into it
+  std::vector<uint64_t> offsets;  // chunk offsets of the changed elements, increasing
+  std::vector<uint8_t> values;    // `width` little-endian bytes per element
+};
+struct ChunkChanges {
+  enum class Kind : uint8_t {
+    kElements,  // a sparse payload: the changed elements, one group per (width, add)
+    kXorBytes,  // a dense xor payload: `bytes` is the chunk XOR its base
+    kFull,      // a full payload: `bytes` is the chunk
+  };
+  Kind kind = Kind::kElements;
+  std::vector<ElementChanges> groups;  // kElements: the tails of cut elements as 1-byte XORs
+  std::vector<uint8_t> bytes;          // kXorBytes, kFull: chunk_size bytes
+};
+
+// Decodes a kXor payload whose base is the chunk `base_hash` names, or a kFull payload, into the
+// changes that rebuild the chunk from its base. Does not verify the result (no base is at hand):
+// the caller checks the rebuilt chunk against its manifest, as after ApplyChunkInPlace. Errors:
+// kFailedPrecondition (another base, another chunk size), kCorrupt (a bad payload).
+Result<ChunkChanges> DecodeChanges(std::span<const uint8_t> payload, const Digest& base_hash,
+                                   uint64_t chunk_size, CodecScratch& scratch);
+
 // The hash of a chunk held in pieces (front to back), as the manifest computes it.
 Digest HashPieces(std::span<const ChunkPiece> pieces, HashAlgorithm algorithm);
 

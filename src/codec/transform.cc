@@ -644,11 +644,15 @@ Status SparseApplier::Fill(uint64_t offset, std::span<uint8_t> dst) {
   return Status::Ok();
 }
 
+uint64_t SparseApplier::DiffOf(uint64_t raw, uint64_t len) {
+  const uint64_t mask = len == 8 ? ~0ull : (1ull << (8 * len)) - 1;
+  return ((raw >> 1) ^ ((raw & 1) ? mask : 0)) & mask;  // un-zigzag
+}
+
 uint64_t SparseApplier::Combine(uint64_t base) const {
   if (!raw_is_diff_) return base ^ raw_;
   const uint64_t mask = len_ == 8 ? ~0ull : (1ull << (8 * len_)) - 1;
-  const uint64_t delta = ((raw_ >> 1) ^ ((raw_ & 1) ? mask : 0)) & mask;  // un-zigzag
-  return (base + delta) & mask;
+  return (base + DiffOf(raw_, len_)) & mask;
 }
 
 namespace {

@@ -138,6 +138,31 @@ class SparseApplier {
   // empty base. Checks the whole stream (as Finish does); on kCorrupt some elements may have
   // been rewritten already, so the caller must treat the chunk as damaged.
   Status ApplyInPlace(Placement& at);
+
+  // One recorded change, with no base to apply it to: the `len` bytes at chunk offset `offset`
+  // become (bytes XOR value), or with `add`, (bytes + value) mod 2^(8 len) as a little-endian
+  // integer. For whoever applies the changes elsewhere, e.g. in device memory.
+  struct Change {
+    uint64_t offset = 0;
+    uint64_t len = 0;
+    uint64_t value = 0;
+    bool add = false;
+  };
+  // Calls `f` for every change front to back, then checks the whole stream (as Finish). Construct
+  // the applier with an empty base. On kCorrupt some changes were reported already.
+  template <typename F>
+  Status ForEachChange(F&& f) {
+    while (true) {
+      if (!pending_) {
+        if (done_) break;
+        WC_RETURN_IF_ERROR(Advance());
+        if (!pending_) break;
+      }
+      f(Change{off_, len_, raw_is_diff_ ? DiffOf(raw_, len_) : raw_, raw_is_diff_});
+      pending_ = false;
+    }
+    return Finish();
+  }
   // The same for the changes before chunk offset `end` only (calls with increasing `end`, then
   // Finish), so a caller can hash each block right after it was patched, while it is in cache.
   Status ApplyInPlaceUntil(Placement& at, uint64_t end);
@@ -149,7 +174,9 @@ class SparseApplier {
   };
   Status StartSegment();
   Status Advance();                       // makes the next change pending, or sets done_
-  uint64_t Combine(uint64_t base) const;  // the pending change's new value over `base`'s
+  uint64_t Combine(uint64_t base) const;
+  // The un-zigzagged difference a kDiff value `raw` of a `len`-byte element adds.
+  static uint64_t DiffOf(uint64_t raw, uint64_t len);  // the pending change's new value over `base`'s
   bool ReadPlaneHeader(Plane* plane, uint64_t count);
 
   const uint8_t* data_;

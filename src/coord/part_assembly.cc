@@ -234,6 +234,12 @@ Result<PartAssembly::Added> PartAssembly::Add(PartId part, const Manifest& manif
         manifest.has_fast_hashes() != first.has_fast_hashes()) {
       return InvalidArgument(who + ": another hash algorithm than " + Rank(first_rank) + "'s");
     }
+    if (manifest.has_device_checks() != first.has_device_checks()) {
+      return InvalidArgument(who + (manifest.has_device_checks() ? ": device checks where "
+                                                                 : ": no device checks where ") +
+                             Rank(first_rank) + (first.has_device_checks() ? " has them" : " has none") +
+                             "; every rank needs the same --device-checks");
+    }
   }
   if (part.rank + 1 != world_ && manifest.total_size() % manifest.chunk_size != 0) {
     return InvalidArgument(who + ": " + std::to_string(manifest.total_size()) +
@@ -358,6 +364,10 @@ Result<Manifest> PartAssembly::Assemble(const Manifest* base, std::string* why_f
     out.chunk_hashes.insert(out.chunk_hashes.end(), part.chunk_hashes.begin(),
                             part.chunk_hashes.end());
     out.fast_hashes.insert(out.fast_hashes.end(), part.fast_hashes.begin(), part.fast_hashes.end());
+    // A part ends on a chunk boundary, so its chunks' checks (weighted by the place in the
+    // chunk) are the assembled version's.
+    out.device_checks.insert(out.device_checks.end(), part.device_checks.begin(),
+                             part.device_checks.end());
     for (const auto& [key, value] : part.metadata) {
       if (!AssemblyKey(key)) out.metadata.emplace(key, value);  // rank 0's wins for per-rank keys
     }

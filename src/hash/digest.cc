@@ -5,6 +5,7 @@
 #include <openssl/hmac.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace weightcast {
@@ -15,6 +16,8 @@ std::string_view HashAlgorithmName(HashAlgorithm algorithm) {
       return "sha256";
     case HashAlgorithm::kXxh3_128:
       return "xxh3-128";
+    case HashAlgorithm::kWeightedSum128:
+      return "wsum-128";
   }
   return "unknown";
 }
@@ -38,6 +41,35 @@ Digest FromXxh128(XXH128_hash_t h) {
 
 }  // namespace
 
+WeightedSums WeightedSumsOf(std::span<const uint8_t> data, uint64_t offset) {
+  // Blocks of 4 KiB keep the inner sums in 32 bits (at most 4095 * 4096 / 2 * 255 < 2^32), which
+  // the compiler vectorizes; each block then adds (offset + start + 1) * s + t to B.
+  constexpr size_t kBlock = 4096;
+  WeightedSums out;
+  for (size_t start = 0; start < data.size(); start += kBlock) {
+    const size_t n = std::min(kBlock, data.size() - start);
+    const uint8_t* p = data.data() + start;
+    uint32_t s = 0;
+    uint32_t t = 0;
+    for (uint32_t j = 0; j < n; ++j) {
+      s += p[j];
+      t += j * p[j];
+    }
+    out.a += s;
+    out.b += (offset + start + 1) * static_cast<uint64_t>(s) + t;
+  }
+  return out;
+}
+
+Digest WeightedSumDigest(WeightedSums sums) {
+  Digest d{};
+  for (size_t i = 0; i < 8; ++i) {
+    d[i] = static_cast<uint8_t>(sums.a >> (8 * i));
+    d[8 + i] = static_cast<uint8_t>(sums.b >> (8 * i));
+  }
+  return d;
+}
+
 Digest Sha256(std::span<const uint8_t> data) {
   Digest d{};
   unsigned int len = 0;
@@ -46,6 +78,7 @@ Digest Sha256(std::span<const uint8_t> data) {
 }
 
 Digest HashBytes(HashAlgorithm algorithm, std::span<const uint8_t> data) {
+  if (algorithm == HashAlgorithm::kWeightedSum128) return WeightedSumDigest(WeightedSumsOf(data, 0));
   if (algorithm == HashAlgorithm::kXxh3_128)
     return FromXxh128(XXH3_128bits(data.data(), data.size()));
   return Sha256(data);
@@ -55,10 +88,13 @@ struct Hasher::State {
   HashAlgorithm algorithm;
   EVP_MD_CTX* sha = nullptr;
   XXH3_state_t* xxh = nullptr;
+  WeightedSums sums;  // kWeightedSum128
+  uint64_t length = 0;
 };
 
 Hasher::Hasher(HashAlgorithm algorithm) : state_(std::make_unique<State>()) {
   state_->algorithm = algorithm;
+  if (algorithm == HashAlgorithm::kWeightedSum128) return;
   if (algorithm == HashAlgorithm::kXxh3_128) {
     state_->xxh = XXH3_createState();
     XXH3_128bits_reset(state_->xxh);
@@ -74,6 +110,13 @@ Hasher::~Hasher() {
 }
 
 void Hasher::Update(std::span<const uint8_t> data) {
+  if (state_->algorithm == HashAlgorithm::kWeightedSum128) {
+    const WeightedSums s = WeightedSumsOf(data, state_->length);
+    state_->sums.a += s.a;
+    state_->sums.b += s.b;
+    state_->length += data.size();
+    return;
+  }
   if (state_->xxh != nullptr) {
     XXH3_128bits_update(state_->xxh, data.data(), data.size());
   } else {
@@ -82,6 +125,12 @@ void Hasher::Update(std::span<const uint8_t> data) {
 }
 
 Digest Hasher::Finish() {
+  if (state_->algorithm == HashAlgorithm::kWeightedSum128) {
+    const Digest d = WeightedSumDigest(state_->sums);
+    state_->sums = {};
+    state_->length = 0;
+    return d;
+  }
   if (state_->xxh != nullptr) {
     Digest d = FromXxh128(XXH3_128bits_digest(state_->xxh));
     XXH3_128bits_reset(state_->xxh);

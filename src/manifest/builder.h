@@ -42,6 +42,10 @@ struct BuildOptions {
   // bytes are in cache, so that agents check chunks rebuilt from deltas at memory speed
   // (docs/verification.md). Only for SHA-256 manifests; ignored for xxh3-128.
   bool fast_hashes = true;
+  // Also a wsum-128 per chunk (Manifest::device_checks), for samplers whose live tensors sit in
+  // device memory: they check each chunk written there with tensor operations on the device
+  // (docs/gpu.md). One more pass over the version, so off unless asked for (`--device-checks`).
+  bool device_checks = false;
 };
 
 // Feeds `bytes` to `hasher` (of `algorithm`) as fast as data streaming from memory allows. For

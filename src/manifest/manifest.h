@@ -83,6 +83,12 @@ struct Manifest {
   // chunk it rebuilt from an authenticated delta payload against it instead of the SHA-256
   // (docs/verification.md). Not part of the root: the signature covers it, as it covers `delta`.
   std::vector<Digest> fast_hashes;
+  // Empty, or one wsum-128 (HashAlgorithm::kWeightedSum128: 16 bytes, then 16 zero bytes) per
+  // chunk: what a sampler whose live tensors sit in device memory checks each chunk it wrote
+  // there against, with tensor operations on that device (docs/gpu.md). Not a hash: it catches
+  // a decoder bug, a transfer or a memory error, as fast_hashes do on the host; what comes from
+  // the network passed its SHA-256 first. Not part of the root; the signature covers it.
+  std::vector<Digest> device_checks;
   std::map<std::string, std::string> metadata;
   std::optional<DeltaInfo> delta;
   Digest root{};  // see ComputeRoot
@@ -90,6 +96,7 @@ struct Manifest {
   uint64_t total_size() const;
   uint32_t chunk_count() const { return static_cast<uint32_t>(chunk_hashes.size()); }
   bool has_fast_hashes() const { return !fast_hashes.empty(); }
+  bool has_device_checks() const { return !device_checks.empty(); }
   ByteRange ChunkRange(ChunkIndex index) const;
   // Chunks that hold any byte of the tensors whose names match `pattern` (glob: * and ?).
   std::vector<ChunkIndex> ChunksForTensors(std::string_view pattern) const;

@@ -33,11 +33,12 @@ Result<Digest> ToDigest(const std::string& bytes, std::string_view what) {
 }
 
 // A 16-byte XXH3-128 digest on the wire, stored as a Digest with a zero tail (digest.h).
-Result<Digest> ToFastDigest(const std::string& bytes, std::string_view what) {
+Result<Digest> ToFastDigest(const std::string& bytes, std::string_view what,
+                            std::string_view algorithm = "xxh3-128") {
   Digest d{};
   if (bytes.size() != 16) {
     return Corrupt(std::string(what) + " is " + std::to_string(bytes.size()) +
-                   " bytes, expected 16 (xxh3-128)");
+                   " bytes, expected 16 (" + std::string(algorithm) + ")");
   }
   std::memcpy(d.data(), bytes.data(), 16);
   return d;
@@ -150,6 +151,8 @@ Result<Manifest> FromProto(const pb::Manifest& p) {
       CheckCount(static_cast<size_t>(p.chunk_hashes_size()), kMaxManifestChunks, "chunks"));
   WC_RETURN_IF_ERROR(
       CheckCount(static_cast<size_t>(p.fast_hashes_size()), kMaxManifestChunks, "fast hashes"));
+  WC_RETURN_IF_ERROR(CheckCount(static_cast<size_t>(p.device_checks_size()), kMaxManifestChunks,
+                                "device checks"));
   WC_RETURN_IF_ERROR(CheckCount(p.metadata().size(), kMaxMetadataEntries, "metadata entries"));
   if (p.channel().size() > kMaxChannelBytes) {
     return Corrupt("channel name is " + std::to_string(p.channel().size()) +
@@ -212,6 +215,14 @@ Result<Manifest> FromProto(const pb::Manifest& p) {
     WC_ASSIGN_OR_RETURN(Digest d,
                         ToFastDigest(h, "fast hash " + std::to_string(m.fast_hashes.size())));
     m.fast_hashes.push_back(d);
+  }
+
+  m.device_checks.reserve(static_cast<size_t>(p.device_checks_size()));
+  for (const std::string& h : p.device_checks()) {
+    WC_ASSIGN_OR_RETURN(
+        Digest d, ToFastDigest(h, "device check " + std::to_string(m.device_checks.size()),
+                               "wsum-128"));
+    m.device_checks.push_back(d);
   }
 
   for (const auto& [key, value] : p.metadata()) m.metadata.emplace(key, value);
@@ -279,6 +290,10 @@ void ToProto(const Manifest& m, pb::Manifest& p) {
   p.mutable_fast_hashes()->Reserve(static_cast<int>(m.fast_hashes.size()));
   for (const Digest& d : m.fast_hashes) {
     p.add_fast_hashes(std::string(reinterpret_cast<const char*>(d.data()), 16));
+  }
+  p.mutable_device_checks()->Reserve(static_cast<int>(m.device_checks.size()));
+  for (const Digest& d : m.device_checks) {
+    p.add_device_checks(std::string(reinterpret_cast<const char*>(d.data()), 16));
   }
   for (const auto& [key, value] : m.metadata) (*p.mutable_metadata())[key] = value;
   if (m.delta.has_value()) {

@@ -125,6 +125,24 @@ Status CheckFastHashes(const Manifest& m) {
   return Status::Ok();
 }
 
+// Device checks are 16-byte weighted sums, one per chunk, whatever the chunk hash algorithm.
+Status CheckDeviceChecks(const Manifest& m) {
+  if (m.device_checks.empty()) return Status::Ok();
+  if (m.device_checks.size() != m.chunk_hashes.size()) {
+    return Corrupt("manifest lists " + std::to_string(m.device_checks.size()) +
+                   " device checks for " + std::to_string(m.chunk_hashes.size()) +
+                   " chunks (one per chunk, or none)");
+  }
+  for (size_t i = 0; i < m.device_checks.size(); ++i) {
+    for (size_t b = 16; b < 32; ++b) {
+      if (m.device_checks[i][b] != 0) {
+        return Corrupt("device check " + std::to_string(i) + ": must have its last 16 bytes zero");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 Status CheckTensors(const Manifest& m) {
   if (m.tensors.size() > kMaxManifestTensors) {
     return Corrupt("manifest lists " + std::to_string(m.tensors.size()) +
@@ -266,6 +284,7 @@ Status ValidateManifest(const Manifest& m) {
   WC_RETURN_IF_ERROR(CheckFiles(m));
   WC_RETURN_IF_ERROR(CheckChunks(m));
   WC_RETURN_IF_ERROR(CheckFastHashes(m));
+  WC_RETURN_IF_ERROR(CheckDeviceChecks(m));
   WC_RETURN_IF_ERROR(CheckTensors(m));
   WC_RETURN_IF_ERROR(CheckMetadata(m));
   WC_RETURN_IF_ERROR(CheckDelta(m));

@@ -12,6 +12,7 @@ Result<PreparedVersion> PublishLocal(Store& store, const std::filesystem::path& 
   // trust the store), so any fixed key does.
   o.secret = "weightcast-local-store";
   o.build.chunk_size = options.chunk_size;
+  o.build.device_checks = options.device_checks;
   o.build.algorithm = options.algorithm;
   o.build.threads = options.threads;
   o.codec.threads = options.threads;

@@ -20,6 +20,7 @@ namespace weightcast::publish {
 struct LocalPublishOptions {
   std::string channel;
   uint64_t chunk_size = kAutoChunkSize;
+  bool device_checks = false;  // BuildOptions::device_checks
   // Chunk hashes. Readers of a local store share this machine with the publisher: nothing they
   // read came from a peer, so the checksum guards against bugs and memory errors, not an
   // attacker, and XXH3-128 does that at memory speed (docs/live.md). sha256 for a store that is

@@ -137,7 +137,9 @@ Result<NextLayout> LayOutNext(const Store& store, const Checkpoint& checkpoint, 
 // store (after `before_commit`) and the manifest signed. `label` names the source in errors.
 Status CommitAndSign(Store& store, const PrepareOptions& options, const std::string& label,
                      std::vector<Digest> hashes, std::vector<Digest> fast_hashes,
-                     ImportedFiles staged, PreparedVersion& out) {
+                     std::vector<Digest> device_checks, ImportedFiles staged,
+                     PreparedVersion& out) {
+  out.manifest.device_checks = std::move(device_checks);
   if (Status s = FinishManifest(out.manifest, std::move(hashes), std::move(fast_hashes)); !s.ok()) {
     return InvalidArgument(label + ": " + s.message());
   }
@@ -217,11 +219,18 @@ Result<PreparedVersion> PrepareVersion(Store& store, const fs::path& dir,
                                    out.manifest.hash_algorithm, options.build.threads, fast));
     out.build_seconds = SecondsSince(start);
   }
+  std::vector<Digest> device_checks;
+  if (build.device_checks) {
+    WC_ASSIGN_OR_RETURN(device_checks,
+                        HashChunks(staged.dir(), out.manifest.files, out.manifest.chunk_size,
+                                   HashAlgorithm::kWeightedSum128, options.build.threads));
+  }
   // No second hash: the manifest was built from the store's own files. A copy is private to the
   // store; a hard link shares the trainer's inode, and CommitImport refuses one written to since
   // it was linked (docs/publish.md says why hashing again would protect nothing more).
   WC_RETURN_IF_ERROR(CommitAndSign(store, options, dir.string(), std::move(hashes),
-                                   std::move(fast_hashes), std::move(staged), out));
+                                   std::move(fast_hashes), std::move(device_checks),
+                                   std::move(staged), out));
   return out;
 }
 
@@ -288,11 +297,18 @@ Result<PreparedVersion> PrepareVersionFromMemory(Store& store, const VersionImag
                                    out.manifest.hash_algorithm, options.build.threads, fast));
     out.build_seconds = SecondsSince(start);
   }
+  std::vector<Digest> device_checks;
+  if (build.device_checks) {
+    WC_ASSIGN_OR_RETURN(device_checks,
+                        HashChunksInMemory(image.bytes, out.manifest.chunk_size,
+                                           HashAlgorithm::kWeightedSum128, options.build.threads));
+  }
   start = std::chrono::steady_clock::now();
   WC_ASSIGN_OR_RETURN(ImportedFiles staged, staging.get());
   out.import_seconds = SecondsSince(start);  // what the write added past the encode
   WC_RETURN_IF_ERROR(CommitAndSign(store, options, image.file, std::move(hashes),
-                                   std::move(fast_hashes), std::move(staged), out));
+                                   std::move(fast_hashes), std::move(device_checks),
+                                   std::move(staged), out));
   return out;
 }
 
