@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "format/safetensors.h"
+#include "live/device_memory.h"
 #include "live/live_set.h"
 #include "live/memory_channel.h"
 #include "live/store_view.h"
@@ -29,6 +30,7 @@ LiveApplyReport ToPublic(const live::ApplyReport& r) {
   out.chunks_repaired = r.chunks_repaired;
   out.payload_bytes = r.payload_bytes;
   out.copied_bytes = r.copied_bytes;
+  out.check = std::string(HashAlgorithmName(r.check));
   out.seconds = r.seconds;
   out.note = r.note;
   return out;
@@ -40,6 +42,11 @@ LiveTensors::LiveTensors(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 LiveTensors::~LiveTensors() = default;
 
 Result<std::unique_ptr<LiveTensors>> LiveTensors::Register(std::vector<LiveTensorView> tensors) {
+  return Register(std::move(tensors), nullptr);
+}
+
+Result<std::unique_ptr<LiveTensors>> LiveTensors::Register(std::vector<LiveTensorView> tensors,
+                                                           std::shared_ptr<DeviceMemory> device) {
   std::vector<live::LiveTensor> set;
   set.reserve(tensors.size());
   for (LiveTensorView& t : tensors) {
@@ -54,7 +61,9 @@ Result<std::unique_ptr<LiveTensors>> LiveTensors::Register(std::vector<LiveTenso
                                    {static_cast<uint8_t*>(t.data), static_cast<size_t>(t.size)}});
   }
   auto impl = std::make_unique<Impl>();
-  WC_ASSIGN_OR_RETURN(impl->set, live::LiveSet::Create(std::move(set)));
+  std::unique_ptr<live::TensorMemory> memory =
+      device == nullptr ? live::HostMemory() : live::DeviceTensorMemory(std::move(device));
+  WC_ASSIGN_OR_RETURN(impl->set, live::LiveSet::Create(std::move(set), std::move(memory)));
   return std::unique_ptr<LiveTensors>(new LiveTensors(std::move(impl)));
 }
 

@@ -25,13 +25,16 @@ class HostTensorMemory final : public TensorMemory {
                               HashAlgorithm algorithm) override {
     return codec::ApplyChunkInPlaceHashing(payload, base_hash, pieces, algorithm, scratch_);
   }
-  void Copy(std::span<uint8_t> live, std::span<const uint8_t> from) override {
+  Status Copy(std::span<uint8_t> live, std::span<const uint8_t> from) override {
     if (!live.empty()) std::memcpy(live.data(), from.data(), live.size());
+    return Status::Ok();
   }
-  Digest Hash(std::span<const codec::ChunkPiece> pieces, HashAlgorithm algorithm) override {
+  Result<Digest> Hash(std::span<const codec::ChunkPiece> pieces,
+                      HashAlgorithm algorithm) override {
     return codec::HashPieces(pieces, algorithm);
   }
-  Digest CopyAndHash(std::span<const LivePiece> pieces, HashAlgorithm algorithm) override {
+  Result<Digest> CopyAndHash(std::span<const LivePiece> pieces,
+                             HashAlgorithm algorithm) override {
     constexpr size_t kBlock = 64 << 10;  // well inside L2: the hash reads what the copy wrote
     Hasher hasher(algorithm);
     for (const LivePiece& p : pieces) {
@@ -193,7 +196,7 @@ Status LiveSet::CopyFrom(const LiveSet& other) {
     }
   }
   for (size_t i = 0; i < tensors_.size(); ++i) {
-    memory_->Copy(tensors_[i].bytes, other.tensors_[i].bytes);
+    WC_RETURN_IF_ERROR(memory_->CopyLive(tensors_[i].bytes, other.tensors_[i].bytes));
   }
   held_ = other.held_;
   unverified_.clear();
@@ -220,7 +223,7 @@ Result<Digest> LiveSet::Attest(const VersionView& view) const {
   std::vector<Piece> pieces;
   for (uint32_t i = 0; i < m.chunk_count(); ++i) {
     layout.Build(ChunkIndex(i), pieces);
-    checks[i] = memory_->Hash(AsChunkPieces(pieces), algorithm);
+    WC_ASSIGN_OR_RETURN(checks[i], memory_->Hash(AsChunkPieces(pieces), algorithm));
   }
   return CombineChunkChecks(checks);
 }
@@ -302,10 +305,18 @@ Result<ApplyReport> LiveSet::Apply(const VersionView& target, const ApplyOptions
   // (XXH3-128, signed with the rest of it): the bytes come from the store's verified files or
   // from payloads checked against their SHA-256, so what the check must catch is a bad base, a
   // decoder bug or a memory error, and a 128-bit checksum does that at memory speed
-  // (docs/verification.md). Without them, the chunk hashes themselves.
+  // (docs/verification.md). Without them, the chunk hashes themselves. Tensors in device
+  // memory are checked there, against the device checks when the version has them
+  // (docs/gpu.md); otherwise their bytes are read back to hash them.
+  const bool on_device = memory_->ChecksOnDevice() && m.has_device_checks();
   const bool fast = m.has_fast_hashes();
-  const HashAlgorithm check_algorithm = fast ? HashAlgorithm::kXxh3_128 : m.hash_algorithm;
-  const std::vector<Digest>& checks = fast ? m.fast_hashes : m.chunk_hashes;
+  const HashAlgorithm check_algorithm = on_device ? HashAlgorithm::kWeightedSum128
+                                        : fast    ? HashAlgorithm::kXxh3_128
+                                                  : m.hash_algorithm;
+  const std::vector<Digest>& checks = on_device ? m.device_checks
+                                      : fast    ? m.fast_hashes
+                                                : m.chunk_hashes;
+  report.check = check_algorithm;
   std::vector<Piece> pieces;
   std::set<uint32_t> left_unverified;
   const auto live_bytes = [&] {
@@ -315,7 +326,8 @@ Result<ApplyReport> LiveSet::Apply(const VersionView& target, const ApplyOptions
   };
   auto copy_whole = [&](ChunkIndex index) -> Status {
     report.copied_bytes += live_bytes();
-    if (memory_->CopyAndHash(pieces, check_algorithm) != checks[index.value()]) {
+    WC_ASSIGN_OR_RETURN(const Digest got, memory_->CopyAndHash(pieces, check_algorithm));
+    if (got != checks[index.value()]) {
       return Corrupt("chunk " + std::to_string(index.value()) + " of v" +
                      std::to_string(m.version.value()) +
                      " does not match its manifest even as copied from the store's files");
@@ -336,9 +348,12 @@ Result<ApplyReport> LiveSet::Apply(const VersionView& target, const ApplyOptions
         if (was_unverified) {
           if (!check) {
             left_unverified.insert(i);
-          } else if (memory_->Hash(chunk, check_algorithm) != want) {
-            WC_RETURN_IF_ERROR(copy_whole(index));
-            ++report.chunks_repaired;
+          } else {
+            WC_ASSIGN_OR_RETURN(const Digest got, memory_->Hash(chunk, check_algorithm));
+            if (got != want) {
+              WC_RETURN_IF_ERROR(copy_whole(index));
+              ++report.chunks_repaired;
+            }
           }
         }
         continue;
@@ -388,9 +403,12 @@ Result<ApplyReport> LiveSet::Apply(const VersionView& target, const ApplyOptions
     ++report.chunks_copied;
     report.copied_bytes += live_bytes();
     if (!check) {
-      for (const Piece& p : pieces) memory_->Copy(p.live, p.file);
+      for (const Piece& p : pieces) WC_RETURN_IF_ERROR(memory_->Copy(p.live, p.file));
       left_unverified.insert(i);
-    } else if (memory_->CopyAndHash(pieces, check_algorithm) != want) {
+      continue;
+    }
+    WC_ASSIGN_OR_RETURN(const Digest got, memory_->CopyAndHash(pieces, check_algorithm));
+    if (got != want) {
       return Corrupt("chunk " + std::to_string(i) + " of v" + std::to_string(m.version.value()) +
                      " does not match its manifest as copied from the store's files");
     }

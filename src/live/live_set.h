@@ -46,12 +46,15 @@ struct LivePiece {
 };
 
 // Where live tensors live, and the things done to them: patch a chunk with a payload, copy
-// bytes in, hash a chunk. Host memory now (HostMemory); a device implementation (CUDA kernels
-// for the patch and the hash, cudaMemcpy for the copy) goes behind the same calls without
-// touching the protocol. A ChunkPiece's `live` span is then an address range in that memory.
+// bytes in, hash a chunk. Host memory (HostMemory), or device memory reached through a
+// DeviceMemory (DeviceTensorMemory, live/device_memory.h): a ChunkPiece's `live` span is then
+// an address range in that memory, never dereferenced on the host.
 class TensorMemory {
  public:
   virtual ~TensorMemory() = default;
+  // Chunks written here are checked against the manifest's device checks when it has them
+  // (HashAlgorithm::kWeightedSum128, computed where the bytes lie) instead of its fast hashes.
+  virtual bool ChecksOnDevice() const { return false; }
   // codec::ApplyChunkInPlace: the live pieces hold the base chunk `base_hash` names.
   virtual Status Patch(std::span<const uint8_t> payload, const Digest& base_hash,
                        std::span<const codec::ChunkPiece> pieces) = 0;
@@ -59,12 +62,19 @@ class TensorMemory {
   virtual Result<Digest> PatchAndHash(std::span<const uint8_t> payload, const Digest& base_hash,
                                       std::span<const codec::ChunkPiece> pieces,
                                       HashAlgorithm algorithm) = 0;
-  virtual void Copy(std::span<uint8_t> live, std::span<const uint8_t> from) = 0;
-  virtual Digest Hash(std::span<const codec::ChunkPiece> pieces, HashAlgorithm algorithm) = 0;
+  // Copies host bytes (a version's file) into live bytes.
+  virtual Status Copy(std::span<uint8_t> live, std::span<const uint8_t> from) = 0;
+  // Copies the live bytes of another set in the same memory (a flip's other copy).
+  virtual Status CopyLive(std::span<uint8_t> live, std::span<const uint8_t> from) {
+    return Copy(live, from);
+  }
+  virtual Result<Digest> Hash(std::span<const codec::ChunkPiece> pieces,
+                              HashAlgorithm algorithm) = 0;
   // Copies each piece's file bytes into its live bytes and returns the hash of the chunk as
   // written (live bytes where held, file bytes elsewhere), in one pass: each block is hashed
   // while it is still in cache.
-  virtual Digest CopyAndHash(std::span<const LivePiece> pieces, HashAlgorithm algorithm) = 0;
+  virtual Result<Digest> CopyAndHash(std::span<const LivePiece> pieces,
+                                     HashAlgorithm algorithm) = 0;
 };
 std::unique_ptr<TensorMemory> HostMemory();
 
@@ -93,6 +103,9 @@ struct ApplyReport {
   uint32_t chunks_repaired = 0;  // patched, failed the check, then copied whole
   uint64_t payload_bytes = 0;    // payload bytes read
   uint64_t copied_bytes = 0;     // bytes copied from the files into live tensors
+  // What each written chunk was checked with: xxh3-128 (the manifest's fast hashes), the chunk
+  // hash algorithm, or wsum-128 (device checks, computed in device memory).
+  HashAlgorithm check = HashAlgorithm::kSha256;
   double seconds = 0;
   std::string note;  // why no delta was used, or what was repaired
 };
