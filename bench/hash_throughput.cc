@@ -1,4 +1,5 @@
-// Chunk hashing throughput: SHA-256 and XXH3-128 through our Hasher on one core, per chunk size,
+// Chunk hashing throughput: SHA-256 and XXH3-128 (and wsum-128, the device check, in one
+// Update per chunk) through our Hasher on one core, per chunk size,
 // and HashChunks (the manifest builder's mmap path) over a file in the page cache on one core and
 // on all cores. The reference (openssl speed, memcpy) is measured by bench/hash_vs_openssl.sh in
 // the same run; memcpy is measured here too.
@@ -135,7 +136,17 @@ Rate HashChunksGbps(const std::filesystem::path& dir, const std::vector<Manifest
   return r;
 }
 
-std::string Key(HashAlgorithm a) { return a == HashAlgorithm::kSha256 ? "sha256" : "xxh3_128"; }
+std::string Key(HashAlgorithm a) {
+  switch (a) {
+    case HashAlgorithm::kSha256:
+      return "sha256";
+    case HashAlgorithm::kXxh3_128:
+      return "xxh3_128";
+    case HashAlgorithm::kWeightedSum128:
+      return "wsum_128";
+  }
+  return "unknown";
+}
 
 }  // namespace
 
@@ -177,8 +188,10 @@ int main(int argc, char** argv) {
     json += line;
   }
 
-  // Without the builder's prefetching: one Hasher::Update per chunk.
-  for (HashAlgorithm a : {HashAlgorithm::kSha256, HashAlgorithm::kXxh3_128}) {
+  // Without the builder's prefetching: one Hasher::Update per chunk. wsum-128 is the device check
+  // a publisher computes with --device-checks (one more pass over each version).
+  for (HashAlgorithm a :
+       {HashAlgorithm::kSha256, HashAlgorithm::kXxh3_128, HashAlgorithm::kWeightedSum128}) {
     const Rate g = HasherGbps(a, buffer, 8ull << 20, seconds, /*streaming=*/false);
     std::printf("hasher %-8s chunk  8 MiB, one Update: %.3f GB/s per core (user time)\n",
                 std::string(HashAlgorithmName(a)).c_str(), g.user_gbps);

@@ -1,7 +1,9 @@
 // Fuzzes the in-place apply of live/ (codec::ApplyChunkInPlace and ApplyChunkInPlaceHashing)
 // with arbitrary payload bytes over a chunk held in three pieces (live, fixed, live): it must
 // return an error or a result, never crash, over-read the stream or write outside the live
-// pieces. Seeds: the delta_payload seeds (valid payloads) are a good start.
+// pieces. The same bytes go to codec::DecodeChanges (what a device applies): every change it
+// returns must lie inside the chunk, in increasing order, with its value's bytes. Seeds: the
+// delta_payload seeds (valid payloads) are a good start.
 #include <cstdint>
 #include <cstdlib>
 #include <vector>
@@ -48,6 +50,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     CheckGuard(a, first);
     CheckGuard(b, last);
+  }
+  static CodecScratch scratch;
+  if (Result<ChunkChanges> changes = DecodeChanges(payload, base_hash, chunk, scratch);
+      changes.ok()) {
+    if (changes->kind != ChunkChanges::Kind::kElements) {
+      if (changes->bytes.size() != chunk) std::abort();
+    }
+    for (const ElementChanges& g : changes->groups) {
+      if (g.values.size() != g.offsets.size() * g.width) std::abort();
+      for (size_t e = 0; e < g.offsets.size(); ++e) {
+        if (g.offsets[e] + g.width > chunk) std::abort();
+        if (e > 0 && g.offsets[e] <= g.offsets[e - 1]) std::abort();
+      }
+    }
   }
   return 0;
 }

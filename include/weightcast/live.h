@@ -83,8 +83,8 @@ struct LiveApplyReport {
   // What each chunk written was checked with: "xxh3-128" (the version's fast hashes), its chunk
   // hash algorithm, or "wsum-128" (its device checks, computed in device memory).
   std::string check;
-  double seconds = 0;            // time the tensors were being written
-  std::string note;              // why no delta was used, or what was repaired
+  double seconds = 0;  // time the tensors were being written
+  std::string note;    // why no delta was used, or what was repaired
 };
 
 // What a sampler's live tensors hold, as a digest the coordinator compares with the version's

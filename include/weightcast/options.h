@@ -74,8 +74,8 @@ struct PublisherOptions {
   // in GPU memory: they check each chunk written there on the device (docs/gpu.md). One more
   // pass over each version.
   bool device_checks = false;
-  uint32_t keep_versions = 2;                    // local publisher: versions kept (>= 1)
-  std::string listen = "127.0.0.1:0";            // where peers fetch from this node
+  uint32_t keep_versions = 2;          // local publisher: versions kept (>= 1)
+  std::string listen = "127.0.0.1:0";  // where peers fetch from this node
   // How peer connections travel: "tcp" (the default), "auto" (UCX with peers that offer it,
   // else TCP, and TCP when UCX fails) or "ucx" (no fallback to TCP for peers that offer UCX).
   // Anything else fails Open with kInvalidArgument. docs/transport_ucx.md.

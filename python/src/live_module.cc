@@ -19,11 +19,80 @@ namespace {
 
 namespace py = pybind11;
 
+// A DeviceMemory whose calls go to a Python object (weightcast._device.TorchDevice: torch
+// operations on the tensors' device). The apply runs with the GIL released; each call takes it.
+// Host bytes pass as memoryviews of memory valid only during the call (no copy); a Python error
+// becomes the status that fails the apply.
+class PyDeviceMemory final : public DeviceMemory {
+ public:
+  explicit PyDeviceMemory(py::object device) : device_(std::move(device)) {}
+  ~PyDeviceMemory() override {
+    const py::gil_scoped_acquire gil;
+    device_ = py::object();
+  }
+
+  Status Write(uint64_t address, std::span<const uint8_t> from) override {
+    return Call([&] { device_.attr("write")(address, View(from)); });
+  }
+  Status Read(uint64_t address, std::span<uint8_t> to) override {
+    return Call([&] {
+      device_.attr("read")(address, py::memoryview::from_memory(to.data(), to.size(), false));
+    });
+  }
+  Status Copy(uint64_t to, uint64_t from, uint64_t size) override {
+    return Call([&] { device_.attr("copy")(to, from, size); });
+  }
+  Status Change(uint64_t address, uint8_t width, bool add, std::span<const uint64_t> offsets,
+                std::span<const uint8_t> values) override {
+    return Call([&] {
+      device_.attr("change")(address, width, add,
+                             View({reinterpret_cast<const uint8_t*>(offsets.data()),
+                                   offsets.size() * sizeof(uint64_t)}),
+                             View(values));
+    });
+  }
+  Status XorBytes(uint64_t address, std::span<const uint8_t> bytes) override {
+    return Call([&] { device_.attr("xor_bytes")(address, View(bytes)); });
+  }
+  Result<Sums> WeightedSums(uint64_t address, uint64_t size) override {
+    Sums out;
+    WC_RETURN_IF_ERROR(Call([&] {
+      const auto pair = device_.attr("weighted_sums")(address, size).cast<py::tuple>();
+      out.a = pair[0].cast<uint64_t>();
+      out.b = pair[1].cast<uint64_t>();
+    }));
+    return out;
+  }
+
+ private:
+  // Marked writable only so that torch.from_numpy takes it without a warning; TorchDevice
+  // never writes into host bytes it is given.
+  static py::memoryview View(std::span<const uint8_t> bytes) {
+    return py::memoryview::from_memory(const_cast<uint8_t*>(bytes.data()),
+                                       static_cast<py::ssize_t>(bytes.size()), false);
+  }
+  template <typename F>
+  Status Call(F&& f) {
+    const py::gil_scoped_acquire gil;
+    try {
+      f();
+      return Status::Ok();
+    } catch (py::error_already_set& e) {
+      return Internal("device memory: " + std::string(e.what()));
+    } catch (const py::cast_error& e) {
+      return Internal("device memory: " + std::string(e.what()));
+    }
+  }
+
+  py::object device_;
+};
+
 class PyLiveTensors {
  public:
   // `tensors`: (name, safetensors dtype, shape, address, size in bytes) of memory the Python side
-  // keeps alive (_live.py holds the tensors) and writable.
-  explicit PyLiveTensors(const py::list& tensors) {
+  // keeps alive (_live.py holds the tensors) and writable. With `device`, the addresses are in
+  // device memory that object reaches (PyDeviceMemory).
+  explicit PyLiveTensors(const py::list& tensors, const py::object& device) {
     std::vector<LiveTensorView> views;
     for (const py::handle item : tensors) {
       const auto t = item.cast<py::tuple>();
@@ -35,7 +104,9 @@ class PyLiveTensors {
       v.size = t[4].cast<uint64_t>();
       views.push_back(std::move(v));
     }
-    live_ = ValueOrThrow(LiveTensors::Register(std::move(views)));
+    std::shared_ptr<DeviceMemory> memory;
+    if (!device.is_none()) memory = std::make_shared<PyDeviceMemory>(device);
+    live_ = ValueOrThrow(LiveTensors::Register(std::move(views), std::move(memory)));
   }
 
   py::dict ApplyFromStore(const std::filesystem::path& store, const std::string& channel,
@@ -58,6 +129,7 @@ class PyLiveTensors {
     out["chunks_repaired"] = x.chunks_repaired;
     out["payload_bytes"] = x.payload_bytes;
     out["copied_bytes"] = x.copied_bytes;
+    out["check"] = x.check;
     out["apply_seconds"] = x.seconds;
     out["note"] = x.note;
     return out;
@@ -223,7 +295,8 @@ class PyMemoryPublisher {
 
 void RegisterLive(py::module_& m) {
   py::class_<PyLiveTensors>(m, "_LiveTensors")
-      .def(py::init<const py::list&>(), py::arg("tensors"))
+      .def(py::init<const py::list&, const py::object&>(), py::arg("tensors"),
+           py::arg("device") = py::none())
       .def("apply_from_store", &PyLiveTensors::ApplyFromStore, py::arg("store"), py::arg("channel"),
            py::arg("version"), py::arg("memory") = false)
       .def("attest", &PyLiveTensors::Attest, py::arg("store"), py::arg("channel"))

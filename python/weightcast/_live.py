@@ -8,18 +8,23 @@ from . import _weightcast
 from ._tensors import _NAME_OF_NUMPY, _NAME_OF_TORCH, is_torch_tensor, torch
 
 
-def _view(name, t):
-    """(name, dtype, shape, address, nbytes) of writable, C-contiguous CPU memory."""
+def _view(name, t, device=None):
+    """(name, dtype, shape, address, nbytes) of writable, C-contiguous memory: host memory, or
+    with `device` (torch ops), memory on that torch device."""
     if is_torch_tensor(t):
-        if t.device.type != "cpu" or not t.is_contiguous():
+        where = torch.device("cpu") if device is None else device
+        if t.device != where or not t.is_contiguous():
             raise _weightcast.InvalidArgumentError(
-                f"live tensor {name}: must be a contiguous CPU tensor (is {t.device}, "
+                f"live tensor {name}: must be a contiguous tensor on {where} (is {t.device}, "
                 f"contiguous={t.is_contiguous()})")
         dtype = _NAME_OF_TORCH.get(t.dtype)
         if dtype is None:
             raise _weightcast.InvalidArgumentError(
                 f"live tensor {name}: torch dtype {t.dtype} has no safetensors type")
         return (name, dtype, list(t.shape), t.data_ptr(), t.numel() * t.element_size())
+    if device is not None:
+        raise _weightcast.InvalidArgumentError(
+            f"live tensor {name}: torch operations need torch tensors, not {type(t).__name__}")
     if isinstance(t, np.ndarray):
         if not t.flags.c_contiguous or not t.flags.writeable:
             raise _weightcast.InvalidArgumentError(
@@ -34,6 +39,22 @@ def _view(name, t):
         return (name, dtype, list(t.shape), t.ctypes.data, t.nbytes)
     raise _weightcast.InvalidArgumentError(
         f"live tensor {name}: expected a torch tensor or a numpy array, not {type(t).__name__}")
+
+
+def _device_of(tensors, torch_ops):
+    """The TorchDevice that applies to `tensors`, or None to apply in host memory."""
+    if torch_ops not in (None, True, False):
+        raise TypeError(f"torch_ops must be None or a bool, not {torch_ops!r}")
+    devices = {t.device for t in tensors.values() if is_torch_tensor(t)}
+    on_host = devices <= {torch.device("cpu")} if torch is not None else True
+    if torch_ops is False or (torch_ops is None and on_host):
+        return None
+    if len(devices) != 1 or not all(is_torch_tensor(t) for t in tensors.values()):
+        raise _weightcast.InvalidArgumentError(
+            "live tensors applied with torch operations must all be torch tensors on one device "
+            f"(found {sorted(str(d) for d in devices) or 'no torch tensor'})")
+    from ._device import TorchDevice
+    return TorchDevice(next(iter(devices)))
 
 
 def _copy(t):
@@ -56,9 +77,17 @@ class LiveTensors:
     are re-pointed at it (``param.data = ...``), which is all the sampler waits for
     (``blocked_seconds``). At the next update the idle copy first catches up with the one in
     use (one memcpy), then takes one delta.
+
+    Tensors on a GPU (any torch device; docs/gpu.md): every tensor on the same device. Each
+    payload is decoded on the host into the changed positions and values, uploaded, and
+    scattered on the device with torch operations; each chunk written is checked there against
+    the version's device checks (publish with ``device_checks=True``; a version without them is
+    read back and hashed on the host). The flip's two copies are both on the device.
+    ``torch_ops=True`` takes this path for CPU tensors too (what the tests run); the default,
+    None, takes it exactly when the tensors are not on the CPU.
     """
 
-    def __init__(self, tensors, flip=False, second=None):
+    def __init__(self, tensors, flip=False, second=None, torch_ops=None):
         self._module = None
         if torch is not None and isinstance(tensors, torch.nn.Module):
             self._module = tensors
@@ -68,7 +97,8 @@ class LiveTensors:
                 "LiveTensors takes an nn.Module or a non-empty dict of name -> tensor")
         self.flip = bool(flip)
         front = dict(tensors)
-        self._sets = [(front, _weightcast._LiveTensors([_view(n, t) for n, t in front.items()]))]
+        self._device = _device_of(front, torch_ops)
+        self._sets = [(front, self._register(front))]
         if second is not None and not self.flip:
             raise _weightcast.InvalidArgumentError("second= is the flip's other copy: pass flip=True")
         if self.flip:
@@ -79,8 +109,15 @@ class LiveTensors:
                 if set(back) != set(front):
                     raise _weightcast.InvalidArgumentError(
                         "second= must hold the same tensor names as the first copy")
-            self._sets.append((back, _weightcast._LiveTensors([_view(n, t) for n, t in back.items()])))
+            self._sets.append((back, self._register(back)))
         self._front = 0
+
+    def _register(self, tensors):
+        if self._device is None:
+            return _weightcast._LiveTensors([_view(n, t) for n, t in tensors.items()])
+        views = [_view(n, t, self._device.device) for n, t in tensors.items()]
+        self._device.register(tensors.values())
+        return _weightcast._LiveTensors(views, self._device)
 
     @property
     def tensors(self):

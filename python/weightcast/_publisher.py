@@ -7,6 +7,7 @@ import time
 import weakref
 
 from . import _options, _tensors, _weightcast
+from ._device_publish import DeviceSnapshots, on_device
 
 
 class PublishResult(collections.namedtuple(
@@ -23,12 +24,16 @@ class PublishResult(collections.namedtuple(
         return self.total_bytes / self.wire_bytes
 
 
-def _publishable(tensors, step, slices=None):
+def _check_arguments(tensors, step):
     if not isinstance(tensors, collections.abc.Mapping) or not tensors:
         raise _weightcast.InvalidArgumentError(
             "tensors must be a non-empty dict of name -> tensor")
     if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
         raise _weightcast.InvalidArgumentError(f"step must be an int, not {step!r}")
+
+
+def _publishable(tensors, step, slices=None):
+    _check_arguments(tensors, step)
     items = [_tensors.to_publishable(name, value) for name, value in tensors.items()]
     if slices:
         if not isinstance(slices, collections.abc.Mapping):
@@ -162,6 +167,8 @@ class Publisher:
         and this node's own, whose key signs every version. The secret comes from secret_file or
         $WEIGHTCAST_SECRET. ``keep_versions`` applies to a local store. A mistyped keyword or a
         value of the wrong type raises TypeError naming it."""
+        self._snapshots = None  # DeviceSnapshots, from the first publish_async of GPU tensors
+        self._memory = memory is True
         self.store = _options.path("store", store)
         self.channel = _options.text("channel", channel)
         options = _options.check(
@@ -218,6 +225,8 @@ class Publisher:
         a Subscriber's version then holds the whole tensor under ``name``."""
         items = _publishable(tensors, step, slices)
         start = time.perf_counter()
+        if self._snapshots is not None:
+            self._snapshots.drain()  # after the publish_async calls before it
         out = self._core.publish(items, step)
         return _result(out, step, seconds=time.perf_counter() - start)
 
@@ -229,14 +238,23 @@ class Publisher:
         ``copy=True``: the bytes are copied once into memory the publisher owns, so the caller
         may change its tensors as soon as this returns. ``copy=False``: nothing is copied; the
         caller must not change the tensors until the handle is done() (the handle keeps them
-        alive until then). GPU or non-contiguous tensors are first copied to contiguous CPU
-        memory either way (that copy is then the snapshot).
+        alive until then). Non-contiguous CPU tensors are first copied either way.
+
+        Tensors in GPU memory: the snapshot is a copy on the device (``copy=True``), which is
+        all the call waits for; the publisher's own thread copies it to host memory once the
+        device has made it, overlapping the previous version's encoding (docs/gpu.md). Every
+        later publish of this Publisher goes through that thread too, in submission order.
 
         Dropping the handle does not cancel the publish. close() (and interpreter exit, which
         closes every open Publisher) waits for queued publishes; ``close(abort_pending=True)``
         fails those not started with AbortedError."""
         if not isinstance(copy, bool):
             raise TypeError(f"copy must be a bool, not {type(copy).__name__} {copy!r}")
+        _check_arguments(tensors, step)
+        if not self._memory and (self._snapshots is not None or on_device(tensors)):
+            if self._snapshots is None:
+                self._snapshots = DeviceSnapshots(self._core, _publishable)
+            return PublishHandle(self._snapshots.submit(tensors, step, copy), step)
         items = _publishable(tensors, step)
         return PublishHandle(self._core.publish_async(items, step, copy), step)
 
@@ -259,6 +277,11 @@ class Publisher:
         """Waits for the queued publishes (or, with ``abort_pending``, fails those not started
         yet with AbortedError), stops seeding (coordinated) and releases the store."""
         _open_publishers.discard(self)
+        if self._snapshots is not None:
+            if not abort_pending:
+                self._snapshots.drain()
+            self._snapshots.close()
+            self._snapshots = None
         self._core.close(abort_pending)
 
     def __enter__(self):

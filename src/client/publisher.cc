@@ -383,10 +383,9 @@ Result<PublishResult> Publisher::Impl::RunLocal(const Job& job,
   WC_RETURN_IF_ERROR(client::WriteTensorsFile(dir / "model.safetensors", job.tensors));
   WC_ASSIGN_OR_RETURN(
       client::LocalPublishResult r,
-      client::CommitDirectory(*store, options.channel, dir,
-                              {.chunk_size = options.chunk_size,
-                               .device_checks = options.device_checks},
-                              meta));
+      client::CommitDirectory(
+          *store, options.channel, dir,
+          {.chunk_size = options.chunk_size, .device_checks = options.device_checks}, meta));
   PublishResult out;
   out.version = r.version;
   out.total_bytes = r.total_bytes;

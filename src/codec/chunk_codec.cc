@@ -943,7 +943,8 @@ Result<ChunkChanges> DecodeChanges(std::span<const uint8_t> payload, const Diges
     };
     auto put = [](ElementChanges& g, uint64_t offset, uint64_t value) {
       g.offsets.push_back(offset);
-      for (uint8_t k = 0; k < g.width; ++k) g.values.push_back(static_cast<uint8_t>(value >> (8 * k)));
+      for (uint8_t k = 0; k < g.width; ++k)
+        g.values.push_back(static_cast<uint8_t>(value >> (8 * k)));
     };
     WC_RETURN_IF_ERROR(applier.ForEachChange([&](const SparseApplier::Change& c) {
       if (c.len == 1 || c.len == 2 || c.len == 4 || c.len == 8) {

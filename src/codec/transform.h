@@ -173,10 +173,11 @@ class SparseApplier {
     uint8_t bits = 0;  // 0, 1, 2, 4 or 8 bits per value
   };
   Status StartSegment();
-  Status Advance();                       // makes the next change pending, or sets done_
+  Status Advance();  // makes the next change pending, or sets done_
   uint64_t Combine(uint64_t base) const;
   // The un-zigzagged difference a kDiff value `raw` of a `len`-byte element adds.
-  static uint64_t DiffOf(uint64_t raw, uint64_t len);  // the pending change's new value over `base`'s
+  static uint64_t DiffOf(uint64_t raw,
+                         uint64_t len);  // the pending change's new value over `base`'s
   bool ReadPlaneHeader(Plane* plane, uint64_t count);
 
   const uint8_t* data_;

@@ -235,10 +235,11 @@ Result<PartAssembly::Added> PartAssembly::Add(PartId part, const Manifest& manif
       return InvalidArgument(who + ": another hash algorithm than " + Rank(first_rank) + "'s");
     }
     if (manifest.has_device_checks() != first.has_device_checks()) {
-      return InvalidArgument(who + (manifest.has_device_checks() ? ": device checks where "
-                                                                 : ": no device checks where ") +
-                             Rank(first_rank) + (first.has_device_checks() ? " has them" : " has none") +
-                             "; every rank needs the same --device-checks");
+      return InvalidArgument(
+          who +
+          (manifest.has_device_checks() ? ": device checks where " : ": no device checks where ") +
+          Rank(first_rank) + (first.has_device_checks() ? " has them" : " has none") +
+          "; every rank needs the same --device-checks");
     }
   }
   if (part.rank + 1 != world_ && manifest.total_size() % manifest.chunk_size != 0) {

@@ -18,7 +18,7 @@ namespace weightcast {
 using Digest = std::array<uint8_t, 32>;
 
 enum class HashAlgorithm : uint8_t {
-  kSha256 = 1,   // default: collision resistant, required when peers are not trusted
+  kSha256 = 1,    // default: collision resistant, required when peers are not trusted
   kXxh3_128 = 2,  // fast, for trusted networks where hashing time dominates; not cryptographic
   // Not a hash: a checksum that tensor libraries compute on any device with a few integer ops.
   // Over the bytes b_0..b_{n-1} of a chunk, A = sum of b_i and B = sum of (i + 1) * b_i, both

@@ -33,7 +33,8 @@ class DeviceTensors final : public TensorMemory {
       const uint64_t address = AddressOf(p.live);
       switch (changes.kind) {
         case codec::ChunkChanges::Kind::kFull:
-          WC_RETURN_IF_ERROR(device_->Write(address, std::span(changes.bytes).subspan(begin, p.size())));
+          WC_RETURN_IF_ERROR(
+              device_->Write(address, std::span(changes.bytes).subspan(begin, p.size())));
           break;
         case codec::ChunkChanges::Kind::kXorBytes:
           WC_RETURN_IF_ERROR(
@@ -66,8 +67,7 @@ class DeviceTensors final : public TensorMemory {
     return device_->Copy(AddressOf(live), AddressOf(from), live.size());
   }
 
-  Result<Digest> Hash(std::span<const codec::ChunkPiece> pieces,
-                      HashAlgorithm algorithm) override {
+  Result<Digest> Hash(std::span<const codec::ChunkPiece> pieces, HashAlgorithm algorithm) override {
     if (algorithm == HashAlgorithm::kWeightedSum128) {
       WeightedSums total;
       uint64_t at = 0;
@@ -101,8 +101,7 @@ class DeviceTensors final : public TensorMemory {
     return hasher.Finish();
   }
 
-  Result<Digest> CopyAndHash(std::span<const LivePiece> pieces,
-                             HashAlgorithm algorithm) override {
+  Result<Digest> CopyAndHash(std::span<const LivePiece> pieces, HashAlgorithm algorithm) override {
     std::vector<codec::ChunkPiece> written;
     written.reserve(pieces.size());
     for (const LivePiece& p : pieces) {

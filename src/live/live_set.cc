@@ -29,12 +29,10 @@ class HostTensorMemory final : public TensorMemory {
     if (!live.empty()) std::memcpy(live.data(), from.data(), live.size());
     return Status::Ok();
   }
-  Result<Digest> Hash(std::span<const codec::ChunkPiece> pieces,
-                      HashAlgorithm algorithm) override {
+  Result<Digest> Hash(std::span<const codec::ChunkPiece> pieces, HashAlgorithm algorithm) override {
     return codec::HashPieces(pieces, algorithm);
   }
-  Result<Digest> CopyAndHash(std::span<const LivePiece> pieces,
-                             HashAlgorithm algorithm) override {
+  Result<Digest> CopyAndHash(std::span<const LivePiece> pieces, HashAlgorithm algorithm) override {
     constexpr size_t kBlock = 64 << 10;  // well inside L2: the hash reads what the copy wrote
     Hasher hasher(algorithm);
     for (const LivePiece& p : pieces) {

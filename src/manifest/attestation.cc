@@ -3,10 +3,12 @@
 namespace weightcast {
 
 HashAlgorithm AttestationCheckAlgorithm(const Manifest& manifest) {
+  if (manifest.has_device_checks()) return HashAlgorithm::kWeightedSum128;
   return manifest.has_fast_hashes() ? HashAlgorithm::kXxh3_128 : manifest.hash_algorithm;
 }
 
 const std::vector<Digest>& AttestationChecks(const Manifest& manifest) {
+  if (manifest.has_device_checks()) return manifest.device_checks;
   return manifest.has_fast_hashes() ? manifest.fast_hashes : manifest.chunk_hashes;
 }
 

@@ -3,7 +3,8 @@
 // "Attestation").
 //
 // The digest is XXH3-128 over the version's chunk checks, in chunk order, each as its 32-byte
-// Digest: the manifest's XXH3-128 fast hashes when it has them, else its chunk hashes. A sampler
+// Digest: the manifest's device checks when it has them (so that tensors in GPU memory attest
+// where they lie), else its XXH3-128 fast hashes, else its chunk hashes. A sampler
 // computes each check from its live tensors (and, for bytes no live tensor holds, from the
 // version's files), the coordinator from the signed manifest; equal digests mean every chunk
 // check matched. Pure: no I/O.

@@ -97,14 +97,13 @@ Status PrescanCounts(std::span<const uint8_t> bytes) {
     size_t max;
     const char* what;
   };
-  static constexpr Limit kTopLevel[] = {{6, kMaxManifestFiles, "files"},
-                                        {7, kMaxManifestTensors, "tensors"},
-                                        {8, kMaxManifestChunks, "chunk hashes"},
-                                        {9, kMaxMetadataEntries, "metadata entries"},
-                                        {12, kMaxManifestChunks, "fast hashes"}};
+  static constexpr Limit kTopLevel[] = {
+      {6, kMaxManifestFiles, "files"},         {7, kMaxManifestTensors, "tensors"},
+      {8, kMaxManifestChunks, "chunk hashes"}, {9, kMaxMetadataEntries, "metadata entries"},
+      {12, kMaxManifestChunks, "fast hashes"}, {13, kMaxManifestChunks, "device checks"}};
   constexpr uint32_t kDeltaField = 10;
   constexpr uint32_t kDeltaChunksField = 3;
-  size_t counts[13] = {};
+  size_t counts[14] = {};
   size_t delta_chunks = 0;
   google::protobuf::io::CodedInputStream in(bytes.data(), static_cast<int>(bytes.size()));
   for (uint32_t tag = in.ReadTag(); tag != 0; tag = in.ReadTag()) {
@@ -151,8 +150,8 @@ Result<Manifest> FromProto(const pb::Manifest& p) {
       CheckCount(static_cast<size_t>(p.chunk_hashes_size()), kMaxManifestChunks, "chunks"));
   WC_RETURN_IF_ERROR(
       CheckCount(static_cast<size_t>(p.fast_hashes_size()), kMaxManifestChunks, "fast hashes"));
-  WC_RETURN_IF_ERROR(CheckCount(static_cast<size_t>(p.device_checks_size()), kMaxManifestChunks,
-                                "device checks"));
+  WC_RETURN_IF_ERROR(
+      CheckCount(static_cast<size_t>(p.device_checks_size()), kMaxManifestChunks, "device checks"));
   WC_RETURN_IF_ERROR(CheckCount(p.metadata().size(), kMaxMetadataEntries, "metadata entries"));
   if (p.channel().size() > kMaxChannelBytes) {
     return Corrupt("channel name is " + std::to_string(p.channel().size()) +
@@ -220,8 +219,8 @@ Result<Manifest> FromProto(const pb::Manifest& p) {
   m.device_checks.reserve(static_cast<size_t>(p.device_checks_size()));
   for (const std::string& h : p.device_checks()) {
     WC_ASSIGN_OR_RETURN(
-        Digest d, ToFastDigest(h, "device check " + std::to_string(m.device_checks.size()),
-                               "wsum-128"));
+        Digest d,
+        ToFastDigest(h, "device check " + std::to_string(m.device_checks.size()), "wsum-128"));
     m.device_checks.push_back(d);
   }
 

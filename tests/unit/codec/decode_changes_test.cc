@@ -83,9 +83,9 @@ TEST_P(DecodeChangesTest, AppliedToTheBaseGiveTheTarget) {
 
   auto changes = DecodeChanges(enc->payload, b.hash(), size, scratch);
   ASSERT_TRUE(changes.ok()) << changes.status().ToString();
-  EXPECT_EQ(changes->kind, GetParam().full                  ? ChunkChanges::Kind::kFull
-                           : IsSparse(enc->transform)       ? ChunkChanges::Kind::kElements
-                                                            : ChunkChanges::Kind::kXorBytes);
+  EXPECT_EQ(changes->kind, GetParam().full            ? ChunkChanges::Kind::kFull
+                           : IsSparse(enc->transform) ? ChunkChanges::Kind::kElements
+                                                      : ChunkChanges::Kind::kXorBytes);
   EXPECT_EQ(ApplyChanges(*changes, base), target);
   if (changes->kind == ChunkChanges::Kind::kElements) {
     for (const ElementChanges& g : changes->groups) {

@@ -9,11 +9,11 @@
 #include "format/safetensors.h"
 #include "live/delta_file.h"
 #include "live/store_view.h"
+#include "live_test_util.h"
 #include "manifest/attestation.h"
 #include "publish/version_builder.h"
 #include "store/store.h"
 #include "testing/temp_dir.h"
-#include "live_test_util.h"
 
 namespace weightcast::live {
 namespace {

@@ -22,7 +22,6 @@ namespace weightcast::live::testing {
 namespace fs = std::filesystem;
 using ::weightcast::testing::TempDir;
 
-
 // A small model: two bf16 matrices around an f32 vector, so chunks hold several tensors and the
 // file header, and tensors cross chunk boundaries (64 KiB chunks).
 struct Model {

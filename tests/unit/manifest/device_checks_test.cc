@@ -21,9 +21,8 @@ class DeviceChecks : public ::testing::Test {
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     manifest_ = *m;
     ASSERT_GT(manifest_.chunk_count(), 1u);
-    Result<std::vector<Digest>> checks =
-        HashChunks(ckpt_.root, manifest_.files, manifest_.chunk_size,
-                   HashAlgorithm::kWeightedSum128, 1);
+    Result<std::vector<Digest>> checks = HashChunks(
+        ckpt_.root, manifest_.files, manifest_.chunk_size, HashAlgorithm::kWeightedSum128, 1);
     ASSERT_TRUE(checks.ok());
     manifest_.device_checks = *checks;
   }
