@@ -9,7 +9,8 @@
 # packages; libstdc++ apart, used only when the GPU machine's own is older). run compiles the
 # Python module against that machine's Python and the pybind11 headers torch ships, runs the
 # device tests (tests/python/test_live_device.py on cuda) and bench/live_device.py at 16 GiB, in
-# well under 5 minutes. Its last line is the bench's JSON.
+# well under 5 minutes. Its last line is the bench's JSON. DEVICE=cpu runs the same steps on CPU
+# tensors (a dry run of the kit on any machine with torch; PYTHON picks the interpreter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kit=build/device-kit
@@ -23,7 +24,7 @@ pack() {
   # Every library it links but the C library's own parts, which the GPU machine has.
   ldd "$lib" | awk '/=>/ {print $3}' | while read -r so; do
     case "$(basename "$so")" in
-      libc.so.*|libm.so.*|libpthread.so.*|libdl.so.*|librt.so.*|ld-linux*) ;;
+      libc.so.*|libm.so.*|libpthread.so.*|libdl.so.*|librt.so.*|libresolv.so.*|ld-linux*) ;;
       libstdc++.so.*|libgcc_s.so.*) cp -L "$so" "$kit/lib/cxx/" ;;
       *) cp -L "$so" "$kit/lib/" ;;
     esac
@@ -35,7 +36,10 @@ run() {
   [ -f "$kit/lib/libweightcast.so.0" ] || { echo "no $kit: run 'pack' where the project builds" >&2; exit 2; }
   local py=${PYTHON:-python3} cxx=${CXX:-g++}
   command -v "$cxx" >/dev/null || { echo "no C++ compiler ($cxx) to build the module" >&2; exit 2; }
-  "$py" -c 'import torch; assert torch.cuda.is_available(), "torch sees no GPU"'
+  local device=${DEVICE:-cuda}
+  if [ "$device" = cuda ]; then
+    "$py" -c 'import torch; assert torch.cuda.is_available(), "torch sees no GPU"'
+  fi
   local out=build/device/weightcast
   rm -rf build/device && mkdir -p "$out"
   cp python/weightcast/*.py "$out/"
@@ -60,12 +64,14 @@ print(" ".join("-I" + p for p in [sysconfig.get_paths()["include"]] + c.include_
   fi
   "$py" -c 'import weightcast'
   if "$py" -c 'import pytest' 2>/dev/null; then
-    WEIGHTCAST_TEST_DEVICE=cuda "$py" -m pytest -q -p no:cacheprovider \
+    WEIGHTCAST_TEST_DEVICE=$device "$py" -m pytest -q -p no:cacheprovider \
       tests/python/test_live_device.py
   else
     echo "pytest is not installed here: the device tests did not run (the bench checks bit-identity)"
   fi
-  timeout 240 "$py" bench/live_device.py --device cuda --gib "${GIB:-16}"
+  local gib=16
+  [ "$device" = cuda ] || gib=0.25
+  timeout 240 "$py" bench/live_device.py --device "$device" --gib "${GIB:-$gib}"
 }
 
 case "${1:-}" in
