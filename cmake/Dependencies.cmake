@@ -24,6 +24,10 @@ target_link_libraries(asio INTERFACE Threads::Threads)
 
 find_package(CLI11 REQUIRED)
 
+# spdlog carries log lines to their sink (stderr or a file), thread-safe; the events' text and
+# JSON forms are ours (metrics/log.h), since spdlog has no structured fields.
+find_package(spdlog REQUIRED)
+
 # cpp-httplib serves /metrics. Debian ships it compiled (libcpp-httplib.so): the header only
 # declares the server, and its classes change shape with the CPPHTTPLIB_* defines the library was
 # built with, so both the library and those defines come from pkg-config.

@@ -87,15 +87,8 @@ Result<metrics::Logger> MakeLogger(const std::string& component, LogLevel level,
     logger.set_min_level(min_level);
     return logger;
   }
-  std::shared_ptr<FILE> out(std::fopen(file.c_str(), "ae"), [](FILE* f) {
-    if (f != nullptr) std::fclose(f);
-  });
-  if (out == nullptr) return ErrnoStatus("fopen(" + file.string() + ")", errno);
-  metrics::Logger logger(component, metrics::LogFormat::kText, [out](std::string_view line) {
-    std::fwrite(line.data(), 1, line.size(), out.get());
-    std::fputc('\n', out.get());
-    std::fflush(out.get());
-  });
+  WC_ASSIGN_OR_RETURN(metrics::Logger logger,
+                      metrics::Logger::ToFile(component, metrics::LogFormat::kText, file));
   logger.set_min_level(min_level);
   return logger;
 }

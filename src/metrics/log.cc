@@ -1,9 +1,12 @@
 #include "metrics/log.h"
 
+#include <spdlog/logger.h>
+#include <spdlog/pattern_formatter.h>
+#include <spdlog/sinks/base_sink.h>
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_sinks.h>
 #include <time.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <mutex>
@@ -14,24 +17,49 @@
 namespace weightcast::metrics {
 namespace {
 
-// One lock for every logger of the process: they share stderr.
-std::mutex& SinkMutex() {
-  static std::mutex mu;
-  return mu;
+// An spdlog logger that writes each line as given: the line is the whole event, time and level
+// included, formatted by Logger::FormatLine.
+std::shared_ptr<spdlog::logger> LineLogger(spdlog::sink_ptr sink) {
+  sink->set_formatter(std::make_unique<spdlog::pattern_formatter>("%v"));
+  auto out = std::make_shared<spdlog::logger>("weightcast", std::move(sink));
+  out->set_level(spdlog::level::trace);  // each Logger filters by its own level first
+  return out;
 }
 
-void WriteStderr(std::string_view line) {
-  std::string buf(line);
-  buf += '\n';
-  const char* p = buf.data();
-  size_t left = buf.size();
-  while (left > 0) {
-    ssize_t n = ::write(STDERR_FILENO, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // stderr is gone; nowhere left to say so
-    p += n;
-    left -= static_cast<size_t>(n);
+// Every logger of the process that writes to stderr shares this one, and so one lock.
+const std::shared_ptr<spdlog::logger>& StderrLogger() {
+  static const std::shared_ptr<spdlog::logger> out =
+      LineLogger(std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  return out;
+}
+
+// A sink that hands each line, without its newline, to a function (tests).
+class FunctionSink final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  explicit FunctionSink(LogSink fn) : fn_(std::move(fn)) {}
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    fn_(std::string_view(msg.payload.data(), msg.payload.size()));
   }
+  void flush_() override {}
+
+ private:
+  LogSink fn_;
+};
+
+spdlog::level::level_enum SpdlogLevel(LogLevel level) {
+  switch (level) {
+    case LogLevel::kDebug:
+      return spdlog::level::debug;
+    case LogLevel::kInfo:
+      return spdlog::level::info;
+    case LogLevel::kWarn:
+      return spdlog::level::warn;
+    case LogLevel::kError:
+      return spdlog::level::err;
+  }
+  return spdlog::level::info;
 }
 
 // logfmt: bare when the value is a plain token, else double-quoted with \" \\ \n \t escaped and
@@ -268,13 +296,29 @@ std::string Logger::FormatLine(LogFormat format, std::chrono::system_clock::time
 }
 
 Logger::Logger(std::string component, LogFormat format)
-    : Logger(std::move(component), format, &WriteStderr) {}
+    : Logger(std::move(component), format, StderrLogger()) {}
 
 Logger::Logger(std::string component, LogFormat format, LogSink sink)
+    : Logger(std::move(component), format,
+             LineLogger(std::make_shared<FunctionSink>(std::move(sink)))) {}
+
+Logger::Logger(std::string component, LogFormat format, std::shared_ptr<spdlog::logger> out)
     : component_(std::move(component)),
       format_(format),
-      sink_(std::make_shared<const LogSink>(std::move(sink))),
+      out_(std::move(out)),
       context_(std::make_shared<const std::vector<LogField>>()) {}
+
+Result<Logger> Logger::ToFile(std::string component, LogFormat format,
+                              const std::filesystem::path& file) {
+  try {
+    std::shared_ptr<spdlog::logger> out =
+        LineLogger(std::make_shared<spdlog::sinks::basic_file_sink_mt>(file.string(), false));
+    out->flush_on(spdlog::level::trace);  // a crash loses no line already logged
+    return Logger(std::move(component), format, std::move(out));
+  } catch (const spdlog::spdlog_ex& e) {
+    return Unavailable("log file " + file.string() + ": " + e.what());
+  }
+}
 
 Logger Logger::With(std::initializer_list<LogField> fields) const {
   Logger copy = *this;
@@ -286,10 +330,9 @@ Logger Logger::With(std::initializer_list<LogField> fields) const {
 
 void Logger::Log(LogLevel level, std::string_view msg, std::span<const LogField> fields) const {
   if (level < min_level_) return;
-  std::string line = FormatLine(format_, std::chrono::system_clock::now(), level, component_, msg,
-                                *context_, fields);
-  std::lock_guard lock(SinkMutex());
-  (*sink_)(line);
+  const std::string line = FormatLine(format_, std::chrono::system_clock::now(), level, component_,
+                                      msg, *context_, fields);
+  out_->log(SpdlogLevel(level), std::string_view(line));
 }
 
 std::function<void(std::string_view)> Logger::AsLineFn() const {

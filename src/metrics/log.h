@@ -9,13 +9,15 @@
 //   net_options.log = log.AsLineFn();   // transport lines become Info events
 //
 // A Logger is a cheap value (copy it into threads); every copy writes to the same sink. Logging
-// is thread-safe: a line is formatted first, then written with one call under a process-wide
-// lock, so lines from different threads never interleave.
+// is thread-safe: a line is formatted first, then handed whole to an spdlog sink (stderr, a file
+// or a callback), which writes it under the sink's lock, so lines from different threads never
+// interleave. Every logger writing to stderr shares one sink.
 #pragma once
 
 #include <chrono>
 #include <concepts>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <initializer_list>
 #include <memory>
@@ -25,6 +27,10 @@
 #include <vector>
 
 #include <weightcast/status.h>
+
+namespace spdlog {
+class logger;
+}  // namespace spdlog
 
 namespace weightcast::metrics {
 
@@ -56,15 +62,18 @@ struct LogField {
   std::string text;  // the value as text (numbers already formatted)
 };
 
-// Where formatted lines go (without the trailing newline). Called under the logger's lock.
+// Where formatted lines go (without the trailing newline). Called under its sink's lock.
 using LogSink = std::function<void(std::string_view line)>;
 
 class Logger {
  public:
   // Writes to stderr. `component` names the daemon or subsystem ("agent", "coordinator").
   explicit Logger(std::string component, LogFormat format = LogFormat::kText);
-  // Writes to `sink` instead (tests, or a file).
+  // Writes to `sink` instead (tests).
   Logger(std::string component, LogFormat format, LogSink sink);
+  // Appends to `file` (created when missing), each line flushed as it is written.
+  static Result<Logger> ToFile(std::string component, LogFormat format,
+                               const std::filesystem::path& file);
 
   // A logger that adds `fields` to every event (e.g. {{"node", 17}}), same sink and level.
   Logger With(std::initializer_list<LogField> fields) const;
@@ -108,7 +117,9 @@ class Logger {
   std::string component_;
   LogFormat format_;
   LogLevel min_level_ = LogLevel::kInfo;
-  std::shared_ptr<const LogSink> sink_;
+  Logger(std::string component, LogFormat format, std::shared_ptr<spdlog::logger> out);
+
+  std::shared_ptr<spdlog::logger> out_;
   std::shared_ptr<const std::vector<LogField>> context_;
 };
 

@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -127,6 +131,33 @@ TEST(Logger, ConcurrentEventsNeverInterleave) {
     seen.insert(line.substr(t));
   }
   EXPECT_EQ(seen.size(), size_t{kThreads} * kEach);
+}
+
+TEST(Logger, AppendsToAFileAndSaysWhyItCannotOpenOne) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("wc_log_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path file = dir / "agent.log";
+  {
+    std::ofstream(file) << "an earlier line\n";
+  }
+  Result<Logger> log = Logger::ToFile("agent", LogFormat::kText, file);
+  ASSERT_TRUE(log.ok()) << log.status().ToString();
+  log->Info("committed", {{"version", 7}});
+  log->Debug("dropped below the level");
+  // Flushed as written: read back while the logger is still open.
+  std::ifstream in(file);
+  std::string first, second, third;
+  std::getline(in, first);
+  std::getline(in, second);
+  EXPECT_EQ(first, "an earlier line");
+  EXPECT_NE(second.find(" INFO agent committed version=7"), std::string::npos) << second;
+  EXPECT_FALSE(std::getline(in, third));
+  // A missing directory is made (spdlog does); a path under a regular file cannot be.
+  const Result<Logger> bad = Logger::ToFile("agent", LogFormat::kText, file / "x.log");
+  EXPECT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("log file"), std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
