@@ -69,7 +69,7 @@ TEST(Logger, JsonLineIsOneEscapedObject) {
 TEST(Logger, JsonReplacesInvalidUtf8AndControlBytes) {
   EXPECT_EQ(Line(LogFormat::kJson, "x", {{"name", "caf\xc3\xa9 \xff\x01 \xe2\x82"}}),
             "{\"ts\":\"2026-11-29T13:00:00.123Z\",\"level\":\"info\",\"component\":\"agent\","
-            "\"msg\":\"x\",\"name\":\"caf\xc3\xa9 \\ufffd\\u0001 \\ufffd\\ufffd\"}");
+            "\"msg\":\"x\",\"name\":\"caf\xc3\xa9 \xef\xbf\xbd\\u0001 \xef\xbf\xbd\"}");
   // NaN is not a JSON number.
   EXPECT_NE(Line(LogFormat::kJson, "x", {{"v", std::nan("")}}).find("\"v\":\"NaN\""),
             std::string::npos);
