@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "trust/rollback_order.h"
 #include "trust/signed_manifest.h"
 
 namespace weightcast::agent {
@@ -121,6 +122,7 @@ void RolloutDriver::OnTarget(const wire::ChannelTarget& target, coord::Coordinat
   t.decision = static_cast<rollout::Decision>(target.decision());
   t.current = Version(target.current_version());
   t.abort_reason = target.abort_reason();
+  RefuseUnorderedRollback(target, t);
   last_target_ = t;
   Execute(participant_.OnTarget(Now(), t), client);
   // A node restarted with its current version committed has nothing to fetch, and a node that
@@ -225,6 +227,30 @@ void RolloutDriver::StartCommit(Version v, coord::CoordinatorClient* client) {
     }
     if (options_.on_work_done) options_.on_work_done();
   });
+}
+
+void RolloutDriver::RefuseUnorderedRollback(const wire::ChannelTarget& target, rollout::Target& t) {
+  const Version held = participant_.current();
+  if (options_.trust_anchor == nullptr || t.current.value() == 0 || held.value() == 0 ||
+      t.current >= held) {
+    return;
+  }
+  const std::string& order = target.rollback_order();
+  Result<trust::CertificateInfo> by = trust::RollbackAuthorized(
+      {reinterpret_cast<const uint8_t*>(order.data()), order.size()}, *options_.trust_anchor,
+      options_.channel, t.current.value(), held.value());
+  if (by.ok()) {
+    if (announced_rollback_ != t.current) {
+      Log("rolling back to " + V(t.current) + " by order of operator '" + by->name + "'");
+      announced_rollback_ = t.current;
+    }
+    return;
+  }
+  if (refused_rollback_ != t.current) {
+    Log("refused " + by.status().message());
+    refused_rollback_ = t.current;
+  }
+  t.current = held;  // stays; versions published later still come as they are committed
 }
 
 std::span<const rollout::ParticipantAction> RolloutDriver::Committed(Version v, const Status& st) {

@@ -107,6 +107,11 @@ class RolloutDriver {
   // Makes `v` the swarm node's target (manifest from the coordinator, verified).
   Status StartFetch(Version v, coord::CoordinatorClient* client);
   Status AbortStaging(Version v);
+  // Certificate mode: a target whose current version is below the one this node holds is a
+  // rollback, taken only with an operator's order that authorizes it (trust::
+  // RollbackAuthorized); otherwise `t` keeps the held version current, and the refusal is
+  // logged once per target.
+  void RefuseUnorderedRollback(const coord::wire::ChannelTarget& target, rollout::Target& t);
   // Re-reads the committed versions the store keeps (after a commit or a switch collects some).
   void RefreshKept();
 
@@ -133,6 +138,8 @@ class RolloutDriver {
   std::optional<std::pair<Version, Status>> commit_result_;  // guarded by result_mu_
   std::optional<coord::wire::ChannelTarget> pending_target_;
   std::optional<rollout::Target> last_target_;  // the newest target given to the participant
+  Version refused_rollback_;                    // the rollback target last refused (logged once)
+  Version announced_rollback_;  // the rollback target last taken by order (logged once)
 };
 
 }  // namespace weightcast::agent

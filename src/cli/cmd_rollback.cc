@@ -57,6 +57,30 @@ Switched CountSwitched(const wire::FleetStatus& status, const std::string& chann
   return s;
 }
 
+// What an operator's order names (trust/rollback_order.h): the version `channel` has current in
+// the coordinator's log, and the one a rollback to `asked` goes back to (0: the committed version
+// below the current one, as the coordinator resolves it).
+Result<std::pair<uint64_t, uint64_t>> FromAndTarget(coord::CoordinatorClient& client,
+                                                    const std::string& channel, uint64_t asked) {
+  WC_ASSIGN_OR_RETURN(const coord::wire::FleetStatus status, client.GetStatus(channel));
+  for (const coord::wire::ChannelLog& log : status.channels()) {
+    if (log.channel() != channel || log.current_version() == 0) continue;
+    const uint64_t current = log.current_version();
+    uint64_t target = asked;
+    for (auto it = log.versions().rbegin(); target == 0 && it != log.versions().rend(); ++it) {
+      if (it->version() < current && it->decision() == coord::wire::DECISION_COMMIT) {
+        target = it->version();
+      }
+    }
+    if (target == 0) {
+      return FailedPrecondition("rollback: " + channel + " has no committed version below the " +
+                                "current v" + std::to_string(current));
+    }
+    return std::make_pair(current, target);
+  }
+  return NotFound("rollback: channel " + channel + " has no committed version");
+}
+
 Status RunRollback(const RollbackFlags& flags) {
   WC_RETURN_IF_ERROR(ValidateChannelName(flags.channel));
   WC_ASSIGN_OR_RETURN(metrics::LogFormat format, metrics::ParseLogFormat(flags.node.log_format));
@@ -79,6 +103,7 @@ Status RunRollback(const RollbackFlags& flags) {
   }
   (*client)->set_timeout(connect_timeout);
   std::vector<uint8_t> order;
+  uint64_t version = flags.version;
   if (!flags.node.cert_file.empty() || !flags.node.key_file.empty()) {
     // Certificate mode: the operator signs what it orders; the coordinator checks it.
     if (flags.node.cert_file.empty() || flags.node.key_file.empty()) {
@@ -87,11 +112,15 @@ Status RunRollback(const RollbackFlags& flags) {
     Result<std::shared_ptr<const trust::SigningIdentity>> identity =
         trust::SigningIdentity::Load(flags.node.cert_file, flags.node.key_file);
     if (!identity.ok()) return InvalidArgument("--cert/--key: " + identity.status().message());
-    WC_ASSIGN_OR_RETURN(trust::RollbackOrder made,
-                        trust::NewRollbackOrder(flags.channel, flags.version));
+    WC_ASSIGN_OR_RETURN(const auto from_and_target,
+                        FromAndTarget(**client, flags.channel, flags.version));
+    version = from_and_target.second;
+    WC_ASSIGN_OR_RETURN(
+        trust::RollbackOrder made,
+        trust::NewRollbackOrder(flags.channel, from_and_target.first, from_and_target.second));
     WC_ASSIGN_OR_RETURN(order, trust::SignRollbackOrder(made, **identity));
   }
-  auto rolled = (*client)->Rollback(flags.channel, Version(flags.version), order);
+  auto rolled = (*client)->Rollback(flags.channel, Version(version), order);
   if (!rolled.ok()) return rolled.status().WithContext("rollback of " + flags.channel);
   const uint64_t to = rolled->value();
   std::printf("channel %s: the fleet switches to version %llu\n", flags.channel.c_str(),

@@ -628,6 +628,7 @@ wire::HeartbeatReply Coordinator::HeartbeatReplyLocked(const Node& node) const {
     target->set_decision(newest.decision());
     target->set_current_version(channel->current_version);
     target->set_abort_reason(newest.abort_reason());
+    if (!channel->rollback_order.empty()) target->set_rollback_order(channel->rollback_order);
   }
   if (auto peers = peer_lists_.find(node.id); peers != peer_lists_.end()) {
     for (const wire::PeerEntry& entry : peers->second) *reply.add_peers() = entry;
@@ -917,7 +918,12 @@ Result<uint64_t> Coordinator::OnRollback(const net::PeerInfo& peer, const wire::
   }
   WC_ASSIGN_OR_RETURN(uint64_t target, log_->ResolveRollback(request.channel(), request.version()));
   WC_RETURN_IF_ERROR(CheckRollbackReachableLocked(request.channel(), target));
-  WC_ASSIGN_OR_RETURN(uint64_t version, log_->RecordRollback(request.channel(), target, UnixMs()));
+  // In certificate mode the order goes into the log and to every agent with the rollback: they
+  // switch back only with it (trust::RollbackAuthorized).
+  WC_ASSIGN_OR_RETURN(
+      uint64_t version,
+      log_->RecordRollback(request.channel(), target, UnixMs(),
+                           options_.trust_anchor != nullptr ? request.order() : std::string()));
   if (const ChannelState* channel = log_->channel(request.channel()); channel != nullptr) {
     channel_metrics_.RolledBack(*channel);
   }
@@ -942,6 +948,13 @@ Result<std::string> Coordinator::CheckRollbackOrderLocked(const wire::Rollback& 
   if (order.channel != request.channel() || order.version != request.version()) {
     return Unauthenticated("rollback: the operator's order is for " + order.channel + " v" +
                            std::to_string(order.version) + ", not this rollback");
+  }
+  const ChannelState* channel = log_->channel(request.channel());
+  const uint64_t current = channel == nullptr ? 0 : channel->current_version;
+  if (order.from != current) {
+    return Unauthenticated("rollback: the operator's order takes " + order.channel + " from v" +
+                           std::to_string(order.from) + ", and v" + std::to_string(current) +
+                           " is current now");
   }
   const int64_t now = static_cast<int64_t>(UnixMs());
   const int64_t window =

@@ -129,7 +129,10 @@ Status VersionLog::Apply(const state::LogRecord& record) {
       }
       if (entry.decision() == wire::DECISION_COMMIT) {
         channel.versions.back().set_committed_once(true);
-        if (entry.version() > channel.current_version) channel.current_version = entry.version();
+        if (entry.version() > channel.current_version) {
+          channel.current_version = entry.version();
+          channel.rollback_order.clear();
+        }
       }
       break;
     }
@@ -148,6 +151,7 @@ Status VersionLog::Apply(const state::LogRecord& record) {
       if (entry->decision() == wire::DECISION_COMMIT &&
           entry->version() > it->second.current_version) {
         it->second.current_version = entry->version();
+        it->second.rollback_order.clear();
       }
       break;
     }
@@ -159,6 +163,7 @@ Status VersionLog::Apply(const state::LogRecord& record) {
                        VersionName(name, target));
       }
       it->second.current_version = target;
+      it->second.rollback_order = record.rollback().order();
       for (wire::VersionEntry& entry : it->second.versions) {
         if (entry.version() == target && entry.decision() != wire::DECISION_COMMIT) {
           // Rolled back past before and now current again: committed, as it was.
@@ -364,13 +369,14 @@ Result<uint64_t> VersionLog::ResolveRollback(std::string_view channel, uint64_t 
 }
 
 Result<uint64_t> VersionLog::RecordRollback(std::string_view channel, uint64_t version,
-                                            uint64_t unix_ms) {
+                                            uint64_t unix_ms, std::string order) {
   WC_ASSIGN_OR_RETURN(version, ResolveRollback(channel, version));
   state::LogRecord record;
   record.set_channel(std::string(channel));
   record.mutable_rollback()->set_version(version);
   record.mutable_rollback()->set_abort_reason("rolled back to v" + std::to_string(version));
   record.mutable_rollback()->set_unix_ms(unix_ms);
+  record.mutable_rollback()->set_order(std::move(order));
   WC_RETURN_IF_ERROR(Append(std::move(record)));
   return version;
 }

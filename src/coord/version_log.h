@@ -36,8 +36,11 @@ namespace weightcast::coord {
 
 struct ChannelState {
   std::string name;
-  std::vector<wire::VersionEntry> versions;                     // ascending by version
-  uint64_t current_version = 0;                                 // 0: none committed yet
+  std::vector<wire::VersionEntry> versions;  // ascending by version
+  uint64_t current_version = 0;              // 0: none committed yet
+  // The operator's order of the rollback that made current_version current (certificate
+  // mode); empty once a commit moves current_version on, or without one.
+  std::string rollback_order;
   std::shared_ptr<const std::vector<uint8_t>> newest_manifest;  // signed bytes of the newest
 
   uint64_t newest() const { return versions.empty() ? 0 : versions.back().version(); }
@@ -100,7 +103,8 @@ class VersionLog {
   Result<uint64_t> ResolveRollback(std::string_view channel, uint64_t version) const;
   // Switches the channel's current version back to ResolveRollback(channel, version), aborting
   // every version above it (the target itself reads COMMIT again).
-  Result<uint64_t> RecordRollback(std::string_view channel, uint64_t version, uint64_t unix_ms = 0);
+  Result<uint64_t> RecordRollback(std::string_view channel, uint64_t version, uint64_t unix_ms = 0,
+                                  std::string order = {});
 
   // The signed manifest of `version` (0: the newest) of `channel`; kNotFound when absent.
   Result<std::shared_ptr<const std::vector<uint8_t>>> GetManifest(std::string_view channel,

@@ -13,13 +13,13 @@ namespace weightcast::trust {
 namespace {
 
 constexpr std::string_view kMagic = "WCRB";
-constexpr uint8_t kFormat = 1;
-constexpr std::string_view kFirstLine = "weightcast rollback v1";
+constexpr uint8_t kFormat = 2;
+constexpr std::string_view kFirstLine = "weightcast rollback v2";
 
 std::string Body(const RollbackOrder& order) {
-  return std::string(kFirstLine) + "\nchannel " + order.channel + "\nversion " +
-         std::to_string(order.version) + "\nissued " + std::to_string(order.issued_unix_ms) +
-         "\nnonce " + order.nonce + "\n";
+  return std::string(kFirstLine) + "\nchannel " + order.channel + "\nfrom " +
+         std::to_string(order.from) + "\nversion " + std::to_string(order.version) + "\nissued " +
+         std::to_string(order.issued_unix_ms) + "\nnonce " + order.nonce + "\n";
 }
 
 // The value of line `key` ("key value\n") at `text`'s front; advances past it.
@@ -49,15 +49,21 @@ Result<RollbackOrder> ParseBody(std::span<const uint8_t> bytes) {
   std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   const size_t first = text.find('\n');
   if (first == std::string_view::npos || text.substr(0, first) != kFirstLine) {
-    return Corrupt("rollback order: not a weightcast rollback v1");
+    return Corrupt("rollback order: not a weightcast rollback v2");
   }
   text.remove_prefix(first + 1);
   RollbackOrder order;
   WC_ASSIGN_OR_RETURN(std::string_view channel, TakeLine(text, "channel"));
   order.channel = std::string(channel);
   if (!ValidateChannelName(order.channel).ok()) return Corrupt("rollback order: bad channel");
+  WC_ASSIGN_OR_RETURN(std::string_view from, TakeLine(text, "from"));
+  WC_ASSIGN_OR_RETURN(order.from, ParseNumber<uint64_t>(from, "from"));
   WC_ASSIGN_OR_RETURN(std::string_view version, TakeLine(text, "version"));
   WC_ASSIGN_OR_RETURN(order.version, ParseNumber<uint64_t>(version, "version"));
+  if (order.version == 0 || order.version >= order.from) {
+    return Corrupt("rollback order: version " + std::to_string(order.version) +
+                   " is not a version below from " + std::to_string(order.from));
+  }
   WC_ASSIGN_OR_RETURN(std::string_view issued, TakeLine(text, "issued"));
   WC_ASSIGN_OR_RETURN(order.issued_unix_ms, ParseNumber<int64_t>(issued, "issued"));
   WC_ASSIGN_OR_RETURN(std::string_view nonce, TakeLine(text, "nonce"));
@@ -71,12 +77,17 @@ Result<RollbackOrder> ParseBody(std::span<const uint8_t> bytes) {
 
 }  // namespace
 
-Result<RollbackOrder> NewRollbackOrder(std::string_view channel, uint64_t version) {
+Result<RollbackOrder> NewRollbackOrder(std::string_view channel, uint64_t from, uint64_t version) {
   WC_RETURN_IF_ERROR(ValidateChannelName(channel));
+  if (version == 0 || version >= from) {
+    return InvalidArgument("rollback order: v" + std::to_string(version) +
+                           " is not a version below the current v" + std::to_string(from));
+  }
   uint8_t nonce[16];
   if (RAND_bytes(nonce, sizeof(nonce)) != 1) return Internal("rollback order: RAND_bytes");
   RollbackOrder order;
   order.channel = std::string(channel);
+  order.from = from;
   order.version = version;
   order.issued_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                              std::chrono::system_clock::now().time_since_epoch())
@@ -107,6 +118,27 @@ Result<CheckedRollbackOrder> VerifyRollbackOrder(std::span<const uint8_t> bytes,
   }
   WC_ASSIGN_OR_RETURN(RollbackOrder order, ParseBody(parts.body));
   return CheckedRollbackOrder{std::move(order), std::move(*signer)};
+}
+
+Result<CertificateInfo> RollbackAuthorized(std::span<const uint8_t> order,
+                                           const TrustAnchor& anchor, std::string_view channel,
+                                           uint64_t target, uint64_t current) {
+  const std::string what = "a rollback of " + std::string(channel) + " from v" +
+                           std::to_string(current) + " to v" + std::to_string(target);
+  if (order.empty()) {
+    return Unauthenticated(what + " comes without an operator's order; staying on v" +
+                           std::to_string(current));
+  }
+  Result<CheckedRollbackOrder> checked = VerifyRollbackOrder(order, anchor);
+  if (!checked.ok()) {
+    return Unauthenticated(what + ": " + checked.status().message());
+  }
+  const RollbackOrder& o = checked->order;
+  if (o.channel != channel || o.version != target || o.from < current) {
+    return Unauthenticated(what + ": the operator's order takes " + o.channel + " from v" +
+                           std::to_string(o.from) + " to v" + std::to_string(o.version));
+  }
+  return std::move(checked->signer);
 }
 
 }  // namespace weightcast::trust

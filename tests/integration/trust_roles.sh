@@ -6,8 +6,10 @@
 # with only an agent certificate, a publisher of another channel, a certificate of another CA, a
 # revoked one and the shared cluster secret alone are each refused with a logged reason, and
 # nothing of theirs is staged or committed. A rollback needs an operator's signed order: with an
-# agent's certificate it is refused. (That an agent checks a relayed manifest for itself is
-# tests/unit/node/swarm_node_test.cc's CertifiedManifestsOnly.)
+# agent's certificate it is refused, and the agent checks the operator's order itself before it
+# switches back. (That an agent checks a relayed manifest for itself is
+# tests/unit/node/swarm_node_test.cc's CertifiedManifestsOnly; that it refuses a rollback without
+# an order, tests/unit/trust/rollback_order_test.cc.)
 source "$(dirname "$0")/rollout_lib.bash" "$1"
 
 ca="$work/ca"
@@ -113,4 +115,7 @@ rollback operator --cert "$work/alice.pem" --key "$work/alice.key" --wait ||
   { cat "$work/operator.out"; fail "the operator's rollback failed"; }
 [[ "$(current_of a1)" == 1 ]] || fail "a1 is not back on v1"
 grep -q "rolled back to v1 by operator 'alice'" "$work/coord.log" || fail "no operator in the log"
+# The agent checked the operator's order itself (the coordinator relays it with the rollback).
+grep -q "rolling back to v1 by order of operator 'alice'" "$work/a1.log" ||
+  fail "a1 did not check the operator's order"
 echo "PASS trust_roles"

@@ -34,8 +34,9 @@ class CertifiedCluster : public ::testing::Test {
   }
 
   std::vector<uint8_t> Order(const std::shared_ptr<const trust::SigningIdentity>& who,
-                             uint64_t version, int64_t issued = kNow, std::string nonce = "") {
-    trust::RollbackOrder order{"p", version, issued,
+                             uint64_t from, uint64_t version, int64_t issued = kNow,
+                             std::string nonce = "") {
+    trust::RollbackOrder order{"p", from, version, issued,
                                nonce.empty() ? std::string(32, 'a') : std::move(nonce)};
     return *trust::SignRollbackOrder(order, *who);
   }
@@ -75,25 +76,48 @@ TEST_F(CertifiedCluster, ARollbackNeedsAFreshOperatorsOrderTakenOnce) {
   auto mallory = weightcast::testing::Issue(other, "mallory", "operator");
 
   refused(tool->Rollback("p", Version(0)), "needs an order signed by an operator");
-  refused(tool->Rollback("p", Version(0), Order(sampler, 0)), "is not an operator");
-  refused(tool->Rollback("p", Version(0), Order(mallory, 0)), "'mallory'");
-  refused(tool->Rollback("p", Version(1), Order(alice, 0)), "is for p v0, not this rollback");
-  refused(tool->Rollback("p", Version(0), Order(alice, 0, kNow - 10 * 60 * 1000)),
+  refused(tool->Rollback("p", Version(2), Order(sampler, 3, 2)), "is not an operator");
+  refused(tool->Rollback("p", Version(2), Order(mallory, 3, 2)), "'mallory'");
+  refused(tool->Rollback("p", Version(1), Order(alice, 3, 2)), "is for p v2, not this rollback");
+  refused(tool->Rollback("p", Version(0), Order(alice, 3, 2)), "is for p v2, not this rollback");
+  refused(tool->Rollback("p", Version(1), Order(alice, 2, 1)),
+          "takes p from v2, and v3 is current");
+  refused(tool->Rollback("p", Version(2), Order(alice, 3, 2, kNow - 10 * 60 * 1000)),
           "issued 600 s from now");
   // An agent's own rollback (--hook-failure rollback) needs an order too.
   auto agent = harness_->Connect(10, net::Role::kAgent);
   ASSERT_TRUE(agent->Register(AgentRegistration(10, "p")).ok());
   refused(agent->Rollback("p", Version(0)), "needs an order signed by an operator");
 
-  const std::vector<uint8_t> order = Order(alice, 0);
-  auto back = tool->Rollback("p", Version(0), order);
+  const std::vector<uint8_t> order = Order(alice, 3, 2);
+  auto back = tool->Rollback("p", Version(2), order);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(*back, Version(2));
-  refused(tool->Rollback("p", Version(0), order), "taken already (a replay)");
-  // A new order (its own nonce) is taken.
-  back = tool->Rollback("p", Version(0), Order(alice, 0, kNow, std::string(32, 'b')));
+  // Agents get the order with the rollback: without it they would not switch back.
+  auto targets = agent->Heartbeat({});
+  ASSERT_TRUE(targets.ok()) << targets.status().ToString();
+  ASSERT_EQ(targets->channels_size(), 1);
+  EXPECT_EQ(targets->channels(0).current_version(), 2u);
+  EXPECT_EQ(targets->channels(0).rollback_order(), std::string(order.begin(), order.end()));
+  // Replayed, the order no longer names the current version; an order reusing its nonce is
+  // refused as well.
+  refused(tool->Rollback("p", Version(2), order), "takes p from v3, and v2 is current now");
+  refused(tool->Rollback("p", Version(1), Order(alice, 2, 1)), "taken already (a replay)");
+  // A new order (its own nonce), from the version current now, is taken.
+  back = tool->Rollback("p", Version(1), Order(alice, 2, 1, kNow, std::string(32, 'b')));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(*back, Version(1));
+  // A version committed after a rollback is current without an order.
+  ASSERT_TRUE(pub->Publish(SignedBy(TestManifest("p", 4, 4), trainer)).ok());
+  wire::Heartbeat prepared;
+  prepared.add_channels()->set_channel("p");
+  prepared.mutable_channels(0)->set_version(4);
+  prepared.mutable_channels(0)->set_phase(wire::PHASE_PREPARED);
+  ASSERT_TRUE(agent->Heartbeat(prepared).ok());
+  targets = agent->Heartbeat(prepared);
+  ASSERT_TRUE(targets.ok());
+  EXPECT_EQ(targets->channels(0).current_version(), 4u);
+  EXPECT_TRUE(targets->channels(0).rollback_order().empty());
 }
 
 }  // namespace

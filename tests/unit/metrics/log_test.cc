@@ -134,13 +134,11 @@ TEST(Logger, ConcurrentEventsNeverInterleave) {
 }
 
 TEST(Logger, AppendsToAFileAndSaysWhyItCannotOpenOne) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                                    ("wc_log_test_" + std::to_string(::getpid()));
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("wc_log_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::filesystem::path file = dir / "agent.log";
-  {
-    std::ofstream(file) << "an earlier line\n";
-  }
+  { std::ofstream(file) << "an earlier line\n"; }
   Result<Logger> log = Logger::ToFile("agent", LogFormat::kText, file);
   ASSERT_TRUE(log.ok()) << log.status().ToString();
   log->Info("committed", {{"version", 7}});
