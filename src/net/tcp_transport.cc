@@ -305,6 +305,7 @@ class TcpConn : public std::enable_shared_from_this<TcpConn> {
     std::error_code ec;
     channel_->socket().set_option(tcp::no_delay(true), ec);
     last_received_ns_ = SteadyNowNs();
+    if (channel_->tls()) peer_certificate_ = channel_->PeerCertificateDer();
   }
 
   // The socket was created on a strand; the loops run on it too, which
@@ -317,6 +318,8 @@ class TcpConn : public std::enable_shared_from_this<TcpConn> {
   }
 
   const PeerInfo& peer() const { return peer_; }
+  // The certificate the peer presented (DER); empty without TLS.
+  const std::vector<uint8_t>& peer_certificate() const { return peer_certificate_; }
 
   // Control frames have a queue of their own that the writer empties first: a heartbeat or a
   // request never waits behind megabytes of queued chunk data, nor for room among them.
@@ -644,6 +647,7 @@ class TcpConn : public std::enable_shared_from_this<TcpConn> {
   asio::steady_timer write_pacing_;
   asio::steady_timer read_pacing_;
   const PeerInfo peer_;
+  std::vector<uint8_t> peer_certificate_;  // set once in the constructor
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -804,6 +808,26 @@ struct Registry {
     for (auto& l : open) l->Close();
     for (auto& c : live) c->Fail(Unavailable("transport shut down"), false);
   }
+  // Checks every open connection's certificate again (TlsOptions::check_peer) and closes those
+  // that no longer pass, logging why.
+  void RecheckPeers(const TlsOptions& tls) {
+    std::vector<std::shared_ptr<TcpConn>> live;
+    {
+      std::lock_guard lock(mu);
+      std::erase_if(conns, [](const auto& w) { return w.expired(); });
+      for (auto& w : conns) {
+        if (auto c = w.lock()) live.push_back(std::move(c));
+      }
+    }
+    for (auto& c : live) {
+      if (c->peer_certificate().empty()) continue;
+      const Status allowed = tls.check_peer(c->peer_certificate(), c->peer());
+      if (!allowed.ok()) {
+        c->Fail(Unauthenticated("the peer's certificate no longer passes: " + allowed.message()),
+                true);
+      }
+    }
+  }
 };
 
 class TcpListener : public Listener {
@@ -950,9 +974,18 @@ class TcpTransportImpl : public Transport {
     for (int i = 0; i < std::max(io_threads, 1); ++i) {
       threads_.emplace_back([shared = shared_] { shared->io.run(); });
     }
+    if (shared_->tls != nullptr && shared_->options.tls.check_peer) {
+      recheck_ = std::thread([this] { RecheckLoop(); });
+    }
   }
 
   ~TcpTransportImpl() override {
+    {
+      std::lock_guard lock(recheck_mu_);
+      stopping_ = true;
+    }
+    recheck_cv_.notify_all();
+    if (recheck_.joinable()) recheck_.join();
     registry_->CloseAll();
     work_.reset();
     // Every socket and timer is closed, so the loops finish and run() returns;
@@ -1052,10 +1085,26 @@ class TcpTransportImpl : public Transport {
     promise->set_value(std::make_shared<TcpConn>(shared, std::move(channel), std::move(*peer)));
   }
 
+  // A certificate revoked while its connection is open is cut off at the next recheck (docs/
+  // security.md): the trust anchor reads a new CRL within a second of its arrival.
+  void RecheckLoop() {
+    const TlsOptions& tls = shared_->options.tls;
+    std::unique_lock lock(recheck_mu_);
+    while (!recheck_cv_.wait_for(lock, tls.recheck_every, [this] { return stopping_; })) {
+      lock.unlock();
+      registry_->RecheckPeers(tls);
+      lock.lock();
+    }
+  }
+
   std::shared_ptr<Shared> shared_;
   std::shared_ptr<Registry> registry_;
   asio::executor_work_guard<asio::io_context::executor_type> work_;
   std::vector<std::thread> threads_;
+  std::mutex recheck_mu_;
+  std::condition_variable recheck_cv_;
+  bool stopping_ = false;
+  std::thread recheck_;
 };
 
 }  // namespace

@@ -54,6 +54,10 @@ struct TlsOptions {
   // from transport threads.
   std::function<Status(std::span<const uint8_t> certificate_der, const PeerInfo& claimed)>
       check_peer{};
+  // With check_peer: how often every open connection's certificate is checked again, so that a
+  // certificate revoked (or expired) while its connection is open is cut off within about this
+  // long, with the reason logged, not only refused at the next connect.
+  Duration recheck_every = std::chrono::seconds(1);
 };
 
 struct Options {

@@ -118,4 +118,10 @@ grep -q "rolled back to v1 by operator 'alice'" "$work/coord.log" || fail "no op
 # The agent checked the operator's order itself (the coordinator relays it with the rollback).
 grep -q "rolling back to v1 by order of operator 'alice'" "$work/a1.log" ||
   fail "a1 did not check the operator's order"
+# A certificate revoked while its connections are open: they are cut within about a second (the
+# new CRL is read within one, open connections are checked again every second), not only refused
+# at the next connect.
+"$wc" ca revoke --dir "$ca" "$work/agent-a1.pem" >/dev/null
+wait_for 10 grep -q "no longer passes.*'agent-a1'.*revoked" "$work/coord.log" ||
+  { tail -5 "$work/coord.log"; fail "a1's open connection outlived its certificate's revocation"; }
 echo "PASS trust_roles"

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <openssl/ssl.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -152,6 +153,42 @@ TEST_F(TlsTest, ARefusalThatRacesOurAuthIsStillReported) {
   EXPECT_EQ(c.status().code(), Code::kAborted) << c.status().ToString();
   EXPECT_NE(c.status().message().find("no entry for you"), std::string::npos)
       << c.status().ToString();
+}
+
+// A certificate that stops passing check_peer while its connection is open (revoked, expired)
+// has that connection closed at the next recheck, on both ends, with the reason logged.
+TEST_F(TlsTest, AConnectionWhoseCertificateStopsPassingIsClosed) {
+  LogCapture log;
+  std::atomic<bool> revoked = false;
+  auto check = [&](std::span<const uint8_t> der, const PeerInfo&) {
+    if (der.empty()) return Unauthenticated("no certificate");
+    return revoked ? Unauthenticated("certificate 'weightcast-test' is revoked") : Status::Ok();
+  };
+  Options server_opts = TestOptions(2, &log);
+  server_opts.tls = Tls(dir_ + "/cluster", dir_ + "/cluster");
+  server_opts.tls.check_peer = check;
+  server_opts.tls.recheck_every = 50ms;
+  Options client_opts = TestOptions(1, &log);
+  client_opts.tls = Tls(dir_ + "/cluster", dir_ + "/cluster");
+  auto server = TcpTransport::Create(server_opts);
+  auto client = TcpTransport::Create(client_opts);
+  ASSERT_TRUE(server.ok() && client.ok());
+  auto listener = (*server)->Listen("127.0.0.1:0");
+  ASSERT_TRUE(listener.ok());
+  auto c = (*client)->Connect((*listener)->address(), 5s);
+  ASSERT_TRUE(c.ok()) << c.status().ToString() << log.All();
+  auto s = (*listener)->Accept(5s);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  // Still passing: the rechecks leave it open.
+  std::this_thread::sleep_for(200ms);
+  ASSERT_TRUE((*c)->SendControl(std::vector<uint8_t>{1, 2, 3}).ok());
+  ASSERT_TRUE((*s)->Receive(5s).ok());
+  revoked = true;
+  auto closed = (*s)->Receive(5s);
+  EXPECT_EQ(closed.status().code(), Code::kUnauthenticated) << closed.status().ToString();
+  EXPECT_NE(closed.status().message().find("no longer passes"), std::string::npos);
+  EXPECT_FALSE((*c)->Receive(5s).ok());  // the peer sees the connection end
+  EXPECT_TRUE(log.Eventually("is revoked")) << log.All();
 }
 
 TEST_F(TlsTest, MissingCertificateFileIsAClearError) {
