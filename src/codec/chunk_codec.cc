@@ -833,32 +833,38 @@ Result<Digest> ApplyChunkInPlaceHashing(std::span<const uint8_t> payload, const 
   return hasher.Finish();
 }
 
-Status ApplyChunkInPlace(std::span<const uint8_t> payload, const Digest& base_hash,
-                         std::span<const ChunkPiece> pieces, CodecScratch& scratch) {
-  CodecScratch::State& st = ScratchAccess::Get(scratch);
+namespace {
+
+// Prepare for a chunk that lies elsewhere (live pieces, device memory): the payload must be for a
+// chunk of `chunk_size` bytes and, for xor, name `base_hash` as its base. Prepare checks sizes
+// and the base against a HashedChunk; the base bytes are not at hand, so give it the vouched
+// hash over an empty span and skip its size check.
+Result<Prepared> PrepareElsewhere(std::span<const uint8_t> payload, const Digest& base_hash,
+                                  uint64_t chunk_size, CodecScratch::State& st) {
   WC_ASSIGN_OR_RETURN(const PayloadHeader h, ParsePayloadHeader(payload));
-  uint64_t chunk_size = 0;
-  for (const ChunkPiece& p : pieces) chunk_size += p.size();
   if (chunk_size != h.chunk_size) {
     return FailedPrecondition("delta payload is for a chunk of " + std::to_string(h.chunk_size) +
                               " bytes, the live chunk holds " + std::to_string(chunk_size));
   }
-  const bool is_xor = h.encoding == ChunkEncoding::kXor;
-  if (is_xor && h.base_hash != base_hash) {
+  if (h.encoding == ChunkEncoding::kXor && h.base_hash != base_hash) {
     return FailedPrecondition("delta payload applies to base chunk " + ToHex(h.base_hash) +
                               ", the live chunk is " + ToHex(base_hash));
   }
-  // Prepare checks sizes and the base against a HashedChunk; the base bytes themselves are the
-  // live pieces, so give it the vouched hash over an empty span and skip its size check.
-  Prepared p;
-  {
-    const HashedChunk vouched =
-        HashedChunk::FromVerifiedManifest(std::span<const uint8_t>(), base_hash, h.hash_algorithm);
-    Result<Prepared> r =
-        Prepare(payload, vouched, nullptr, nullptr, h.chunk_size, st, /*check_base=*/false);
-    if (!r.ok()) return r.status();
-    p = std::move(*r);
-  }
+  const HashedChunk vouched =
+      HashedChunk::FromVerifiedManifest(std::span<const uint8_t>(), base_hash, h.hash_algorithm);
+  return Prepare(payload, vouched, nullptr, nullptr, h.chunk_size, st, /*check_base=*/false);
+}
+
+}  // namespace
+
+Status ApplyChunkInPlace(std::span<const uint8_t> payload, const Digest& base_hash,
+                         std::span<const ChunkPiece> pieces, CodecScratch& scratch) {
+  CodecScratch::State& st = ScratchAccess::Get(scratch);
+  uint64_t chunk_size = 0;
+  for (const ChunkPiece& piece : pieces) chunk_size += piece.size();
+  WC_ASSIGN_OR_RETURN(Prepared p, PrepareElsewhere(payload, base_hash, chunk_size, st));
+  const PayloadHeader& h = p.h;
+  const bool is_xor = h.encoding == ChunkEncoding::kXor;
   if (is_xor && IsSparse(h.transform)) {
     SparseApplier applier(p.stream, {}, h.segments, ValuesOf(h.transform));
     PiecePlacement placement(pieces);
@@ -909,25 +915,9 @@ Status ApplyChunkInPlace(std::span<const uint8_t> payload, const Digest& base_ha
 Result<ChunkChanges> DecodeChanges(std::span<const uint8_t> payload, const Digest& base_hash,
                                    uint64_t chunk_size, CodecScratch& scratch) {
   CodecScratch::State& st = ScratchAccess::Get(scratch);
-  WC_ASSIGN_OR_RETURN(const PayloadHeader h, ParsePayloadHeader(payload));
-  if (chunk_size != h.chunk_size) {
-    return FailedPrecondition("delta payload is for a chunk of " + std::to_string(h.chunk_size) +
-                              " bytes, the live chunk holds " + std::to_string(chunk_size));
-  }
+  WC_ASSIGN_OR_RETURN(Prepared p, PrepareElsewhere(payload, base_hash, chunk_size, st));
+  const PayloadHeader& h = p.h;
   const bool is_xor = h.encoding == ChunkEncoding::kXor;
-  if (is_xor && h.base_hash != base_hash) {
-    return FailedPrecondition("delta payload applies to base chunk " + ToHex(h.base_hash) +
-                              ", the live chunk is " + ToHex(base_hash));
-  }
-  Prepared p;
-  {
-    const HashedChunk vouched =
-        HashedChunk::FromVerifiedManifest(std::span<const uint8_t>(), base_hash, h.hash_algorithm);
-    Result<Prepared> r =
-        Prepare(payload, vouched, nullptr, nullptr, h.chunk_size, st, /*check_base=*/false);
-    if (!r.ok()) return r.status();
-    p = std::move(*r);
-  }
   ChunkChanges out;
   if (is_xor && IsSparse(h.transform)) {
     SparseApplier applier(p.stream, {}, h.segments, ValuesOf(h.transform));
