@@ -9,7 +9,7 @@
 // (a version without device checks, an attestation) reads the live bytes back to hash them.
 #pragma once
 
-#include <weightcast/live.h>
+#include <weightcast/device_memory.h>
 
 #include <memory>
 
