@@ -33,7 +33,10 @@ pack() {
 }
 
 run() {
-  [ -f "$kit/lib/libweightcast.so.0" ] || { echo "no $kit: run 'pack' where the project builds" >&2; exit 2; }
+  if [ ! -f "$kit/lib/libweightcast.so.0" ]; then
+    echo "no $kit: run 'pack' where the project builds" >&2
+    exit 2
+  fi
   local py=${PYTHON:-python3} cxx=${CXX:-g++}
   command -v "$cxx" >/dev/null || { echo "no C++ compiler ($cxx) to build the module" >&2; exit 2; }
   local device=${DEVICE:-cuda}
@@ -67,7 +70,8 @@ print(" ".join("-I" + p for p in [sysconfig.get_paths()["include"]] + c.include_
     WEIGHTCAST_TEST_DEVICE=$device "$py" -m pytest -q -p no:cacheprovider \
       tests/python/test_live_device.py
   else
-    echo "pytest is not installed here: the device tests did not run (the bench checks bit-identity)"
+    echo "pytest is not installed here: the device tests did not run" \
+      "(the bench checks bit-identity)"
   fi
   local gib=16
   [ "$device" = cuda ] || gib=0.25

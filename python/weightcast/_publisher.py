@@ -159,9 +159,9 @@ class Publisher:
         ``weightcast publish`` cuts it, docs/publish.md "Chunk size"), bytes (int) or a size
         string as the CLI takes ("1MiB"). ``device_checks=True`` signs a device check per
         chunk into every version (one more pass over it), so that samplers whose LiveTensors sit
-        on a GPU check what they write there on the device (docs/gpu.md). ``publisher_options`` (with a coordinator): listen
-        ("127.0.0.1:0"), transport ("tcp", "auto" or "ucx"), cluster, node_id, writer_id,
-        take_over (bool), rank and world (sharded, see publish()), connect_timeout (s, default
+        on a GPU check what they write there on the device (docs/gpu.md).
+        ``publisher_options`` (with a coordinator): listen ("127.0.0.1:0"), transport ("tcp",
+        "auto" or "ucx"), cluster, node_id, writer_id, take_over (bool), rank and world (sharded, see publish()), connect_timeout (s, default
         5), log_level ("warn"; also debug, info, error), log_file (default stderr); ca,
         certificate and key: certificate mode (docs/security.md), the cluster CA's certificate
         and this node's own, whose key signs every version. The secret comes from secret_file or
