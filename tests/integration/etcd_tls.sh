@@ -68,6 +68,11 @@ timeout 60 "$wc" publish --coordinator "$coord" --store "$work/pub" --channel "$
   --dir "$work/ckpt/1" --chunk-size 1MiB --until complete --secret-file "$work/secret" \
   $(node_certs trainer) >>"$work/pub.log" 2>&1 || fail "the certified v1 did not complete"
 [[ "$(current_of a1)" == 1 ]] || fail "a1 did not commit v1"
-etcdctl_tls coordinator get --prefix /weightcast/default/log/ --keys-only | grep -q . ||
-  fail "no version log in etcd"
+# The log is in etcd once the publish completed; etcdctl's own 2 s command deadline can run out
+# on a busy machine, so its query is asked again (its last answer is shown on failure).
+log_in_etcd() {
+  etcdctl_tls coordinator get --prefix /weightcast/default/log/ --keys-only >"$work/log-keys.out" \
+    2>&1 && grep -q '^/weightcast/default/log/' "$work/log-keys.out"
+}
+wait_for 20 log_in_etcd || { cat "$work/log-keys.out"; fail "no version log in etcd"; }
 echo "PASS etcd_tls"
