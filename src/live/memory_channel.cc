@@ -149,6 +149,7 @@ MemoryChannelWriter::MemoryChannelWriter(fs::path dir, std::string channel,
       pool_(options.threads) {}
 
 MemoryChannelWriter::~MemoryChannelWriter() {
+  if (preparing_.joinable()) preparing_.join();
   if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
@@ -250,6 +251,7 @@ Status MemoryChannelWriter::Snapshot(std::vector<SnapshotTensor> tensors,
   for (const SnapshotTensor& t : tensors) specs.push_back({t.name, t.dtype, t.shape});
   WC_ASSIGN_OR_RETURN(const EncodedHeader header, EncodeSafetensorsHeader(specs, {}));
   const int slot = current_slot_ < 0 ? 0 : 1 - current_slot_;
+  if (preparing_.joinable()) preparing_.join();
   WC_RETURN_IF_ERROR(MapSlot(slot, header.bytes.size() + header.data_bytes));
   uint8_t* out = slots_[slot]->data;
   std::memcpy(out, header.bytes.data(), header.bytes.size());
@@ -354,6 +356,13 @@ Result<MemoryPublished> MemoryChannelWriter::Finish() {
   out.root = manifest.root;
   out.publish_seconds = Since(start);
   current_ = std::make_shared<const Manifest>(std::move(manifest));
+  // Only after the channel's first version ever is the other slot known to hold nothing a
+  // reader could still open (a restarted writer finds the previous version there).
+  if (current_slot_ < 0 && !preparing_.joinable()) {
+    preparing_ = std::thread([this, other = 1 - slot, size = target.size] {
+      (void)MapSlot(other, size);  // on failure the next Snapshot maps it and says why
+    });
+  }
   current_slot_ = slot;
   next_ = Version(next_.value() + 1);
   return out;

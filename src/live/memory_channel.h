@@ -24,6 +24,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <weightcast/status.h>
@@ -111,6 +112,10 @@ class MemoryChannelWriter {
   double snapshot_seconds_ = 0;
   std::shared_ptr<const Manifest> current_;  // null before the first version
   int current_slot_ = -1;
+  // After the channel's very first version: maps the other slot (a fresh tmpfs file whose pages
+  // cost about as much to populate as to copy) while the trainer trains, so that the second
+  // snapshot is one memcpy too. Joined before any snapshot and at destruction.
+  std::thread preparing_;
 };
 
 // Blocks until the channel's current version is at least `min_version` (inotify on the channel's
