@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "codec/chunk_codec.h"
+#include "codec/transform.h"
 #include "format/safetensors.h"
 #include "hash/digest.h"
 
@@ -76,6 +78,131 @@ void BM_ParseSafetensorsHeader(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * json.size()));
 }
 BENCHMARK(BM_ParseSafetensorsHeader);
+
+// An RL step's chunk: bf16 weights where 5% of the elements moved by 1-2 ulps, at the default
+// chunk size. The publisher's encode (SHA-256 and XXH3-128 of the target in the same pass), the
+// sparse scan alone, and the decode a receiver runs; bytes per second of the chunk.
+struct RlChunk {
+  static constexpr size_t kSize = 128u << 10;
+  std::vector<uint8_t> base = Bytes(kSize);
+  std::vector<uint8_t> target = base;
+  std::vector<codec::Segment> segments{{kSize, 2}};
+  RlChunk() {
+    uint64_t state = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < kSize / 2; ++i) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      if ((state >> 33) % 100 < 5) {
+        uint16_t v;
+        std::memcpy(&v, &target[2 * i], 2);
+        v = static_cast<uint16_t>(v + 1 + ((state >> 20) & 1));
+        std::memcpy(&target[2 * i], &v, 2);
+      }
+    }
+  }
+};
+
+void BM_RlSparseScan(benchmark::State& state) {
+  RlChunk c;
+  std::vector<uint8_t> out;
+  for (auto _ : state) {
+    out.clear();
+    benchmark::DoNotOptimize(
+        codec::SparseForward(c.target, c.base, c.segments, codec::SparseValues::kDiff, false, out));
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * RlChunk::kSize));
+}
+BENCHMARK(BM_RlSparseScan);
+
+void BM_RlEncodeHashing(benchmark::State& state) {
+  RlChunk c;
+  codec::CodecScratch scratch;
+  const auto base = codec::HashedChunk::Compute(c.base, HashAlgorithm::kSha256);
+  Digest hash, fast;
+  for (auto _ : state) {
+    auto e = codec::EncodeChunkHashing(base, c.target, c.segments, {}, scratch, &hash, &fast);
+    benchmark::DoNotOptimize(e);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * RlChunk::kSize));
+}
+BENCHMARK(BM_RlEncodeHashing);
+
+void BM_RlDecode(benchmark::State& state) {
+  RlChunk c;
+  codec::CodecScratch scratch;
+  const auto base = codec::HashedChunk::Compute(c.base, HashAlgorithm::kSha256);
+  const auto target = codec::HashedChunk::Compute(c.target, HashAlgorithm::kSha256);
+  auto e = codec::EncodeChunk(base, target, c.segments, {}, scratch);
+  std::vector<uint8_t> out(RlChunk::kSize);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(codec::DecodeChunk(e->payload, base, nullptr, out, scratch));
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * RlChunk::kSize));
+}
+BENCHMARK(BM_RlDecode);
+
+// What a sampler does per chunk of an RL step: the payload patched into its live tensors and the
+// chunk checked with XXH3-128, a block at a time.
+void BM_RlPatchLive(benchmark::State& state) {
+  RlChunk c;
+  codec::CodecScratch scratch;
+  const auto base = codec::HashedChunk::Compute(c.base, HashAlgorithm::kSha256);
+  const auto target = codec::HashedChunk::Compute(c.target, HashAlgorithm::kSha256);
+  auto e = codec::EncodeChunk(base, target, c.segments, {}, scratch);
+  std::vector<uint8_t> live = c.base;
+  std::vector<codec::ChunkPiece> pieces(1);
+  pieces[0].live = live;
+  for (auto _ : state) {
+    state.PauseTiming();
+    std::memcpy(live.data(), c.base.data(), live.size());
+    state.ResumeTiming();
+    benchmark::DoNotOptimize(codec::ApplyChunkInPlaceHashing(e->payload, base.hash(), pieces,
+                                                             HashAlgorithm::kXxh3_128, scratch));
+  }
+  if (live != c.target) state.SkipWithError("the patched chunk differs from the target");
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * RlChunk::kSize));
+}
+BENCHMARK(BM_RlPatchLive);
+
+// The sparse patch alone, in place over one piece: changes patched in runs (the default), and
+// change by change through Placement::At (what a placement that cannot name runs gets).
+class OnePiece final : public codec::SparseApplier::Placement {
+ public:
+  OnePiece(std::vector<uint8_t>& bytes, bool runs) : bytes_(bytes), runs_(runs) {}
+  uint8_t* At(uint64_t offset, uint64_t len) override {
+    return offset + len <= bytes_.size() ? bytes_.data() + offset : nullptr;
+  }
+  uint8_t* Run(uint64_t offset, uint64_t* begin, uint64_t* end) override {
+    if (!runs_ || offset >= bytes_.size()) return nullptr;
+    *begin = 0;
+    *end = bytes_.size();
+    return bytes_.data();
+  }
+
+ private:
+  std::vector<uint8_t>& bytes_;
+  bool runs_;
+};
+
+void RlSparsePatch(benchmark::State& state, bool runs) {
+  RlChunk c;
+  std::vector<uint8_t> stream;
+  codec::SparseForward(c.target, c.base, c.segments, codec::SparseValues::kDiff, false, stream);
+  std::vector<uint8_t> live = c.base;
+  for (auto _ : state) {
+    state.PauseTiming();
+    std::memcpy(live.data(), c.base.data(), live.size());
+    state.ResumeTiming();
+    codec::SparseApplier applier(stream, {}, c.segments, codec::SparseValues::kDiff);
+    OnePiece at(live, runs);
+    benchmark::DoNotOptimize(applier.ApplyInPlace(at));
+  }
+  if (live != c.target) state.SkipWithError("the patched chunk differs from the target");
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * RlChunk::kSize));
+}
+void BM_RlSparsePatchRuns(benchmark::State& state) { RlSparsePatch(state, true); }
+void BM_RlSparsePatchChangeByChange(benchmark::State& state) { RlSparsePatch(state, false); }
+BENCHMARK(BM_RlSparsePatchRuns);
+BENCHMARK(BM_RlSparsePatchChangeByChange);
 
 // Keeps the console table and remembers each benchmark's bytes per second for the JSON line.
 class CollectingReporter : public benchmark::ConsoleReporter {

@@ -761,6 +761,14 @@ class PiecePlacement final : public SparseApplier::Placement {
     const ChunkPiece& p = pieces_[i_];
     return p.live.empty() ? nullptr : p.live.data() + (offset - start_);
   }
+  uint8_t* Run(uint64_t offset, uint64_t* begin, uint64_t* end) override {
+    while (i_ < pieces_.size() && start_ + pieces_[i_].size() <= offset)
+      start_ += pieces_[i_++].size();
+    if (i_ == pieces_.size() || pieces_[i_].live.empty()) return nullptr;
+    *begin = start_;
+    *end = start_ + pieces_[i_].size();
+    return pieces_[i_].live.data();
+  }
   bool straddled() const { return straddled_; }
 
  private:

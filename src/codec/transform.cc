@@ -4,6 +4,7 @@
 #include <bit>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 namespace weightcast::codec {
 namespace {
@@ -622,6 +623,12 @@ Status SparseApplier::Fill(uint64_t offset, std::span<uint8_t> dst) {
   std::memcpy(dst.data(), base_.data() + offset, dst.size());
   const uint64_t end = offset + dst.size();
   while (true) {
+    if (!pending_ && in_segment_ && j_ < count_) {
+      // dst holds the base's bytes of the block: the changes inside it are patched there.
+      const uint64_t before = j_;
+      WC_RETURN_IF_ERROR(ApplyRun(dst.data(), offset, end));
+      if (j_ != before) continue;
+    }
     if (!pending_) {
       if (done_) break;
       WC_RETURN_IF_ERROR(Advance());
@@ -708,9 +715,74 @@ inline void StoreElement(uint8_t* p, uint64_t len, uint64_t v) {
 
 }  // namespace
 
+template <int W>
+Status SparseApplier::ApplyRunOf(uint8_t* run, uint64_t run_begin, uint64_t limit) {
+  using Element = std::conditional_t<
+      W == 1, uint8_t,
+      std::conditional_t<W == 2, uint16_t, std::conditional_t<W == 4, uint32_t, uint64_t>>>;
+  constexpr uint64_t kMask = W == 8 ? ~0ull : (1ull << (8 * W)) - 1;
+  const Plane* const values = value_planes_;
+  while (j_ < count_) {
+    // Decoded without consuming it, so a change outside the run stays for Advance.
+    uint64_t gap = 0;
+    size_t gap_pos = gap_pos_;
+    if (gap_width_ == 0) {
+      ReadVarint(data_, size_, &gap_pos, &gap);  // cannot fail: read once in StartSegment
+    } else {
+      for (int k = 0; k < gap_width_; ++k) {
+        gap |= PlaneValue(gap_planes_[k].data, gap_planes_[k].bits, j_) << (8 * k);
+      }
+    }
+    if (gap >= n_ - next_) {
+      return Corrupt("sparse stream: element index beyond the segment of " + std::to_string(n_));
+    }
+    const uint64_t i = next_ + gap;
+    const uint64_t off = seg_off_ + i * W;
+    if (off < run_begin || off + W > limit) break;
+    uint64_t v = 0;
+    for (int k = 0; k < W; ++k) v |= PlaneValue(values[k].data, values[k].bits, j_) << (8 * k);
+    uint8_t* p = run + (off - run_begin);
+    Element e;
+    std::memcpy(&e, p, W);
+    const uint64_t base = e;
+    const uint64_t diff = ((v >> 1) ^ ((v & 1) ? kMask : 0)) & kMask;  // DiffOf, inlined
+    const uint64_t out = diff_ ? (base + diff) & kMask : base ^ v;
+    e = static_cast<Element>(out);
+    std::memcpy(p, &e, W);
+    gap_pos_ = gap_pos;
+    next_ = i + 1;
+    ++j_;
+  }
+  return Status::Ok();
+}
+
+Status SparseApplier::ApplyRun(uint8_t* run, uint64_t run_begin, uint64_t limit) {
+  switch (width_) {
+    case 1:
+      return ApplyRunOf<1>(run, run_begin, limit);
+    case 2:
+      return ApplyRunOf<2>(run, run_begin, limit);
+    case 4:
+      return ApplyRunOf<4>(run, run_begin, limit);
+    default:
+      return ApplyRunOf<8>(run, run_begin, limit);
+  }
+}
+
 Status SparseApplier::ApplyInPlaceUntil(Placement& at, uint64_t end) {
   if (!base_.empty()) return Internal("sparse applier: ApplyInPlace wants an empty base");
   while (true) {
+    if (!pending_ && in_segment_ && j_ < count_) {
+      // The changes that fall in the run of held bytes where this segment's next one can be.
+      uint64_t run_begin = 0;
+      uint64_t run_end = 0;
+      uint8_t* run = at.Run(seg_off_ + next_ * static_cast<uint64_t>(width_), &run_begin, &run_end);
+      if (run != nullptr) {
+        const uint64_t before = j_;
+        WC_RETURN_IF_ERROR(ApplyRun(run, run_begin, std::min(run_end, end)));
+        if (j_ != before) continue;
+      }
+    }
     if (!pending_) {
       if (done_) break;
       WC_RETURN_IF_ERROR(Advance());

@@ -128,6 +128,16 @@ class SparseApplier {
   class Placement {
    public:
     virtual uint8_t* At(uint64_t offset, uint64_t len) = 0;
+    // The writable bytes held contiguously from chunk offset `offset` (the start of a run of
+    // them, at or before it): its first byte, with the run's chunk offsets in [*begin, *end).
+    // nullptr when the caller does not hold `offset`, or cannot say: every change then goes
+    // through At. Called in increasing offset order, interleaved with At.
+    virtual uint8_t* Run(uint64_t offset, uint64_t* begin, uint64_t* end) {
+      (void)offset;
+      (void)begin;
+      (void)end;
+      return nullptr;
+    }
 
    protected:
     ~Placement() = default;
@@ -175,6 +185,13 @@ class SparseApplier {
   Status StartSegment();
   Status Advance();  // makes the next change pending, or sets done_
   uint64_t Combine(uint64_t base) const;
+  // Applies the changes of the current segment that lie whole inside chunk offsets
+  // [run_begin, limit), `run` holding the bytes from run_begin (base bytes where they are about
+  // to change), in one tight loop per element width; stops at the first change outside it,
+  // which stays for Advance. Requires a segment in progress and no pending change.
+  Status ApplyRun(uint8_t* run, uint64_t run_begin, uint64_t limit);
+  template <int W>
+  Status ApplyRunOf(uint8_t* run, uint64_t run_begin, uint64_t limit);
   // The un-zigzagged difference a kDiff value `raw` of a `len`-byte element adds.
   static uint64_t DiffOf(uint64_t raw,
                          uint64_t len);  // the pending change's new value over `base`'s
