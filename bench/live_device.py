@@ -112,7 +112,7 @@ def main():
             rows.append({
                 "publish_blocked_s": blocked,
                 "apply_s": report["apply_seconds"],
-                "catch_up_s": report.get("catch_up_seconds", 0.0),
+                "caught_up": report["caught_up"],
                 "flip_blocked_s": report["blocked_seconds"],
                 "delta": report["delta"],
                 "check": report["check"],

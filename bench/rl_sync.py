@@ -428,13 +428,14 @@ class LiveSampler(SamplerStrategy):
         if c["flip"] and front is not holder.current:
             holder.current, holder.standby = holder.standby, holder.current
         holder.current.version = version
-        write = report["apply_seconds"] + report.get("catch_up_seconds", 0.0)
+        write = report["apply_seconds"]
         return {"blocked_s": report["blocked_seconds"], "write_s": write,
                 "written_bytes": report["copied_bytes"], "woke": woke,
                 "bytes_received": report["payload_bytes"] if report["delta"] else None,
                 "extra": {"delta": report["delta"], "patched": report["chunks_patched"],
                           "copied": report["chunks_copied"], "repaired": report["chunks_repaired"],
                           "note": report["note"],
+                          "caught_up": report.get("caught_up", False),
                           "attest_s": report.get("attested", {}).get("seconds", 0.0)}}
 
     def close(self):

@@ -48,6 +48,7 @@ struct LiveApplyReport {
   uint32_t chunks_repaired = 0;  // patched, failed the manifest's check, copied whole
   uint64_t payload_bytes = 0;    // payload bytes read
   uint64_t copied_bytes = 0;     // bytes copied from the version's files
+  bool caught_up = false;        // every chunk first taken from the flip's other copy
   // What each chunk written was checked with: "xxh3-128" (the version's fast hashes), its chunk
   // hash algorithm, or "wsum-128" (its device checks, computed in device memory).
   std::string check;
@@ -86,8 +87,14 @@ class LiveTensors {
   // tensors untouched, when a registered tensor is missing from the version or has another
   // dtype or shape; kNotFound when the store no longer has the version; kCorrupt when a chunk
   // cannot be made to match the manifest (the tensors then hold no known version).
+  //
+  // With `catch_up_from`, a flip's other copy (the same tensors, in the same memory) that holds
+  // the version `version`'s delta names as its base: each chunk is copied from it and patched
+  // while in cache, one pass instead of CopyFrom and then the apply (`caught_up` in the report).
+  // It is only read, and not at all when it does not hold that base.
   Result<LiveApplyReport> ApplyFromStore(const std::filesystem::path& store,
-                                         std::string_view channel, Version version);
+                                         std::string_view channel, Version version,
+                                         const LiveTensors* catch_up_from = nullptr);
 
   // The same from a memory channel (MemoryPublisher) in `dir`. kAborted when the version was
   // overwritten by two newer ones while it was applied (apply the current one).

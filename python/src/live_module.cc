@@ -109,14 +109,26 @@ class PyLiveTensors {
     live_ = ValueOrThrow(LiveTensors::Register(std::move(views), std::move(memory)));
   }
 
+  // `catch_up_from`: the flip's other copy (LiveTensors::ApplyFromStore), or None.
   py::dict ApplyFromStore(const std::filesystem::path& store, const std::string& channel,
-                          uint64_t version, bool memory) {
+                          uint64_t version, bool memory, PyLiveTensors* catch_up_from) {
+    if (catch_up_from == this) catch_up_from = nullptr;
+    if (memory && catch_up_from != nullptr) {
+      throw py::value_error("a memory channel's versions are copied: no catch_up_from");
+    }
     Result<LiveApplyReport> r = Internal("not run");
     {
       py::gil_scoped_release release;
-      const std::lock_guard lock(mu_);
-      r = memory ? live_->ApplyFromMemory(store, channel, Version(version))
-                 : live_->ApplyFromStore(store, channel, Version(version));
+      if (memory) {
+        const std::lock_guard lock(mu_);
+        r = live_->ApplyFromMemory(store, channel, Version(version));
+      } else if (catch_up_from == nullptr) {
+        const std::lock_guard lock(mu_);
+        r = live_->ApplyFromStore(store, channel, Version(version));
+      } else {
+        const std::scoped_lock lock(mu_, catch_up_from->mu_);
+        r = live_->ApplyFromStore(store, channel, Version(version), catch_up_from->live_.get());
+      }
     }
     const LiveApplyReport& x = ValueOrThrow(std::move(r));
     py::dict out;
@@ -129,6 +141,7 @@ class PyLiveTensors {
     out["chunks_repaired"] = x.chunks_repaired;
     out["payload_bytes"] = x.payload_bytes;
     out["copied_bytes"] = x.copied_bytes;
+    out["caught_up"] = x.caught_up;
     out["check"] = x.check;
     out["apply_seconds"] = x.seconds;
     out["note"] = x.note;
@@ -298,7 +311,8 @@ void RegisterLive(py::module_& m) {
       .def(py::init<const py::list&, const py::object&>(), py::arg("tensors"),
            py::arg("device") = py::none())
       .def("apply_from_store", &PyLiveTensors::ApplyFromStore, py::arg("store"), py::arg("channel"),
-           py::arg("version"), py::arg("memory") = false)
+           py::arg("version"), py::arg("memory") = false,
+           py::arg("catch_up_from") = static_cast<PyLiveTensors*>(nullptr))
       .def("attest", &PyLiveTensors::Attest, py::arg("store"), py::arg("channel"))
       .def("copy_from", &PyLiveTensors::CopyFrom, py::arg("other"))
       .def_property_readonly("version", &PyLiveTensors::version);

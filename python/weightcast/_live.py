@@ -141,16 +141,20 @@ class LiveTensors:
         # differ from what the idle copy holds, so a catch-up copy first would only copy twice.
         if not memory and front_set.version != 0 and back_set.version != front_set.version and \
                 front_set.version < version:
-            # The idle copy catches up with the copy in use by one memcpy, so one delta (not a
-            # chain of two, reading twice the payloads) brings it to `version`.
-            start = time.perf_counter()
-            back_set.copy_from(front_set)
-            caught_up = time.perf_counter() - start
+            if self._device is None:
+                # The idle copy catches up with the copy in use as it is patched: each chunk
+                # copied from the copy in use, then the delta onto it, in one pass (not a chain
+                # of two deltas, nor a memcpy of the model first). Without a delta onto the copy
+                # in use's version it applies from what the idle copy holds.
+                report = back_set.apply_from_store(str(store), channel, version, memory,
+                                                   catch_up_from=front_set)
+            else:
+                # On a device one copy of the model costs less than a copy per chunk (each a
+                # launch); then one delta (not a chain of two) brings it to `version`.
+                back_set.copy_from(front_set)
+                report = back_set.apply_from_store(str(store), channel, version, memory)
         else:
-            caught_up = None
-        report = back_set.apply_from_store(str(store), channel, version, memory)
-        if caught_up is not None:
-            report["catch_up_seconds"] = caught_up  # the memcpy, before the apply
+            report = back_set.apply_from_store(str(store), channel, version, memory)
         start = time.perf_counter()
         self._front = back
         if self._module is not None:

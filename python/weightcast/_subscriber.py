@@ -205,8 +205,9 @@ class Subscriber:
         the live weights were unusable: the whole apply in place, the flip with ``flip=True``),
         ``note`` (why no delta was used, or what was repaired). A registered tensor missing from
         the version, or of another dtype or shape, raises FailedPreconditionError and leaves the
-        live weights as they were. With ``flip=True``, ``catch_up_seconds`` is the memcpy that
-        first brought the idle copy to the version in use. Blocks without the GIL.
+        live weights as they were. With ``flip=True``, ``caught_up`` says the idle copy was
+        brought to the version in use chunk by chunk as it was patched (one pass over it).
+        Blocks without the GIL.
 
         With ``attest=True`` (the default; not for a memory channel) the live weights, as they
         now are, are then hashed against the version (:meth:`attest`): ``attested`` in the dict,

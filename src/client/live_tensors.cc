@@ -30,6 +30,7 @@ LiveApplyReport ToPublic(const live::ApplyReport& r) {
   out.chunks_repaired = r.chunks_repaired;
   out.payload_bytes = r.payload_bytes;
   out.copied_bytes = r.copied_bytes;
+  out.caught_up = r.caught_up;
   out.check = std::string(HashAlgorithmName(r.check));
   out.seconds = r.seconds;
   out.note = r.note;
@@ -68,9 +69,11 @@ Result<std::unique_ptr<LiveTensors>> LiveTensors::Register(std::vector<LiveTenso
 }
 
 Result<LiveApplyReport> LiveTensors::ApplyFromStore(const std::filesystem::path& store,
-                                                    std::string_view channel, Version version) {
+                                                    std::string_view channel, Version version,
+                                                    const LiveTensors* catch_up_from) {
+  const live::LiveSet* other = catch_up_from != nullptr ? catch_up_from->impl_->set.get() : nullptr;
   WC_ASSIGN_OR_RETURN(const live::ApplyReport r,
-                      live::ApplyFromStore(store, channel, version, *impl_->set));
+                      live::ApplyFromStore(store, channel, version, *impl_->set, other));
   return ToPublic(r);
 }
 

@@ -181,7 +181,7 @@ Result<std::unique_ptr<LiveSet>> LiveSet::Create(std::vector<LiveTensor> tensors
 
 Version LiveSet::version() const { return held_ ? held_->version : Version(0); }
 
-Status LiveSet::CopyFrom(const LiveSet& other) {
+Status LiveSet::CheckSameTensors(const LiveSet& other) const {
   if (other.tensors_.size() != tensors_.size()) {
     return FailedPrecondition("the two live sets hold different tensors");
   }
@@ -193,6 +193,16 @@ Status LiveSet::CopyFrom(const LiveSet& other) {
                                 "' of the other set");
     }
   }
+  return Status::Ok();
+}
+
+bool LiveSet::HoldsBaseOf(const Manifest& target) const {
+  return held_ != nullptr && target.delta.has_value() &&
+         target.delta->base_version == held_->version && target.delta->base_root == held_->root;
+}
+
+Status LiveSet::CopyFrom(const LiveSet& other) {
+  WC_RETURN_IF_ERROR(CheckSameTensors(other));
   for (size_t i = 0; i < tensors_.size(); ++i) {
     WC_RETURN_IF_ERROR(memory_->CopyLive(tensors_[i].bytes, other.tensors_[i].bytes));
   }
@@ -276,11 +286,24 @@ Result<ApplyReport> LiveSet::Apply(const VersionView& target, const ApplyOptions
   ApplyReport report;
   report.from = version();
   report.to = m.version;
-  const bool same_layout = held_ != nullptr && SameLayout(*held_, m, live);
-  const bool base_held = held_ != nullptr && m.delta.has_value() &&
-                         m.delta->base_version == held_->version &&
-                         m.delta->base_root == held_->root;
+  // With a catch-up source that holds the delta's base, the chunks start from its bytes, so
+  // its version and unchecked chunks are what these tensors are patched from.
+  const LiveSet* source = options.catch_up_from;
+  if (source == this) source = nullptr;
+  if (source != nullptr) {
+    WC_RETURN_IF_ERROR(CheckSameTensors(*source));
+    std::map<std::string, const LiveTensor*> theirs;
+    for (const LiveTensor& t : source->tensors_) theirs[t.name] = &t;
+    if (!source->HoldsBaseOf(m) || target.delta == nullptr ||
+        !SameLayout(*source->held_, m, theirs)) {
+      source = nullptr;
+    }
+  }
+  const std::shared_ptr<const Manifest>& base = source != nullptr ? source->held_ : held_;
+  const bool same_layout = base != nullptr && SameLayout(*base, m, live);
+  const bool base_held = source != nullptr || HoldsBaseOf(m);
   report.delta = same_layout && base_held && target.delta != nullptr;
+  report.caught_up = source != nullptr;
   if (!report.delta) {
     report.note =
         held_ == nullptr       ? "the tensors hold no known version"
@@ -292,11 +315,20 @@ Result<ApplyReport> LiveSet::Apply(const VersionView& target, const ApplyOptions
   }
 
   // From here on the tensors are being rewritten: until the end they hold no known version.
-  std::shared_ptr<const Manifest> held = std::move(held_);
+  std::shared_ptr<const Manifest> held = base;
   std::set<uint32_t> unverified = std::move(unverified_);
   held_.reset();
   unverified_.clear();
   if (!same_layout) unverified.clear();  // chunk indices of another layout mean nothing here
+  std::map<std::string, const LiveTensor*> theirs;
+  if (source != nullptr) {
+    // Every chunk is a copy until it is checked, as after CopyFrom.
+    unverified.clear();
+    for (uint32_t c = 0; c < m.chunk_count(); ++c) unverified.insert(c);
+    for (const LiveTensor& t : source->tensors_) theirs[t.name] = &t;
+  }
+  const ChunkLayout their_layout(m, target.files, theirs);
+  std::vector<Piece> their_pieces;
 
   const ChunkLayout layout(m, target.files, live);
   // Every chunk written is checked against the manifest's fast checksums when it has them
@@ -335,6 +367,14 @@ Result<ApplyReport> LiveSet::Apply(const VersionView& target, const ApplyOptions
   for (uint32_t i = 0; i < m.chunk_count(); ++i) {
     const ChunkIndex index(i);
     if (!layout.Build(index, pieces)) continue;
+    if (source != nullptr) {
+      // The same chunk of the same layout: the same pieces, front to back.
+      their_layout.Build(index, their_pieces);
+      for (size_t k = 0; k < pieces.size() && k < their_pieces.size(); ++k) {
+        if (pieces[k].live.empty()) continue;
+        WC_RETURN_IF_ERROR(memory_->CopyLive(pieces[k].live, their_pieces[k].live));
+      }
+    }
     std::vector<codec::ChunkPiece> chunk = AsChunkPieces(pieces);
     const bool was_unverified = unverified.contains(i);
     const bool check = options.verify;

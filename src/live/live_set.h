@@ -86,11 +86,19 @@ struct VersionView {
   const DeltaFile* delta = nullptr;
 };
 
+class LiveSet;
+
 struct ApplyOptions {
   // Hash every chunk written and compare it with the target manifest. Off only for a step of a
   // chain whose last step verifies: the set remembers the chunks it did not check, and the next
   // verifying Apply checks them too.
   bool verify = true;
+  // A flip's other copy (same tensors, in the same memory), holding the version the target's
+  // delta names as its base. Each chunk is first copied from it, then patched and checked while
+  // it is still in cache: CopyFrom and Apply in one pass over the tensors instead of three. When
+  // it does not hold the delta's base (or the target has no delta), it is not read and the
+  // apply runs from what these tensors hold.
+  const LiveSet* catch_up_from = nullptr;
 };
 
 struct ApplyReport {
@@ -103,6 +111,7 @@ struct ApplyReport {
   uint32_t chunks_repaired = 0;  // patched, failed the check, then copied whole
   uint64_t payload_bytes = 0;    // payload bytes read
   uint64_t copied_bytes = 0;     // bytes copied from the files into live tensors
+  bool caught_up = false;        // every chunk first taken from ApplyOptions::catch_up_from
   // What each written chunk was checked with: xxh3-128 (the manifest's fast hashes), the chunk
   // hash algorithm, or wsum-128 (device checks, computed in device memory).
   HashAlgorithm check = HashAlgorithm::kSha256;
@@ -140,10 +149,14 @@ class LiveSet {
   Result<Digest> Attest(const VersionView& view) const;
   // Whether every tensor of `manifest` is registered here (none read from the files).
   bool RegistersEvery(const Manifest& manifest) const;
+  // Whether the tensors hold the version `target`'s delta names as its base.
+  bool HoldsBaseOf(const Manifest& target) const;
 
  private:
   // The view has a manifest and one mapped file of the manifest's size per manifest file.
   static Status CheckFiles(const VersionView& view);
+  // kFailedPrecondition unless `other` registers the same names, dtypes and shapes in order.
+  Status CheckSameTensors(const LiveSet& other) const;
 
   LiveSet(std::vector<LiveTensor> tensors, std::unique_ptr<TensorMemory> memory);
 

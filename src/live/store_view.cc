@@ -93,9 +93,15 @@ Result<ApplyReport> ApplyChain(Version version, LiveSet& live, const OpenVersion
 }
 
 Result<ApplyReport> ApplyFromStore(const std::filesystem::path& store_root,
-                                   std::string_view channel, Version version, LiveSet& live) {
-  return ApplyChain(version, live,
-                    [&](Version v) { return OpenedVersion::Open(store_root, channel, v); });
+                                   std::string_view channel, Version version, LiveSet& live,
+                                   const LiveSet* catch_up_from) {
+  const OpenVersionFn open = [&](Version v) { return OpenedVersion::Open(store_root, channel, v); };
+  if (catch_up_from == nullptr || catch_up_from == &live) return ApplyChain(version, live, open);
+  WC_ASSIGN_OR_RETURN(std::unique_ptr<OpenedVersion> target, open(version));
+  if (!target->has_delta() || !catch_up_from->HoldsBaseOf(target->manifest())) {
+    return ApplyChain(version, live, open);
+  }
+  return live.Apply(target->view(), ApplyOptions{.verify = true, .catch_up_from = catch_up_from});
 }
 
 }  // namespace weightcast::live

@@ -60,7 +60,10 @@ Result<ApplyReport> ApplyChain(Version version, LiveSet& live, const OpenVersion
 // after another (a flipped second buffer is two versions behind), only the last step verifying
 // (it checks every chunk any step wrote); otherwise one Apply of `version` itself, which copies
 // the chunks that differ. The report's `from` is the version the tensors held; counts add up.
+// With `catch_up_from` (a flip's other copy) holding the base of `version`'s delta, one Apply
+// takes each chunk from it and patches it (ApplyOptions::catch_up_from).
 Result<ApplyReport> ApplyFromStore(const std::filesystem::path& store_root,
-                                   std::string_view channel, Version version, LiveSet& live);
+                                   std::string_view channel, Version version, LiveSet& live,
+                                   const LiveSet* catch_up_from = nullptr);
 
 }  // namespace weightcast::live

@@ -191,6 +191,78 @@ TEST(LiveSet, ASecondCopyCatchesUpByACopyAndTakesOneDelta) {
   EXPECT_EQ((*small)->CopyFrom(*front.set).code(), Code::kFailedPrecondition);
 }
 
+TEST(LiveSet, ASecondCopyCatchesUpChunkByChunkAsItIsPatched) {
+  Fixture f;
+  const Version v1 = f.Publish();
+  Live front, back;
+  ASSERT_TRUE(ApplyFromStore(f.root, "policy", v1, *front.set).ok());
+  ASSERT_TRUE(ApplyFromStore(f.root, "policy", v1, *back.set).ok());
+  Step(f.model, 1);
+  const Version v2 = f.Publish();
+  ASSERT_TRUE(ApplyFromStore(f.root, "policy", v2, *front.set).ok());
+  // The back copy holds v1, the front v2; v3 is a delta onto v2.
+  Step(f.model, 2);
+  const Version v3 = f.Publish();
+  const Model front_before = front.m;
+  back.m.c[17] ^= 0x8;  // bytes the catch-up overwrites: they do not matter
+  auto r = ApplyFromStore(f.root, "policy", v3, *back.set, front.set.get());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->caught_up);
+  EXPECT_TRUE(r->delta) << r->note;
+  EXPECT_EQ(r->from, v1);
+  EXPECT_EQ(r->chunks_repaired, 0u);
+  EXPECT_EQ(r->chunks_copied, 0u);
+  EXPECT_TRUE(back.Equals(f.model));
+  EXPECT_EQ(back.set->version(), v3);
+  EXPECT_TRUE(front.Equals(front_before)) << "the catch-up source is only read";
+  EXPECT_EQ(front.set->version(), v2);
+
+  // A source damaged since its apply: the patched chunk fails its check and is copied whole.
+  Step(f.model, 3);
+  const Version v4 = f.Publish();
+  Live third;
+  ASSERT_TRUE(ApplyFromStore(f.root, "policy", v3, *third.set).ok());
+  back.m.a[9] ^= 0x1;
+  r = ApplyFromStore(f.root, "policy", v4, *third.set, back.set.get());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->caught_up);
+  EXPECT_EQ(r->chunks_repaired, 1u) << r->note;
+  EXPECT_TRUE(third.Equals(f.model));
+}
+
+TEST(LiveSet, ACatchUpSourceNotHoldingTheBaseIsNotRead) {
+  Fixture f;
+  const Version v1 = f.Publish();
+  Live stale, live;
+  ASSERT_TRUE(ApplyFromStore(f.root, "policy", v1, *stale.set).ok());
+  ASSERT_TRUE(ApplyFromStore(f.root, "policy", v1, *live.set).ok());
+  Step(f.model, 1);
+  const Version v2 = f.Publish();
+  ASSERT_TRUE(ApplyFromStore(f.root, "policy", v2, *live.set).ok());
+  Step(f.model, 2);
+  const Version v3 = f.Publish();
+  // The source holds v1, v3's base is v2: the set applies from what it holds (v2).
+  stale.m.a[0] ^= 0x40;
+  auto r = ApplyFromStore(f.root, "policy", v3, *live.set, stale.set.get());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->caught_up);
+  EXPECT_TRUE(r->delta) << r->note;
+  EXPECT_TRUE(live.Equals(f.model));
+
+  // Other tensors: refused before anything is written.
+  std::vector<float> other(1000);
+  auto small = LiveSet::Create(
+      {{"b", DType::kF32, {1000}, {reinterpret_cast<uint8_t*>(other.data()), other.size() * 4}}});
+  ASSERT_TRUE(small.ok());
+  Live fresh;
+  ASSERT_TRUE(ApplyFromStore(f.root, "policy", v2, *fresh.set).ok());
+  auto view = OpenedVersion::Open(f.root, "policy", v3);
+  ASSERT_TRUE(view.ok());
+  auto refused = fresh.set->Apply((*view)->view(), ApplyOptions{.catch_up_from = small->get()});
+  EXPECT_EQ(refused.status().code(), Code::kFailedPrecondition);
+  EXPECT_EQ(fresh.set->version(), v2);
+}
+
 TEST(LiveSet, RegistrationChecksSizes) {
   std::vector<uint8_t> bytes(10);
   EXPECT_EQ(LiveSet::Create({{"x", DType::kBF16, {4}, bytes}}).status().code(),
