@@ -38,6 +38,18 @@ struct LiveTensorView {
   uint64_t size = 0;  // bytes; must equal dtype x shape
 };
 
+// What a sampler's live tensors hold, as a digest the coordinator compares with the version's
+// (docs/live.md, "Attestation").
+struct LiveAttestation {
+  Version version;       // the version the tensors hold
+  std::string digest;    // 32 lowercase hex digits
+  bool matches = false;  // equal to the digest of the version's signed bytes
+  // Every tensor of the version is registered: the digest covers no bytes read from the store
+  // but the files' headers (Subscriber::SetLiveBase needs it).
+  bool every_tensor = false;
+  double seconds = 0;  // the hash pass over the tensors
+};
+
 struct LiveApplyReport {
   Version from;        // the version the tensors held (0: none known)
   Version to;          // the version they hold now
@@ -54,18 +66,9 @@ struct LiveApplyReport {
   std::string check;
   double seconds = 0;  // time the tensors were being written
   std::string note;    // why no delta was used, or what was repaired
-};
-
-// What a sampler's live tensors hold, as a digest the coordinator compares with the version's
-// (docs/live.md, "Attestation").
-struct LiveAttestation {
-  Version version;       // the version the tensors hold
-  std::string digest;    // 32 lowercase hex digits
-  bool matches = false;  // equal to the digest of the version's signed bytes
-  // Every tensor of the version is registered: the digest covers no bytes read from the store
-  // but the files' headers (Subscriber::SetLiveBase needs it).
-  bool every_tensor = false;
-  double seconds = 0;  // the hash pass over the tensors
+  // The attestation of the tensors as the apply left them, when it hashed every chunk (a
+  // flip's catch-up, a first apply): Attest right after it, without its pass. Its `seconds` 0.
+  std::optional<LiveAttestation> attestation;
 };
 
 // Not thread-safe: one apply at a time, from any thread.

@@ -87,6 +87,16 @@ class PyDeviceMemory final : public DeviceMemory {
   py::object device_;
 };
 
+py::dict AttestationDict(const LiveAttestation& a) {
+  py::dict out;
+  out["version"] = a.version.value();
+  out["digest"] = a.digest;
+  out["matches"] = a.matches;
+  out["every_tensor"] = a.every_tensor;
+  out["seconds"] = a.seconds;
+  return out;
+}
+
 class PyLiveTensors {
  public:
   // `tensors`: (name, safetensors dtype, shape, address, size in bytes) of memory the Python side
@@ -145,6 +155,11 @@ class PyLiveTensors {
     out["check"] = x.check;
     out["apply_seconds"] = x.seconds;
     out["note"] = x.note;
+    if (x.attestation.has_value()) {
+      out["attestation"] = AttestationDict(*x.attestation);
+    } else {
+      out["attestation"] = py::none();
+    }
     return out;
   }
 
@@ -155,14 +170,7 @@ class PyLiveTensors {
       const std::lock_guard lock(mu_);
       r = live_->Attest(store, channel);
     }
-    const LiveAttestation& a = ValueOrThrow(std::move(r));
-    py::dict out;
-    out["version"] = a.version.value();
-    out["digest"] = a.digest;
-    out["matches"] = a.matches;
-    out["every_tensor"] = a.every_tensor;
-    out["seconds"] = a.seconds;
-    return out;
+    return AttestationDict(ValueOrThrow(std::move(r)));
   }
 
   void CopyFrom(PyLiveTensors& other) {

@@ -212,8 +212,10 @@ class Subscriber:
         With ``attest=True`` (the default; not for a memory channel) the live weights, as they
         now are, are then hashed against the version (:meth:`attest`): ``attested`` in the dict,
         and with a coordinator the digest goes to it, so ``weightcast status``, /metrics and the
-        fleet page say whether this node serves exactly the committed bytes. One hash pass over
-        the weights (XXH3-128, memory speed), after they hold the version."""
+        fleet page say whether this node serves exactly the committed bytes. When the apply
+        hashed every chunk as it wrote it (a flip's catch-up, a first apply), those hashes are
+        the attestation (``seconds`` 0); otherwise one hash pass over the weights (XXH3-128,
+        memory speed), after they hold the version."""
         if version is None:
             if self._last is None:
                 raise _weightcast.FailedPreconditionError(
@@ -222,8 +224,12 @@ class Subscriber:
         else:
             to = _version_number(version, "version")
         report = live._apply(self.store, self.channel, to, memory=self._memory)
+        applied = report.pop("attestation", None)
         if attest and not self._memory:
-            report["attested"] = self.attest(live)
+            # An apply that hashed every chunk it wrote (a flip's catch-up, a first apply) has
+            # made the attestation's pass already; otherwise the live weights are hashed again.
+            report["attested"] = (self._report_attestation(live, applied) if applied is not None
+                                  else self.attest(live))
         return report
 
     def attest(self, live):
@@ -241,7 +247,9 @@ class Subscriber:
         if self._memory:
             raise _weightcast.FailedPreconditionError(
                 "attest() reads the version from a store; a memory channel keeps none")
-        attestation = live._attest(self.store, self.channel)
+        return self._report_attestation(live, live._attest(self.store, self.channel))
+
+    def _report_attestation(self, live, attestation):
         if self._core is not None and self._core.has_agent:
             self._core.report_attestation(attestation["version"], attestation["digest"])
             if live.flip and attestation["matches"] and attestation["every_tensor"]:

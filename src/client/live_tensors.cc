@@ -34,6 +34,14 @@ LiveApplyReport ToPublic(const live::ApplyReport& r) {
   out.check = std::string(HashAlgorithmName(r.check));
   out.seconds = r.seconds;
   out.note = r.note;
+  if (r.attestation.has_value()) {
+    LiveAttestation a;
+    a.version = r.to;
+    a.digest = ToHex(std::span<const uint8_t>(r.attestation->digest.data(), 16));
+    a.matches = r.attestation->matches;
+    a.every_tensor = r.attestation->every_tensor;
+    out.attestation = std::move(a);
+  }
   return out;
 }
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "format/safetensors.h"
@@ -214,6 +215,27 @@ Status LiveSet::CopyFrom(const LiveSet& other) {
   return Status::Ok();
 }
 
+Result<std::optional<Digest>> LiveSet::AttestationOfApply(
+    const Manifest& m, const VersionView& view, const std::vector<bool>& checked_now,
+    const std::vector<uint32_t>& file_only) const {
+  std::vector<Digest> checks = AttestationChecks(m);
+  std::vector<bool> covered = checked_now;
+  // Chunks that hold no registered tensor: their bytes are the files', hashed as Attest does.
+  std::map<std::string, const LiveTensor*> none;
+  const ChunkLayout files(m, view.files, none);
+  std::vector<Piece> pieces;
+  for (uint32_t i : file_only) {
+    files.Build(ChunkIndex(i), pieces);
+    WC_ASSIGN_OR_RETURN(checks[i],
+                        memory_->Hash(AsChunkPieces(pieces), AttestationCheckAlgorithm(m)));
+    covered[i] = true;
+  }
+  if (std::find(covered.begin(), covered.end(), false) != covered.end()) {
+    return std::optional<Digest>();
+  }
+  return std::optional<Digest>(CombineChunkChecks(checks));
+}
+
 Result<Digest> LiveSet::Attest(const VersionView& view) const {
   WC_RETURN_IF_ERROR(CheckFiles(view));
   const Manifest& m = *view.manifest;
@@ -364,9 +386,17 @@ Result<ApplyReport> LiveSet::Apply(const VersionView& target, const ApplyOptions
     }
     return Status::Ok();
   };
+  // Chunks whose live bytes were hashed in this apply (and so match the manifest's check, or
+  // the apply fails): when that is every chunk with live bytes, the apply has computed the
+  // attestation's pass already (docs/live.md, "Attestation").
+  std::vector<bool> checked_now(m.chunk_count(), false);
+  std::vector<uint32_t> file_only;
   for (uint32_t i = 0; i < m.chunk_count(); ++i) {
     const ChunkIndex index(i);
-    if (!layout.Build(index, pieces)) continue;
+    if (!layout.Build(index, pieces)) {
+      file_only.push_back(i);
+      continue;
+    }
     if (source != nullptr) {
       // The same chunk of the same layout: the same pieces, front to back.
       their_layout.Build(index, their_pieces);
@@ -392,6 +422,7 @@ Result<ApplyReport> LiveSet::Apply(const VersionView& target, const ApplyOptions
               WC_RETURN_IF_ERROR(copy_whole(index));
               ++report.chunks_repaired;
             }
+            checked_now[i] = true;
           }
         }
         continue;
@@ -418,6 +449,7 @@ Result<ApplyReport> LiveSet::Apply(const VersionView& target, const ApplyOptions
       }
       if (matches) {
         ++report.chunks_patched;
+        checked_now[i] = true;
         continue;
       }
       // A damaged payload, a damaged base (live bytes changed behind our back) or a decoder bug:
@@ -430,6 +462,7 @@ Result<ApplyReport> LiveSet::Apply(const VersionView& target, const ApplyOptions
       }
       WC_RETURN_IF_ERROR(copy_whole(index));
       ++report.chunks_repaired;
+      checked_now[i] = true;
       continue;
     }
     // No usable delta: copy what differs from the version held (same layout, same hash and
@@ -449,6 +482,15 @@ Result<ApplyReport> LiveSet::Apply(const VersionView& target, const ApplyOptions
     if (got != want) {
       return Corrupt("chunk " + std::to_string(i) + " of v" + std::to_string(m.version.value()) +
                      " does not match its manifest as copied from the store's files");
+    }
+    checked_now[i] = true;
+  }
+  if (check_algorithm == AttestationCheckAlgorithm(m)) {
+    WC_ASSIGN_OR_RETURN(const std::optional<Digest> digest,
+                        AttestationOfApply(m, target, checked_now, file_only));
+    if (digest.has_value()) {
+      report.attestation =
+          ApplyReport::Attestation{*digest, *digest == ExpectedAttestation(m), RegistersEvery(m)};
     }
   }
   held_ = target.manifest;

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -112,6 +113,15 @@ struct ApplyReport {
   uint64_t payload_bytes = 0;    // payload bytes read
   uint64_t copied_bytes = 0;     // bytes copied from the files into live tensors
   bool caught_up = false;        // every chunk first taken from ApplyOptions::catch_up_from
+  // The attestation of the tensors as this apply left them (what Attest would compute now),
+  // when the apply hashed every chunk it covers with the attestation's algorithm: a caller
+  // attesting right after the apply needs no second pass.
+  struct Attestation {
+    Digest digest{};
+    bool matches = false;       // equal to ExpectedAttestation of the version
+    bool every_tensor = false;  // RegistersEvery(the version)
+  };
+  std::optional<Attestation> attestation;
   // What each written chunk was checked with: xxh3-128 (the manifest's fast hashes), the chunk
   // hash algorithm, or wsum-128 (device checks, computed in device memory).
   HashAlgorithm check = HashAlgorithm::kSha256;
@@ -157,6 +167,12 @@ class LiveSet {
   static Status CheckFiles(const VersionView& view);
   // kFailedPrecondition unless `other` registers the same names, dtypes and shapes in order.
   Status CheckSameTensors(const LiveSet& other) const;
+  // ApplyReport::attestation from the checks an apply of `m` made (`checked_now`) and the
+  // chunks that hold no registered tensor (`file_only`, hashed here from the view's files);
+  // nullopt when some chunk was not hashed in the apply.
+  Result<std::optional<Digest>> AttestationOfApply(const Manifest& m, const VersionView& view,
+                                                   const std::vector<bool>& checked_now,
+                                                   const std::vector<uint32_t>& file_only) const;
 
   LiveSet(std::vector<LiveTensor> tensors, std::unique_ptr<TensorMemory> memory);
 

@@ -79,7 +79,8 @@ Result<ApplyReport> ApplyChain(Version version, LiveSet& live, const OpenVersion
     total.payload_bytes += r.payload_bytes;
     total.copied_bytes += r.copied_bytes;
     total.seconds += r.seconds;
-    total.check = r.check;  // the last apply's, the one that verifies
+    total.check = r.check;              // the last apply's, the one that verifies
+    total.attestation = r.attestation;  // and what it left
     if (total.note.empty()) total.note = r.note;
   };
   for (const auto& step : steps) {

@@ -137,3 +137,32 @@ def test_attest_without_a_coordinator_reports_locally_and_needs_a_version(tmp_pa
         assert "attested" not in sub.update(live, attest=False)
         live.tensors["layer.bias"][0] += 1
         assert not sub.attest(live)["matches"]
+
+
+def test_an_apply_that_hashed_every_chunk_is_the_attestation(tmp_path):
+    """A flip's catch-up hashes every chunk it writes: update() attests from those hashes (no
+    second pass, ``seconds`` 0). In place, a delta that leaves chunks unwritten is hashed again."""
+    with weightcast.Publisher(tmp_path / "store", "policy", chunk_size=SMALL_CHUNK) as pub:
+        sub = weightcast.Subscriber(tmp_path / "store", "policy")
+        zeros = {n: torch.zeros_like(t) for n, t in weights(0).items()}
+        flip = weightcast.LiveTensors(zeros, flip=True)
+        in_place = weightcast.LiveTensors({n: t.clone() for n, t in zeros.items()})
+        state = weights(1)
+        for step in range(1, 4):
+            if step > 1:
+                state["layer.weight"][step, :8] += 1  # one chunk changes
+            pub.publish(state)
+            sub.wait(step, timeout=10)
+            flipped = sub.update(flip)
+            assert flipped["attested"]["matches"], step
+            assert flipped["attested"]["version"] == step
+            placed = sub.update(in_place)
+            assert placed["attested"]["matches"], step
+            if step > 1:
+                assert flipped["caught_up"]
+                assert flipped["attested"]["seconds"] == 0
+                assert placed["attested"]["seconds"] > 0
+        # The attestation is of the bytes as the apply left them: a later attest still sees a
+        # change behind it.
+        flip.tensors["layer.bias"][0] += 1
+        assert not sub.attest(flip)["matches"]

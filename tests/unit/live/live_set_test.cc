@@ -300,6 +300,59 @@ TEST(LiveSetAttest, LiveTensorsHoldingTheVersionAttestItsDigest) {
   }
 }
 
+TEST(LiveSetAttest, AnApplyThatHashedEveryChunkCarriesTheAttestation) {
+  Fixture f;
+  const Version v1 = f.Publish();
+  // A first apply copies and hashes every chunk; so does a flip's catch-up.
+  Live front, back;
+  auto first = ApplyFromStore(f.root, "policy", v1, *front.set);
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE(first->attestation.has_value());
+  EXPECT_TRUE(first->attestation->matches);
+  EXPECT_TRUE(first->attestation->every_tensor);
+  auto [got1, want1] = AttestAgainst(f.root, v1, *front.set);
+  ASSERT_TRUE(got1.ok());
+  EXPECT_EQ(first->attestation->digest, *got1);
+  ASSERT_TRUE(ApplyFromStore(f.root, "policy", v1, *back.set).ok());
+  Step(f.model, 1);
+  const Version v2 = f.Publish();
+  ASSERT_TRUE(ApplyFromStore(f.root, "policy", v2, *front.set).ok());
+  Step(f.model, 2);
+  const Version v3 = f.Publish();
+  back.m.a[3] ^= 0x2;  // overwritten by the catch-up
+  auto r = ApplyFromStore(f.root, "policy", v3, *back.set, front.set.get());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(r->caught_up);
+  ASSERT_TRUE(r->attestation.has_value());
+  auto [got3, want3] = AttestAgainst(f.root, v3, *back.set);
+  ASSERT_TRUE(got3.ok());
+  EXPECT_EQ(r->attestation->digest, *got3);
+  EXPECT_EQ(r->attestation->digest, want3);
+  EXPECT_TRUE(r->attestation->matches);
+
+  // In place, a delta leaves unchanged chunks unhashed: no attestation from the apply.
+  f.model.a[0] += 1;  // one chunk changes
+  const Version v4 = f.Publish();
+  auto in_place = ApplyFromStore(f.root, "policy", v4, *back.set);  // back holds v3
+  ASSERT_TRUE(in_place.ok());
+  ASSERT_TRUE(in_place->delta);
+  ASSERT_GT(in_place->chunks_unchanged, 0u);
+  EXPECT_FALSE(in_place->attestation.has_value());
+
+  // A subset's attestation covers the file bytes elsewhere, as Attest's does.
+  std::vector<float> b(1000);
+  auto subset = OnlyB(b);
+  ASSERT_TRUE(subset.ok());
+  auto sub = ApplyFromStore(f.root, "policy", v4, **subset);
+  ASSERT_TRUE(sub.ok());
+  ASSERT_TRUE(sub->attestation.has_value());
+  EXPECT_FALSE(sub->attestation->every_tensor);
+  auto [got4, want4] = AttestAgainst(f.root, v4, **subset);
+  ASSERT_TRUE(got4.ok());
+  EXPECT_EQ(sub->attestation->digest, *got4);
+  EXPECT_EQ(sub->attestation->digest, want4);
+}
+
 TEST(LiveSetAttest, OneByteChangedAfterTheApplyIsAMismatch) {
   Fixture f;
   const Version v1 = f.Publish();
