@@ -852,6 +852,9 @@ def memory_estimate(name, model_bytes, samplers):
     anon = model_bytes * (1 + samplers * copies)
     if name == "gloo":
         return anon, 0
+    if name == "coord-live-flip":
+        # Its samplers stage the first version whole, later ones as payloads only.
+        return anon, 3 * model_bytes + samplers * model_bytes
     stores = 1 + (samplers if name.startswith(("wc-coord", "coord-")) else 0)
     return anon, 3 * model_bytes * stores
 
