@@ -476,8 +476,9 @@ void Publisher::Impl::Close(PendingPublishes pending) {
   // out an unreachable coordinator.
   if (pending == PendingPublishes::kAbort && seeder != nullptr) seeder->Stop();
   if (worker.joinable()) worker.join();
-  held_image.reset();
+  // The last image is read until the seeder stops: its store commit runs behind its announce.
   if (seeder != nullptr) seeder->Stop();
+  held_image.reset();
   {
     std::lock_guard lock(mu);
     remote.reset();

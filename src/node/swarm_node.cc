@@ -378,9 +378,9 @@ Status SwarmNode::Fetch(const Manifest& manifest, std::vector<uint8_t> signed_ma
 }
 
 Status SwarmNode::Seed(const Manifest& manifest, std::vector<uint8_t> signed_manifest,
-                       std::shared_ptr<const PayloadCache> payloads) {
+                       std::shared_ptr<const PayloadCache> payloads, ChunkReader reader) {
   WC_ASSIGN_OR_RETURN(Manifest verified, impl_->VerifyGiven(manifest, signed_manifest));
-  return impl_->Seed(verified, std::move(payloads));
+  return impl_->Seed(verified, std::move(payloads), std::move(reader));
 }
 
 Status SwarmNode::SeedPart(const Manifest& manifest, std::vector<uint8_t> signed_manifest,

@@ -186,9 +186,11 @@ class SwarmNode {
   // "Samplers that stage nothing"). Version 0 turns it off.
   void SetLiveBase(Version version, const Digest& root);
   // Makes a version this node holds committed the target, as a source: serves every chunk and,
-  // for a delta, every payload in `payloads` (may be null for a full version).
+  // for a delta, every payload in `payloads` (may be null for a full version). With `reader`
+  // the version need not be in the store (yet): whole chunks are read through it, checked
+  // against the manifest, then sent (a publisher whose store commit runs behind the announce).
   Status Seed(const Manifest& manifest, std::vector<uint8_t> signed_manifest,
-              std::shared_ptr<const PayloadCache> payloads);
+              std::shared_ptr<const PayloadCache> payloads, ChunkReader reader = {});
   // Seeds `manifest` as a source that holds no copy of it: every chunk is read through
   // `reader` when a peer asks for it (on an upload worker), checked against its hash, then
   // sent. A chunk that does not match (content changed where the reader reads from) is not

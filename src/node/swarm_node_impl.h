@@ -65,7 +65,8 @@ struct TargetData {
     uint32_t chunk_count = 0;
   };
   std::optional<PartSeed> part;
-  // A source that holds no copy of the version (SeedFrom: a model at an HTTP origin): its
+  // A source that holds no copy of the version in its store (SeedFrom: a model at an HTTP
+  // origin; Seed with a reader: a publisher whose store commit runs behind the announce): its
   // chunks are read through this, checked against the manifest, then sent.
   ChunkReader reader;
   bool InPart(ChunkIndex chunk) const {
@@ -325,7 +326,8 @@ struct SwarmNode::Impl {
                               const std::vector<bool>& whole, const std::vector<bool>& base_holds);
   std::optional<Status> CheckReplace(const Manifest& manifest);
   Status Fetch(const Manifest& manifest);
-  Status Seed(const Manifest& manifest, std::shared_ptr<const PayloadCache> payloads);
+  Status Seed(const Manifest& manifest, std::shared_ptr<const PayloadCache> payloads,
+              ChunkReader reader);
   Status SeedPart(const Manifest& manifest, const Manifest& part, uint32_t first_chunk,
                   std::shared_ptr<const PayloadCache> payloads);
   Status SeedFrom(const Manifest& manifest, ChunkReader reader);

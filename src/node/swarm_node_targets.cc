@@ -326,21 +326,28 @@ Status SwarmNode::Impl::FetchLocked(const Manifest& manifest) {
   return Status::Ok();
 }
 
-Status SwarmNode::Impl::Seed(const Manifest& manifest,
-                             std::shared_ptr<const PayloadCache> payloads) {
+Status SwarmNode::Impl::Seed(const Manifest& manifest, std::shared_ptr<const PayloadCache> payloads,
+                             ChunkReader reader) {
   std::lock_guard lock(mu_);
   if (auto s = CheckReplace(manifest)) return *s;
-  WC_ASSIGN_OR_RETURN(std::optional<Manifest> held, Committed(manifest.version));
-  if (!held || held->root != manifest.root) {
-    return FailedPrecondition("cannot seed " + V(manifest.version) +
-                              ": not committed in the store with this root");
+  if (!reader) {
+    WC_ASSIGN_OR_RETURN(std::optional<Manifest> held, Committed(manifest.version));
+    if (!held || held->root != manifest.root) {
+      return FailedPrecondition("cannot seed " + V(manifest.version) +
+                                ": not committed in the store with this root");
+    }
   }
   const uint32_t n = manifest.chunk_count();
   LeaveTarget();
+  if (reader) {
+    std::lock_guard source(source_mu_);
+    source_failure_ = Status::Ok();
+  }
   auto data = std::make_shared<TargetData>();
   data->manifest = manifest;
   data->committed = true;
   data->seed_payloads = std::move(payloads);
+  data->reader = std::move(reader);
   target_.data = std::move(data);
   std::vector<bool> payload(n, false);
   if (target_.data->seed_payloads != nullptr) {

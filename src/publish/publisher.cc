@@ -552,10 +552,25 @@ Status Publisher::PublishSigned(const PreparedVersion& prepared) {
                  std::to_string(version.value()));
 }
 
-Status Publisher::StartSeeding(const PreparedVersion& prepared) {
-  WC_RETURN_IF_ERROR(node_->Seed(prepared.manifest, prepared.signed_manifest, prepared.payloads));
+Status Publisher::StartSeeding(const PreparedVersion& prepared, node::ChunkReader reader) {
+  WC_RETURN_IF_ERROR(node_->Seed(prepared.manifest, prepared.signed_manifest, prepared.payloads,
+                                 std::move(reader)));
   NoteSeeding(prepared);
   return Status::Ok();
+}
+
+Status Publisher::FinishCommitBehind() {
+  if (commit_behind_ == nullptr) return Status::Ok();
+  Status committed = commit_behind_->Finish();
+  const Version version = commit_behind_->version();
+  // The node may go on seeding the version: its reader serves from the store, or (the commit
+  // failed) answers kUnavailable, and never touches the image again.
+  commit_behind_.reset();
+  if (committed.ok()) return Status::Ok();
+  options_.log.Error("store commit failed",
+                     {{"version", version.value()}, {"error", committed.message()}});
+  return committed.WithContext("v" + std::to_string(version.value()) +
+                               " was announced, but this publisher's store could not keep it");
 }
 
 void Publisher::NoteSeeding(const PreparedVersion& prepared) {
@@ -580,6 +595,7 @@ Result<PublishedVersion> Publisher::PublishDirectory(
     const fs::path& dir, const std::map<std::string, std::string>& metadata) {
   std::lock_guard publishing(publish_mu_);
   if (stopping_) return Aborted("the publisher is stopping");
+  WC_RETURN_IF_ERROR(FinishCommitBehind());
   WC_RETURN_IF_ERROR(lost_lease());
   const auto start = std::chrono::steady_clock::now();
   WC_ASSIGN_OR_RETURN(wire::ChannelLog log, LogBeforePublish());
@@ -599,13 +615,26 @@ Result<PublishedVersion> Publisher::PublishImage(
   std::lock_guard publishing(publish_mu_);
   if (stopping_) return Aborted("the publisher is stopping");
   if (sharded()) return FailedPrecondition("a sharded publisher publishes directories");
+  WC_RETURN_IF_ERROR(FinishCommitBehind());
   WC_RETURN_IF_ERROR(lost_lease());
   const auto start = std::chrono::steady_clock::now();
   WC_ASSIGN_OR_RETURN(wire::ChannelLog log, LogBeforePublish());
-  WC_ASSIGN_OR_RETURN(
-      PreparedVersion prepared,
-      PrepareVersionFromMemory(*store_, image, held, NextVersionOptions(log, metadata)));
-  return Announce(prepared, start, "memory");
+  PrepareOptions options = NextVersionOptions(log, metadata);
+  options.commit_behind = true;
+  WC_ASSIGN_OR_RETURN(PreparedVersion prepared,
+                      PrepareVersionFromMemory(*store_, image, held, options));
+  // The fleet fetches while the image is written into the store (docs/rl_step.md).
+  auto behind = std::make_unique<CommitBehind>(*store_, options_.channel, prepared.manifest.version,
+                                               image.bytes, std::move(prepared.commit));
+  Result<PublishedVersion> out = Announce(prepared, start, "memory", behind->Reader());
+  if (!out.ok()) {
+    // Not announced: the caller has its image back once the commit is done. A version the
+    // coordinator did not log is published when the publisher starts again, as after a crash.
+    behind->Finish().IgnoreError();
+    return out;
+  }
+  commit_behind_ = std::move(behind);
+  return out;
 }
 
 PrepareOptions Publisher::NextVersionOptions(const wire::ChannelLog& log,
@@ -625,7 +654,7 @@ PrepareOptions Publisher::NextVersionOptions(const wire::ChannelLog& log,
 
 Result<PublishedVersion> Publisher::Announce(const PreparedVersion& prepared,
                                              std::chrono::steady_clock::time_point start,
-                                             const std::string& source) {
+                                             const std::string& source, node::ChunkReader reader) {
   PublishedVersion out;
   out.version = prepared.manifest.version;
   out.delta = prepared.manifest.delta.has_value();
@@ -635,7 +664,7 @@ Result<PublishedVersion> Publisher::Announce(const PreparedVersion& prepared,
   out.root = prepared.manifest.root;
   out.prepare_seconds = SecondsSince(start);
   WC_RETURN_IF_ERROR(PublishSigned(prepared));
-  WC_RETURN_IF_ERROR(StartSeeding(prepared));
+  WC_RETURN_IF_ERROR(StartSeeding(prepared, std::move(reader)));
   options_.log.Info("published", {{"version", out.version.value()},
                                   {"dir", source},
                                   {"delta", out.delta},
@@ -966,6 +995,9 @@ void Publisher::Stop() {
     session_->End(/*leave=*/true, &last);
   }
   if (node_ != nullptr) node_->Stop();
+  // The last image's store commit: the caller frees the image once Stop returns.
+  std::lock_guard publishing(publish_mu_);
+  FinishCommitBehind().IgnoreError();  // logged; nobody is left to tell
 }
 
 }  // namespace weightcast::publish

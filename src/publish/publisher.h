@@ -43,6 +43,7 @@
 #include "net/transport_select.h"
 #include "node/swarm_node.h"
 #include "origin/http_client.h"
+#include "publish/commit_behind.h"
 #include "publish/version_builder.h"
 #include "store/store.h"
 #include "trust/signing_identity.h"
@@ -161,8 +162,11 @@ class Publisher : private coord::SessionDelegate {
 
   // PublishDirectory of a version held in memory as one file's bytes (a trainer's tensors):
   // hashed and encoded where they lie, against `held` when it holds the current version's bytes
-  // (PrepareVersionFromMemory), and written into the store meanwhile. `image` and `held` must
-  // not change until it returns. Not for a sharded publisher.
+  // (PrepareVersionFromMemory), and announced once signed: the image's write into the store and
+  // the commit run behind it (CommitBehind), whole chunks served from the image until then.
+  // `held` must not change until it returns, `image` until the next publish or Stop returns
+  // (which wait for that commit; a commit that failed fails the next publish, naming it). Not
+  // for a sharded publisher.
   Result<PublishedVersion> PublishImage(const VersionImage& image, const HeldBase* held,
                                         const std::map<std::string, std::string>& metadata = {});
 
@@ -231,9 +235,11 @@ class Publisher : private coord::SessionDelegate {
   // Publishes a prepared version to the coordinator and seeds it; `source` names it in the log.
   Result<PublishedVersion> Announce(const PreparedVersion& prepared,
                                     std::chrono::steady_clock::time_point start,
-                                    const std::string& source);
+                                    const std::string& source, node::ChunkReader reader = {});
   Status PublishSigned(const PreparedVersion& prepared);
-  Status StartSeeding(const PreparedVersion& prepared);
+  Status StartSeeding(const PreparedVersion& prepared, node::ChunkReader reader = {});
+  // Waits for the last PublishImage's store commit (under publish_mu_): its failure, once.
+  Status FinishCommitBehind();
   // Marks `prepared` as the version seeded (after node_ seeds it) and wakes the heartbeat.
   void NoteSeeding(const PreparedVersion& prepared);
   // Sharded publish (publisher_parts.cc).
@@ -279,6 +285,8 @@ class Publisher : private coord::SessionDelegate {
   std::unique_ptr<coord::ClientSession> session_;
 
   std::mutex publish_mu_;  // one PublishDirectory at a time
+  // The last PublishImage's store commit, still running or not yet waited for (publish_mu_).
+  std::unique_ptr<CommitBehind> commit_behind_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   Version seeding_;

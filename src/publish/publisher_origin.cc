@@ -14,6 +14,7 @@ Result<PublishedVersion> Publisher::PublishOrigin(
     const std::map<std::string, std::string>& metadata) {
   std::lock_guard publishing(publish_mu_);
   if (stopping_) return Aborted("the publisher is stopping");
+  WC_RETURN_IF_ERROR(FinishCommitBehind());
   if (sharded()) {
     return FailedPrecondition("a sharded publisher publishes directories, not an origin");
   }

@@ -135,6 +135,19 @@ Result<NextLayout> LayOutNext(const Store& store, const Checkpoint& checkpoint, 
 
 // The end of a prepare: the manifest completed with its hashes, the version committed into the
 // store (after `before_commit`) and the manifest signed. `label` names the source in errors.
+// The manifest finished and signed, for a version committed after it is announced.
+Status SignBeforeCommit(const PrepareOptions& options, const std::string& label,
+                        std::vector<Digest> hashes, std::vector<Digest> fast_hashes,
+                        std::vector<Digest> device_checks, PreparedVersion& out) {
+  out.manifest.device_checks = std::move(device_checks);
+  if (Status s = FinishManifest(out.manifest, std::move(hashes), std::move(fast_hashes)); !s.ok()) {
+    return InvalidArgument(label + ": " + s.message());
+  }
+  WC_ASSIGN_OR_RETURN(out.signed_manifest,
+                      SignManifest(out.manifest, {options.secret, options.signing_identity.get()}));
+  return Status::Ok();
+}
+
 Status CommitAndSign(Store& store, const PrepareOptions& options, const std::string& label,
                      std::vector<Digest> hashes, std::vector<Digest> fast_hashes,
                      std::vector<Digest> device_checks, ImportedFiles staged,
@@ -266,9 +279,12 @@ Result<PreparedVersion> PrepareVersionFromMemory(Store& store, const VersionImag
   next = std::max(next, options.min_version);
   // The write into the store overlaps the hashing and encoding below; `staging` is waited for
   // on every path out (its destructor blocks), and the image outlives it.
-  std::future<Result<ImportedFiles>> staging = std::async(std::launch::async, [&] {
-    return store.StageImportBytes(options.channel, next, image.file, image.bytes);
-  });
+  // The thread captures values: with commit_behind it outlives this call.
+  auto staging = std::make_shared<std::future<Result<ImportedFiles>>>(
+      std::async(std::launch::async,
+                 [&store, channel = options.channel, next, file = image.file, bytes = image.bytes] {
+                   return store.StageImportBytes(channel, next, file, bytes);
+                 }));
 
   WC_ASSIGN_OR_RETURN(NextLayout laid, LayOutNext(store, checkpoint, next, options));
   const std::optional<Manifest>& current_manifest = laid.current;
@@ -303,8 +319,19 @@ Result<PreparedVersion> PrepareVersionFromMemory(Store& store, const VersionImag
                         HashChunksInMemory(image.bytes, out.manifest.chunk_size,
                                            HashAlgorithm::kWeightedSum128, options.build.threads));
   }
+  if (options.commit_behind) {
+    WC_RETURN_IF_ERROR(SignBeforeCommit(options, image.file, std::move(hashes),
+                                        std::move(fast_hashes), std::move(device_checks), out));
+    out.commit = [&store, options, manifest = out.manifest, payloads = out.payloads, staging] {
+      WC_ASSIGN_OR_RETURN(ImportedFiles staged, staging->get());
+      if (options.before_commit)
+        WC_RETURN_IF_ERROR(options.before_commit(manifest, payloads.get()));
+      return store.CommitImport(options.channel, manifest, std::move(staged));
+    };
+    return out;
+  }
   start = std::chrono::steady_clock::now();
-  WC_ASSIGN_OR_RETURN(ImportedFiles staged, staging.get());
+  WC_ASSIGN_OR_RETURN(ImportedFiles staged, staging->get());
   out.import_seconds = SecondsSince(start);  // what the write added past the encode
   WC_RETURN_IF_ERROR(CommitAndSign(store, options, image.file, std::move(hashes),
                                    std::move(fast_hashes), std::move(device_checks),

@@ -62,6 +62,10 @@ struct PrepareOptions {
   // payloads (null for a full version): e.g. live::WriteDeltaFile, so that readers on this
   // machine find the payloads as soon as they can see the version. An error fails the publish.
   std::function<Status(const Manifest&, const node::PayloadCache*)> before_commit;
+  // PrepareVersionFromMemory only: return once the version is hashed, encoded and signed, with
+  // its store commit (the write of the image, then Store::CommitImport) left to
+  // PreparedVersion::commit, so that the version can be announced while it is written.
+  bool commit_behind = false;
 };
 
 struct PreparedVersion {
@@ -78,6 +82,11 @@ struct PreparedVersion {
   // The files of the directory that are neither safetensors nor a safetensors index (name, size):
   // published as opaque bytes, with no tensors (the publisher warns about them).
   std::vector<std::pair<std::string, uint64_t>> other_files;
+  // With PrepareOptions::commit_behind: the version is signed but not yet in the store. Call
+  // once, with the image unchanged until it returns: it waits for the image's write and commits
+  // the version (kAlreadyExists and the like when the store moved meanwhile). Dropped uncalled,
+  // it waits for the write and commits nothing.
+  std::function<Status()> commit;
 };
 
 // The metadata key that records which directory a version was published from.

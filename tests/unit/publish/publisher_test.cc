@@ -3,7 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
 #include <thread>
+#include <vector>
 
 #include "coord/coordinator.h"
 #include "net/tcp_transport.h"
@@ -148,6 +151,43 @@ TEST(Publisher, PublishesAFullVersionThenADeltaAndTheCoordinatorLogsBoth) {
   EXPECT_EQ(log.versions(1).base_version(), 1u);
   EXPECT_EQ(log.versions(1).payload_bytes(), v2->payload_bytes);
   EXPECT_EQ(log.versions(1).publisher_node(), 500u);
+}
+
+// The one safetensors file of a synth step, as a trainer's image of it.
+std::vector<uint8_t> StepImage(const fs::path& step) {
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(step)) {
+    if (e.path().extension() == ".safetensors") files.push_back(e.path());
+  }
+  EXPECT_EQ(files.size(), 1u) << step;
+  std::ifstream in(files.at(0), std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+TEST(Publisher, AnImageIsCommittedBehindItsAnnounceAndTheNextPublishWaitsForIt) {
+  Fixture f(1);
+  auto publisher = Publisher::Create(f.Options());
+  ASSERT_TRUE(publisher.ok()) << publisher.status().ToString();
+  const std::vector<uint8_t> first = StepImage(f.trainer / "step-0000");
+  auto v1 = (*publisher)->PublishImage({"model.safetensors", first}, nullptr);
+  ASSERT_TRUE(v1.ok()) << v1.status().ToString();
+  EXPECT_EQ((*publisher)->seeding(), Version(1));
+  const std::vector<uint8_t> second = StepImage(f.trainer / "step-0001");
+  const HeldBase held{v1->version, v1->root, first};
+  auto v2 = (*publisher)->PublishImage({"model.safetensors", second}, &held);
+  ASSERT_TRUE(v2.ok()) << v2.status().ToString();
+  EXPECT_TRUE(v2->delta) << "v1 was in the store before v2 was laid out";
+  EXPECT_EQ(f.coordinator->Log().versions_size(), 2);
+  (*publisher)->Stop();  // waits for v2's commit
+  StoreOptions read_only;
+  read_only.read_only = true;
+  auto store = Store::Open(f.dir.path() / "store", read_only);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_EQ(*store->Current("policy"), Version(2));
+  EXPECT_TRUE(store->Verify("policy", Version(2)).ok());
+  auto bytes = store->ReadChunk("policy", Version(2), ChunkIndex(0));
+  ASSERT_TRUE(bytes.ok());
+  EXPECT_TRUE(std::equal(bytes->begin(), bytes->end(), second.begin()));
 }
 
 TEST(Publisher, CompleteWaitsForAgents) {
