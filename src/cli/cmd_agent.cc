@@ -152,11 +152,13 @@ void SetupAgent(CLI::App& app) {
   cmd->add_option("--hook-timeout", flags->hook_timeout,
                   "A hook still running after this long is killed and counts as failed")
       ->capture_default_str();
-  // Hidden (empty group): corrupts every chunk this node uploads, so integration tests can
-  // check that peers detect and drop it. Never for real use.
   AddOriginFlags(cmd, flags->origin, /*agent=*/true);
+#if WC_TEST_HOOKS
+  // Hidden (empty group): corrupts every chunk this node uploads, so integration tests can
+  // check that peers detect and drop it. Only in the builds the tests run (WC_TEST_HOOKS).
   cmd->add_flag("--corrupt-uploads-for-testing", flags->corrupt_uploads_for_testing, "TESTING ONLY")
       ->group("");
+#endif
   cmd->callback([flags] { Finish("agent", RunAgent(*flags)); });
 }
 

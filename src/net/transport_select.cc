@@ -272,7 +272,10 @@ class DualTransport : public Transport {
   std::shared_ptr<FallbackMemory> memory_;
 };
 
+// A fault point for the UCX fallback tests: compiled in only with WC_TEST_HOOKS, so a user's
+// environment cannot make an installed build fail its transfers.
 uint64_t FailAfterBytesFromEnv(uint64_t configured) {
+#if WC_TEST_HOOKS
   const char* text = std::getenv("WEIGHTCAST_UCX_FAIL_AFTER_BYTES");
   if (text == nullptr || *text == '\0') return configured;
   uint64_t value = 0;
@@ -280,6 +283,9 @@ uint64_t FailAfterBytesFromEnv(uint64_t configured) {
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
   if (ec != std::errc() || end != s.data() + s.size()) return configured;
   return value;
+#else
+  return configured;
+#endif
 }
 
 }  // namespace

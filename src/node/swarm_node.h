@@ -95,7 +95,7 @@ struct SwarmNodeOptions {
   // variable (milliseconds) decides; unset: no trace.
   net::Duration trace_interval = net::Duration::zero();
   // TESTING ONLY: flip a byte of every chunk this node uploads (integration tests check that
-  // peers detect and drop it).
+  // peers detect and drop it). Honoured only in builds with WC_TEST_HOOKS.
   bool corrupt_uploads_for_testing = false;
   net::LogFn log = net::LogToStderr;
   // Metrics (optional; must outlive the node). Observed with the seconds from a chunk's request

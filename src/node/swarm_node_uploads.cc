@@ -182,12 +182,18 @@ void SwarmNode::Impl::NoteSourceFailure(const Status& status) {
   if (source_failure_.ok()) source_failure_ = status;
 }
 
-// A test's node that sends every chunk with one bit flipped (corrupt_uploads_for_testing).
+// A test's node that sends every chunk with one bit flipped (corrupt_uploads_for_testing). A
+// fault point: compiled in only with WC_TEST_HOOKS (the builds the tests run), never in the
+// builds users install.
 void SwarmNode::Impl::CorruptForTesting(HeldBytes& data) const {
+#if WC_TEST_HOOKS
   if (!options_.corrupt_uploads_for_testing || data.bytes.empty()) return;
   auto copy = std::make_shared<std::vector<uint8_t>>(data.bytes.begin(), data.bytes.end());
   (*copy)[copy->size() / 2] ^= 0x01;
   data = Hold(std::move(copy));
+#else
+  (void)data;
+#endif
 }
 
 void SwarmNode::Impl::Handle(UploadDone& e) {
