@@ -582,21 +582,30 @@ inline uint64_t LoadLow(const uint8_t* p, uint64_t len) {
 
 }  // namespace
 
+inline bool SparseApplier::NextIndex(uint64_t* index, size_t* gap_pos) const {
+  uint64_t gap = 0;
+  *gap_pos = gap_pos_;
+  if (gap_width_ == 0) {
+    ReadVarint(data_, size_, gap_pos, &gap);  // cannot fail: read once in StartSegment
+  } else {
+    for (int k = 0; k < gap_width_; ++k) {
+      gap |= PlaneValue(gap_planes_[k].data, gap_planes_[k].bits, j_) << (8 * k);
+    }
+  }
+  if (gap >= n_ - next_) return false;
+  *index = next_ + gap;
+  return true;
+}
+
+Status SparseApplier::BeyondSegment() const {
+  return Corrupt("sparse stream: element index beyond the segment of " + std::to_string(n_));
+}
+
 Status SparseApplier::Advance() {
   while (true) {
     if (in_segment_ && j_ < count_) {
-      uint64_t gap = 0;
-      if (gap_width_ == 0) {
-        ReadVarint(data_, size_, &gap_pos_, &gap);  // cannot fail: read once in StartSegment
-      } else {
-        for (int k = 0; k < gap_width_; ++k) {
-          gap |= PlaneValue(gap_planes_[k].data, gap_planes_[k].bits, j_) << (8 * k);
-        }
-      }
-      if (gap >= n_ - next_) {
-        return Corrupt("sparse stream: element index beyond the segment of " + std::to_string(n_));
-      }
-      const uint64_t i = next_ + gap;
+      uint64_t i = 0;
+      if (!NextIndex(&i, &gap_pos_)) return BeyondSegment();
       next_ = i + 1;
       uint64_t v = 0;
       for (int k = 0; k < width_; ++k) {
@@ -743,19 +752,9 @@ Status SparseApplier::ApplyRunOf(uint8_t* run, uint64_t run_begin, uint64_t limi
   const Plane* const values = value_planes_;
   while (j_ < count_) {
     // Decoded without consuming it, so a change outside the run stays for Advance.
-    uint64_t gap = 0;
-    size_t gap_pos = gap_pos_;
-    if (gap_width_ == 0) {
-      ReadVarint(data_, size_, &gap_pos, &gap);  // cannot fail: read once in StartSegment
-    } else {
-      for (int k = 0; k < gap_width_; ++k) {
-        gap |= PlaneValue(gap_planes_[k].data, gap_planes_[k].bits, j_) << (8 * k);
-      }
-    }
-    if (gap >= n_ - next_) {
-      return Corrupt("sparse stream: element index beyond the segment of " + std::to_string(n_));
-    }
-    const uint64_t i = next_ + gap;
+    uint64_t i = 0;
+    size_t gap_pos = 0;
+    if (!NextIndex(&i, &gap_pos)) return BeyondSegment();
     const uint64_t off = seg_off_ + i * W;
     if (off < run_begin || off + W > limit) break;
     uint64_t v = 0;

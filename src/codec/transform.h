@@ -184,6 +184,11 @@ class SparseApplier {
   };
   Status StartSegment();
   Status Advance();  // makes the next change pending, or sets done_
+  // The element index of the current segment's change j_ (next_ plus its gap), without
+  // consuming it: `*gap_pos` is where a varint gap list goes on after it. False for an index
+  // beyond the segment (BeyondSegment).
+  bool NextIndex(uint64_t* index, size_t* gap_pos) const;
+  Status BeyondSegment() const;
   uint64_t Combine(uint64_t base) const;
   // Applies the changes of the current segment that lie whole inside chunk offsets
   // [run_begin, limit), `run` holding the bytes from run_begin (base bytes where they are about
