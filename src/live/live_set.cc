@@ -314,10 +314,9 @@ Result<ApplyReport> LiveSet::Apply(const VersionView& target, const ApplyOptions
   if (source == this) source = nullptr;
   if (source != nullptr) {
     WC_RETURN_IF_ERROR(CheckSameTensors(*source));
-    std::map<std::string, const LiveTensor*> theirs;
-    for (const LiveTensor& t : source->tensors_) theirs[t.name] = &t;
+    // The same names as these tensors (checked above): the same layout question.
     if (!source->HoldsBaseOf(m) || target.delta == nullptr ||
-        !SameLayout(*source->held_, m, theirs)) {
+        !SameLayout(*source->held_, m, live)) {
       source = nullptr;
     }
   }

@@ -191,18 +191,28 @@ TEST(LiveSet, ASecondCopyCatchesUpByACopyAndTakesOneDelta) {
   EXPECT_EQ((*small)->CopyFrom(*front.set).code(), Code::kFailedPrecondition);
 }
 
+// A flip's two copies as an update leaves them: `front` holds v2, `back` v1, and v3, a delta
+// onto v2, is published.
+struct ThreeVersions {
+  Version v1, v2, v3;
+};
+ThreeVersions FrontAtV2BackAtV1(Fixture& f, Live& front, Live& back) {
+  ThreeVersions v;
+  v.v1 = f.Publish();
+  EXPECT_TRUE(ApplyFromStore(f.root, "policy", v.v1, *front.set).ok());
+  EXPECT_TRUE(ApplyFromStore(f.root, "policy", v.v1, *back.set).ok());
+  Step(f.model, 1);
+  v.v2 = f.Publish();
+  EXPECT_TRUE(ApplyFromStore(f.root, "policy", v.v2, *front.set).ok());
+  Step(f.model, 2);
+  v.v3 = f.Publish();
+  return v;
+}
+
 TEST(LiveSet, ASecondCopyCatchesUpChunkByChunkAsItIsPatched) {
   Fixture f;
-  const Version v1 = f.Publish();
   Live front, back;
-  ASSERT_TRUE(ApplyFromStore(f.root, "policy", v1, *front.set).ok());
-  ASSERT_TRUE(ApplyFromStore(f.root, "policy", v1, *back.set).ok());
-  Step(f.model, 1);
-  const Version v2 = f.Publish();
-  ASSERT_TRUE(ApplyFromStore(f.root, "policy", v2, *front.set).ok());
-  // The back copy holds v1, the front v2; v3 is a delta onto v2.
-  Step(f.model, 2);
-  const Version v3 = f.Publish();
+  const auto [v1, v2, v3] = FrontAtV2BackAtV1(f, front, back);
   const Model front_before = front.m;
   back.m.c[17] ^= 0x8;  // bytes the catch-up overwrites: they do not matter
   auto r = ApplyFromStore(f.root, "policy", v3, *back.set, front.set.get());
@@ -232,15 +242,8 @@ TEST(LiveSet, ASecondCopyCatchesUpChunkByChunkAsItIsPatched) {
 
 TEST(LiveSet, ACatchUpSourceNotHoldingTheBaseIsNotRead) {
   Fixture f;
-  const Version v1 = f.Publish();
-  Live stale, live;
-  ASSERT_TRUE(ApplyFromStore(f.root, "policy", v1, *stale.set).ok());
-  ASSERT_TRUE(ApplyFromStore(f.root, "policy", v1, *live.set).ok());
-  Step(f.model, 1);
-  const Version v2 = f.Publish();
-  ASSERT_TRUE(ApplyFromStore(f.root, "policy", v2, *live.set).ok());
-  Step(f.model, 2);
-  const Version v3 = f.Publish();
+  Live live, stale;
+  const auto [v1, v2, v3] = FrontAtV2BackAtV1(f, live, stale);
   // The source holds v1, v3's base is v2: the set applies from what it holds (v2).
   stale.m.a[0] ^= 0x40;
   auto r = ApplyFromStore(f.root, "policy", v3, *live.set, stale.set.get());
@@ -302,23 +305,18 @@ TEST(LiveSetAttest, LiveTensorsHoldingTheVersionAttestItsDigest) {
 
 TEST(LiveSetAttest, AnApplyThatHashedEveryChunkCarriesTheAttestation) {
   Fixture f;
-  const Version v1 = f.Publish();
-  // A first apply copies and hashes every chunk; so does a flip's catch-up.
   Live front, back;
-  auto first = ApplyFromStore(f.root, "policy", v1, *front.set);
-  ASSERT_TRUE(first.ok());
+  const auto [v1, v2, v3] = FrontAtV2BackAtV1(f, front, back);
+  // A first apply copies and hashes every chunk; so does a flip's catch-up.
+  Live fresh;
+  auto first = ApplyFromStore(f.root, "policy", v3, *fresh.set);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
   ASSERT_TRUE(first->attestation.has_value());
   EXPECT_TRUE(first->attestation->matches);
   EXPECT_TRUE(first->attestation->every_tensor);
-  auto [got1, want1] = AttestAgainst(f.root, v1, *front.set);
+  auto [got1, want1] = AttestAgainst(f.root, v3, *fresh.set);
   ASSERT_TRUE(got1.ok());
   EXPECT_EQ(first->attestation->digest, *got1);
-  ASSERT_TRUE(ApplyFromStore(f.root, "policy", v1, *back.set).ok());
-  Step(f.model, 1);
-  const Version v2 = f.Publish();
-  ASSERT_TRUE(ApplyFromStore(f.root, "policy", v2, *front.set).ok());
-  Step(f.model, 2);
-  const Version v3 = f.Publish();
   back.m.a[3] ^= 0x2;  // overwritten by the catch-up
   auto r = ApplyFromStore(f.root, "policy", v3, *back.set, front.set.get());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
