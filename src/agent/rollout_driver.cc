@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "trust/decision_statement.h"
 #include "trust/rollback_order.h"
 #include "trust/signed_manifest.h"
 
@@ -122,6 +123,7 @@ void RolloutDriver::OnTarget(const wire::ChannelTarget& target, coord::Coordinat
   t.decision = static_cast<rollout::Decision>(target.decision());
   t.current = Version(target.current_version());
   t.abort_reason = target.abort_reason();
+  RefuseUnsignedDecision(target, t);
   RefuseUnorderedRollback(target, t);
   last_target_ = t;
   Execute(participant_.OnTarget(Now(), t), client);
@@ -204,6 +206,7 @@ Status RolloutDriver::StartFetch(Version v, coord::CoordinatorClient* client) {
     return Corrupt("the coordinator sent the manifest of " + manifest.channel + " " +
                    V(manifest.version) + " for " + V(v));
   }
+  fetched_root_.emplace(v, manifest.root);
   return node_.Fetch(manifest, std::move(signed_bytes));
 }
 
@@ -251,6 +254,32 @@ void RolloutDriver::RefuseUnorderedRollback(const wire::ChannelTarget& target, r
     refused_rollback_ = t.current;
   }
   t.current = held;  // stays; versions published later still come as they are committed
+}
+
+void RolloutDriver::RefuseUnsignedDecision(const wire::ChannelTarget& target, rollout::Target& t) {
+  if (options_.trust_anchor == nullptr || t.decision == rollout::Decision::kNone) return;
+  const std::string& bytes = target.signed_decision();
+  if (!bytes.empty() && bytes == taken_decision_) return;  // verified when it was taken
+  const bool commit = t.decision == rollout::Decision::kCommit;
+  const Digest* staged = fetched_root_.has_value() && fetched_root_->first == t.version
+                             ? &fetched_root_->second
+                             : nullptr;
+  Result<trust::CheckedDecision> taken = trust::DecisionAuthorized(
+      {reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, *options_.trust_anchor,
+      options_.channel, t.version.value(), commit, staged, taken_decision_sequence_);
+  const std::string what = std::string(commit ? "commit" : "abort") + " of " + V(t.version);
+  if (taken.ok()) {
+    Log("taking the " + what + " signed by coordinator '" + taken->signer.name + "'");
+    taken_decision_ = bytes;
+    taken_decision_sequence_ = taken->decision.sequence;
+    return;
+  }
+  if (std::string refused = what + bytes; refused != refused_decision_) {
+    Log("refused the " + what + ": " + taken.status().message());
+    refused_decision_ = std::move(refused);
+  }
+  t.decision = rollout::Decision::kNone;  // the staging waits for a decision it can check
+  t.abort_reason.clear();
 }
 
 std::span<const rollout::ParticipantAction> RolloutDriver::Committed(Version v, const Status& st) {

@@ -112,6 +112,11 @@ class RolloutDriver {
   // RollbackAuthorized); otherwise `t` keeps the held version current, and the refusal is
   // logged once per target.
   void RefuseUnorderedRollback(const coord::wire::ChannelTarget& target, rollout::Target& t);
+  // Certificate mode: a commit or abort in `target` is taken only with the coordinator's signed
+  // statement of exactly it (trust/decision_statement.h): of this channel and version, about the
+  // root this node staged, and not older than a decision taken before. Otherwise `t` reads
+  // undecided (the staging waits), and the refusal is logged once per statement.
+  void RefuseUnsignedDecision(const coord::wire::ChannelTarget& target, rollout::Target& t);
   // Re-reads the committed versions the store keeps (after a commit or a switch collects some).
   void RefreshKept();
 
@@ -140,6 +145,13 @@ class RolloutDriver {
   std::optional<rollout::Target> last_target_;  // the newest target given to the participant
   Version refused_rollback_;                    // the rollback target last refused (logged once)
   Version announced_rollback_;  // the rollback target last taken by order (logged once)
+  // Certificate mode: the newest decision statement taken (its sequence: older ones are
+  // refused), the decision and statement last refused (logged once), and the root of the
+  // manifest last fetched.
+  std::string taken_decision_;
+  uint64_t taken_decision_sequence_ = 0;
+  std::string refused_decision_;
+  std::optional<std::pair<Version, Digest>> fetched_root_;
 };
 
 }  // namespace weightcast::agent

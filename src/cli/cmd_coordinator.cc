@@ -134,6 +134,9 @@ Status RunCoordinator(const CoordinatorFlags& flags) {
   WC_ASSIGN_OR_RETURN(
       options.trust_anchor,
       LoadTrustAnchor(flags.node, [&log](std::string_view line) { log.Warn(line); }));
+  if (options.trust_anchor != nullptr) {
+    WC_ASSIGN_OR_RETURN(options.identity, LoadSigningIdentity(flags.node, false));
+  }
   coord::FleetPageOptions page;
   if (!flags.admin_secret_file.empty()) {
     if (flags.metrics.empty()) {

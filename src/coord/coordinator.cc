@@ -149,6 +149,22 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Open(CoordinatorOptions option
   if (options.same_rack_fraction < 0 || options.same_rack_fraction > 1) {
     return InvalidArgument("coordinator: same-rack fraction must be in [0, 1]");
   }
+  if (options.trust_anchor != nullptr) {
+    if (options.identity == nullptr) {
+      return InvalidArgument(
+          "coordinator: with a CA the coordinator signs its decisions with its own key: give it "
+          "a certificate with the coordinator role (--cert/--key, `weightcast ca issue --role "
+          "coordinator`)");
+    }
+    Result<trust::CertificateInfo> own =
+        options.trust_anchor->Check(options.identity->certificate_der());
+    if (!own.ok())
+      return InvalidArgument("coordinator: its certificate: " + own.status().message());
+    if (!own->roles.coordinator) {
+      return InvalidArgument("coordinator: its certificate '" + own->name + "' has the roles " +
+                             own->roles.ToString() + ", not coordinator");
+    }
+  }
   if (options.decider == nullptr) options.decider = std::make_shared<EachDecider>();
   if (!options.log) options.log = [](std::string_view) {};
   std::unique_ptr<Coordinator> coordinator(new Coordinator(std::move(options)));
@@ -162,6 +178,7 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Open(CoordinatorOptions option
                                                             coordinator->options_.secret,
                                                             coordinator->options_.trust_anchor));
   }
+  coordinator->log_->set_decision_signer(coordinator->options_.identity);
   const VersionLog::Recovery& recovery = coordinator->log_->recovery();
   uint64_t versions = 0;
   for (const auto& [name, channel] : coordinator->log_->channels()) {
@@ -629,6 +646,7 @@ wire::HeartbeatReply Coordinator::HeartbeatReplyLocked(const Node& node) const {
     target->set_current_version(channel->current_version);
     target->set_abort_reason(newest.abort_reason());
     if (!channel->rollback_order.empty()) target->set_rollback_order(channel->rollback_order);
+    if (!channel->newest_decision.empty()) target->set_signed_decision(channel->newest_decision);
   }
   if (auto peers = peer_lists_.find(node.id); peers != peer_lists_.end()) {
     for (const wire::PeerEntry& entry : peers->second) *reply.add_peers() = entry;

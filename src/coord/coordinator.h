@@ -48,6 +48,7 @@
 #include "net/clock.h"
 #include "net/transport.h"
 #include "swarm/tuning.h"
+#include "trust/signing_identity.h"
 #include "trust/trust_anchor.h"
 
 namespace weightcast::coord {
@@ -86,6 +87,10 @@ struct CoordinatorOptions {
   // The cluster CA: manifests must be signed by a publisher it certifies for their channel.
   // Null: shared-secret development mode (manifests verify with the cluster secret).
   std::shared_ptr<const trust::TrustAnchor> trust_anchor;
+  // With a trust anchor: the coordinator's own certificate and key, with the coordinator role.
+  // It signs every commit and abort decision it logs (trust/decision_statement.h); agents take
+  // no decision without its signature. Required with `trust_anchor`.
+  std::shared_ptr<const trust::SigningIdentity> identity;
   net::Duration heartbeat_timeout = std::chrono::seconds(3);
   net::Duration heartbeat_interval{};  // zero: a third of heartbeat_timeout
   // Peer lists: the defaults are the ones `weightcast sim` runs (swarm/tuning.h).

@@ -5,6 +5,7 @@
 
 #include "manifest/attestation.h"
 #include "manifest/builder.h"
+#include "trust/decision_statement.h"
 #include "trust/signed_manifest.h"
 
 namespace weightcast::coord {
@@ -123,7 +124,12 @@ Status VersionLog::Apply(const state::LogRecord& record) {
                        VersionName(name, entry.version()) + " after v" +
                        std::to_string(channel.newest()));
       }
+      if (entry.decision() != wire::DECISION_NONE) {
+        WC_RETURN_IF_ERROR(CheckDecision(record, entry.version(), entry.root(), entry.decision(),
+                                         entry.abort_reason()));
+      }
       channel.versions.push_back(entry);
+      channel.newest_decision = record.signed_decision();
       if (entry.decision() != wire::DECISION_NONE) {
         channel.versions.back().set_decided_unix_ms(entry.published_unix_ms());
       }
@@ -144,6 +150,12 @@ Status VersionLog::Apply(const state::LogRecord& record) {
         return Corrupt("record " + std::to_string(record.sequence()) + " decides on unknown " +
                        VersionName(name, record.decision().version()));
       }
+      WC_RETURN_IF_ERROR(CheckDecision(record, entry->version(), entry->root(),
+                                       record.decision().decision(),
+                                       record.decision().abort_reason()));
+      if (entry->version() == it->second.newest()) {
+        it->second.newest_decision = record.signed_decision();
+      }
       entry->set_decision(record.decision().decision());
       entry->set_abort_reason(record.decision().abort_reason());
       entry->set_decided_unix_ms(record.decision().unix_ms());
@@ -162,6 +174,10 @@ Status VersionLog::Apply(const state::LogRecord& record) {
         return Corrupt("record " + std::to_string(record.sequence()) + " rolls back to unknown " +
                        VersionName(name, target));
       }
+      const wire::VersionEntry& newest = it->second.versions.back();
+      WC_RETURN_IF_ERROR(CheckDecision(record, newest.version(), newest.root(),
+                                       wire::DECISION_ABORT, record.rollback().abort_reason()));
+      it->second.newest_decision = record.signed_decision();
       it->second.current_version = target;
       it->second.rollback_order = record.rollback().order();
       for (wire::VersionEntry& entry : it->second.versions) {
@@ -229,6 +245,57 @@ Status VersionLog::Append(state::LogRecord record) {
   // The record is on disk; applying it cannot fail for a record our own checks let through.
   Status applied = Apply(record);
   if (!applied.ok()) return Internal("applying a logged record: " + applied.ToString());
+  return Status::Ok();
+}
+
+Result<std::string> VersionLog::SignDecision(std::string_view channel, uint64_t version,
+                                             std::string_view root, wire::Decision decision,
+                                             std::string_view reason) const {
+  if (trust_anchor_ == nullptr) return std::string();
+  if (decision_signer_ == nullptr) {
+    return FailedPrecondition(
+        "decision on " + VersionName(channel, version) +
+        ": a coordinator with a CA signs its decisions, and this one has no identity");
+  }
+  trust::DecisionStatement statement;
+  statement.channel = std::string(channel);
+  statement.version = version;
+  if (root.size() != statement.root.size()) return Internal("a logged root is not 32 bytes");
+  std::copy(root.begin(), root.end(), statement.root.begin());
+  statement.commit = decision == wire::DECISION_COMMIT;
+  statement.sequence = sequence_ + 1;  // the record Append gives it
+  statement.reason = std::string(reason);
+  WC_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes,
+                      trust::SignDecision(statement, *decision_signer_));
+  return std::string(bytes.begin(), bytes.end());
+}
+
+Status VersionLog::CheckDecision(const state::LogRecord& record, uint64_t version,
+                                 std::string_view root, wire::Decision decision,
+                                 std::string_view reason) const {
+  if (trust_anchor_ == nullptr) return Status::Ok();
+  const std::string what = "record " + std::to_string(record.sequence()) + ": the " +
+                           (decision == wire::DECISION_COMMIT ? "commit" : "abort") + " of " +
+                           VersionName(record.channel(), version);
+  const std::string& bytes = record.signed_decision();
+  if (bytes.empty()) {
+    return Unauthenticated(what +
+                           " carries no coordinator's signature (a log written without a "
+                           "CA, or changed since)");
+  }
+  Result<trust::CheckedDecision> checked = trust::VerifyDecision(
+      {reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, *trust_anchor_);
+  if (!checked.ok()) return Unauthenticated(what + ": " + checked.status().message());
+  const trust::DecisionStatement& d = checked->decision;
+  const bool same =
+      d.channel == record.channel() && d.version == version &&
+      std::string_view(reinterpret_cast<const char*>(d.root.data()), d.root.size()) == root &&
+      d.commit == (decision == wire::DECISION_COMMIT) && d.sequence == record.sequence() &&
+      d.reason == trust::DecisionReason(reason);
+  if (!same) {
+    return Unauthenticated(what + " carries the coordinator's " + trust::DecisionName(d) +
+                           " of record " + std::to_string(d.sequence) + " instead");
+  }
   return Status::Ok();
 }
 
@@ -307,10 +374,16 @@ Result<wire::VersionEntry> VersionLog::RecordPublish(const VerifiedPublish& publ
   entry.set_decision(decision);
   entry.set_abort_reason(std::string(abort_reason));
 
+  std::string signed_decision;
+  if (decision != wire::DECISION_NONE) {
+    WC_ASSIGN_OR_RETURN(signed_decision, SignDecision(m.channel, m.version.value(), entry.root(),
+                                                      decision, abort_reason));
+  }
   WC_RETURN_IF_ERROR(store_->PutManifest(m.channel, m.version.value(), publish.signed_manifest));
   state::LogRecord record;
   record.set_channel(m.channel);
   *record.mutable_published() = entry;
+  record.set_signed_decision(std::move(signed_decision));
   WC_RETURN_IF_ERROR(Append(std::move(record)));
   channels_[m.channel].newest_manifest =
       std::make_shared<const std::vector<uint8_t>>(publish.signed_manifest);
@@ -321,10 +394,14 @@ Status VersionLog::RecordDecision(std::string_view channel, uint64_t version,
                                   wire::Decision decision, std::string_view abort_reason,
                                   uint64_t unix_ms) {
   const ChannelState* state = this->channel(channel);
-  if (state == nullptr || state->Find(version) == nullptr) {
+  const wire::VersionEntry* entry = state == nullptr ? nullptr : state->Find(version);
+  if (entry == nullptr) {
     return NotFound("decision: " + VersionName(channel, version) + " is not published");
   }
+  WC_ASSIGN_OR_RETURN(std::string signed_decision,
+                      SignDecision(channel, version, entry->root(), decision, abort_reason));
   state::LogRecord record;
+  record.set_signed_decision(std::move(signed_decision));
   record.set_channel(std::string(channel));
   record.mutable_decision()->set_version(version);
   record.mutable_decision()->set_decision(decision);
@@ -371,10 +448,16 @@ Result<uint64_t> VersionLog::ResolveRollback(std::string_view channel, uint64_t 
 Result<uint64_t> VersionLog::RecordRollback(std::string_view channel, uint64_t version,
                                             uint64_t unix_ms, std::string order) {
   WC_ASSIGN_OR_RETURN(version, ResolveRollback(channel, version));
+  const std::string reason = "rolled back to v" + std::to_string(version);
+  const wire::VersionEntry& newest = this->channel(channel)->versions.back();
+  WC_ASSIGN_OR_RETURN(
+      std::string signed_decision,
+      SignDecision(channel, newest.version(), newest.root(), wire::DECISION_ABORT, reason));
   state::LogRecord record;
   record.set_channel(std::string(channel));
+  record.set_signed_decision(std::move(signed_decision));
   record.mutable_rollback()->set_version(version);
-  record.mutable_rollback()->set_abort_reason("rolled back to v" + std::to_string(version));
+  record.mutable_rollback()->set_abort_reason(reason);
   record.mutable_rollback()->set_unix_ms(unix_ms);
   record.mutable_rollback()->set_order(std::move(order));
   WC_RETURN_IF_ERROR(Append(std::move(record)));

@@ -30,6 +30,7 @@
 #include "coord/log_store.h"
 #include "coord/state.pb.h"
 #include "manifest/manifest.h"
+#include "trust/signing_identity.h"
 #include "trust/trust_anchor.h"
 
 namespace weightcast::coord {
@@ -42,6 +43,9 @@ struct ChannelState {
   // mode); empty once a commit moves current_version on, or without one.
   std::string rollback_order;
   std::shared_ptr<const std::vector<uint8_t>> newest_manifest;  // signed bytes of the newest
+  // Certificate mode: the coordinator's signed statement of the newest version's decision
+  // (trust/decision_statement.h), as logged; empty while it is undecided, or without a CA.
+  std::string newest_decision;
 
   uint64_t newest() const { return versions.empty() ? 0 : versions.back().version(); }
   const wire::VersionEntry* Find(uint64_t version) const;
@@ -79,6 +83,13 @@ class VersionLog {
   const LogStore& store() const { return *store_; }
 
   const Recovery& recovery() const { return recovery_; }
+
+  // Certificate mode: the coordinator's own identity (coordinator role), which signs every
+  // decision the log records from now on. Without it a log opened with a CA records no decision
+  // (kFailedPrecondition); replay needs only the CA.
+  void set_decision_signer(std::shared_ptr<const trust::SigningIdentity> signer) {
+    decision_signer_ = std::move(signer);
+  }
 
   // Checks a publish without changing anything: the signature (kUnauthenticated), the manifest
   // (kCorrupt), the version above every published one of its channel (kFailedPrecondition;
@@ -126,10 +137,20 @@ class VersionLog {
   // a replayed log gives exactly the state that was served before the restart.
   Status Apply(const state::LogRecord& record);
   Status Append(state::LogRecord record);
+  // Certificate mode: the signed statement of `decision` on `version` (with `root`) that the next
+  // record makes. Empty without a CA.
+  Result<std::string> SignDecision(std::string_view channel, uint64_t version,
+                                   std::string_view root, wire::Decision decision,
+                                   std::string_view reason) const;
+  // Certificate mode: `record` carries a coordinator's statement of exactly this decision, with
+  // the record's sequence (kUnauthenticated otherwise). Ok without a CA.
+  Status CheckDecision(const state::LogRecord& record, uint64_t version, std::string_view root,
+                       wire::Decision decision, std::string_view reason) const;
 
   std::unique_ptr<LogStore> store_;
   std::string secret_;
   std::shared_ptr<const trust::TrustAnchor> trust_anchor_;
+  std::shared_ptr<const trust::SigningIdentity> decision_signer_;
   uint64_t sequence_ = 0;
   Recovery recovery_;
   std::map<std::string, ChannelState, std::less<>> channels_;

@@ -100,6 +100,10 @@ timeout 60 "$wc" publish --coordinator "$coord" --store "$work/pub" --channel "$
   --dir "$work/ckpt/2" --chunk-size 1MiB --until complete --secret-file "$work/secret" \
   --ca "$ca/ca.pem" --cert "$work/trainer.pem" --key "$work/trainer.key" >>"$work/pub.log" 2>&1 ||
   fail "the certified publisher's v2 did not complete"
+# The agents commit on the coordinator's signed decision, checked against their CA.
+wait_for 10 grep -q "taking the commit of v2 signed by coordinator 'coordinator'" "$work/a1.log" ||
+  fail "a1 did not check the coordinator's signed commit"
+! grep -q "refused the commit" "$work/a1.log" || fail "a1 refused a signed decision"
 rollback() {  # rollback NAME FLAGS...: output in $work/NAME.out
   local name="$1"
   shift

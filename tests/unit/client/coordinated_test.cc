@@ -36,7 +36,10 @@ class TestCoordinator {
   explicit TestCoordinator(const fs::path& state_dir,
                            const std::optional<node::CertificateMode>& certified = {}) {
     coord::CoordinatorOptions o;
-    if (certified) o.trust_anchor = certified->anchor;
+    if (certified) {
+      o.trust_anchor = certified->anchor;
+      o.identity = certified->identity;
+    }
     o.state_dir = state_dir;
     o.secret = std::string(kSecret);
     o.heartbeat_timeout = 3s;

@@ -23,6 +23,7 @@ class CertifiedCluster : public ::testing::Test {
   void SetUp() override {
     CoordinatorOptions base;
     base.trust_anchor = weightcast::testing::AnchorOf(ca_);
+    base.identity = weightcast::testing::Issue(ca_, "coordinator", "coordinator");
     harness_ = std::make_unique<CoordinatorHarness>(base);
     ASSERT_TRUE(harness_->Start().ok());
     harness_->SetUnixMs(kNow);
