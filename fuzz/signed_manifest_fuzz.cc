@@ -1,7 +1,7 @@
 // Signed statements and certificates from outside bytes (a manifest, an operator's rollback
-// order): the envelope split, the DER certificate parser, the role and node URIs in it and the
-// order's text must never crash, over-read or allocate without bound, and nothing the fuzzer makes
-// may verify (it holds no key of the CA nor the secret). Seeds
+// order, a coordinator's decision): the envelope split, the DER certificate parser, the role and
+// node URIs in it and the decision's text must never crash, over-read or allocate without bound,
+// and nothing the fuzzer makes may verify (it holds no key of the CA nor the secret). Seeds
 // (fuzz/seeds/signed_manifest/) hold a certified envelope and a bare DER certificate, so the
 // certificate and role parsers are reached.
 #include <cstdint>
@@ -10,6 +10,7 @@
 
 #include "trust/authority.h"
 #include "trust/certificate.h"
+#include "trust/decision_statement.h"
 #include "trust/rollback_order.h"
 #include "trust/signed_manifest.h"
 
@@ -38,5 +39,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (VerifySignedManifestWithSecret(bytes, "fuzz secret of enough length").ok()) std::abort();
   if (Anchor().Check(bytes).ok()) std::abort();
   if (trust::VerifyRollbackOrder(bytes, Anchor()).ok()) std::abort();
+  if (trust::VerifyDecision(bytes, Anchor()).ok()) std::abort();
+  // The text of a decision is read only after its signature holds: reached here directly.
+  (void)trust::ParseDecisionBody(bytes);
   return 0;
 }

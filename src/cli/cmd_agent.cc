@@ -77,7 +77,8 @@ Status RunAgent(const AgentFlags& flags) {
       LoadTrustAnchor(flags.node, [&log](std::string_view line) { log.Warn(line); }));
   if (options.trust_anchor != nullptr) {
     WC_ASSIGN_OR_RETURN(options.tls,
-                        CertificateModeTls(flags.node, options.trust_anchor, options.transport));
+                        CertificateModeTls(flags.node, options.trust_anchor, options.transport,
+                                           [&log](std::string_view line) { log.Warn(line); }));
   }
   options.cluster = flags.node.cluster;
   WC_ASSIGN_OR_RETURN(options.node_id, NodeIdOf(flags.node));

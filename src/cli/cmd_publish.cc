@@ -144,8 +144,10 @@ Status RunPublish(const PublishFlags& flags) {
   WC_ASSIGN_OR_RETURN(options.signing_identity,
                       LoadSigningIdentity(flags.node, options.trust_anchor != nullptr));
   if (options.trust_anchor != nullptr) {
-    WC_ASSIGN_OR_RETURN(options.tls,
-                        CertificateModeTls(flags.node, options.trust_anchor, options.transport));
+    WC_ASSIGN_OR_RETURN(
+        options.tls,
+        CertificateModeTls(flags.node, options.trust_anchor, options.transport,
+                           [&options](std::string_view line) { options.log.Warn(line); }));
   }
   if (!flags.upload_limit.empty()) {
     WC_ASSIGN_OR_RETURN(uint64_t rate, ParseSize(flags.upload_limit));

@@ -94,10 +94,12 @@ Result<std::shared_ptr<const trust::TrustAnchor>> LoadTrustAnchor(
 
 Result<net::TlsOptions> CertificateModeTls(const NodeFlags& flags,
                                            std::shared_ptr<const trust::TrustAnchor> anchor,
-                                           net::TransportKind transport) {
-  if (transport != net::TransportKind::kTcp) {
-    return InvalidArgument(
-        "--transport: with --ca peers talk TCP with TLS; UCX carries no TLS (docs/security.md)");
+                                           net::TransportKind transport,
+                                           const std::function<void(std::string_view)>& warn) {
+  if (transport != net::TransportKind::kTcp && warn) {
+    warn("--transport " + std::string(net::TransportKindName(transport)) +
+         " with --ca: UCX connections prove each node's certificate in their handshake but are "
+         "not encrypted; TCP connections run TLS (docs/security.md, \"UCX\")");
   }
   if (flags.cert_file.empty() || flags.key_file.empty()) {
     return InvalidArgument(
@@ -105,8 +107,10 @@ Result<net::TlsOptions> CertificateModeTls(const NodeFlags& flags,
         "(`weightcast ca issue`)");
   }
   // Loaded here so that a bad pair is a flag error now, not a failed TLS handshake later.
-  WC_RETURN_IF_ERROR(LoadSigningIdentity(flags, true).status());
+  WC_ASSIGN_OR_RETURN(std::shared_ptr<const trust::SigningIdentity> identity,
+                      LoadSigningIdentity(flags, true));
   net::TlsOptions tls;
+  tls.key_proof = node::KeyProofOf(identity, anchor);
   tls.enabled = true;
   tls.cert_file = flags.cert_file;
   tls.key_file = flags.key_file;

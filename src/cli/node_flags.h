@@ -65,10 +65,12 @@ Result<std::shared_ptr<const trust::TrustAnchor>> LoadTrustAnchor(
 // key (--cert, --key: required), the CA (--ca), and a check that each peer's certificate is
 // valid now, not revoked, and holds the role the peer claims (agent, publisher, coordinator; a
 // tool may hold any). kInvalidArgument naming what is missing.
-// `transport`: what --transport asked; anything but TCP is a flag error (UCX carries no TLS).
+// `transport`: what --transport asked; UCX connections prove each node's key in their
+// handshake instead of TLS (net::KeyProof) and carry no encryption, which `warn` is told.
 Result<net::TlsOptions> CertificateModeTls(const NodeFlags& flags,
                                            std::shared_ptr<const trust::TrustAnchor> anchor,
-                                           net::TransportKind transport = net::TransportKind::kTcp);
+                                           net::TransportKind transport = net::TransportKind::kTcp,
+                                           const std::function<void(std::string_view)>& warn = {});
 
 // This node's id: --node-id, or the id --cert binds it to (`ca issue --node-id`); 0 (random)
 // when neither names one. kInvalidArgument when the two disagree.

@@ -93,14 +93,9 @@ Result<metrics::Logger> MakeLogger(const std::string& component, LogLevel level,
   return logger;
 }
 
-Result<std::optional<node::CertificateMode>> LoadCertificates(const CertificateFiles& files,
-                                                              std::string_view transport) {
+Result<std::optional<node::CertificateMode>> LoadCertificates(const CertificateFiles& files) {
   if (files.ca.empty() && files.certificate.empty() && files.key.empty()) {
     return std::optional<node::CertificateMode>();
-  }
-  if (transport != "tcp") {
-    return InvalidArgument("transport '" + std::string(transport) +
-                           "': with certificates peers talk TCP with TLS (UCX has none)");
   }
   if (files.ca.empty()) {
     return InvalidArgument("certificates: a certificate and key need the CA's certificate (ca)");

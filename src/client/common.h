@@ -31,10 +31,9 @@ Result<metrics::Logger> MakeLogger(const std::string& component, LogLevel level,
 Result<std::string> LoadSecret(const SecretSource& source);
 
 // Certificate mode from `files` (node/certificate_mode.h); nullopt when none is given (development
-// mode). kInvalidArgument when only some are, when one is wrong, or when `transport` (the
-// options' transport) is not "tcp" (UCX carries no TLS).
-Result<std::optional<node::CertificateMode>> LoadCertificates(const CertificateFiles& files,
-                                                              std::string_view transport);
+// mode). kInvalidArgument when only some are, or when one is wrong. TCP connections then run
+// TLS; UCX ones prove each node's key in the handshake and are not encrypted.
+Result<std::optional<node::CertificateMode>> LoadCertificates(const CertificateFiles& files);
 
 // OK when `root` is a store, or can become one without taking over someone else's files: it
 // does not exist, or is an empty directory. kFailedPrecondition for a file, or a directory with

@@ -193,7 +193,7 @@ Status Publisher::Impl::Start() {
     WC_ASSIGN_OR_RETURN(po.log, client::MakeLogger("publish", options.log_level, options.log_file));
     WC_ASSIGN_OR_RETURN(po.secret, client::LoadSecret(options.secret));
     WC_ASSIGN_OR_RETURN(std::optional<node::CertificateMode> certified,
-                        client::LoadCertificates(options.certificates, options.transport));
+                        client::LoadCertificates(options.certificates));
     if (certified.has_value()) {
       po.trust_anchor = certified->anchor;
       po.signing_identity = certified->identity;

@@ -336,7 +336,7 @@ Result<std::unique_ptr<Subscriber>> Subscriber::Open(SubscriberOptions options) 
     a.tensor_patterns = o.tensors;
     WC_ASSIGN_OR_RETURN(a.secret, client::LoadSecret(o.secret));
     WC_ASSIGN_OR_RETURN(std::optional<node::CertificateMode> certified,
-                        client::LoadCertificates(o.certificates, o.transport));
+                        client::LoadCertificates(o.certificates));
     if (certified.has_value()) {
       a.trust_anchor = certified->anchor;
       a.tls = certified->tls;

@@ -125,10 +125,9 @@ OutFrame Handshake::HelloFrame() const {
   return OutFrame::Make(FrameType::kHello, Serialize(hello));
 }
 
-// HMAC-SHA256(secret, "weightcast-auth-v1" | version | len(cluster) | cluster | prover side |
-//             prover id | prover role | verifier id | verifier role | prover nonce |
-//             verifier nonce)
-std::array<uint8_t, 32> Handshake::Proof(bool by_initiator) const {
+// "weightcast-auth-v1" | version | len(cluster) | cluster | prover side | prover id |
+// prover role | verifier id | verifier role | prover nonce | verifier nonce
+std::string Handshake::Transcript(bool by_initiator) const {
   const bool by_self = by_initiator == initiator_;
   std::string t = "weightcast-auth-v1";
   t.push_back('\0');
@@ -146,7 +145,59 @@ std::array<uint8_t, 32> Handshake::Proof(bool by_initiator) const {
   const auto& verifier_nonce = by_self ? peer_nonce_ : nonce_;
   t.append(reinterpret_cast<const char*>(prover_nonce.data()), prover_nonce.size());
   t.append(reinterpret_cast<const char*>(verifier_nonce.data()), verifier_nonce.size());
-  return HmacSha256(AsBytes(secret_), AsBytes(t));
+  return t;
+}
+
+// HMAC-SHA256(secret, transcript)
+std::array<uint8_t, 32> Handshake::Proof(bool by_initiator) const {
+  return HmacSha256(AsBytes(secret_), AsBytes(Transcript(by_initiator)));
+}
+
+namespace {
+
+// What a key proof signs: its own domain, so that no other signature of the node's key (a
+// manifest, a decision) can stand in for one.
+std::string KeyProofMessage(std::string transcript) {
+  return "weightcast-key-proof-v1" + std::string(1, '\0') + transcript;
+}
+
+}  // namespace
+
+Result<OutFrame> Handshake::AuthFrame() const {
+  wire::Auth auth;
+  const auto proof = Proof(initiator_);
+  auth.set_proof(proof.data(), proof.size());
+  if (key_proof_ != nullptr) {
+    WC_ASSIGN_OR_RETURN(std::vector<uint8_t> signature,
+                        key_proof_->sign(AsBytes(KeyProofMessage(Transcript(initiator_)))));
+    auth.set_certificate(key_proof_->certificate_der.data(), key_proof_->certificate_der.size());
+    auth.set_signature(signature.data(), signature.size());
+  }
+  return OutFrame::Make(FrameType::kAuth, Serialize(auth));
+}
+
+Status Handshake::CheckAuth(const Frame& frame) {
+  wire::Auth auth;
+  if (!auth.ParseFromArray(frame.body.data(), static_cast<int>(frame.body.size()))) {
+    return Corrupt("auth frame is not a valid Auth message");
+  }
+  const auto expected_proof = Proof(!initiator_);
+  if (!ConstantTimeEqual(AsBytes(auth.proof()), expected_proof)) {
+    return Unauthenticated("peer's proof of the cluster secret does not verify (wrong secret?)")
+        .WithReason(Reason::kWrongSecret);
+  }
+  if (key_proof_ == nullptr) return Status::Ok();
+  if (auth.certificate().empty() || auth.signature().empty()) {
+    return Unauthenticated(
+        "peer proved no certificate's key: this node is in certificate mode (--ca), and over "
+        "UCX each node signs the handshake with the key of its certificate");
+  }
+  Status verified = key_proof_->verify(AsBytes(auth.certificate()),
+                                       AsBytes(KeyProofMessage(Transcript(!initiator_))),
+                                       AsBytes(auth.signature()), peer_);
+  if (!verified.ok()) return Unauthenticated("peer's key proof: " + verified.message());
+  peer_certificate_.assign(auth.certificate().begin(), auth.certificate().end());
+  return Status::Ok();
 }
 
 Result<std::optional<OutFrame>> Handshake::OnFrame(const Frame& frame) {
@@ -214,21 +265,11 @@ Result<std::optional<OutFrame>> Handshake::OnFrame(const Frame& frame) {
     peer_.node_id = PeerId(hello.node_id());
     peer_.role = static_cast<Role>(hello.role());
     state_ = State::kAwaitAuth;
-    wire::Auth auth;
-    const auto proof = Proof(initiator_);
-    auth.set_proof(proof.data(), proof.size());
-    return std::optional<OutFrame>(OutFrame::Make(FrameType::kAuth, Serialize(auth)));
+    Result<OutFrame> auth = AuthFrame();
+    if (!auth.ok()) return fail(auth.status());
+    return std::optional<OutFrame>(std::move(*auth));
   }
-  wire::Auth auth;
-  if (!auth.ParseFromArray(frame.body.data(), static_cast<int>(frame.body.size()))) {
-    return fail(Corrupt("auth frame is not a valid Auth message"));
-  }
-  const auto expected_proof = Proof(!initiator_);
-  if (!ConstantTimeEqual(AsBytes(auth.proof()), expected_proof)) {
-    return fail(
-        Unauthenticated("peer's proof of the cluster secret does not verify (wrong secret?)")
-            .WithReason(Reason::kWrongSecret));
-  }
+  if (Status checked = CheckAuth(frame); !checked.ok()) return fail(std::move(checked));
   state_ = State::kEstablished;
   return std::optional<OutFrame>();
 }
@@ -262,6 +303,15 @@ OutFrame Handshake::GoodbyeFrame() {
   report.set_reason(wire::ErrorReport::REASON_SHUTDOWN);
   report.set_message("closing the connection");
   return OutFrame::Make(FrameType::kError, Serialize(report));
+}
+
+Status Handshake::ReportedError(const Frame& frame) {
+  wire::ErrorReport report;
+  if (!report.ParseFromArray(frame.body.data(), static_cast<int>(frame.body.size())) ||
+      report.message().empty()) {
+    return Aborted("peer closed the connection with an error report");
+  }
+  return Aborted("peer closed the connection: " + report.message().substr(0, 1024));
 }
 
 bool Handshake::IsGoodbye(const Frame& frame) {

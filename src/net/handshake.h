@@ -15,8 +15,10 @@
 #include <filesystem>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <weightcast/status.h>
 #include <weightcast/types.h>
@@ -73,11 +75,34 @@ Result<std::string> GenerateClusterSecret();
 // half-written or with a wider mode.
 Status WriteSecretFile(const std::filesystem::path& path, std::string_view secret, bool overwrite);
 
+// Certificate mode over a transport without TLS (UCX; docs/security.md, "UCX"). TLS proves
+// that each end holds the key of the certificate it presents; without TLS the handshake does:
+// each side's Auth also carries its certificate and its signature of the transcript the HMAC
+// proof covers (both nonces, both ids and roles, which side proves), and the other side has
+// `verify` check the signature with that certificate's key and the certificate itself (the CA,
+// validity, revocation, the role and node id claimed). A signature made for one connection
+// verifies on no other, and a certificate without its key proves nothing. It authenticates; it
+// does not encrypt. Made by the layer that holds the CA (node::KeyProofOf).
+struct KeyProof {
+  std::vector<uint8_t> certificate_der;  // this node's
+  // This node's signature of `message` with its certificate's key.
+  std::function<Result<std::vector<uint8_t>>(std::span<const uint8_t> message)> sign;
+  // The peer's `certificate_der` signed `message` and may claim `claimed`: kUnauthenticated
+  // naming what does not hold.
+  std::function<Status(std::span<const uint8_t> certificate_der, std::span<const uint8_t> message,
+                       std::span<const uint8_t> signature, const PeerInfo& claimed)>
+      verify;
+};
+
 class Handshake {
  public:
   // `secret` must outlive the handshake. `nonce` empty means a fresh random one.
   Handshake(const Identity& self, std::string_view secret, bool initiator,
             std::optional<std::array<uint8_t, kNonceSize>> nonce = std::nullopt);
+
+  // Certificate mode without TLS: this side proves its key and requires the peer to prove its
+  // own (KeyProof). Before the first frame. `proof` must outlive the handshake.
+  void ProveKeys(const KeyProof* proof) { key_proof_ = proof; }
 
   // The first frame to send.
   OutFrame HelloFrame() const;
@@ -92,6 +117,8 @@ class Handshake {
   // The peer's Hello was accepted: peer() has the id and role it claims (not yet proven).
   bool heard_hello() const { return state_ == State::kAwaitAuth || state_ == State::kEstablished; }
   const PeerInfo& peer() const { return peer_; }
+  // With ProveKeys, once established: the certificate the peer proved its key for (DER).
+  const std::vector<uint8_t>& peer_certificate() const { return peer_certificate_; }
 
   static OutFrame ErrorFrameFor(const Status& status);
   // What an established connection sends just before this node closes it on purpose: an
@@ -100,10 +127,19 @@ class Handshake {
   static OutFrame GoodbyeFrame();
   // Whether `frame` is that goodbye.
   static bool IsGoodbye(const Frame& frame);
+  // What an error report that arrives once the handshake is done says (a peer that refused this
+  // node's proof after proving its own, a certificate that stopped passing): kAborted with the
+  // peer's reason.
+  static Status ReportedError(const Frame& frame);
 
  private:
   enum class State { kAwaitHello, kAwaitAuth, kEstablished, kFailed };
+  // What the proof of `by_initiator`'s side covers.
+  std::string Transcript(bool by_initiator) const;
   std::array<uint8_t, 32> Proof(bool by_initiator) const;
+  // The Auth this side sends, and the check of the peer's.
+  Result<OutFrame> AuthFrame() const;
+  Status CheckAuth(const Frame& frame);
 
   Identity self_;
   std::string_view secret_;
@@ -111,6 +147,8 @@ class Handshake {
   std::array<uint8_t, kNonceSize> nonce_{};
   std::array<uint8_t, kNonceSize> peer_nonce_{};
   PeerInfo peer_;
+  const KeyProof* key_proof_ = nullptr;
+  std::vector<uint8_t> peer_certificate_;
   State state_ = State::kAwaitHello;
 };
 

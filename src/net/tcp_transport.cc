@@ -578,7 +578,7 @@ class TcpConn : public std::enable_shared_from_this<TcpConn> {
         co_return;
       }
       if (frame->type == FrameType::kError) {
-        self->Fail(Aborted("peer closed the connection with an error report"), true);
+        self->Fail(Handshake::ReportedError(*frame), true);
         co_return;
       }
       bool pause = false;

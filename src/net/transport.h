@@ -58,6 +58,9 @@ struct TlsOptions {
   // certificate revoked (or expired) while its connection is open is cut off within about this
   // long, with the reason logged, not only refused at the next connect.
   Duration recheck_every = std::chrono::seconds(1);
+  // For a transport without TLS (UCX): the same identities, proven in the handshake instead
+  // (net/handshake.h, KeyProof). With `enabled`, UCX requires it; TCP does not use it.
+  std::shared_ptr<const KeyProof> key_proof{};
 };
 
 struct Options {

@@ -33,7 +33,24 @@ Result<CertificateMode> LoadCertificateMode(const std::filesystem::path& ca,
   mode.tls.key_file = key.string();
   mode.tls.ca_file = ca.string();
   mode.tls.check_peer = PeerCheck(mode.anchor);
+  mode.tls.key_proof = KeyProofOf(mode.identity, mode.anchor);
   return mode;
+}
+
+std::shared_ptr<const net::KeyProof> KeyProofOf(
+    std::shared_ptr<const trust::SigningIdentity> identity,
+    std::shared_ptr<const trust::TrustAnchor> anchor) {
+  auto proof = std::make_shared<net::KeyProof>();
+  proof->certificate_der.assign(identity->certificate_der().begin(),
+                                identity->certificate_der().end());
+  proof->sign = [identity](std::span<const uint8_t> message) { return identity->Sign(message); };
+  proof->verify = [anchor, check = PeerCheck(anchor)](
+                      std::span<const uint8_t> certificate, std::span<const uint8_t> message,
+                      std::span<const uint8_t> signature, const net::PeerInfo& claimed) -> Status {
+    WC_RETURN_IF_ERROR(anchor->CheckSigned(certificate, message, signature).status());
+    return check(certificate, claimed);
+  };
+  return proof;
 }
 
 std::function<Status(std::span<const uint8_t>, const net::PeerInfo&)> PeerCheck(

@@ -41,4 +41,11 @@ Result<CertificateMode> LoadCertificateMode(const std::filesystem::path& ca,
 std::function<Status(std::span<const uint8_t>, const net::PeerInfo&)> PeerCheck(
     std::shared_ptr<const trust::TrustAnchor> anchor);
 
+// The handshake's key proof for transports without TLS (net::KeyProof): signs with `identity`;
+// a peer's signature must verify with its certificate's key, the certificate with `anchor`
+// (TrustAnchor::CheckSigned), and it must hold the role and id the peer claims (PeerCheck).
+std::shared_ptr<const net::KeyProof> KeyProofOf(
+    std::shared_ptr<const trust::SigningIdentity> identity,
+    std::shared_ptr<const trust::TrustAnchor> anchor);
+
 }  // namespace weightcast::node

@@ -597,6 +597,7 @@ class Core : public std::enable_shared_from_this<Core> {
   void Begin(const std::shared_ptr<Conn>& conn, TimePoint deadline) {
     const TimePoint now = Clock::Real().Now();
     conn->handshake.emplace(options_.self, options_.secret, conn->initiator);
+    if (options_.tls.enabled) conn->handshake->ProveKeys(options_.tls.key_proof.get());
     conn->handshake_deadline = deadline;
     conn->last_received = now;
     // Random, so that a peer cannot aim a message at another peer's connection by guessing.
@@ -748,6 +749,11 @@ class Core : public std::enable_shared_from_this<Core> {
     std::vector<std::shared_ptr<Conn>> all;
     all.reserve(by_ep_.size());
     for (auto& [ep, conn] : by_ep_) all.push_back(conn);
+    // Certificate mode: a certificate revoked or expired while its connection is open is cut
+    // off within about recheck_every, as TCP's TLS connections are.
+    const bool recheck = options_.tls.enabled && options_.tls.check_peer &&
+                         now - last_recheck_ >= options_.tls.recheck_every;
+    if (recheck) last_recheck_ = now;
     for (auto& conn : all) {
       if (conn->dead) continue;
       if (!conn->upgraded()) {
@@ -756,6 +762,20 @@ class Core : public std::enable_shared_from_this<Core> {
                true);
         }
         continue;
+      }
+      if (recheck && !conn->handshake->peer_certificate().empty()) {
+        Status still =
+            options_.tls.check_peer(conn->handshake->peer_certificate(), conn->handshake->peer());
+        if (!still.ok()) {
+          const Status why =
+              Unauthenticated("the peer's certificate no longer passes: " + still.message());
+          SendNow(conn, Handshake::ErrorFrameFor(why), false);
+          if (conn->FailShared(why)) {
+            Log("ucx: connection " + conn->peer.address + ": " + why.ToString());
+          }
+          Kill(*conn, /*force=*/false);
+          continue;
+        }
       }
       if (now - conn->last_received > options_.keepalive_timeout) {
         Fail(*conn,
@@ -1129,7 +1149,7 @@ class Core : public std::enable_shared_from_this<Core> {
           Fail(*conn, Unavailable("peer closed the connection").WithReason(Reason::kPeerClosed),
                false);
         } else {
-          Fail(*conn, Aborted("peer closed the connection with an error report"), true);
+          Fail(*conn, Handshake::ReportedError(frame), true);
         }
         return;
       }
@@ -1269,6 +1289,8 @@ class Core : public std::enable_shared_from_this<Core> {
   std::unordered_set<SendOp*> sending_;
   std::unordered_set<RecvOp*> receiving_;
   std::mt19937 random_{std::random_device{}()};
+  TimePoint last_recheck_{};  // certificate mode: when open connections' certificates were
+                              // last checked again
   ucp_address_t* worker_address_ = nullptr;
   size_t worker_address_size_ = 0;
   std::vector<std::shared_ptr<ListenerState>> listeners_;
@@ -1365,6 +1387,11 @@ Result<std::unique_ptr<Transport>> UcxTransport::Create(Options options, UcxOpti
   if (options.secret.size() < kMinSecretBytes) {
     return InvalidArgument("cluster secret is shorter than " + std::to_string(kMinSecretBytes) +
                            " bytes");
+  }
+  if (options.tls.enabled && options.tls.key_proof == nullptr) {
+    return InvalidArgument(
+        "ucx: certificate mode without TLS needs a key proof for the handshake (TlsOptions::"
+        "key_proof)");
   }
   auto core = std::make_shared<Core>(std::move(options), ucx);
   WC_RETURN_IF_ERROR(core->Start());
