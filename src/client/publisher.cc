@@ -18,8 +18,8 @@
 
 #include "client/common.h"
 #include "client/tensor_writer.h"
-#include "coord/part_assembly.h"
 #include "manifest/builder.h"
+#include "manifest/part_assembly.h"
 #include "publish/publisher.h"
 #include "store/store.h"
 #include "util/text.h"
@@ -110,7 +110,7 @@ struct Publisher::Impl : std::enable_shared_from_this<Publisher::Impl> {
     std::span<const uint8_t> image;
     std::shared_ptr<const void> keep_alive;
     std::optional<int64_t> step;
-    std::string slices;  // a sharded rank's slices (coord::kPartSlicesKey), renamed tensors
+    std::string slices;  // a sharded rank's slices (kPartSlicesKey), renamed tensors
     Clock::time_point submitted;
     std::shared_ptr<PublishHandle::State> state;
   };
@@ -239,7 +239,7 @@ Status Publisher::Impl::Start() {
 // steps (deltas line up) and unique across ranks.
 Result<std::string> Publisher::Impl::NameSlices(std::span<const TensorView> tensors,
                                                 std::vector<client::TensorBytes>& checked) const {
-  std::vector<coord::TensorSlice> slices;
+  std::vector<TensorSlice> slices;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const TensorView& t = tensors[i];
     if (t.slice.extent == 0) continue;
@@ -256,7 +256,7 @@ Result<std::string> Publisher::Impl::NameSlices(std::span<const TensorView> tens
                       .length = t.shape[t.slice.dim],
                       .extent = t.slice.extent});
   }
-  return coord::SlicesText(slices);
+  return SlicesText(slices);
 }
 
 Result<PublishHandle> Publisher::Impl::Submit(std::span<const TensorView> tensors,
@@ -366,7 +366,7 @@ void Publisher::Impl::WorkerLoop() {
 Result<PublishResult> Publisher::Impl::Run(Job& job) {
   std::map<std::string, std::string> metadata;
   if (job.step) metadata["step"] = std::to_string(*job.step);
-  if (!job.slices.empty()) metadata[std::string(coord::kPartSlicesKey)] = job.slices;
+  if (!job.slices.empty()) metadata[std::string(kPartSlicesKey)] = job.slices;
   Result<PublishResult> result =
       remote != nullptr ? RunCoordinated(job, metadata) : RunLocal(job, metadata);
   if (result.ok()) {

@@ -20,8 +20,8 @@
 #include "client/store_follower.h"
 #include "client/version_stream.h"
 #include "coord/client.h"
-#include "coord/part_assembly.h"
 #include "format/safetensors.h"
+#include "manifest/part_assembly.h"
 #include "util/text.h"
 
 namespace weightcast {
@@ -84,13 +84,12 @@ Result<std::shared_ptr<ReceivedVersion::Impl>> ReceivedVersion::Impl::Make(
     impl->tensors.push_back(std::move(location));
   }
   std::sort(impl->unselected.begin(), impl->unselected.end());
-  WC_ASSIGN_OR_RETURN(std::vector<coord::TensorSlice> slices,
-                      coord::SlicesOf(m, coord::kSlicesKey));
+  WC_ASSIGN_OR_RETURN(std::vector<TensorSlice> slices, SlicesOf(m, kSlicesKey));
   std::sort(slices.begin(), slices.end(), [](const auto& a, const auto& b) {
     return a.whole != b.whole ? a.whole < b.whole : a.start < b.start;
   });
   std::set<std::string> incomplete;
-  for (const coord::TensorSlice& s : slices) {
+  for (const TensorSlice& s : slices) {
     if (opened.partial != nullptr && !opened.partial->HoldsTensor(s.slice)) {
       incomplete.insert(s.whole);
     }

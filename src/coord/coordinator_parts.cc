@@ -1,6 +1,6 @@
 // The coordinator's side of sharded publish (docs/sharded_publish.md): the rank set that holds a
 // channel's writer lease, and the assembly of a version from its ranks' parts
-// (coord/part_assembly.h). Members of Coordinator (coordinator.h), kept apart from
+// (manifest/part_assembly.h). Members of Coordinator (coordinator.h), kept apart from
 // coordinator.cc; every function here runs with mu_ held.
 #include <algorithm>
 #include <utility>

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "coord/part_assembly.h"
+#include "manifest/part_assembly.h"
 #include "net/transport_select.h"
 #include "publish/watcher.h"
 #include "trust/signed_manifest.h"
@@ -180,10 +180,10 @@ Result<std::unique_ptr<Publisher>> Publisher::Create(PublisherOptions options) {
   }
   if (options.coordinator.empty()) return InvalidArgument("no coordinator address");
   if (options.store.empty()) return InvalidArgument("no store directory");
-  if (options.world == 0 || options.world > coord::kMaxWorld || options.rank >= options.world) {
+  if (options.world == 0 || options.world > kMaxWorld || options.rank >= options.world) {
     return InvalidArgument("rank " + std::to_string(options.rank) + " of world " +
                            std::to_string(options.world) +
-                           ": need 0 <= rank < world <= " + std::to_string(coord::kMaxWorld));
+                           ": need 0 <= rank < world <= " + std::to_string(kMaxWorld));
   }
   if (options.world > 1 && options.writer_id.empty()) {
     return InvalidArgument("a sharded publisher (world " + std::to_string(options.world) +

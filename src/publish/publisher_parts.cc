@@ -7,9 +7,9 @@
 #include <system_error>
 #include <thread>
 
-#include "coord/part_assembly.h"
 #include "format/safetensors.h"
 #include "manifest/chunk_size.h"
+#include "manifest/part_assembly.h"
 #include "publish/channel_log.h"
 #include "publish/publisher.h"
 #include "trust/signed_manifest.h"
@@ -85,7 +85,7 @@ bool Publisher::PartLogged(const wire::ChannelLog& log, Version version, const D
   Result<Manifest> assembled =
       VerifySignedManifest(*bytes, {options_.secret, options_.trust_anchor.get()});
   if (!assembled.ok()) return false;
-  Result<std::vector<coord::PartLayout>> parts = coord::PartsOf(*assembled);
+  Result<std::vector<PartLayout>> parts = PartsOf(*assembled);
   return parts.ok() && options_.rank < parts->size() && (*parts)[options_.rank].root == part_root;
 }
 
@@ -95,7 +95,7 @@ Result<PublishedVersion> Publisher::PublishPartDirectory(
   const auto start = std::chrono::steady_clock::now();
   PrepareOptions o = BaseOptions();
   o.metadata = metadata;
-  o.metadata[std::string(coord::kPartKey)] = coord::PartValue({options_.rank, options_.world});
+  o.metadata[std::string(kPartKey)] = PartValue({options_.rank, options_.world});
   o.min_version = Version(
       std::max({NewestLogged(log), aborted_part_.value(), log.newest_aborted_assembly()}) + 1);
   // A delta on this rank's previous part, if the fleet holds the version it was part of.
@@ -200,7 +200,7 @@ Status Publisher::StartSeedingPart(const PreparedVersion& part) {
   WC_ASSIGN_OR_RETURN(
       Manifest assembled,
       VerifySignedManifest(signed_manifest, {options_.secret, options_.trust_anchor.get()}));
-  WC_ASSIGN_OR_RETURN(std::vector<coord::PartLayout> parts, coord::PartsOf(assembled));
+  WC_ASSIGN_OR_RETURN(std::vector<PartLayout> parts, PartsOf(assembled));
   if (options_.rank >= parts.size() || parts[options_.rank].root != part.manifest.root) {
     return FailedPrecondition("v" + std::to_string(version.value()) +
                               " was assembled without this rank's part");

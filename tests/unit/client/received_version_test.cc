@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "client/tensor_writer.h"
-#include "coord/part_assembly.h"
 #include "format/safetensors.h"
 #include "hash/digest.h"
 #include "manifest/builder.h"
+#include "manifest/part_assembly.h"
 #include "store/store.h"
 #include "testing/temp_dir.h"
 
@@ -39,8 +39,8 @@ Manifest WriteSlices(const std::filesystem::path& dir, Version version) {
   options.chunk_size = kMinChunkSize;
   auto m = BuildManifest(*ckpt, kChannel, version, options);
   EXPECT_TRUE(m.ok()) << m.status().ToString();
-  m->metadata[std::string(coord::kSlicesKey)] =
-      coord::SlicesText({{"w", 0, "w#0", 0, 2, 4}, {"w", 0, "w#2", 2, 2, 4}});
+  m->metadata[std::string(kSlicesKey)] =
+      SlicesText({{"w", 0, "w#0", 0, 2, 4}, {"w", 0, "w#2", 2, 2, 4}});
   m->root = ComputeRoot(*m);
   return *m;
 }

@@ -3,8 +3,8 @@
 // time; the rank set holds the writer lease together.
 #include <gtest/gtest.h>
 
-#include "coord/part_assembly.h"
 #include "coord_test_util.h"
+#include "manifest/part_assembly.h"
 #include "trust/signed_manifest.h"
 
 namespace weightcast::coord {

@@ -1,4 +1,4 @@
-#include "coord/part_assembly.h"
+#include "manifest/part_assembly.h"
 
 #include <algorithm>
 #include <charconv>
@@ -9,7 +9,7 @@
 #include "manifest/builder.h"
 #include "util/text.h"
 
-namespace weightcast::coord {
+namespace weightcast {
 namespace {
 
 // Metadata keys the assembly writes or reads itself: never compared between parts, never
@@ -178,7 +178,7 @@ std::string SlicesText(const std::vector<TensorSlice>& slices) {
 }
 
 PartAssembly::PartAssembly(std::string channel, Version version, uint32_t world,
-                           net::TimePoint deadline)
+                           PartDeadline deadline)
     : channel_(std::move(channel)), version_(version), world_(world), deadline_(deadline) {}
 
 const Manifest* PartAssembly::Part(uint32_t rank) const {
@@ -449,4 +449,4 @@ Result<Manifest> PartAssembly::Assemble(const Manifest* base, std::string* why_f
   return out;
 }
 
-}  // namespace weightcast::coord
+}  // namespace weightcast

@@ -7,9 +7,11 @@
 // every chunk of the version comes from exactly one rank.
 //
 // Pure: no I/O, no clock (deadlines are time points the caller compares), no threads. The
-// coordinator calls it under its lock.
+// coordinator calls it under its lock; in certificate mode every node runs it again on the
+// ranks' signed parts (trust/signed_manifest.h, format 3), so no one has to trust the assembly.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -21,9 +23,11 @@
 #include <weightcast/types.h>
 
 #include "manifest/manifest.h"
-#include "net/clock.h"
 
-namespace weightcast::coord {
+namespace weightcast {
+
+// When an assembly gives up waiting for its parts (the steady clock's, as net::TimePoint).
+using PartDeadline = std::chrono::time_point<std::chrono::steady_clock, std::chrono::nanoseconds>;
 
 // Metadata keys (signed with the manifest; not part of the root).
 // A part manifest: "R/W", this is rank R of a version published by W ranks.
@@ -90,7 +94,7 @@ std::string PartDirectory(PartId part);
 // can never belong (another world, chunk size or step) is refused with the reason at once.
 class PartAssembly {
  public:
-  PartAssembly(std::string channel, Version version, uint32_t world, net::TimePoint deadline);
+  PartAssembly(std::string channel, Version version, uint32_t world, PartDeadline deadline);
 
   enum class Added {
     kNew,        // the part was taken
@@ -113,8 +117,8 @@ class PartAssembly {
   bool Has(uint32_t rank) const { return parts_.contains(rank); }
   const Manifest* Part(uint32_t rank) const;
   std::vector<uint32_t> Missing() const;
-  net::TimePoint deadline() const { return deadline_; }
-  bool Expired(net::TimePoint now) const { return !complete() && now >= deadline_; }
+  PartDeadline deadline() const { return deadline_; }
+  bool Expired(PartDeadline now) const { return !complete() && now >= deadline_; }
   // Why the version is aborted when the deadline passed: which ranks never came.
   std::string ExpiredReason(std::string_view timeout_text) const;
 
@@ -128,9 +132,9 @@ class PartAssembly {
   std::string channel_;
   Version version_;
   uint32_t world_;
-  net::TimePoint deadline_;
+  PartDeadline deadline_;
   std::map<uint32_t, Manifest> parts_;
   std::map<std::string, uint32_t> tensor_owner_;  // tensor name -> rank
 };
 
-}  // namespace weightcast::coord
+}  // namespace weightcast

@@ -1,16 +1,16 @@
-// The pure assembly of a sharded version from its parts (coord/part_assembly.h).
-#include "coord/part_assembly.h"
+// The pure assembly of a sharded version from its parts (manifest/part_assembly.h).
+#include "manifest/part_assembly.h"
 
 #include <gtest/gtest.h>
 
-#include "coord_test_util.h"
 #include "manifest/builder.h"
+#include "unit/coord/coord_test_util.h"
 
-namespace weightcast::coord {
+namespace weightcast {
 namespace {
 
-using testing::AsDelta;
-using testing::TestManifest;
+using coord::testing::AsDelta;
+using coord::testing::TestManifest;
 
 constexpr uint32_t kWorld = 4;
 
@@ -41,7 +41,7 @@ Manifest Part(uint64_t version, uint32_t rank, uint64_t seed, int step = 7, uint
 
 PartAssembly NewAssembly(uint64_t version = 5) {
   return PartAssembly("policy", Version(version), kWorld,
-                      net::TimePoint{} + std::chrono::seconds(30));
+                      PartDeadline{} + std::chrono::seconds(30));
 }
 
 Manifest Complete(PartAssembly& a, uint64_t seed, const Manifest* base = nullptr,
@@ -160,8 +160,8 @@ TEST(PartAssembly, ExpiresAtItsDeadlineNamingTheMissingRanks) {
   PartAssembly a = NewAssembly();
   ASSERT_TRUE(a.Add({0, kWorld}, Part(5, 0, 1)).ok());
   ASSERT_TRUE(a.Add({3, kWorld}, Part(5, 3, 1)).ok());
-  EXPECT_FALSE(a.Expired(net::TimePoint{} + std::chrono::seconds(29)));
-  EXPECT_TRUE(a.Expired(net::TimePoint{} + std::chrono::seconds(30)));
+  EXPECT_FALSE(a.Expired(PartDeadline{} + std::chrono::seconds(29)));
+  EXPECT_TRUE(a.Expired(PartDeadline{} + std::chrono::seconds(30)));
   EXPECT_EQ(a.ExpiredReason("30s"),
             "sharded v5: the parts of ranks 1, 2 did not arrive within 30s of the first (2 of 4 "
             "in)");
@@ -239,4 +239,4 @@ TEST(PartAssembly, CorruptPartTablesAreRefused) {
 }
 
 }  // namespace
-}  // namespace weightcast::coord
+}  // namespace weightcast
