@@ -7,6 +7,7 @@
 
 #include "coord/coordinator.h"
 #include "coord/writer_text.h"
+#include "trust/assembled_manifest.h"
 #include "trust/signed_manifest.h"
 #include "util/text.h"
 
@@ -120,13 +121,6 @@ Result<wire::PublishReply> Coordinator::OnPublishPartLocked(const net::PeerInfo&
   const uint64_t version = manifest.version.value();
   const std::string what =
       "rank " + std::to_string(part.rank) + "'s part of " + channel + " " + V(version);
-  if (options_.trust_anchor != nullptr) {
-    // The assembled manifest would be signed here, by a coordinator, and a certified cluster
-    // accepts weights signed by their publisher only (docs/security.md).
-    return FailedPrecondition("publish: " + what +
-                              ": this cluster has a CA, and a sharded version would be signed "
-                              "by the coordinator, not by its publisher; publish it unsharded");
-  }
   // Only a rank of the channel's sharded writer gives parts, and only its own rank's.
   const wire::ChannelWriter* writer = log_->writer(channel);
   if (writer == nullptr || writer->world() <= 1) {
@@ -196,7 +190,10 @@ Result<wire::PublishReply> Coordinator::OnPublishPartLocked(const net::PeerInfo&
                  FormatSeconds(options_.part_timeout) + " for the others");
   }
   PartAssembly& assembly = it->second;
-  Result<PartAssembly::Added> added = assembly.Add(part, manifest);
+  Result<PartAssembly::Added> added =
+      assembly.Add(part, manifest,
+                   {reinterpret_cast<const uint8_t*>(request.signed_manifest().data()),
+                    request.signed_manifest().size()});
   if (!added.ok()) {
     if (added.status().code() == Code::kFailedPrecondition) {
       // A conflict (another step, a tensor twice): these parts can never be one version.
@@ -229,7 +226,16 @@ Result<wire::PublishReply> Coordinator::OnPublishPartLocked(const net::PeerInfo&
     AbortAssemblyLocked(channel, assembled.status().message());
     return Aborted(V(version) + " was aborted: " + assembled.status().message());
   }
-  const std::vector<uint8_t> signed_bytes = SignManifestWithSecret(*assembled, options_.secret);
+  // Development mode: signed with the cluster secret as a publisher signs. Certificate mode:
+  // nobody signs it; it travels as the ranks' signed parts, which every node checks and
+  // assembles itself (trust/assembled_manifest.h), with the base paired here.
+  const std::vector<uint8_t> signed_bytes =
+      options_.trust_anchor == nullptr
+          ? SignManifestWithSecret(*assembled, options_.secret)
+          : JoinAssembledManifest(
+                assembly.SignedParts(),
+                assembled->delta.has_value() ? assembled->delta->base_version.value() : 0,
+                assembled->delta.has_value() ? assembled->delta->base_root : Digest{});
   Result<VerifiedPublish> verified = log_->VerifyPublish(signed_bytes);
   if (!verified.ok()) {
     AbortAssemblyLocked(channel, verified.status().message());

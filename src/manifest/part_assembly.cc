@@ -205,7 +205,8 @@ std::string PartAssembly::ExpiredReason(std::string_view timeout_text) const {
          std::to_string(world_) + " in)";
 }
 
-Result<PartAssembly::Added> PartAssembly::Add(PartId part, const Manifest& manifest) {
+Result<PartAssembly::Added> PartAssembly::Add(PartId part, const Manifest& manifest,
+                                              std::span<const uint8_t> signed_bytes) {
   const std::string who = Rank(part.rank) + "'s part of " + channel_ + " " + V(version_);
   if (manifest.channel != channel_ || manifest.version != version_) {
     return InvalidArgument(who + ": the manifest is " + manifest.channel + " " +
@@ -264,6 +265,7 @@ Result<PartAssembly::Added> PartAssembly::Add(PartId part, const Manifest& manif
   }
   for (const ManifestTensor& t : manifest.tensors) tensor_owner_[t.name] = part.rank;
   parts_.emplace(part.rank, manifest);
+  signed_parts_[part.rank].assign(signed_bytes.begin(), signed_bytes.end());
   return Added::kNew;
 }
 
@@ -325,6 +327,12 @@ Status CheckSlices(std::vector<TensorSlice>& slices, const Manifest& assembled) 
 }
 
 }  // namespace
+
+std::vector<std::vector<uint8_t>> PartAssembly::SignedParts() const {
+  std::vector<std::vector<uint8_t>> out;
+  for (const auto& [rank, bytes] : signed_parts_) out.push_back(bytes);
+  return out;
+}
 
 Result<Manifest> PartAssembly::Assemble(const Manifest* base, std::string* why_full) const {
   if (!complete()) {

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -107,7 +108,9 @@ class PartAssembly {
   // version); kFailedPrecondition (it conflicts with the parts in: a metadata value such as the
   // step that differs, a tensor name another rank has). A kFailedPrecondition means the version
   // can never be assembled: the caller aborts it.
-  Result<Added> Add(PartId part, const Manifest& manifest);
+  // `signed_bytes`: the part as its rank signed it, kept for SignedParts (may be empty).
+  Result<Added> Add(PartId part, const Manifest& manifest,
+                    std::span<const uint8_t> signed_bytes = {});
 
   const std::string& channel() const { return channel_; }
   Version version() const { return version_; }
@@ -117,6 +120,8 @@ class PartAssembly {
   bool Has(uint32_t rank) const { return parts_.contains(rank); }
   const Manifest* Part(uint32_t rank) const;
   std::vector<uint32_t> Missing() const;
+  // The parts as their ranks signed them, rank 0 first (what Add was given).
+  std::vector<std::vector<uint8_t>> SignedParts() const;
   PartDeadline deadline() const { return deadline_; }
   bool Expired(PartDeadline now) const { return !complete() && now >= deadline_; }
   // Why the version is aborted when the deadline passed: which ranks never came.
@@ -134,6 +139,7 @@ class PartAssembly {
   uint32_t world_;
   PartDeadline deadline_;
   std::map<uint32_t, Manifest> parts_;
+  std::map<uint32_t, std::vector<uint8_t>> signed_parts_;
   std::map<std::string, uint32_t> tensor_owner_;  // tensor name -> rank
 };
 

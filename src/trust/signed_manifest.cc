@@ -6,6 +6,7 @@
 
 #include "hash/digest.h"
 #include "manifest/builder.h"
+#include "trust/assembled_manifest.h"
 #include "trust/signed_envelope.h"
 
 namespace weightcast {
@@ -126,6 +127,13 @@ Result<Manifest> VerifySignedManifest(std::span<const uint8_t> bytes, const Mani
             "it against (give it --ca)");
       }
       return VerifyCertificateFormat(bytes, *trust.anchor);
+    case kAssembledManifestFormat:
+      if (trust.anchor == nullptr) {
+        return Unauthenticated(
+            "signed manifest: a sharded version of certified parts, but this node has no CA to "
+            "check them against (give it --ca)");
+      }
+      return VerifyAssembledManifest(bytes, *trust.anchor);
     default:
       return Corrupt("signed manifest: unknown format " + std::to_string(bytes[4]));
   }
@@ -144,6 +152,9 @@ Result<Manifest> VerifySignedManifestWithSecret(std::span<const uint8_t> bytes,
 Result<trust::CertificateInfo> ManifestSignerOf(std::span<const uint8_t> bytes) {
   if (bytes.size() < 5 || !std::equal(std::begin(kMagic), std::end(kMagic), bytes.begin())) {
     return Corrupt("signed manifest: bad header");
+  }
+  if (bytes[4] == kAssembledManifestFormat && bytes.size() > 13) {
+    return ManifestSignerOf(bytes.subspan(13));  // rank 0's part (after the part count and size)
   }
   if (bytes[4] != kCertificateFormat) return NotFound("signed with the cluster secret");
   WC_ASSIGN_OR_RETURN(

@@ -10,6 +10,9 @@
 //     verify and twice to sign, and SHA-256 with SHA-NI is the faster pass over a manifest of
 //     megabytes; docs/BENCHMARKS.md)
 //
+//   format 3, certificate mode, a sharded version: the ranks' format-2 part manifests, which
+//     each reader checks and assembles itself (trust/assembled_manifest.h)
+//
 //   format 1, shared-secret development mode:
 //     "WCSM" | u8 1 | 32-byte tag | serialized manifest
 //     tag = HMAC-SHA256(cluster secret, "weightcast signed manifest v1\n" || serialized manifest)
@@ -60,7 +63,8 @@ std::vector<uint8_t> SignManifestWithSecret(const Manifest& manifest, std::strin
 Result<Manifest> VerifySignedManifestWithSecret(std::span<const uint8_t> bytes,
                                                 std::string_view secret);
 
-// Who signed `bytes` (format 2): its certificate as it reads, not checked. kNotFound for format 1.
+// Who signed `bytes` (format 2; format 3: rank 0's part): its certificate as it reads, not
+// checked. kNotFound for format 1.
 Result<trust::CertificateInfo> ManifestSignerOf(std::span<const uint8_t> bytes);
 
 }  // namespace weightcast

@@ -5,7 +5,9 @@
 
 #include "coord_test_util.h"
 #include "manifest/part_assembly.h"
+#include "trust/assembled_manifest.h"
 #include "trust/signed_manifest.h"
+#include "unit/trust/trust_test_util.h"
 
 namespace weightcast::coord {
 namespace {
@@ -58,8 +60,11 @@ Ranks RegisterRanks(CoordinatorHarness& h, uint64_t first_node = 10) {
   return out;
 }
 
-Result<wire::PublishReply> Give(Ranks& ranks, uint32_t rank, const Manifest& part) {
-  return ranks.clients[rank]->PublishPart(Signed(part), ranks.epoch);
+Result<wire::PublishReply> Give(Ranks& ranks, uint32_t rank, const Manifest& part,
+                                const trust::SigningIdentity* signer = nullptr) {
+  return ranks.clients[rank]->PublishPart(
+      signer == nullptr ? Signed(part) : *SignManifest(part, {testing::kSecret, signer}),
+      ranks.epoch);
 }
 
 Result<Manifest> Newest(CoordinatorHarness& h) {
@@ -103,6 +108,123 @@ TEST(ShardedPublish, TheVersionIsPublishedWhenEveryPartIsIn) {
   EXPECT_EQ(v2->version, Version(2));
   ASSERT_TRUE(v2->delta.has_value());
   EXPECT_EQ(v2->delta->base_root, m->root);
+}
+
+// Certificate mode (docs/security.md, "Sharded publishes"): no one signs the assembled manifest;
+// it travels as the ranks' signed parts, which every reader checks and assembles itself.
+TEST(ShardedPublish, InCertificateModeEveryReaderAssemblesTheRanksSignedParts) {
+  trust::Authority ca = weightcast::testing::NewAuthority();
+  auto anchor = weightcast::testing::AnchorOf(ca);
+  CoordinatorOptions options;
+  options.trust_anchor = anchor;
+  options.identity = weightcast::testing::Issue(ca, "coordinator", "coordinator");
+  CoordinatorHarness h(options);
+  ASSERT_TRUE(h.Start().ok());
+  Ranks ranks = RegisterRanks(h);
+  std::vector<std::shared_ptr<const trust::SigningIdentity>> rank_keys;
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    rank_keys.push_back(
+        weightcast::testing::Issue(ca, "trainer-" + std::to_string(r), "publisher:policy"));
+  }
+  // A part signed by a certificate without the publisher role is refused at once.
+  auto sampler = weightcast::testing::Issue(ca, "sampler", "agent");
+  EXPECT_EQ(Give(ranks, 0, Part(1, 0, 1), sampler.get()).status().code(), Code::kUnauthenticated);
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    auto reply = Give(ranks, r, Part(1, r, 1), rank_keys[r].get());
+    ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  }
+  auto tool = h.Connect(99, net::Role::kTool);
+  auto v1_bytes = tool->GetManifest("policy", Version(1));
+  ASSERT_TRUE(v1_bytes.ok()) << v1_bytes.status().ToString();
+  ASSERT_EQ((*v1_bytes)[4], kAssembledManifestFormat);
+  auto v1 = VerifySignedManifest(*v1_bytes, {"", anchor.get()});
+  ASSERT_TRUE(v1.ok()) << v1.status().ToString();
+  // The same manifest development mode assembles from the same parts.
+  PartAssembly same("policy", Version(1), kWorld, PartDeadline{});
+  for (uint32_t r = 0; r < kWorld; ++r) ASSERT_TRUE(same.Add({r, kWorld}, Part(1, r, 1)).ok());
+  EXPECT_EQ(v1->root, same.Assemble(nullptr)->root);
+  EXPECT_EQ(v1->chunk_count(), 12u);
+  EXPECT_FALSE(v1->delta.has_value());
+  // A node without the CA cannot read it; a node of another CA refuses it.
+  EXPECT_EQ(VerifySignedManifest(*v1_bytes, {testing::kSecret, nullptr}).status().code(),
+            Code::kUnauthenticated);
+  auto other = weightcast::testing::AnchorOf(weightcast::testing::NewAuthority("other"));
+  EXPECT_EQ(VerifySignedManifest(*v1_bytes, {"", other.get()}).status().code(),
+            Code::kUnauthenticated);
+
+  // v2: every part a delta on its rank's part of v1, assembled as a delta on v1.
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    auto reply = Give(ranks, r, AsDelta(Part(2, r, 2), Part(1, r, 1)), rank_keys[r].get());
+    ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  }
+  auto v2_bytes = tool->GetManifest("policy", Version(2));
+  ASSERT_TRUE(v2_bytes.ok());
+  auto v2 = VerifySignedManifest(*v2_bytes, {"", anchor.get()});
+  ASSERT_TRUE(v2.ok()) << v2.status().ToString();
+  ASSERT_TRUE(v2->delta.has_value());
+  EXPECT_EQ(v2->delta->base_version, Version(1));
+  EXPECT_EQ(v2->delta->base_root, v1->root);
+  EXPECT_EQ(v2->delta->chunks.size(), 12u);
+
+  // No byte of a part can change, and the coordinator's one claim, the delta base, changes no
+  // chunk hash and no root: only what the payloads are decoded onto.
+  std::vector<uint8_t> tampered = *v2_bytes;
+  tampered[tampered.size() / 2] ^= 0x01;
+  EXPECT_FALSE(VerifySignedManifest(tampered, {"", anchor.get()}).ok());
+  std::vector<uint8_t> other_base = *v2_bytes;
+  other_base[other_base.size() - 1] ^= 0x01;  // the base root's last byte
+  auto rebased = VerifySignedManifest(other_base, {"", anchor.get()});
+  ASSERT_TRUE(rebased.ok()) << rebased.status().ToString();
+  EXPECT_EQ(rebased->root, v2->root);
+  EXPECT_EQ(rebased->chunk_hashes, v2->chunk_hashes);
+  EXPECT_NE(rebased->delta->base_root, v1->root);
+}
+
+TEST(ShardedPublish, AnAssembledEnvelopeIsReadOnlyWhenItsPartsMakeOneVersion) {
+  trust::Authority ca = weightcast::testing::NewAuthority();
+  auto anchor = weightcast::testing::AnchorOf(ca);
+  auto trainer = weightcast::testing::Issue(ca, "trainer", "publisher:policy");
+  auto other_channel = weightcast::testing::Issue(ca, "trainer-b", "publisher:reward");
+  auto sign = [&](const Manifest& m, const trust::SigningIdentity& who) {
+    return *SignManifest(m, {testing::kSecret, &who});
+  };
+  std::vector<std::vector<uint8_t>> parts;
+  for (uint32_t r = 0; r < kWorld; ++r) parts.push_back(sign(Part(3, r, 1), *trainer));
+  auto read = [&](std::vector<std::vector<uint8_t>> p, uint64_t base = 0) {
+    return VerifySignedManifest(JoinAssembledManifest(p, base, Digest{}), {"", anchor.get()});
+  };
+  ASSERT_TRUE(read(parts).ok()) << read(parts).status().ToString();
+  auto refused = [&](std::vector<std::vector<uint8_t>> p, Code code, std::string_view why,
+                     uint64_t base = 0) {
+    Result<Manifest> r = read(std::move(p), base);
+    EXPECT_EQ(r.status().code(), code) << r.status().ToString();
+    EXPECT_NE(r.status().message().find(why), std::string::npos) << r.status().message();
+  };
+  auto swapped = parts;
+  std::swap(swapped[1], swapped[2]);
+  refused(swapped, Code::kCorrupt, "rank 1's part is not part 1/4");
+  auto older = parts;
+  older[3] = sign(Part(2, 3, 1), *trainer);
+  refused(older, Code::kCorrupt, "rank 3's part does not belong with the others");
+  auto three = parts;
+  three.pop_back();
+  refused(three, Code::kCorrupt, "is not part 0/3");
+  auto unsigned_part = parts;
+  unsigned_part[2] = Signed(Part(3, 2, 1));
+  refused(unsigned_part, Code::kCorrupt, "is not a publisher's certified manifest");
+  // The reward model's publisher signs a part of the policy channel: not its channel.
+  auto foreign = parts;
+  foreign[0] = sign(Part(3, 0, 1), *other_channel);
+  refused(foreign, Code::kUnauthenticated, "may not publish on 'policy'");
+  // A delta base with full parts.
+  refused(parts, Code::kCorrupt, "but rank 0's part is full", 2);
+  // Truncated anywhere.
+  std::vector<uint8_t> whole = JoinAssembledManifest(parts, 0, Digest{});
+  for (size_t cut : {size_t{5}, size_t{12}, whole.size() / 3, whole.size() - 1}) {
+    EXPECT_EQ(VerifySignedManifest(std::span(whole).first(cut), {"", anchor.get()}).status().code(),
+              Code::kCorrupt)
+        << cut;
+  }
 }
 
 TEST(ShardedPublish, APartMissingAbortsTheVersionAtTheDeadline) {
