@@ -3,12 +3,14 @@
 // default chunk size, fast hashes and a delta table, as an RL step publishes it), signed with
 // a publisher's certificate (Ed25519, certificate mode) and with the cluster secret
 // (HMAC-SHA256, development mode). Verifying in certificate mode includes the certificate chain
-// and the revocation list.
+// and the revocation list. Certificate mode also signs the version's commit decision (the
+// coordinator, once) and checks it (each agent, once): timed too, and in the total.
 //
 //   bench_manifest_signature [--rounds 50]
 //
 // Last line: one JSON object; times are milliseconds per manifest, the median of the rounds;
-// added_ms is the median, over rounds, of (certificate sign + verify) - (HMAC sign + verify).
+// added_ms is the median, over rounds, of (certificate sign + verify + decision sign + decision
+// verify) - (HMAC sign + verify).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -20,6 +22,7 @@
 #include "manifest/builder.h"
 #include "manifest/chunk_size.h"
 #include "trust/authority.h"
+#include "trust/decision_statement.h"
 #include "trust/signed_manifest.h"
 
 using namespace weightcast;
@@ -96,6 +99,12 @@ int main(int argc, char** argv) {
     Result<trust::IssuedCertificate> lost = ca->Issue({"lost", *trust::ParseRolesFlag("agent")});
     if (!lost.ok() || !ca->Revoke(lost->certificate_pem).ok()) return Fail(lost.status());
   }
+  Result<trust::IssuedCertificate> coordinator_cert =
+      ca->Issue({"coordinator", *trust::ParseRolesFlag("coordinator")});
+  if (!coordinator_cert.ok()) return Fail(coordinator_cert.status());
+  auto coordinator =
+      trust::SigningIdentity::FromPem(coordinator_cert->certificate_pem, coordinator_cert->key_pem);
+  if (!coordinator.ok()) return Fail(coordinator.status());
   auto identity = trust::SigningIdentity::FromPem(issued->certificate_pem, issued->key_pem);
   auto anchor = trust::TrustAnchor::FromPem(ca->certificate_pem(), *ca->crl_pem());
   if (!identity.ok()) return Fail(identity.status());
@@ -114,6 +123,14 @@ int main(int argc, char** argv) {
     // Interleaved, round by round, so that the machine's drift hits both modes alike; the
     // added cost is the median of the rounds' differences.
     std::vector<double> sign_ms, verify_ms, hmac_sign_ms, hmac_verify_ms, added_ms;
+    std::vector<double> decision_sign_ms, decision_verify_ms;
+    trust::DecisionStatement commit;
+    commit.channel = m.channel;
+    commit.version = m.version.value();
+    commit.root = m.root;
+    commit.commit = true;
+    commit.sequence = 7;
+    std::vector<uint8_t> decision;
     auto time_ms = [](auto&& fn) {
       const auto start = Clock::now();
       fn();
@@ -128,8 +145,17 @@ int main(int argc, char** argv) {
       hmac_verify_ms.push_back(time_ms([&] {
         if (!VerifySignedManifestWithSecret(hmac_bytes, secret).ok()) std::abort();
       }));
-      added_ms.push_back(sign_ms.back() + verify_ms.back() - hmac_sign_ms.back() -
-                         hmac_verify_ms.back());
+      decision_sign_ms.push_back(
+          time_ms([&] { decision = *trust::SignDecision(commit, **coordinator); }));
+      decision_verify_ms.push_back(time_ms([&] {
+        if (!trust::DecisionAuthorized(decision, **anchor, m.channel, m.version.value(), true,
+                                       &m.root, 0)
+                 .ok()) {
+          std::abort();
+        }
+      }));
+      added_ms.push_back(sign_ms.back() + verify_ms.back() + decision_sign_ms.back() +
+                         decision_verify_ms.back() - hmac_sign_ms.back() - hmac_verify_ms.back());
     }
     auto median = [](std::vector<double> v) {
       std::sort(v.begin(), v.end());
@@ -140,6 +166,8 @@ int main(int argc, char** argv) {
     const double hmac_sign = median(hmac_sign_ms);
     const double hmac_verify = median(hmac_verify_ms);
     const double added = median(added_ms);
+    const double decision_sign = median(decision_sign_ms);
+    const double decision_verify = median(decision_verify_ms);
     // Parsing and validating the manifest is part of both verifications; shown on its own.
     const std::string serialized = SerializeManifest(m);
     const double parse = MedianMs(rounds, [&] {
@@ -148,16 +176,18 @@ int main(int argc, char** argv) {
     const std::string tag = std::to_string(params / 1'000'000) + "M";
     std::printf(
         "%s params: manifest %zu bytes, %u chunks; certificate: sign %.3f ms, verify %.3f "
-        "ms; cluster secret: sign %.3f ms, verify %.3f ms; parse alone %.3f ms\n",
-        tag.c_str(), serialized.size(), m.chunk_count(), sign, verify, hmac_sign, hmac_verify,
-        parse);
+        "ms; decision: sign %.3f ms, verify %.3f ms; cluster secret: sign %.3f ms, verify %.3f "
+        "ms; parse alone %.3f ms\n",
+        tag.c_str(), serialized.size(), m.chunk_count(), sign, verify, decision_sign,
+        decision_verify, hmac_sign, hmac_verify, parse);
     char part[512];
     std::snprintf(part, sizeof(part),
                   ",\"%s\":{\"manifest_bytes\":%zu,\"chunks\":%u,\"cert_sign_ms\":%.3f,"
-                  "\"cert_verify_ms\":%.3f,\"secret_sign_ms\":%.3f,\"secret_verify_ms\":%.3f,"
+                  "\"cert_verify_ms\":%.3f,\"decision_sign_ms\":%.3f,\"decision_verify_ms\":%.3f,"
+                  "\"secret_sign_ms\":%.3f,\"secret_verify_ms\":%.3f,"
                   "\"parse_ms\":%.3f,\"added_ms\":%.3f}",
-                  tag.c_str(), serialized.size(), m.chunk_count(), sign, verify, hmac_sign,
-                  hmac_verify, parse, added);
+                  tag.c_str(), serialized.size(), m.chunk_count(), sign, verify, decision_sign,
+                  decision_verify, hmac_sign, hmac_verify, parse, added);
     json += part;
   }
   std::printf("%s}\n", json.c_str());

@@ -90,10 +90,10 @@ Result<Manifest> VerifyAssembledManifest(std::span<const uint8_t> bytes,
     if (!part.ok()) return part.status().WithContext(what);
     Result<std::optional<PartId>> id = PartOf(*part);
     if (!id.ok() || !id->has_value() || (*id)->rank != rank || (*id)->world != world) {
-      return Corrupt(what + " is not part " + std::to_string(rank) + "/" +
-                     std::to_string(world));
+      return Corrupt(what + " is not part " + std::to_string(rank) + "/" + std::to_string(world));
     }
-    if (!assembly.has_value()) assembly.emplace(part->channel, part->version, world, PartDeadline{});
+    if (!assembly.has_value())
+      assembly.emplace(part->channel, part->version, world, PartDeadline{});
     Result<PartAssembly::Added> added = assembly->Add(**id, *part);
     if (!added.ok() || *added != PartAssembly::Added::kNew) {
       return Corrupt(what + " does not belong with the others: " +

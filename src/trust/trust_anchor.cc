@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <map>
 #include <mutex>
 
 #include <openssl/err.h>
@@ -60,6 +61,18 @@ struct TrustAnchor::State {
   mutable FileStamp crl_stamp;
   mutable std::chrono::steady_clock::time_point next_check{};
   mutable std::string crl_error;
+
+  // Certificates that passed, by their DER bytes: the same bytes checked against the same store
+  // (the CRL unchanged) before they expire pass again, so a coordinator's or publisher's
+  // certificate, checked with every decision and manifest, is verified once. Bounded: cleared
+  // when full.
+  struct Passed {
+    std::shared_ptr<X509> cert;
+    CertificateInfo info;
+    SharedStore store;
+  };
+  static constexpr size_t kMaxPassed = 256;
+  mutable std::map<std::string, Passed, std::less<>> passed;
 
   // The store to verify with, re-reading the CRL file first when it changed.
   SharedStore Current(const std::string& ca_name) const {
@@ -155,18 +168,42 @@ Result<CertificateInfo> Verified(X509_STORE* store, X509* cert) {
 
 }  // namespace
 
-Result<CertificateInfo> TrustAnchor::Check(std::span<const uint8_t> certificate_der) const {
-  WC_ASSIGN_OR_RETURN(X509Ptr cert, ParseCertificateDer(certificate_der));
+Result<std::pair<std::shared_ptr<X509>, CertificateInfo>> TrustAnchor::CheckOnce(
+    std::span<const uint8_t> certificate_der) const {
   const SharedStore store = state_->Current(ca_name_);
-  return Verified(store.get(), cert.get());
+  const std::string_view key(reinterpret_cast<const char*>(certificate_der.data()),
+                             certificate_der.size());
+  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  {
+    std::lock_guard lock(state_->mu);
+    auto it = state_->passed.find(key);
+    if (it != state_->passed.end() && it->second.store == store &&
+        now < it->second.info.not_after) {
+      return std::make_pair(it->second.cert, it->second.info);
+    }
+  }
+  WC_ASSIGN_OR_RETURN(X509Ptr parsed, ParseCertificateDer(certificate_der));
+  std::shared_ptr<X509> cert(parsed.release(), X509_free);
+  WC_ASSIGN_OR_RETURN(CertificateInfo info, Verified(store.get(), cert.get()));
+  std::lock_guard lock(state_->mu);
+  if (state_->passed.size() >= State::kMaxPassed) state_->passed.clear();
+  state_->passed[std::string(key)] = State::Passed{cert, info, store};
+  return std::make_pair(std::move(cert), std::move(info));
+}
+
+Result<CertificateInfo> TrustAnchor::Check(std::span<const uint8_t> certificate_der) const {
+  WC_ASSIGN_OR_RETURN(auto checked, CheckOnce(certificate_der));
+  return std::move(checked.second);
 }
 
 Result<CertificateInfo> TrustAnchor::CheckSigned(std::span<const uint8_t> certificate_der,
                                                  std::span<const uint8_t> message,
                                                  std::span<const uint8_t> signature) const {
-  WC_ASSIGN_OR_RETURN(X509Ptr cert, ParseCertificateDer(certificate_der));
-  const SharedStore store = state_->Current(ca_name_);
-  WC_ASSIGN_OR_RETURN(CertificateInfo info, Verified(store.get(), cert.get()));
+  WC_ASSIGN_OR_RETURN(auto checked, CheckOnce(certificate_der));
+  const std::shared_ptr<X509>& cert = checked.first;
+  const CertificateInfo& info = checked.second;
   EVP_PKEY* key = X509_get0_pubkey(cert.get());
   if (key == nullptr || EVP_PKEY_get_id(key) != EVP_PKEY_ED25519) {
     return Unauthenticated("certificate '" + info.name + "': its key is not Ed25519");

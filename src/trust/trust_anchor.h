@@ -10,10 +10,13 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include <weightcast/status.h>
 
 #include "trust/certificate.h"
+
+typedef struct x509_st X509;  // OpenSSL's, kept out of this header
 
 namespace weightcast::trust {
 
@@ -51,6 +54,10 @@ class TrustAnchor {
   static constexpr std::chrono::milliseconds kCrlRecheck{1000};
 
  private:
+  // Check() with its result kept: the same certificate bytes pass again without the chain's
+  // signature check while the revocation list is the same and the certificate has not expired.
+  Result<std::pair<std::shared_ptr<X509>, CertificateInfo>> CheckOnce(
+      std::span<const uint8_t> certificate_der) const;
   struct State;
   explicit TrustAnchor(std::unique_ptr<State> state, std::string ca_name);
   std::unique_ptr<State> state_;

@@ -175,6 +175,34 @@ TEST(SigningIdentity, LoadRefusesAKeyOthersCanReadOrAKeyThatIsNotTheCertificates
   EXPECT_NE(open_key.status().message().find("chmod 600"), std::string::npos);
 }
 
+// A certificate that passed is not verified again while the list and its validity hold, but
+// every signature made with it still is, and other certificates are checked on their own.
+TEST(TrustAnchor, ACertificateThatPassedIsKeptButEverySignatureIsChecked) {
+  Authority ca = NewAuthority();
+  auto anchor = TrustAnchor::FromPem(ca.certificate_pem(), *ca.crl_pem());
+  ASSERT_TRUE(anchor.ok());
+  Result<IssuedCertificate> node = ca.Issue({"trainer", *ParseRolesFlag("publisher:p")});
+  auto identity = SigningIdentity::FromPem(node->certificate_pem, node->key_pem);
+  const auto der = (*identity)->certificate_der();
+  const std::vector<uint8_t> message = {1, 2, 3};
+  const std::vector<uint8_t> signature = *(*identity)->Sign(message);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE((*anchor)->Check(der).ok());
+    EXPECT_TRUE((*anchor)->CheckSigned(der, message, signature).ok());
+    std::vector<uint8_t> forged = signature;
+    forged[i] ^= 1;
+    EXPECT_EQ((*anchor)->CheckSigned(der, message, forged).status().code(), Code::kUnauthenticated);
+    const std::vector<uint8_t> other_message = {9, 9};
+    EXPECT_EQ((*anchor)->CheckSigned(der, other_message, signature).status().code(),
+              Code::kUnauthenticated);
+  }
+  Authority other = NewAuthority("other");
+  Result<IssuedCertificate> foreign = other.Issue({"trainer", *ParseRolesFlag("publisher:p")});
+  auto intruder = SigningIdentity::FromPem(foreign->certificate_pem, foreign->key_pem);
+  EXPECT_EQ((*anchor)->Check((*intruder)->certificate_der()).status().code(),
+            Code::kUnauthenticated);
+}
+
 }  // namespace
 }  // namespace weightcast::trust
 
