@@ -71,7 +71,7 @@ struct TrustAnchor::State {
     CertificateInfo info;
     SharedStore store;
   };
-  static constexpr size_t kMaxPassed = 256;
+  static constexpr size_t kMaxPassed = 4096;  // a fleet's agents, about 1 KiB each
   mutable std::map<std::string, Passed, std::less<>> passed;
 
   // The store to verify with, re-reading the CRL file first when it changed.
