@@ -89,6 +89,14 @@ Status RunRecv(const NetFlags& flags) {
 
 Status RunSend(const NetFlags& flags) {
   WC_ASSIGN_OR_RETURN(net::Options options, MakeOptions(flags));
+  // A UCX listener has a port of its own, which `net recv` prints after the TCP one: without it
+  // the peer offers no UCX and the transfer would go over TCP, unasked.
+  if (flags.transport == "ucx" && !options.tls.enabled &&
+      flags.address.find(",ucx=") == std::string::npos) {
+    return InvalidArgument("--transport ucx: " + flags.address +
+                           " names no UCX port; connect to the address `net recv` printed "
+                           "(ip:port,ucx=PORT)");
+  }
   net::P2pSendOptions send;
   WC_ASSIGN_OR_RETURN(send.bytes, ParseSize(flags.bytes));
   WC_ASSIGN_OR_RETURN(uint64_t chunk, ParseSize(flags.chunk_size));

@@ -48,10 +48,11 @@ std::string P2pStats::ToJson(std::string_view role) const {
   std::snprintf(buf, sizeof(buf),
                 "{\"role\":\"%.*s\",\"bytes\":%llu,\"chunks\":%llu,\"seconds\":%.6f,"
                 "\"gbit_per_s\":%.4f,\"cpu_user_s\":%.4f,\"cpu_system_s\":%.4f,"
-                "\"cpu_s_per_gb\":%.4f}",
+                "\"cpu_s_per_gb\":%.4f,\"transport\":\"%.16s\"}",
                 static_cast<int>(role.size()), role.data(), static_cast<unsigned long long>(bytes),
                 static_cast<unsigned long long>(chunks), seconds, gbit_per_s(), cpu_user,
-                cpu_system, bytes > 0 ? (cpu_user + cpu_system) / (bytes / 1e9) : 0.0);
+                cpu_system, bytes > 0 ? (cpu_user + cpu_system) / (bytes / 1e9) : 0.0,
+                transport.c_str());
   return buf;
 }
 
@@ -82,6 +83,7 @@ Result<P2pStats> P2pSend(Transport& transport, std::string_view address,
   const auto t0 = WallClock::now();
   WC_RETURN_IF_ERROR(conn->SendControl(U64Bytes(options.bytes), left()));
   P2pStats stats;
+  stats.transport = conn->peer().transport;
   uint64_t offset_in_source = 0;
   while (stats.bytes < options.bytes) {
     uint64_t n = std::min<uint64_t>(options.chunk_bytes, options.bytes - stats.bytes);
@@ -118,6 +120,7 @@ Result<P2pStats> P2pReceive(Listener& listener, Duration timeout) {
   const Usage u0 = ProcessUsage();
   const auto t0 = WallClock::now();
   P2pStats stats;
+  stats.transport = conn->peer().transport;
   while (stats.bytes < expected) {
     WC_ASSIGN_OR_RETURN(Frame frame, conn->Receive(left()));
     if (frame.type != FrameType::kChunk) {

@@ -22,6 +22,7 @@ struct P2pStats {
   double seconds = 0;   // wall time of the transfer (first send to acknowledgement)
   double cpu_user = 0;  // process CPU seconds during the transfer
   double cpu_system = 0;
+  std::string transport;  // what carried it: "tcp", "ucx" (PeerInfo::transport)
   double gbit_per_s() const { return seconds > 0 ? bytes * 8 / seconds / 1e9 : 0; }
   std::string ToJson(std::string_view role) const;
 };

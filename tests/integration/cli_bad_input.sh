@@ -58,6 +58,9 @@ expect_error fetch-timeout "12parsecs" "$wc" fetch --from 127.0.0.1:1 --root "$w
 expect_error net-timeout "12parsecs" "$wc" net recv --listen 127.0.0.1:0 --timeout 12parsecs \
   --secret-file "$work/secret"
 expect_error sim-timeout "12parsecs" "$wc" sim -n 10 --size 1GB --timeout 12parsecs
+# UCX asked for, to an address that offers none: refused, not sent over TCP unasked.
+expect_error net-ucx-address "names no UCX port" "$wc" net send --connect 127.0.0.1:1 \
+  --transport ucx --bytes 1MiB --secret-file "$work/secret"
 
 # A store refuses a bad channel name and is left as it was.
 mkdir -p "$work/store"
