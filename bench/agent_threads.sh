@@ -8,6 +8,10 @@
 #
 #   bash bench/agent_threads.sh [path/to/weightcast] [agents=26] [size=256MiB] [degrees=6,24]
 #
+# TRANSPORT=auto runs every agent and the publisher with `--transport auto` (UCX between them,
+# UCX_TLS=sm,tcp on loopback); AGENT_FLAGS adds flags to every agent (e.g. --download-limit 10GiB,
+# which makes a UCX connection deliver through Receive, on a thread per peer).
+#
 # Last line: one JSON object.
 set -euo pipefail
 
@@ -15,6 +19,9 @@ wc=${1:-build/release/src/cli/weightcast}
 agents=${2:-26}
 size=${3:-256MiB}
 IFS=, read -r -a degrees <<<"${4:-6,24}"
+transport=${TRANSPORT:-tcp}
+read -r -a agent_flags <<<"${AGENT_FLAGS:-}"
+if [[ $transport != tcp ]]; then export UCX_TLS=${UCX_TLS:-sm,tcp} UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}; fi
 [[ -x $wc ]] || { echo "weightcast not found at $wc (build a Release weightcast)" >&2; exit 1; }
 
 work="$(mktemp -d)"
@@ -54,15 +61,18 @@ for degree in "${degrees[@]}"; do
   coord="$(cat "$d/coord.addr")"
   for i in $(seq 1 "$agents"); do
     nice "$wc" agent --coordinator "$coord" --store "$d/a$i" --channel policy --node-id $((100 + i)) \
-      --metrics 127.0.0.1:0 --secret-file "$work/secret" 2>"$d/a$i.log" &
+      --metrics 127.0.0.1:0 --secret-file "$work/secret" --transport "$transport" \
+      "${agent_flags[@]}" 2>"$d/a$i.log" &
     pids[a$i]=$!
   done
   for i in $(seq 1 "$agents"); do wait_for 30 grep -q "serving metrics at" "$d/a$i.log"; done
   "$wc" publish --coordinator "$coord" --store "$d/pub" --channel policy --dir "$work/model" \
-    --until complete --node-id 1 --secret-file "$work/secret" >"$d/pub.out" 2>"$d/pub.log" &
+    --until complete --node-id 1 --secret-file "$work/secret" --transport "$transport" \
+    >"$d/pub.out" 2>"$d/pub.log" &
   pids[pub]=$!
   : >"$d/threads"
   : >"$d/peers"
+  : >"$d/ucx_peers"
   deadline=$((SECONDS + 600))
   while ! all_current "$degree"; do
     ((SECONDS < deadline)) || { echo "degree $degree: not every agent committed in 600 s" >&2; exit 1; }
@@ -73,6 +83,8 @@ for degree in "${degrees[@]}"; do
     i=$(( (RANDOM % agents) + 1 ))
     addr="$(grep -o 'http://127.0.0.1:[0-9]*/metrics' "$d/a$i.log" | head -n 1)"
     curl -s "$addr" | awk '$1 ~ /^weightcast_agent_peers($|{)/ {print $2}' >>"$d/peers" || true
+    curl -s "$addr" | awk '$1 ~ /^weightcast_agent_peer_connections{.*transport="ucx"/ {s += $2}
+      END {print s + 0}' >>"$d/ucx_peers" || true
     sleep 0.2
   done
   wait "${pids[pub]}" 2>/dev/null || true
@@ -81,22 +93,29 @@ for degree in "${degrees[@]}"; do
   results+=("$degree:$d")
 done
 
-python3 - "$agents" "$size" "${results[@]}" <<'PY'
+python3 - "$agents" "$size" "$transport" "${AGENT_FLAGS:-}" "${results[@]}" <<'PY'
 import json, statistics, sys
 agents, size = int(sys.argv[1]), sys.argv[2]
-out = {"bench": "agent_threads", "agents": agents, "size": size, "by_degree": {}}
-for item in sys.argv[3:]:
+out = {"bench": "agent_threads", "agents": agents, "size": size, "transport": sys.argv[3],
+       "agent_flags": sys.argv[4], "by_degree": {}}
+for item in sys.argv[5:]:
     degree, path = item.split(":", 1)
     per_agent = {}
     for line in open(f"{path}/threads"):
         i, t = line.split()
         per_agent[i] = max(per_agent.get(i, 0), int(t))
     peers = [float(x) for x in open(f"{path}/peers").read().split()]
+    try:
+        ucx = [float(x) for x in open(f"{path}/ucx_peers").read().split()]
+    except FileNotFoundError:
+        ucx = []
     maxima = list(per_agent.values())
     row = {"threads_max": max(maxima), "threads_median_of_maxima": statistics.median(maxima),
-           "peers_max": int(max(peers)) if peers else None}
+           "peers_max": int(max(peers)) if peers else None,
+           "ucx_peers_max": int(max(ucx)) if ucx else 0}
     out["by_degree"][degree] = row
     print(f"degree {degree}: at most {row['threads_max']} threads per agent "
-          f"(median of maxima {row['threads_median_of_maxima']}), up to {row['peers_max']} peers connected")
+          f"(median of maxima {row['threads_median_of_maxima']}), up to {row['peers_max']} peers "
+          f"connected, {row['ucx_peers_max']} over UCX")
 print(json.dumps(out))
 PY

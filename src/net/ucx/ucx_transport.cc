@@ -171,6 +171,14 @@ struct Conn : std::enable_shared_from_this<Conn> {
   bool flushed_before_failure = false;
   bool kick_pending = false;  // a receive-queue wake is posted
 
+  // -- push delivery (Connection::DeliverFrames) --
+  // handler_mu is held across every handler call and while a frame goes to the inbox, and is
+  // taken before mu, never under it: a frame is either in the inbox before the handler is set
+  // (and drained to it by DeliverFrames) or handed to the handler, never stranded.
+  std::mutex handler_mu;
+  Connection::FrameHandler handler;  // guarded by handler_mu
+  bool handler_ended = false;        // guarded by handler_mu: the end status went to it
+
   // -- progress thread --
   Core* core_for_callbacks = nullptr;
   ucp_ep_h ep = nullptr;       // made from the sockaddr (the handshake travels on it)
@@ -207,13 +215,52 @@ struct Conn : std::enable_shared_from_this<Conn> {
   bool established_io() const { return handshake.has_value() && handshake->established(); }
   bool upgraded() const { return data_ep != nullptr; }
 
-  // Marks the connection failed (first status wins). Returns false when it already was.
+  // Marks the connection failed (first status wins) and hands the status to a push handler.
+  // Returns false when it already was.
   bool FailShared(Status why) {
-    std::lock_guard lock(mu);
-    if (!status.ok()) return false;
-    status = std::move(why);
-    flushed_before_failure = control_bytes == 0 && data_bytes == 0;
-    cv.notify_all();
+    Status end;
+    {
+      std::lock_guard lock(mu);
+      if (!status.ok()) return false;
+      status = std::move(why);
+      end = status;
+      flushed_before_failure = control_bytes == 0 && data_bytes == 0;
+      cv.notify_all();
+    }
+    EndHandler(end);
+    return true;
+  }
+
+  // The end status to the push handler, once; the handler is dropped after it.
+  void EndHandler(const Status& end) {
+    std::lock_guard h(handler_mu);
+    if (!handler || handler_ended) return;
+    handler_ended = true;
+    Connection::FrameHandler last = std::move(handler);
+    handler = nullptr;
+    last(end);
+  }
+
+  // Push delivery from now on: the inbox first, in order, then every frame as it is ready, then
+  // the end status.
+  bool StartDelivering(Connection::FrameHandler to) {
+    std::lock_guard h(handler_mu);
+    if (handler || handler_ended) return false;
+    std::deque<Frame> backlog;
+    Status end;
+    {
+      std::lock_guard lock(mu);
+      backlog.swap(inbox);
+      inbox_bytes = 0;
+      end = status;
+    }
+    for (Frame& frame : backlog) to(std::move(frame));
+    if (!end.ok()) {
+      handler_ended = true;
+      to(end);
+      return true;
+    }
+    handler = std::move(to);
     return true;
   }
 };
@@ -410,6 +457,8 @@ class Core : public std::enable_shared_from_this<Core> {
     Post([this, holder] { StartSend(std::move(*holder)); });
     return Status::Ok();
   }
+
+  bool paces_downloads() const { return options_.download_limit != nullptr; }
 
   Result<Frame> Receive(const std::shared_ptr<Conn>& conn, Duration timeout) {
     std::unique_lock lock(conn->mu);
@@ -1154,6 +1203,11 @@ class Core : public std::enable_shared_from_this<Core> {
         return;
       }
       {
+        std::lock_guard h(conn->handler_mu);
+        if (conn->handler) {
+          conn->handler(std::move(frame));
+          continue;
+        }
         std::lock_guard lock(conn->mu);
         if (!conn->status.ok()) return;
         conn->inbox_bytes += frame.body.size();
@@ -1316,6 +1370,14 @@ class UcxConnection : public Connection {
   }
   Result<Frame> Receive(Duration timeout) override { return core_->Receive(conn_, timeout); }
   Status Flush(Duration timeout) override { return core_->Flush(conn_, timeout); }
+  // Push delivery runs the handler on the progress thread. Not with a download limit: that
+  // paces the taking of frames (Receive), which a handler does not do.
+  bool CanDeliverFrames() const override { return !core_->paces_downloads(); }
+  // NOLINTNEXTLINE(performance-unnecessary-value-param): the interface takes it by value
+  bool DeliverFrames(FrameHandler handler) override {
+    if (!CanDeliverFrames()) return false;
+    return conn_->StartDelivering(std::move(handler));
+  }
   void Close() override { core_->Close(conn_); }
   Status status() const override {
     std::lock_guard lock(conn_->mu);

@@ -1,5 +1,6 @@
-// Shared helpers for the net tests: options for a test node, a thread-safe log capture, and the
-// pieces of a peer played by hand (a raw listener, the bytes of a refusal).
+// Shared helpers for the net tests: options for a test node, a thread-safe log capture, the
+// pieces of a peer played by hand (a raw listener, the bytes of a refusal), and what a push
+// handler (Connection::DeliverFrames) was given.
 #pragma once
 
 #include <arpa/inet.h>
@@ -9,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -130,5 +132,41 @@ inline std::vector<uint8_t> HelloThenRefusal(std::string_view reason) {
   }
   return bytes;
 }
+
+// What a handler was given, in order; waitable.
+struct Collected {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Frame> frames;
+  std::vector<Status> ends;
+
+  Connection::FrameHandler Handler() {
+    return [this](Result<Frame> f) {
+      std::lock_guard lock(mu);
+      if (f.ok()) {
+        frames.push_back(std::move(f).value());
+      } else {
+        ends.push_back(f.status());
+      }
+      cv.notify_all();
+    };
+  }
+  bool WaitFrames(size_t n) {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, std::chrono::seconds(5), [&] { return frames.size() >= n; });
+  }
+  bool WaitEnd() {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, std::chrono::seconds(5), [&] { return !ends.empty(); });
+  }
+  size_t frame_count() {
+    std::lock_guard lock(mu);
+    return frames.size();
+  }
+  size_t end_count() {
+    std::lock_guard lock(mu);
+    return ends.size();
+  }
+};
 
 }  // namespace weightcast::net::testing

@@ -15,6 +15,7 @@ namespace weightcast::net {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::Collected;
 using testing::ConnectedPair;
 using testing::Pattern;
 using testing::TestOptions;
@@ -23,42 +24,6 @@ ConnectedPair Connect(Options server_opts, Options client_opts) {
   return testing::ConnectPair(std::move(TcpTransport::Create(std::move(server_opts))).value(),
                               std::move(TcpTransport::Create(std::move(client_opts))).value());
 }
-
-// What a handler was given, in order; waitable.
-struct Collected {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<Frame> frames;
-  std::vector<Status> ends;
-
-  Connection::FrameHandler Handler() {
-    return [this](Result<Frame> f) {
-      std::lock_guard lock(mu);
-      if (f.ok()) {
-        frames.push_back(std::move(f).value());
-      } else {
-        ends.push_back(f.status());
-      }
-      cv.notify_all();
-    };
-  }
-  bool WaitFrames(size_t n) {
-    std::unique_lock lock(mu);
-    return cv.wait_for(lock, 5s, [&] { return frames.size() >= n; });
-  }
-  bool WaitEnd() {
-    std::unique_lock lock(mu);
-    return cv.wait_for(lock, 5s, [&] { return !ends.empty(); });
-  }
-  size_t frame_count() {
-    std::lock_guard lock(mu);
-    return frames.size();
-  }
-  size_t end_count() {
-    std::lock_guard lock(mu);
-    return ends.size();
-  }
-};
 
 std::vector<uint8_t> Numbered(uint8_t n) { return std::vector<uint8_t>(16, n); }
 

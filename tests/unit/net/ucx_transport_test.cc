@@ -394,6 +394,81 @@ TEST_P(UcxTransportTest, AutoKeepsUcxAfterThePeerClosesRoutinely) {
   EXPECT_FALSE(log.Contains("use TCP")) << log.All();
 }
 
+// Push delivery (Connection::DeliverFrames), the path an agent's swarm node takes so that it
+// needs no reader thread per UCX peer: what arrived before the handler first, then every frame
+// in order (eager control frames and rendezvous chunks alike), then the end once.
+TEST_P(UcxTransportTest, PushDeliveryKeepsTheOrderAndEndsOnce) {
+  testing::Collected got;  // before the connections: their end goes to it
+  LogCapture log;
+  Pair p = Connect(Make(TestOptions(2, &log)), Make(TestOptions(1, &log)));
+  ASSERT_TRUE(p.server && p.client) << log.All();
+  ASSERT_TRUE(p.server->CanDeliverFrames());
+  for (uint8_t i = 0; i < 3; ++i) ASSERT_TRUE(p.client->SendControl(Pattern(16, i)).ok());
+  ASSERT_TRUE(p.client->Flush(5s).ok());
+  std::this_thread::sleep_for(100ms);  // the three are in the server's inbox by now
+  ASSERT_TRUE(p.server->DeliverFrames(got.Handler()));
+  EXPECT_FALSE(p.server->DeliverFrames(got.Handler()));  // one handler
+  auto payload = std::make_shared<std::vector<uint8_t>>(Pattern(1 << 20, 9));
+  for (uint32_t i = 3; i < 40; ++i) {
+    if (i % 4 == 0) {
+      ASSERT_TRUE(p.client->SendChunk({.version = 1, .channel = 0, .chunk_index = i}, *payload,
+                                      payload)
+                      .ok());
+    } else {
+      ASSERT_TRUE(p.client->SendControl(Pattern(16, static_cast<uint8_t>(i))).ok());
+    }
+  }
+  ASSERT_TRUE(got.WaitFrames(40));
+  {
+    std::lock_guard lock(got.mu);
+    for (uint32_t i = 0; i < 40; ++i) {
+      const Frame& f = got.frames[i];
+      if (i >= 3 && i % 4 == 0) {
+        ASSERT_EQ(f.type, FrameType::kChunk) << i;
+        EXPECT_EQ(f.chunk_header()->chunk_index, i);
+        EXPECT_TRUE(std::equal(payload->begin(), payload->end(), f.chunk_payload().begin()));
+      } else {
+        ASSERT_EQ(f.type, FrameType::kControl) << i;
+        EXPECT_EQ(f.body[0], Pattern(16, static_cast<uint8_t>(i))[0]) << "frame " << i;
+      }
+    }
+  }
+  EXPECT_EQ(got.end_count(), 0u);
+  p.client->Close();  // the peer hangs up: the end, once
+  ASSERT_TRUE(got.WaitEnd());
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(got.end_count(), 1u);
+  p.server->Close();
+  EXPECT_EQ(got.end_count(), 1u);
+}
+
+TEST_P(UcxTransportTest, PushDeliveryEndsInsideCloseAndAfterTheEnd) {
+  testing::Collected closed, late;
+  Pair p = Connect(Make(TestOptions(2, nullptr)), Make(TestOptions(1, nullptr)));
+  ASSERT_TRUE(p.server && p.client);
+  ASSERT_TRUE(p.server->DeliverFrames(closed.Handler()));
+  p.server->Close();
+  EXPECT_EQ(closed.end_count(), 1u);  // inside Close, before it returned
+  // A handler given after the end gets the end at once.
+  Pair q = Connect(Make(TestOptions(4, nullptr)), Make(TestOptions(3, nullptr)));
+  ASSERT_TRUE(q.server && q.client);
+  q.server->Close();
+  ASSERT_TRUE(q.server->DeliverFrames(late.Handler()));
+  EXPECT_EQ(late.end_count(), 1u);
+}
+
+TEST_P(UcxTransportTest, ADownloadLimitKeepsReceive) {
+  Options limited = TestOptions(2, nullptr);
+  limited.download_limit = std::make_shared<TokenBucket>(1 << 30, 1 << 20);
+  Pair p = Connect(Make(std::move(limited)), Make(TestOptions(1, nullptr)));
+  ASSERT_TRUE(p.server && p.client);
+  EXPECT_FALSE(p.server->CanDeliverFrames());
+  testing::Collected got;
+  EXPECT_FALSE(p.server->DeliverFrames(got.Handler()));
+  ASSERT_TRUE(p.client->SendControl(Pattern(8, 1)).ok());
+  EXPECT_TRUE(p.server->Receive(5s).ok());
+}
+
 INSTANTIATE_TEST_SUITE_P(Tls, UcxTransportTest, ::testing::Values("tcp", "posix,cma,tcp"),
                          [](const ::testing::TestParamInfo<const char*>& info) {
                            return std::string(info.index == 0 ? "tcp" : "shm");
