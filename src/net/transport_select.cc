@@ -71,6 +71,15 @@ class WatchedConnection : public Connection {
     return frame;
   }
   Status Flush(Duration timeout) override { return Observe(inner_->Flush(timeout)); }
+  bool CanDeliverFrames() const override { return inner_->CanDeliverFrames(); }
+  // The end reaches the handler through Observe, as a failed Receive would.
+  // NOLINTNEXTLINE(performance-unnecessary-value-param): the interface takes it by value
+  bool DeliverFrames(FrameHandler handler) override {
+    return inner_->DeliverFrames([this, handler = std::move(handler)](Result<Frame> frame) {
+      if (!frame.ok()) Observe(frame.status()).IgnoreError();
+      handler(std::move(frame));
+    });
+  }
   void Close() override {
     Observe(Status::Ok()).IgnoreError();
     {

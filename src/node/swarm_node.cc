@@ -20,6 +20,7 @@ Status SwarmNode::Impl::Start(std::string_view listen_address) {
   if (workers == 0) workers = std::clamp<size_t>(std::thread::hardware_concurrency(), 2, 8);
   pool_ = std::make_unique<ThreadPool>(workers);
   upload_pool_ = std::make_unique<ThreadPool>(kUploadWorkers);
+  connect_pool_ = std::make_unique<ThreadPool>(kConnectThreads);
   if (options_.origin_http != nullptr) origin_pool_ = std::make_unique<ThreadPool>(kOriginReaders);
   event_thread_ = std::thread([this] { EventLoop(); });
   accept_thread_ = std::thread([this] { AcceptLoop(); });
@@ -52,13 +53,8 @@ void SwarmNode::Impl::Stop() {
       JoinPeer(*up->peer);
     }
   }
-  // Connector threads finish their Connect (bounded by its timeout) and see stopping_.
-  std::vector<std::thread> connectors;
-  {
-    std::lock_guard lock(mu_);
-    connectors.swap(connectors_);
-  }
-  for (std::thread& t : connectors) t.join();
+  // Connects in progress finish (bounded by their timeout); queued ones see stopping_.
+  connect_pool_.reset();
   std::vector<std::shared_ptr<Peer>> peers;
   {
     std::lock_guard lock(mu_);

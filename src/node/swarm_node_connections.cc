@@ -163,7 +163,14 @@ void SwarmNode::Impl::SetPeers(std::span<const PeerAddress> list) {
     if (peers_.count(a.id.value()) != 0 || connecting_.count(a.id.value()) != 0) continue;
     if (!protocol_.Admits(Now(), a.id)) continue;  // banned
     connecting_.insert(a.id.value());
-    connectors_.emplace_back([this, a] {
+    connect_pool_->Submit([this, a] {
+      {
+        std::lock_guard inner(mu_);
+        if (stopping_) {
+          connecting_.erase(a.id.value());
+          return;
+        }
+      }
       auto conn = transport_.Connect(a.address, std::chrono::seconds(5));
       if (conn.ok() && (*conn)->peer().node_id != a.id) {
         Log("peer at " + a.address + " is node " + std::to_string((*conn)->peer().node_id.value()) +
@@ -192,14 +199,6 @@ void SwarmNode::Impl::SetPeers(std::span<const PeerAddress> list) {
     } else {
       ++it;
     }
-  }
-  // Finished connector threads are joined at Stop; bound their number meanwhile.
-  if (connectors_.size() > 256 && connecting_.empty()) {
-    std::vector<std::thread> old;
-    old.swap(connectors_);
-    mu_.unlock();
-    for (std::thread& t : old) t.join();
-    mu_.lock();
   }
   qcv_.notify_one();
 }

@@ -115,6 +115,10 @@ struct SwarmNode::Impl {
   // Upload workers: they read a chunk (memory or store) and queue it on its connection; the
   // sending itself is the transport's. Independent of the number of peers.
   static constexpr size_t kUploadWorkers = 2;
+  // Outgoing connects run on a few threads, whatever the number of peers to connect to: each
+  // Connect blocks until its handshake is done (at most its 5 s timeout; UCX's takes longer
+  // than TCP's), and a thread each made an agent's threads grow with its degree.
+  static constexpr size_t kConnectThreads = 4;
   // The largest chunk whose codec payload the event loop checks itself (CheckedOnLoop).
   static constexpr uint64_t kLoopCheckMaxChunkBytes = 1u << 20;
   // Codec payloads of one peer's with its transport at once (KickUploads).
@@ -361,7 +365,7 @@ struct SwarmNode::Impl {
   std::unique_ptr<net::Listener> listener_;
   std::string address_;
   std::thread event_thread_, accept_thread_;
-  std::vector<std::thread> connectors_;
+  std::unique_ptr<ThreadPool> connect_pool_;
   std::set<uint64_t> connecting_;
   std::map<uint64_t, std::shared_ptr<Peer>> peers_;
   std::vector<PeerId> listed_;  // the last SetPeers list's ids, own id left out

@@ -362,6 +362,39 @@ TEST_P(UcxTransportTest, AutoUsesUcxThenFallsBackToTcpAfterAFailure) {
   EXPECT_GT(by[1].second.bytes_sent, 1u << 20);
 }
 
+// The same through push delivery, as a swarm node takes its frames: the selection layer's
+// connection forwards the push, and a UCX failure reaching the handler still sends the next
+// connect to that address over TCP.
+TEST_P(UcxTransportTest, AutoSeesAFailureThroughPushDeliveryToo) {
+  testing::Collected got;
+  LogCapture log;
+  TransportSelection faulty;
+  faulty.ucx.fail_after_bytes = 4 << 20;
+  auto server = CreateTransport(TestOptions(2, &log), faulty);
+  auto client = CreateTransport(TestOptions(1, &log), {});
+  ASSERT_TRUE(server.ok() && client.ok());
+  auto l = (*server)->Listen("127.0.0.1:0");
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  auto first = (*client)->Connect((*l)->address(), 5s);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_EQ((*first)->peer().transport, "ucx");
+  ASSERT_TRUE((*first)->CanDeliverFrames());
+  ASSERT_TRUE((*first)->DeliverFrames(got.Handler()));
+  auto accepted = (*l)->Accept(5s);
+  ASSERT_TRUE(accepted.ok());
+  auto payload = std::make_shared<std::vector<uint8_t>>(Pattern(1 << 20, 2));
+  Status sent = Status::Ok();
+  for (uint32_t i = 0; i < 32 && sent.ok(); ++i) {
+    sent = (*first)->SendChunk({.chunk_index = i}, *payload, payload, 5s);
+    if (sent.ok()) sent = (*first)->Flush(5s);
+  }
+  ASSERT_TRUE(got.WaitEnd());
+  auto second = (*client)->Connect((*l)->address(), 5s);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ((*second)->peer().transport, "tcp");
+  EXPECT_TRUE(log.Contains("use TCP")) << log.All();
+}
+
 // A peer that closes its end as a matter of routine (a peer list changed, a fetch ended) says
 // goodbye first, so the selection layer does not take the hang-up for a UCX failure and keeps
 // reaching that address over UCX. (It used to demote it to TCP for a minute, logging a failure.)
@@ -411,9 +444,9 @@ TEST_P(UcxTransportTest, PushDeliveryKeepsTheOrderAndEndsOnce) {
   auto payload = std::make_shared<std::vector<uint8_t>>(Pattern(1 << 20, 9));
   for (uint32_t i = 3; i < 40; ++i) {
     if (i % 4 == 0) {
-      ASSERT_TRUE(p.client->SendChunk({.version = 1, .channel = 0, .chunk_index = i}, *payload,
-                                      payload)
-                      .ok());
+      ASSERT_TRUE(
+          p.client->SendChunk({.version = 1, .channel = 0, .chunk_index = i}, *payload, payload)
+              .ok());
     } else {
       ASSERT_TRUE(p.client->SendControl(Pattern(16, static_cast<uint8_t>(i))).ok());
     }
