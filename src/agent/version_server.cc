@@ -75,14 +75,32 @@ Result<std::shared_ptr<const VersionServer::Loaded>> VersionServer::Load(uint64_
 }
 
 void VersionServer::Serve(net::Listener& listener) {
-  std::list<std::thread> threads;
+  // A connection's thread, and whether it finished: finished ones are joined at the next accept,
+  // so a long-lived server holds threads for the connections it serves, not for all it served.
+  struct Served {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done = std::make_shared<std::atomic<bool>>(false);
+  };
+  std::list<Served> served;
   while (true) {
     auto connection = listener.Accept(net::kForever);
     if (!connection.ok()) break;
+    for (auto it = served.begin(); it != served.end();) {
+      if (!it->done->load()) {
+        ++it;
+        continue;
+      }
+      it->thread.join();
+      it = served.erase(it);
+    }
     std::shared_ptr<net::Connection> shared(std::move(connection).value());
-    threads.emplace_back([this, shared] { ServeConnection(*shared); });
+    Served& s = served.emplace_back();
+    s.thread = std::thread([this, shared, done = s.done] {
+      ServeConnection(*shared);
+      done->store(true);
+    });
   }
-  for (std::thread& t : threads) t.join();
+  for (Served& s : served) s.thread.join();
 }
 
 void VersionServer::ServeConnection(net::Connection& connection) {
