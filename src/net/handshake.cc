@@ -157,7 +157,7 @@ namespace {
 
 // What a key proof signs: its own domain, so that no other signature of the node's key (a
 // manifest, a decision) can stand in for one.
-std::string KeyProofMessage(std::string transcript) {
+std::string KeyProofMessage(const std::string& transcript) {
   return "weightcast-key-proof-v1" + std::string(1, '\0') + transcript;
 }
 

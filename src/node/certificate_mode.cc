@@ -38,8 +38,8 @@ Result<CertificateMode> LoadCertificateMode(const std::filesystem::path& ca,
 }
 
 std::shared_ptr<const net::KeyProof> KeyProofOf(
-    std::shared_ptr<const trust::SigningIdentity> identity,
-    std::shared_ptr<const trust::TrustAnchor> anchor) {
+    const std::shared_ptr<const trust::SigningIdentity>& identity,
+    const std::shared_ptr<const trust::TrustAnchor>& anchor) {
   auto proof = std::make_shared<net::KeyProof>();
   proof->certificate_der.assign(identity->certificate_der().begin(),
                                 identity->certificate_der().end());

@@ -45,7 +45,7 @@ std::function<Status(std::span<const uint8_t>, const net::PeerInfo&)> PeerCheck(
 // a peer's signature must verify with its certificate's key, the certificate with `anchor`
 // (TrustAnchor::CheckSigned), and it must hold the role and id the peer claims (PeerCheck).
 std::shared_ptr<const net::KeyProof> KeyProofOf(
-    std::shared_ptr<const trust::SigningIdentity> identity,
-    std::shared_ptr<const trust::TrustAnchor> anchor);
+    const std::shared_ptr<const trust::SigningIdentity>& identity,
+    const std::shared_ptr<const trust::TrustAnchor>& anchor);
 
 }  // namespace weightcast::node
