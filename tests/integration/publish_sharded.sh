@@ -16,17 +16,11 @@ start_agent a1
 start_agent a2
 
 # v1: four ranks, one version.
-for ((r = 0; r < world; r++)); do rank "$r" 1; done
-wait_for 60 all_current 1 a1 a2 || fail "the agents did not commit v1"
-same_parts 1 1 a1 && same_parts 1 1 a2 || fail "an agent's v1 differs from the ranks' files"
-[[ "$(base_of 1)" == 0 ]] || fail "v1 is not full"
+publish_step 1 0
 echo "ok   4 ranks published v1 as one version; both agents hold every rank's files"
 
 # v2: each rank restarted on its store with the next step: a delta per part.
-for ((r = 0; r < world; r++)); do rank "$r" 2; done
-wait_for 60 all_current 2 a1 a2 || fail "the agents did not commit v2"
-same_parts 2 2 a1 && same_parts 2 2 a2 || fail "an agent's v2 differs from the ranks' files"
-[[ "$(base_of 2)" == 1 ]] || fail "v2 is not a delta on v1 (base $(base_of 2))"
+publish_step 2 1
 grep -q 'published a part.*version=2.*delta=true' "$work/rank0.log" || fail "rank 0's part of v2 is not a delta"
 echo "ok   v2 is a delta on v1, part by part; agents hold it byte for byte"
 

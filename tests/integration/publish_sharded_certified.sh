@@ -33,16 +33,10 @@ start_agent a1 $(certs a1)
 # shellcheck disable=SC2046
 start_agent a2 $(certs a2)
 
-for ((r = 0; r < world; r++)); do rank "$r" 1; done
-wait_for 60 all_current 1 a1 a2 || fail "the agents did not commit v1"
-same_parts 1 1 a1 && same_parts 1 1 a2 || fail "an agent's v1 differs from the ranks' files"
-[[ "$(base_of 1)" == 0 ]] || fail "v1 is not full"
+publish_step 1 0
 echo "ok   4 certified ranks published v1; both agents assembled and hold every rank's files"
 
-for ((r = 0; r < world; r++)); do rank "$r" 2; done
-wait_for 60 all_current 2 a1 a2 || fail "the agents did not commit v2"
-same_parts 2 2 a1 && same_parts 2 2 a2 || fail "an agent's v2 differs from the ranks' files"
-[[ "$(base_of 2)" == 1 ]] || fail "v2 is not a delta on v1 (base $(base_of 2))"
+publish_step 2 1
 echo "ok   v2 is a delta on v1, part by part"
 
 # A rank that signs with an agent's certificate: refused, with the reason.

@@ -64,3 +64,12 @@ same_parts() {
   done
 }
 
+# publish_step S BASE: every rank publishes step S as version S; both agents commit it holding
+# every rank's files byte for byte, and its base is BASE (0: a full version).
+publish_step() {
+  local s="$1" base="$2" r
+  for ((r = 0; r < world; r++)); do rank "$r" "$s"; done
+  wait_for 60 all_current "$s" a1 a2 || fail "the agents did not commit v$s"
+  same_parts "$s" "$s" a1 && same_parts "$s" "$s" a2 || fail "an agent's v$s differs from the ranks' files"
+  [[ "$(base_of "$s")" == "$base" ]] || fail "v$s has base $(base_of "$s"), not $base"
+}
