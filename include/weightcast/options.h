@@ -47,11 +47,12 @@ struct SecretSource {
 };
 
 // Certificate mode (docs/security.md): the cluster CA's certificate and this node's own
-// certificate and key (`weightcast ca issue`), all three or none. With them every connection is
-// mutual TLS, a publisher signs its versions with its key (its certificate must hold
-// publisher:CHANNEL), and a subscriber's agent takes only versions signed by a publisher of its
-// channel. None: development mode, the cluster secret alone. A crl.pem beside `ca` is read too.
-// Bad files fail Open with kInvalidArgument naming the file.
+// certificate and key (`weightcast ca issue`), all three or none. With them every TCP connection
+// is mutual TLS (a UCX one, with transport "auto" or "ucx", proves each node's key in its
+// handshake and is not encrypted), a publisher signs its versions with its key (its certificate
+// must hold publisher:CHANNEL), and a subscriber's agent takes only versions signed by a publisher
+// of its channel. None: development mode, the cluster secret alone. A crl.pem beside `ca` is read
+// too. Bad files fail Open with kInvalidArgument naming the file.
 struct CertificateFiles {
   std::filesystem::path ca;
   std::filesystem::path certificate;

@@ -315,6 +315,16 @@ TEST_P(UcxTransportTest, KeepalivePingsKeepAnIdleConnectionUp) {
 
 // The selection layer over UCX: the listener advertises its UCX port, a UCX connect is used,
 // and after a UCX failure the same address is reached over TCP.
+// Sends 1 MiB chunks until the connection fails (a transport made with fail_after_bytes).
+void SendUntilTheFaultTrips(Connection& connection) {
+  auto payload = std::make_shared<std::vector<uint8_t>>(Pattern(1 << 20, 2));
+  Status sent = Status::Ok();
+  for (uint32_t i = 0; i < 32 && sent.ok(); ++i) {
+    sent = connection.SendChunk({.chunk_index = i}, *payload, payload, 5s);
+    if (sent.ok()) sent = connection.Flush(5s);
+  }
+}
+
 TEST_P(UcxTransportTest, AutoUsesUcxThenFallsBackToTcpAfterAFailure) {
   LogCapture log;
   TransportSelection faulty;
@@ -333,12 +343,7 @@ TEST_P(UcxTransportTest, AutoUsesUcxThenFallsBackToTcpAfterAFailure) {
   EXPECT_EQ((*first)->peer().transport, "ucx");
   auto accepted = (*l)->Accept(5s);
   ASSERT_TRUE(accepted.ok());
-  auto payload = std::make_shared<std::vector<uint8_t>>(Pattern(1 << 20, 2));
-  Status sent = Status::Ok();
-  for (uint32_t i = 0; i < 32 && sent.ok(); ++i) {
-    sent = (*first)->SendChunk({.chunk_index = i}, *payload, payload, 5s);
-    if (sent.ok()) sent = (*first)->Flush(5s);
-  }
+  SendUntilTheFaultTrips(**first);
   for (;;) {
     auto f = (*first)->Receive(5s);
     if (!f.ok()) break;
@@ -382,12 +387,7 @@ TEST_P(UcxTransportTest, AutoSeesAFailureThroughPushDeliveryToo) {
   ASSERT_TRUE((*first)->DeliverFrames(got.Handler()));
   auto accepted = (*l)->Accept(5s);
   ASSERT_TRUE(accepted.ok());
-  auto payload = std::make_shared<std::vector<uint8_t>>(Pattern(1 << 20, 2));
-  Status sent = Status::Ok();
-  for (uint32_t i = 0; i < 32 && sent.ok(); ++i) {
-    sent = (*first)->SendChunk({.chunk_index = i}, *payload, payload, 5s);
-    if (sent.ok()) sent = (*first)->Flush(5s);
-  }
+  SendUntilTheFaultTrips(**first);
   ASSERT_TRUE(got.WaitEnd());
   auto second = (*client)->Connect((*l)->address(), 5s);
   ASSERT_TRUE(second.ok()) << second.status().ToString();
