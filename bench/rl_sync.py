@@ -552,7 +552,9 @@ def cpu_self():
 
 class TrainerSide:
     """In the trainer. start(workdir) -> config for the samplers (before they are forked; start
-    no threads here). open(): after the fork (threads allowed). publish(live, step) -> dict with
+    no threads here). open(): after the fork (threads allowed). prepare(live): once the model
+    exists, before the first step (what a trainer sets up at start-up, untimed, as the
+    shared-memory copy's buffer is made in start()). publish(live, step) -> dict with
     `blocked_s` and optionally `wire_bytes`, `delta`, `extra`. close()."""
 
     def __init__(self, args):
@@ -562,6 +564,9 @@ class TrainerSide:
         return {}
 
     def open(self):
+        pass
+
+    def prepare(self, live):
         pass
 
     def publish(self, live, step):
@@ -674,6 +679,10 @@ class WeightcastTrainer(TrainerSide):
 
             self.publisher._core = Recording()
 
+    def prepare(self, live):
+        if self.asynchronous:  # publish_async snapshots into buffers reserve() makes ahead
+            self.publisher.reserve(live.tensors)
+
     def publish(self, live, step):
         if self.asynchronous:
             if self.pending is not None:
@@ -777,6 +786,9 @@ class LiveTrainer(TrainerSide):
             core._p.close()  # lets the channel's one-writer lock go
             core._p = weightcast._weightcast._MemoryPublisher(self.memory_dir, CHANNEL, chunk,
                                                               deltas=True)
+
+    def prepare(self, live):
+        self.publisher.reserve(live.tensors)  # the two slots, made before the first snapshot
 
     def publish(self, live, step):
         if self.handle is not None:
@@ -889,6 +901,7 @@ def run_method(name, spec, args, workroot):
             receive(conn, args.timeout, "ready", procs[pipes.index(conn)])
         live = init_model(spec, args.seed)  # after the fork: the samplers share none of it
         adamw = AdamWSteps(live, args.lr, args.seed) if args.lr else None
+        trainer.prepare(live)
         steps = []
         for step in range(args.steps + 1):
             if step == 0:

@@ -169,6 +169,12 @@ class MemoryPublisher {
   // Copies `tensors` into the free slot; once it returns the caller may change them. `step`
   // goes into the manifest's metadata. kInvalidArgument (nothing changed) for bad tensors.
   Status Snapshot(const std::vector<TensorView>& tensors, std::optional<int64_t> step);
+  // Makes the shared memory the channel's versions of these tensors (names, dtypes, shapes; the
+  // bytes are not read) will occupy; blocks while it does (about two copies of the tensors).
+  // Call it at start-up: the first Snapshot then costs one copy, as every later one does,
+  // instead of also making the pages while the trainer waits. Optional; other tensors later
+  // are fine.
+  Status Reserve(const std::vector<TensorView>& tensors);
   // Publishes the last snapshot: hashes it, encodes it against the current version, writes its
   // manifest and delta file, then makes it current.
   Result<MemoryPublishResult> Finish();

@@ -145,6 +145,14 @@ class Publisher {
                                      std::optional<int64_t> step = std::nullopt,
                                      AsyncOptions options = {});
 
+  // Makes the buffers that PublishAsync with copy snapshots these tensors into (the bytes are not
+  // read), so that the first snapshot is one copy, as every later one is, instead of also
+  // faulting in fresh pages while the caller waits. Call it at start-up; blocks while it makes
+  // them (about a memcpy of the tensors each: two for a coordinated publisher, which keeps the
+  // previous version's image as the next delta's base, else one). Optional: other tensors later
+  // are fine. The same argument errors as Publish; kFailedPrecondition once closed.
+  Status Reserve(std::span<const TensorView> tensors);
+
   // Waits for the publishes submitted before the call, then until `until` holds for the newest
   // version seeded (OK), `timeout` passes (kDeadlineExceeded) or Close (kAborted). kAborted
   // ("vN was aborted: <reason>") as well when the rollout aborts the version, since it can no

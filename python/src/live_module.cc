@@ -268,6 +268,18 @@ class PyMemoryPublisher {
     return ToDict(ValueOrThrow(std::move(r)));
   }
 
+  void Reserve(const py::list& tensors) {
+    ThrowIfClosed();
+    std::vector<py::buffer_info> pinned;
+    std::vector<TensorView> views = TensorsFromPython(tensors, pinned);
+    Status s;
+    {
+      py::gil_scoped_release release;
+      s = publisher_->Reserve(views);
+    }
+    ThrowIfError(s);
+  }
+
   // Returns once the tensors are copied into the free slot; the finish runs on a thread.
   std::shared_ptr<PendingPublish> PublishAsync(const py::list& tensors,
                                                std::optional<int64_t> step) {
@@ -331,6 +343,7 @@ void RegisterLive(py::module_& m) {
            py::arg("sha256") = false, py::arg("deltas") = false)
       .def("publish", &PyMemoryPublisher::Publish, py::arg("tensors"), py::arg("step"))
       .def("publish_async", &PyMemoryPublisher::PublishAsync, py::arg("tensors"), py::arg("step"))
+      .def("reserve", &PyMemoryPublisher::Reserve, py::arg("tensors"))
       .def("close", &PyMemoryPublisher::Close);
   py::class_<PendingPublish, std::shared_ptr<PendingPublish>>(m, "_MemoryPublishHandle")
       .def("done", &PendingPublish::Done)

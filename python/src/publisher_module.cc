@@ -180,6 +180,17 @@ class PyPublisher {
     return PyPublishHandle(ValueOrThrow(std::move(handle)), coordinated_);
   }
 
+  void Reserve(const py::list& tensors) {
+    std::shared_ptr<Publisher> publisher = Open();
+    std::vector<py::buffer_info> pinned;
+    std::vector<TensorView> views = TensorsFromPython(tensors, pinned);
+    const weightcast::Status s = [&] {
+      py::gil_scoped_release release;  // makes a model's size of pages
+      return publisher->Reserve(views);
+    }();
+    ThrowIfError(s);
+  }
+
   py::dict Status() {
     const NodeStatus s = ValueOrThrow(Open()->status());
     py::dict d;
@@ -255,6 +266,7 @@ void RegisterPublisher(py::module_& m) {
       .def("publish", &PyPublisher::Publish, py::arg("tensors"), py::arg("step") = py::none())
       .def("publish_async", &PyPublisher::PublishAsync, py::arg("tensors"),
            py::arg("step") = py::none(), py::arg("copy") = true)
+      .def("reserve", &PyPublisher::Reserve, py::arg("tensors"))
       .def("status", &PyPublisher::Status)
       .def("wait_until", &PyPublisher::WaitUntil, py::arg("until"), py::arg("timeout") = py::none())
       .def("close", &PyPublisher::Close, py::arg("abort_pending") = false);

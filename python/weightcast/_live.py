@@ -204,6 +204,9 @@ class _MemoryCore:
     def publish(self, items, step):
         return self._p.publish(items, step)
 
+    def reserve(self, items):
+        self._p.reserve(items)
+
     def publish_async(self, items, step, copy):
         # The snapshot is always a copy, into the slot the samplers read: copy=False saves
         # nothing here and the caller may change its tensors once this returns.

@@ -258,6 +258,19 @@ class Publisher:
         items = _publishable(tensors, step)
         return PublishHandle(self._core.publish_async(items, step, copy), step)
 
+    def reserve(self, tensors):
+        """Makes the memory the snapshots of ``tensors`` (the same dict publish takes; only
+        their names, dtypes and shapes are used) will be copied into, so that the first
+        ``publish_async`` costs one copy of the tensors, as every later one does, instead of also
+        making fresh pages while the trainer waits. Call it once at start-up, e.g. right after
+        building the model. Blocks while it makes them (``memory=True``: the two shared-memory
+        slots; otherwise the snapshot buffers: about a copy of the tensors each). Optional;
+        publishing other tensors later is fine."""
+        _check_arguments(tensors, None)
+        if not self._memory and (self._snapshots is not None or on_device(tensors)):
+            return  # GPU snapshots are clones on the device (docs/gpu.md): nothing to make
+        self._core.reserve(_publishable(tensors, None))
+
     def status(self):
         """Seeding progress of the newest version (dict: version, bytes_sent, peers, address,
         error, ...) for a coordinated publisher, else None."""

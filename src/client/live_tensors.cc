@@ -134,8 +134,9 @@ Result<std::unique_ptr<MemoryPublisher>> MemoryPublisher::Open(
   return std::unique_ptr<MemoryPublisher>(new MemoryPublisher(std::move(impl)));
 }
 
-Status MemoryPublisher::Snapshot(const std::vector<TensorView>& tensors,
-                                 std::optional<int64_t> step) {
+namespace {
+
+Result<std::vector<live::SnapshotTensor>> SnapshotTensors(const std::vector<TensorView>& tensors) {
   std::vector<live::SnapshotTensor> items;
   items.reserve(tensors.size());
   for (const TensorView& t : tensors) {
@@ -143,6 +144,19 @@ Status MemoryPublisher::Snapshot(const std::vector<TensorView>& tensors,
     if (!dtype.ok()) return InvalidArgument("tensor '" + t.name + "': " + dtype.status().message());
     items.push_back(live::SnapshotTensor{t.name, *dtype, t.shape, t.bytes});
   }
+  return items;
+}
+
+}  // namespace
+
+Status MemoryPublisher::Reserve(const std::vector<TensorView>& tensors) {
+  WC_ASSIGN_OR_RETURN(std::vector<live::SnapshotTensor> items, SnapshotTensors(tensors));
+  return impl_->writer->Reserve(std::move(items));
+}
+
+Status MemoryPublisher::Snapshot(const std::vector<TensorView>& tensors,
+                                 std::optional<int64_t> step) {
+  WC_ASSIGN_OR_RETURN(std::vector<live::SnapshotTensor> items, SnapshotTensors(tensors));
   std::map<std::string, std::string> metadata;
   if (step.has_value()) metadata["step"] = std::to_string(*step);
   return impl_->writer->Snapshot(std::move(items), std::move(metadata));

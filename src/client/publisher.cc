@@ -143,6 +143,7 @@ struct Publisher::Impl : std::enable_shared_from_this<Publisher::Impl> {
   // version's file image when `as_image`, else back to back. The tensors then point into it.
   Status CopyTensors(Job& job, bool as_image);
   void KeepSpareBuffer(std::unique_ptr<uint8_t[]> buffer, uint64_t size);
+  Status Reserve(std::span<const TensorView> tensors);
 
   const PublisherOptions options;
   std::unique_ptr<Store> store;  // local only; used by the worker thread alone
@@ -314,6 +315,32 @@ Status Publisher::Impl::CopyTensors(Job& job, bool as_image) {
   if (layout) job.image = {owned.get(), total};
   job.owned = std::move(owned);
   job.owned_size = total;
+  return Status::Ok();
+}
+
+Status Publisher::Impl::Reserve(std::span<const TensorView> tensors) {
+  WC_ASSIGN_OR_RETURN(std::vector<client::TensorBytes> checked, client::CheckTensors(tensors));
+  Job job;
+  WC_ASSIGN_OR_RETURN(job.slices, NameSlices(tensors, checked));
+  job.tensors = std::move(checked);
+  const bool as_image = PublishesImages(job);
+  uint64_t total = 0;
+  for (const client::TensorBytes& t : job.tensors) total += t.bytes.size();
+  if (as_image) {
+    WC_ASSIGN_OR_RETURN(const client::TensorsFileLayout layout,
+                        client::LayOutTensorsFile(job.tensors));
+    total = layout.size;
+  }
+  {
+    std::lock_guard lock(mu);
+    if (closing) return FailedPrecondition("publisher is closed");
+  }
+  for (int i = as_image ? 2 : 1; i > 0; --i) {
+    std::unique_ptr<uint8_t[]> buffer(new (std::nothrow) uint8_t[std::max<uint64_t>(total, 1)]);
+    if (buffer == nullptr) return ResourceExhausted("cannot allocate " + FormatBytes(total));
+    std::memset(buffer.get(), 0, total);  // the pages are made here, not in the snapshot
+    KeepSpareBuffer(std::move(buffer), total);
+  }
   return Status::Ok();
 }
 
@@ -539,6 +566,8 @@ Result<PublishHandle> Publisher::PublishAsync(std::span<const TensorView> tensor
                                               std::optional<int64_t> step, AsyncOptions options) {
   return impl_->Submit(tensors, step, std::move(options));
 }
+
+Status Publisher::Reserve(std::span<const TensorView> tensors) { return impl_->Reserve(tensors); }
 
 Status Publisher::WaitUntil(SeedUntil until, std::optional<std::chrono::nanoseconds> timeout) {
   const Clock::time_point deadline = DeadlineAfter(timeout);

@@ -226,14 +226,11 @@ Status MemoryChannelWriter::MapSlot(int index, uint64_t size) {
   return Status::Ok();
 }
 
-Status MemoryChannelWriter::Snapshot(std::vector<SnapshotTensor> tensors,
-                                     std::map<std::string, std::string> metadata) {
-  const auto start = std::chrono::steady_clock::now();
-  std::unique_lock lock(mu_);
-  cv_.wait(lock, [&] { return !snapshot_pending_; });
+Result<EncodedHeader> MemoryChannelWriter::LayOut(std::vector<SnapshotTensor>& tensors,
+                                                  bool with_bytes) {
   for (const SnapshotTensor& t : tensors) {
     WC_ASSIGN_OR_RETURN(const uint64_t size, TensorByteSize(t.dtype, t.shape));
-    if (size != t.bytes.size()) {
+    if (with_bytes && size != t.bytes.size()) {
       return InvalidArgument("tensor " + t.name + ": " + std::to_string(t.bytes.size()) +
                              " bytes, its dtype and shape need " + std::to_string(size));
     }
@@ -249,7 +246,28 @@ Status MemoryChannelWriter::Snapshot(std::vector<SnapshotTensor> tensors,
   std::vector<TensorSpec> specs;
   specs.reserve(tensors.size());
   for (const SnapshotTensor& t : tensors) specs.push_back({t.name, t.dtype, t.shape});
-  WC_ASSIGN_OR_RETURN(const EncodedHeader header, EncodeSafetensorsHeader(specs, {}));
+  return EncodeSafetensorsHeader(specs, {});
+}
+
+Status MemoryChannelWriter::Reserve(std::vector<SnapshotTensor> tensors) {
+  WC_ASSIGN_OR_RETURN(const EncodedHeader header, LayOut(tensors, /*with_bytes=*/false));
+  const uint64_t size = header.bytes.size() + header.data_bytes;
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return !snapshot_pending_; });
+  if (preparing_.joinable()) preparing_.join();
+  const int first = current_slot_ < 0 ? 0 : 1 - current_slot_;
+  WC_RETURN_IF_ERROR(MapSlot(first, size));
+  // The other slot only when no reader can be in it: on a fresh channel.
+  if (current_slot_ < 0) WC_RETURN_IF_ERROR(MapSlot(1 - first, size));
+  return Status::Ok();
+}
+
+Status MemoryChannelWriter::Snapshot(std::vector<SnapshotTensor> tensors,
+                                     std::map<std::string, std::string> metadata) {
+  const auto start = std::chrono::steady_clock::now();
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return !snapshot_pending_; });
+  WC_ASSIGN_OR_RETURN(const EncodedHeader header, LayOut(tensors, /*with_bytes=*/true));
   const int slot = current_slot_ < 0 ? 0 : 1 - current_slot_;
   if (preparing_.joinable()) preparing_.join();
   WC_RETURN_IF_ERROR(MapSlot(slot, header.bytes.size() + header.data_bytes));

@@ -32,6 +32,7 @@
 
 #include "hash/digest.h"
 #include "live/live_set.h"
+#include "format/safetensors.h"
 #include "manifest/builder.h"
 #include "manifest/manifest.h"
 #include "util/thread_pool.h"
@@ -87,6 +88,13 @@ class MemoryChannelWriter {
   // returns the caller may change its tensors. kInvalidArgument (nothing changed) for bad
   // tensors. Blocks while a previous snapshot is not finished.
   Status Snapshot(std::vector<SnapshotTensor> tensors, std::map<std::string, std::string> metadata);
+  // Makes the slots for tensors of these names, dtypes and shapes (their bytes are not read), so
+  // that the first Snapshot copies into pages that are already there, as every later one does. Making a slot costs about as much as filling it
+  // (tmpfs allocates and zeroes each page), and without this the first Snapshot pays it while
+  // the trainer waits. Both slots on a fresh channel; on a restarted one only the slot readers
+  // are not using. kInvalidArgument for bad shapes (nothing made). A Snapshot of other tensors
+  // still works: it makes its slot anew.
+  Status Reserve(std::vector<SnapshotTensor> tensors);
   // Turns the last snapshot into the next version: hashes it, encodes it against the current
   // version when the layout allows (chunk size, algorithm), writes its manifest and delta file,
   // then makes it current. kFailedPrecondition without a snapshot.
@@ -96,6 +104,9 @@ class MemoryChannelWriter {
   struct Slot;
   MemoryChannelWriter(std::filesystem::path dir, std::string channel, MemoryChannelOptions options);
   Status MapSlot(int index, uint64_t size);
+  // The safetensors header of `tensors` in the order Snapshot copies them (sorts `tensors`);
+  // `with_bytes`: each tensor's bytes must be as long as its dtype and shape say.
+  static Result<EncodedHeader> LayOut(std::vector<SnapshotTensor>& tensors, bool with_bytes);
 
   const std::filesystem::path dir_;
   const std::string channel_;
@@ -112,9 +123,9 @@ class MemoryChannelWriter {
   double snapshot_seconds_ = 0;
   std::shared_ptr<const Manifest> current_;  // null before the first version
   int current_slot_ = -1;
-  // After the channel's very first version: maps the other slot (a fresh tmpfs file whose pages
-  // cost about as much to populate as to copy) while the trainer trains, so that the second
-  // snapshot is one memcpy too. Joined before any snapshot and at destruction.
+  // After the channel's very first version: the other slot (a fresh tmpfs
+  // file whose pages cost about as much to populate as to copy), made while the trainer trains
+  // so that the next snapshot is one memcpy. Joined before any snapshot and at destruction.
   std::thread preparing_;
 };
 

@@ -289,6 +289,65 @@ def test_memory_channel_errors(tmp_path):
     pub.close()
 
 
+def _slot_files(directory):
+    return [directory / "policy.memory" / f"slot-{i}" / "model.safetensors" for i in (0, 1)]
+
+
+def test_reserve_makes_a_memory_channels_slots_before_the_first_publish(tmp_path):
+    """reserve() makes both slots of a fresh channel ahead of the first snapshot, which then
+    copies into them (the same files); a restarted publisher's reserve leaves the slot of the
+    current version alone; bad tensors are refused and make nothing."""
+    pub = weightcast.Publisher(tmp_path, "policy", memory=True, chunk_size=SMALL_CHUNK)
+    slots = _slot_files(tmp_path)
+    with pytest.raises(weightcast.InvalidArgumentError, match="non-empty dict"):
+        pub.reserve({})
+    with pytest.raises(weightcast.InvalidArgumentError):
+        pub.reserve({"w": np.zeros(4, dtype=np.complex64)})
+    assert not any(p.exists() for p in slots)
+    state = model()
+    pub.reserve(state)
+    assert all(p.exists() and p.stat().st_size > 0 for p in slots)
+    made = [(p.stat().st_ino, p.stat().st_size) for p in slots]
+    assert made[0][1] == made[1][1]
+    sub = weightcast.Subscriber(tmp_path, "policy", memory=True)
+    live = weightcast.LiveTensors({n: torch.zeros_like(t) for n, t in state.items()})
+    for step in range(2):
+        r = pub.publish_async(state).wait()
+        assert r.total_bytes == made[0][1]
+        sub.wait(r.version, timeout=10)
+        sub.update(live)
+        assert same(live.tensors, state)
+        state = rl_step(state, step)
+    assert [(p.stat().st_ino, p.stat().st_size) for p in slots] == made
+    pub.close()
+    again = weightcast.Publisher(tmp_path, "policy", memory=True, chunk_size=SMALL_CHUNK)
+    again.reserve(state)
+    assert again.publish(state).version == 3
+    assert slots[1].stat().st_ino == made[1][0]  # v2's slot, which readers may hold, untouched
+    sub.wait(3, timeout=10)
+    sub.update(live)
+    assert same(live.tensors, state)
+    sub.close()
+    again.close()
+
+
+def test_reserve_on_a_local_publisher_makes_its_snapshot_buffer(store, local_publisher):
+    """A store's publisher reserves its snapshot buffer; publishes after it are unchanged."""
+    state = model()
+    with pytest.raises(weightcast.InvalidArgumentError, match="non-empty dict"):
+        local_publisher.reserve({})
+    local_publisher.reserve(state)
+    sub = weightcast.Subscriber(store, "policy")
+    live = weightcast.LiveTensors({n: torch.zeros_like(t) for n, t in state.items()})
+    for step in range(2):
+        r = local_publisher.publish_async(state, step=step).wait()
+        sub.wait(r.version, timeout=10)
+        sub.update(live)
+        assert same(live.tensors, state)
+        state = rl_step(state, step)
+    sub.close()
+
+
 def test_a_reshaped_tensor_between_steps_is_published_and_refused_only_by_a_stale_registration():
     """A tensor dict whose shapes change between steps still publishes (those tensors travel
     whole); live tensors registered with the old shape are refused, untouched; new ones work."""
