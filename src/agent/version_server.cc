@@ -185,7 +185,7 @@ Status VersionServer::SendChunk(net::Connection& connection, uint64_t version, u
   net::ChunkHeader header{.version = version, .chunk_index = chunk};
 
   // A partial version (a tensor-subset agent's) refuses the chunks it does not hold.
-  WC_ASSIGN_OR_RETURN(ChunkBytes target_bytes, target->view->Chunk(index));
+  WC_ASSIGN_OR_RETURN(HeldBytes target_bytes, target->view->Chunk(index));
 
   // A delta when the client names a base we hold with this chunk; otherwise the raw bytes.
   std::shared_ptr<const Loaded> base;
@@ -196,8 +196,8 @@ Status VersionServer::SendChunk(net::Connection& connection, uint64_t version, u
       base = *loaded;
     }
   }
-  Result<ChunkBytes> base_bytes =
-      base != nullptr ? base->view->Chunk(index) : Result<ChunkBytes>(NotFound("no base"));
+  Result<HeldBytes> base_bytes =
+      base != nullptr ? base->view->Chunk(index) : Result<HeldBytes>(NotFound("no base"));
   if (base_bytes.ok()) {
     auto encoded = codec::EncodeChunk(
         codec::HashedChunk::FromVerifiedManifest(

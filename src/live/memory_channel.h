@@ -30,9 +30,9 @@
 #include <weightcast/status.h>
 #include <weightcast/types.h>
 
+#include "format/safetensors.h"
 #include "hash/digest.h"
 #include "live/live_set.h"
-#include "format/safetensors.h"
 #include "manifest/builder.h"
 #include "manifest/manifest.h"
 #include "util/thread_pool.h"
@@ -89,11 +89,11 @@ class MemoryChannelWriter {
   // tensors. Blocks while a previous snapshot is not finished.
   Status Snapshot(std::vector<SnapshotTensor> tensors, std::map<std::string, std::string> metadata);
   // Makes the slots for tensors of these names, dtypes and shapes (their bytes are not read), so
-  // that the first Snapshot copies into pages that are already there, as every later one does. Making a slot costs about as much as filling it
-  // (tmpfs allocates and zeroes each page), and without this the first Snapshot pays it while
-  // the trainer waits. Both slots on a fresh channel; on a restarted one only the slot readers
-  // are not using. kInvalidArgument for bad shapes (nothing made). A Snapshot of other tensors
-  // still works: it makes its slot anew.
+  // that the first Snapshot copies into pages that are already there, as every later one does.
+  // Making a slot costs about as much as filling it (tmpfs allocates and zeroes each page), and
+  // without this the first Snapshot pays it while the trainer waits. Both slots on a fresh channel;
+  // on a restarted one only the slot readers are not using. kInvalidArgument for bad shapes
+  // (nothing made). A Snapshot of other tensors still works: it makes its slot anew.
   Status Reserve(std::vector<SnapshotTensor> tensors);
   // Turns the last snapshot into the next version: hashes it, encodes it against the current
   // version when the layout allows (chunk size, algorithm), writes its manifest and delta file,

@@ -14,14 +14,9 @@
 #include <span>
 
 #include "manifest/manifest.h"
+#include "util/held_bytes.h"
 
 namespace weightcast::node {
-
-// Bytes that stay valid while `owner` is held (a received frame, a cache entry).
-struct HeldBytes {
-  std::span<const uint8_t> bytes;
-  std::shared_ptr<const void> owner;
-};
 
 class RecentChunks {
  public:

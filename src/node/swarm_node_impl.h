@@ -308,7 +308,6 @@ struct SwarmNode::Impl {
   void KickUploads(const std::shared_ptr<Peer>& p);
   void SendUpload(Peer& p, const UploadItem& item, HeldBytes data, bool payload);
   void UploadNext(Peer& p);
-  static HeldBytes Hold(SharedBytes bytes);
   Result<HeldBytes> ReadForUpload(const UploadItem& item);
   void CorruptForTesting(HeldBytes& data) const;
   void Handle(UploadDone& e);

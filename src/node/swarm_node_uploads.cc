@@ -49,7 +49,7 @@ void SwarmNode::Impl::KickUploads(const std::shared_ptr<SwarmNode::Impl::Peer>& 
       Push(UploadDone{item->target->epoch, p->id, item->chunk, false, p->gen});
       continue;
     }
-    HeldBytes data = Hold(std::move(payload));
+    HeldBytes data = HeldBytes::Of(std::move(payload));
     CorruptForTesting(data);
     SendUpload(*p, *item, std::move(data), /*payload=*/true);
   }
@@ -104,18 +104,13 @@ void SwarmNode::Impl::UploadNext(Peer& p) {
   }
 }
 
-HeldBytes SwarmNode::Impl::Hold(SharedBytes bytes) {
-  const std::span<const uint8_t> view(*bytes);
-  return {view, std::move(bytes)};
-}
-
 Result<HeldBytes> SwarmNode::Impl::ReadForUpload(const UploadItem& item) {
   TargetData& t = *item.target;
   HeldBytes data;
   if (item.kind == PayloadKind::kCodec) {
     SharedBytes payload = t.Payload(item.chunk);
     if (payload == nullptr) return NotFound("no payload held");
-    data = Hold(std::move(payload));
+    data = HeldBytes::Of(std::move(payload));
   } else if (std::optional<HeldBytes> recent = t.recent.Get(item.chunk)) {
     data = std::move(*recent);
     ++uploads_from_memory_;
@@ -124,12 +119,12 @@ Result<HeldBytes> SwarmNode::Impl::ReadForUpload(const UploadItem& item) {
   } else {
     // Through the store's mapped views: the frame sends from the mapping, which its owner
     // keeps (no copy, except for a chunk that spans files).
-    auto committed = [&](Version v, ChunkIndex c) -> Result<ChunkBytes> {
+    auto committed = [&](Version v, ChunkIndex c) -> Result<HeldBytes> {
       WC_ASSIGN_OR_RETURN(std::shared_ptr<const MappedVersion> view,
                           store_.OpenView(options_.channel, v));
       return view->Chunk(c);
     };
-    Result<ChunkBytes> bytes = NotFound("chunk not held");
+    Result<HeldBytes> bytes = NotFound("chunk not held");
     if (t.part) {
       if (!t.InPart(item.chunk)) return NotFound("chunk not in this rank's part");
       bytes = committed(t.part->stored, ChunkIndex(item.chunk.value() - t.part->first_chunk));
@@ -142,7 +137,7 @@ Result<HeldBytes> SwarmNode::Impl::ReadForUpload(const UploadItem& item) {
       if (!bytes.ok()) bytes = committed(t.manifest.version, item.chunk);
     }
     WC_RETURN_IF_ERROR(bytes.status());
-    data = HeldBytes{bytes->bytes, std::move(bytes->owner)};
+    data = std::move(bytes).value();
     ++uploads_from_store_;
   }
   CorruptForTesting(data);
@@ -171,7 +166,7 @@ Result<HeldBytes> SwarmNode::Impl::ReadFromSource(TargetData& t, ChunkIndex chun
     NoteSourceFailure(bad);
     return bad;
   }
-  HeldBytes held = Hold(std::move(bytes).value());
+  HeldBytes held = HeldBytes::Of(std::move(bytes).value());
   t.recent.Put(chunk, held);
   ++uploads_from_store_;
   return held;
@@ -190,7 +185,7 @@ void SwarmNode::Impl::CorruptForTesting(HeldBytes& data) const {
   if (!options_.corrupt_uploads_for_testing || data.bytes.empty()) return;
   auto copy = std::make_shared<std::vector<uint8_t>>(data.bytes.begin(), data.bytes.end());
   (*copy)[copy->size() / 2] ^= 0x01;
-  data = Hold(std::move(copy));
+  data = HeldBytes::Of(std::move(copy));
 #else
   (void)data;
 #endif

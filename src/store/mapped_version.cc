@@ -104,7 +104,7 @@ Status MappedVersion::CheckHeld(ChunkIndex index) const {
 
 bool MappedVersion::Holds(ChunkIndex index) const { return CheckHeld(index).ok(); }
 
-Result<ChunkBytes> MappedVersion::Chunk(ChunkIndex index) const {
+Result<HeldBytes> MappedVersion::Chunk(ChunkIndex index) const {
   WC_RETURN_IF_ERROR(CheckHeld(index));
   const ByteRange range = manifest_->ChunkRange(index);
   const size_t first = store::FirstFileAt(manifest_->files, range.offset);
@@ -112,8 +112,8 @@ Result<ChunkBytes> MappedVersion::Chunk(ChunkIndex index) const {
     const ManifestFile& f = manifest_->files[first];
     if (range.end() <= f.offset + f.size) {
       // Invariant: the file's mapping is exactly f.size bytes (checked when mapped).
-      return ChunkBytes{files_[first].bytes().subspan(range.offset - f.offset, range.size),
-                        shared_from_this(), false};
+      return HeldBytes{files_[first].bytes().subspan(range.offset - f.offset, range.size),
+                       shared_from_this()};
     }
   }
   // Spans files: gathered. A chunk per file boundary at most, so rare for large chunks.
@@ -125,7 +125,7 @@ Result<ChunkBytes> MappedVersion::Chunk(ChunkIndex index) const {
       }));
   gathered_bytes_.fetch_add(range.size, std::memory_order_relaxed);
   const std::span<const uint8_t> bytes(buffer.get(), range.size);
-  return ChunkBytes{bytes, std::move(buffer), true};
+  return HeldBytes{bytes, std::move(buffer)};
 }
 
 }  // namespace weightcast

@@ -24,21 +24,13 @@
 #include "manifest/manifest.h"
 #include "store/partial.h"
 #include "util/file.h"
+#include "util/held_bytes.h"
 
 namespace weightcast {
 
 namespace store {
 struct StagingState;
 }  // namespace store
-
-// The bytes of one chunk. While `owner` is held they stay at the same address, unchanged: they
-// can go to net::OutFrame::Chunk as its payload with `owner` as its keep_alive.
-struct ChunkBytes {
-  std::span<const uint8_t> bytes;
-  std::shared_ptr<const void> owner;
-  // Copied from several files into a buffer of its own (owner), not a view of the mapping.
-  bool gathered = false;
-};
 
 class MappedVersion : public std::enable_shared_from_this<MappedVersion> {
  public:
@@ -73,7 +65,7 @@ class MappedVersion : public std::enable_shared_from_this<MappedVersion> {
   // size). kOutOfRange beyond the last chunk; kNotFound for a chunk a partial version does not
   // hold or a staging has not verified yet; kFailedPrecondition when every handle of a staging
   // is gone (its record of what is verified with them).
-  Result<ChunkBytes> Chunk(ChunkIndex index) const;
+  Result<HeldBytes> Chunk(ChunkIndex index) const;
 
   // The mapped bytes of file `index` of the manifest (empty for an empty file), for readers
   // that take files whole. Holes (of a partial version, an unfinished staging) read as whatever

@@ -583,7 +583,7 @@ Result<std::shared_ptr<const MappedVersion>> StagedVersion::View() const {
 
 Result<std::vector<uint8_t>> StagedVersion::ReadChunk(ChunkIndex index) const {
   WC_ASSIGN_OR_RETURN(std::shared_ptr<const MappedVersion> view, View());
-  WC_ASSIGN_OR_RETURN(ChunkBytes chunk, view->Chunk(index));
+  WC_ASSIGN_OR_RETURN(HeldBytes chunk, view->Chunk(index));
   return std::vector<uint8_t>(chunk.bytes.begin(), chunk.bytes.end());
 }
 

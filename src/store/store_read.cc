@@ -287,7 +287,7 @@ Result<std::shared_ptr<const MappedVersion>> StoreImpl::OpenView(std::string_vie
 Result<std::vector<uint8_t>> StoreImpl::ReadChunk(std::string_view channel, Version version,
                                                   ChunkIndex index) const {
   WC_ASSIGN_OR_RETURN(std::shared_ptr<const MappedVersion> view, OpenView(channel, version));
-  WC_ASSIGN_OR_RETURN(ChunkBytes chunk, view->Chunk(index));
+  WC_ASSIGN_OR_RETURN(HeldBytes chunk, view->Chunk(index));
   return std::vector<uint8_t>(chunk.bytes.begin(), chunk.bytes.end());
 }
 
