@@ -792,6 +792,19 @@ class Core : public std::enable_shared_from_this<Core> {
     }
     for (void* r : closing_) ucp_request_free(r);
     closing_.clear();
+    // Wireup messages UCX still has queued on endpoints it is discarding (a reply to a peer that
+    // connected just now) must leave before ucp_worker_destroy: UCX 1.13 aborts the process when
+    // it purges a pending wireup reply (an assertion in ucp_request_send_state_ff, removed in
+    // later UCX). A worker flush completes once they are out; within the same half second.
+    ucp_request_param_t flush{};
+    ucs_status_ptr_t flushing = ucp_worker_flush_nbx(worker_, &flush);
+    if (UCS_PTR_IS_PTR(flushing)) {
+      while (ucp_request_check_status(flushing) == UCS_INPROGRESS &&
+             Clock::Real().Now() < give_up) {
+        ucp_worker_progress(worker_);
+      }
+      ucp_request_free(flushing);
+    }
   }
 
   void Tick(TimePoint now) {
