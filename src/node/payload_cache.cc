@@ -61,12 +61,12 @@ PayloadCache::~PayloadCache() {
 }
 
 void PayloadCache::Put(ChunkIndex chunk, std::vector<uint8_t> payload) {
-  Put(chunk, std::make_shared<const std::vector<uint8_t>>(std::move(payload)));
+  Put(chunk, HeldBytes::Of(std::make_shared<const std::vector<uint8_t>>(std::move(payload))));
 }
 
 void PayloadCache::DropLocked(uint32_t chunk) {
   if (auto it = payloads_.find(chunk); it != payloads_.end()) {
-    memory_bytes_ -= it->second->size();
+    memory_bytes_ -= it->second.bytes.size();
     payloads_.erase(it);
   }
   if (auto it = spilled_.find(chunk); it != spilled_.end()) {
@@ -75,7 +75,7 @@ void PayloadCache::DropLocked(uint32_t chunk) {
   }
 }
 
-bool PayloadCache::SpillLocked(uint32_t chunk, const std::vector<uint8_t>& payload) {
+bool PayloadCache::SpillLocked(uint32_t chunk, std::span<const uint8_t> payload) {
   if (spill_failed_) return false;
   if (spill_fd_ < 0) spill_fd_ = OpenSpillFile(options_.spill_dir);
   if (spill_fd_ < 0 || !PwriteAll(spill_fd_, payload.data(), payload.size(), spill_end_)) {
@@ -88,34 +88,33 @@ bool PayloadCache::SpillLocked(uint32_t chunk, const std::vector<uint8_t>& paylo
   return true;
 }
 
-void PayloadCache::Put(ChunkIndex chunk, SharedBytes payload) {
-  if (payload == nullptr) return;
+void PayloadCache::Put(ChunkIndex chunk, HeldBytes payload) {
   std::lock_guard lock(mu_);
   DropLocked(chunk.value());
-  if (memory_bytes_ + payload->size() > options_.memory_bytes &&
-      SpillLocked(chunk.value(), *payload)) {
+  if (memory_bytes_ + payload.bytes.size() > options_.memory_bytes &&
+      SpillLocked(chunk.value(), payload.bytes)) {
     return;
   }
-  memory_bytes_ += payload->size();
+  memory_bytes_ += payload.bytes.size();
   payloads_.emplace(chunk.value(), std::move(payload));
 }
 
-SharedBytes PayloadCache::Get(ChunkIndex chunk) const {
+std::optional<HeldBytes> PayloadCache::Get(ChunkIndex chunk) const {
   Spilled at;
   {
     std::lock_guard lock(mu_);
     if (auto it = payloads_.find(chunk.value()); it != payloads_.end()) return it->second;
     auto it = spilled_.find(chunk.value());
-    if (it == spilled_.end()) return nullptr;
+    if (it == spilled_.end()) return std::nullopt;
     at = it->second;
   }
   // Without the lock: spilled bytes are never rewritten (the file is append-only).
   auto read = std::make_shared<std::vector<uint8_t>>(at.size);
-  if (!PreadAll(spill_fd_, read->data(), at.size, at.offset)) return nullptr;
+  if (!PreadAll(spill_fd_, read->data(), at.size, at.offset)) return std::nullopt;
   // See the header: a caller keeping only a span may use it until this thread's next read-back.
   thread_local SharedBytes last_read_back;
   last_read_back = read;
-  return read;
+  return HeldBytes::Of(std::move(read));
 }
 
 bool PayloadCache::Contains(ChunkIndex chunk) const {

@@ -2,7 +2,8 @@
 // from codec::EncodeVersion and seeds from it; an agent that decoded a payload onto its base
 // keeps the payload too, so it can serve other agents that hold the same base, and writes the
 // version's delta file from it at the commit. Payloads are shared, immutable byte buffers: a
-// reader keeps one alive while it sends it.
+// reader keeps one alive while it sends it. A payload is held by its owner (util/held_bytes.h):
+// an agent keeps the very frame it arrived in, so a received payload is never copied.
 //
 // Every payload put is kept until the cache goes: the publisher must serve each one, and a
 // node's delta file needs all of them. Memory is bounded all the same (options.memory_bytes):
@@ -10,9 +11,9 @@
 // cache (or its process), and Get reads them back. A spill that fails (no space, no directory)
 // keeps the payload in memory: over the bound, never lost. docs/agent.md, "Payload memory".
 //
-// Lifetime of what Get returns: the buffer lives while the SharedBytes is held. Payloads in
-// memory also live as long as the cache (until replaced); one read back from the spill file, when
-// the caller drops the SharedBytes, lives until the same thread's next read-back (so a caller that
+// Lifetime of what Get returns: the bytes live while its owner is held. Payloads in memory also
+// live as long as the cache (until replaced); one read back from the spill file, when the caller
+// drops the owner, lives until the same thread's next read-back (so a caller that
 // keeps only a span, like live::WriteDeltaFile's PayloadOf, may use it until its next Get).
 //
 // Thread-safety: every method is safe from any thread.
@@ -28,6 +29,8 @@
 #include <vector>
 
 #include <weightcast/types.h>
+
+#include "util/held_bytes.h"
 
 namespace weightcast::node {
 
@@ -55,10 +58,10 @@ class PayloadCache {
   // Stores the payload of `chunk` (replacing any previous one). The caller has checked it
   // against the manifest's payload hash. Blocks on the spill file's write when over the bound.
   void Put(ChunkIndex chunk, std::vector<uint8_t> payload);
-  void Put(ChunkIndex chunk, SharedBytes payload);
-  // The payload of `chunk`, or null. A spilled one is read back (a pread, usually from the page
+  void Put(ChunkIndex chunk, HeldBytes payload);
+  // The payload of `chunk`, if held. A spilled one is read back (a pread, usually from the page
   // cache) into a buffer of its own.
-  SharedBytes Get(ChunkIndex chunk) const;
+  std::optional<HeldBytes> Get(ChunkIndex chunk) const;
   bool Contains(ChunkIndex chunk) const;
   // The chunks held, ascending.
   std::vector<ChunkIndex> Chunks() const;
@@ -74,14 +77,14 @@ class PayloadCache {
     uint64_t size = 0;
   };
   // Appends `payload` to the spill file (mu_ held); false when it cannot.
-  bool SpillLocked(uint32_t chunk, const std::vector<uint8_t>& payload);
+  bool SpillLocked(uint32_t chunk, std::span<const uint8_t> payload);
   // Forgets the payload of `chunk`, wherever it is (mu_ held).
   void DropLocked(uint32_t chunk);
 
   Version version_;
   const PayloadCacheOptions options_;
   mutable std::mutex mu_;
-  std::map<uint32_t, SharedBytes> payloads_;  // in memory
+  std::map<uint32_t, HeldBytes> payloads_;  // in memory
   std::map<uint32_t, Spilled> spilled_;
   uint64_t memory_bytes_ = 0;
   uint64_t spilled_bytes_ = 0;

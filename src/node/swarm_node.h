@@ -56,7 +56,7 @@ namespace weightcast::node {
 
 // Reads the bytes of a byte range of a version's flat byte space from where a source keeps them
 // outside its store (an HTTP origin). Called on upload workers, several at once; may block.
-using ChunkReader = std::function<Result<SharedBytes>(ByteRange range)>;
+using ChunkReader = std::function<Result<HeldBytes>(ByteRange range)>;
 
 struct PeerAddress {
   PeerId id;

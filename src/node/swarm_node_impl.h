@@ -93,12 +93,12 @@ struct TargetData {
   // Whole chunks verified lately, in the frames they came in: forwarded without a store read.
   RecentChunks recent;
 
-  SharedBytes Payload(ChunkIndex chunk) const {
+  std::optional<HeldBytes> Payload(ChunkIndex chunk) const {
     if (seed_payloads != nullptr && InPart(chunk)) {
       const ChunkIndex own(part ? chunk.value() - part->first_chunk : chunk.value());
-      if (SharedBytes p = seed_payloads->Get(own)) return p;
+      if (std::optional<HeldBytes> p = seed_payloads->Get(own)) return p;
     }
-    return payloads != nullptr ? payloads->Get(chunk) : nullptr;
+    return payloads != nullptr ? payloads->Get(chunk) : std::nullopt;
   }
 };
 

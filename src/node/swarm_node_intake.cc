@@ -106,7 +106,7 @@ SwarmNode::Impl::Verified SwarmNode::Impl::VerifyAndStore(
   if (t.payloads_only && !t.decoded[chunk.value()]) {
     // Authentic, and kept as it is: the sampler patches its live tensors with it and checks
     // every chunk it writes (docs/live.md, "Samplers that stage nothing").
-    t.payloads->Put(chunk, std::vector<uint8_t>(payload.begin(), payload.end()));
+    t.payloads->Put(chunk, HeldBytes{payload, frame});  // in its frame: no copy
     out.kept = true;
     return out;
   }
@@ -156,7 +156,7 @@ SwarmNode::Impl::Verified SwarmNode::Impl::VerifyAndStore(
   out.fast = checked.has_value();
   out.status = t.staged->MarkVerified(chunk);
   if (out.status.ok() && t.payloads != nullptr) {
-    t.payloads->Put(chunk, std::vector<uint8_t>(payload.begin(), payload.end()));
+    t.payloads->Put(chunk, HeldBytes{payload, frame});  // in its frame: no copy
   }
   return out;
 }

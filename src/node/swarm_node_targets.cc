@@ -490,9 +490,9 @@ Status SwarmNode::Impl::KeepDeltaFile(const TargetData& data) {
                               [&](ChunkIndex i) -> std::span<const uint8_t> {
                                 // The cache keeps every payload it holds alive, so the span
                                 // outlives `p`.
-                                const SharedBytes p = data.payloads->Get(i);
-                                if (p == nullptr) return {};
-                                return std::span<const uint8_t>(*p);
+                                const std::optional<HeldBytes> p = data.payloads->Get(i);
+                                if (!p) return {};
+                                return p->bytes;
                               });
 }
 

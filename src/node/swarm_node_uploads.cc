@@ -17,7 +17,7 @@ std::shared_ptr<SwarmNode::Impl::UploadSink> SwarmNode::Impl::MakeUploadSink() {
 void SwarmNode::Impl::KickUploads(const std::shared_ptr<SwarmNode::Impl::Peer>& p) {
   while (true) {
     std::optional<UploadItem> item;
-    SharedBytes payload;
+    std::optional<HeldBytes> payload;
     {
       std::lock_guard lock(p->wmu);
       while (!p->closing && !p->upload_active && !p->uploads.empty() && !item) {
@@ -32,24 +32,24 @@ void SwarmNode::Impl::KickUploads(const std::shared_ptr<SwarmNode::Impl::Peer>& 
           return;
         }
         payload = front.target->Payload(front.chunk);
-        if (payload != nullptr && p->payload_bytes_in_transport != 0 &&
-            p->payload_bytes_in_transport + payload->size() > kPayloadBytesInTransport) {
+        if (payload && p->payload_bytes_in_transport != 0 &&
+            p->payload_bytes_in_transport + payload->bytes.size() > kPayloadBytesInTransport) {
           return;  // the next UploadDone of a payload starts it
         }
         item = std::move(front);
         p->uploads.pop_front();
-        if (payload != nullptr) p->payload_bytes_in_transport += payload->size();
+        if (payload) p->payload_bytes_in_transport += payload->bytes.size();
       }
     }
     if (!item) return;
-    if (payload == nullptr) {
+    if (!payload) {
       Log("cannot send the payload of chunk " + std::to_string(item->chunk.value()) + " of " +
           V(item->target->manifest.version) + " to peer " + std::to_string(p->id.value()) +
           ": no payload held");
       Push(UploadDone{item->target->epoch, p->id, item->chunk, false, p->gen});
       continue;
     }
-    HeldBytes data = HeldBytes::Of(std::move(payload));
+    HeldBytes data = std::move(*payload);
     CorruptForTesting(data);
     SendUpload(*p, *item, std::move(data), /*payload=*/true);
   }
@@ -108,9 +108,9 @@ Result<HeldBytes> SwarmNode::Impl::ReadForUpload(const UploadItem& item) {
   TargetData& t = *item.target;
   HeldBytes data;
   if (item.kind == PayloadKind::kCodec) {
-    SharedBytes payload = t.Payload(item.chunk);
-    if (payload == nullptr) return NotFound("no payload held");
-    data = HeldBytes::Of(std::move(payload));
+    std::optional<HeldBytes> payload = t.Payload(item.chunk);
+    if (!payload) return NotFound("no payload held");
+    data = std::move(*payload);
   } else if (std::optional<HeldBytes> recent = t.recent.Get(item.chunk)) {
     data = std::move(*recent);
     ++uploads_from_memory_;
@@ -147,7 +147,7 @@ Result<HeldBytes> SwarmNode::Impl::ReadForUpload(const UploadItem& item) {
 Result<HeldBytes> SwarmNode::Impl::ReadFromSource(TargetData& t, ChunkIndex chunk) {
   const Manifest& m = t.manifest;
   const ByteRange range = m.ChunkRange(chunk);
-  Result<SharedBytes> bytes = t.reader(range);
+  Result<HeldBytes> bytes = t.reader(range);
   if (!bytes.ok()) {
     // An origin that is down may come back (the reader retried already; peers ask again). One
     // whose object changed or went away will not.
@@ -157,8 +157,8 @@ Result<HeldBytes> SwarmNode::Impl::ReadFromSource(TargetData& t, ChunkIndex chun
     }
     return bytes.status();
   }
-  if (*bytes == nullptr || (*bytes)->size() != range.size ||
-      HashBytes(m.hash_algorithm, **bytes) != m.chunk_hashes[chunk.value()]) {
+  if (bytes->bytes.size() != range.size ||
+      HashBytes(m.hash_algorithm, bytes->bytes) != m.chunk_hashes[chunk.value()]) {
     // Origin bytes are checked like a peer's: what fails its hash is never sent.
     Status bad = Corrupt("chunk " + std::to_string(chunk.value()) + " of " + V(m.version) +
                          " as read from its origin does not match the manifest: the content "
@@ -166,7 +166,7 @@ Result<HeldBytes> SwarmNode::Impl::ReadFromSource(TargetData& t, ChunkIndex chun
     NoteSourceFailure(bad);
     return bad;
   }
-  HeldBytes held = HeldBytes::Of(std::move(bytes).value());
+  HeldBytes held = std::move(bytes).value();
   t.recent.Put(chunk, held);
   ++uploads_from_store_;
   return held;

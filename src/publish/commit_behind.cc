@@ -27,7 +27,9 @@ struct CommitBehind::Source {
     from = next;
   }
 
-  Result<node::SharedBytes> Read(ByteRange range) {
+  // From the image a copy (the image goes back to its owner after the commit); from the store
+  // a view of its mapping, owned by the view.
+  Result<HeldBytes> Read(ByteRange range) {
     std::shared_lock lock(mu);
     std::span<const uint8_t> bytes;
     std::shared_ptr<const MappedVersion> view;
@@ -47,9 +49,9 @@ struct CommitBehind::Source {
     if (range.offset > bytes.size() || range.size > bytes.size() - range.offset) {
       return OutOfRange("bytes beyond v" + std::to_string(version.value()) + "'s file");
     }
-    const auto first = bytes.begin() + static_cast<std::ptrdiff_t>(range.offset);
-    return std::make_shared<const std::vector<uint8_t>>(
-        first, first + static_cast<std::ptrdiff_t>(range.size));
+    const std::span<const uint8_t> piece = bytes.subspan(range.offset, range.size);
+    if (view != nullptr) return HeldBytes{piece, std::move(view)};
+    return HeldBytes::Of(std::make_shared<const std::vector<uint8_t>>(piece.begin(), piece.end()));
   }
 };
 

@@ -23,8 +23,8 @@ Result<PreparedVersion> PublishLocal(Store& store, const std::filesystem::path& 
   o.before_commit = [&root](const Manifest& m, const node::PayloadCache* payloads) -> Status {
     if (payloads == nullptr || !m.delta.has_value()) return Status::Ok();
     return live::WriteDeltaFile(root, m, [&](ChunkIndex i) -> std::span<const uint8_t> {
-      const node::SharedBytes p = payloads->Get(i);
-      return p ? std::span<const uint8_t>(*p) : std::span<const uint8_t>();
+      const std::optional<HeldBytes> p = payloads->Get(i);
+      return p ? p->bytes : std::span<const uint8_t>();
     });
   };
   WC_ASSIGN_OR_RETURN(PreparedVersion out, PrepareVersion(store, dir, o));

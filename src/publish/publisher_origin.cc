@@ -46,13 +46,12 @@ Result<PublishedVersion> Publisher::PublishOrigin(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   WC_RETURN_IF_ERROR(PublishSigned(prepared));
   std::shared_ptr<const origin::OriginReader> reader = built.reader;
-  WC_RETURN_IF_ERROR(node_->SeedFrom(prepared.manifest, prepared.signed_manifest,
-                                     [reader](ByteRange range) -> Result<node::SharedBytes> {
-                                       auto bytes =
-                                           std::make_shared<std::vector<uint8_t>>(range.size);
-                                       WC_RETURN_IF_ERROR(reader->Read(range.offset, *bytes));
-                                       return node::SharedBytes(std::move(bytes));
-                                     }));
+  WC_RETURN_IF_ERROR(node_->SeedFrom(
+      prepared.manifest, prepared.signed_manifest, [reader](ByteRange range) -> Result<HeldBytes> {
+        auto bytes = std::make_shared<std::vector<uint8_t>>(range.size);
+        WC_RETURN_IF_ERROR(reader->Read(range.offset, *bytes));
+        return HeldBytes::Of(std::move(bytes));
+      }));
   NoteSeeding(prepared);
   options_.log.Info("published", {{"version", out.version.value()},
                                   {"from", label},

@@ -369,9 +369,10 @@ Result<PreparedVersion> ReloadVersion(const Store& store, Version version,
         if (!same || delta.payload_hash_algorithm == encoded.delta.payload_hash_algorithm) {
           same = same && encoded.delta.chunks[i].payload_hash == delta.chunks[i].payload_hash;
         } else if (delta.chunks[i].encoding != ChunkEncoding::kSame) {
-          node::SharedBytes p = encoded.payloads->Get(ChunkIndex(static_cast<uint32_t>(i)));
-          same = p != nullptr &&
-                 HashBytes(delta.payload_hash_algorithm, *p) == delta.chunks[i].payload_hash;
+          const std::optional<HeldBytes> p =
+              encoded.payloads->Get(ChunkIndex(static_cast<uint32_t>(i)));
+          same = p &&
+                 HashBytes(delta.payload_hash_algorithm, p->bytes) == delta.chunks[i].payload_hash;
         }
       }
       if (same) out.payloads = std::move(encoded.payloads);

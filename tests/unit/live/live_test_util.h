@@ -98,7 +98,7 @@ struct Fixture {
         if (payloads == nullptr) return Status::Ok();
         return WriteDeltaFile(root, m, [&](ChunkIndex i) -> std::span<const uint8_t> {
           auto p = payloads->Get(i);
-          return p ? std::span<const uint8_t>(*p) : std::span<const uint8_t>();
+          return p ? p->bytes : std::span<const uint8_t>();
         });
       };
     }

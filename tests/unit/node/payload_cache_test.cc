@@ -11,6 +11,10 @@
 namespace weightcast::node {
 namespace {
 
+std::vector<uint8_t> Copy(const HeldBytes& held) {
+  return std::vector<uint8_t>(held.bytes.begin(), held.bytes.end());
+}
+
 std::vector<uint8_t> Payload(size_t n, uint8_t seed) {
   std::vector<uint8_t> out(n);
   for (size_t i = 0; i < n; ++i) out[i] = static_cast<uint8_t>(seed * 31 + i);
@@ -35,11 +39,30 @@ TEST(PayloadCache, KeepsEveryPayloadWithinItsMemoryBound) {
   EXPECT_EQ(cache.Chunks().back(), ChunkIndex(19));
   for (uint32_t i = 0; i < 20; ++i) {
     EXPECT_TRUE(cache.Contains(ChunkIndex(i)));
-    SharedBytes p = cache.Get(ChunkIndex(i));
-    ASSERT_NE(p, nullptr) << i;
-    EXPECT_EQ(*p, Payload(300, static_cast<uint8_t>(i))) << i;
+    std::optional<HeldBytes> p = cache.Get(ChunkIndex(i));
+    ASSERT_TRUE(p.has_value()) << i;
+    EXPECT_EQ(Copy(*p), Payload(300, static_cast<uint8_t>(i))) << i;
   }
-  EXPECT_EQ(cache.Get(ChunkIndex(20)), nullptr);
+  EXPECT_FALSE(cache.Get(ChunkIndex(20)).has_value());
+}
+
+TEST(PayloadCache, APayloadInItsOwnersBytesIsKeptThereNotCopied) {
+  PayloadCache cache(Version(2), Bound(1 << 20));
+  auto frame = std::make_shared<const std::vector<uint8_t>>(Payload(500, 7));
+  // As an agent keeps a received payload: a view into the frame's body, the frame its owner.
+  const std::span<const uint8_t> payload = std::span<const uint8_t>(*frame).subspan(20);
+  cache.Put(ChunkIndex(3), HeldBytes{payload, frame});
+  std::weak_ptr<const std::vector<uint8_t>> alive = frame;
+  frame.reset();
+  EXPECT_FALSE(alive.expired());  // the cache holds the frame
+  std::optional<HeldBytes> got = cache.Get(ChunkIndex(3));
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->bytes.data(), payload.data());
+  EXPECT_EQ(got->bytes.size(), 480u);
+  EXPECT_EQ(cache.memory_bytes(), 480u);
+  got.reset();
+  cache.Put(ChunkIndex(3), Payload(10, 1));  // replaced: the frame goes
+  EXPECT_TRUE(alive.expired());
 }
 
 TEST(PayloadCache, AReplacedPayloadCountsOnce) {
@@ -51,8 +74,8 @@ TEST(PayloadCache, AReplacedPayloadCountsOnce) {
   EXPECT_EQ(cache.size(), 2u);
   EXPECT_EQ(cache.bytes(), 150u);
   EXPECT_EQ(cache.memory_bytes(), 150u);
-  EXPECT_EQ(*cache.Get(ChunkIndex(2)), Payload(100, 9));
-  EXPECT_EQ(*cache.Get(ChunkIndex(1)), Payload(50, 8));
+  EXPECT_EQ(Copy(*cache.Get(ChunkIndex(2))), Payload(100, 9));
+  EXPECT_EQ(Copy(*cache.Get(ChunkIndex(1))), Payload(50, 8));
 }
 
 TEST(PayloadCache, ASpillThatCannotBeMadeKeepsThePayloadInMemory) {
@@ -63,7 +86,7 @@ TEST(PayloadCache, ASpillThatCannotBeMadeKeepsThePayloadInMemory) {
   EXPECT_EQ(cache.size(), 4u);
   EXPECT_EQ(cache.memory_bytes(), 320u);  // over the bound, but nothing lost
   for (uint32_t i = 0; i < 4; ++i) {
-    EXPECT_EQ(*cache.Get(ChunkIndex(i)), Payload(80, static_cast<uint8_t>(i)));
+    EXPECT_EQ(Copy(*cache.Get(ChunkIndex(i))), Payload(80, static_cast<uint8_t>(i)));
   }
 }
 
@@ -71,14 +94,14 @@ TEST(PayloadCache, ASpanOfARereadPayloadLastsUntilTheThreadsNextRead) {
   PayloadCache cache(Version(2), Bound(0));  // everything spilled
   cache.Put(ChunkIndex(0), Payload(64, 1));
   cache.Put(ChunkIndex(1), Payload(64, 2));
-  // What live::WriteDeltaFile's callers do: keep a span, drop the SharedBytes.
+  // What live::WriteDeltaFile's callers do: keep a span, drop the owner.
   std::span<const uint8_t> span;
   {
-    SharedBytes p = cache.Get(ChunkIndex(0));
-    span = std::span<const uint8_t>(*p);
+    std::optional<HeldBytes> p = cache.Get(ChunkIndex(0));
+    span = p->bytes;
   }
   // Another thread's reads do not end it.
-  std::thread other([&] { EXPECT_NE(cache.Get(ChunkIndex(1)), nullptr); });
+  std::thread other([&] { EXPECT_TRUE(cache.Get(ChunkIndex(1)).has_value()); });
   other.join();
   const std::vector<uint8_t> want = Payload(64, 1);
   EXPECT_TRUE(std::equal(span.begin(), span.end(), want.begin(), want.end()));
@@ -92,9 +115,9 @@ TEST(PayloadCache, ConcurrentPutsAndGetsSeeWholePayloads) {
       for (uint32_t i = 0; i < 50; ++i) {
         const uint32_t chunk = static_cast<uint32_t>(t) * 50 + i;
         cache.Put(ChunkIndex(chunk), Payload(256, static_cast<uint8_t>(chunk)));
-        SharedBytes p = cache.Get(ChunkIndex(chunk));
-        ASSERT_NE(p, nullptr);
-        EXPECT_EQ(*p, Payload(256, static_cast<uint8_t>(chunk)));
+        std::optional<HeldBytes> p = cache.Get(ChunkIndex(chunk));
+        ASSERT_TRUE(p.has_value());
+        EXPECT_EQ(Copy(*p), Payload(256, static_cast<uint8_t>(chunk)));
       }
     });
   }

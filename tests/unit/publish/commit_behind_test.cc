@@ -71,7 +71,7 @@ TEST(CommitBehind, TheVersionIsSignedBeforeTheStoreHoldsIt) {
   const ByteRange range = prepared->manifest.ChunkRange(ChunkIndex(1));
   auto chunk = read(range);
   ASSERT_TRUE(chunk.ok()) << chunk.status().ToString();
-  EXPECT_TRUE(std::equal((*chunk)->begin(), (*chunk)->end(), image.begin() + range.offset));
+  EXPECT_TRUE(std::equal(chunk->bytes.begin(), chunk->bytes.end(), image.begin() + range.offset));
   EXPECT_TRUE(behind.Finish().ok());  // the same answer again
 }
 
@@ -91,7 +91,7 @@ TEST(CommitBehind, ChunksComeFromTheImageUntilTheCommit) {
   const ByteRange range = prepared->manifest.ChunkRange(ChunkIndex(0));
   auto chunk = behind.Reader()(range);
   ASSERT_TRUE(chunk.ok()) << chunk.status().ToString();
-  EXPECT_TRUE(std::equal((*chunk)->begin(), (*chunk)->end(), image.begin()));
+  EXPECT_TRUE(std::equal(chunk->bytes.begin(), chunk->bytes.end(), image.begin()));
   EXPECT_EQ(store.Current("policy").status().code(), Code::kNotFound);
   EXPECT_EQ(behind.Reader()({image.size(), 1}).status().code(), Code::kOutOfRange);
   gate.unlock();

@@ -127,15 +127,15 @@ TEST(PrepareVersion, DeltaPayloadsDecodedOntoTheBaseReproduceTheTarget) {
   size_t same = 0;
   for (uint32_t i = 0; i < target.chunk_count(); ++i) {
     const DeltaChunk& d = target.delta->chunks[i];
-    node::SharedBytes payload = v2->payloads->Get(ChunkIndex(i));
+    std::optional<HeldBytes> payload = v2->payloads->Get(ChunkIndex(i));
     if (d.encoding == ChunkEncoding::kSame) {
       ++same;
-      EXPECT_EQ(payload, nullptr) << "chunk " << i;
+      EXPECT_FALSE(payload.has_value()) << "chunk " << i;
       continue;
     }
-    ASSERT_NE(payload, nullptr) << "chunk " << i;
-    EXPECT_EQ(payload->size(), d.payload_size);
-    EXPECT_EQ(HashBytes(target.hash_algorithm, *payload), d.payload_hash);
+    ASSERT_TRUE(payload.has_value()) << "chunk " << i;
+    EXPECT_EQ(payload->bytes.size(), d.payload_size);
+    EXPECT_EQ(HashBytes(target.hash_algorithm, payload->bytes), d.payload_hash);
     table_bytes += d.payload_size;
   }
   EXPECT_EQ(v2->payload_bytes, table_bytes);
@@ -155,9 +155,9 @@ TEST(PrepareVersion, DeltaPayloadsDecodedOntoTheBaseReproduceTheTarget) {
   Status st = codec::DecodeVersion(
       v1->manifest, *base_bytes, target,
       [&](ChunkIndex i) -> Result<std::span<const uint8_t>> {
-        node::SharedBytes p = v2->payloads->Get(i);
-        if (p == nullptr) return NotFound("no payload for chunk " + std::to_string(i.value()));
-        return std::span<const uint8_t>(*p);
+        std::optional<HeldBytes> p = v2->payloads->Get(i);
+        if (!p) return NotFound("no payload for chunk " + std::to_string(i.value()));
+        return p->bytes;
       },
       [&](ChunkIndex i, std::span<const uint8_t> bytes) {
         auto expected = target_bytes->Read(target.ChunkRange(i), scratch);
@@ -476,7 +476,9 @@ TEST(ReloadVersion, RebuildsTheSamePayloadsAndSignature) {
   ASSERT_NE(again->payloads, nullptr);
   EXPECT_EQ(again->payloads->Chunks(), v2->payloads->Chunks());
   for (ChunkIndex i : v2->payloads->Chunks()) {
-    EXPECT_EQ(*again->payloads->Get(i), *v2->payloads->Get(i)) << "chunk " << i.value();
+    const std::span<const uint8_t> a = again->payloads->Get(i)->bytes;
+    const std::span<const uint8_t> b = v2->payloads->Get(i)->bytes;
+    EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin(), b.end())) << "chunk " << i.value();
   }
   EXPECT_EQ(again->payload_bytes, v2->payload_bytes);
 
