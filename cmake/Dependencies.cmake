@@ -28,6 +28,10 @@ find_package(CLI11 REQUIRED)
 # JSON forms are ours (metrics/log.h), since spdlog has no structured fields.
 find_package(spdlog REQUIRED)
 
+# prometheus-cpp (core only) holds the metrics and writes the text exposition format; the HTTP
+# side is ours (metrics/http_server.h), since /metrics shares its server with the fleet page.
+find_package(prometheus-cpp CONFIG REQUIRED COMPONENTS core)
+
 # cpp-httplib serves /metrics. Debian ships it compiled (libcpp-httplib.so): the header only
 # declares the server, and its classes change shape with the CPPHTTPLIB_* defines the library was
 # built with, so both the library and those defines come from pkg-config.

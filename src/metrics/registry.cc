@@ -1,5 +1,14 @@
 #include "metrics/registry.h"
 
+#include <prometheus/client_metric.h>
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/metric_family.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -13,18 +22,30 @@ namespace {
 // What a series holds. The family's TYPE follows from it (both counter kinds are "counter").
 enum SeriesKind : int { kCounter, kCounterFunc, kGauge, kGaugeFunc, kHistogram };
 
-std::string_view TypeName(int kind) {
+prometheus::MetricType TypeOf(int kind) {
   switch (kind) {
     case kCounter:
     case kCounterFunc:
-      return "counter";
+      return prometheus::MetricType::Counter;
     case kGauge:
     case kGaugeFunc:
-      return "gauge";
-    case kHistogram:
-      return "histogram";
+      return prometheus::MetricType::Gauge;
+    default:
+      return prometheus::MetricType::Histogram;
   }
-  return "untyped";
+}
+
+std::string_view TypeName(prometheus::MetricType type) {
+  switch (type) {
+    case prometheus::MetricType::Counter:
+      return "counter";
+    case prometheus::MetricType::Gauge:
+      return "gauge";
+    case prometheus::MetricType::Histogram:
+      return "histogram";
+    default:
+      return "untyped";
+  }
 }
 
 bool IsMetricNameChar(char c, bool first) {
@@ -48,57 +69,50 @@ bool ValidLabelName(std::string_view name) {
   return true;
 }
 
-// `a="x",b="y"`: the label part of a sample line, and the key that sorts and identifies a series.
-std::string RenderLabels(const Labels& sorted) {
+// A key that identifies a label set (sorted by name) within its family.
+std::string LabelKey(const Labels& sorted) {
   std::string out;
   for (const auto& [name, value] : sorted) {
-    if (!out.empty()) out += ',';
     out += name;
-    out += "=\"";
-    out += EscapeLabelValue(value);
-    out += '"';
+    out += '\0';
+    out += value;
+    out += '\0';
   }
   return out;
 }
 
-void AppendSample(std::string& out, std::string_view name, std::string_view suffix,
-                  std::string_view labels, std::string_view extra_label, std::string_view value) {
-  out += name;
-  out += suffix;
-  if (!labels.empty() || !extra_label.empty()) {
-    out += '{';
-    out += labels;
-    if (!labels.empty() && !extra_label.empty()) out += ',';
-    out += extra_label;
-    out += '}';
-  }
-  out += ' ';
-  out += value;
-  out += '\n';
+std::map<std::string, std::string> LabelMap(const Labels& labels) {
+  return std::map<std::string, std::string>(labels.begin(), labels.end());
 }
+
+// A metric of a rejected registration and its handle, owned together.
+template <typename Value, typename Handle>
+struct Orphan {
+  template <typename... Args>
+  explicit Orphan(Args&&... args) : value(args...), handle(value) {}
+  Value value;
+  Handle handle;
+};
 
 }  // namespace
 
-std::string EscapeLabelValue(std::string_view value) {
-  std::string out;
-  out.reserve(value.size());
-  for (char c : value) {
-    switch (c) {
-      case '\\':
-        out += "\\\\";
-        break;
-      case '"':
-        out += "\\\"";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
+void Counter::Add(uint64_t n) { impl_->Increment(static_cast<double>(n)); }
+uint64_t Counter::value() const { return static_cast<uint64_t>(impl_->Value()); }
+
+void Gauge::Set(double v) { impl_->Set(v); }
+void Gauge::Add(double delta) { impl_->Increment(delta); }
+double Gauge::value() const { return impl_->Value(); }
+
+void Histogram::Observe(double v) { impl_->Observe(v); }
+
+uint64_t Histogram::bucket_count(size_t i) const {
+  const prometheus::ClientMetric::Histogram h = impl_->Collect().histogram;
+  if (i >= h.bucket.size()) return 0;
+  return h.bucket[i].cumulative_count - (i == 0 ? 0 : h.bucket[i - 1].cumulative_count);
 }
+
+uint64_t Histogram::count() const { return impl_->Collect().histogram.sample_count; }
+double Histogram::sum() const { return impl_->Collect().histogram.sample_sum; }
 
 std::string EscapeHelp(std::string_view help) {
   std::string out;
@@ -124,26 +138,6 @@ std::string FormatValue(double v) {
   return std::string(buf, end);
 }
 
-Histogram::Histogram(std::vector<double> bounds)
-    : bounds_(std::move(bounds)),
-      counts_(std::make_unique<std::atomic<uint64_t>[]>(bounds_.size() + 1)) {}
-
-void Histogram::Observe(double v) {
-  // Bucket i counts bounds_[i-1] < v <= bounds_[i]; NaN and values above every bound go to +Inf.
-  size_t i = bounds_.size();
-  if (!std::isnan(v)) {
-    i = static_cast<size_t>(std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin());
-  }
-  counts_[i].fetch_add(1, std::memory_order_relaxed);
-  sum_.fetch_add(v, std::memory_order_relaxed);
-}
-
-uint64_t Histogram::count() const {
-  uint64_t total = 0;
-  for (size_t i = 0; i <= bounds_.size(); ++i) total += bucket_count(i);
-  return total;
-}
-
 std::vector<double> ExponentialBuckets(double start, double factor, size_t count) {
   std::vector<double> bounds;
   bounds.reserve(count);
@@ -164,12 +158,15 @@ struct Registry::Series {
 
 struct Registry::Family {
   std::string help;
-  std::string_view type;
-  // Keyed by the rendered label set, which sorts the page and identifies the series.
-  std::map<std::string, std::unique_ptr<Series>, std::less<>> series;
+  prometheus::MetricType type = prometheus::MetricType::Untyped;
+  // prometheus-cpp's family of each value kind, made on its first series.
+  prometheus::Family<prometheus::Counter>* counters = nullptr;
+  prometheus::Family<prometheus::Gauge>* gauges = nullptr;
+  prometheus::Family<prometheus::Histogram>* histograms = nullptr;
+  std::map<std::string, std::unique_ptr<Series>, std::less<>> series;  // by LabelKey
 };
 
-Registry::Registry() = default;
+Registry::Registry() : store_(std::make_shared<prometheus::Registry>()) {}
 Registry::~Registry() = default;
 
 void Registry::RecordErrorLocked(std::string message) { errors_.push_back(std::move(message)); }
@@ -197,20 +194,21 @@ Registry::Series* Registry::FindOrCreateLocked(std::string_view name, std::strin
   if (it == families_.end()) {
     auto family = std::make_unique<Family>();
     family->help = std::string(help);
-    family->type = TypeName(kind);
+    family->type = TypeOf(kind);
     it = families_.emplace(std::string(name), std::move(family)).first;
   }
   Family& family = *it->second;
-  if (family.type != TypeName(kind)) {
-    RecordErrorLocked("metric " + std::string(name) + " is a " + std::string(family.type) +
-                      ", asked for as a " + std::string(TypeName(kind)));
+  if (family.type != TypeOf(kind)) {
+    RecordErrorLocked("metric " + std::string(name) + " is a " +
+                      std::string(TypeName(family.type)) + ", asked for as a " +
+                      std::string(TypeName(TypeOf(kind))));
     return nullptr;
   }
-  std::string key = RenderLabels(labels);
+  std::string key = LabelKey(labels);
   auto sit = family.series.find(key);
   if (sit != family.series.end()) {
     if (sit->second->kind != kind) {
-      RecordErrorLocked("metric " + std::string(name) + "{" + key +
+      RecordErrorLocked("metric " + std::string(name) + " with labels {" + EscapeControlBytes(key) +
                         "} is registered both as a value and as a callback");
       return nullptr;
     }
@@ -226,17 +224,42 @@ metrics::Counter& Registry::Counter(std::string_view name, std::string_view help
   std::lock_guard lock(mu_);
   Series* series = FindOrCreateLocked(name, help, kCounter, std::move(labels));
   if (series == nullptr) {
-    return *orphan_counters_.emplace_back(std::make_unique<metrics::Counter>());
+    auto orphan = std::make_shared<Orphan<prometheus::Counter, metrics::Counter>>();
+    orphans_.push_back(orphan);
+    return orphan->handle;
   }
-  if (!series->counter) series->counter = std::make_unique<metrics::Counter>();
+  if (!series->counter) {
+    Family& family = *families_.find(name)->second;
+    if (family.counters == nullptr) {
+      family.counters = &prometheus::BuildCounter()
+                             .Name(std::string(name))
+                             .Help(EscapeHelp(family.help))
+                             .Register(*store_);
+    }
+    series->counter =
+        std::make_unique<metrics::Counter>(family.counters->Add(LabelMap(series->labels)));
+  }
   return *series->counter;
 }
 
 metrics::Gauge& Registry::Gauge(std::string_view name, std::string_view help, Labels labels) {
   std::lock_guard lock(mu_);
   Series* series = FindOrCreateLocked(name, help, kGauge, std::move(labels));
-  if (series == nullptr) return *orphan_gauges_.emplace_back(std::make_unique<metrics::Gauge>());
-  if (!series->gauge) series->gauge = std::make_unique<metrics::Gauge>();
+  if (series == nullptr) {
+    auto orphan = std::make_shared<Orphan<prometheus::Gauge, metrics::Gauge>>();
+    orphans_.push_back(orphan);
+    return orphan->handle;
+  }
+  if (!series->gauge) {
+    Family& family = *families_.find(name)->second;
+    if (family.gauges == nullptr) {
+      family.gauges = &prometheus::BuildGauge()
+                           .Name(std::string(name))
+                           .Help(EscapeHelp(family.help))
+                           .Register(*store_);
+    }
+    series->gauge = std::make_unique<metrics::Gauge>(family.gauges->Add(LabelMap(series->labels)));
+  }
   return *series->gauge;
 }
 
@@ -255,10 +278,25 @@ metrics::Histogram& Registry::Histogram(std::string_view name, std::string_view 
     series = FindOrCreateLocked(name, help, kHistogram, std::move(labels));
   }
   if (series == nullptr) {
-    return *orphan_histograms_.emplace_back(
-        std::make_unique<metrics::Histogram>(std::vector<double>{}));
+    struct OrphanHistogram {
+      prometheus::Histogram value{prometheus::Histogram::BucketBoundaries{}};
+      metrics::Histogram handle{value, {}};
+    };
+    auto orphan = std::make_shared<OrphanHistogram>();
+    orphans_.push_back(orphan);
+    return orphan->handle;
   }
-  if (!series->histogram) series->histogram = std::make_unique<metrics::Histogram>(bounds);
+  if (!series->histogram) {
+    Family& family = *families_.find(name)->second;
+    if (family.histograms == nullptr) {
+      family.histograms = &prometheus::BuildHistogram()
+                               .Name(std::string(name))
+                               .Help(EscapeHelp(family.help))
+                               .Register(*store_);
+    }
+    series->histogram = std::make_unique<metrics::Histogram>(
+        family.histograms->Add(LabelMap(series->labels), bounds), bounds);
+  }
   return *series->histogram;
 }
 
@@ -283,7 +321,7 @@ void Registry::Remove(std::string_view name, const Labels& labels) {
   Labels sorted = labels;
   std::sort(sorted.begin(), sorted.end());
   auto& series = it->second->series;
-  auto sit = series.find(RenderLabels(sorted));
+  auto sit = series.find(LabelKey(sorted));
   if (sit == series.end()) return;
   if (sit->second->kind != kCounterFunc && sit->second->kind != kGaugeFunc) return;
   series.erase(sit);
@@ -293,57 +331,48 @@ void Registry::Remove(std::string_view name, const Labels& labels) {
 
 std::string Registry::Render() const {
   std::lock_guard lock(mu_);
-  std::string out;
-  for (const std::string& error : errors_) {
-    out += "# weightcast: rejected registration: ";
-    out += EscapeHelp(error);
-    out += '\n';
+  // The values prometheus-cpp holds, by family name; callback series are added to them here.
+  std::map<std::string, prometheus::MetricFamily, std::less<>> collected;
+  for (prometheus::MetricFamily& f : store_->Collect()) {
+    std::string name = f.name;
+    collected.emplace(std::move(name), std::move(f));
   }
+  std::vector<prometheus::MetricFamily> page;
   for (const auto& [name, family] : families_) {
-    if (family->series.empty()) continue;
-    out += "# HELP ";
-    out += name;
-    out += ' ';
-    out += EscapeHelp(family->help);
-    out += "\n# TYPE ";
-    out += name;
-    out += ' ';
-    out += family->type;
-    out += '\n';
-    for (const auto& [labels, series] : family->series) {
-      switch (series->kind) {
-        case kCounter:
-          AppendSample(out, name, "", labels, "", std::to_string(series->counter->value()));
-          break;
-        case kCounterFunc:
-          AppendSample(out, name, "", labels, "",
-                       std::to_string(series->counter_fn ? series->counter_fn() : 0));
-          break;
-        case kGauge:
-          AppendSample(out, name, "", labels, "", FormatValue(series->gauge->value()));
-          break;
-        case kGaugeFunc:
-          AppendSample(out, name, "", labels, "",
-                       FormatValue(series->gauge_fn ? series->gauge_fn() : 0.0));
-          break;
-        case kHistogram: {
-          const metrics::Histogram& h = *series->histogram;
-          uint64_t cumulative = 0;
-          for (size_t i = 0; i < h.bounds().size(); ++i) {
-            cumulative += h.bucket_count(i);
-            AppendSample(out, name, "_bucket", labels, "le=\"" + FormatValue(h.bounds()[i]) + "\"",
-                         std::to_string(cumulative));
-          }
-          cumulative += h.bucket_count(h.bounds().size());
-          AppendSample(out, name, "_bucket", labels, "le=\"+Inf\"", std::to_string(cumulative));
-          AppendSample(out, name, "_sum", labels, "", FormatValue(h.sum()));
-          AppendSample(out, name, "_count", labels, "", std::to_string(cumulative));
-          break;
-        }
-      }
+    prometheus::MetricFamily out;
+    if (auto it = collected.find(name); it != collected.end()) {
+      out = std::move(it->second);
+    } else {
+      out.name = name;
+      out.help = EscapeHelp(family->help);
+      out.type = family->type;
     }
+    for (const auto& [key, series] : family->series) {
+      if (series->kind != kCounterFunc && series->kind != kGaugeFunc) continue;
+      prometheus::ClientMetric m;
+      for (const auto& [label, value] : series->labels) m.label.push_back({label, value});
+      if (series->kind == kCounterFunc) {
+        m.counter.value = static_cast<double>(series->counter_fn ? series->counter_fn() : 0);
+      } else {
+        m.gauge.value = series->gauge_fn ? series->gauge_fn() : 0.0;
+      }
+      out.metric.push_back(std::move(m));
+    }
+    if (out.metric.empty()) continue;
+    std::sort(out.metric.begin(), out.metric.end(),
+              [](const prometheus::ClientMetric& a, const prometheus::ClientMetric& b) {
+                return a.label < b.label;
+              });
+    page.push_back(std::move(out));
   }
-  return out;
+  std::string text;
+  for (const std::string& error : errors_) {
+    text += "# weightcast: rejected registration: ";
+    text += EscapeHelp(error);
+    text += '\n';
+  }
+  text += prometheus::TextSerializer().Serialize(page);
+  return text;
 }
 
 std::vector<std::string> Registry::errors() const {

@@ -1,8 +1,10 @@
-// Process metrics in the Prometheus text exposition format 0.0.4 (docs/metrics.md).
+// Process metrics in the Prometheus text exposition format 0.0.4 (docs/metrics.md), kept and
+// rendered by prometheus-cpp (Debian's prometheus-cpp-dev, the core library only).
 //
 // A daemon owns one Registry, asks it once for each metric it updates and keeps the returned
-// reference; updates are then single atomic operations (no lock, no allocation), so hot paths
-// (a chunk verified, bytes sent) can count freely. Render() produces the page that
+// reference; updates are then single atomic operations on prometheus-cpp's metric (no lock, no
+// allocation; a histogram's Observe takes the library's per-histogram mutex), so hot paths (a
+// chunk verified, bytes sent) can count freely. Render() produces the page that
 // metrics::MetricsServer serves at /metrics.
 //
 //   metrics::Registry registry;
@@ -11,12 +13,17 @@
 //       {{"channel", "policy"}});
 //   verified.Add();
 //
+// What this class adds to prometheus-cpp's registry (docs/metrics.md, "prometheus-cpp"): a name
+// or label that is not Prometheus's, or a name reused with another type, is recorded and the
+// caller still gets a working metric (the library throws); callback metrics, read when the page
+// is rendered (the library has none); a page sorted by family and label set; HELP text escaped
+// (prometheus-cpp 1.0 writes it verbatim).
+//
 // Registration (Counter(), Gauge(), Histogram(), the *Func calls) takes a mutex and may allocate;
 // asking again with the same name and label set returns the very same metric. A metric lives as
 // long as its Registry; references never dangle before that.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -30,56 +37,64 @@
 
 #include <weightcast/status.h>
 
+namespace prometheus {
+class Registry;
+class Counter;
+class Gauge;
+class Histogram;
+}  // namespace prometheus
+
 namespace weightcast::metrics {
 
 // Label pairs of one metric, e.g. {{"channel", "policy"}, {"peer", "17"}}. Order does not
 // matter: a label set is identified by its pairs sorted by name.
 using Labels = std::vector<std::pair<std::string, std::string>>;
 
-// A monotonically increasing count (events, bytes). Thread-safe and lock-free.
+// A monotonically increasing count (events, bytes). Thread-safe and lock-free. Kept as a
+// double by prometheus-cpp: exact up to 2^53.
 class Counter {
  public:
-  void Add(uint64_t n = 1) { value_.fetch_add(n, std::memory_order_relaxed); }
-  uint64_t value() const { return value_.load(std::memory_order_relaxed); }
+  explicit Counter(prometheus::Counter& impl) : impl_(&impl) {}
+  void Add(uint64_t n = 1);
+  uint64_t value() const;
 
  private:
-  std::atomic<uint64_t> value_{0};
+  prometheus::Counter* impl_;
 };
 
 // A value that goes up and down (queue depth, bytes staged, live peers). Thread-safe and
-// lock-free (Add is a compare-and-swap loop on the double).
+// lock-free.
 class Gauge {
  public:
-  void Set(double v) { value_.store(v, std::memory_order_relaxed); }
-  void Add(double delta) { value_.fetch_add(delta, std::memory_order_relaxed); }
+  explicit Gauge(prometheus::Gauge& impl) : impl_(&impl) {}
+  void Set(double v);
+  void Add(double delta);
   void Sub(double delta) { Add(-delta); }
-  double value() const { return value_.load(std::memory_order_relaxed); }
+  double value() const;
 
  private:
-  std::atomic<double> value_{0.0};
+  prometheus::Gauge* impl_;
 };
 
 // Counts observations into fixed buckets (cumulative on the page, as Prometheus wants) and keeps
-// their sum. Thread-safe and lock-free. A scrape that races with Observe may see the sum of an
-// observation before its bucket; `_count` is computed from the buckets, so it always equals the
-// `+Inf` bucket.
+// their sum. Thread-safe.
 class Histogram {
  public:
   // `bounds`: finite upper bounds, strictly increasing (checked by Registry::Histogram).
-  explicit Histogram(std::vector<double> bounds);
+  Histogram(prometheus::Histogram& impl, std::vector<double> bounds)
+      : impl_(&impl), bounds_(std::move(bounds)) {}
 
   void Observe(double v);
 
   const std::vector<double>& bounds() const { return bounds_; }
   // Non-cumulative count of bucket i; i == bounds().size() is the +Inf bucket.
-  uint64_t bucket_count(size_t i) const { return counts_[i].load(std::memory_order_relaxed); }
+  uint64_t bucket_count(size_t i) const;
   uint64_t count() const;
-  double sum() const { return sum_.load(std::memory_order_relaxed); }
+  double sum() const;
 
  private:
+  prometheus::Histogram* impl_;
   std::vector<double> bounds_;
-  std::unique_ptr<std::atomic<uint64_t>[]> counts_;  // bounds_.size() + 1
-  std::atomic<double> sum_{0.0};
 };
 
 // Bucket bounds start, start*factor, ... (count of them), for latencies and sizes.
@@ -135,18 +150,16 @@ class Registry {
   void RecordErrorLocked(std::string message);
 
   mutable std::mutex mu_;
+  // Holds every Counter, Gauge and Histogram handed out under a valid name, and renders them.
+  std::shared_ptr<prometheus::Registry> store_;
   std::map<std::string, std::unique_ptr<Family>, std::less<>> families_;
   std::vector<std::string> errors_;
-  // Metrics handed out for rejected registrations: usable, never rendered.
-  std::vector<std::unique_ptr<metrics::Counter>> orphan_counters_;
-  std::vector<std::unique_ptr<metrics::Gauge>> orphan_gauges_;
-  std::vector<std::unique_ptr<metrics::Histogram>> orphan_histograms_;
+  // Metrics handed out for rejected registrations (each with its prometheus-cpp value):
+  // usable, never rendered.
+  std::vector<std::shared_ptr<void>> orphans_;
 };
 
-// Text format helpers, exposed for tests and for other pages that want the same escaping.
-// Label values escape backslash, double quote and newline; HELP text escapes backslash and
-// newline.
-std::string EscapeLabelValue(std::string_view value);
+// HELP text as the text format wants it: backslash and newline escaped.
 std::string EscapeHelp(std::string_view help);
 // Shortest text that parses back to `v`; "+Inf", "-Inf", "NaN" for the special values.
 std::string FormatValue(double v);

