@@ -13,6 +13,7 @@
 #include "codec/version_codec.h"
 #include "hash/digest.h"
 #include "manifest/builder.h"
+#include "node/chunk_intake.h"
 #include "swarm/messages.h"
 #include "trust/signed_manifest.h"
 
@@ -152,7 +153,6 @@ class Transfer {
 
   void Work() {
     codec::CodecScratch scratch;
-    Hasher hasher(manifest_.hash_algorithm);
     std::vector<uint8_t> out, base_scratch;
     while (!Stopped()) {
       auto frame = connection_.Receive(options_.receive_timeout);
@@ -161,7 +161,7 @@ class Transfer {
         return;
       }
       wire_bytes_ += frame->body.size() + net::kFrameHeaderSize;
-      Status status = Handle(*frame, scratch, hasher, out, base_scratch);
+      Status status = Handle(*frame, scratch, out, base_scratch);
       if (!status.ok()) {
         Fail(std::move(status));
         return;
@@ -169,8 +169,8 @@ class Transfer {
     }
   }
 
-  Status Handle(const net::Frame& frame, codec::CodecScratch& scratch, Hasher& hasher,
-                std::vector<uint8_t>& out, std::vector<uint8_t>& base_scratch) {
+  Status Handle(const net::Frame& frame, codec::CodecScratch& scratch, std::vector<uint8_t>& out,
+                std::vector<uint8_t>& base_scratch) {
     if (frame.type == net::FrameType::kControl) {
       WC_ASSIGN_OR_RETURN(Message message, ParseMessage(frame.body));
       if (message.type == MessageType::kEcho) return Status::Ok();
@@ -195,51 +195,33 @@ class Transfer {
     const ByteRange range = manifest_.ChunkRange(index);
     const Digest& expected = manifest_.chunk_hashes[chunk];
     std::span<const uint8_t> payload = frame.chunk_payload();
-    std::span<const uint8_t> verified;
-    bool delta = false;
     if (header.encoding == static_cast<uint8_t>(PayloadKind::kRaw)) {
-      if (payload.size() != range.size) {
-        return Retry(chunk, Corrupt("chunk " + std::to_string(chunk) + " arrived with " +
-                                    std::to_string(payload.size()) + " bytes, expected " +
-                                    std::to_string(range.size)));
-      }
-      // Streaming with prefetch: the payload comes from memory, not from cache (builder.h).
-      UpdateStreaming(hasher, manifest_.hash_algorithm, payload);
-      if (hasher.Finish() != expected) {
-        return Retry(
-            chunk, Corrupt("chunk " + std::to_string(chunk) + " does not match its manifest hash"));
-      }
-      verified = payload;
-    } else if (header.encoding == static_cast<uint8_t>(PayloadKind::kCodec)) {
-      std::span<const uint8_t> base_bytes;
-      Digest base_hash{};
-      if (base_ != nullptr && chunk < base_->manifest.chunk_count()) {
-        base_bytes = base_->bytes.Read(base_->manifest.ChunkRange(index), base_scratch);
-        base_hash = base_->manifest.chunk_hashes[chunk];
-      }
+      Status staged = staged_.PutChunk(index, payload);
+      if (staged.code() == Code::kCorrupt) return Retry(chunk, staged);
+      WC_RETURN_IF_ERROR(staged);
+      return Completed(chunk, range.size, /*delta=*/false);
+    }
+    if (header.encoding == static_cast<uint8_t>(PayloadKind::kCodec)) {
       out.resize(range.size);
       // The server encoded this payload on the fly: no signed delta table lists its SHA-256, so
       // the rebuilt chunk is checked against the chunk hash (SHA-256) whatever
       // options_.verify_result says; the fast check needs an authenticated payload
       // (docs/verification.md).
-      Status decoded = codec::DecodeChunk(
-          payload,
-          base_bytes.empty() ? codec::HashedChunk::Compute({}, manifest_.hash_algorithm)
-                             : codec::HashedChunk::FromVerifiedManifest(base_bytes, base_hash,
-                                                                        manifest_.hash_algorithm),
-          &expected, out, scratch);
+      Status decoded =
+          codec::DecodeChunk(payload,
+                             node::BaseChunkFor(base_ != nullptr ? &base_->manifest : nullptr,
+                                                base_ != nullptr ? &base_->bytes : nullptr, index,
+                                                manifest_.hash_algorithm, base_scratch),
+                             &expected, out, scratch);
       if (!decoded.ok()) {
         return Retry(chunk, decoded.WithContext("chunk " + std::to_string(chunk)));
       }
-      verified = out;
-      delta = true;
-    } else {
-      return Retry(chunk, Corrupt("chunk " + std::to_string(chunk) + " has unknown encoding " +
-                                  std::to_string(header.encoding)));
+      WC_RETURN_IF_ERROR(staged_.WriteChunk(index, out));
+      WC_RETURN_IF_ERROR(staged_.MarkVerified(index));
+      return Completed(chunk, range.size, /*delta=*/true);
     }
-    WC_RETURN_IF_ERROR(staged_.WriteChunk(index, verified));
-    WC_RETURN_IF_ERROR(staged_.MarkVerified(index));
-    return Completed(chunk, range.size, delta);
+    return Retry(chunk, Corrupt("chunk " + std::to_string(chunk) + " has unknown encoding " +
+                                std::to_string(header.encoding)));
   }
 
   Status CheckOutstanding(uint32_t chunk) {
@@ -431,17 +413,11 @@ Result<FetchStats> FetchVersion(net::Connection& connection, Store& store,
       done_bytes += range.size;
       continue;
     }
-    if (base != nullptr && i < base->manifest.chunk_count() &&
-        base->manifest.chunk_hashes[i] == manifest.chunk_hashes[i] &&
-        base->manifest.ChunkRange(ChunkIndex(i)).size == range.size) {
-      auto bytes = base->bytes.Read(base->manifest.ChunkRange(ChunkIndex(i)), scratch);
-      if (codec::CheckLocalCopy(manifest, ChunkIndex(i), bytes, options.verify_result).ok() &&
-          staged->WriteChunk(ChunkIndex(i), bytes).ok() &&
-          staged->MarkVerified(ChunkIndex(i)).ok()) {
-        ++stats.chunks_same;
-        done_bytes += range.size;
-        continue;
-      }
+    if (base != nullptr && node::StageFromBase(manifest, ChunkIndex(i), base->manifest, base->bytes,
+                                               options.verify_result, *staged, scratch)) {
+      ++stats.chunks_same;
+      done_bytes += range.size;
+      continue;
     }
     wanted.push_back(i);
   }

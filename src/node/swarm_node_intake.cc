@@ -3,6 +3,7 @@
 
 #include "codec/chunk_codec.h"
 #include "hash/digest.h"
+#include "node/chunk_intake.h"
 
 namespace weightcast::node {
 
@@ -75,13 +76,7 @@ SwarmNode::Impl::Verified SwarmNode::Impl::VerifyAndStore(
   // Built only for an error: a delta step verifies hundreds of chunks a second.
   auto what = [&] { return "chunk " + std::to_string(chunk.value()) + " of " + V(m.version); };
   if (kind == PayloadKind::kRaw) {
-    if (payload.size() != range.size ||
-        HashBytes(m.hash_algorithm, payload) != m.chunk_hashes[chunk.value()]) {
-      out.status = Corrupt(what() + " does not match its manifest hash");
-      return out;
-    }
-    out.status = t.staged->WriteChunk(chunk, payload);
-    if (out.status.ok()) out.status = t.staged->MarkVerified(chunk);
+    out.status = t.staged->PutChunk(chunk, payload);
     if (out.status.ok()) t.recent.Put(chunk, {payload, frame});
     return out;
   }
@@ -113,21 +108,14 @@ SwarmNode::Impl::Verified SwarmNode::Impl::VerifyAndStore(
   // The payload is the publisher's own: a failure from here on is not the sender's fault.
   thread_local codec::CodecScratch scratch;
   thread_local std::vector<uint8_t> base_scratch;  // reused: a fresh one is an mmap per chunk
-  std::span<const uint8_t> base_bytes;
-  Digest base_hash{};
-  if (chunk.value() < t.base_manifest->chunk_count()) {
-    base_bytes = t.base_bytes->Read(t.base_manifest->ChunkRange(chunk), base_scratch);
-    base_hash = t.base_manifest->chunk_hashes[chunk.value()];
-  }
+  const codec::HashedChunk base =
+      BaseChunkFor(t.base_manifest ? &*t.base_manifest : nullptr,
+                   t.base_bytes ? &*t.base_bytes : nullptr, chunk, m.hash_algorithm, base_scratch);
   // One pass: each decoded block is hashed and written to the staged file while it is in
   // cache (no dry run, no chunk-sized copy). The staged range holds unverified bytes until the
   // decoder has checked the whole chunk's hash; the chunk is marked verified only then, so a
   // failure (or a crash) leaves it missing and it is fetched again.
   Status write_error;
-  const codec::HashedChunk base =
-      base_bytes.empty()
-          ? codec::HashedChunk::Compute({}, m.hash_algorithm)
-          : codec::HashedChunk::FromVerifiedManifest(base_bytes, base_hash, m.hash_algorithm);
   const codec::DecodedBlockSink sink = [&](uint64_t offset, std::span<const uint8_t> block) {
     std::shared_lock current(t.write_mu);
     if (t.epoch != epoch) {

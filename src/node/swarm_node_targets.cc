@@ -5,6 +5,7 @@
 
 #include "live/delta_file.h"
 #include "manifest/selection.h"
+#include "node/chunk_intake.h"
 #include "store/partial.h"
 
 namespace weightcast::node {
@@ -266,17 +267,9 @@ Status SwarmNode::Impl::FetchLocked(const Manifest& manifest) {
           if (manifest.delta->chunks[i].encoding == ChunkEncoding::kSame) want[i] = false;
           continue;
         }
-        if (whole[i] || !want[i] || i >= base->chunk_count() || !(*base_holds)[i] ||
-            base->chunk_hashes[i] != manifest.chunk_hashes[i] ||
-            base->ChunkRange(c).size != manifest.ChunkRange(c).size) {
-          continue;
-        }
-        // Equal chunk hashes: the bytes are our verified base's. Checked again on the way
-        // into the staging (a base changed on disk, a memory error), by the fast hash when the
-        // manifest has them (nothing here came from a peer).
-        const std::span<const uint8_t> same = bytes->Read(base->ChunkRange(c), scratch);
-        if (codec::CheckLocalCopy(manifest, c, same, options_.verify_result).ok() &&
-            data->staged->WriteChunk(c, same).ok() && data->staged->MarkVerified(c).ok()) {
+        if (whole[i] || !want[i] || i >= base->chunk_count() || !(*base_holds)[i]) continue;
+        if (StageFromBase(manifest, c, *base, *bytes, options_.verify_result, *data->staged,
+                          scratch)) {
           whole[i] = true;
           ++copied;
         }

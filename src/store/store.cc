@@ -550,7 +550,16 @@ Status StagedVersion::PutChunk(ChunkIndex index, std::span<const uint8_t> bytes)
     return OutOfRange("chunk " + std::to_string(index.value()) + " is beyond the " +
                       std::to_string(m.chunk_count()) + " chunks of the version");
   }
-  if (HashBytes(m.hash_algorithm, bytes) != m.chunk_hashes[index.value()]) {
+  const uint64_t size = m.ChunkRange(index).size;
+  if (bytes.size() != size) {
+    return Corrupt("chunk " + std::to_string(index.value()) + " of " + state_->channel + "/" +
+                   store::VersionName(m.version) + " has " + std::to_string(bytes.size()) +
+                   " bytes, the manifest says " + std::to_string(size));
+  }
+  // Streaming with prefetch: bytes received from a peer come from memory, not from cache.
+  Hasher hasher(m.hash_algorithm);
+  UpdateStreaming(hasher, m.hash_algorithm, bytes);
+  if (hasher.Finish() != m.chunk_hashes[index.value()]) {
     return Corrupt("chunk " + std::to_string(index.value()) + " of " + state_->channel + "/" +
                    store::VersionName(m.version) + " does not match its hash in the manifest");
   }
