@@ -5,6 +5,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -33,6 +34,13 @@ struct Endpoint {
   TimePoint last_sent;
   TimePoint last_received;
   Status status;
+  // Push delivery: once DeliverFrames took a handler, received frames wait in `inbox` for the
+  // network's pusher thread. `ended`: the end status went (or is going) to the handler.
+  bool pushing = false;
+  bool ended = false;
+  // Held across every handler call, never under the network's mutex.
+  std::mutex handler_mu;
+  Connection::FrameHandler handler;  // guarded by handler_mu; dropped after the end
 };
 
 }  // namespace
@@ -52,6 +60,52 @@ struct MemoryNetwork::State {
   std::map<std::string, std::shared_ptr<ListenerQueue>, std::less<>> listeners;
   std::set<std::string, std::less<>> frozen;
   std::vector<std::weak_ptr<Endpoint>> endpoints;
+  // Endpoints that push (DeliverFrames), served by one thread for the whole network.
+  std::vector<std::weak_ptr<Endpoint>> pushing;
+  std::thread pusher;
+  bool stopping = false;
+
+  // The pusher: hands each pushing endpoint's frames to its handler in order, then its end
+  // once, one call at a time per endpoint, outside mu.
+  void PushLoop() {
+    std::unique_lock lock(mu);
+    while (!stopping) {
+      std::vector<std::pair<std::shared_ptr<Endpoint>, Result<Frame>>> batch;
+      std::erase_if(pushing, [](const auto& w) { return w.expired(); });
+      for (auto& weak : pushing) {
+        std::shared_ptr<Endpoint> e = weak.lock();
+        if (!e || e->ended) continue;
+        if (!e->inbox.empty()) {
+          Frame frame = std::move(e->inbox.front());
+          e->inbox.pop_front();
+          e->inbox_bytes -= frame.body.size();
+          batch.emplace_back(std::move(e), std::move(frame));
+        } else if (!e->status.ok()) {
+          e->ended = true;
+          Status end = e->status;
+          batch.emplace_back(std::move(e), std::move(end));
+        }
+      }
+      if (batch.empty()) {
+        cv.wait(lock);
+        continue;
+      }
+      cv.notify_all();  // room in the inboxes for senders that wait
+      lock.unlock();
+      for (auto& [e, item] : batch) {
+        std::lock_guard hold(e->handler_mu);
+        if (!e->handler) continue;  // the end went out inside Close
+        if (item.ok()) {
+          e->handler(std::move(item));
+        } else {
+          Connection::FrameHandler last = std::move(e->handler);
+          e->handler = nullptr;
+          last(std::move(item));
+        }
+      }
+      lock.lock();
+    }
+  }
 
   // All below: mu held.
   void Fail(Endpoint& e, Status status) {
@@ -152,6 +206,24 @@ class MemoryConnection : public Connection {
     return e_->status;
   }
 
+  bool CanDeliverFrames() const override { return true; }
+
+  bool DeliverFrames(FrameHandler handler) override {
+    {
+      std::lock_guard hold(e_->handler_mu);
+      std::lock_guard lock(state_->mu);
+      if (e_->pushing) return false;  // a second handler
+      e_->pushing = true;
+      e_->handler = std::move(handler);
+      state_->pushing.push_back(e_);
+      if (!state_->pusher.joinable() && !state_->stopping) {
+        state_->pusher = std::thread([state = state_.get()] { state->PushLoop(); });
+      }
+    }
+    state_->cv.notify_all();
+    return true;
+  }
+
   Result<Frame> Receive(Duration timeout) override {
     std::unique_lock lock(state_->mu);
     if (!state_->WaitUntil(lock, state_->DeadlineAfter(timeout),
@@ -172,14 +244,27 @@ class MemoryConnection : public Connection {
   }
 
   void Close() override {
-    std::lock_guard lock(state_->mu);
-    if (!e_->status.ok()) return;
-    e_->status = Unavailable("connection closed by this node").WithReason(Reason::kClosedHere);
-    if (auto other = e_->other.lock()) {
-      state_->Fail(*other,
-                   Unavailable("peer closed the connection").WithReason(Reason::kPeerClosed));
+    Status end;
+    {
+      std::lock_guard lock(state_->mu);
+      if (e_->status.ok()) {
+        e_->status = Unavailable("connection closed by this node").WithReason(Reason::kClosedHere);
+        if (auto other = e_->other.lock()) {
+          state_->Fail(*other,
+                       Unavailable("peer closed the connection").WithReason(Reason::kPeerClosed));
+        }
+        state_->cv.notify_all();
+      }
+      if (!e_->pushing || e_->ended) return;
+      e_->ended = true;  // the pusher starts no call for it from now on
+      end = e_->status;
     }
-    state_->cv.notify_all();
+    // The end, inside Close, once the handler's call in progress (if any) returned.
+    std::lock_guard hold(e_->handler_mu);
+    if (!e_->handler) return;
+    FrameHandler last = std::move(e_->handler);
+    e_->handler = nullptr;
+    last(std::move(end));
   }
 
   Status status() const override {
@@ -362,7 +447,15 @@ MemoryNetwork::MemoryNetwork(FakeClock& clock) : state_(std::make_shared<State>(
   });
 }
 
-MemoryNetwork::~MemoryNetwork() { state_->clock.RemoveListener(state_->clock_listener); }
+MemoryNetwork::~MemoryNetwork() {
+  state_->clock.RemoveListener(state_->clock_listener);
+  {
+    std::lock_guard lock(state_->mu);
+    state_->stopping = true;
+    state_->cv.notify_all();
+  }
+  if (state_->pusher.joinable()) state_->pusher.join();
+}
 
 std::unique_ptr<Transport> MemoryNetwork::CreateTransport(std::string name, Options options) {
   return std::make_unique<MemoryTransport>(state_, std::move(name), std::move(options));

@@ -1,7 +1,7 @@
 // An in-memory transport for deterministic tests: nodes in one process, connected through a
 // MemoryNetwork, with time from a FakeClock. Frames go through the real encoder and decoder and
 // the real handshake, so tests of upper layers (swarm, coordinator, agent) exercise the same
-// rules as TCP, without sockets, threads or sleeps.
+// rules as TCP, without sockets or sleeps.
 //
 // Semantics that differ from TCP, on purpose:
 // - Connect runs both sides of the handshake inside the call; the accepted connection is ready
@@ -9,6 +9,8 @@
 // - Timeouts are measured on the fake clock: a Receive with a finite timeout returns when another
 //   thread advances the clock far enough (timeout 0 polls). Keepalive pings and dead-peer checks
 //   run on every FakeClock::Advance.
+// - Push delivery (Connection::DeliverFrames) runs on one thread of the network's, started by the
+//   first connection that pushes, for every connection: as a transport's I/O thread does.
 #pragma once
 
 #include <memory>

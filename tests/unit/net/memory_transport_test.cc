@@ -148,5 +148,90 @@ TEST(MemoryTransport, CloseIsSeenByPeer) {
   EXPECT_EQ((*server)->Receive(0ns).status().code(), Code::kUnavailable);
 }
 
+// Two memory nodes connected, `server` the accepted side; what push delivery tests start from.
+struct MemoryPair {
+  FakeClock clock;
+  MemoryNetwork network{clock};
+  std::unique_ptr<Transport> a = network.CreateTransport("a", TestOptions(1, nullptr));
+  std::unique_ptr<Transport> b = network.CreateTransport("b", TestOptions(2, nullptr));
+  std::unique_ptr<Connection> client, server;
+  MemoryPair() {
+    auto listener = b->Listen("mem:b");
+    EXPECT_TRUE(listener.ok());
+    auto c = a->Connect("mem:b");
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    auto s = (*listener)->Accept(0ns);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    client = std::move(c).value();
+    server = std::move(s).value();
+  }
+};
+
+TEST(MemoryTransport, PushDeliveryKeepsTheOrderAndEndsOnce) {
+  testing::Collected got;  // before the connections: their end goes to it
+  MemoryPair p;
+  ASSERT_TRUE(p.server->CanDeliverFrames());
+  for (uint8_t i = 0; i < 3; ++i) ASSERT_TRUE(p.client->SendControl(Pattern(16, i)).ok());
+  ASSERT_TRUE(p.server->DeliverFrames(got.Handler()));   // the three already there come first
+  EXPECT_FALSE(p.server->DeliverFrames(got.Handler()));  // one handler
+  auto payload = std::make_shared<std::vector<uint8_t>>(Pattern(64 << 10, 9));
+  for (uint32_t i = 3; i < 40; ++i) {
+    if (i % 4 == 0) {
+      ASSERT_TRUE(
+          p.client->SendChunk({.version = 1, .channel = 0, .chunk_index = i}, *payload, payload)
+              .ok());
+    } else {
+      ASSERT_TRUE(p.client->SendControl(Pattern(16, static_cast<uint8_t>(i))).ok());
+    }
+  }
+  ASSERT_TRUE(got.WaitFrames(40));
+  {
+    std::lock_guard lock(got.mu);
+    for (uint32_t i = 0; i < 40; ++i) {
+      const Frame& f = got.frames[i];
+      if (i >= 3 && i % 4 == 0) {
+        ASSERT_EQ(f.type, FrameType::kChunk) << i;
+        EXPECT_EQ(f.chunk_header()->chunk_index, i);
+      } else {
+        ASSERT_EQ(f.type, FrameType::kControl) << i;
+        EXPECT_EQ(f.body[0], Pattern(16, static_cast<uint8_t>(i))[0]) << "frame " << i;
+      }
+    }
+  }
+  EXPECT_EQ(got.end_count(), 0u);
+  p.client->Close();  // the peer hangs up: the end, once
+  ASSERT_TRUE(got.WaitEnd());
+  p.server->Close();
+  EXPECT_EQ(got.end_count(), 1u);
+  {
+    std::lock_guard lock(got.mu);
+    EXPECT_EQ(got.ends[0].reason(), Reason::kPeerClosed);
+  }
+}
+
+TEST(MemoryTransport, PushDeliveryEndsInsideCloseAndAfterTheEnd) {
+  testing::Collected closed, late;
+  MemoryPair p;
+  ASSERT_TRUE(p.server->DeliverFrames(closed.Handler()));
+  p.server->Close();
+  EXPECT_EQ(closed.end_count(), 1u);  // inside Close, before it returned
+  MemoryPair q;
+  q.server->Close();
+  ASSERT_TRUE(q.server->DeliverFrames(late.Handler()));
+  ASSERT_TRUE(late.WaitEnd());  // a handler given after the end gets the end
+  EXPECT_EQ(late.end_count(), 1u);
+}
+
+TEST(MemoryTransport, APushingPeerDeclaredDeadOnTheFakeClockGetsItsEnd) {
+  testing::Collected got;
+  MemoryPair p;
+  ASSERT_TRUE(p.server->DeliverFrames(got.Handler()));
+  p.network.Freeze("a");
+  p.clock.AdvanceInSteps(TestOptions(2, nullptr).keepalive_timeout + 1s, 100ms);
+  ASSERT_TRUE(got.WaitEnd());
+  std::lock_guard lock(got.mu);
+  EXPECT_EQ(got.ends[0].code(), Code::kDeadlineExceeded);
+}
+
 }  // namespace
 }  // namespace weightcast::net
