@@ -131,8 +131,8 @@ class Coordinator {
   Coordinator(const Coordinator&) = delete;
   Coordinator& operator=(const Coordinator&) = delete;
 
-  // Accepts connections on `listener` and serves them (on the event loop, or on a thread each
-  // where the transport cannot push) until Stop() (or the listener fails). Blocks; returns after
+  // Accepts connections on `listener` and serves them on the event loop until Stop() (or the
+  // listener fails). Blocks; returns after
   // every connection ended and every thread it started was joined. Call at most once.
   void Serve(net::Listener& listener);
   // Closes the listener and every connection; Serve returns. Idempotent; any thread.
@@ -251,11 +251,8 @@ class Coordinator {
   // that cannot take it is closed.
   void SendToSession(uint64_t session, const wire::Envelope& reply);
   void PushLoop();
-  // A connection's thread (a transport that cannot push): reads requests and answers them until
-  // the connection ends.
-  void ServeConnection(uint64_t session, net::Connection& connection);
-  // What both paths do with one frame of `session`: answers a parked heartbeat first when one is
-  // held, then the request. `*held_until` is the deadline of the heartbeat this connection has
+  // What the event loop does with one frame of `session`: answers a parked heartbeat first when one
+  // is held, then the request. `*held_until` is the deadline of the heartbeat this connection has
   // parked. False: the connection must be closed (a bad frame, or a reply that could not be
   // queued within `send_timeout`).
   bool OnFrame(uint64_t session, const net::PeerInfo& peer, net::Connection& connection,

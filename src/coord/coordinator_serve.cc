@@ -1,5 +1,5 @@
-// Serving connections (coordinator.h): the accept loop, the event loop that answers every
-// connection able to push its frames (TCP), and a thread each for the others (in-memory, UCX).
+// Serving connections (coordinator.h): the accept loop, and the event loop that answers every
+// connection, each pushing its frames to it (TCP, UCX, in-memory).
 // What a request does is Dispatch's, in coordinator.cc.
 #include <algorithm>
 #include <map>
@@ -15,10 +15,8 @@
 namespace weightcast::coord {
 namespace {
 
-// A reply that cannot be queued in this long goes to a node that stopped reading; drop it.
-constexpr net::Duration kSendTimeout = std::chrono::seconds(10);
-// The event loop answers every connection that pushes, in turn: one that does not read must not
-// stall the others long (as the pusher's). A reply blocks only when the node left a whole send
+// The event loop answers every connection in turn: one that does not read must not stall the
+// others long (as the pusher's). A reply blocks only when the node left a whole send
 // queue (32 MiB by default) of replies unread.
 constexpr net::Duration kLoopSendTimeout = std::chrono::milliseconds(200);
 
@@ -62,23 +60,8 @@ void Coordinator::Serve(net::Listener& listener) {
   std::thread pusher([this] { PushLoop(); });
   std::thread loop([this] { EventLoop(); });
 
-  // Threads only for connections that cannot push.
-  std::map<uint64_t, std::thread> threads;
-  std::vector<uint64_t> finished;  // guarded by sessions_mu_
-  auto reap = [&] {
-    std::vector<uint64_t> done;
-    {
-      std::lock_guard lock(sessions_mu_);
-      done.swap(finished);
-    }
-    for (uint64_t session : done) {
-      threads.at(session).join();
-      threads.erase(session);
-    }
-  };
   while (true) {
     auto accepted = listener.Accept(net::kForever);
-    reap();
     if (!accepted.ok()) break;
     std::shared_ptr<net::Connection> connection(std::move(accepted).value());
     uint64_t session = 0;
@@ -92,14 +75,14 @@ void Coordinator::Serve(net::Listener& listener) {
       sessions_[session] = connection;
     }
     if (ServeOnLoop(session, connection)) continue;
-    threads.emplace(session, std::thread([this, session, connection, &finished] {
-                      ServeConnection(session, *connection);
-                      connection->Close();
-                      Disconnected(session);
-                      std::lock_guard lock(sessions_mu_);
-                      sessions_.erase(session);
-                      finished.push_back(session);
-                    }));
+    // Every transport pushes its frames; only a UCX connection with a download limit does not,
+    // and a coordinator sets none. Such a connection would need a thread of its own: refused.
+    options_.log(NodeName(connection->peer().node_id) +
+                 ": its connection cannot push frames to the event loop; closing");
+    connection->Close();
+    Disconnected(session);
+    std::lock_guard lock(sessions_mu_);
+    sessions_.erase(session);
   }
   {
     std::lock_guard lock(sessions_mu_);
@@ -109,7 +92,6 @@ void Coordinator::Serve(net::Listener& listener) {
   }
   stop_cv_.notify_all();
   sweeper.join();
-  for (auto& [session, thread] : threads) thread.join();
   {
     // Every connection is closed: each one on the loop has its end queued (or coming from the
     // transport thread that saw it fail); the loop ends once it has handled them all.
@@ -307,29 +289,6 @@ bool Coordinator::OnFrame(uint64_t session, const net::PeerInfo& peer, net::Conn
   std::optional<wire::Envelope> reply =
       Dispatch(session, peer, *request, /*may_hold=*/true, held_until);
   return !reply.has_value() || SendReply(connection, *reply, send_timeout);
-}
-
-void Coordinator::ServeConnection(uint64_t session, net::Connection& connection) {
-  const net::PeerInfo peer = connection.peer();
-  // The deadline of the heartbeat this connection has parked (the pusher may have answered it
-  // meanwhile; TakeParked finds out).
-  std::optional<net::TimePoint> held_until;
-  while (true) {
-    net::Duration timeout = net::kForever;
-    if (held_until.has_value()) {
-      timeout = std::max(net::Duration::zero(), *held_until - clock_.Now());
-    }
-    auto frame = connection.Receive(timeout);
-    if (!frame.ok()) {
-      if (held_until.has_value() && frame.status().code() == Code::kDeadlineExceeded &&
-          connection.status().ok()) {
-        if (!OnHeldDeadline(session, peer, connection, &held_until, kSendTimeout)) break;
-        continue;
-      }
-      break;
-    }
-    if (!OnFrame(session, peer, connection, *frame, &held_until, kSendTimeout)) break;
-  }
 }
 
 void Coordinator::Stop() {

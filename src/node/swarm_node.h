@@ -8,12 +8,12 @@
 //
 // Threads, independent of the number of peers: one event thread owns the protocol (under the
 // node's lock) and is fed from a queue, which the transport fills from its own threads (a
-// transport that cannot push frames, such as UCX or memory, gets a reader thread per
-// connection); `workers` threads check, decode and write received chunks (they push the check
-// results); two upload workers read the chunks the protocol asks to upload (memory or store) and
-// hand them to the transport, whose release of each written frame is pushed back as the
-// upload's end; an accept thread takes connections from peers with higher node ids, and short
-// connector threads make the connections to lower ones.
+// connection that cannot push frames, UCX with a download limit, gets a reader thread); `workers`
+// threads check, decode and write received chunks (they push the check results); two upload workers
+// read the chunks the protocol asks to upload (memory or store) and hand them to the transport,
+// whose release of each written frame is pushed back as the upload's end; an accept thread takes
+// connections from peers with higher node ids, and short connector threads make the connections to
+// lower ones.
 //
 // Peer protocol (swarm/messages.h, swarm/peer_protocol.h; chunk data in kChunk frames): on
 // connect each side sends its have-set for its target version (whole chunks and delta payloads

@@ -11,6 +11,8 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -238,6 +240,78 @@ TEST(CoordinatorLoopTest, AConnectionFloodingTheLoopIsEnded) {
   ASSERT_TRUE(client.ok()) << client.status().ToString();
   (*client)->set_timeout(seconds(10));
   EXPECT_TRUE((*client)->GetStatus("policy").ok());
+}
+
+// A connection that cannot push its frames (as UCX's with a download limit): the rest delegated.
+class NoPushConnection : public net::Connection {
+ public:
+  explicit NoPushConnection(std::unique_ptr<net::Connection> inner) : inner_(std::move(inner)) {}
+  const net::PeerInfo& peer() const override { return inner_->peer(); }
+  Status Send(net::OutFrame frame, net::Duration timeout) override {
+    return inner_->Send(std::move(frame), timeout);
+  }
+  Result<net::Frame> Receive(net::Duration timeout) override { return inner_->Receive(timeout); }
+  Status Flush(net::Duration timeout) override { return inner_->Flush(timeout); }
+  void Close() override { inner_->Close(); }
+  Status status() const override { return inner_->status(); }
+
+ private:
+  std::unique_ptr<net::Connection> inner_;
+};
+
+class NoPushListener : public net::Listener {
+ public:
+  explicit NoPushListener(std::unique_ptr<net::Listener> inner) : inner_(std::move(inner)) {}
+  Result<std::unique_ptr<net::Connection>> Accept(net::Duration timeout) override {
+    WC_ASSIGN_OR_RETURN(std::unique_ptr<net::Connection> c, inner_->Accept(timeout));
+    return std::unique_ptr<net::Connection>(std::make_unique<NoPushConnection>(std::move(c)));
+  }
+  std::string address() const override { return inner_->address(); }
+  void Close() override { inner_->Close(); }
+
+ private:
+  std::unique_ptr<net::Listener> inner_;
+};
+
+// The coordinator serves every connection on its event loop, with no thread of its own: one
+// that cannot push is refused at once and named, and Serve still returns at Stop.
+TEST(CoordinatorLoop, AConnectionThatCannotPushIsRefusedByName) {
+  weightcast::testing::TempDir dir;
+  net::FakeClock clock;
+  net::MemoryNetwork network(clock);
+  std::mutex mu;
+  std::vector<std::string> lines;
+  CoordinatorOptions o;
+  o.state_dir = dir.path() / "state";
+  o.secret = testing::kSecret;
+  o.clock = &clock;
+  o.log = [&](std::string_view line) {
+    std::lock_guard lock(mu);
+    lines.emplace_back(line);
+  };
+  auto coordinator = Coordinator::Open(o);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+  auto transport = network.CreateTransport("coord", NodeOptions(1, net::Role::kCoordinator));
+  auto inner = transport->Listen("mem:coord");
+  ASSERT_TRUE(inner.ok());
+  NoPushListener listener(std::move(inner).value());
+  std::thread serve([&] { (*coordinator)->Serve(listener); });
+  auto node = network.CreateTransport("n7", NodeOptions(7, net::Role::kAgent));
+  auto connection = node->Connect("mem:coord", seconds(5));
+  ASSERT_TRUE(connection.ok()) << connection.status().ToString();
+  const auto deadline = std::chrono::steady_clock::now() + seconds(10);
+  while ((*connection)->status().ok() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  EXPECT_FALSE((*connection)->status().ok());
+  {
+    std::lock_guard lock(mu);
+    EXPECT_TRUE(std::any_of(lines.begin(), lines.end(), [](const std::string& l) {
+      return l.find("node 7: its connection cannot push frames") != std::string::npos;
+    }));
+  }
+  (*coordinator)->Stop();
+  serve.join();
 }
 
 }  // namespace
