@@ -88,11 +88,27 @@ std::map<std::string, std::string> LabelMap(const Labels& labels) {
 // A metric of a rejected registration and its handle, owned together.
 template <typename Value, typename Handle>
 struct Orphan {
-  template <typename... Args>
-  explicit Orphan(Args&&... args) : value(args...), handle(value) {}
   Value value;
-  Handle handle;
+  Handle handle{value};
 };
+
+// A new orphan, kept in `orphans` for as long as the registry lives.
+template <typename O>
+O& KeepOrphan(std::vector<std::shared_ptr<void>>& orphans) {
+  auto orphan = std::make_shared<O>();
+  orphans.push_back(orphan);
+  return *orphan;
+}
+
+// prometheus-cpp's family in `*slot`, registered in `store` under `name` on first use.
+template <typename T>
+prometheus::Family<T>& FamilyIn(prometheus::Family<T>*& slot,
+                                prometheus::detail::Builder<T> builder, std::string_view name,
+                                const std::string& help, prometheus::Registry& store) {
+  if (slot == nullptr)
+    slot = &builder.Name(std::string(name)).Help(EscapeHelp(help)).Register(store);
+  return *slot;
+}
 
 }  // namespace
 
@@ -224,20 +240,13 @@ metrics::Counter& Registry::Counter(std::string_view name, std::string_view help
   std::lock_guard lock(mu_);
   Series* series = FindOrCreateLocked(name, help, kCounter, std::move(labels));
   if (series == nullptr) {
-    auto orphan = std::make_shared<Orphan<prometheus::Counter, metrics::Counter>>();
-    orphans_.push_back(orphan);
-    return orphan->handle;
+    return KeepOrphan<Orphan<prometheus::Counter, metrics::Counter>>(orphans_).handle;
   }
   if (!series->counter) {
     Family& family = *families_.find(name)->second;
-    if (family.counters == nullptr) {
-      family.counters = &prometheus::BuildCounter()
-                             .Name(std::string(name))
-                             .Help(EscapeHelp(family.help))
-                             .Register(*store_);
-    }
-    series->counter =
-        std::make_unique<metrics::Counter>(family.counters->Add(LabelMap(series->labels)));
+    series->counter = std::make_unique<metrics::Counter>(
+        FamilyIn(family.counters, prometheus::BuildCounter(), name, family.help, *store_)
+            .Add(LabelMap(series->labels)));
   }
   return *series->counter;
 }
@@ -246,19 +255,13 @@ metrics::Gauge& Registry::Gauge(std::string_view name, std::string_view help, La
   std::lock_guard lock(mu_);
   Series* series = FindOrCreateLocked(name, help, kGauge, std::move(labels));
   if (series == nullptr) {
-    auto orphan = std::make_shared<Orphan<prometheus::Gauge, metrics::Gauge>>();
-    orphans_.push_back(orphan);
-    return orphan->handle;
+    return KeepOrphan<Orphan<prometheus::Gauge, metrics::Gauge>>(orphans_).handle;
   }
   if (!series->gauge) {
     Family& family = *families_.find(name)->second;
-    if (family.gauges == nullptr) {
-      family.gauges = &prometheus::BuildGauge()
-                           .Name(std::string(name))
-                           .Help(EscapeHelp(family.help))
-                           .Register(*store_);
-    }
-    series->gauge = std::make_unique<metrics::Gauge>(family.gauges->Add(LabelMap(series->labels)));
+    series->gauge = std::make_unique<metrics::Gauge>(
+        FamilyIn(family.gauges, prometheus::BuildGauge(), name, family.help, *store_)
+            .Add(LabelMap(series->labels)));
   }
   return *series->gauge;
 }
@@ -282,20 +285,14 @@ metrics::Histogram& Registry::Histogram(std::string_view name, std::string_view 
       prometheus::Histogram value{prometheus::Histogram::BucketBoundaries{}};
       metrics::Histogram handle{value, {}};
     };
-    auto orphan = std::make_shared<OrphanHistogram>();
-    orphans_.push_back(orphan);
-    return orphan->handle;
+    return KeepOrphan<OrphanHistogram>(orphans_).handle;
   }
   if (!series->histogram) {
     Family& family = *families_.find(name)->second;
-    if (family.histograms == nullptr) {
-      family.histograms = &prometheus::BuildHistogram()
-                               .Name(std::string(name))
-                               .Help(EscapeHelp(family.help))
-                               .Register(*store_);
-    }
     series->histogram = std::make_unique<metrics::Histogram>(
-        family.histograms->Add(LabelMap(series->labels), bounds), bounds);
+        FamilyIn(family.histograms, prometheus::BuildHistogram(), name, family.help, *store_)
+            .Add(LabelMap(series->labels), bounds),
+        bounds);
   }
   return *series->histogram;
 }

@@ -171,33 +171,12 @@ TEST(MemoryTransport, PushDeliveryKeepsTheOrderAndEndsOnce) {
   testing::Collected got;  // before the connections: their end goes to it
   MemoryPair p;
   ASSERT_TRUE(p.server->CanDeliverFrames());
-  for (uint8_t i = 0; i < 3; ++i) ASSERT_TRUE(p.client->SendControl(Pattern(16, i)).ok());
+  auto payload = std::make_shared<std::vector<uint8_t>>(Pattern(64 << 10, 9));
+  testing::SendMixedFrames(*p.client, 0, 3, payload);
   ASSERT_TRUE(p.server->DeliverFrames(got.Handler()));   // the three already there come first
   EXPECT_FALSE(p.server->DeliverFrames(got.Handler()));  // one handler
-  auto payload = std::make_shared<std::vector<uint8_t>>(Pattern(64 << 10, 9));
-  for (uint32_t i = 3; i < 40; ++i) {
-    if (i % 4 == 0) {
-      ASSERT_TRUE(
-          p.client->SendChunk({.version = 1, .channel = 0, .chunk_index = i}, *payload, payload)
-              .ok());
-    } else {
-      ASSERT_TRUE(p.client->SendControl(Pattern(16, static_cast<uint8_t>(i))).ok());
-    }
-  }
-  ASSERT_TRUE(got.WaitFrames(40));
-  {
-    std::lock_guard lock(got.mu);
-    for (uint32_t i = 0; i < 40; ++i) {
-      const Frame& f = got.frames[i];
-      if (i >= 3 && i % 4 == 0) {
-        ASSERT_EQ(f.type, FrameType::kChunk) << i;
-        EXPECT_EQ(f.chunk_header()->chunk_index, i);
-      } else {
-        ASSERT_EQ(f.type, FrameType::kControl) << i;
-        EXPECT_EQ(f.body[0], Pattern(16, static_cast<uint8_t>(i))[0]) << "frame " << i;
-      }
-    }
-  }
+  testing::SendMixedFrames(*p.client, 3, 40, payload);
+  testing::ExpectMixedFramesInOrder(got, 40, *payload);
   EXPECT_EQ(got.end_count(), 0u);
   p.client->Close();  // the peer hangs up: the end, once
   ASSERT_TRUE(got.WaitEnd());

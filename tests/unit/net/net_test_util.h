@@ -169,4 +169,37 @@ struct Collected {
   }
 };
 
+// Frames [from, to) of a push-delivery order test: frame i is a chunk of `payload` (index i)
+// when i is a positive multiple of 4, else a 16-byte control frame whose bytes follow i.
+inline void SendMixedFrames(Connection& client, uint32_t from, uint32_t to,
+                            const std::shared_ptr<std::vector<uint8_t>>& payload) {
+  for (uint32_t i = from; i < to; ++i) {
+    if (i > 0 && i % 4 == 0) {
+      ASSERT_TRUE(
+          client.SendChunk({.version = 1, .channel = 0, .chunk_index = i}, *payload, payload).ok())
+          << i;
+    } else {
+      ASSERT_TRUE(client.SendControl(Pattern(16, static_cast<uint8_t>(i))).ok()) << i;
+    }
+  }
+}
+
+// That the first `n` frames `got` holds are SendMixedFrames' frames 0..n, in order.
+inline void ExpectMixedFramesInOrder(Collected& got, uint32_t n,
+                                     const std::vector<uint8_t>& payload) {
+  ASSERT_TRUE(got.WaitFrames(n));
+  std::lock_guard lock(got.mu);
+  for (uint32_t i = 0; i < n; ++i) {
+    const Frame& f = got.frames[i];
+    if (i > 0 && i % 4 == 0) {
+      ASSERT_EQ(f.type, FrameType::kChunk) << i;
+      EXPECT_EQ(f.chunk_header()->chunk_index, i);
+      EXPECT_TRUE(std::equal(payload.begin(), payload.end(), f.chunk_payload().begin()));
+    } else {
+      ASSERT_EQ(f.type, FrameType::kControl) << i;
+      EXPECT_EQ(f.body[0], Pattern(16, static_cast<uint8_t>(i))[0]) << "frame " << i;
+    }
+  }
+}
+
 }  // namespace weightcast::net::testing
