@@ -154,8 +154,11 @@ void Coordinator::PushEvent(LoopEvent event) {
       }
     }
     loop_events_.push_back(std::move(event));
+    // Under the lock: once the loop can see a session's end, Serve may return and the
+    // coordinator go, so nothing of it is touched after the unlock (a transport thread delivers
+    // an end while Serve closes that connection).
+    loop_cv_.notify_one();
   }
-  loop_cv_.notify_one();
 }
 
 void Coordinator::EventLoop() {
