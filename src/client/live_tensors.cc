@@ -45,6 +45,17 @@ LiveApplyReport ToPublic(const live::ApplyReport& r) {
   return out;
 }
 
+Result<std::vector<live::SnapshotTensor>> SnapshotTensors(const std::vector<TensorView>& tensors) {
+  std::vector<live::SnapshotTensor> items;
+  items.reserve(tensors.size());
+  for (const TensorView& t : tensors) {
+    Result<DType> dtype = ParseDType(t.dtype);
+    if (!dtype.ok()) return InvalidArgument("tensor '" + t.name + "': " + dtype.status().message());
+    items.push_back(live::SnapshotTensor{t.name, *dtype, t.shape, t.bytes});
+  }
+  return items;
+}
+
 }  // namespace
 
 LiveTensors::LiveTensors(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -133,21 +144,6 @@ Result<std::unique_ptr<MemoryPublisher>> MemoryPublisher::Open(
   WC_ASSIGN_OR_RETURN(impl->writer, live::MemoryChannelWriter::Open(dir, std::move(channel), o));
   return std::unique_ptr<MemoryPublisher>(new MemoryPublisher(std::move(impl)));
 }
-
-namespace {
-
-Result<std::vector<live::SnapshotTensor>> SnapshotTensors(const std::vector<TensorView>& tensors) {
-  std::vector<live::SnapshotTensor> items;
-  items.reserve(tensors.size());
-  for (const TensorView& t : tensors) {
-    Result<DType> dtype = ParseDType(t.dtype);
-    if (!dtype.ok()) return InvalidArgument("tensor '" + t.name + "': " + dtype.status().message());
-    items.push_back(live::SnapshotTensor{t.name, *dtype, t.shape, t.bytes});
-  }
-  return items;
-}
-
-}  // namespace
 
 Status MemoryPublisher::Reserve(const std::vector<TensorView>& tensors) {
   WC_ASSIGN_OR_RETURN(std::vector<live::SnapshotTensor> items, SnapshotTensors(tensors));

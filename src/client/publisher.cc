@@ -142,6 +142,13 @@ struct Publisher::Impl : std::enable_shared_from_this<Publisher::Impl> {
   // Copies the job's tensors into a buffer it then owns (a spare one when there is one): the
   // version's file image when `as_image`, else back to back. The tensors then point into it.
   Status CopyTensors(Job& job, bool as_image);
+  // What CopyTensors lays the job's tensors out as: the version's file image (its layout and
+  // size) when `as_image`, else their bytes back to back (their sum).
+  struct SnapshotShape {
+    std::optional<client::TensorsFileLayout> layout;
+    uint64_t size = 0;
+  };
+  Result<SnapshotShape> ShapeOf(const Job& job, bool as_image) const;
   void KeepSpareBuffer(std::unique_ptr<uint8_t[]> buffer, uint64_t size);
   Status Reserve(std::span<const TensorView> tensors);
 
@@ -289,14 +296,22 @@ bool Publisher::Impl::PublishesImages(const Job& job) const {
   return !options.coordinator.empty() && job.slices.empty();
 }
 
-Status Publisher::Impl::CopyTensors(Job& job, bool as_image) {
-  std::optional<client::TensorsFileLayout> layout;
+Result<Publisher::Impl::SnapshotShape> Publisher::Impl::ShapeOf(const Job& job,
+                                                                bool as_image) const {
+  SnapshotShape out;
   if (as_image) {
-    WC_ASSIGN_OR_RETURN(layout, client::LayOutTensorsFile(job.tensors));
+    WC_ASSIGN_OR_RETURN(out.layout, client::LayOutTensorsFile(job.tensors));
+    out.size = out.layout->size;
+    return out;
   }
-  uint64_t total = 0;
-  for (const client::TensorBytes& t : job.tensors) total += t.bytes.size();
-  if (layout) total = layout->size;
+  for (const client::TensorBytes& t : job.tensors) out.size += t.bytes.size();
+  return out;
+}
+
+Status Publisher::Impl::CopyTensors(Job& job, bool as_image) {
+  WC_ASSIGN_OR_RETURN(const SnapshotShape shape, ShapeOf(job, as_image));
+  const std::optional<client::TensorsFileLayout>& layout = shape.layout;
+  const uint64_t total = shape.size;
   std::unique_ptr<uint8_t[]> owned = TakeSpareBuffer(total);
   if (owned == nullptr) owned.reset(new (std::nothrow) uint8_t[std::max<uint64_t>(total, 1)]);
   if (owned == nullptr) {
@@ -324,13 +339,8 @@ Status Publisher::Impl::Reserve(std::span<const TensorView> tensors) {
   WC_ASSIGN_OR_RETURN(job.slices, NameSlices(tensors, checked));
   job.tensors = std::move(checked);
   const bool as_image = PublishesImages(job);
-  uint64_t total = 0;
-  for (const client::TensorBytes& t : job.tensors) total += t.bytes.size();
-  if (as_image) {
-    WC_ASSIGN_OR_RETURN(const client::TensorsFileLayout layout,
-                        client::LayOutTensorsFile(job.tensors));
-    total = layout.size;
-  }
+  WC_ASSIGN_OR_RETURN(const SnapshotShape shape, ShapeOf(job, as_image));
+  const uint64_t total = shape.size;
   {
     std::lock_guard lock(mu);
     if (closing) return FailedPrecondition("publisher is closed");
