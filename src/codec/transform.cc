@@ -226,57 +226,78 @@ void PutPlane(const uint8_t* plane, uint64_t count, std::vector<uint8_t>& out) {
   }
 }
 
+// Per-thread working memory of the sparse transform, kept from chunk to chunk: a chunk at a few
+// percent changed has thousands of changes, and vectors grown by push_back per chunk reallocated
+// a dozen times each. The arrays only grow (to the largest segment seen), so no chunk pays for
+// zeroing them.
+struct SparseScratch {
+  std::vector<uint64_t> gaps;
+  std::vector<uint8_t> planes;
+  std::vector<uint8_t> gap_plane;
+};
+
+SparseScratch& ThreadSparseScratch() {
+  thread_local SparseScratch scratch;
+  return scratch;
+}
+
+template <typename T>
+T* GrownTo(std::vector<T>& v, uint64_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+// Returns the number of changed elements.
 template <int W, bool kDiff>
-void SparseForwardSeg(const uint8_t* t, const uint8_t* b, uint64_t n, bool varint_gaps,
-                      std::vector<uint8_t>& out, std::vector<uint64_t>& idx,
-                      std::vector<uint64_t>& vals, std::vector<uint8_t>& planes,
-                      std::vector<size_t>* ends, HashFeed* feed) {
+uint64_t SparseForwardSeg(const uint8_t* t, const uint8_t* b, uint64_t n, bool varint_gaps,
+                          std::vector<uint8_t>& out, SparseScratch& scratch,
+                          std::vector<size_t>* ends, HashFeed* feed) {
   auto cut = [&] {
     if (ends) ends->push_back(out.size());
   };
-  idx.clear();
-  vals.clear();
+  // One pass: each change's gap is kept and its value's bytes go straight into W planes of
+  // stride n (the most changes a segment can have), so no pass transposes them afterwards.
+  uint64_t* const gaps = GrownTo(scratch.gaps, n);
+  uint8_t* const value_planes = GrownTo(scratch.planes, n * W);
+  uint64_t count = 0;
+  uint64_t next = 0;
+  uint64_t max_gap = 0;
   // The value is taken while the scan has its cache line: reading it back later from a chunk
   // that no longer fits in cache costs a miss per changed element.
   ForEachChanged<W>(
       t, b, n,
       [&](uint64_t i) {
-        idx.push_back(i);
         const uint64_t tv = Load<W>(t + i * W);
         const uint64_t bv = Load<W>(b + i * W);
-        vals.push_back(kDiff ? ZigZag<W>(tv - bv) : (tv ^ bv));
+        const uint64_t v = kDiff ? ZigZag<W>(tv - bv) : (tv ^ bv);
+        const uint64_t g = i - next;
+        gaps[count] = g;
+        max_gap = std::max(max_gap, g);
+        next = i + 1;
+        for (int k = 0; k < W; ++k)
+          value_planes[k * n + count] = static_cast<uint8_t>(v >> (8 * k));
+        ++count;
       },
       feed);
-  const uint64_t count = idx.size();
   PutVarint(count, out);
-  uint64_t max_gap = 0;
-  for (uint64_t j = 0, next = 0; j < count; next = idx[j] + 1, ++j) {
-    max_gap = std::max(max_gap, idx[j] - next);
-  }
   const uint8_t gw = varint_gaps ? 0 : GapWidthFor(max_gap);
   out.push_back(gw);
-  planes.resize(count * std::max<size_t>(gw, W));
   if (gw == 0) {
-    for (uint64_t j = 0, next = 0; j < count; next = idx[j] + 1, ++j) PutVarint(idx[j] - next, out);
+    for (uint64_t j = 0; j < count; ++j) PutVarint(gaps[j], out);
     cut();
   } else {
-    for (uint64_t j = 0, next = 0; j < count; next = idx[j] + 1, ++j) {
-      const uint64_t g = idx[j] - next;
-      for (int k = 0; k < gw; ++k) planes[k * count + j] = static_cast<uint8_t>(g >> (8 * k));
-    }
+    uint8_t* const gap_plane = GrownTo(scratch.gap_plane, count);
     for (int k = 0; k < gw; ++k) {
-      PutPlane(planes.data() + k * count, count, out);
+      for (uint64_t j = 0; j < count; ++j) gap_plane[j] = static_cast<uint8_t>(gaps[j] >> (8 * k));
+      PutPlane(gap_plane, count, out);
       cut();
     }
   }
-  for (uint64_t j = 0; j < count; ++j) {
-    const uint64_t v = vals[j];
-    for (int k = 0; k < W; ++k) planes[k * count + j] = static_cast<uint8_t>(v >> (8 * k));
-  }
   for (int k = 0; k < W; ++k) {
-    PutPlane(planes.data() + k * count, count, out);
+    PutPlane(value_planes + k * n, count, out);
     cut();
   }
+  return count;
 }
 
 }  // namespace
@@ -433,10 +454,8 @@ uint64_t SparseForward(std::span<const uint8_t> target, std::span<const uint8_t>
                        std::span<const Segment> segments, SparseValues values, bool varint_gaps,
                        std::vector<uint8_t>& out, std::vector<size_t>* section_ends,
                        HashFeed* feed) {
-  std::vector<uint64_t> idx;
-  std::vector<uint64_t> vals;
+  SparseScratch& scratch = ThreadSparseScratch();
   uint64_t changed = 0;
-  std::vector<uint8_t> planes;
   uint64_t off = 0;
   const bool diff = values == SparseValues::kDiff;
   for (const Segment& s : segments) {
@@ -445,35 +464,38 @@ uint64_t SparseForward(std::span<const uint8_t> target, std::span<const uint8_t>
     const uint8_t* b = base.data() + off;
     switch (s.width * 2 + (diff ? 1 : 0)) {
       case 2:
-        SparseForwardSeg<1, false>(t, b, n, varint_gaps, out, idx, vals, planes, section_ends,
-                                   feed);
+        changed +=
+            SparseForwardSeg<1, false>(t, b, n, varint_gaps, out, scratch, section_ends, feed);
         break;
       case 3:
-        SparseForwardSeg<1, true>(t, b, n, varint_gaps, out, idx, vals, planes, section_ends, feed);
+        changed +=
+            SparseForwardSeg<1, true>(t, b, n, varint_gaps, out, scratch, section_ends, feed);
         break;
       case 4:
-        SparseForwardSeg<2, false>(t, b, n, varint_gaps, out, idx, vals, planes, section_ends,
-                                   feed);
+        changed +=
+            SparseForwardSeg<2, false>(t, b, n, varint_gaps, out, scratch, section_ends, feed);
         break;
       case 5:
-        SparseForwardSeg<2, true>(t, b, n, varint_gaps, out, idx, vals, planes, section_ends, feed);
+        changed +=
+            SparseForwardSeg<2, true>(t, b, n, varint_gaps, out, scratch, section_ends, feed);
         break;
       case 8:
-        SparseForwardSeg<4, false>(t, b, n, varint_gaps, out, idx, vals, planes, section_ends,
-                                   feed);
+        changed +=
+            SparseForwardSeg<4, false>(t, b, n, varint_gaps, out, scratch, section_ends, feed);
         break;
       case 9:
-        SparseForwardSeg<4, true>(t, b, n, varint_gaps, out, idx, vals, planes, section_ends, feed);
+        changed +=
+            SparseForwardSeg<4, true>(t, b, n, varint_gaps, out, scratch, section_ends, feed);
         break;
       case 16:
-        SparseForwardSeg<8, false>(t, b, n, varint_gaps, out, idx, vals, planes, section_ends,
-                                   feed);
+        changed +=
+            SparseForwardSeg<8, false>(t, b, n, varint_gaps, out, scratch, section_ends, feed);
         break;
       default:
-        SparseForwardSeg<8, true>(t, b, n, varint_gaps, out, idx, vals, planes, section_ends, feed);
+        changed +=
+            SparseForwardSeg<8, true>(t, b, n, varint_gaps, out, scratch, section_ends, feed);
         break;
     }
-    changed += idx.size();
     for (uint64_t k = n * s.width; k < s.size; ++k) out.push_back(t[k] ^ b[k]);
     off += s.size;
   }
