@@ -56,8 +56,10 @@ struct CommitBehind::Source {
 };
 
 CommitBehind::CommitBehind(const Store& store, std::string channel, Version version,
-                           std::span<const uint8_t> image, std::function<Status()> commit)
-    : source_(std::make_shared<Source>(store, std::move(channel), version, image)) {
+                           std::span<const uint8_t> image, std::function<Status()> commit,
+                           std::function<void()> hurry)
+    : source_(std::make_shared<Source>(store, std::move(channel), version, image)),
+      hurry_(std::move(hurry)) {
   thread_ = std::thread([this, commit = std::move(commit)] {
     result_ = commit();
     // Committed: whole chunks come from the store's files from now on.
@@ -75,6 +77,7 @@ node::ChunkReader CommitBehind::Reader() const {
 
 Status CommitBehind::Finish() {
   if (!finished_) {
+    if (hurry_) hurry_();
     thread_.join();
     finished_ = true;
     if (!result_.ok()) source_->MoveTo(Source::From::kNothing);

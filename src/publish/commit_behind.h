@@ -22,9 +22,11 @@ namespace weightcast::publish {
 class CommitBehind {
  public:
   // Runs `commit` (PreparedVersion::commit) on a thread. `image` is version `version`'s one file
-  // and stays unchanged until Finish returns; `store` outlives this object.
+  // and stays unchanged until Finish returns; `store` outlives this object. `hurry`
+  // (PreparedVersion::hurry_commit, may be empty) is called by Finish before it waits.
   CommitBehind(const Store& store, std::string channel, Version version,
-               std::span<const uint8_t> image, std::function<Status()> commit);
+               std::span<const uint8_t> image, std::function<Status()> commit,
+               std::function<void()> hurry = nullptr);
   ~CommitBehind();  // Finish()
   CommitBehind(const CommitBehind&) = delete;
   CommitBehind& operator=(const CommitBehind&) = delete;
@@ -34,13 +36,14 @@ class CommitBehind {
   // then out of the store's committed files. After Finish of a commit that failed,
   // kUnavailable: the image is no longer read.
   node::ChunkReader Reader() const;
-  // Waits for the commit and returns its status (the same on every call). From its return on,
-  // the image is not read again.
+  // Hurries the image's write, waits for the commit and returns its status (the same on every
+  // call). From its return on, the image is not read again.
   Status Finish();
 
  private:
   struct Source;
   std::shared_ptr<Source> source_;
+  std::function<void()> hurry_;
   std::thread thread_;
   Status result_ = Internal("the commit did not finish");
   bool finished_ = false;

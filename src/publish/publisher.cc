@@ -625,7 +625,8 @@ Result<PublishedVersion> Publisher::PublishImage(
                       PrepareVersionFromMemory(*store_, image, held, options));
   // The fleet fetches while the image is written into the store (docs/rl_step.md).
   auto behind = std::make_unique<CommitBehind>(*store_, options_.channel, prepared.manifest.version,
-                                               image.bytes, std::move(prepared.commit));
+                                               image.bytes, std::move(prepared.commit),
+                                               std::move(prepared.hurry_commit));
   Result<PublishedVersion> out = Announce(prepared, start, "memory", behind->Reader());
   if (!out.ok()) {
     // Not announced: the caller has its image back once the commit is done. A version the

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "format/safetensors.h"
+#include "publish/idle_write.h"
 #include "trust/signed_manifest.h"
 
 namespace weightcast::publish {
@@ -247,6 +248,25 @@ Result<PreparedVersion> PrepareVersion(Store& store, const fs::path& dir,
   return out;
 }
 
+namespace {
+
+// The write of an image into the store, on a thread of its own. Whoever lets go of it last
+// waits for it (std::future's destructor), hurrying an idle write first: a version that fails
+// after the write started must not wait for idle time to come.
+struct StagingWrite {
+  std::shared_ptr<IdleWrite> idle;  // null: the write runs at normal priority
+  std::future<Result<ImportedFiles>> future;
+  StagingWrite(std::shared_ptr<IdleWrite> i, std::future<Result<ImportedFiles>> f)
+      : idle(std::move(i)), future(std::move(f)) {}
+  StagingWrite(const StagingWrite&) = delete;
+  StagingWrite& operator=(const StagingWrite&) = delete;
+  ~StagingWrite() {
+    if (idle != nullptr && future.valid()) idle->Hurry();
+  }
+};
+
+}  // namespace
+
 // One file's bytes in memory (docs/rl_step.md, "The publisher"): the image is hashed and encoded
 // where it lies while a thread writes it into the store, and the base is read from the previous
 // image when the caller still holds it. The bytes hashed are the bytes written: both read the
@@ -279,12 +299,21 @@ Result<PreparedVersion> PrepareVersionFromMemory(Store& store, const VersionImag
   next = std::max(next, options.min_version);
   // The write into the store overlaps the hashing and encoding below; `staging` is waited for
   // on every path out (its destructor blocks), and the image outlives it.
-  // The thread captures values: with commit_behind it outlives this call.
-  auto staging = std::make_shared<std::future<Result<ImportedFiles>>>(
-      std::async(std::launch::async,
-                 [&store, channel = options.channel, next, file = image.file, bytes = image.bytes] {
-                   return store.StageImportBytes(channel, next, file, bytes);
-                 }));
+  // The thread captures values: with commit_behind it outlives this call. With commit_behind
+  // the fleet does not wait for the write, so it uses idle CPU only (publish/idle_write.h) and
+  // whoever needs it finished hurries it (PreparedVersion::hurry_commit).
+  std::shared_ptr<IdleWrite> idle;
+  if (options.commit_behind) idle = std::make_shared<IdleWrite>(image.bytes);
+  auto staging = std::make_shared<StagingWrite>(
+      idle, std::async(std::launch::async, [&store, channel = options.channel, next,
+                                            file = image.file, bytes = image.bytes, idle] {
+        if (idle == nullptr) return store.StageImportBytes(channel, next, file, bytes);
+        Result<ImportedFiles> staged = store.StageImportBytes(
+            channel, next, file, bytes,
+            [&idle](int fd, const std::string& what) { return idle->Write(fd, what); });
+        idle->End();
+        return staged;
+      }));
 
   WC_ASSIGN_OR_RETURN(NextLayout laid, LayOutNext(store, checkpoint, next, options));
   const std::optional<Manifest>& current_manifest = laid.current;
@@ -322,8 +351,9 @@ Result<PreparedVersion> PrepareVersionFromMemory(Store& store, const VersionImag
   if (options.commit_behind) {
     WC_RETURN_IF_ERROR(SignBeforeCommit(options, image.file, std::move(hashes),
                                         std::move(fast_hashes), std::move(device_checks), out));
+    if (idle) out.hurry_commit = [idle] { idle->Hurry(); };
     out.commit = [&store, options, manifest = out.manifest, payloads = out.payloads, staging] {
-      WC_ASSIGN_OR_RETURN(ImportedFiles staged, staging->get());
+      WC_ASSIGN_OR_RETURN(ImportedFiles staged, staging->future.get());
       if (options.before_commit)
         WC_RETURN_IF_ERROR(options.before_commit(manifest, payloads.get()));
       return store.CommitImport(options.channel, manifest, std::move(staged));
@@ -331,7 +361,7 @@ Result<PreparedVersion> PrepareVersionFromMemory(Store& store, const VersionImag
     return out;
   }
   start = std::chrono::steady_clock::now();
-  WC_ASSIGN_OR_RETURN(ImportedFiles staged, staging->get());
+  WC_ASSIGN_OR_RETURN(ImportedFiles staged, staging->future.get());
   out.import_seconds = SecondsSince(start);  // what the write added past the encode
   WC_RETURN_IF_ERROR(CommitAndSign(store, options, image.file, std::move(hashes),
                                    std::move(fast_hashes), std::move(device_checks),

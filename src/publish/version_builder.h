@@ -87,6 +87,9 @@ struct PreparedVersion {
   // the version (kAlreadyExists and the like when the store moved meanwhile). Dropped uncalled,
   // it waits for the write and commits nothing.
   std::function<Status()> commit;
+  // With commit_behind: makes the image's write, which uses idle CPU only, finish on the calling
+  // thread (the pieces no thread has started). Call before waiting for `commit`'s result.
+  std::function<void()> hurry_commit;
 };
 
 // The metadata key that records which directory a version was published from.

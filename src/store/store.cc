@@ -429,7 +429,8 @@ Result<ImportedFiles> StoreImpl::BeginImportLocked(std::string_view channel, Ver
 
 Result<ImportedFiles> StoreImpl::StageImportBytes(std::string_view channel, Version version,
                                                   const std::string& path,
-                                                  std::span<const uint8_t> bytes) {
+                                                  std::span<const uint8_t> bytes,
+                                                  const Store::BytesWriter& write) {
   WC_RETURN_IF_ERROR(ValidateRelativePath(path));
   if (path.find('/') != std::string::npos) {
     return InvalidArgument("a file imported from memory lies at the version's top: " + path);
@@ -444,7 +445,14 @@ Result<ImportedFiles> StoreImpl::StageImportBytes(std::string_view channel, Vers
   const std::filesystem::path to = out.dir_ / path;
   const int fd = ::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus("open(" + to.string() + ")", errno);
-  Status written = WriteAll(fd, bytes, to.string());
+  Status written = Status::Ok();
+  if (write == nullptr) {
+    written = WriteAll(fd, bytes, to.string());
+  } else if (::ftruncate(fd, static_cast<off_t>(bytes.size())) != 0) {
+    written = ErrnoStatus("ftruncate(" + to.string() + ")", errno);
+  } else {
+    written = write(fd, to.string());
+  }
   ::close(fd);
   WC_RETURN_IF_ERROR(written);
   WC_ASSIGN_OR_RETURN(ImportedFiles::Stamp stamp, StampOf(to, path));
@@ -678,8 +686,9 @@ Result<ImportedFiles> Store::StageImport(std::string_view channel, Version versi
 }
 Result<ImportedFiles> Store::StageImportBytes(std::string_view channel, Version version,
                                               const std::string& path,
-                                              std::span<const uint8_t> bytes) {
-  return impl_->StageImportBytes(channel, version, path, bytes);
+                                              std::span<const uint8_t> bytes,
+                                              const BytesWriter& write) {
+  return impl_->StageImportBytes(channel, version, path, bytes, write);
 }
 Result<std::vector<Version>> Store::ForgetPayloadVersions(std::string_view channel,
                                                           std::optional<Version> only) {

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -259,11 +260,17 @@ class Store {
   Result<ImportedFiles> StageImport(std::string_view channel, Version version,
                                     const std::vector<std::string>& paths,
                                     const std::filesystem::path& dir, ImportMode mode);
+  // How the bytes of StageImportBytes reach the file the store opened for them: by default one
+  // write loop; a publisher may spread the write over threads or idle time (publish/idle_write.h).
+  // Must write every byte at its offset, or fail.
+  using BytesWriter = std::function<Status(int fd, const std::string& what)>;
   // StageImport of one file held in memory: writes `bytes` as `path` (a top-level name) into the
   // private directory, without holding the store's lock during the write (a caller may hash the
-  // same bytes meanwhile) and without an fsync (the commit makes the version durable).
+  // same bytes meanwhile) and without an fsync (the commit makes the version durable). With
+  // `write`, the file (created empty, sized to the bytes) is written by it.
   Result<ImportedFiles> StageImportBytes(std::string_view channel, Version version,
-                                         const std::string& path, std::span<const uint8_t> bytes);
+                                         const std::string& path, std::span<const uint8_t> bytes,
+                                         const BytesWriter& write = nullptr);
   // Commits `files` as `manifest` (validated; same version, exactly the staged paths at their
   // sizes) WITHOUT hashing them again: the caller vouches that the manifest's chunk hashes were
   // computed from files.dir(). Refuses with kCorrupt, committing nothing, when a staged file was

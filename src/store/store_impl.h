@@ -54,7 +54,8 @@ class StoreImpl {
                                     const std::vector<std::string>& paths,
                                     const std::filesystem::path& dir, ImportMode mode);
   Result<ImportedFiles> StageImportBytes(std::string_view channel, Version version,
-                                         const std::string& path, std::span<const uint8_t> bytes);
+                                         const std::string& path, std::span<const uint8_t> bytes,
+                                         const Store::BytesWriter& write);
   Status CommitImport(std::string_view channel, const Manifest& manifest, ImportedFiles files);
   Result<std::vector<Version>> CollectGarbage(std::string_view channel);
   Result<std::vector<Version>> ForgetPayloadVersions(std::string_view channel,

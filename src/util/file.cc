@@ -119,6 +119,20 @@ Status WriteAll(int fd, std::span<const uint8_t> data, std::string_view what) {
   return Status::Ok();
 }
 
+Status WriteAllAt(int fd, uint64_t offset, std::span<const uint8_t> data, std::string_view what) {
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n =
+        ::pwrite(fd, data.data() + done, data.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus("pwrite(" + std::string(what) + ")", errno);
+    }
+    done += static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
 Status WritePrivateFile(const std::filesystem::path& path, std::string_view data, bool overwrite) {
   const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(data.data()), data.size());
   if (!overwrite) {

@@ -49,6 +49,10 @@ Status ReadExactAt(int fd, uint64_t offset, std::span<uint8_t> out, std::string_
 // Writes all of `data` to fd (write loop, EINTR-safe).
 Status WriteAll(int fd, std::span<const uint8_t> data, std::string_view what);
 
+// Writes all of `data` to fd at `offset` (pwrite loop, EINTR-safe); the file offset is unused, so
+// threads may write different ranges of one file at once.
+Status WriteAllAt(int fd, uint64_t offset, std::span<const uint8_t> data, std::string_view what);
+
 // Writes `data` to `path` so that readers see the old content or the new, never a mix, and the
 // new content survives a crash once this returns: write to a temporary file beside it, fsync,
 // rename over `path`, fsync the directory.

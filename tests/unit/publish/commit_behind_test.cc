@@ -75,6 +75,21 @@ TEST(CommitBehind, TheVersionIsSignedBeforeTheStoreHoldsIt) {
   EXPECT_TRUE(behind.Finish().ok());  // the same answer again
 }
 
+TEST(CommitBehind, FinishHurriesTheImagesIdleWrite) {
+  TempDir dir;
+  Store store = OpenStore(dir.path() / "store");
+  const std::vector<uint8_t> image = Image(4);
+  auto prepared = PrepareVersionFromMemory(store, {"model.safetensors", image}, nullptr, Options());
+  ASSERT_TRUE(prepared.ok()) << prepared.status().ToString();
+  // The write runs at idle priority; the commit behind the announce is handed the way to hurry it.
+  ASSERT_TRUE(prepared->hurry_commit);
+  CommitBehind behind(store, "policy", prepared->manifest.version, image,
+                      std::move(prepared->commit), std::move(prepared->hurry_commit));
+  ASSERT_TRUE(behind.Finish().ok());
+  EXPECT_EQ(*store.Current("policy"), prepared->manifest.version);
+  EXPECT_TRUE(store.Verify("policy", prepared->manifest.version).ok());
+}
+
 TEST(CommitBehind, ChunksComeFromTheImageUntilTheCommit) {
   TempDir dir;
   Store store = OpenStore(dir.path() / "store");
