@@ -453,14 +453,21 @@ TEST_P(UcxTransportTest, PushDeliveryKeepsTheOrderAndEndsOnce) {
   EXPECT_EQ(got.end_count(), 1u);
 }
 
-TEST_P(UcxTransportTest, PushDeliveryEndsInsideCloseAndAfterTheEnd) {
-  testing::Collected closed, late;
+TEST_P(UcxTransportTest, PushDeliveryEndsInsideClose) {
+  testing::Collected closed;
   Pair p = Connect(Make(TestOptions(2, nullptr)), Make(TestOptions(1, nullptr)));
   ASSERT_TRUE(p.server && p.client);
   ASSERT_TRUE(p.server->DeliverFrames(closed.Handler()));
   p.server->Close();
   EXPECT_EQ(closed.end_count(), 1u);  // inside Close, before it returned
-  // A handler given after the end gets the end at once.
+}
+
+// One pair per test: UCX 1.13 can abort a process that makes a new worker after destroying one
+// while another still progresses (an async event of the destroyed worker's socket, missed and
+// replayed to the new worker's handler of the same fd: `handler->async == async` in async.c),
+// about once in 150 runs of the two cases together.
+TEST_P(UcxTransportTest, AHandlerGivenAfterTheEndGetsTheEndAtOnce) {
+  testing::Collected late;
   Pair q = Connect(Make(TestOptions(4, nullptr)), Make(TestOptions(3, nullptr)));
   ASSERT_TRUE(q.server && q.client);
   q.server->Close();
