@@ -25,6 +25,23 @@ class FdCloser {
   int fd_;
 };
 
+// The EINTR-safe loop of WriteAll and WriteAllAt: `write_some(done)` writes from byte `done` on
+// and returns what the system call did.
+template <typename WriteSome>
+Status WriteLoop(std::span<const uint8_t> data, const char* call, std::string_view what,
+                 WriteSome write_some) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = write_some(done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(std::string(call) + "(" + std::string(what) + ")", errno);
+    }
+    done += static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<MappedFile> MappedFile::Open(const std::filesystem::path& path, bool populate) {
@@ -107,30 +124,15 @@ Status ReadExactAt(int fd, uint64_t offset, std::span<uint8_t> out, std::string_
 }
 
 Status WriteAll(int fd, std::span<const uint8_t> data, std::string_view what) {
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoStatus("write(" + std::string(what) + ")", errno);
-    }
-    done += static_cast<size_t>(n);
-  }
-  return Status::Ok();
+  return WriteLoop(data, "write", what, [&](size_t done) {
+    return ::write(fd, data.data() + done, data.size() - done);
+  });
 }
 
 Status WriteAllAt(int fd, uint64_t offset, std::span<const uint8_t> data, std::string_view what) {
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n =
-        ::pwrite(fd, data.data() + done, data.size() - done, static_cast<off_t>(offset + done));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoStatus("pwrite(" + std::string(what) + ")", errno);
-    }
-    done += static_cast<size_t>(n);
-  }
-  return Status::Ok();
+  return WriteLoop(data, "pwrite", what, [&](size_t done) {
+    return ::pwrite(fd, data.data() + done, data.size() - done, static_cast<off_t>(offset + done));
+  });
 }
 
 Status WritePrivateFile(const std::filesystem::path& path, std::string_view data, bool overwrite) {
