@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <type_traits>
 
@@ -228,12 +229,24 @@ void PutPlane(const uint8_t* plane, uint64_t count, std::vector<uint8_t>& out) {
 
 // Per-thread working memory of the sparse transform, kept from chunk to chunk: a chunk at a few
 // percent changed has thousands of changes, and vectors grown by push_back per chunk reallocated
-// a dozen times each. The arrays only grow (to the largest segment seen), so no chunk pays for
-// zeroing them.
+// a dozen times each. The arrays hold a segment's most changes (one per element), left
+// uninitialized: a large allocation is mapped lazily, so the pages touched are the changes'
+// (a 64 MiB chunk at 1% touches 1% of them). A thread gives back arrays past kKeepElements
+// after each call (ReleaseLargeScratch), so large chunks do not pin memory in every thread.
 struct SparseScratch {
-  std::vector<uint64_t> gaps;
-  std::vector<uint8_t> planes;
-  std::vector<uint8_t> gap_plane;
+  static constexpr uint64_t kKeepElements = 512u << 10;  // 8 MiB of arrays
+  uint64_t elements = 0;
+  std::unique_ptr<uint64_t[]> gaps;   // one per element
+  std::unique_ptr<uint8_t[]> planes;  // up to 8 value planes of one byte per element
+  std::unique_ptr<uint8_t[]> gap_plane;
+
+  void Hold(uint64_t n) {
+    if (n <= elements) return;
+    gaps.reset(new uint64_t[n]);
+    planes.reset(new uint8_t[n * 8]);
+    gap_plane.reset(new uint8_t[n]);
+    elements = n;
+  }
 };
 
 SparseScratch& ThreadSparseScratch() {
@@ -241,10 +254,8 @@ SparseScratch& ThreadSparseScratch() {
   return scratch;
 }
 
-template <typename T>
-T* GrownTo(std::vector<T>& v, uint64_t n) {
-  if (v.size() < n) v.resize(n);
-  return v.data();
+void ReleaseLargeScratch(SparseScratch& s) {
+  if (s.elements > SparseScratch::kKeepElements) s = SparseScratch{};
 }
 
 // Returns the number of changed elements.
@@ -257,8 +268,9 @@ uint64_t SparseForwardSeg(const uint8_t* t, const uint8_t* b, uint64_t n, bool v
   };
   // One pass: each change's gap is kept and its value's bytes go straight into W planes of
   // stride n (the most changes a segment can have), so no pass transposes them afterwards.
-  uint64_t* const gaps = GrownTo(scratch.gaps, n);
-  uint8_t* const value_planes = GrownTo(scratch.planes, n * W);
+  scratch.Hold(n);
+  uint64_t* const gaps = scratch.gaps.get();
+  uint8_t* const value_planes = scratch.planes.get();
   uint64_t count = 0;
   uint64_t next = 0;
   uint64_t max_gap = 0;
@@ -286,7 +298,7 @@ uint64_t SparseForwardSeg(const uint8_t* t, const uint8_t* b, uint64_t n, bool v
     for (uint64_t j = 0; j < count; ++j) PutVarint(gaps[j], out);
     cut();
   } else {
-    uint8_t* const gap_plane = GrownTo(scratch.gap_plane, count);
+    uint8_t* const gap_plane = scratch.gap_plane.get();
     for (int k = 0; k < gw; ++k) {
       for (uint64_t j = 0; j < count; ++j) gap_plane[j] = static_cast<uint8_t>(gaps[j] >> (8 * k));
       PutPlane(gap_plane, count, out);
@@ -499,6 +511,7 @@ uint64_t SparseForward(std::span<const uint8_t> target, std::span<const uint8_t>
     for (uint64_t k = n * s.width; k < s.size; ++k) out.push_back(t[k] ^ b[k]);
     off += s.size;
   }
+  ReleaseLargeScratch(scratch);
   return changed;
 }
 
