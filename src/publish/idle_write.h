@@ -39,7 +39,7 @@ class IdleWrite {
   // it): a Hurry waiting for it returns. Called once, by the thread that calls the store.
   void End();
 
-  // Pieces written by Hurry (for tests and the log).
+  // Pieces written by Hurry.
   uint64_t hurried_pieces() const { return hurried_.load(); }
 
   static constexpr uint64_t kPieceBytes = 1u << 20;
