@@ -96,12 +96,12 @@ void SwarmNode::Impl::Push(Event event) {
 }
 
 void SwarmNode::Impl::EventLoop() {
-  auto next_tick = Clock::now() + kTick;
+  net::TimePoint next_tick = clock_.Now() + kTick;
   while (true) {
     std::deque<Event> batch;
     {
       std::unique_lock lock(qmu_);
-      qcv_.wait_until(lock, next_tick, [&] { return qstop_ || !queue_.empty(); });
+      clock_.WaitUntil(lock, qcv_, next_tick, [&] { return qstop_ || !queue_.empty(); });
       if (qstop_) return;
       batch.swap(queue_);
     }
@@ -109,14 +109,17 @@ void SwarmNode::Impl::EventLoop() {
     {
       std::lock_guard lock(mu_);
       for (Event& e : batch) std::visit([&](auto& ev) { Handle(ev); }, e);
-      if (Clock::now() >= next_tick) {
-        next_tick = Clock::now() + kTick;
+      if (clock_.Now() >= next_tick) {
+        next_tick = clock_.Now() + kTick;
         Apply(protocol_.OnTick(Now()));
         MaybeFlush();
       }
       MaybeTrace();
       ReadoptIfAsked();
     }
+    // Whoever waits for replication (or anything else the batch moved) looks again. No waiter:
+    // a broadcast costs a load, not a system call.
+    done_cv_.notify_all();
     RunLoopChecks();
     {
       std::lock_guard lock(mu_);
@@ -137,8 +140,8 @@ void SwarmNode::Impl::EventLoop() {
 // One line per trace interval: what moved since the last line and what the scheduler holds.
 // Under mu_.
 void SwarmNode::Impl::MaybeTrace() {
-  if (options_.trace_interval <= net::Duration::zero() || Clock::now() < next_trace_) return;
-  const Clock::time_point now = Clock::now();
+  if (options_.trace_interval <= net::Duration::zero() || clock_.Now() < next_trace_) return;
+  const net::TimePoint now = clock_.Now();
   const double dt = std::chrono::duration<double>(now - last_trace_).count();
   const uint64_t rx = bytes_received_.load(), tx = bytes_sent_.load();
   if (const swarm::Scheduler* scheduler = protocol_.scheduler(); scheduler != nullptr && dt > 0) {
@@ -168,10 +171,10 @@ void SwarmNode::Impl::MaybeTrace() {
 // a killed node resumes with what it had verified instead of the last full batch.
 void SwarmNode::Impl::MaybeFlush() {
   if (target_.data == nullptr || !target_.data->staged || target_.data->committed.load() ||
-      flushing_->load() || Clock::now() < next_flush_ || chunks_verified_ == flushed_at_) {
+      flushing_->load() || clock_.Now() < next_flush_ || chunks_verified_ == flushed_at_) {
     return;
   }
-  next_flush_ = Clock::now() + kFlushEvery;
+  next_flush_ = clock_.Now() + kFlushEvery;
   flushed_at_ = chunks_verified_.load();
   flushing_->store(true);
   auto data = target_.data;
@@ -274,7 +277,7 @@ void SwarmNode::Impl::ApplyOne(const Effect& e) {
 // What the target cost: time since it was adopted, items fetched, control messages sent.
 std::string SwarmNode::Impl::CompletionStats() const {
   const auto& n = target_.messages_sent;
-  const double s = std::chrono::duration<double>(Clock::now() - target_.started).count();
+  const double s = target_.started.Seconds();
   auto count = [&](MessageType t) { return std::to_string(n[static_cast<size_t>(t)]); };
   char took[32];
   std::snprintf(took, sizeof(took), "%.3f", s);
@@ -336,6 +339,20 @@ Status SwarmNode::Impl::WaitComplete(net::Duration timeout) {
   }
   if (!protocol_.error().empty()) return Internal(protocol_.error());
   if (stopping_ && !protocol_.complete()) return Aborted("swarm node stopped");
+  return Status::Ok();
+}
+
+Status SwarmNode::Impl::WaitReplicated(net::Duration timeout) {
+  std::unique_lock lock(mu_);
+  auto done = [&] {
+    return stopping_ || (target_.data != nullptr && protocol_.EveryChunkReplicated());
+  };
+  if (!done_cv_.wait_for(lock, timeout, done)) {
+    return DeadlineExceeded("swarm: the target is not replicated in time");
+  }
+  if (!(target_.data != nullptr && protocol_.EveryChunkReplicated())) {
+    return Aborted("swarm node stopped");
+  }
   return Status::Ok();
 }
 
@@ -431,6 +448,7 @@ void SwarmNode::PreferChunks(Version version, std::vector<ChunkIndex> order) {
   impl_->PreferChunks(version, std::move(order));
 }
 bool SwarmNode::EveryChunkReplicated() const { return impl_->EveryChunkReplicated(); }
+Status SwarmNode::WaitReplicated(net::Duration timeout) { return impl_->WaitReplicated(timeout); }
 void SwarmNode::Stop() { impl_->Stop(); }
 
 }  // namespace weightcast::node

@@ -94,6 +94,9 @@ struct SwarmNodeOptions {
   // state (a debugging aid for benchmarks). Zero: the WEIGHTCAST_SWARM_TRACE environment
   // variable (milliseconds) decides; unset: no trace.
   net::Duration trace_interval = net::Duration::zero();
+  // The protocol's time: its ticks, request timeouts, bans and the staging's flushes (tests pass
+  // a net::FakeClock and move it themselves). Null: the steady clock. Must outlive the node.
+  const net::Clock* clock = nullptr;
   // TESTING ONLY: flip a byte of every chunk this node uploads (integration tests check that
   // peers detect and drop it). Honoured only in builds with WC_TEST_HOOKS.
   bool corrupt_uploads_for_testing = false;
@@ -225,7 +228,8 @@ class SwarmNode {
   SwarmProgress progress() const;
   SwarmCounters counters() const;
   // Blocks until the target is complete (OK), the node fails or stops (its error), or `timeout`
-  // passes (kDeadlineExceeded).
+  // passes (kDeadlineExceeded). `timeout` bounds the caller's own wait, on the steady clock
+  // whatever the node's clock: a test on a fake clock still gives up on a node that hangs.
   Status WaitComplete(net::Duration timeout);
 
   // Commits the complete target in the store (Store::Commit) and serves it from the committed
@@ -242,6 +246,9 @@ class SwarmNode {
   // connected peer (a publisher stops seeding once this holds). Exact on a source (Seed): peers
   // send a source every HAVE; others skip HAVEs for chunks a non-source node already holds.
   bool EveryChunkReplicated() const;
+  // Blocks until EveryChunkReplicated holds (OK), the node stops (kAborted), or `timeout` passes
+  // on the steady clock (kDeadlineExceeded).
+  Status WaitReplicated(net::Duration timeout);
 
   // Closes every connection and joins every thread. Idempotent.
   void Stop();

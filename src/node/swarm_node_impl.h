@@ -32,6 +32,7 @@
 #include "origin/model.h"
 #include "swarm/messages.h"
 #include "swarm/peer_protocol.h"
+#include "util/stopwatch.h"
 #include "util/thread_pool.h"
 
 namespace weightcast::node {
@@ -103,7 +104,6 @@ struct TargetData {
 };
 
 struct SwarmNode::Impl {
-  using Clock = std::chrono::steady_clock;
   using Effect = swarm::Effect;
   using EffectKind = swarm::EffectKind;
   using Message = swarm::Message;
@@ -130,8 +130,8 @@ struct SwarmNode::Impl {
   // origin bounds what is asked at once.
   static constexpr size_t kOriginReaders = 4;
 
-  static swarm::Time Now() {
-    return std::chrono::duration_cast<swarm::Time>(Clock::now().time_since_epoch());
+  swarm::Time Now() const {
+    return std::chrono::duration_cast<swarm::Time>(clock_.Now().time_since_epoch());
   }
   static std::string V(Version v) { return "v" + std::to_string(v.value()); }
 
@@ -224,13 +224,14 @@ struct SwarmNode::Impl {
     // completion shows where a step's chatter goes).
     std::array<uint32_t, swarm::kMaxMessageType + 1> messages_sent{};
     uint64_t control_bytes_sent = 0;
-    Clock::time_point started = Clock::now();
+    Stopwatch started;  // for the completion log line (the protocol's time is clock_'s)
   };
 
   Impl(Store& store, net::Transport& transport, SwarmNodeOptions options)
       : store_(store),
         transport_(transport),
         options_(std::move(options)),
+        clock_(options_.clock != nullptr ? *options_.clock : net::Clock::Real()),
         protocol_(swarm::PeerProtocolOptions{
             .node_id = options_.node_id, .source = options_.source, .tuning = options_.tuning}) {
     if (!options_.log) options_.log = [](std::string_view) {};
@@ -279,7 +280,9 @@ struct SwarmNode::Impl {
   std::string CompletionStats() const;
   SwarmProgress Progress() const;
   bool EveryChunkReplicated() const;
+  // Both wait on done_cv_, which the event loop notifies after every batch of events.
   Status WaitComplete(net::Duration timeout);
+  Status WaitReplicated(net::Duration timeout);
 
   // swarm_node_connections.cc
   void AcceptLoop();
@@ -355,6 +358,7 @@ struct SwarmNode::Impl {
   Store& store_;
   net::Transport& transport_;
   SwarmNodeOptions options_;
+  const net::Clock& clock_;
   swarm::PeerProtocol protocol_;  // guarded by mu_
 
   mutable std::mutex mu_;
@@ -393,8 +397,8 @@ struct SwarmNode::Impl {
   };
   OriginShare origin_;
   std::shared_ptr<UploadSink> upload_sink_ = MakeUploadSink();
-  Clock::time_point next_flush_{};
-  Clock::time_point next_trace_{}, last_trace_{};
+  net::TimePoint next_flush_{};
+  net::TimePoint next_trace_{}, last_trace_{};
   uint64_t traced_rx_ = 0, traced_tx_ = 0;
   uint64_t flushed_at_ = 0;
   std::shared_ptr<std::atomic<bool>> flushing_ = std::make_shared<std::atomic<bool>>(false);

@@ -150,7 +150,7 @@ void SwarmNode::Impl::ReadoptIfAsked() {
 
 Status SwarmNode::Impl::FetchLocked(const Manifest& manifest) {
   if (auto s = CheckReplace(manifest)) return *s;
-  const Clock::time_point begun = Clock::now();
+  const Stopwatch begun;
   const uint32_t n = manifest.chunk_count();
   auto data = std::make_shared<TargetData>();
   data->manifest = manifest;
@@ -312,9 +312,7 @@ Status SwarmNode::Impl::FetchLocked(const Manifest& manifest) {
       (payloads_only    ? "fetching delta payloads for the live tensors"
        : fetch_payloads ? "fetching delta payloads"
                         : "fetching whole chunks") +
-      " (staged in " +
-      std::to_string(
-          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - begun).count()) +
+      " (staged in " + std::to_string(static_cast<int64_t>(begun.Seconds() * 1000)) +
       " ms, window " + std::to_string(protocol_.window()) + ")");
   return Status::Ok();
 }
@@ -348,7 +346,7 @@ Status SwarmNode::Impl::Seed(const Manifest& manifest, std::shared_ptr<const Pay
       if (c.value() < n) payload[c.value()] = true;
     }
   }
-  target_.started = Clock::now();
+  target_.started.Restart();
   WC_RETURN_IF_ERROR(StartTarget(std::vector<bool>(n, true), std::move(payload),
                                  std::vector<bool>(n, true), {.source = true}));
   Log("seeding " + V(manifest.version));
@@ -370,7 +368,7 @@ Status SwarmNode::Impl::SeedFrom(const Manifest& manifest, ChunkReader reader) {
   data->committed = true;
   data->reader = std::move(reader);
   target_.data = std::move(data);
-  target_.started = Clock::now();
+  target_.started.Restart();
   WC_RETURN_IF_ERROR(StartTarget(std::vector<bool>(n, true), std::vector<bool>(n, false),
                                  std::vector<bool>(n, true), {.source = true}));
   Log("seeding " + V(manifest.version) + " from its origin");
@@ -411,7 +409,7 @@ Status SwarmNode::Impl::SeedPart(const Manifest& manifest, const Manifest& part,
       if (c.value() < own) payload[first_chunk + c.value()] = true;
     }
   }
-  target_.started = Clock::now();
+  target_.started.Restart();
   WC_RETURN_IF_ERROR(StartTarget(own_chunks, std::move(payload), own_chunks, {.source = true}));
   Log("seeding " + V(manifest.version) + " chunks " + std::to_string(first_chunk) + ".." +
       std::to_string(first_chunk + own) + " (this rank's part)");

@@ -9,14 +9,11 @@
 #include "hash/digest.h"
 #include "manifest/builder.h"
 #include "trust/signed_manifest.h"
+#include "util/stopwatch.h"
 #include "util/thread_pool.h"
 
 namespace weightcast::publish {
 namespace {
-
-double SecondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 // Hashes chunks on a pool as they fill, holding at most `max_buffers` of them at once: the
 // stream waits for a free buffer, so memory stays bounded whatever the model's size.
@@ -129,7 +126,7 @@ Result<OriginPrepared> PrepareOriginVersion(const origin::OriginModel& model,
                            "without weights would replace the model on every node; "
                            "--allow-no-tensors publishes it anyway");
   }
-  const auto start = std::chrono::steady_clock::now();
+  Stopwatch start;
   OriginPrepared out;
   PreparedVersion& prepared = out.prepared;
   BuildOptions build = options.build;
@@ -167,7 +164,7 @@ Result<OriginPrepared> PrepareOriginVersion(const origin::OriginModel& model,
       !s.ok()) {
     return InvalidArgument(label + ": " + s.message());
   }
-  prepared.build_seconds = SecondsSince(start);
+  prepared.build_seconds = start.Seconds();
   out.origin_bytes = http->bytes_received() - before;
   WC_ASSIGN_OR_RETURN(prepared.signed_manifest,
                       SignManifest(manifest, {options.secret, options.signing_identity.get()}));

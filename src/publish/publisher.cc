@@ -25,10 +25,6 @@ namespace {
 namespace fs = std::filesystem;
 namespace wire = coord::wire;
 
-double SecondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
 bool Transient(const Status& st) {
   return st.code() == Code::kUnavailable || st.code() == Code::kDeadlineExceeded;
 }
@@ -247,6 +243,7 @@ Status Publisher::Start() {
   node.manifest_secret = options_.secret;
   node.trust_anchor = options_.trust_anchor;
   node.source = true;
+  node.clock = options_.clock;
   node.log = options_.log.AsLineFn();
   node_ = std::make_unique<node::SwarmNode>(*store_, *transport_, std::move(node));
   WC_RETURN_IF_ERROR(node_->Start(options_.listen));
@@ -261,7 +258,7 @@ Status Publisher::Start() {
   session_ = std::make_unique<coord::ClientSession>(*transport_, std::move(session),
                                                     static_cast<coord::SessionDelegate&>(*this));
 
-  const auto deadline = std::chrono::steady_clock::now() + options_.connect_timeout;
+  const net::TimePoint deadline = clock().Now() + options_.connect_timeout;
   WC_RETURN_IF_ERROR(ConnectFirst(deadline));
   // The coordinator can go between the connect and the first calls (a leader killed just then,
   // with a standby taking over): Call drops a connection that failed, the next one follows the
@@ -270,7 +267,7 @@ Status Publisher::Start() {
   for (;;) {
     Status reconciled = Reconcile();
     if (reconciled.ok()) break;
-    if (!Transient(reconciled) || std::chrono::steady_clock::now() >= deadline) return reconciled;
+    if (!Transient(reconciled) || clock().Now() >= deadline) return reconciled;
     options_.log.Warn("the coordinator went away while starting; trying again",
                       {{"error", reconciled.message()}});
     if (!SleepFor(backoff)) return Aborted("stopped");
@@ -293,7 +290,7 @@ Status Publisher::Start() {
 
 std::string Publisher::address() const { return node_ ? node_->address() : std::string(); }
 
-Status Publisher::ConnectFirst(std::chrono::steady_clock::time_point deadline) {
+Status Publisher::ConnectFirst(net::TimePoint deadline) {
   // The coordinator may still be starting (scripts launch everything at once); the session logs
   // the wait.
   for (;;) {
@@ -302,7 +299,7 @@ Status Publisher::ConnectFirst(std::chrono::steady_clock::time_point deadline) {
     const Status& error = connected.status();
     // Connect errors and refusals already name the coordinator (coord::ClientSession).
     if (!Transient(error)) return error;
-    if (std::chrono::steady_clock::now() >= deadline) {
+    if (clock().Now() >= deadline) {
       return Status(error.code(),
                     "gave up on the coordinator at " + options_.coordinator + " after " +
                         std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
@@ -499,8 +496,9 @@ Status Publisher::PublishSigned(const PreparedVersion& prepared) {
   const Version version = prepared.manifest.version;
   const uint64_t epoch = writer_epoch();
   bool retried = false;
-  const auto start = std::chrono::steady_clock::now();
-  std::chrono::steady_clock::time_point error_logged{};
+  const net::TimePoint start = clock().Now();
+  const Stopwatch waited;
+  net::TimePoint error_logged{};
   while (!Stopping()) {
     Result<Version> logged = Call<Version>(
         [&](coord::CoordinatorClient& c) { return c.Publish(prepared.signed_manifest, epoch); });
@@ -512,7 +510,7 @@ Status Publisher::PublishSigned(const PreparedVersion& prepared) {
       return Status::Ok();
     }
     if (Transient(logged.status()) || logged.status().code() == Code::kAborted) {
-      const auto now = std::chrono::steady_clock::now();
+      const net::TimePoint now = clock().Now();
       if (options_.unreachable_timeout != net::kForever &&
           now - start >= options_.unreachable_timeout) {
         return Unavailable("the coordinator at " + options_.coordinator + " did not take version " +
@@ -532,7 +530,7 @@ Status Publisher::PublishSigned(const PreparedVersion& prepared) {
             "the coordinator is still unreachable; the version waits to be published",
             {{"version", version.value()},
              {"coordinator", options_.coordinator},
-             {"waited_s", SecondsSince(start)},
+             {"waited_s", waited.Seconds()},
              {"error", logged.status().ToString()}});
         error_logged = now;
       }
@@ -597,7 +595,7 @@ Result<PublishedVersion> Publisher::PublishDirectory(
   if (stopping_) return Aborted("the publisher is stopping");
   WC_RETURN_IF_ERROR(FinishCommitBehind());
   WC_RETURN_IF_ERROR(lost_lease());
-  const auto start = std::chrono::steady_clock::now();
+  const Stopwatch prepare;
   WC_ASSIGN_OR_RETURN(wire::ChannelLog log, LogBeforePublish());
   if (sharded()) return PublishPartDirectory(dir, metadata, log);
   WC_ASSIGN_OR_RETURN(PreparedVersion prepared,
@@ -606,7 +604,7 @@ Result<PublishedVersion> Publisher::PublishDirectory(
     WarnOtherFiles(dir, prepared.other_files);
   }
   warned_other_files_ = prepared.other_files;
-  return Announce(prepared, start, dir.string());
+  return Announce(prepared, prepare, dir.string());
 }
 
 Result<PublishedVersion> Publisher::PublishImage(
@@ -617,7 +615,7 @@ Result<PublishedVersion> Publisher::PublishImage(
   if (sharded()) return FailedPrecondition("a sharded publisher publishes directories");
   WC_RETURN_IF_ERROR(FinishCommitBehind());
   WC_RETURN_IF_ERROR(lost_lease());
-  const auto start = std::chrono::steady_clock::now();
+  const Stopwatch prepare;
   WC_ASSIGN_OR_RETURN(wire::ChannelLog log, LogBeforePublish());
   PrepareOptions options = NextVersionOptions(log, metadata);
   options.commit_behind = true;
@@ -627,7 +625,7 @@ Result<PublishedVersion> Publisher::PublishImage(
   auto behind = std::make_unique<CommitBehind>(*store_, options_.channel, prepared.manifest.version,
                                                image.bytes, std::move(prepared.commit),
                                                std::move(prepared.hurry_commit));
-  Result<PublishedVersion> out = Announce(prepared, start, "memory", behind->Reader());
+  Result<PublishedVersion> out = Announce(prepared, prepare, "memory", behind->Reader());
   if (!out.ok()) {
     // Not announced: the caller has its image back once the commit is done. A version the
     // coordinator did not log is published when the publisher starts again, as after a crash.
@@ -654,8 +652,8 @@ PrepareOptions Publisher::NextVersionOptions(const wire::ChannelLog& log,
 }
 
 Result<PublishedVersion> Publisher::Announce(const PreparedVersion& prepared,
-                                             std::chrono::steady_clock::time_point start,
-                                             const std::string& source, node::ChunkReader reader) {
+                                             const Stopwatch& prepare, const std::string& source,
+                                             node::ChunkReader reader) {
   PublishedVersion out;
   out.version = prepared.manifest.version;
   out.delta = prepared.manifest.delta.has_value();
@@ -663,7 +661,7 @@ Result<PublishedVersion> Publisher::Announce(const PreparedVersion& prepared,
   out.payload_bytes = prepared.payload_bytes;
   out.chunks = prepared.manifest.chunk_count();
   out.root = prepared.manifest.root;
-  out.prepare_seconds = SecondsSince(start);
+  out.prepare_seconds = prepare.Seconds();
   WC_RETURN_IF_ERROR(PublishSigned(prepared));
   WC_RETURN_IF_ERROR(StartSeeding(prepared, std::move(reader)));
   options_.log.Info("published", {{"version", out.version.value()},
@@ -738,10 +736,10 @@ void Publisher::ReportFollowers(Version version, const wire::FleetStatus& status
 
 Status Publisher::WaitUntil(SeedUntil until, net::Duration timeout) {
   if (seeding().value() == 0) return FailedPrecondition("nothing is being seeded");
-  const auto start = std::chrono::steady_clock::now();
+  const net::TimePoint start = clock().Now();
   // A plain pair rather than std::optional: GCC 12 warns (maybe-uninitialized) on the latter.
   bool unreachable = false;
-  std::chrono::steady_clock::time_point unreachable_since{};
+  net::TimePoint unreachable_since{};
   for (;;) {
     if (stopping_) return Aborted("stopped");
     WC_RETURN_IF_ERROR(lost_lease());
@@ -752,7 +750,7 @@ Status Publisher::WaitUntil(SeedUntil until, net::Duration timeout) {
     if (until != SeedUntil::kNever) {
       Result<wire::FleetStatus> status = Call<wire::FleetStatus>(
           [&](coord::CoordinatorClient& c) { return c.GetStatus(options_.channel); });
-      const auto now = std::chrono::steady_clock::now();
+      const net::TimePoint now = clock().Now();
       if (status.ok()) {
         if (unreachable) options_.log.Info("the coordinator answers again");
         unreachable = false;
@@ -785,7 +783,7 @@ Status Publisher::WaitUntil(SeedUntil until, net::Duration timeout) {
                            "s while waiting for " + v + ": " + status.status().ToString());
       }
     }
-    if (timeout != net::kForever && std::chrono::steady_clock::now() - start >= timeout) {
+    if (timeout != net::kForever && clock().Now() - start >= timeout) {
       return DeadlineExceeded("seeding version " + std::to_string(seeding().value()) +
                               ": the condition did not hold in time");
     }
@@ -817,7 +815,7 @@ Status Publisher::Watch(const fs::path& dir, net::Duration settle) {
   options_.log.Info("watching for checkpoints", {{"dir", watched.string()}});
   // Publishes that failed for a reason other than the coordinator being away (which
   // PublishDirectory waits out) are retried with backoff, not on every poll.
-  std::map<std::string, std::pair<std::chrono::steady_clock::time_point, net::Duration>> backoff;
+  std::map<std::string, std::pair<net::TimePoint, net::Duration>> backoff;
   while (!stopping_) {
     // Taken over by another writer: publishing on would be refused every time.
     WC_RETURN_IF_ERROR(lost_lease());
@@ -838,7 +836,7 @@ Status Publisher::Watch(const fs::path& dir, net::Duration settle) {
           continue;
         }
         auto b = backoff.find(event.name);
-        if (b != backoff.end() && std::chrono::steady_clock::now() < b->second.first) break;
+        if (b != backoff.end() && clock().Now() < b->second.first) break;
         if (stopping_) break;
         Result<PublishedVersion> published = PublishDirectory(
             event.path, {{std::string(kSourceMetadataKey), (watched / event.name).string()}});
@@ -849,7 +847,7 @@ Status Publisher::Watch(const fs::path& dir, net::Duration settle) {
               b == backoff.end()
                   ? std::chrono::seconds(1)
                   : std::min<net::Duration>(2 * b->second.second, std::chrono::minutes(1));
-          backoff[event.name] = {std::chrono::steady_clock::now() + wait, wait};
+          backoff[event.name] = {clock().Now() + wait, wait};
           {
             std::lock_guard lock(mu_);
             publish_error_ =
@@ -950,14 +948,16 @@ void Publisher::AddUploadedBytes(wire::Heartbeat& heartbeat) const {
 }
 
 bool Publisher::SleepFor(net::Duration d) {
-  // The cancel flag notifies nobody: look at it at least every 100 ms.
-  const auto deadline = std::chrono::steady_clock::now() + d;
+  const net::TimePoint deadline = clock().Now() + d;
   std::unique_lock lock(mu_);
   while (!Stopping()) {
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) return true;
-    cv_.wait_for(lock, std::min<net::Duration>(deadline - now, std::chrono::milliseconds(100)),
-                 [this] { return stopping_.load(); });
+    if (clock().Now() >= deadline) return true;
+    if (options_.cancel == nullptr) {
+      clock().WaitUntil(lock, cv_, deadline, [this] { return stopping_.load(); });
+    } else {
+      // The cancel flag notifies nobody: look at it at least every 100 ms of real time.
+      cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stopping_.load(); });
+    }
   }
   return false;
 }

@@ -48,6 +48,7 @@
 #include "store/store.h"
 #include "trust/signing_identity.h"
 #include "trust/trust_anchor.h"
+#include "util/stopwatch.h"
 
 namespace weightcast::publish {
 
@@ -106,6 +107,10 @@ struct PublisherOptions {
   // before failing with kUnavailable. kForever (the default, and `publish --watch`): until Stop,
   // logging at ERROR once the outage lasts. A one-shot `publish --dir` sets it, so that it ends.
   net::Duration unreachable_timeout = net::kForever;
+  // What the publisher decides by time reads this: the connect deadline, the unreachable timeout,
+  // retry backoff, WaitUntil's timeout and polls (tests pass a net::FakeClock). Its seeding node
+  // runs on it too. Null: the steady clock. Must outlive the publisher.
+  const net::Clock* clock = nullptr;
   metrics::Logger log{"publish"};
   metrics::Registry* metrics = nullptr;  // optional; must outlive the publisher
   // Optional: once it reads true, Create stops waiting for the coordinator and fails with
@@ -204,7 +209,7 @@ class Publisher : private coord::SessionDelegate {
   explicit Publisher(PublisherOptions options);
   Status Start();
   // Waits for the coordinator (it may still be starting) until connect_timeout.
-  Status ConnectFirst(std::chrono::steady_clock::time_point deadline);
+  Status ConnectFirst(net::TimePoint deadline);
   // coord::SessionDelegate: the source's registration with its writer lease, and the reply's.
   coord::wire::Register Registration() override;
   void OnRegistered(const coord::wire::RegisterReply& reply) override;
@@ -233,8 +238,7 @@ class Publisher : private coord::SessionDelegate {
   PrepareOptions NextVersionOptions(const coord::wire::ChannelLog& log,
                                     const std::map<std::string, std::string>& metadata);
   // Publishes a prepared version to the coordinator and seeds it; `source` names it in the log.
-  Result<PublishedVersion> Announce(const PreparedVersion& prepared,
-                                    std::chrono::steady_clock::time_point start,
+  Result<PublishedVersion> Announce(const PreparedVersion& prepared, const Stopwatch& prepare,
                                     const std::string& source, node::ChunkReader reader = {});
   Status PublishSigned(const PreparedVersion& prepared);
   Status StartSeeding(const PreparedVersion& prepared, node::ChunkReader reader = {});
@@ -272,6 +276,9 @@ class Publisher : private coord::SessionDelegate {
   // The bytes uploaded so far, into that progress. Not under mu_: it asks the swarm node.
   void AddUploadedBytes(coord::wire::Heartbeat& heartbeat) const;
   bool SleepFor(net::Duration d);  // false when stopping
+  const net::Clock& clock() const {
+    return options_.clock != nullptr ? *options_.clock : net::Clock::Real();
+  }
   bool Stopping() const { return stopping_ || (options_.cancel != nullptr && *options_.cancel); }
 
   PublisherOptions options_;

@@ -24,7 +24,7 @@ Result<PublishedVersion> Publisher::PublishOrigin(
     origin_http_ = http;
   }
   if (stopping_) http->Cancel();  // a Stop that came before the client was known
-  const auto start = std::chrono::steady_clock::now();
+  const Stopwatch prepare;
   const std::string label = origin::RedactUrl(from);
   WC_ASSIGN_OR_RETURN(origin::OriginSpec spec, origin::ResolveOriginSpec(from));
   WC_ASSIGN_OR_RETURN(origin::OriginModel model, origin::DescribeOriginModel(*http, spec));
@@ -42,8 +42,7 @@ Result<PublishedVersion> Publisher::PublishOrigin(
   out.version = prepared.manifest.version;
   out.model_bytes = prepared.manifest.total_size();
   out.chunks = prepared.manifest.chunk_count();
-  out.prepare_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  out.prepare_seconds = prepare.Seconds();
   WC_RETURN_IF_ERROR(PublishSigned(prepared));
   std::shared_ptr<const origin::OriginReader> reader = built.reader;
   WC_RETURN_IF_ERROR(node_->SeedFrom(

@@ -25,10 +25,6 @@ namespace wire = coord::wire;
 // a trainer writes ('~' is the last printable ASCII character), so it is the end of the part.
 constexpr char kPadFile[] = "~weightcast-pad";
 
-double Since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
 bool Unreachable(const Status& st) {
   return st.code() == Code::kUnavailable || st.code() == Code::kDeadlineExceeded;
 }
@@ -92,7 +88,7 @@ bool Publisher::PartLogged(const wire::ChannelLog& log, Version version, const D
 Result<PublishedVersion> Publisher::PublishPartDirectory(
     const fs::path& dir, const std::map<std::string, std::string>& metadata,
     const wire::ChannelLog& log) {
-  const auto start = std::chrono::steady_clock::now();
+  const Stopwatch took;
   PrepareOptions o = BaseOptions();
   o.metadata = metadata;
   o.metadata[std::string(kPartKey)] = PartValue({options_.rank, options_.world});
@@ -134,7 +130,7 @@ Result<PublishedVersion> Publisher::PublishPartDirectory(
   out.model_bytes = prepared.manifest.total_size();
   out.payload_bytes = prepared.payload_bytes;
   out.chunks = prepared.manifest.chunk_count();
-  out.prepare_seconds = Since(start);
+  out.prepare_seconds = took.Seconds();
   WC_RETURN_IF_ERROR(PublishPartSigned(prepared));
   WC_RETURN_IF_ERROR(StartSeedingPart(prepared));
   options_.log.Info("published a part", {{"version", out.version.value()},
@@ -146,13 +142,13 @@ Result<PublishedVersion> Publisher::PublishPartDirectory(
                                          {"pad_bytes", pad},
                                          {"payload_bytes", out.payload_bytes},
                                          {"prepare_s", out.prepare_seconds},
-                                         {"total_s", Since(start)}});
+                                         {"total_s", took.Seconds()}});
   return out;
 }
 
 Status Publisher::PublishPartSigned(const PreparedVersion& part) {
   const Version version = part.manifest.version;
-  const auto start = std::chrono::steady_clock::now();
+  const net::TimePoint start = clock().Now();
   uint32_t reported = 0;
   while (!Stopping()) {
     const uint64_t epoch = writer_epoch();
@@ -178,7 +174,7 @@ Status Publisher::PublishPartSigned(const PreparedVersion& part) {
       return reply.status().WithContext("publishing rank " + std::to_string(options_.rank) +
                                         "'s part of v" + std::to_string(version.value()));
     } else if (options_.unreachable_timeout != net::kForever &&
-               std::chrono::steady_clock::now() - start >= options_.unreachable_timeout) {
+               clock().Now() - start >= options_.unreachable_timeout) {
       return Unavailable("the coordinator at " + options_.coordinator +
                          " did not take the part of v" + std::to_string(version.value()) + ": " +
                          reply.status().ToString());

@@ -11,15 +11,12 @@
 #include "format/safetensors.h"
 #include "publish/idle_write.h"
 #include "trust/signed_manifest.h"
+#include "util/stopwatch.h"
 
 namespace weightcast::publish {
 namespace {
 
 namespace fs = std::filesystem;
-
-double SecondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 ImportMode ChooseImportMode(ImportPolicy policy) {
   return policy == ImportPolicy::kHardlink ? ImportMode::kHardlink : ImportMode::kCopy;
@@ -157,11 +154,11 @@ Status CommitAndSign(Store& store, const PrepareOptions& options, const std::str
   if (Status s = FinishManifest(out.manifest, std::move(hashes), std::move(fast_hashes)); !s.ok()) {
     return InvalidArgument(label + ": " + s.message());
   }
-  const auto start = std::chrono::steady_clock::now();
+  Stopwatch start;
   if (options.before_commit)
     WC_RETURN_IF_ERROR(options.before_commit(out.manifest, out.payloads.get()));
   WC_RETURN_IF_ERROR(store.CommitImport(options.channel, out.manifest, std::move(staged)));
-  out.import_seconds += SecondsSince(start);
+  out.import_seconds += start.Seconds();
   WC_ASSIGN_OR_RETURN(out.signed_manifest,
                       SignManifest(out.manifest, {options.secret, options.signing_identity.get()}));
   return Status::Ok();
@@ -182,7 +179,7 @@ Result<PreparedVersion> PrepareVersion(Store& store, const fs::path& dir,
   PreparedVersion out;
   out.import_mode = ChooseImportMode(options.import);
 
-  auto start = std::chrono::steady_clock::now();
+  Stopwatch start;
   WC_ASSIGN_OR_RETURN(Checkpoint source, OpenCheckpoint(dir));
   if (!options.allow_no_tensors && !source.has_tensors()) {
     return InvalidArgument(dir.string() +
@@ -202,9 +199,9 @@ Result<PreparedVersion> PrepareVersion(Store& store, const fs::path& dir,
   for (const CheckpointFile& f : source.files) paths.push_back(f.relative_path);
   WC_ASSIGN_OR_RETURN(ImportedFiles staged, store.StageImport(options.channel, next, paths,
                                                               source.root, out.import_mode));
-  out.import_seconds = SecondsSince(start);
+  out.import_seconds = start.Seconds();
 
-  start = std::chrono::steady_clock::now();
+  start.Restart();
   WC_ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(staged.dir()));
   WC_RETURN_IF_ERROR(SameFiles(source, checkpoint));
   // The base: the version the store has current, which is what the publisher last published
@@ -226,12 +223,12 @@ Result<PreparedVersion> PrepareVersion(Store& store, const fs::path& dir,
         Encode(*base, store.VersionPath(options.channel, base->version), out.manifest, staged.dir(),
                store.root(), options.codec, &hashes, fast));
     TakeEncoded(std::move(encoded), out);
-    out.encode_seconds = SecondsSince(start);
+    out.encode_seconds = start.Seconds();
   } else {
     WC_ASSIGN_OR_RETURN(hashes,
                         HashChunks(staged.dir(), out.manifest.files, out.manifest.chunk_size,
                                    out.manifest.hash_algorithm, options.build.threads, fast));
-    out.build_seconds = SecondsSince(start);
+    out.build_seconds = start.Seconds();
   }
   std::vector<Digest> device_checks;
   if (build.device_checks) {
@@ -280,7 +277,7 @@ Result<PreparedVersion> PrepareVersionFromMemory(Store& store, const VersionImag
   }
   PreparedVersion out;
   out.import_mode = ImportMode::kCopy;
-  auto start = std::chrono::steady_clock::now();
+  Stopwatch start;
   Checkpoint checkpoint;
   checkpoint.root = store.root();
   CheckpointFile file;
@@ -335,12 +332,12 @@ Result<PreparedVersion> PrepareVersionFromMemory(Store& store, const VersionImag
     WC_ASSIGN_OR_RETURN(Encoded encoded, EncodeBytes(base, base_bytes, out.manifest, target_bytes,
                                                      store.root(), options.codec, &hashes, fast));
     TakeEncoded(std::move(encoded), out);
-    out.encode_seconds = SecondsSince(start);
+    out.encode_seconds = start.Seconds();
   } else {
     WC_ASSIGN_OR_RETURN(
         hashes, HashChunksInMemory(image.bytes, out.manifest.chunk_size,
                                    out.manifest.hash_algorithm, options.build.threads, fast));
-    out.build_seconds = SecondsSince(start);
+    out.build_seconds = start.Seconds();
   }
   std::vector<Digest> device_checks;
   if (build.device_checks) {
@@ -360,9 +357,9 @@ Result<PreparedVersion> PrepareVersionFromMemory(Store& store, const VersionImag
     };
     return out;
   }
-  start = std::chrono::steady_clock::now();
+  start.Restart();
   WC_ASSIGN_OR_RETURN(ImportedFiles staged, staging->future.get());
-  out.import_seconds = SecondsSince(start);  // what the write added past the encode
+  out.import_seconds = start.Seconds();  // what the write added past the encode
   WC_RETURN_IF_ERROR(CommitAndSign(store, options, image.file, std::move(hashes),
                                    std::move(fast_hashes), std::move(device_checks),
                                    std::move(staged), out));
@@ -383,7 +380,7 @@ Result<PreparedVersion> ReloadVersion(const Store& store, Version version,
     Result<Manifest> base = encode_payloads ? store.GetManifest(options.channel, delta.base_version)
                                             : Result<Manifest>(NotFound("payloads not wanted"));
     if (base.ok() && base->root == delta.base_root) {
-      auto start = std::chrono::steady_clock::now();
+      Stopwatch start;
       WC_ASSIGN_OR_RETURN(
           Encoded encoded,
           Encode(*base, store.VersionPath(options.channel, delta.base_version), out.manifest,
@@ -406,7 +403,7 @@ Result<PreparedVersion> ReloadVersion(const Store& store, Version version,
         }
       }
       if (same) out.payloads = std::move(encoded.payloads);
-      out.encode_seconds = SecondsSince(start);
+      out.encode_seconds = start.Seconds();
     }
   }
   WC_ASSIGN_OR_RETURN(out.signed_manifest,

@@ -6,10 +6,12 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -52,6 +54,8 @@ using store_test::TestFile;
 constexpr char kSecret[] = "swarm test cluster secret";
 constexpr char kChannel[] = "policy";
 constexpr auto kWait = std::chrono::seconds(20);
+// The swarm node's tick (SwarmNode::Impl::kTick): how far a test moves the protocol's time.
+constexpr auto kTick = std::chrono::milliseconds(200);
 
 net::Options NodeOptions(uint64_t id, std::string secret = kSecret) {
   net::Options o;
@@ -129,8 +133,17 @@ class Swarm : public ::testing::Test {
                        .manifest_secret = secret,
                        .tensor_patterns = std::move(patterns),
                        .source = source,
+                       .clock = &clock_,
                        .corrupt_uploads_for_testing = corrupt};
     if (tweak_) tweak_(id, o);
+    o.on_bad_chunk = [this, id, theirs = std::move(o.on_bad_chunk)](PeerId from) {
+      if (theirs) theirs(from);
+      {
+        std::lock_guard lock(bad_mu_);
+        ++bad_chunks_[id];
+      }
+      bad_cv_.notify_all();
+    };
     o.log = [id](std::string_view line) {
       if (getenv("SWARM_TEST_LOG") != nullptr)
         fprintf(stderr, "[%d] %.*s\n", int(id), int(line.size()), line.data());
@@ -147,6 +160,26 @@ class Swarm : public ::testing::Test {
     std::vector<PeerAddress> all;
     for (auto& n : nodes_) all.push_back(n->address);
     for (auto& n : nodes_) n->swarm->SetPeers(all);
+  }
+
+  // Waits for node `id` to find a chunk that fails its hash (on_bad_chunk); false after kWait.
+  bool WaitForBadChunk(uint64_t id) {
+    std::unique_lock lock(bad_mu_);
+    return bad_cv_.wait_for(lock, kWait, [&] { return bad_chunks_[id] > 0; });
+  }
+
+  // Waits for `node` to complete while the protocol's time moves on a tick whenever the node has
+  // waited a moment without completing: for what waits on protocol time (a repeat the seed holds
+  // back, a refusal's backoff). Every other test leaves the time where it is.
+  Status CompleteWhileTimeMoves(Node& node) {
+    const auto give_up = std::chrono::steady_clock::now() + kWait;
+    for (;;) {
+      Status s = node.swarm->WaitComplete(std::chrono::milliseconds(20));
+      if (s.code() != Code::kDeadlineExceeded || std::chrono::steady_clock::now() >= give_up) {
+        return s;
+      }
+      clock_.Advance(kTick);
+    }
   }
 
   void TearDown() override {
@@ -181,6 +214,9 @@ class Swarm : public ::testing::Test {
   TempDir dir_;
   net::FakeClock clock_;
   net::MemoryNetwork network_{clock_};
+  std::mutex bad_mu_;
+  std::condition_variable bad_cv_;
+  std::map<uint64_t, int> bad_chunks_;  // node id -> chunks that failed their hash there
   std::vector<std::unique_ptr<Node>> nodes_;
 };
 
@@ -238,10 +274,7 @@ TEST_F(Swarm, FullVersionThenDeltaReachEveryAgent) {
   }
   EXPECT_GT(seed.swarm->counters().uploads_from_store, 0u);
   EXPECT_EQ(seed.swarm->counters().uploads_from_memory, 0u);
-  for (int i = 0; i < 200 && !seed.swarm->EveryChunkReplicated(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  EXPECT_TRUE(seed.swarm->EveryChunkReplicated());
+  EXPECT_TRUE(seed.swarm->WaitReplicated(kWait).ok());
 
   // v2 as a delta: the seed encodes payloads against its v1; agents decode them onto theirs.
   const auto v2_files = NextStep(v1_files);
@@ -307,12 +340,11 @@ TEST_F(Swarm, AnOriginWhoseContentChangedIsDroppedAndPeersServeTheVersion) {
   agent.swarm->SetOriginShare(0, 1);
   ASSERT_TRUE(agent.swarm->Fetch(v1, SignManifestWithSecret(v1, kSecret)).ok());
   // The origin alone first: what it sends fails its hash.
-  for (int i = 0; i < 500 && agent.swarm->counters().chunks_failed == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  EXPECT_GT(agent.swarm->counters().chunks_failed, 0u);
+  ASSERT_TRUE(WaitForBadChunk(2));
   Mesh();
   ASSERT_TRUE(agent.swarm->WaitComplete(kWait).ok());
+  // Counted by the event loop, which handled the failed check before the completion.
+  EXPECT_GT(agent.swarm->counters().chunks_failed, 0u);
   ASSERT_TRUE(agent.swarm->CommitTarget().ok());
   EXPECT_EQ(ReadAll(agent.store->CurrentPath(kChannel) / files[0].path), files[0].bytes);
   EXPECT_TRUE(agent.swarm->BannedPeers().empty()) << "the origin is not a node to report";
@@ -505,7 +537,9 @@ TEST_F(Swarm, ABadBaseIsCaughtByTheFastHashAndTheChunkIsFetchedWhole) {
   ASSERT_TRUE(agent.swarm->Fetch(v2, SignManifestWithSecret(v2, kSecret)).ok());
   ASSERT_TRUE(agent.swarm->progress().delta);
   Mesh();
-  const Status done = agent.swarm->WaitComplete(kWait);
+  // The seed holds back its repeat of chunk 0 (sent once as a payload) for a moment of protocol
+  // time.
+  const Status done = CompleteWhileTimeMoves(agent);
   ASSERT_TRUE(done.ok()) << done.ToString() << " err " << agent.swarm->progress().error;
   EXPECT_FALSE(agent.swarm->progress().delta) << "the failed check switched to whole chunks";
   EXPECT_EQ(agent.swarm->counters().chunks_failed, 0u) << "the seed sent nothing bad";
@@ -528,7 +562,8 @@ TEST_F(Swarm, CorruptUploaderIsDroppedAndTheVersionStillCompletes) {
   Node& good = AddNode(3, false);
   ASSERT_TRUE(good.swarm->Fetch(v1, SignManifestWithSecret(v1, kSecret)).ok());
   Mesh();
-  ASSERT_TRUE(good.swarm->WaitComplete(kWait).ok());
+  // A chunk the bad node spoiled is asked of the seed again, which may hold a repeat back.
+  ASSERT_TRUE(CompleteWhileTimeMoves(good).ok());
   ASSERT_TRUE(good.swarm->CommitTarget().ok());
   EXPECT_TRUE(good.store->Verify(kChannel, Version(1)).ok());
   EXPECT_EQ(ReadAll(good.store->CurrentPath(kChannel) / "c.safetensors"), files[3].bytes);
@@ -547,10 +582,7 @@ TEST_F(Swarm, CorruptSourceIsDetected) {
   ASSERT_TRUE(seed.swarm->Seed(v1, SignManifestWithSecret(v1, kSecret), nullptr).ok());
   ASSERT_TRUE(agent.swarm->Fetch(v1, SignManifestWithSecret(v1, kSecret)).ok());
   Mesh();
-  for (int i = 0; i < 500 && agent.swarm->counters().chunks_failed == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  EXPECT_GE(agent.swarm->counters().chunks_failed, 1u);
+  ASSERT_TRUE(WaitForBadChunk(2));
   EXPECT_EQ(agent.swarm->progress().chunks_done, 0u);
   EXPECT_FALSE(agent.swarm->CommitTarget().ok());
 }
@@ -736,7 +768,7 @@ TEST_F(Swarm, DeltaChunkThatFailsItsHashIsNotVerifiedAndIsFetchedWhole) {
   ASSERT_TRUE(agent.swarm->Fetch(v2, SignManifestWithSecret(v2, kSecret)).ok());
   ASSERT_TRUE(agent.swarm->progress().delta);
   Mesh();
-  const Status done = agent.swarm->WaitComplete(kWait);
+  const Status done = CompleteWhileTimeMoves(agent);
   ASSERT_TRUE(done.ok()) << done.ToString() << " done " << agent.swarm->progress().chunks_done
                          << "/" << agent.swarm->progress().chunks_total << " failed "
                          << agent.swarm->progress().chunks_failed << " peers "
@@ -853,13 +885,7 @@ TEST_F(Swarm, TimesChunkFetchesAndNamesThePeerOfABadChunk) {
   ASSERT_TRUE(victim.swarm->Fetch(v1, SignManifestWithSecret(v1, kSecret)).ok());
   victim.swarm->SetPeers(std::vector<PeerAddress>{bad.address, victim.address});
   bad.swarm->SetPeers(std::vector<PeerAddress>{bad.address, victim.address});
-  for (int i = 0; i < 500; ++i) {
-    {
-      std::lock_guard lock(mu);
-      if (!bad_peers.empty()) break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  ASSERT_TRUE(WaitForBadChunk(4));
   std::lock_guard lock(mu);
   ASSERT_FALSE(bad_peers.empty());
   EXPECT_EQ(bad_peers.front(), 3u);
