@@ -9,8 +9,8 @@
 #   bash bench/agent_threads.sh [path/to/weightcast] [agents=26] [size=256MiB] [degrees=6,24]
 #
 # TRANSPORT=auto runs every agent and the publisher with `--transport auto` (UCX between them,
-# UCX_TLS=sm,tcp on loopback); AGENT_FLAGS adds flags to every agent (e.g. --download-limit 10GiB,
-# which makes a UCX connection deliver through Receive, on a thread per peer).
+# UCX_TLS=sm,tcp on loopback); AGENT_FLAGS adds flags to every agent (e.g. --download-limit 10GiB:
+# the limit paces push delivery too, so it adds no thread per peer).
 #
 # Last line: one JSON object.
 set -euo pipefail

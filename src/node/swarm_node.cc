@@ -48,10 +48,7 @@ void SwarmNode::Impl::Stop() {
     left.swap(queue_);
   }
   for (Event& e : left) {
-    if (auto* up = std::get_if<PeerUp>(&e)) {
-      ClosePeer(*up->peer);
-      JoinPeer(*up->peer);
-    }
+    if (auto* up = std::get_if<PeerUp>(&e)) ClosePeer(*up->peer);
   }
   // Connects in progress finish (bounded by their timeout); queued ones see stopping_.
   connect_pool_.reset();
@@ -64,7 +61,6 @@ void SwarmNode::Impl::Stop() {
     dead_.clear();
   }
   for (auto& p : peers) ClosePeer(*p);
-  for (auto& p : peers) JoinPeer(*p);
   upload_pool_.reset();  // the queued uploads find their peers closed
   origin_pool_.reset();  // reads from the origin end (their results are not handled)
   pool_.reset();         // finishes queued verifications
@@ -87,12 +83,8 @@ void SwarmNode::Impl::Push(Event event) {
       return;
     }
   }
-  // Stopping: a new connection's threads must not outlive the node. Only AddConnection
-  // pushes PeerUp, never a peer's own thread, so this does not join itself.
-  if (auto* up = std::get_if<PeerUp>(&event)) {
-    ClosePeer(*up->peer);
-    JoinPeer(*up->peer);
-  }
+  // Stopping: a new connection must not outlive the node.
+  if (auto* up = std::get_if<PeerUp>(&event)) ClosePeer(*up->peer);
 }
 
 void SwarmNode::Impl::EventLoop() {
@@ -129,11 +121,9 @@ void SwarmNode::Impl::EventLoop() {
       std::lock_guard lock(mu_);
       reap.swap(dead_);
     }
-    // Joined outside the lock: a writer may be pushing an event that this thread handles.
-    for (auto& p : reap) {
-      ClosePeer(*p);
-      JoinPeer(*p);
-    }
+    // Closed outside the lock: a Close may wait for the transport's own thread (UCX closes on
+    // its progress thread), which the protocol's lock is not held across.
+    for (auto& p : reap) ClosePeer(*p);
   }
 }
 

@@ -7,8 +7,8 @@
 // clock, and feeds it the events.
 //
 // Threads, independent of the number of peers: one event thread owns the protocol (under the
-// node's lock) and is fed from a queue, which the transport fills from its own threads (a
-// connection that cannot push frames, UCX with a download limit, gets a reader thread); `workers`
+// node's lock) and is fed from a queue, which the transport fills from its own threads (every
+// transport pushes frames, with or without a download limit; no peer has a thread); `workers`
 // threads check, decode and write received chunks (they push the check results); two upload workers
 // read the chunks the protocol asks to upload (memory or store) and hand them to the transport,
 // whose release of each written frame is pushed back as the upload's end; an accept thread takes

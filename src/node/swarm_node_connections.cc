@@ -30,47 +30,28 @@ void SwarmNode::Impl::AddConnection(std::unique_ptr<net::Connection> conn, bool 
     }
     peer->gen = ++next_gen_;
   }
-  Peer* raw = peer.get();
+  // Every transport pushes frames (TCP, UCX, memory): the handler queues them onto the event
+  // loop from the transport's own thread, so no peer has a thread of its own. A connection that
+  // cannot is refused by name, as the coordinator refuses one.
+  if (!peer->conn->CanDeliverFrames()) {
+    Log("peer " + std::to_string(id.value()) + " over " + peer->conn->peer().transport +
+        ": the transport cannot push frames; refused");
+    peer->conn->Close();
+    return;
+  }
   const uint64_t gen = peer->gen;
   // Frames are pushed only after PeerUp: a have-set handled before its peer would be lost.
-  // A transport that pushes frames (TCP) needs no reader thread: its handler queues them from
-  // the transport's own thread; others get a thread that waits in Receive.
-  const bool pushed = peer->conn->CanDeliverFrames();
-  if (!pushed) {
-    peer->reader = std::thread([this, raw, id, gen] {
-      {
-        std::unique_lock lock(raw->wmu);
-        raw->wcv.wait(lock, [&] { return raw->announced || raw->closing; });
-        if (raw->closing) return;
-      }
-      while (true) {
-        auto frame = raw->conn->Receive();
-        if (!frame.ok()) {
-          Push(PeerDown{id, gen, frame.status()});
-          return;
-        }
-        Push(Received{id, gen, std::move(frame).value()});
-      }
-    });
-  }
   Push(PeerUp{peer});
-  {
-    std::lock_guard lock(raw->wmu);
-    raw->announced = true;
-  }
-  raw->wcv.notify_all();
-  if (pushed) {
-    // `peer` keeps the connection alive here even if the node closed it meanwhile (Deliver then
-    // hands over the end at once). The handler holds no Peer: Stop closes every connection,
-    // after which no call starts, before this node goes away.
-    raw->conn->DeliverFrames([this, id, gen](Result<net::Frame> frame) {
-      if (frame.ok()) {
-        Push(Received{id, gen, std::move(frame).value()});
-      } else {
-        Push(PeerDown{id, gen, frame.status()});
-      }
-    });
-  }
+  // `peer` keeps the connection alive here even if the node closed it meanwhile (Deliver then
+  // hands over the end at once). The handler holds no Peer: Stop closes every connection,
+  // after which no call starts, before this node goes away.
+  peer->conn->DeliverFrames([this, id, gen](Result<net::Frame> frame) {
+    if (frame.ok()) {
+      Push(Received{id, gen, std::move(frame).value()});
+    } else {
+      Push(PeerDown{id, gen, frame.status()});
+    }
+  });
 }
 
 void SwarmNode::Impl::ClosePeer(Peer& p) {
@@ -78,12 +59,7 @@ void SwarmNode::Impl::ClosePeer(Peer& p) {
     std::lock_guard lock(p.wmu);
     p.closing = true;
   }
-  p.wcv.notify_all();
   if (p.conn) p.conn->Close();
-}
-
-void SwarmNode::Impl::JoinPeer(Peer& p) {
-  if (p.reader.joinable()) p.reader.join();
 }
 
 // Under mu_ (it counts into target_). Control messages go to the transport at once (its

@@ -146,10 +146,8 @@ struct SwarmNode::Impl {
     uint64_t gen = 0;  // distinguishes a reconnected peer's events from the old connection's
     bool outgoing = false;
     std::unique_ptr<net::Connection> conn;
-    std::thread reader;  // only for a transport that cannot push frames (DeliverFrames)
 
     std::mutex wmu;
-    std::condition_variable wcv;
     std::deque<UploadItem> uploads;
     std::set<std::pair<uint64_t, uint32_t>> stopped;  // (epoch, chunk) uploads cancelled
     // One chunk at a time is with the transport: the next starts when the last one's bytes were
@@ -160,7 +158,6 @@ struct SwarmNode::Impl {
     bool upload_active = false;
     uint64_t payload_bytes_in_transport = 0;
     bool closing = false;
-    bool announced = false;  // PeerUp was queued: the reader may start
   };
 
   struct PeerUp {
@@ -288,7 +285,6 @@ struct SwarmNode::Impl {
   void AcceptLoop();
   void AddConnection(std::unique_ptr<net::Connection> conn, bool outgoing);
   static void ClosePeer(Peer& p);
-  static void JoinPeer(Peer& p);
   void SendTo(Peer& p, const Message& m);
   std::shared_ptr<Peer> FindPeer(PeerId id, uint64_t gen);
   void Handle(PeerUp& e);

@@ -13,7 +13,11 @@
 // slot by sequence number, and either copies an eager message's data or, for rendezvous, calls
 // ucp_am_recv_data_nbx straight into the frame's body. When the connection's receive queue is
 // full a rendezvous descriptor is kept unreceived (the sender's request stays pending), which is
-// this transport's flow control. Frames are handed to Receive in sequence order.
+// this transport's flow control. Frames are handed to Receive (or a push handler) in sequence
+// order. A download limit paces the taking: Receive sleeps the limit's debt after a chunk; push
+// delivery holds the frames after a chunk in the inbox until the debt is paid (on the progress
+// thread's clock), where they count against the receive queue, so rendezvous reads wait and the
+// sender slows down either way.
 //
 // Registered memory (docs/transport_ucx.md, "Registered memory"): a rendezvous receive maps the
 // frame's buffer (ucp_mem_map) for the time of the receive and passes the handle; a large send
@@ -198,6 +202,9 @@ struct Conn : std::enable_shared_from_this<Conn> {
   size_t receiving_bytes = 0;
   uint32_t receiving = 0;  // rendezvous receives in flight
   bool starting = false;   // inside StartDeferred (a receive that completes at once re-enters)
+  // Push delivery under a download limit: no frame goes to the handler before this (the limit's
+  // debt for the last chunk handed over); meanwhile frames wait in the inbox.
+  TimePoint deliver_after{};
 
   struct Slot {
     FrameType type = FrameType::kPing;
@@ -231,13 +238,21 @@ struct Conn : std::enable_shared_from_this<Conn> {
     return true;
   }
 
-  // The end status to the push handler, once; the handler is dropped after it.
+  // The end status to the push handler, once, after the frames a download limit held in the
+  // inbox; the handler is dropped after it.
   void EndHandler(const Status& end) {
     std::lock_guard h(handler_mu);
     if (!handler || handler_ended) return;
     handler_ended = true;
     Connection::FrameHandler last = std::move(handler);
     handler = nullptr;
+    std::deque<Frame> held;
+    {
+      std::lock_guard lock(mu);
+      held.swap(inbox);
+      inbox_bytes = 0;
+    }
+    for (Frame& frame : held) last(std::move(frame));
     last(end);
   }
 
@@ -748,6 +763,7 @@ class Core : public std::enable_shared_from_this<Core> {
         Tick(now);
         next_tick = now + kTickPeriod;
       }
+      ResumePaced(now);
       ReapCloses();
       const ucs_status_t armed = ucp_worker_arm(worker_);
       if (armed == UCS_ERR_BUSY) continue;
@@ -756,8 +772,10 @@ class Core : public std::enable_shared_from_this<Core> {
         if (!commands_.empty() || stop_) continue;
       }
       pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {worker_fd_, POLLIN, 0}};
+      TimePoint wake_at = next_tick;
+      for (const auto& conn : paced_) wake_at = std::min(wake_at, conn->deliver_after);
       const auto wait =
-          std::chrono::duration_cast<std::chrono::milliseconds>(next_tick - Clock::Real().Now());
+          std::chrono::duration_cast<std::chrono::milliseconds>(wake_at - Clock::Real().Now());
       ::poll(fds, 2, static_cast<int>(std::clamp<int64_t>(wait.count() + 1, 0, 100)));
       uint64_t drained;
       [[maybe_unused]] ssize_t n = ::read(wake_fd_, &drained, sizeof(drained));
@@ -1218,7 +1236,22 @@ class Core : public std::enable_shared_from_this<Core> {
       {
         std::lock_guard h(conn->handler_mu);
         if (conn->handler) {
-          conn->handler(std::move(frame));
+          if (!paces_downloads()) {
+            conn->handler(std::move(frame));
+            continue;
+          }
+          bool held = false;
+          {
+            std::lock_guard lock(conn->mu);
+            if (!conn->inbox.empty() || Clock::Real().Now() < conn->deliver_after) {
+              // Behind the limit's debt: held, in order, counted against the receive queue
+              // (a failure meanwhile hands it over first: EndHandler).
+              held = true;
+              conn->inbox_bytes += frame.body.size();
+              conn->inbox.push_back(std::move(frame));
+            }
+          }
+          if (!held) HandOverPaced(*conn, std::move(frame));
           continue;
         }
         std::lock_guard lock(conn->mu);
@@ -1229,6 +1262,56 @@ class Core : public std::enable_shared_from_this<Core> {
       delivered = true;
     }
     if (delivered) conn->cv.notify_all();
+  }
+
+  // Push delivery under a download limit (handler_mu held): hands `frame` to the handler and,
+  // for a chunk, takes its bytes from the limit; a debt holds the next frames back until it is
+  // paid (ResumePaced).
+  void HandOverPaced(Conn& conn, Frame frame) {
+    Duration pace = Duration::zero();
+    if (frame.type == FrameType::kChunk) {
+      pace = options_.download_limit->Reserve(kFrameHeaderSize + frame.body.size());
+    }
+    conn.handler(std::move(frame));
+    if (pace > Duration::zero()) {
+      conn.deliver_after = Clock::Real().Now() + pace;
+      if (std::find(paced_.begin(), paced_.end(), conn.shared_from_this()) == paced_.end()) {
+        paced_.push_back(conn.shared_from_this());
+      }
+    }
+  }
+
+  // Hands over the frames whose debt is paid, then lets the receive queue pull again.
+  void ResumePaced(TimePoint now) {
+    if (paced_.empty()) return;
+    std::vector<std::shared_ptr<Conn>> due;
+    for (auto it = paced_.begin(); it != paced_.end();) {
+      if ((*it)->deliver_after <= now || (*it)->dead) {
+        due.push_back(std::move(*it));
+        it = paced_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (const auto& conn : due) {
+      if (conn->dead) continue;
+      {
+        std::lock_guard h(conn->handler_mu);
+        if (!conn->handler) continue;  // ended: EndHandler gave it the held frames
+        for (;;) {
+          Frame frame;
+          {
+            std::lock_guard lock(conn->mu);
+            if (conn->inbox.empty() || Clock::Real().Now() < conn->deliver_after) break;
+            frame = std::move(conn->inbox.front());
+            conn->inbox.pop_front();
+            conn->inbox_bytes -= frame.body.size();
+          }
+          HandOverPaced(*conn, std::move(frame));
+        }
+      }
+      StartDeferred(*conn);
+    }
   }
 
   void OnHandshakeFrame(const std::shared_ptr<Conn>& conn, const Frame& frame) {
@@ -1350,6 +1433,9 @@ class Core : public std::enable_shared_from_this<Core> {
   bool stop_ = false;
   // Progress thread only.
   std::unordered_map<ucp_ep_h, std::shared_ptr<Conn>> by_ep_;  // both endpoints of each
+  // Pushing connections whose frames wait for the download limit (ResumePaced): few, and each
+  // once.
+  std::vector<std::shared_ptr<Conn>> paced_;
   std::unordered_map<uint64_t, std::shared_ptr<Conn>> by_id_;
   // Operations owned by UCX requests in flight (progress thread only; the destructor frees what
   // the worker's end left).
@@ -1383,12 +1469,11 @@ class UcxConnection : public Connection {
   }
   Result<Frame> Receive(Duration timeout) override { return core_->Receive(conn_, timeout); }
   Status Flush(Duration timeout) override { return core_->Flush(conn_, timeout); }
-  // Push delivery runs the handler on the progress thread. Not with a download limit: that
-  // paces the taking of frames (Receive), which a handler does not do.
-  bool CanDeliverFrames() const override { return !core_->paces_downloads(); }
+  // Push delivery runs the handler on the progress thread; a download limit holds frames back
+  // there (Core::ResumePaced).
+  bool CanDeliverFrames() const override { return true; }
   // NOLINTNEXTLINE(performance-unnecessary-value-param): the interface takes it by value
   bool DeliverFrames(FrameHandler handler) override {
-    if (!CanDeliverFrames()) return false;
     return conn_->StartDelivering(std::move(handler));
   }
   void Close() override { core_->Close(conn_); }
