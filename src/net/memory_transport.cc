@@ -336,6 +336,8 @@ class MemoryTransport : public Transport {
   }
 
   Result<std::unique_ptr<Connection>> Connect(std::string_view address, Duration) override;
+  // Both handshakes run in the caller's Connect, in process: the answer is known at once.
+  bool CanConnectAsync() const override { return true; }
 
  private:
   std::shared_ptr<MemoryNetwork::State> state_;

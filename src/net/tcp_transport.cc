@@ -1023,20 +1023,50 @@ class TcpTransportImpl : public Transport {
 
   Result<std::unique_ptr<Connection>> Connect(std::string_view address, Duration timeout) override {
     WC_ASSIGN_OR_RETURN(tcp::endpoint endpoint, ParseEndpoint(address));
-    auto promise = std::make_shared<std::promise<Result<std::shared_ptr<TcpConn>>>>();
+    auto promise = std::make_shared<std::promise<Result<std::unique_ptr<Connection>>>>();
     auto future = promise->get_future();
-    auto strand = asio::make_strand(shared_->io);
-    const Duration limit = timeout == kForever ? shared_->options.handshake_timeout : timeout;
-    asio::co_spawn(strand, DoConnect(shared_, endpoint, limit, promise), asio::detached);
-    Result<std::shared_ptr<TcpConn>> conn = future.get();
-    if (!conn.ok()) {
-      shared_->options.log("tcp: connect to " + std::string(address) +
-                           " failed: " + conn.status().ToString());
-      return conn.status();
+    StartConnect(shared_, registry_, std::string(address), endpoint, timeout,
+                 [promise](Result<std::unique_ptr<Connection>> conn) {
+                   promise->set_value(std::move(conn));
+                 });
+    return future.get();
+  }
+
+  bool CanConnectAsync() const override { return true; }
+  // A host name is resolved on the I/O threads too (asio's resolver), an address parsed at once.
+  void ConnectAsync(std::string_view address, Duration timeout, ConnectDone done) override {
+    Result<HostPort> parsed = ParseHostPort(address);
+    if (!parsed.ok()) {
+      done(parsed.status());
+      return;
     }
-    registry_->Add(*conn);
-    (*conn)->Start();
-    return std::unique_ptr<Connection>(std::make_unique<TcpConnection>(std::move(*conn)));
+    std::error_code ec;
+    const asio::ip::address ip = asio::ip::make_address(parsed->host, ec);
+    if (!ec) {
+      StartConnect(shared_, registry_, std::string(address), tcp::endpoint(ip, *parsed->port),
+                   timeout, std::move(done));
+      return;
+    }
+    auto resolver = std::make_shared<tcp::resolver>(shared_->io);
+    resolver->async_resolve(
+        parsed->host, std::to_string(*parsed->port),
+        [shared = shared_, registry = registry_, resolver, address = std::string(address), timeout,
+         done = std::move(done)](std::error_code error,
+                                 const tcp::resolver::results_type& found) mutable {
+          if (error || found.empty()) {
+            done(Unavailable("address '" + address + "': cannot resolve: " + error.message()));
+            return;
+          }
+          // IPv4 first, as ParseEndpoint: a listener given "localhost" binds 127.0.0.1.
+          tcp::endpoint pick = found.begin()->endpoint();
+          for (const auto& entry : found) {
+            if (entry.endpoint().address().is_v4()) {
+              pick = entry.endpoint();
+              break;
+            }
+          }
+          StartConnect(shared, registry, address, pick, timeout, std::move(done));
+        });
   }
 
  private:
@@ -1047,9 +1077,30 @@ class TcpTransportImpl : public Transport {
     return shared;
   }
 
-  static awaitable<void> DoConnect(
-      std::shared_ptr<Shared> shared, tcp::endpoint endpoint, Duration timeout,
-      std::shared_ptr<std::promise<Result<std::shared_ptr<TcpConn>>>> promise) {
+  // Connects and authenticates on a strand of the I/O threads; `done` gets the started
+  // connection or why not, there.
+  static void StartConnect(const std::shared_ptr<Shared>& shared,
+                           const std::shared_ptr<Registry>& registry, std::string address,
+                           tcp::endpoint endpoint, Duration timeout, ConnectDone done) {
+    const Duration limit = timeout == kForever ? shared->options.handshake_timeout : timeout;
+    auto finish = [shared, registry, address = std::move(address),
+                   done = std::move(done)](Result<std::shared_ptr<TcpConn>> conn) {
+      if (!conn.ok()) {
+        shared->options.log("tcp: connect to " + address + " failed: " + conn.status().ToString());
+        done(conn.status());
+        return;
+      }
+      registry->Add(*conn);
+      (*conn)->Start();
+      done(std::unique_ptr<Connection>(std::make_unique<TcpConnection>(std::move(*conn))));
+    };
+    asio::co_spawn(asio::make_strand(shared->io),
+                   DoConnect(shared, endpoint, limit, std::move(finish)), asio::detached);
+  }
+
+  static awaitable<void> DoConnect(std::shared_ptr<Shared> shared, tcp::endpoint endpoint,
+                                   Duration timeout,
+                                   std::function<void(Result<std::shared_ptr<TcpConn>>)> finish) {
     auto executor = co_await asio::this_coro::executor;
     auto channel = std::make_unique<TcpChannel>(tcp::socket(executor), shared->bytes);
     tcp::socket& socket = channel->socket();
@@ -1070,19 +1121,19 @@ class TcpTransportImpl : public Transport {
     if (ec) {
       *done = true;
       deadline.cancel();
-      promise->set_value(
-          *timed_out ? DeadlineExceeded("connect timed out")
-                     : Unavailable("connect to " + EndpointString(endpoint) + ": " + ec.message()));
+      finish(*timed_out
+                 ? DeadlineExceeded("connect timed out")
+                 : Unavailable("connect to " + EndpointString(endpoint) + ": " + ec.message()));
       co_return;
     }
     Result<PeerInfo> peer = co_await SecureAndAuthenticate(*shared, *channel, /*initiator=*/true);
     *done = true;
     deadline.cancel();
     if (!peer.ok()) {
-      promise->set_value(*timed_out ? DeadlineExceeded("handshake timed out") : peer.status());
+      finish(*timed_out ? DeadlineExceeded("handshake timed out") : peer.status());
       co_return;
     }
-    promise->set_value(std::make_shared<TcpConn>(shared, std::move(channel), std::move(*peer)));
+    finish(std::make_shared<TcpConn>(shared, std::move(channel), std::move(*peer)));
   }
 
   // A certificate revoked while its connection is open is cut off at the next recheck (docs/

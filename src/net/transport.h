@@ -203,6 +203,18 @@ class Transport {
   // kAborted, kUnavailable).
   virtual Result<std::unique_ptr<Connection>> Connect(
       std::string_view address, Duration timeout = std::chrono::seconds(10)) = 0;
+
+  using ConnectDone = std::function<void(Result<std::unique_ptr<Connection>>)>;
+  // Whether ConnectAsync returns at once (TCP: the connect and handshake run on the I/O threads;
+  // memory: in-process). False: ConnectAsync is Connect, blocking, and a caller that connects to
+  // many peers runs it on a few threads of its own.
+  virtual bool CanConnectAsync() const { return false; }
+  // What Connect returns, handed to `done` once: on a thread of the transport's, or on the
+  // caller's when the answer is known at once (a malformed address, an in-memory peer). `done`
+  // must not block. The default blocks in Connect.
+  virtual void ConnectAsync(std::string_view address, Duration timeout, ConnectDone done) {
+    done(Connect(address, timeout));
+  }
 };
 
 }  // namespace weightcast::net

@@ -248,6 +248,22 @@ class DualTransport : public Transport {
         std::make_unique<DualListener>(std::move(tcp), std::move(*ucx), advertised));
   }
 
+  // Without UCX every connect is TCP's, which does not block. With UCX a connect may try UCX
+  // first and fall back to TCP: that chain blocks (Connect), on the caller's connect threads.
+  bool CanConnectAsync() const override { return ucx_ == nullptr; }
+  void ConnectAsync(std::string_view address, Duration timeout, ConnectDone done) override {
+    if (ucx_ != nullptr) {
+      done(Connect(address, timeout));
+      return;
+    }
+    Result<std::pair<std::string, std::string>> parts = SplitTransportAddress(address);
+    if (!parts.ok()) {
+      done(parts.status());
+      return;
+    }
+    tcp_->ConnectAsync(parts->first, timeout, std::move(done));
+  }
+
   Result<std::unique_ptr<Connection>> Connect(std::string_view address, Duration timeout) override {
     WC_ASSIGN_OR_RETURN(auto parts, SplitTransportAddress(address));
     if (ucx_ == nullptr || parts.second.empty()) return tcp_->Connect(parts.first, timeout);

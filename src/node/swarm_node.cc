@@ -22,6 +22,10 @@ Status SwarmNode::Impl::Start(std::string_view listen_address) {
   upload_pool_ = std::make_unique<ThreadPool>(kUploadWorkers);
   connect_pool_ = std::make_unique<ThreadPool>(kConnectThreads);
   if (options_.origin_http != nullptr) origin_pool_ = std::make_unique<ThreadPool>(kOriginReaders);
+  {
+    std::lock_guard queue(qmu_);
+    loop_running_ = true;
+  }
   event_thread_ = std::thread([this] { EventLoop(); });
   accept_thread_ = std::thread([this] { AcceptLoop(); });
   return Status::Ok();
@@ -46,11 +50,18 @@ void SwarmNode::Impl::Stop() {
   {
     std::lock_guard lock(qmu_);
     left.swap(queue_);
+    loop_running_ = false;
   }
   for (Event& e : left) {
-    if (auto* up = std::get_if<PeerUp>(&e)) ClosePeer(*up->peer);
+    // Accepted and Connected close their connections as they go.
+    if (auto* task = std::get_if<Task>(&e)) {
+      // Its caller waits for it: run here, the loop being gone.
+      std::lock_guard lock(mu_);
+      task->run();
+    }
   }
-  // Connects in progress finish (bounded by their timeout); queued ones see stopping_.
+  // Blocking connects in progress finish (bounded by their timeout); queued ones do not start.
+  // A connect that ends later finds the sink disconnected and closes what it made.
   connect_pool_.reset();
   std::vector<std::shared_ptr<Peer>> peers;
   {
@@ -83,11 +94,20 @@ void SwarmNode::Impl::Push(Event event) {
       return;
     }
   }
-  // Stopping: a new connection must not outlive the node.
-  if (auto* up = std::get_if<PeerUp>(&event)) ClosePeer(*up->peer);
+  // Stopping: the event goes, and with it a new connection it holds (closed as it goes).
+}
+
+bool SwarmNode::Impl::PushTask(Task task) {
+  std::lock_guard lock(qmu_);
+  if (!loop_running_ || qstop_) return false;
+  const bool was_empty = queue_.empty();
+  queue_.push_back(std::move(task));
+  if (was_empty) qcv_.notify_one();
+  return true;
 }
 
 void SwarmNode::Impl::EventLoop() {
+  loop_thread_ = std::this_thread::get_id();
   net::TimePoint next_tick = clock_.Now() + kTick;
   while (true) {
     std::deque<Event> batch;
@@ -99,7 +119,7 @@ void SwarmNode::Impl::EventLoop() {
     }
     std::vector<std::shared_ptr<Peer>> reap;
     {
-      std::lock_guard lock(mu_);
+      LoopLock lock(*this);
       for (Event& e : batch) std::visit([&](auto& ev) { Handle(ev); }, e);
       if (clock_.Now() >= next_tick) {
         next_tick = clock_.Now() + kTick;
@@ -114,11 +134,8 @@ void SwarmNode::Impl::EventLoop() {
     done_cv_.notify_all();
     RunLoopChecks();
     {
-      std::lock_guard lock(mu_);
+      LoopLock lock(*this);
       ReadoptIfAsked();
-    }
-    {
-      std::lock_guard lock(mu_);
       reap.swap(dead_);
     }
     // Closed outside the lock: a Close may wait for the transport's own thread (UCX closes on
@@ -278,42 +295,43 @@ std::string SwarmNode::Impl::CompletionStats() const {
          std::to_string(target_.control_bytes_sent) + " control bytes";
 }
 
-SwarmProgress SwarmNode::Impl::Progress() const {
-  std::lock_guard lock(mu_);
-  SwarmProgress p;
-  p.peers = static_cast<uint32_t>(peers_.size());
-  for (const auto& [id, peer] : peers_) {
-    if (peer->conn != nullptr && peer->conn->peer().transport == "ucx") ++p.peers_ucx;
-  }
-  if (target_.data == nullptr) return p;
-  const Manifest& m = target_.data->manifest;
-  p.version = m.version;
-  p.delta = protocol_.fetching_payloads();
-  const std::vector<bool>& want = protocol_.want();
-  const std::vector<bool>& whole = protocol_.whole();
-  for (uint32_t i = 0; i < m.chunk_count(); ++i) {
-    if (!want[i]) continue;
-    const uint64_t size = m.ChunkRange(ChunkIndex(i)).size;
-    ++p.chunks_total;
-    p.bytes_total += size;
-    if (whole[i]) {
-      ++p.chunks_done;
-      p.bytes_done += size;
+SwarmProgress SwarmNode::Impl::Progress() {
+  return OnLoop([&]() -> SwarmProgress {
+    SwarmProgress p;
+    p.peers = static_cast<uint32_t>(peers_.size());
+    for (const auto& [id, peer] : peers_) {
+      if (peer->conn != nullptr && peer->conn->peer().transport == "ucx") ++p.peers_ucx;
     }
-  }
-  p.bytes_received = target_.bytes_received;
-  p.bytes_sent = bytes_sent_.load() - bytes_sent_at_target_;
-  p.chunks_failed = target_.chunks_failed;
-  p.window = protocol_.window();
-  p.complete = protocol_.complete();
-  p.committed = target_.data->committed.load();
-  p.error = protocol_.error();
-  return p;
+    if (target_.data == nullptr) return p;
+    const Manifest& m = target_.data->manifest;
+    p.version = m.version;
+    p.delta = protocol_.fetching_payloads();
+    const std::vector<bool>& want = protocol_.want();
+    const std::vector<bool>& whole = protocol_.whole();
+    for (uint32_t i = 0; i < m.chunk_count(); ++i) {
+      if (!want[i]) continue;
+      const uint64_t size = m.ChunkRange(ChunkIndex(i)).size;
+      ++p.chunks_total;
+      p.bytes_total += size;
+      if (whole[i]) {
+        ++p.chunks_done;
+        p.bytes_done += size;
+      }
+    }
+    p.bytes_received = target_.bytes_received;
+    p.bytes_sent = bytes_sent_.load() - bytes_sent_at_target_;
+    p.chunks_failed = target_.chunks_failed;
+    p.window = protocol_.window();
+    p.complete = protocol_.complete();
+    p.committed = target_.data->committed.load();
+    p.error = protocol_.error();
+    return p;
+  });
 }
 
-bool SwarmNode::Impl::EveryChunkReplicated() const {
-  std::lock_guard lock(mu_);
-  return target_.data != nullptr && protocol_.EveryChunkReplicated();
+bool SwarmNode::Impl::EveryChunkReplicated() {
+  return OnLoop(
+      [&]() -> bool { return target_.data != nullptr && protocol_.EveryChunkReplicated(); });
 }
 
 Status SwarmNode::Impl::WaitComplete(net::Duration timeout) {
@@ -411,15 +429,15 @@ void SwarmNode::SetOriginShare(uint32_t stripe, uint32_t stripes) {
 void SwarmNode::SetPeers(std::span<const PeerAddress> peers) { impl_->SetPeers(peers); }
 
 std::vector<PeerId> SwarmNode::ListedPeers() const {
-  std::lock_guard lock(impl_->mu_);
-  return impl_->listed_;
+  return impl_->OnLoop([&] { return impl_->listed_; });
 }
 
 std::vector<PeerId> SwarmNode::BannedPeers() const {
-  std::lock_guard lock(impl_->mu_);
-  std::vector<PeerId> banned = impl_->protocol_.Banned(impl_->Now());
-  std::erase(banned, Impl::kOriginPeer);  // not a node: nothing for the coordinator
-  return banned;
+  return impl_->OnLoop([&] {
+    std::vector<PeerId> banned = impl_->protocol_.Banned(impl_->Now());
+    std::erase(banned, Impl::kOriginPeer);  // not a node: nothing for the coordinator
+    return banned;
+  });
 }
 SwarmProgress SwarmNode::progress() const { return impl_->Progress(); }
 

@@ -15,6 +15,8 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
+#include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -23,6 +25,7 @@
 #include <shared_mutex>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -115,10 +118,13 @@ struct SwarmNode::Impl {
   // Upload workers: they read a chunk (memory or store) and queue it on its connection; the
   // sending itself is the transport's. Independent of the number of peers.
   static constexpr size_t kUploadWorkers = 2;
-  // Outgoing connects run on a few threads, whatever the number of peers to connect to: each
-  // Connect blocks until its handshake is done (at most its 5 s timeout; UCX's takes longer
-  // than TCP's), and a thread each made an agent's threads grow with its degree.
+  // Outgoing connects do not block over TCP (the transport's I/O threads run them, each
+  // ending as a Connected event). A transport whose connects block (UCX with its TCP fallback)
+  // connects on a few threads, whatever the number of peers to connect to: each blocks until its
+  // handshake is done (at most kConnectTimeout), and a thread each would make an agent's
+  // threads grow with its degree.
   static constexpr size_t kConnectThreads = 4;
+  static constexpr auto kConnectTimeout = std::chrono::seconds(5);
   // The largest chunk whose codec payload the event loop checks itself (CheckedOnLoop).
   static constexpr uint64_t kLoopCheckMaxChunkBytes = 1u << 20;
   // Codec payloads of one peer's with its transport at once (KickUploads).
@@ -160,8 +166,15 @@ struct SwarmNode::Impl {
     bool closing = false;
   };
 
-  struct PeerUp {
-    std::shared_ptr<Peer> peer;
+  // A connection a peer made to this node (the accept thread's).
+  struct Accepted {
+    std::unique_ptr<net::Connection> conn;
+  };
+  // The end of this node's connect to a listed peer (a transport thread's, or a connect
+  // thread's for a transport whose connects block).
+  struct Connected {
+    PeerAddress listed;
+    Result<std::unique_ptr<net::Connection>> conn;
   };
   struct PeerDown {
     PeerId id;
@@ -200,7 +213,12 @@ struct SwarmNode::Impl {
     ChunkIndex chunk;
     Result<net::Frame> frame;
   };
-  using Event = std::variant<PeerUp, PeerDown, Received, Verified, UploadDone, OriginRead>;
+  // A public call's work (OnLoop).
+  struct Task {
+    std::function<void()> run;
+  };
+  using Event =
+      std::variant<Accepted, Connected, PeerDown, Received, Verified, UploadDone, OriginRead, Task>;
   // A received chunk or payload to check and store (VerifyAndStore).
   struct PendingCheck {
     std::shared_ptr<TargetData> data;
@@ -275,19 +293,60 @@ struct SwarmNode::Impl {
   void Apply(std::span<const Effect> effects);
   void ApplyOne(const Effect& e);
   std::string CompletionStats() const;
-  SwarmProgress Progress() const;
-  bool EveryChunkReplicated() const;
+  SwarmProgress Progress();
+  bool EveryChunkReplicated();
+  // Runs `fn` on the event thread, after the events queued before it, with mu_ held as every
+  // event is handled, and returns its result: the node's state has one owner, the event loop, and
+  // each public call is one more event on it. Before Start and once the loop has stopped, `fn`
+  // runs on the calling thread under mu_; on the event thread itself (a callback of the node's
+  // that calls the node), at once.
+  template <typename F>
+  std::invoke_result_t<F&> OnLoop(F&& fn) {
+    using T = std::invoke_result_t<F&>;
+    if (std::this_thread::get_id() == loop_thread_.load()) {
+      if (loop_holds_mu_) return fn();
+      std::lock_guard lock(mu_);
+      return fn();
+    }
+    std::packaged_task<T()> task([&fn] { return fn(); });
+    std::future<T> result = task.get_future();
+    if (!PushTask(Task{[&task] { task(); }})) {
+      std::lock_guard lock(mu_);
+      return fn();
+    }
+    return result.get();
+  }
+  // mu_, as the event thread takes it: a public call made on that thread meanwhile (a callback of
+  // the node's that calls the node) runs at once (OnLoop).
+  class LoopLock {
+   public:
+    explicit LoopLock(Impl& impl) : impl_(impl), lock_(impl.mu_) { impl_.loop_holds_mu_ = true; }
+    ~LoopLock() { impl_.loop_holds_mu_ = false; }
+    LoopLock(const LoopLock&) = delete;
+    LoopLock& operator=(const LoopLock&) = delete;
+
+   private:
+    Impl& impl_;
+    std::lock_guard<std::mutex> lock_;
+  };
+  // Queues a public call's task; false when no loop runs to take it.
+  bool PushTask(Task task);
+  void Handle(Task& e) { e.run(); }
   // Both wait on done_cv_, which the event loop notifies after every batch of events.
   Status WaitComplete(net::Duration timeout);
   Status WaitReplicated(net::Duration timeout);
 
   // swarm_node_connections.cc
   void AcceptLoop();
-  void AddConnection(std::unique_ptr<net::Connection> conn, bool outgoing);
+  void Handle(Accepted& e);
+  void Handle(Connected& e);
+  // Makes `conn` a peer, or refuses it (stopping, banned, this node, a transport that cannot
+  // push). On the loop.
+  void Admit(std::unique_ptr<net::Connection> conn, bool outgoing);
+  void DropUnadmitted(std::unique_ptr<net::Connection> conn);
   static void ClosePeer(Peer& p);
   void SendTo(Peer& p, const Message& m);
   std::shared_ptr<Peer> FindPeer(PeerId id, uint64_t gen);
-  void Handle(PeerUp& e);
   void Handle(PeerDown& e);
   void Handle(Received& e);
   void SetPeers(std::span<const PeerAddress> list);
@@ -403,6 +462,9 @@ struct SwarmNode::Impl {
   std::condition_variable qcv_;
   std::deque<Event> queue_;
   bool qstop_ = false;
+  bool loop_running_ = false;  // guarded by qmu_: PushTask's tasks will be run
+  std::atomic<std::thread::id> loop_thread_{};
+  bool loop_holds_mu_ = false;  // read and written by the event thread only
 
   std::atomic<uint64_t> bytes_received_{0}, bytes_sent_{0}, chunks_verified_{0}, chunks_failed_{0},
       peers_dropped_{0}, delta_chunks_fast_{0}, delta_chunks_sha256_{0}, uploads_from_memory_{0},

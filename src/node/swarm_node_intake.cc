@@ -52,14 +52,14 @@ SwarmNode::Impl::Verified SwarmNode::Impl::Check(const PendingCheck& c) {
 void SwarmNode::Impl::RunLoopChecks() {
   std::vector<PendingCheck> checks;
   {
-    std::lock_guard lock(mu_);
+    LoopLock lock(*this);
     checks.swap(loop_checks_);
   }
   if (checks.empty()) return;
   std::vector<Verified> results;
   results.reserve(checks.size());
   for (const PendingCheck& c : checks) results.push_back(Check(c));
-  std::lock_guard lock(mu_);
+  LoopLock lock(*this);
   for (Verified& r : results) Handle(r);
 }
 

@@ -10,12 +10,13 @@
 namespace weightcast::node {
 
 void SwarmNode::Impl::SetOriginShare(uint32_t stripe, uint32_t stripes) {
-  std::lock_guard lock(mu_);
-  if (stripes != 0 && stripe >= stripes) stripes = 0;  // not a share: none
-  if (origin_.stripe == stripe && origin_.stripes == stripes) return;
-  origin_.stripe = stripe;
-  origin_.stripes = stripes;
-  RefreshOriginPeer();
+  OnLoop([&] {
+    if (stripes != 0 && stripe >= stripes) stripes = 0;  // not a share: none
+    if (origin_.stripe == stripe && origin_.stripes == stripes) return;
+    origin_.stripe = stripe;
+    origin_.stripes = stripes;
+    RefreshOriginPeer();
+  });
 }
 
 std::shared_ptr<const origin::OriginReader> SwarmNode::Impl::OriginReaderFor(

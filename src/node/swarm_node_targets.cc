@@ -120,8 +120,7 @@ std::optional<Status> SwarmNode::Impl::CheckReplace(const Manifest& manifest) {
 }
 
 Status SwarmNode::Impl::Fetch(const Manifest& manifest) {
-  std::lock_guard lock(mu_);
-  return FetchLocked(manifest);
+  return OnLoop([&]() -> Status { return FetchLocked(manifest); });
 }
 
 bool SwarmNode::Impl::PayloadsOnly(const Manifest& target, const Manifest& base) const {
@@ -133,9 +132,10 @@ bool SwarmNode::Impl::PayloadsOnly(const Manifest& target, const Manifest& base)
 }
 
 void SwarmNode::Impl::SetLiveBase(Version version, const Digest& root) {
-  std::lock_guard lock(mu_);
-  live_base_ = version;
-  live_base_root_ = root;
+  OnLoop([&] {
+    live_base_ = version;
+    live_base_root_ = root;
+  });
 }
 
 void SwarmNode::Impl::ReadoptIfAsked() {
@@ -319,110 +319,112 @@ Status SwarmNode::Impl::FetchLocked(const Manifest& manifest) {
 
 Status SwarmNode::Impl::Seed(const Manifest& manifest, std::shared_ptr<const PayloadCache> payloads,
                              ChunkReader reader) {
-  std::lock_guard lock(mu_);
-  if (auto s = CheckReplace(manifest)) return *s;
-  if (!reader) {
-    WC_ASSIGN_OR_RETURN(std::optional<Manifest> held, Committed(manifest.version));
-    if (!held || held->root != manifest.root) {
-      return FailedPrecondition("cannot seed " + V(manifest.version) +
-                                ": not committed in the store with this root");
+  return OnLoop([&]() -> Status {
+    if (auto s = CheckReplace(manifest)) return *s;
+    if (!reader) {
+      WC_ASSIGN_OR_RETURN(std::optional<Manifest> held, Committed(manifest.version));
+      if (!held || held->root != manifest.root) {
+        return FailedPrecondition("cannot seed " + V(manifest.version) +
+                                  ": not committed in the store with this root");
+      }
     }
-  }
-  const uint32_t n = manifest.chunk_count();
-  LeaveTarget();
-  if (reader) {
-    std::lock_guard source(source_mu_);
-    source_failure_ = Status::Ok();
-  }
-  auto data = std::make_shared<TargetData>();
-  data->manifest = manifest;
-  data->committed = true;
-  data->seed_payloads = std::move(payloads);
-  data->reader = std::move(reader);
-  target_.data = std::move(data);
-  std::vector<bool> payload(n, false);
-  if (target_.data->seed_payloads != nullptr) {
-    for (ChunkIndex c : target_.data->seed_payloads->Chunks()) {
-      if (c.value() < n) payload[c.value()] = true;
+    const uint32_t n = manifest.chunk_count();
+    LeaveTarget();
+    if (reader) {
+      std::lock_guard source(source_mu_);
+      source_failure_ = Status::Ok();
     }
-  }
-  target_.started.Restart();
-  WC_RETURN_IF_ERROR(StartTarget(std::vector<bool>(n, true), std::move(payload),
-                                 std::vector<bool>(n, true), {.source = true}));
-  Log("seeding " + V(manifest.version));
-  return Status::Ok();
+    auto data = std::make_shared<TargetData>();
+    data->manifest = manifest;
+    data->committed = true;
+    data->seed_payloads = std::move(payloads);
+    data->reader = std::move(reader);
+    target_.data = std::move(data);
+    std::vector<bool> payload(n, false);
+    if (target_.data->seed_payloads != nullptr) {
+      for (ChunkIndex c : target_.data->seed_payloads->Chunks()) {
+        if (c.value() < n) payload[c.value()] = true;
+      }
+    }
+    target_.started.Restart();
+    WC_RETURN_IF_ERROR(StartTarget(std::vector<bool>(n, true), std::move(payload),
+                                   std::vector<bool>(n, true), {.source = true}));
+    Log("seeding " + V(manifest.version));
+    return Status::Ok();
+  });
 }
 
 Status SwarmNode::Impl::SeedFrom(const Manifest& manifest, ChunkReader reader) {
-  std::lock_guard lock(mu_);
-  if (auto s = CheckReplace(manifest)) return *s;
-  if (!reader) return InvalidArgument("cannot seed " + V(manifest.version) + ": no reader");
-  const uint32_t n = manifest.chunk_count();
-  LeaveTarget();
-  {
-    std::lock_guard source(source_mu_);
-    source_failure_ = Status::Ok();
-  }
-  auto data = std::make_shared<TargetData>();
-  data->manifest = manifest;
-  data->committed = true;
-  data->reader = std::move(reader);
-  target_.data = std::move(data);
-  target_.started.Restart();
-  WC_RETURN_IF_ERROR(StartTarget(std::vector<bool>(n, true), std::vector<bool>(n, false),
-                                 std::vector<bool>(n, true), {.source = true}));
-  Log("seeding " + V(manifest.version) + " from its origin");
-  return Status::Ok();
+  return OnLoop([&]() -> Status {
+    if (auto s = CheckReplace(manifest)) return *s;
+    if (!reader) return InvalidArgument("cannot seed " + V(manifest.version) + ": no reader");
+    const uint32_t n = manifest.chunk_count();
+    LeaveTarget();
+    {
+      std::lock_guard source(source_mu_);
+      source_failure_ = Status::Ok();
+    }
+    auto data = std::make_shared<TargetData>();
+    data->manifest = manifest;
+    data->committed = true;
+    data->reader = std::move(reader);
+    target_.data = std::move(data);
+    target_.started.Restart();
+    WC_RETURN_IF_ERROR(StartTarget(std::vector<bool>(n, true), std::vector<bool>(n, false),
+                                   std::vector<bool>(n, true), {.source = true}));
+    Log("seeding " + V(manifest.version) + " from its origin");
+    return Status::Ok();
+  });
 }
 
 Status SwarmNode::Impl::SeedPart(const Manifest& manifest, const Manifest& part,
                                  uint32_t first_chunk,
                                  std::shared_ptr<const PayloadCache> payloads) {
-  std::lock_guard lock(mu_);
-  if (auto s = CheckReplace(manifest)) return *s;
-  const uint32_t n = manifest.chunk_count();
-  const uint32_t own = part.chunk_count();
-  if (first_chunk > n || own > n - first_chunk ||
-      !std::equal(part.chunk_hashes.begin(), part.chunk_hashes.end(),
-                  manifest.chunk_hashes.begin() + first_chunk)) {
-    return FailedPrecondition(
-        "cannot seed " + V(manifest.version) + ": this rank's part is not its chunks " +
-        std::to_string(first_chunk) + ".." + std::to_string(first_chunk + own));
-  }
-  WC_ASSIGN_OR_RETURN(std::optional<Manifest> held, Committed(part.version));
-  if (!held || held->root != part.root) {
-    return FailedPrecondition("cannot seed " + V(manifest.version) +
-                              ": this rank's part is not committed in the store");
-  }
-  LeaveTarget();
-  auto data = std::make_shared<TargetData>();
-  data->manifest = manifest;
-  data->committed = true;
-  data->seed_payloads = std::move(payloads);
-  data->part = TargetData::PartSeed{part.version, first_chunk, own};
-  target_.data = std::move(data);
-  // This rank holds, wants and replicates its part's chunks only.
-  std::vector<bool> own_chunks(n, false), payload(n, false);
-  for (uint32_t i = first_chunk; i < first_chunk + own; ++i) own_chunks[i] = true;
-  if (target_.data->seed_payloads != nullptr) {
-    for (ChunkIndex c : target_.data->seed_payloads->Chunks()) {
-      if (c.value() < own) payload[first_chunk + c.value()] = true;
+  return OnLoop([&]() -> Status {
+    if (auto s = CheckReplace(manifest)) return *s;
+    const uint32_t n = manifest.chunk_count();
+    const uint32_t own = part.chunk_count();
+    if (first_chunk > n || own > n - first_chunk ||
+        !std::equal(part.chunk_hashes.begin(), part.chunk_hashes.end(),
+                    manifest.chunk_hashes.begin() + first_chunk)) {
+      return FailedPrecondition(
+          "cannot seed " + V(manifest.version) + ": this rank's part is not its chunks " +
+          std::to_string(first_chunk) + ".." + std::to_string(first_chunk + own));
     }
-  }
-  target_.started.Restart();
-  WC_RETURN_IF_ERROR(StartTarget(own_chunks, std::move(payload), own_chunks, {.source = true}));
-  Log("seeding " + V(manifest.version) + " chunks " + std::to_string(first_chunk) + ".." +
-      std::to_string(first_chunk + own) + " (this rank's part)");
-  return Status::Ok();
+    WC_ASSIGN_OR_RETURN(std::optional<Manifest> held, Committed(part.version));
+    if (!held || held->root != part.root) {
+      return FailedPrecondition("cannot seed " + V(manifest.version) +
+                                ": this rank's part is not committed in the store");
+    }
+    LeaveTarget();
+    auto data = std::make_shared<TargetData>();
+    data->manifest = manifest;
+    data->committed = true;
+    data->seed_payloads = std::move(payloads);
+    data->part = TargetData::PartSeed{part.version, first_chunk, own};
+    target_.data = std::move(data);
+    // This rank holds, wants and replicates its part's chunks only.
+    std::vector<bool> own_chunks(n, false), payload(n, false);
+    for (uint32_t i = first_chunk; i < first_chunk + own; ++i) own_chunks[i] = true;
+    if (target_.data->seed_payloads != nullptr) {
+      for (ChunkIndex c : target_.data->seed_payloads->Chunks()) {
+        if (c.value() < own) payload[first_chunk + c.value()] = true;
+      }
+    }
+    target_.started.Restart();
+    WC_RETURN_IF_ERROR(StartTarget(own_chunks, std::move(payload), own_chunks, {.source = true}));
+    Log("seeding " + V(manifest.version) + " chunks " + std::to_string(first_chunk) + ".." +
+        std::to_string(first_chunk + own) + " (this rank's part)");
+    return Status::Ok();
+  });
 }
 
 Status SwarmNode::Impl::CommitTarget() {
   std::shared_ptr<TargetData> data;
   bool kept_payloads = false;  // every payload was fetched and decoded (no fall-back)
-  {
-    std::lock_guard lock(mu_);
+  WC_RETURN_IF_ERROR(OnLoop([&]() -> Status {
     if (target_.data == nullptr) return FailedPrecondition("no target to commit");
-    if (target_.data->committed.load()) return Status::Ok();
+    if (target_.data->committed.load()) return Status::Ok();  // data stays null: done
     if (!protocol_.complete()) {
       const swarm::Scheduler* scheduler = protocol_.scheduler();
       return FailedPrecondition(V(target_.data->manifest.version) + " is not complete (" +
@@ -431,7 +433,9 @@ Status SwarmNode::Impl::CommitTarget() {
     }
     data = target_.data;
     kept_payloads = protocol_.fetching_payloads();
-  }
+    return Status::Ok();
+  }));
+  if (data == nullptr) return Status::Ok();
   // The commit (fsyncs, renames) runs without the lock; uploads keep reading the staging
   // and fall back to the committed files once it moved.
   WC_RETURN_IF_ERROR(data->staged->Flush());
@@ -488,22 +492,24 @@ Status SwarmNode::Impl::KeepDeltaFile(const TargetData& data) {
 }
 
 void SwarmNode::Impl::PreferChunks(Version version, std::vector<ChunkIndex> order) {
-  std::lock_guard lock(mu_);
-  preferred_.emplace(version, order);
-  if (target_.data != nullptr && target_.data->manifest.version == version) {
-    Apply(protocol_.Prefer(Now(), std::move(order)));
-  }
+  OnLoop([&] {
+    preferred_.emplace(version, order);
+    if (target_.data != nullptr && target_.data->manifest.version == version) {
+      Apply(protocol_.Prefer(Now(), std::move(order)));
+    }
+  });
 }
 
 Status SwarmNode::Impl::AbortTarget(std::string_view reason) {
-  std::lock_guard lock(mu_);
-  if (target_.data == nullptr) return Status::Ok();
-  if (target_.data->committed.load()) {
-    return FailedPrecondition(V(target_.data->manifest.version) + " is already committed");
-  }
-  LeaveTarget(reason);
-  done_cv_.notify_all();
-  return Status::Ok();
+  return OnLoop([&]() -> Status {
+    if (target_.data == nullptr) return Status::Ok();
+    if (target_.data->committed.load()) {
+      return FailedPrecondition(V(target_.data->manifest.version) + " is already committed");
+    }
+    LeaveTarget(reason);
+    done_cv_.notify_all();
+    return Status::Ok();
+  });
 }
 
 }  // namespace weightcast::node

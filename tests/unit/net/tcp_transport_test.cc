@@ -10,7 +10,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <future>
+#include <memory>
+#include <string>
 #include <thread>
+#include <utility>
 
 #include "net/handshake.h"
 #include "net/wire.pb.h"
@@ -160,6 +164,50 @@ TEST(TcpTransport, WrongSecretIsDisconnectedWithLoggedReason) {
   EXPECT_EQ((*listener)->Accept(200ms).status().code(), Code::kDeadlineExceeded);
   EXPECT_TRUE(log.Eventually("refused peer")) << log.All();
   EXPECT_TRUE(log.Eventually("UNAUTHENTICATED")) << log.All();
+}
+
+// ConnectAsync returns at once and hands over what Connect would: a connection (by address or by
+// host name), a refusal's cause, or an address that cannot be parsed (at once, on the caller's
+// thread).
+TEST(TcpTransport, ConnectAsyncHandsOverWhatConnectWould) {
+  LogCapture log;
+  auto server = MakeTcp(TestOptions(2, &log));
+  auto client = MakeTcp(TestOptions(1, &log));
+  ASSERT_TRUE(client->CanConnectAsync());
+  auto listener = server->Listen("127.0.0.1:0");
+  ASSERT_TRUE(listener.ok());
+  const std::string port = (*listener)->address().substr((*listener)->address().rfind(':') + 1);
+  using Got = Result<std::unique_ptr<Connection>>;
+  auto connect = [&](Transport& t, const std::string& address) {
+    auto promise = std::make_shared<std::promise<Got>>();
+    std::future<Got> got = promise->get_future();
+    const std::thread::id caller = std::this_thread::get_id();
+    auto on_caller = std::make_shared<bool>(false);
+    t.ConnectAsync(address, 5s, [promise, caller, on_caller](Got conn) {
+      *on_caller = std::this_thread::get_id() == caller;
+      promise->set_value(std::move(conn));
+    });
+    Got result = got.get();
+    return std::make_pair(std::move(result), *on_caller);
+  };
+  for (const std::string host : {"127.0.0.1", "localhost"}) {
+    auto [conn, on_caller] = connect(*client, host + ":" + port);
+    ASSERT_TRUE(conn.ok()) << host << ": " << conn.status().ToString();
+    EXPECT_FALSE(on_caller) << host;
+    EXPECT_EQ((*conn)->peer().node_id, PeerId(2));
+    auto accepted = (*listener)->Accept(5s);
+    ASSERT_TRUE(accepted.ok());
+    ASSERT_TRUE((*conn)->SendControl(Pattern(8, 3)).ok());
+    EXPECT_TRUE((*accepted)->Receive(5s).ok());
+  }
+  Options bad = TestOptions(3, &log);
+  bad.secret = "this is not the cluster secret";
+  auto stranger = MakeTcp(bad);
+  auto [refused, refused_on_caller] = connect(*stranger, "127.0.0.1:" + port);
+  EXPECT_FALSE(refused.ok());
+  auto [malformed, malformed_on_caller] = connect(*client, "no port here");
+  EXPECT_EQ(malformed.status().code(), Code::kInvalidArgument) << malformed.status().ToString();
+  EXPECT_TRUE(malformed_on_caller);
 }
 
 // A peer that refuses us says why and closes without reading what we sent after our Hello, so
