@@ -43,7 +43,8 @@ struct Agent::Impl : coord::SessionDelegate {
   // and go), and again when a peer is back, so that a wait is never silent.
   void ReportStarved(const node::SwarmProgress& p) {
     const std::string starved = p.Starved();
-    const auto now = std::chrono::steady_clock::now();
+    const net::TimePoint now =
+        (options.clock != nullptr ? *options.clock : net::Clock::Real()).Now();
     if (starved.empty()) {
       if (starved_reported)
         Log("a peer holding v" + std::to_string(p.version.value()) + " is back");
@@ -57,7 +58,7 @@ struct Agent::Impl : coord::SessionDelegate {
       starved_reported = true;
     }
   }
-  std::optional<std::chrono::steady_clock::time_point> starved_since;
+  std::optional<net::TimePoint> starved_since;
   bool starved_reported = false;
   void LogError(const std::string& line) { options.log_error("agent: " + line); }
 
@@ -330,6 +331,7 @@ Status Agent::Impl::Run() {
                           ChunkFetchBuckets(), labels);
   so.on_bad_chunk = [this](PeerId peer) { CountBadChunk(peer); };
   so.origin_http = options.origin_http;
+  so.clock = options.clock;
   node = std::make_unique<node::SwarmNode>(*store, *transport, std::move(so));
   WC_RETURN_IF_ERROR(node->Start(options.listen));
   {
@@ -347,6 +349,7 @@ Status Agent::Impl::Run() {
   ro.hook_retries = options.hook_retries;
   ro.hook_failure = options.hook_failure;
   ro.log = options.log;
+  ro.clock = options.clock;
   ro.on_work_done = [this] { RequestWake(); };
   WC_ASSIGN_OR_RETURN(rollout, RolloutDriver::Create(std::move(ro), *store, *node));
   if (options.corrupt_uploads_for_testing) {

@@ -76,6 +76,10 @@ struct AgentOptions {
   // Reads HTTP(S) origins (docs/origin.md): the agent offers the coordinator to fetch a share of
   // origin versions' chunks there, and does when granted one. Null: never.
   std::shared_ptr<origin::HttpClient> origin_http;
+  // What the agent decides by time: its swarm node's protocol, its rollout's timers, when a
+  // starved fetch is reported (tests pass a net::FakeClock). Null: the steady clock. Must
+  // outlive the agent.
+  const net::Clock* clock = nullptr;
   net::LogFn log = net::LogToStderr;
   // Errors that need a person (a refused handshake, a coordinator unreachable for long): logged
   // at ERROR. Empty: `log` with an "ERROR " prefix.

@@ -84,8 +84,9 @@ RolloutDriver::~RolloutDriver() {
   if (commit_thread_.joinable()) commit_thread_.join();
 }
 
-rollout::Time RolloutDriver::Now() {
-  return rollout::Time(std::chrono::steady_clock::now().time_since_epoch());
+rollout::Time RolloutDriver::Now() const {
+  const net::Clock& clock = options_.clock != nullptr ? *options_.clock : net::Clock::Real();
+  return std::chrono::duration_cast<rollout::Time>(clock.Now().time_since_epoch());
 }
 
 wire::ChannelProgress RolloutDriver::Progress() const {

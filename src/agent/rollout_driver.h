@@ -62,6 +62,8 @@ struct RolloutDriverOptions {
   net::Duration hook_retry_backoff = std::chrono::seconds(1);
   net::Duration retry_backoff = std::chrono::seconds(2);
   net::LogFn log = net::LogToStderr;
+  // The rollout participant's time (its timers and retries). Null: the steady clock.
+  const net::Clock* clock = nullptr;
   // Called on the hook's or the commit's thread when it finished (its result waits for Poll):
   // the daemon wakes a heartbeat the coordinator holds, so Poll runs at once. May be null.
   std::function<void()> on_work_done;
@@ -93,7 +95,7 @@ class RolloutDriver {
   RolloutDriver(RolloutDriverOptions options, Store& store, node::SwarmNode& node, EngineHook hook,
                 rollout::Participant participant);
   void Log(const std::string& line) const { options_.log("agent: " + line); }
-  static rollout::Time Now();
+  rollout::Time Now() const;
   // Queues `actions` behind those still waiting and runs what it can (RunActions).
   void Execute(std::span<const rollout::ParticipantAction> actions,
                coord::CoordinatorClient* client);
