@@ -1,3 +1,7 @@
+// The element transforms of codec/transform.h, forward and inverse: byte planes, the sparse scan
+// and the sparse applier that patches a chunk (or live tensors) in place. Past 800 lines because
+// each transform's writer and its reader of untrusted bytes sit side by side, so a change to one
+// is read against the other (the stream layouts are docs/delta_format.md).
 #include "codec/transform.h"
 
 #include <algorithm>

@@ -628,10 +628,14 @@ TEST_F(Swarm, WrongSecretGetsNothing) {
   ASSERT_TRUE(
       intruder.swarm->Fetch(v1, SignManifestWithSecret(v1, "another secret of enough length"))
           .ok());
+  // The intruder's connect to the seed (the lower id) is made inside its SetPeers (the in-memory
+  // transport connects at once) and refused in the handshake; progress() is answered by the
+  // node's loop after that connect's end: nothing to wait for.
   Mesh();
-  EXPECT_EQ(intruder.swarm->WaitComplete(std::chrono::milliseconds(500)).code(),
-            Code::kDeadlineExceeded);
-  EXPECT_EQ(intruder.swarm->progress().bytes_received, 0u);
+  const SwarmProgress p = intruder.swarm->progress();
+  EXPECT_EQ(p.peers, 0u);
+  EXPECT_FALSE(p.complete);
+  EXPECT_EQ(p.bytes_received, 0u);
   EXPECT_EQ(seed.swarm->counters().bytes_sent, 0u);
 }
 
