@@ -295,43 +295,44 @@ std::string SwarmNode::Impl::CompletionStats() const {
          std::to_string(target_.control_bytes_sent) + " control bytes";
 }
 
-SwarmProgress SwarmNode::Impl::Progress() {
-  return OnLoop([&]() -> SwarmProgress {
-    SwarmProgress p;
-    p.peers = static_cast<uint32_t>(peers_.size());
-    for (const auto& [id, peer] : peers_) {
-      if (peer->conn != nullptr && peer->conn->peer().transport == "ucx") ++p.peers_ucx;
+SwarmProgress SwarmNode::Impl::Progress() const {
+  // A query reads under the loop's lock instead of posting (see OnLoop): it is called from
+  // /metrics scrapes and heartbeats that hold locks of their own.
+  std::lock_guard lock(mu_);
+  SwarmProgress p;
+  p.peers = static_cast<uint32_t>(peers_.size());
+  for (const auto& [id, peer] : peers_) {
+    if (peer->conn != nullptr && peer->conn->peer().transport == "ucx") ++p.peers_ucx;
+  }
+  if (target_.data == nullptr) return p;
+  const Manifest& m = target_.data->manifest;
+  p.version = m.version;
+  p.delta = protocol_.fetching_payloads();
+  const std::vector<bool>& want = protocol_.want();
+  const std::vector<bool>& whole = protocol_.whole();
+  for (uint32_t i = 0; i < m.chunk_count(); ++i) {
+    if (!want[i]) continue;
+    const uint64_t size = m.ChunkRange(ChunkIndex(i)).size;
+    ++p.chunks_total;
+    p.bytes_total += size;
+    if (whole[i]) {
+      ++p.chunks_done;
+      p.bytes_done += size;
     }
-    if (target_.data == nullptr) return p;
-    const Manifest& m = target_.data->manifest;
-    p.version = m.version;
-    p.delta = protocol_.fetching_payloads();
-    const std::vector<bool>& want = protocol_.want();
-    const std::vector<bool>& whole = protocol_.whole();
-    for (uint32_t i = 0; i < m.chunk_count(); ++i) {
-      if (!want[i]) continue;
-      const uint64_t size = m.ChunkRange(ChunkIndex(i)).size;
-      ++p.chunks_total;
-      p.bytes_total += size;
-      if (whole[i]) {
-        ++p.chunks_done;
-        p.bytes_done += size;
-      }
-    }
-    p.bytes_received = target_.bytes_received;
-    p.bytes_sent = bytes_sent_.load() - bytes_sent_at_target_;
-    p.chunks_failed = target_.chunks_failed;
-    p.window = protocol_.window();
-    p.complete = protocol_.complete();
-    p.committed = target_.data->committed.load();
-    p.error = protocol_.error();
-    return p;
-  });
+  }
+  p.bytes_received = target_.bytes_received;
+  p.bytes_sent = bytes_sent_.load() - bytes_sent_at_target_;
+  p.chunks_failed = target_.chunks_failed;
+  p.window = protocol_.window();
+  p.complete = protocol_.complete();
+  p.committed = target_.data->committed.load();
+  p.error = protocol_.error();
+  return p;
 }
 
-bool SwarmNode::Impl::EveryChunkReplicated() {
-  return OnLoop(
-      [&]() -> bool { return target_.data != nullptr && protocol_.EveryChunkReplicated(); });
+bool SwarmNode::Impl::EveryChunkReplicated() const {
+  std::lock_guard lock(mu_);  // a query (Progress says why)
+  return target_.data != nullptr && protocol_.EveryChunkReplicated();
 }
 
 Status SwarmNode::Impl::WaitComplete(net::Duration timeout) {
@@ -428,16 +429,17 @@ void SwarmNode::SetOriginShare(uint32_t stripe, uint32_t stripes) {
 
 void SwarmNode::SetPeers(std::span<const PeerAddress> peers) { impl_->SetPeers(peers); }
 
+// Queries read under the loop's lock (Impl::Progress says why).
 std::vector<PeerId> SwarmNode::ListedPeers() const {
-  return impl_->OnLoop([&] { return impl_->listed_; });
+  std::lock_guard lock(impl_->mu_);
+  return impl_->listed_;
 }
 
 std::vector<PeerId> SwarmNode::BannedPeers() const {
-  return impl_->OnLoop([&] {
-    std::vector<PeerId> banned = impl_->protocol_.Banned(impl_->Now());
-    std::erase(banned, Impl::kOriginPeer);  // not a node: nothing for the coordinator
-    return banned;
-  });
+  std::lock_guard lock(impl_->mu_);
+  std::vector<PeerId> banned = impl_->protocol_.Banned(impl_->Now());
+  std::erase(banned, Impl::kOriginPeer);  // not a node: nothing for the coordinator
+  return banned;
 }
 SwarmProgress SwarmNode::progress() const { return impl_->Progress(); }
 

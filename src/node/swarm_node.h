@@ -9,13 +9,14 @@
 // Threads, independent of the number of peers: one event thread owns the protocol (under the
 // node's lock) and is fed from a queue, which the transport fills from its own threads (every
 // transport pushes frames, with or without a download limit; no peer has a thread) and every
-// public call posts its work onto (the waits, and a commit's disk work, stay on the caller's
-// thread). `workers` threads check, decode and write received chunks (they push the check
-// results); two upload workers read the chunks the protocol asks to upload (memory or store) and
-// hand them to the transport, whose release of each written frame is pushed back as the upload's
-// end. Connections: an accept thread takes those of peers with higher node ids; this node
-// connects to lower ones without blocking over TCP (Transport::ConnectAsync), or on four connect
-// threads where the transport's connects block (UCX); both become events the loop admits.
+// public call that changes the node's state posts its work onto (the waits, and a commit's disk
+// work, stay on the caller's thread; queries read under the loop's lock). `workers` threads check,
+// decode and write received chunks (they push the check results); two upload workers read the
+// chunks the protocol asks to upload (memory or store) and hand them to the transport, whose
+// release of each written frame is pushed back as the upload's end. Connections: an accept thread
+// takes those of peers with higher node ids; this node connects to lower ones without blocking over
+// TCP (Transport::ConnectAsync), or on four connect threads where the transport's connects block
+// (UCX); both become events the loop admits.
 //
 // Peer protocol (swarm/messages.h, swarm/peer_protocol.h; chunk data in kChunk frames): on
 // connect each side sends its have-set for its target version (whole chunks and delta payloads

@@ -293,13 +293,16 @@ struct SwarmNode::Impl {
   void Apply(std::span<const Effect> effects);
   void ApplyOne(const Effect& e);
   std::string CompletionStats() const;
-  SwarmProgress Progress();
-  bool EveryChunkReplicated();
+  SwarmProgress Progress() const;
+  bool EveryChunkReplicated() const;
   // Runs `fn` on the event thread, after the events queued before it, with mu_ held as every
   // event is handled, and returns its result: the node's state has one owner, the event loop, and
-  // each public call is one more event on it. Before Start and once the loop has stopped, `fn`
-  // runs on the calling thread under mu_; on the event thread itself (a callback of the node's
-  // that calls the node), at once.
+  // each public call that changes it is one more event on it. Before Start and once the loop has
+  // stopped, `fn` runs on the calling thread under mu_; on the event thread itself (a callback of
+  // the node's that calls the node), at once. Queries (progress, the listed and banned peers,
+  // replication) read under mu_ instead: they are made from /metrics scrapes and heartbeats that
+  // hold locks of their own (the registry's, the GIL), which a callback on the loop may need
+  // (on_bad_chunk registers a counter): a query waiting for the loop there would wait forever.
   template <typename F>
   std::invoke_result_t<F&> OnLoop(F&& fn) {
     using T = std::invoke_result_t<F&>;
