@@ -395,6 +395,9 @@ struct SwarmNode::Impl {
   Status SeedPart(const Manifest& manifest, const Manifest& part, uint32_t first_chunk,
                   std::shared_ptr<const PayloadCache> payloads);
   Status SeedFrom(const Manifest& manifest, ChunkReader reader);
+  // Makes `manifest` the target as a source that holds every chunk (Seed, SeedFrom; under mu_).
+  Status AdoptAsSource(const Manifest& manifest, std::shared_ptr<const PayloadCache> payloads,
+                       ChunkReader reader);
   // On an upload worker: a chunk of a SeedFrom target through its reader, checked against the
   // manifest (and kept among the recent chunks).
   Result<HeldBytes> ReadFromSource(TargetData& t, ChunkIndex chunk);

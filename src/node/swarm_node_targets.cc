@@ -328,27 +328,7 @@ Status SwarmNode::Impl::Seed(const Manifest& manifest, std::shared_ptr<const Pay
                                   ": not committed in the store with this root");
       }
     }
-    const uint32_t n = manifest.chunk_count();
-    LeaveTarget();
-    if (reader) {
-      std::lock_guard source(source_mu_);
-      source_failure_ = Status::Ok();
-    }
-    auto data = std::make_shared<TargetData>();
-    data->manifest = manifest;
-    data->committed = true;
-    data->seed_payloads = std::move(payloads);
-    data->reader = std::move(reader);
-    target_.data = std::move(data);
-    std::vector<bool> payload(n, false);
-    if (target_.data->seed_payloads != nullptr) {
-      for (ChunkIndex c : target_.data->seed_payloads->Chunks()) {
-        if (c.value() < n) payload[c.value()] = true;
-      }
-    }
-    target_.started.Restart();
-    WC_RETURN_IF_ERROR(StartTarget(std::vector<bool>(n, true), std::move(payload),
-                                   std::vector<bool>(n, true), {.source = true}));
+    WC_RETURN_IF_ERROR(AdoptAsSource(manifest, std::move(payloads), std::move(reader)));
     Log("seeding " + V(manifest.version));
     return Status::Ok();
   });
@@ -358,23 +338,36 @@ Status SwarmNode::Impl::SeedFrom(const Manifest& manifest, ChunkReader reader) {
   return OnLoop([&]() -> Status {
     if (auto s = CheckReplace(manifest)) return *s;
     if (!reader) return InvalidArgument("cannot seed " + V(manifest.version) + ": no reader");
-    const uint32_t n = manifest.chunk_count();
-    LeaveTarget();
-    {
-      std::lock_guard source(source_mu_);
-      source_failure_ = Status::Ok();
-    }
-    auto data = std::make_shared<TargetData>();
-    data->manifest = manifest;
-    data->committed = true;
-    data->reader = std::move(reader);
-    target_.data = std::move(data);
-    target_.started.Restart();
-    WC_RETURN_IF_ERROR(StartTarget(std::vector<bool>(n, true), std::vector<bool>(n, false),
-                                   std::vector<bool>(n, true), {.source = true}));
+    WC_RETURN_IF_ERROR(AdoptAsSource(manifest, nullptr, std::move(reader)));
     Log("seeding " + V(manifest.version) + " from its origin");
     return Status::Ok();
   });
+}
+
+Status SwarmNode::Impl::AdoptAsSource(const Manifest& manifest,
+                                      std::shared_ptr<const PayloadCache> payloads,
+                                      ChunkReader reader) {
+  const uint32_t n = manifest.chunk_count();
+  LeaveTarget();
+  if (reader) {
+    std::lock_guard source(source_mu_);
+    source_failure_ = Status::Ok();
+  }
+  auto data = std::make_shared<TargetData>();
+  data->manifest = manifest;
+  data->committed = true;
+  data->seed_payloads = std::move(payloads);
+  data->reader = std::move(reader);
+  target_.data = std::move(data);
+  std::vector<bool> payload(n, false);
+  if (target_.data->seed_payloads != nullptr) {
+    for (ChunkIndex c : target_.data->seed_payloads->Chunks()) {
+      if (c.value() < n) payload[c.value()] = true;
+    }
+  }
+  target_.started.Restart();
+  return StartTarget(std::vector<bool>(n, true), std::move(payload), std::vector<bool>(n, true),
+                     {.source = true});
 }
 
 Status SwarmNode::Impl::SeedPart(const Manifest& manifest, const Manifest& part,
