@@ -1095,7 +1095,8 @@ class TcpTransportImpl : public Transport {
       done(std::unique_ptr<Connection>(std::make_unique<TcpConnection>(std::move(*conn))));
     };
     asio::co_spawn(asio::make_strand(shared->io),
-                   DoConnect(shared, endpoint, limit, std::move(finish)), asio::detached);
+                   DoConnect(shared, std::move(endpoint), limit, std::move(finish)),
+                   asio::detached);
   }
 
   static awaitable<void> DoConnect(std::shared_ptr<Shared> shared, tcp::endpoint endpoint,

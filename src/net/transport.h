@@ -212,6 +212,7 @@ class Transport {
   // What Connect returns, handed to `done` once: on a thread of the transport's, or on the
   // caller's when the answer is known at once (a malformed address, an in-memory peer). `done`
   // must not block. The default blocks in Connect.
+  // NOLINTNEXTLINE(performance-unnecessary-value-param): overrides keep it, so it is by value
   virtual void ConnectAsync(std::string_view address, Duration timeout, ConnectDone done) {
     done(Connect(address, timeout));
   }

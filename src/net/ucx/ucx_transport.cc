@@ -1240,18 +1240,17 @@ class Core : public std::enable_shared_from_this<Core> {
             conn->handler(std::move(frame));
             continue;
           }
-          bool held = false;
           {
             std::lock_guard lock(conn->mu);
             if (!conn->inbox.empty() || Clock::Real().Now() < conn->deliver_after) {
               // Behind the limit's debt: held, in order, counted against the receive queue
               // (a failure meanwhile hands it over first: EndHandler).
-              held = true;
               conn->inbox_bytes += frame.body.size();
               conn->inbox.push_back(std::move(frame));
+              continue;
             }
           }
-          if (!held) HandOverPaced(*conn, std::move(frame));
+          HandOverPaced(*conn, std::move(frame));
           continue;
         }
         std::lock_guard lock(conn->mu);
