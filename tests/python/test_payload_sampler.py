@@ -33,7 +33,10 @@ def stored_bytes(store):
     total = 0
     for root, _, files in os.walk(os.path.join(store, "policy", "versions")):
         for name in files:
-            total += os.stat(os.path.join(root, name)).st_blocks * 512
+            try:
+                total += os.stat(os.path.join(root, name)).st_blocks * 512
+            except FileNotFoundError:
+                pass  # an older version the agent's retention removes meanwhile
     return total
 
 
